@@ -1,0 +1,64 @@
+//! `headroom`: one binary, one subcommand per room (DESIGN.md "The CLI contract").
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "headroom",
+    version,
+    about = "Run batch work on the idle capacity of latency-critical servers without hurting their tail latency"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Open-loop load generator (mutilate-compatible flags); `headroom load agent` runs a remote load agent
+    Load(cmd::load::Args),
+    /// The latency-critical service: a memcached-compatible server
+    Serve(cmd::serve::Args),
+    /// Interference workloads: spin power llc dram square net disk memory ht
+    Antagonist(cmd::antagonist::Args),
+    /// The colocation controller
+    Agent(cmd::agent::Args),
+    /// Talk to a running agent over its control socket
+    Ctl(cmd::ctl::Args),
+    /// What this kernel and hardware offer
+    Doctor(cmd::doctor::Args),
+    /// Reproduce the papers' experiments and the tools' own benchmarks
+    Bench(cmd::bench::Args),
+    /// Re-render an experiment directory without re-running it
+    Report(cmd::report::Args),
+    /// The end-to-end colocation demo
+    Demo(cmd::demo::Args),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HEADROOM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Load(a) => cmd::load::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Antagonist(a) => cmd::antagonist::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
+        Command::Ctl(a) => cmd::ctl::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+    };
+    if let Err(err) = result {
+        eprintln!("headroom: error: {err:#}");
+        std::process::exit(cmd::exit_code(&err));
+    }
+}

@@ -1,0 +1,1 @@
+//! `headroom doctor --json` (DESIGN.md): produced by headroom-host.

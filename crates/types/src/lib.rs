@@ -1,0 +1,7 @@
+//! Plain types shared across the headroom crates: the JSON contracts of DESIGN.md.
+//!
+//! Each module belongs to the crate that produces the data; consumers only read it.
+
+pub mod doctor;
+pub mod load_result;
+pub mod summary;

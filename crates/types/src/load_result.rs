@@ -1,0 +1,1 @@
+//! `headroom load --json` result (DESIGN.md "Result JSON"): produced by headroom-load.
