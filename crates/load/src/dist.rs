@@ -1,0 +1,1 @@
+//! Owned by loadcore; see /work/TEAM.md contracts.
