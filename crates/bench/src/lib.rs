@@ -1,1 +1,26 @@
-//! See Cargo.toml description.
+//! headroom-bench: the papers' experiments as record → study → format.
+//!
+//! * **record** drives the `headroom` binary's subcommands as subprocesses (serve, antagonist,
+//!   load, agent) and stores every raw result as JSON in the run directory, so an interrupted run
+//!   resumes where it stopped ([`store`]);
+//! * **study** turns the raw results into medians, spreads, windows and EMU ([`stats`],
+//!   [`experiments`]) — a pure function of the run directory;
+//! * **format** renders `report.html` (inline SVG plots), `summary.md`, `summary.json` and one CSV and
+//!   JSON per figure ([`format`]).
+
+pub mod browser;
+pub mod capability;
+pub mod error;
+pub mod experiments;
+pub mod figure;
+pub mod fixture;
+pub mod format;
+pub mod model;
+pub mod plot;
+pub mod record;
+pub mod runner;
+pub mod stats;
+pub mod store;
+pub mod study;
+
+pub use error::{BenchError, Result};

@@ -1,1 +1,64 @@
-//! See Cargo.toml description.
+//! headroom-host: the only layer that touches the kernel. Every path is taken below a root
+//! directory (`/` in production, a temp dir in tests), so each interface is tested against fakes
+//! and again on the real kernel.
+//!
+//! # API overview
+//!
+//! ```text
+//! LinuxHost::new(root) / ::system() / ::with_io(root, Arc<dyn KnobIo>)
+//!   .cgroups() -> Cgroups            cgroup v1 / v2 / hybrid, detected from <root>/proc/self/mountinfo
+//!   .cgroup_layout() -> CgroupLayout  mode, v1 mount per Controller, v2 mount + controllers
+//!   .resctrl() -> Resctrl             info(), create_group, set_schemata, add_task, set_cpus, mon_data
+//!   .rapl() -> Rapl                   zones(), energy_uj (+ power::energy_delta_uj for wrap), constraints
+//!   .cpufreq() -> CpuFreq             info(cpu), set_max_khz, max_khz, cur_khz
+//!   .topology() -> Topology           cpus_online, smt_siblings, numa_nodes, llc_bytes
+//!   .proc_stat() / .idle_sampler()    allocation-free /proc/stat readers (per-CPU busy/idle)
+//!   .schedstat(pid, tid)              run-queue delay reader
+//!   .psi(PsiResource) .meminfo() .net_dev(dev) .threads(pid) .kernel_release()
+//!
+//! GroupPath::new("headroom/be")?      validated: relative, no `..`, no empty parts
+//! Cgroups (one logical path -> every v1 hierarchy, or the v2 directory):
+//!   create / remove (children first, procs moved out) / exists / children
+//!   move_process(g, pid) (all threads) / move_thread(g, tid) / procs / threads
+//!   set_cpuset_cpus / cpuset_cpus / cpuset_effective_cpus / set_cpuset_mems / cpuset_mems
+//!   set_cpu_weight(g, w) -> native written (v1 cpu.shares = w; v2 cpu.weight: 10000:2 -> 10000:1)
+//!   cpu_weight / native_cpu_weight / set_cpu_idle / cpu_idle / set_cpu_quota(CpuQuota) / cpu_quota
+//!   freeze / thaw (wait until settled) / freeze_state
+//!   set_memory_max / memory_max / set_memory_high / memory_high / memory_usage / memory_events
+//!   set_io_limits(g, DeviceId, IoLimits) / io_limits / set_io_weight / io_weight
+//!   set_net_classid / net_classid (v1 net_cls) / cpu_usage_ns / cpu_throttling / psi (v2)
+//! sched::{set_sched(tid, SchedPolicy), sched(tid) -> SchedAttr, set_affinity, affinity, threads, last_cpu}
+//! tc::{Egress<R: TcRunner>, SystemTc, RecordingTc, HtbConfig, TcClassStats, net_cls_classid}
+//! doctor::probe(root) -> headroom_types::doctor::Doctor
+//! HostError: every error names the path / target, the value and the errno.
+//! ```
+
+pub mod cgroup;
+pub mod cpuset;
+pub mod doctor;
+pub mod error;
+pub mod group_path;
+pub mod host;
+pub mod knob_io;
+pub mod power;
+pub mod resctrl;
+pub mod sched;
+pub mod sensors;
+pub mod tc;
+pub mod topology;
+
+pub use cgroup::{
+    Backend, CgroupLayout, CgroupMode, Cgroups, Controller, CpuQuota, CpuThrottling, DeviceId,
+    FreezeState, IoLimits, MemoryEvents,
+};
+pub use cpuset::CpuSet;
+pub use error::{HostError, IoOp};
+pub use group_path::GroupPath;
+pub use host::LinuxHost;
+pub use knob_io::{KnobIo, RealIo};
+pub use sched::{SchedAttr, SchedPolicy};
+pub use sensors::{
+    CpuIdleSampler, CpuTimes, MemInfo, NetDevStats, ProcStatReader, Psi, PsiLine, PsiResource,
+    ThreadSchedstat,
+};
+pub use topology::Topology;

@@ -1,1 +1,104 @@
 //! `headroom doctor --json` (DESIGN.md): produced by headroom-host.
+//!
+//! The keys of DESIGN.md are a contract; fields beyond them (`via`, `net_cls`, `net_prio`, `cgroup_psi`,
+//! `meminfo`, `cgroup_cpu_usage`, `topology`) are extensions and may be absent in older output.
+
+use serde::{Deserialize, Serialize};
+
+/// Whether one mechanism or sensor can be used here, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Availability {
+    pub available: bool,
+    /// Why it is missing: not root, not mounted, kernel lacks it, hardware lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The interface that serves it here (e.g. `v1 cpu.shares`); extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+impl Availability {
+    pub fn yes(via: impl Into<String>) -> Self {
+        Availability {
+            available: true,
+            reason: None,
+            via: Some(via.into()),
+        }
+    }
+
+    pub fn no(reason: impl Into<String>) -> Self {
+        Availability {
+            available: false,
+            reason: Some(reason.into()),
+            via: None,
+        }
+    }
+}
+
+/// The actuators of DESIGN.md "Mechanisms and their kernel interfaces".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mechanisms {
+    pub cpuset: Availability,
+    pub cpu_weight: Availability,
+    pub cpu_idle: Availability,
+    pub cpu_quota: Availability,
+    pub freeze: Availability,
+    pub memory: Availability,
+    pub io: Availability,
+    pub sched_attr: Availability,
+    pub resctrl_l3: Availability,
+    pub resctrl_mba: Availability,
+    pub rapl: Availability,
+    pub cpufreq: Availability,
+    pub tc_htb: Availability,
+    /// Classifying BE egress by cgroup with v1 `net_cls` + the tc `cgroup` filter; extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_cls: Option<Availability>,
+    /// Classifying BE egress by cgroup with v1 `net_prio` (priority = HTB class id); extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_prio: Option<Availability>,
+}
+
+/// The sensors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sensors {
+    pub proc_stat: Availability,
+    pub schedstat: Availability,
+    pub psi: Availability,
+    pub resctrl_mon: Availability,
+    /// Per-group PSI (cgroup v2 only); extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_psi: Option<Availability>,
+    /// `MemAvailable` from /proc/meminfo; extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meminfo: Option<Availability>,
+    /// Per-group CPU time (cpuacct.usage / cpu.stat); extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_cpu_usage: Option<Availability>,
+}
+
+/// CPU topology details; extension.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TopologyInfo {
+    /// Online CPUs in kernel list syntax (`0-1`).
+    pub cpus_online: String,
+    /// SMT sibling groups (`["0,2", "1,3"]`).
+    pub smt_siblings: Vec<String>,
+}
+
+/// The whole doctor report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Doctor {
+    pub kernel: String,
+    /// `v1`, `v2`, `hybrid` (or `none`).
+    pub cgroup_mode: String,
+    pub root: bool,
+    pub cpus: usize,
+    pub smt: bool,
+    pub llc_bytes: Option<u64>,
+    pub numa_nodes: usize,
+    pub mechanisms: Mechanisms,
+    pub sensors: Sensors,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyInfo>,
+}

@@ -1,1 +1,125 @@
 //! `headroom load --json` result (DESIGN.md "Result JSON"): produced by headroom-load.
+//!
+//! The keys are a contract (bench and users parse them): extend with optional fields, never rename.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the result format written in [`LoadResult::version`].
+pub const LOAD_RESULT_VERSION: u32 = 1;
+
+/// One run of `headroom load` (one QPS step of a scan or search).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadResult {
+    /// Format version, [`LOAD_RESULT_VERSION`].
+    pub version: u32,
+    /// Requested aggregate rate (0 = as fast as possible).
+    pub target_qps: f64,
+    /// Completed requests per second over the measured interval.
+    pub achieved_qps: f64,
+    /// All `checks` passed.
+    pub valid: bool,
+    /// Self-checks (rate, inter-arrival fit, sample count, client saturation).
+    pub checks: Vec<Check>,
+    /// GET latency timed from the scheduled send (coordinated-omission corrected).
+    pub read: LatencyStats,
+    /// GET latency timed from the actual send.
+    pub read_uncorrected: LatencyStats,
+    /// SET latency timed from the scheduled send.
+    pub update: LatencyStats,
+    /// Requests sent after their scheduled time because the depth cap was reached.
+    pub late: u64,
+    /// Malformed replies, server errors and connection failures.
+    pub errors: u64,
+    /// GETs answered "not found".
+    pub misses: u64,
+    /// What the load generator itself spent.
+    pub client: ClientStats,
+}
+
+/// One self-check of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    /// Short machine-readable name: "rate", "interarrival_fit", "samples", ...
+    pub name: String,
+    pub ok: bool,
+    /// Human-readable explanation with the figures involved.
+    pub detail: String,
+}
+
+/// The client's own cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientStats {
+    /// User + system CPU seconds of the load generator during the measured interval.
+    pub cpu_s: f64,
+    /// 99th percentile of (actual send − scheduled send), µs.
+    pub send_lag_p99_us: f64,
+}
+
+/// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    pub count: u64,
+    pub avg_us: f64,
+    pub std_us: f64,
+    pub min_us: f64,
+    pub p5_us: f64,
+    pub p10_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    /// 95% confidence interval of `p99_us` (order-statistic ranks mapped through the histogram).
+    pub p99_ci_us: [f64; 2],
+    /// 95% confidence interval of `p999_us`.
+    #[serde(default)]
+    pub p999_ci_us: [f64; 2],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn design_example_parses_and_round_trips() {
+        let text = r#"{"version": 1, "target_qps": 20000, "achieved_qps": 19987.5, "valid": true,
+ "checks": [{"name": "rate", "ok": true, "detail": "achieved within 0.06% of target"}],
+ "read":   {"count": 59962, "avg_us": 41.2, "std_us": 9.9, "min_us": 18.0, "p5_us": 0, "p10_us": 0,
+            "p50_us": 39.1, "p90_us": 52.0, "p95_us": 58.3, "p99_us": 80.1, "p999_us": 190.2,
+            "p9999_us": 640.0, "p99_ci_us": [77.0, 83.5]},
+ "read_uncorrected": {"count": 1, "avg_us": 1, "std_us": 0, "min_us": 1, "p5_us": 1, "p10_us": 1,
+            "p50_us": 1, "p90_us": 1, "p95_us": 1, "p99_us": 1, "p999_us": 1,
+            "p9999_us": 1, "p99_ci_us": [1, 1], "p999_ci_us": [1, 1]},
+ "update": {"count": 0, "avg_us": 0, "std_us": 0, "min_us": 0, "p5_us": 0, "p10_us": 0,
+            "p50_us": 0, "p90_us": 0, "p95_us": 0, "p99_us": 0, "p999_us": 0,
+            "p9999_us": 0, "p99_ci_us": [0, 0]},
+ "late": 0, "errors": 0, "misses": 0, "client": {"cpu_s": 0.81, "send_lag_p99_us": 3.1}}"#;
+        let r: LoadResult = serde_json::from_str(text).unwrap();
+        assert_eq!(r.read.count, 59962);
+        assert_eq!(r.read.p99_ci_us, [77.0, 83.5]);
+        assert_eq!(r.checks[0].name, "rate");
+        assert_eq!(r.client.send_lag_p99_us, 3.1);
+        let back: LoadResult = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn serializes_every_contract_key() {
+        let v = serde_json::to_value(LoadResult::default()).unwrap();
+        for key in [
+            "version", "target_qps", "achieved_qps", "valid", "checks", "read",
+            "read_uncorrected", "update", "late", "errors", "misses", "client",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        for key in [
+            "count", "avg_us", "std_us", "min_us", "p5_us", "p10_us", "p50_us", "p90_us",
+            "p95_us", "p99_us", "p999_us", "p9999_us", "p99_ci_us", "p999_ci_us",
+        ] {
+            assert!(v["read"].get(key).is_some(), "missing read.{key}");
+        }
+        assert!(v["client"].get("cpu_s").is_some());
+        assert!(v["client"].get("send_lag_p99_us").is_some());
+    }
+}

@@ -33,10 +33,181 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
+/// Flags of the papers' experiments (after `headroom bench NAME`).
+#[derive(clap::Parser, Debug)]
+#[command(name = "headroom bench EXPERIMENT", no_binary_name = true)]
+struct ExperimentFlags {
+    /// The quick version (a couple of minutes): fewer load levels and configurations, short points
+    #[arg(long)]
+    quick: bool,
+    /// Seconds of load per point (per window for colocation)
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Repetitions of every point (median and spread are reported)
+    #[arg(long)]
+    repeats: Option<u32>,
+    /// LC load levels in % of peak, comma-separated (e.g. 10,50,90)
+    #[arg(long, value_delimiter = ',')]
+    loads: Option<Vec<f64>>,
+    /// LC tail-latency SLO in µs (default: 5x the LC-alone p99 at 50% of capacity)
+    #[arg(long)]
+    slo_us: Option<f64>,
+    /// LC peak QPS (default: found by probing the LC alone)
+    #[arg(long)]
+    peak_qps: Option<f64>,
+    /// SLO percentile
+    #[arg(long, default_value_t = 99.0)]
+    percentile: f64,
+    /// BE workloads / antagonists, comma-separated (spin, dram, llc:0.5, spin-os, square, ...)
+    #[arg(long, value_delimiter = ',')]
+    be: Option<Vec<String>>,
+    /// Policies or settings, comma-separated (colocation: none,hybrid; isolation: none,blind,...)
+    #[arg(long, value_delimiter = ',')]
+    policies: Option<Vec<String>>,
+    /// Colocation trace length in minutes
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// CPUs for the load generator and the agent (default: 0)
+    #[arg(long)]
+    loadgen_cpus: Option<String>,
+    /// CPUs for the LC service and the BE work (default: all others)
+    #[arg(long)]
+    server_cpus: Option<String>,
+    /// Run the agent with --dry-run (decide and log, change nothing)
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Builds the recording options from the flags (bad values are usage errors).
+pub(crate) fn experiment_options(
+    exp: headroom_bench::experiments::Experiment,
+    rest: &[String],
+    invocation: String,
+) -> anyhow::Result<headroom_bench::record::Options> {
+    use clap::Parser;
+    let flags = ExperimentFlags::try_parse_from(rest).map_err(|e| super::usage(e.to_string()))?;
+    let bin = match std::env::var_os("HEADROOM_BIN") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::env::current_exe()?,
+    };
+    let mut o = headroom_bench::record::Options::defaults(exp, flags.quick, bin);
+    o.invocation = invocation;
+    if let Some(d) = flags.duration {
+        if !(d >= 1.0) {
+            return Err(super::usage(format!("--duration {d}: must be at least 1 second")));
+        }
+        o.duration_s = d;
+    }
+    if let Some(r) = flags.repeats {
+        if r == 0 {
+            return Err(super::usage("--repeats 0: at least 1 repetition is needed"));
+        }
+        o.repeats = r;
+    }
+    if let Some(l) = flags.loads {
+        if l.is_empty() || l.iter().any(|x| !(*x > 0.0 && *x <= 200.0)) {
+            return Err(super::usage(format!(
+                "--loads {l:?}: each level must be in (0, 200] % of peak"
+            )));
+        }
+        o.loads = l.iter().map(|x| x / 100.0).collect();
+    }
+    if let Some(s) = flags.slo_us {
+        if !(s > 0.0) {
+            return Err(super::usage(format!("--slo-us {s}: must be positive")));
+        }
+        o.slo_us = Some(s);
+    }
+    if let Some(p) = flags.peak_qps {
+        if !(p > 0.0) {
+            return Err(super::usage(format!("--peak-qps {p}: must be positive")));
+        }
+        o.peak_qps = Some(p);
+    }
+    if !(flags.percentile > 0.0 && flags.percentile < 100.0) {
+        return Err(super::usage(format!(
+            "--percentile {}: must be in (0, 100)",
+            flags.percentile
+        )));
+    }
+    o.percentile = flags.percentile;
+    if let Some(b) = flags.be {
+        o.be = b;
+    }
+    if let Some(p) = flags.policies {
+        o.policies = p;
+    }
+    if let Some(m) = flags.minutes {
+        if !(m > 0.0) {
+            return Err(super::usage(format!("--minutes {m}: must be positive")));
+        }
+        o.minutes = m;
+    }
+    let cpus = |s: &str, flag: &str| {
+        headroom_bench::runner::parse_cpu_list(s).map_err(|e| super::usage(format!("{flag}: {e}")))
+    };
+    if let Some(c) = flags.loadgen_cpus {
+        o.placement.loadgen = cpus(&c, "--loadgen-cpus")?;
+    }
+    if let Some(c) = flags.server_cpus {
+        o.placement.server = cpus(&c, "--server-cpus")?;
+    }
+    o.dry_run = flags.dry_run;
+    if !o.dry_run {
+        if let Err(why) =
+            headroom_bench::capability::agent_can_actuate(std::path::Path::new("/sys/fs/cgroup"))
+        {
+            let uses_agent = o.policies.iter().any(|p| p != "none" && p != "equal");
+            if uses_agent {
+                eprintln!(
+                    "headroom bench: the agent cannot act here ({}); it runs with --dry-run",
+                    why.join("; ")
+                );
+                o.dry_run = true;
+            }
+        }
+    }
+    Ok(o)
+}
+
 fn experiments(
     name: &str,
-    _out: Option<std::path::PathBuf>,
-    _rest: &[String],
+    out: Option<std::path::PathBuf>,
+    rest: &[String],
 ) -> anyhow::Result<()> {
-    Err(super::usage(format!("headroom bench: unknown experiment {name:?}")))
+    let exp: headroom_bench::experiments::Experiment = name.parse().map_err(|_| {
+        super::usage(format!(
+            "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent"
+        ))
+    })?;
+    let out = out.unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));
+    let invocation = std::iter::once("headroom".to_string())
+        .chain(std::env::args().skip(1))
+        .map(|a| headroom_bench::runner::shell_quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let opts = experiment_options(exp, rest, invocation)?;
+    eprintln!(
+        "headroom bench {name}: writing to {} (an interrupted run resumes where it stopped)",
+        out.display()
+    );
+    let mut progress = |line: &str| eprintln!("{line}");
+    let mut live = |w: &headroom_bench::record::WindowView| {
+        eprintln!(
+            "[{}] window {}/{}: load {:>3.0}%  p99 {:>6} µs (SLO {:.0})  BE CPUs {}  EMU {}",
+            w.policy,
+            w.index + 1,
+            w.windows,
+            w.load_pct,
+            w.tail_us.map_or("–".into(), |t| format!("{t:.0}")),
+            w.slo_us,
+            w.be_cpus.map_or("–".into(), |c| format!("{c:.1}")),
+            w.emu.map_or("–".into(), |e| format!("{:.0}%", e * 100.0)),
+        )
+    };
+    let files = headroom_bench::record::run_experiment(exp, opts, &out, &mut progress, &mut live)?;
+    println!("report:  {}", files.html.display());
+    println!("summary: {}", files.summary_json.display());
+    println!("         {}", files.summary_md.display());
+    Ok(())
 }

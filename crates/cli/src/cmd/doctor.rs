@@ -1,9 +1,169 @@
-//! `headroom doctor`.
+//! `headroom doctor [--json]`: what this kernel and hardware offer to the policies.
+
+use std::path::PathBuf;
+
+use headroom_types::doctor::{Availability, Doctor};
 
 /// Flags of `headroom doctor`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Print the DESIGN.md JSON instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Probe a different file-system root (a fake tree for tests); live probes run only for `/`
+    #[arg(long, default_value = "/", hide = true)]
+    pub root: PathBuf,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("headroom doctor: not built yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.root.is_dir() {
+        return Err(super::usage(format!(
+            "headroom doctor: --root {} is not a directory",
+            args.root.display()
+        )));
+    }
+    let doctor = headroom_host::doctor::probe(&args.root);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doctor)?);
+    } else {
+        print!("{}", render(&doctor));
+    }
+    Ok(())
+}
+
+/// Which policy features each mechanism enables (the "what a policy can use here" column).
+const USES: &[(&str, &str)] = &[
+    ("cpuset", "BE cores: static-cores, blind, heracles, hybrid"),
+    ("cpu_weight", "weights (Blagodurov 10000:2)"),
+    ("cpu_idle", "BE as idle class (BVT-warp successor)"),
+    ("cpu_quota", "static-cycles, heracles cycles cap"),
+    ("freeze", "disable BE instantly; on_exit = freeze"),
+    ("memory", "BE memory limit, kill on low memory"),
+    ("io", "BE disk throttling (PerfIso)"),
+    ("sched_attr", "LC thread pinning / SCHED_IDLE BE threads"),
+    ("resctrl_l3", "heracles LLC partitioning"),
+    ("resctrl_mba", "heracles DRAM bandwidth cap"),
+    ("rapl", "heracles power controller"),
+    ("cpufreq", "heracles BE frequency cap"),
+    ("tc_htb", "heracles / PerfIso egress ceiling"),
+    (
+        "net_cls",
+        "classify BE egress by cgroup (net_cls + tc cgroup filter)",
+    ),
+    (
+        "net_prio",
+        "classify BE egress by cgroup (net_prio priority = HTB class)",
+    ),
+    ("proc_stat", "blind: per-CPU idle"),
+    ("schedstat", "LC run-queue delay"),
+    ("psi", "pressure (cpu, memory, io)"),
+    ("resctrl_mon", "heracles DRAM bandwidth sensing"),
+    ("cgroup_psi", "per-group pressure"),
+    ("meminfo", "MemAvailable for the memory guard"),
+    ("cgroup_cpu_usage", "BE/LC CPU usage"),
+];
+
+fn uses(name: &str) -> &'static str {
+    USES.iter().find(|(n, _)| *n == name).map_or("", |(_, u)| u)
+}
+
+fn row(out: &mut String, name: &str, a: &Availability) {
+    let status = if a.available { "yes" } else { "NO" };
+    let detail = if a.available {
+        a.via.clone().unwrap_or_default()
+    } else {
+        a.reason.clone().unwrap_or_default()
+    };
+    out.push_str(&format!("  {name:<17} {status:<4} {detail}\n"));
+    if a.available {
+        out.push_str(&format!("  {:<17} {:<4} → {}\n", "", "", uses(name)));
+    }
+}
+
+/// The human-readable table.
+pub fn render(d: &Doctor) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("kernel       {}\n", d.kernel));
+    out.push_str(&format!(
+        "cgroups      {}{}\n",
+        d.cgroup_mode,
+        if d.root {
+            ""
+        } else {
+            "   (not root: writes will fail)"
+        }
+    ));
+    out.push_str(&format!(
+        "cpus         {} online{}, SMT {}, NUMA nodes {}, LLC {}\n",
+        d.cpus,
+        d.topology
+            .as_ref()
+            .map(|t| format!(" ({})", t.cpus_online))
+            .unwrap_or_default(),
+        if d.smt { "on" } else { "off" },
+        d.numa_nodes,
+        d.llc_bytes
+            .map(|b| format!("{} KiB", b / 1024))
+            .unwrap_or_else(|| "unknown".to_owned())
+    ));
+    out.push_str("\nmechanisms\n");
+    let m = &d.mechanisms;
+    for (name, a) in [
+        ("cpuset", &m.cpuset),
+        ("cpu_weight", &m.cpu_weight),
+        ("cpu_idle", &m.cpu_idle),
+        ("cpu_quota", &m.cpu_quota),
+        ("freeze", &m.freeze),
+        ("memory", &m.memory),
+        ("io", &m.io),
+        ("sched_attr", &m.sched_attr),
+        ("resctrl_l3", &m.resctrl_l3),
+        ("resctrl_mba", &m.resctrl_mba),
+        ("rapl", &m.rapl),
+        ("cpufreq", &m.cpufreq),
+        ("tc_htb", &m.tc_htb),
+    ] {
+        row(&mut out, name, a);
+    }
+    for (name, a) in [("net_cls", &m.net_cls), ("net_prio", &m.net_prio)] {
+        if let Some(a) = a {
+            row(&mut out, name, a);
+        }
+    }
+    out.push_str("\nsensors\n");
+    let s = &d.sensors;
+    for (name, a) in [
+        ("proc_stat", Some(&s.proc_stat)),
+        ("schedstat", Some(&s.schedstat)),
+        ("psi", Some(&s.psi)),
+        ("resctrl_mon", Some(&s.resctrl_mon)),
+        ("cgroup_psi", s.cgroup_psi.as_ref()),
+        ("meminfo", s.meminfo.as_ref()),
+        ("cgroup_cpu_usage", s.cgroup_cpu_usage.as_ref()),
+    ] {
+        if let Some(a) = a {
+            row(&mut out, name, a);
+        }
+    }
+    let missing: Vec<&str> = [
+        ("resctrl_l3", &m.resctrl_l3),
+        ("resctrl_mba", &m.resctrl_mba),
+        ("rapl", &m.rapl),
+        ("cpufreq", &m.cpufreq),
+        ("tc_htb", &m.tc_htb),
+        ("cpuset", &m.cpuset),
+        ("cpu_quota", &m.cpu_quota),
+        ("freeze", &m.freeze),
+    ]
+    .iter()
+    .filter(|(_, a)| !a.available)
+    .map(|(n, _)| *n)
+    .collect();
+    if !missing.is_empty() {
+        out.push_str(&format!(
+            "\npolicies run here without: {} (the parts that need them are disabled, loudly)\n",
+            missing.join(", ")
+        ));
+    }
+    out
 }

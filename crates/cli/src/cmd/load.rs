@@ -1,9 +1,445 @@
-//! `headroom load`.
+//! `headroom load`: mutilate's flags (same names, same meaning) plus `--protocol`, `--json`,
+//! `--csv`, `--hdr`, `--feed`, `--seed`, `--popularity`; `headroom load agent` (or `-A`) runs a
+//! remote load agent. See docs/load.md.
 
-/// Flags of `headroom load`.
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use headroom_load::options::DEFAULT_AGENT_PORT;
+use headroom_load::report::{csv_header, csv_row, format_checks, format_table, LoadReport};
+use headroom_load::sweep::{self, SweepRow};
+use headroom_load::{Interval, LoadError, LoadOptions, Popularity, ProtocolKind};
+
+/// Flags of `headroom load` (mutilate-compatible).
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub sub: Option<Sub>,
+    /// Memcached server hostname[:port]; repeat for several servers
+    #[arg(short = 's', long = "server", value_name = "H[:P]")]
+    pub server: Vec<String>,
+    /// Use the binary memcached protocol instead of ASCII (same as --protocol binary)
+    #[arg(long)]
+    pub binary: bool,
+    /// Wire protocol: memcache | binary | redis
+    #[arg(long, value_name = "P")]
+    pub protocol: Option<String>,
+    /// Target aggregate QPS; 0 = peak
+    #[arg(short = 'q', long, default_value_t = 0)]
+    pub qps: u64,
+    /// Seconds to measure (after the warmup)
+    #[arg(short = 't', long, default_value_t = 5.0)]
+    pub time: f64,
+    /// Length of memcached keys (distribution)
+    #[arg(short = 'K', long, default_value = "30")]
+    pub keysize: String,
+    /// Length of memcached values (distribution)
+    #[arg(short = 'V', long, default_value = "200")]
+    pub valuesize: String,
+    /// Number of records (divided among the servers)
+    #[arg(short = 'r', long, default_value_t = 10000)]
+    pub records: u64,
+    /// Ratio of set:get commands
+    #[arg(short = 'u', long, default_value_t = 0.0)]
+    pub update: f64,
+    /// Number of load threads
+    #[arg(short = 'T', long, default_value_t = 1)]
+    pub threads: usize,
+    /// Pin threads to CPUs round-robin
+    #[arg(long)]
+    pub affinity: bool,
+    /// Connections per server per thread
+    #[arg(short = 'c', long, default_value_t = 1)]
+    pub connections: usize,
+    /// Maximum requests in flight per connection
+    #[arg(short = 'd', long, default_value_t = 1)]
+    pub depth: usize,
+    /// Inter-arrival distribution (its mean follows --qps)
+    #[arg(short = 'i', long, default_value = "exponential")]
+    pub iadist: String,
+    /// Skip loading the keys
+    #[arg(long)]
+    pub noload: bool,
+    /// Load the keys and exit
+    #[arg(long)]
+    pub loadonly: bool,
+    /// Seconds of load before measuring
+    #[arg(short = 'w', long, default_value_t = 0.0)]
+    pub warmup: f64,
+    /// Scan latency across QPS: MIN:MAX:STEP
+    #[arg(long, value_name = "MIN:MAX:STEP")]
+    pub scan: Option<String>,
+    /// Highest QPS whose P-th percentile stays under TARGET_US (P may be fractional: 99.9:500)
+    #[arg(long, value_name = "P:TARGET_US")]
+    pub search: Option<String>,
+    /// Measurement connections per server (dedicated, low-rate; their latency is reported)
+    #[arg(short = 'C', long = "measure_connections", alias = "measure-connections")]
+    pub measure_connections: Option<usize>,
+    /// QPS of the measurement connections together
+    #[arg(short = 'Q', long = "measure_qps", alias = "measure-qps")]
+    pub measure_qps: Option<u64>,
+    /// Depth of each measurement connection
+    #[arg(short = 'D', long = "measure_depth", alias = "measure-depth")]
+    pub measure_depth: Option<usize>,
+    /// Run as a load agent (same as `headroom load agent`)
+    #[arg(short = 'A', long = "agentmode")]
+    pub agentmode: bool,
+    /// Enlist a remote agent (HOST or HOST:PORT); repeatable
+    #[arg(short = 'a', long = "agent", value_name = "HOST")]
+    pub agent: Vec<String>,
+    /// Agent port
+    #[arg(short = 'p', long = "agent_port", alias = "agent-port", default_value_t = DEFAULT_AGENT_PORT)]
+    pub agent_port: u16,
+    /// Write every measured request's scheduled time and latency to F
+    #[arg(long, value_name = "F")]
+    pub save: Option<PathBuf>,
+    /// More output (one progress line per second even when stderr is not a terminal)
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// No progress output
+    #[arg(long)]
+    pub quiet: bool,
+    /// Write the result JSON to F (DESIGN.md "Result JSON"; an array for --scan)
+    #[arg(long, value_name = "F")]
+    pub json: Option<PathBuf>,
+    /// Write the figures as CSV to F (one row per run)
+    #[arg(long, value_name = "F")]
+    pub csv: Option<PathBuf>,
+    /// Write the per-second histograms as an HdrHistogram interval log to F
+    #[arg(long, value_name = "F")]
+    pub hdr: Option<PathBuf>,
+    /// Send one JSON line per second to this Unix socket (the agent's live feed)
+    #[arg(long, value_name = "SOCKET")]
+    pub feed: Option<PathBuf>,
+    /// Seed for keys, sizes and send schedules
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Key popularity: uniform | zipf:S
+    #[arg(long, default_value = "uniform")]
+    pub popularity: String,
+    /// Busy-wait this many µs before each send instead of sleeping (precision vs client CPU)
+    #[arg(long = "spin-us", default_value_t = 0)]
+    pub spin_us: u64,
+    /// Address the agent listens on (with -A)
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: String,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("headroom load: not built yet")
+/// `headroom load agent`.
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// Run a remote load agent for a master's `-a HOST`
+    Agent {
+        /// Port to listen on
+        #[arg(short = 'p', long, default_value_t = DEFAULT_AGENT_PORT)]
+        port: u16,
+        /// Address to listen on
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: String,
+        /// Exit after serving this many masters (default: serve forever)
+        #[arg(long)]
+        sessions: Option<usize>,
+    },
+}
+
+/// Maps library errors: bad option values are usage errors (exit 2).
+fn lib_err(e: LoadError) -> anyhow::Error {
+    if e.is_usage() {
+        super::usage(e.to_string())
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// Builds the library options from the flags.
+pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
+    let protocol = match (&args.protocol, args.binary) {
+        (Some(p), false) => p.parse::<ProtocolKind>().map_err(lib_err)?,
+        (Some(p), true) if p == "binary" => ProtocolKind::Binary,
+        (Some(p), true) => {
+            return Err(super::usage(format!(
+                "--binary conflicts with --protocol {p}"
+            )))
+        }
+        (None, true) => ProtocolKind::Binary,
+        (None, false) => ProtocolKind::Memcache,
+    };
+    let popularity: Popularity = args.popularity.parse().map_err(lib_err)?;
+    let opts = LoadOptions {
+        servers: args.server.clone(),
+        protocol,
+        qps: args.qps,
+        time_s: args.time,
+        keysize: args.keysize.clone(),
+        valuesize: args.valuesize.clone(),
+        records: args.records,
+        update: args.update,
+        threads: args.threads,
+        affinity: args.affinity,
+        connections: args.connections,
+        depth: args.depth,
+        iadist: args.iadist.clone(),
+        noload: args.noload,
+        loadonly: args.loadonly,
+        warmup_s: args.warmup,
+        measure_connections: args.measure_connections,
+        measure_qps: args.measure_qps,
+        measure_depth: args.measure_depth,
+        agents: args.agent.clone(),
+        agent_port: args.agent_port,
+        save: args.save.clone(),
+        hdr_log: args.hdr.clone(),
+        feed: args.feed.clone(),
+        seed: args.seed,
+        popularity,
+        spin_us: args.spin_us,
+        ..LoadOptions::default()
+    };
+    Ok(opts)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(Sub::Agent {
+        port,
+        bind,
+        sessions,
+    }) = &args.sub
+    {
+        return run_agent(bind, *port, *sessions);
+    }
+    if args.agentmode {
+        return run_agent(&args.bind, args.agent_port, None);
+    }
+    let opts = options_from(&args)?;
+    let scan = args
+        .scan
+        .as_deref()
+        .map(|s| s.parse::<headroom_load::ScanSpec>())
+        .transpose()
+        .map_err(lib_err)?;
+    let search = args
+        .search
+        .as_deref()
+        .map(|s| s.parse::<headroom_load::SearchSpec>())
+        .transpose()
+        .map_err(lib_err)?;
+    if scan.is_some() && search.is_some() {
+        return Err(super::usage("--scan and --search cannot be combined"));
+    }
+    // Every value (distributions included) is checked before anything connects.
+    let validated = opts.validate().map_err(lib_err)?;
+    if opts.loadonly {
+        let stats = headroom_load::preload(&opts, &validated).map_err(lib_err)?;
+        println!(
+            "Loaded {} records on each of {} server(s) in {:.2} s",
+            stats.records_per_server, stats.servers, stats.seconds
+        );
+        return Ok(());
+    }
+    if let Some(spec) = scan {
+        return run_scan(&args, &opts, &spec);
+    }
+    if let Some(spec) = search {
+        return run_search(&args, &opts, &spec);
+    }
+    let mut ticker = Ticker::new(args.quiet, args.verbose);
+    let report = headroom_load::run_report(&opts, &mut |iv| ticker.tick(iv)).map_err(lib_err)?;
+    ticker.done();
+    print!("{}", format_table(&report));
+    if let Some(p) = &args.json {
+        write_file(p, &(serde_json::to_string_pretty(&report)? + "\n"))?;
+    }
+    if let Some(p) = &args.csv {
+        write_file(p, &format!("{}\n{}\n", csv_header(), csv_row(&report)))?;
+    }
+    Ok(())
+}
+
+fn run_agent(bind: &str, port: u16, sessions: Option<usize>) -> anyhow::Result<()> {
+    let addr = format!("{bind}:{port}");
+    let listener = std::net::TcpListener::bind(&addr)
+        .with_context(|| format!("listening for load masters on {addr}"))?;
+    eprintln!(
+        "headroom load agent: listening on {} (protocol version {})",
+        listener.local_addr().map(|a| a.to_string()).unwrap_or(addr),
+        headroom_load::agent::AGENT_PROTOCOL_VERSION
+    );
+    headroom_load::agent::serve(listener, sessions).map_err(lib_err)
+}
+
+fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+const SWEEP_HEADER: &str =
+    "#    target   achieved       p50       p90       p99     p99.9    p99.99  p99(unc)    late  valid";
+
+fn sweep_line(row: &SweepRow) -> String {
+    let r = &row.report.result;
+    let target = if row.qps == 0 {
+        "peak".to_string()
+    } else {
+        row.qps.to_string()
+    };
+    format!(
+        "{target:>10} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>6}",
+        r.achieved_qps,
+        r.read.p50_us,
+        r.read.p90_us,
+        r.read.p99_us,
+        r.read.p999_us,
+        r.read.p9999_us,
+        r.read_uncorrected.p99_us,
+        r.late,
+        if r.valid { "yes" } else { "NO" }
+    )
+}
+
+fn write_sweep_outputs(args: &Args, reports: &[&LoadReport], json: serde_json::Value) -> anyhow::Result<()> {
+    if let Some(p) = &args.json {
+        write_file(p, &(serde_json::to_string_pretty(&json)? + "\n"))?;
+    }
+    if let Some(p) = &args.csv {
+        let mut text = csv_header() + "\n";
+        for r in reports {
+            text.push_str(&csv_row(r));
+            text.push('\n');
+        }
+        write_file(p, &text)?;
+    }
+    Ok(())
+}
+
+fn print_failed_checks(row: &SweepRow) {
+    if !row.report.result.valid {
+        for c in row.report.result.checks.iter().filter(|c| !c.ok) {
+            println!("{:>10}   ! {}: {}", "", c.name, c.detail);
+        }
+    }
+}
+
+fn run_scan(
+    args: &Args,
+    opts: &LoadOptions,
+    spec: &headroom_load::ScanSpec,
+) -> anyhow::Result<()> {
+    println!("{SWEEP_HEADER}");
+    let rows = sweep::scan(opts, spec, &mut |row| {
+        println!("{}", sweep_line(row));
+        print_failed_checks(row);
+        let _ = std::io::stdout().flush();
+    })
+    .map_err(lib_err)?;
+    let reports: Vec<&LoadReport> = rows.iter().map(|r| &r.report).collect();
+    let json = serde_json::to_value(&reports)?;
+    write_sweep_outputs(args, &reports, json)
+}
+
+fn run_search(
+    args: &Args,
+    opts: &LoadOptions,
+    spec: &headroom_load::SearchSpec,
+) -> anyhow::Result<()> {
+    if !args.quiet {
+        eprintln!(
+            "searching for the highest QPS with p{} <= {} us ({} s per run)",
+            spec.percentile, spec.target_us, opts.time_s
+        );
+    }
+    let outcome = sweep::search(opts, spec, &mut |row| {
+        if !args.quiet {
+            eprintln!(
+                "  tried {:>10}: p{} = {:.1} us, achieved {:.1} QPS",
+                if row.qps == 0 { "peak".to_string() } else { row.qps.to_string() },
+                spec.percentile,
+                row.percentile_us,
+                row.report.result.achieved_qps
+            );
+        }
+    })
+    .map_err(lib_err)?;
+    println!("{SWEEP_HEADER}   p{}", spec.percentile);
+    for row in &outcome.curve {
+        let mark = match &outcome.best {
+            Some(b) if b.qps == row.qps => "  <== best",
+            _ => "",
+        };
+        println!("{} {:>9.1}{mark}", sweep_line(row), row.percentile_us);
+    }
+    match &outcome.best {
+        Some(b) => println!(
+            "\nHighest QPS with p{} <= {} us: {} (p{} = {:.1} us, achieved {:.1})",
+            spec.percentile, spec.target_us, b.qps, spec.percentile, b.percentile_us,
+            b.report.result.achieved_qps
+        ),
+        None => println!(
+            "\nNo QPS tried kept p{} under {} us (lowest tried: {})",
+            spec.percentile,
+            spec.target_us,
+            outcome.curve.iter().map(|r| r.qps).filter(|q| *q > 0).min().unwrap_or(0)
+        ),
+    }
+    if let Some(b) = &outcome.best {
+        print!("{}", format_checks(&b.report.result));
+    }
+    let reports: Vec<&LoadReport> = outcome.curve.iter().map(|r| &r.report).collect();
+    let json = serde_json::json!({
+        "search": {"percentile": spec.percentile, "target_us": spec.target_us,
+                   "best_qps": outcome.best.as_ref().map(|b| b.qps),
+                   "best_percentile_us": outcome.best.as_ref().map(|b| b.percentile_us)},
+        "best": outcome.best.as_ref().map(|b| &b.report),
+        "curve": reports,
+    });
+    write_sweep_outputs(args, &reports, json)
+}
+
+/// One-line progress on stderr: rewritten in place on a terminal, a line per second with -v.
+struct Ticker {
+    on_tty: bool,
+    lines: bool,
+    shown: bool,
+}
+
+impl Ticker {
+    fn new(quiet: bool, verbose: u8) -> Ticker {
+        let tty = std::io::stderr().is_terminal();
+        Ticker {
+            on_tty: !quiet && tty,
+            lines: !quiet && !tty && verbose > 0,
+            shown: false,
+        }
+    }
+
+    fn tick(&mut self, iv: &Interval) {
+        if !self.on_tty && !self.lines {
+            return;
+        }
+        let p99 = if iv.hist.count() > 0 {
+            format!("{:.1} us", iv.hist.percentile_us(99.0))
+        } else {
+            "-".into()
+        };
+        let line = format!(
+            "[{:>5.1}s]{} qps {:>10.1}  p99 {p99}",
+            iv.t_s,
+            if iv.warmup { " warmup" } else { "" },
+            iv.qps
+        );
+        let mut err = std::io::stderr().lock();
+        if self.on_tty {
+            let _ = write!(err, "\r\x1b[2K{line}");
+            self.shown = true;
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+    }
+
+    fn done(&mut self) {
+        if self.shown {
+            eprintln!();
+        }
+    }
 }

@@ -1,9 +1,45 @@
-//! `headroom report`.
+//! `headroom report DIR`: re-studies and re-renders an experiment directory without re-running it.
+
+use std::path::PathBuf;
 
 /// Flags of `headroom report`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// A run directory written by `headroom bench` or `headroom demo`
+    pub dir: PathBuf,
+    /// Also load report.html in headless Chromium and check every plot is there
+    #[arg(long)]
+    pub check: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("headroom report: not built yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.dir.join("manifest.json").is_file() {
+        return Err(super::usage(format!(
+            "headroom report: {} is not a run directory (no manifest.json)",
+            args.dir.display()
+        )));
+    }
+    let files = headroom_bench::experiments::report(&args.dir)?;
+    println!("report:  {}", files.html.display());
+    println!("summary: {}", files.summary_json.display());
+    println!("         {}", files.summary_md.display());
+    println!("data:    {} CSV/JSON files in {}", files.data.len(), args.dir.join("figures").display());
+    if args.check {
+        let Some(chromium) = headroom_bench::browser::find_chromium() else {
+            anyhow::bail!("--check: chromium is not installed (Debian: apt-get install chromium)");
+        };
+        let dom = headroom_bench::browser::dump_dom(&chromium, &files.html)?;
+        let check = headroom_bench::browser::check_dom(&dom);
+        let expected = files.data.iter().filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+        }).count();
+        println!(
+            "chromium: page loaded: {}, {} plots (<svg>) in the DOM",
+            check.has_title, check.svg_count
+        );
+        if !check.has_title || check.svg_count == 0 || check.svg_count > expected {
+            anyhow::bail!("chromium check failed for {}", files.html.display());
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,190 @@
+//! PerfIso CPU blind isolation (ATC'18 §3.1).
+//!
+//! With I idle CPUs, B buffer CPUs and S CPUs allocated to BE: if I < B, S shrinks (at once, by
+//! what the buffer lacks); if I > B (+ hysteresis), S grows by one step, at most once per
+//! `grow_interval_ms`. The policy is evaluated every poll; the allocation changes only when S or
+//! the usable CPUs change, so the reconciler writes only then. BE never gets the CPUs the LC is
+//! pinned to. S = 0 (allowed when `min_be_cpus = 0`) freezes BE. A fractional S — needed when B
+//! is fractional on small machines — is given as ceil(S) CPUs in the cpuset plus a CFS quota of
+//! S CPUs.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{be_candidate_cpus, round6, take_top_cpus, MachineInfo, Policy};
+use crate::allocation::Allocation;
+use crate::config::Config;
+use crate::decision::Decision;
+use crate::observation::Observation;
+
+/// Blind isolation's state and parameters.
+#[derive(Debug, Clone)]
+pub struct Blind {
+    config: Config,
+    machine: MachineInfo,
+    /// B, possibly overridden by the hybrid policy's outer loop.
+    buffer: f64,
+    /// Whether S may grow (the hybrid outer loop's "disallow growth").
+    growth_allowed: bool,
+    /// S: CPUs (possibly fractional) allocated to BE.
+    be_cpus: f64,
+    last_grow: Option<Duration>,
+    /// The last non-empty cpuset, kept while BE is frozen at S = 0.
+    last_cpuset: Vec<u32>,
+}
+
+impl Blind {
+    pub fn new(config: &Config, machine: &MachineInfo) -> Self {
+        Blind {
+            config: config.clone(),
+            machine: machine.clone(),
+            buffer: config.policy.blind.buffer_cores,
+            growth_allowed: true,
+            be_cpus: config.policy.blind.min_be_cpus,
+            last_grow: None,
+            last_cpuset: Vec::new(),
+        }
+    }
+
+    /// Current S.
+    pub fn be_cpus(&self) -> f64 {
+        self.be_cpus
+    }
+
+    /// Current B.
+    pub fn buffer(&self) -> f64 {
+        self.buffer
+    }
+
+    /// Sets B (the hybrid outer loop chooses it).
+    pub fn set_buffer(&mut self, buffer: f64) {
+        self.buffer = buffer.max(0.0);
+    }
+
+    /// Allows or forbids growth of S (shrinking always happens).
+    pub fn set_growth_allowed(&mut self, allowed: bool) {
+        self.growth_allowed = allowed;
+    }
+
+    /// Restarts from the minimum S (after BE was disabled).
+    pub fn reset(&mut self) {
+        self.be_cpus = self.config.policy.blind.min_be_cpus;
+        self.last_grow = None;
+    }
+
+    fn max_be_cpus(&self, candidates: usize) -> f64 {
+        let p = &self.config.policy.blind;
+        let n = candidates as f64;
+        if p.max_be_cpus > 0.0 {
+            p.max_be_cpus.min(n)
+        } else {
+            n
+        }
+    }
+
+    fn allocation(&mut self, candidates: &[u32]) -> Allocation {
+        let p = &self.config.policy.blind;
+        let whole = self.be_cpus.ceil() as usize;
+        if whole == 0 || candidates.is_empty() {
+            let keep = if self.last_cpuset.is_empty() {
+                take_top_cpus(candidates, 1)
+            } else {
+                self.last_cpuset.clone()
+            };
+            return Allocation {
+                be_cpus: (!keep.is_empty()).then_some(keep),
+                ..Allocation::default()
+            }
+            .disabled();
+        }
+        let cpus = take_top_cpus(candidates, whole);
+        self.last_cpuset = cpus.clone();
+        let fractional = (self.be_cpus - self.be_cpus.floor()) > 1e-6;
+        Allocation {
+            be_cpus: Some(cpus),
+            be_quota_pct: fractional.then(|| round6(self.be_cpus * 100.0)),
+            be_quota_period_us: fractional.then_some(p.quota_period_us),
+            ..Allocation::default()
+        }
+    }
+}
+
+impl Policy for Blind {
+    fn name(&self) -> &'static str {
+        "blind"
+    }
+
+    fn decide(&mut self, obs: &Observation, now: Duration) -> Decision {
+        let p = self.config.policy.blind.clone();
+        let candidates = be_candidate_cpus(&self.machine, &p.be_cpus, &self.config, obs);
+        let max = self.max_be_cpus(candidates.len());
+        let min = p.min_be_cpus.min(max);
+        let before = self.be_cpus;
+        // The LC may have pinned itself onto more CPUs since the last poll.
+        self.be_cpus = self.be_cpus.clamp(min, max);
+        let idle = obs.idle_cpu_count(p.idle_threshold);
+        let reason = match idle {
+            None => "blind:no-idle-data:hold",
+            Some(i) if i < self.buffer => {
+                self.be_cpus = round6((self.be_cpus - (self.buffer - i)).max(min));
+                if self.be_cpus < before {
+                    "blind:idle<buffer:shrink"
+                } else {
+                    "blind:idle<buffer:at-min"
+                }
+            }
+            Some(i) if i > self.buffer + p.hysteresis_cpus => {
+                let waited = self.last_grow.is_none_or(|t| {
+                    now.saturating_sub(t) >= Duration::from_millis(p.grow_interval_ms)
+                });
+                if !self.growth_allowed {
+                    "blind:idle>buffer:growth-disallowed"
+                } else if self.be_cpus >= max {
+                    "blind:idle>buffer:at-max"
+                } else if !waited {
+                    "blind:idle>buffer:grow-wait"
+                } else {
+                    let step = p.grow_step_cpus.min(i - self.buffer);
+                    self.be_cpus = round6((self.be_cpus + step).min(max));
+                    self.last_grow = Some(now);
+                    "blind:idle>buffer:grow"
+                }
+            }
+            Some(_) => "blind:idle=buffer:steady",
+        };
+        let allocation = self.allocation(&candidates);
+        Decision {
+            allocation,
+            reason: reason.to_string(),
+            state: json!({
+                "idle": idle,
+                "buffer": self.buffer,
+                "be_cpus": self.be_cpus,
+                "min_be_cpus": min,
+                "max_be_cpus": max,
+                "growth_allowed": self.growth_allowed,
+                "candidates": candidates,
+            }),
+        }
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.config.policy.blind.poll_ms)
+    }
+
+    fn applied(&mut self, allocation: &Allocation) {
+        let cap = allocation.be_cpu_capacity(self.machine.cpus.len());
+        if cap < self.be_cpus {
+            self.be_cpus = round6(cap.max(0.0));
+        }
+    }
+
+    fn reconfigure(&mut self, config: &Config) {
+        let old_buffer = self.config.policy.blind.buffer_cores;
+        self.config = config.clone();
+        if config.policy.blind.buffer_cores != old_buffer {
+            self.buffer = config.policy.blind.buffer_cores;
+        }
+    }
+}

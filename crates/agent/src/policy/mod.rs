@@ -1,0 +1,219 @@
+//! Pure policies: an [`Observation`] and the injected monotonic time in, a [`Decision`] out.
+//!
+//! No policy reads files or clocks; every constant is a config key. [`build`] returns the
+//! configured policy wrapped in the safety rules ([`Guarded`]), which override every policy.
+
+mod blind;
+mod heracles;
+mod hybrid;
+mod safety;
+mod simple;
+mod weights;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::Allocation;
+use crate::config::{Config, ConfigError, PolicyKind};
+pub use crate::decision::Decision;
+use crate::observation::Observation;
+
+pub use blind::Blind;
+pub use heracles::Heracles;
+pub use hybrid::Hybrid;
+pub use safety::Guarded;
+pub use simple::{NonePolicy, StaticCores, StaticCycles};
+pub use weights::Weights;
+
+/// A colocation policy.
+pub trait Policy: Send {
+    /// The config spelling of the policy (`policy.kind`).
+    fn name(&self) -> &'static str;
+
+    /// Decides the allocation for this tick. `now` is monotonic time since the agent started,
+    /// injected by the caller (never read from a clock here).
+    fn decide(&mut self, obs: &Observation, now: Duration) -> Decision;
+
+    /// How often the runtime should call [`Policy::decide`].
+    fn poll_interval(&self) -> Duration;
+
+    /// Tells the policy what was finally emitted after the safety rules, so it can resync its
+    /// own state (e.g. blind isolation's S) when a rule held or cut its proposal.
+    fn applied(&mut self, _allocation: &Allocation) {}
+
+    /// Adopts changed parameters from `config` (same `policy.kind`), keeping the policy's state.
+    fn reconfigure(&mut self, config: &Config);
+
+    /// `ctl set KEY=VALUE`: changes a config key live, with validation.
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        Err(ConfigError::Invalid {
+            key: key.to_string(),
+            value: format!("{value:?}"),
+            reason: format!("policy {} takes no live changes", self.name()),
+        })
+    }
+
+    /// `ctl pause`: hold the current allocation (safety rules still apply).
+    fn pause(&mut self) {}
+
+    /// `ctl resume`.
+    fn resume(&mut self) {}
+
+    /// Whether the policy is paused.
+    fn is_paused(&self) -> bool {
+        false
+    }
+}
+
+/// Which isolation mechanisms this host offers (from `headroom doctor`). A policy part whose
+/// mechanism is missing is disabled with a reason in the decision state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Mechanisms {
+    pub cpuset: bool,
+    pub cpu_weight: bool,
+    pub cpu_idle: bool,
+    pub cpu_quota: bool,
+    pub freeze: bool,
+    pub memory: bool,
+    pub io: bool,
+    pub sched_attr: bool,
+    pub resctrl_l3: bool,
+    pub resctrl_mba: bool,
+    pub rapl: bool,
+    pub cpufreq: bool,
+    pub tc_htb: bool,
+}
+
+impl Default for Mechanisms {
+    /// Everything available (tests and simulation); the runtime fills it from `doctor`.
+    fn default() -> Self {
+        Mechanisms {
+            cpuset: true,
+            cpu_weight: true,
+            cpu_idle: true,
+            cpu_quota: true,
+            freeze: true,
+            memory: true,
+            io: true,
+            sched_attr: true,
+            resctrl_l3: true,
+            resctrl_mba: true,
+            rapl: true,
+            cpufreq: true,
+            tc_htb: true,
+        }
+    }
+}
+
+/// The machine a policy runs on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    /// Online CPU ids, sorted.
+    pub cpus: Vec<u32>,
+    /// CPUs of each socket (sorted); empty = a single socket holding every CPU.
+    #[serde(default)]
+    pub sockets: Vec<Vec<u32>>,
+    /// LLC ways (resctrl `cbm_mask` width); absent = no cache allocation.
+    #[serde(default)]
+    pub llc_ways: Option<u32>,
+    #[serde(default)]
+    pub mechanisms: Mechanisms,
+}
+
+impl MachineInfo {
+    /// A single-socket machine with CPUs `0..n`, every mechanism available, 20 LLC ways.
+    pub fn with_cpus(n: u32) -> MachineInfo {
+        MachineInfo {
+            cpus: (0..n).collect(),
+            sockets: Vec::new(),
+            llc_ways: Some(20),
+            mechanisms: Mechanisms::default(),
+        }
+    }
+
+    /// The CPUs of socket `index`, or every CPU when the machine reports no sockets or fewer.
+    pub fn socket_cpus(&self, index: u32) -> Vec<u32> {
+        match self.sockets.get(index as usize) {
+            Some(cpus) if !cpus.is_empty() => cpus.clone(),
+            _ => self.cpus.clone(),
+        }
+    }
+}
+
+/// Builds the configured policy inside the safety wrapper.
+pub fn build(config: &Config, machine: &MachineInfo) -> Box<dyn Policy> {
+    Box::new(Guarded::new(config, machine))
+}
+
+/// Builds the bare configured policy, without the safety rules (for tests and simulation).
+pub fn build_unguarded(config: &Config, machine: &MachineInfo) -> Box<dyn Policy> {
+    match config.policy.kind {
+        PolicyKind::None => Box::new(NonePolicy::new(config, machine)),
+        PolicyKind::StaticCores => Box::new(StaticCores::new(config, machine)),
+        PolicyKind::StaticCycles => Box::new(StaticCycles::new(config, machine)),
+        PolicyKind::Weights => Box::new(Weights::new(config, machine)),
+        PolicyKind::Blind => Box::new(Blind::new(config, machine)),
+        PolicyKind::Heracles => Box::new(Heracles::new(config, machine)),
+        PolicyKind::Hybrid => Box::new(Hybrid::new(config, machine)),
+    }
+}
+
+/// CPUs BE may be given: `allowed` (empty = every online CPU) minus the CPUs the LC is pinned to
+/// — from the LC threads' observed affinity (when it is a strict subset of the machine) and from
+/// the agent's own pinning — sorted.
+pub fn be_candidate_cpus(
+    machine: &MachineInfo,
+    allowed: &[u32],
+    config: &Config,
+    obs: &Observation,
+) -> Vec<u32> {
+    let base: Vec<u32> = if allowed.is_empty() {
+        machine.cpus.clone()
+    } else {
+        machine
+            .cpus
+            .iter()
+            .copied()
+            .filter(|c| allowed.contains(c))
+            .collect()
+    };
+    let lc = lc_pinned_cpus(machine, config, obs);
+    base.into_iter().filter(|c| !lc.contains(c)).collect()
+}
+
+/// The CPUs the LC is pinned to (observed or configured), empty when it is not pinned.
+pub fn lc_pinned_cpus(machine: &MachineInfo, config: &Config, obs: &Observation) -> Vec<u32> {
+    let mut lc = Vec::new();
+    if let Some(cpus) = &obs.lc_cpus {
+        let covers_all = machine.cpus.iter().all(|c| cpus.contains(c));
+        if !covers_all {
+            lc.extend(cpus.iter().copied());
+        }
+    }
+    let threads = &config.lc.threads;
+    if threads.pin && !threads.cpus.is_empty() {
+        lc.extend(threads.cpus.iter().copied());
+    }
+    lc.sort_unstable();
+    lc.dedup();
+    lc
+}
+
+/// The `n` highest-numbered of `candidates` (sorted ascending): BE takes CPUs from the top, away
+/// from CPU 0 where interrupts and the LC usually sit.
+pub fn take_top_cpus(candidates: &[u32], n: usize) -> Vec<u32> {
+    let n = n.min(candidates.len());
+    candidates[candidates.len() - n..].to_vec()
+}
+
+/// Seconds as a `Duration`, saturating on nonsense (config validation keeps them sane).
+pub(crate) fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+}
+
+/// Rounds to 1e-6 so repeated fractional steps do not drift (and replay stays exact).
+pub(crate) fn round6(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
+}

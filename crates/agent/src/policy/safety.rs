@@ -1,0 +1,278 @@
+//! The safety rules (DESIGN.md "Safety rules"), applied in one wrapper around every policy:
+//!
+//! 1. The LC is never restricted: its treatment comes from `[lc.threads]` only, its CPU weight
+//!    is never below the default, and BE never gets the CPUs the LC is pinned to.
+//! 2. Unknown or stale LC latency (older than `safety.latency_max_age_ms`) → BE stops growing;
+//!    after `stale_disable_ticks` ticks or `stale_disable_ms` of it → BE disabled.
+//! 3. A cooldown after an SLO violation: latency above the target disables BE for
+//!    `violation_cooldown_s`. (Each policy shrinks fast and grows slowly with its own hysteresis.)
+//! 4. Low memory (MemAvailable below `min_mem_available_bytes`) → BE disabled.
+//!
+//! Rules 2–3 need `[lc.latency]`; they do not apply to the `none` baseline, whose purpose is to
+//! show what happens without control. Parts of an allocation whose mechanism the host lacks are
+//! dropped here (and named in the state), so the reconciler never attempts them.
+//! `pause` holds the policy's last decision (the rules still apply); `set` changes a config key
+//! live, keeping the policy's state.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{build_unguarded, lc_pinned_cpus, MachineInfo, Policy};
+use crate::allocation::{Allocation, CpuWeight, LcTreatment};
+use crate::config::{Config, ConfigError, PolicyKind};
+use crate::decision::Decision;
+use crate::observation::Observation;
+
+/// A policy inside the safety rules.
+pub struct Guarded {
+    config: Config,
+    machine: MachineInfo,
+    inner: Box<dyn Policy>,
+    paused: bool,
+    held: Option<Decision>,
+    last: Option<Allocation>,
+    stale_ticks: u64,
+    stale_since: Option<Duration>,
+    violation_until: Option<Duration>,
+}
+
+impl Guarded {
+    pub fn new(config: &Config, machine: &MachineInfo) -> Self {
+        Guarded::wrap(config, machine, build_unguarded(config, machine))
+    }
+
+    /// Wraps an already built policy.
+    pub fn wrap(config: &Config, machine: &MachineInfo, inner: Box<dyn Policy>) -> Self {
+        Guarded {
+            config: config.clone(),
+            machine: machine.clone(),
+            inner,
+            paused: false,
+            held: None,
+            last: None,
+            stale_ticks: 0,
+            stale_since: None,
+            violation_until: None,
+        }
+    }
+
+    /// The live configuration (after any `set`).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn lc_treatment(&self, from_policy: &LcTreatment) -> LcTreatment {
+        let t = &self.config.lc.threads;
+        let pin_cpus = t.pin.then(|| {
+            if t.cpus.is_empty() {
+                self.machine.cpus.clone()
+            } else {
+                t.cpus.clone()
+            }
+        });
+        LcTreatment {
+            pin_cpus,
+            slice_us: t.slice_us,
+            fifo_priority: t.fifo_priority,
+            cpu_weight: from_policy.cpu_weight.map(|w| CpuWeight {
+                shares: w.shares.max(CpuWeight::DEFAULT.shares),
+                weight: w.weight.max(CpuWeight::DEFAULT.weight),
+            }),
+        }
+    }
+
+    /// Drops what the host cannot do; returns the names of what was dropped.
+    fn drop_missing_mechanisms(&self, a: &mut Allocation) -> Vec<&'static str> {
+        let m = self.machine.mechanisms;
+        let mut dropped = Vec::new();
+        let mut drop = |present: bool, is_set: bool, name: &'static str| {
+            if !present && is_set {
+                dropped.push(name);
+                true
+            } else {
+                false
+            }
+        };
+        if drop(m.cpu_idle, a.be_cpu_idle == Some(true), "cpu_idle") {
+            a.be_cpu_idle = None;
+            a.be_cpu_weight.get_or_insert(CpuWeight::BATCH);
+        }
+        if drop(m.cpu_quota, a.be_quota_pct.is_some(), "cpu_quota") {
+            a.be_quota_pct = None;
+            a.be_quota_period_us = None;
+        }
+        if drop(m.resctrl_l3, a.be_llc_ways.is_some(), "resctrl_l3") {
+            a.be_llc_ways = None;
+        }
+        if drop(m.resctrl_mba, a.be_mba_pct.is_some(), "resctrl_mba") {
+            a.be_mba_pct = None;
+        }
+        if drop(m.cpufreq, a.be_freq_khz.is_some(), "cpufreq") {
+            a.be_freq_khz = None;
+        }
+        if drop(m.tc_htb, a.be_egress_ceil_bytes_per_s.is_some(), "tc_htb") {
+            a.be_egress_ceil_bytes_per_s = None;
+        }
+        if drop(m.memory, a.be_memory_limit_bytes.is_some(), "memory") {
+            a.be_memory_limit_bytes = None;
+        }
+        if drop(m.io, !a.be_io_limits.is_empty(), "io") {
+            a.be_io_limits.clear();
+        }
+        dropped
+    }
+}
+
+impl Policy for Guarded {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn decide(&mut self, obs: &Observation, now: Duration) -> Decision {
+        let inner = match (&self.held, self.paused) {
+            (Some(held), true) => held.clone(),
+            _ => {
+                let d = self.inner.decide(obs, now);
+                self.held = Some(d.clone());
+                d
+            }
+        };
+        let mut a = inner.allocation.clone();
+        let mut overrides: Vec<&'static str> = Vec::new();
+        let s = self.config.safety.clone();
+
+        // Rule 1: the LC is never restricted; BE never on the LC's pinned CPUs.
+        a.lc = self.lc_treatment(&inner.allocation.lc);
+        let lc_cpus = lc_pinned_cpus(&self.machine, &self.config, obs);
+        if let Some(cpus) = &mut a.be_cpus {
+            cpus.retain(|c| !lc_cpus.contains(c));
+            if cpus.is_empty() {
+                a.be_cpus = None;
+                if a.be_enabled {
+                    a.be_enabled = false;
+                    overrides.push("safety:no-cpu-besides-lc:disable");
+                }
+            }
+        }
+        if a.be_memory_limit_bytes.is_none() {
+            a.be_memory_limit_bytes = s.be_memory_limit_bytes;
+        }
+        if a.be_io_limits.is_empty() {
+            a.be_io_limits = s.be_io_limits.clone();
+        }
+        let dropped = self.drop_missing_mechanisms(&mut a);
+
+        let latency_rules =
+            self.config.lc.latency.is_some() && self.config.policy.kind != PolicyKind::None;
+        let fresh = obs.lc_latency_us.is_some_and(f64::is_finite)
+            && obs
+                .lc_latency_age_ms
+                .is_some_and(|age| age <= s.latency_max_age_ms);
+        // Rule 2: unknown or stale latency.
+        if latency_rules && !fresh {
+            self.stale_ticks += 1;
+            let since = *self.stale_since.get_or_insert(now);
+            let by_ticks = s.stale_disable_ticks > 0 && self.stale_ticks >= s.stale_disable_ticks;
+            let by_time = s.stale_disable_ms > 0
+                && now.saturating_sub(since) >= Duration::from_millis(s.stale_disable_ms);
+            if by_ticks || by_time {
+                if a.be_enabled {
+                    overrides.push("safety:latency-stale:disable");
+                }
+                a.be_enabled = false;
+            } else if let Some(prev) = &self.last {
+                let limited = a.limit_growth(prev);
+                if limited != a {
+                    overrides.push("safety:latency-unknown:no-growth");
+                    a = limited;
+                }
+            }
+        } else {
+            self.stale_ticks = 0;
+            self.stale_since = None;
+        }
+        // Rule 3: cooldown after an SLO violation.
+        if latency_rules && fresh && s.violation_cooldown_s > 0.0 {
+            let latency = obs.lc_latency_us.unwrap_or(0.0);
+            if latency > self.config.lc.slo.target_us {
+                self.violation_until = Some(now + super::secs(s.violation_cooldown_s));
+            }
+        }
+        if self.violation_until.is_some_and(|t| now < t) {
+            if a.be_enabled {
+                overrides.push("safety:slo-violation:cooldown");
+            }
+            a.be_enabled = false;
+        }
+        // Rule 4: low memory.
+        if let (Some(min), Some(avail)) = (s.min_mem_available_bytes, obs.mem_available_bytes) {
+            if avail < min {
+                if a.be_enabled {
+                    overrides.push("safety:low-memory:disable");
+                }
+                a.be_enabled = false;
+            }
+        }
+
+        self.inner.applied(&a);
+        self.last = Some(a.clone());
+        let reason = match overrides.first() {
+            Some(r) => r.to_string(),
+            None if self.paused => "safety:paused:hold".to_string(),
+            None => inner.reason.clone(),
+        };
+        Decision {
+            allocation: a,
+            reason,
+            state: json!({
+                "policy": inner.state,
+                "policy_reason": inner.reason,
+                "safety": {
+                    "paused": self.paused,
+                    "overrides": overrides,
+                    "stale_ticks": self.stale_ticks,
+                    "stale_since_ms": self.stale_since.map(|t| t.as_millis() as u64),
+                    "violation_cooldown_until_ms":
+                        self.violation_until.map(|t| t.as_millis() as u64),
+                    "unavailable": dropped,
+                },
+            }),
+        }
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.inner.poll_interval()
+    }
+
+    fn applied(&mut self, _allocation: &Allocation) {}
+
+    fn reconfigure(&mut self, config: &Config) {
+        if config.policy.kind == self.config.policy.kind {
+            self.inner.reconfigure(config);
+        } else {
+            self.inner = build_unguarded(config, &self.machine);
+            self.held = None;
+        }
+        self.config = config.clone();
+    }
+
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let mut updated = self.config.clone();
+        updated.set(key, value)?;
+        self.reconfigure(&updated);
+        Ok(())
+    }
+
+    fn pause(&mut self) {
+        self.paused = true;
+    }
+
+    fn resume(&mut self) {
+        self.paused = false;
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused
+    }
+}

@@ -1,0 +1,138 @@
+//! `hybrid`: Heracles' top level (slack, load) sets blind isolation's buffer and enables or
+//! disables BE; blind isolation runs every poll underneath.
+
+use std::time::Duration;
+
+use headroom_agent::config::Config;
+use headroom_agent::observation::Observation;
+use headroom_agent::policy::{Hybrid, MachineInfo, Policy};
+
+const BASE: &str = r#"
+[lc]
+name = "memcached"
+cgroup = "headroom/lc"
+[lc.slo]
+target_us = 500
+window_s = 1
+[lc.latency]
+source = "probe"
+address = "127.0.0.1:11211"
+[lc.load]
+source = "memcache-stats"
+address = "127.0.0.1:11211"
+peak_qps = 100000
+[policy]
+kind = "hybrid"
+[policy.blind]
+buffer_cores = 2
+grow_interval_ms = 0
+[policy.hybrid]
+buffer_min_cores = 1
+buffer_max_cores = 4
+buffer_step_cores = 1
+"#;
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn obs(slack: f64, load: f64, idle: f64) -> Observation {
+    Observation {
+        lc_latency_us: Some(500.0 * (1.0 - slack)),
+        lc_latency_age_ms: Some(10),
+        lc_load: Some(load),
+        lc_load_age_ms: Some(10),
+        idle_cpus: Some(idle),
+        ..Observation::default()
+    }
+}
+
+fn hybrid() -> Hybrid {
+    Hybrid::new(
+        &Config::from_toml_str(BASE).expect("valid"),
+        &MachineInfo::with_cpus(8),
+    )
+}
+
+fn be_cpus(d: &headroom_agent::decision::Decision) -> usize {
+    if d.allocation.be_enabled {
+        d.allocation.be_cpus.as_ref().map_or(8, Vec::len)
+    } else {
+        0
+    }
+}
+
+#[test]
+fn outer_loop_enables_and_shrinks_the_buffer_with_ample_slack() {
+    let mut h = hybrid();
+    let d = h.decide(&obs(0.5, 0.5, 8.0), ms(0));
+    assert_eq!(h.buffer(), 1.0, "slack 0.5: B 2 → 1");
+    assert!(d.allocation.be_enabled);
+    // inner loop grows BE every poll until I = B = 1 (BE CPU-bound: I = 8 - S)
+    let mut t = 1;
+    let mut d = d;
+    while t < 100 {
+        let s = be_cpus(&d) as f64;
+        d = h.decide(&obs(0.5, 0.5, 8.0 - s), ms(t));
+        t += 1;
+    }
+    assert_eq!(be_cpus(&d), 7);
+}
+
+#[test]
+fn low_slack_widens_the_buffer_and_the_inner_loop_gives_cores_back() {
+    let mut h = hybrid();
+    let mut d = h.decide(&obs(0.5, 0.5, 8.0), ms(0));
+    for t in 1..200 {
+        d = h.decide(&obs(0.5, 0.5, 8.0 - be_cpus(&d) as f64), ms(t));
+    }
+    assert_eq!(be_cpus(&d), 7);
+    // next outer period (window 1 s): slack 3% → B 1 → 2, no growth
+    let d = h.decide(&obs(0.03, 0.5, 1.0), ms(1000));
+    assert_eq!(d.reason, "hybrid:slack<shrink:shrink");
+    assert_eq!(h.buffer(), 2.0);
+    assert_eq!(be_cpus(&d), 6, "the inner loop shrank in the same tick");
+    let d = h.decide(&obs(0.03, 0.5, 2.0), ms(1001));
+    assert_eq!(be_cpus(&d), 6, "I = B now: steady");
+    // slack 8%: no growth even with idle CPUs
+    let d = h.decide(&obs(0.08, 0.5, 4.0), ms(2000));
+    assert_eq!(d.state["top"]["growth_allowed"], false);
+    let d = h.decide(&obs(0.08, 0.5, 4.0), ms(2001));
+    assert_eq!(be_cpus(&d), 6);
+    assert_eq!(d.reason, "hybrid:idle>buffer:growth-disallowed");
+}
+
+#[test]
+fn negative_slack_disables_with_cooldown_and_load_hysteresis_applies() {
+    let mut h = hybrid();
+    h.decide(&obs(0.5, 0.5, 8.0), ms(0));
+    let d = h.decide(&obs(-0.01, 0.5, 8.0), ms(1000));
+    assert_eq!(d.reason, "hybrid:slack<0:disable");
+    assert!(!d.allocation.be_enabled);
+    assert_eq!(h.buffer(), 2.0, "the buffer widened");
+    for s in 2..300 {
+        let d = h.decide(&obs(0.5, 0.5, 8.0), ms(s * 1000));
+        assert!(!d.allocation.be_enabled, "cooldown at {s} s");
+    }
+    let d = h.decide(&obs(0.5, 0.5, 8.0), ms(301_000));
+    assert!(d.allocation.be_enabled);
+    let d = h.decide(&obs(0.5, 0.86, 8.0), ms(302_000));
+    assert!(!d.allocation.be_enabled);
+    let d = h.decide(&obs(0.5, 0.82, 8.0), ms(303_000));
+    assert!(!d.allocation.be_enabled, "hysteresis");
+    let d = h.decide(&obs(0.5, 0.79, 8.0), ms(304_000));
+    assert!(d.allocation.be_enabled);
+}
+
+#[test]
+fn buffer_stays_within_its_bounds() {
+    let mut h = hybrid();
+    for i in 0..10 {
+        h.decide(&obs(0.5, 0.5, 8.0), ms(i * 1000));
+    }
+    assert_eq!(h.buffer(), 1.0);
+    for i in 10..20 {
+        h.decide(&obs(0.01, 0.5, 0.0), ms(i * 1000));
+    }
+    assert_eq!(h.buffer(), 4.0);
+}

@@ -1,0 +1,218 @@
+//! Draws a [`Figure`] as an SVG string with plotters' SVG backend (inline in the HTML report).
+
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+use crate::error::{BenchError, Result};
+use crate::figure::Figure;
+
+pub const WIDTH: u32 = 760;
+pub const HEIGHT: u32 = 420;
+
+/// One colour per policy / configuration, the same in every plot of every report.
+pub fn color_of(key: &str) -> RGBColor {
+    match key {
+        "alone" | "lc-alone" => RGBColor(0x22, 0x22, 0x22),
+        "none" => RGBColor(0xd6, 0x27, 0x28),
+        "hybrid" => RGBColor(0x2c, 0xa0, 0x2c),
+        "blind" => RGBColor(0x1f, 0x77, 0xb4),
+        "heracles" => RGBColor(0x94, 0x67, 0xbd),
+        "static-cores" => RGBColor(0xff, 0x7f, 0x0e),
+        "static-cycles" => RGBColor(0x8c, 0x56, 0x4b),
+        "weights" => RGBColor(0xe3, 0x77, 0xc2),
+        "slo" => RGBColor(0x00, 0x00, 0x00),
+        other => {
+            // Any other key: a stable pick from a palette distinct from the policy colours above.
+            const PALETTE: [RGBColor; 8] = [
+                RGBColor(0x17, 0xbe, 0xcf),
+                RGBColor(0xbc, 0xbd, 0x22),
+                RGBColor(0x39, 0x3b, 0x79),
+                RGBColor(0x63, 0x79, 0x39),
+                RGBColor(0x8c, 0x6d, 0x31),
+                RGBColor(0x84, 0x3c, 0x39),
+                RGBColor(0x7b, 0x41, 0x73),
+                RGBColor(0x52, 0x54, 0xa3),
+            ];
+            let h = other
+                .bytes()
+                .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+            PALETTE[(h as usize) % PALETTE.len()]
+        }
+    }
+}
+
+/// CSS hex form of [`color_of`], for legends and tables in HTML.
+pub fn css_color(key: &str) -> String {
+    let c = color_of(key);
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
+fn plot_err(fig: &Figure, e: impl std::fmt::Display) -> BenchError {
+    BenchError::Plot {
+        figure: fig.id.clone(),
+        detail: e.to_string(),
+    }
+}
+
+/// The figure as a standalone `<svg>` element.
+pub fn render_svg(fig: &Figure) -> Result<String> {
+    let mut xs = Vec::new();
+    let mut ys = Vec::new();
+    for s in &fig.series {
+        for p in &s.points {
+            if p.x.is_finite() && p.y.is_finite() {
+                xs.push(p.x);
+                ys.push(p.y);
+                ys.extend(p.lo.iter().chain(p.hi.iter()).filter(|v| v.is_finite()));
+            }
+        }
+    }
+    if let Some(slo) = fig.slo {
+        ys.push(slo);
+    }
+    let (x0, x1) = padded_range(&xs, false);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(fig, e))?;
+        if fig.log_y {
+            let pos: Vec<f64> = ys.iter().copied().filter(|v| *v > 0.0).collect();
+            let (y0, y1) = padded_range(&pos, true);
+            draw(fig, &root, x0..x1, (y0..y1).log_scale())?;
+        } else {
+            let (y0, y1) = padded_range(&ys, false);
+            draw(fig, &root, x0..x1, y0.min(0.0)..y1)?;
+        }
+        root.present().map_err(|e| plot_err(fig, e))?;
+    }
+    Ok(svg)
+}
+
+fn padded_range(v: &[f64], log: bool) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() || !hi.is_finite() {
+        return if log { (1.0, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        (lo / 1.5, hi * 1.5)
+    } else if hi - lo < 1e-12 {
+        (lo - 1.0, hi + 1.0)
+    } else {
+        let pad = (hi - lo) * 0.06;
+        (lo - pad, hi + pad)
+    }
+}
+
+fn draw<DB, Y>(
+    fig: &Figure,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    x: std::ops::Range<f64>,
+    y: Y,
+) -> Result<()>
+where
+    DB: DrawingBackend,
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(root)
+        .caption(&fig.title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(RangedCoordf64::from(x.clone()), y)
+        .map_err(|e| plot_err(fig, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(fig.x_label.as_str())
+        .y_desc(fig.y_label.as_str())
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
+        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .draw()
+        .map_err(|e| plot_err(fig, e))?;
+
+    if let Some(slo) = fig.slo {
+        let style = ShapeStyle::from(&color_of("slo")).stroke_width(2);
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(x.start, slo), (x.end, slo)],
+                8,
+                5,
+                style,
+            ))
+            .map_err(|e| plot_err(fig, e))?
+            .label(format!("SLO {}", trim_num(slo)))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+    }
+
+    for s in &fig.series {
+        let color = color_of(&s.color_key);
+        let line_style = ShapeStyle::from(&color).stroke_width(2);
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|p| p.x.is_finite() && p.y.is_finite() && (!fig_log(fig) || p.y > 0.0))
+            .map(|p| (p.x, p.y))
+            .collect();
+        let anno = if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, line_style))
+                .map_err(|e| plot_err(fig, e))?
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), line_style))
+                .map_err(|e| plot_err(fig, e))?
+        };
+        anno.label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], line_style));
+        // Spread over repeats as a vertical bar, then the marker: filled when the load generator's
+        // self-checks passed, hollow when they failed.
+        for p in s.points.iter().filter(|p| p.x.is_finite() && p.y.is_finite()) {
+            if let (Some(lo), Some(hi)) = (p.lo, p.hi) {
+                if lo.is_finite() && hi.is_finite() && (!fig_log(fig) || lo > 0.0) {
+                    chart
+                        .draw_series(std::iter::once(PathElement::new(
+                            vec![(p.x, lo), (p.x, hi)],
+                            ShapeStyle::from(&color).stroke_width(1),
+                        )))
+                        .map_err(|e| plot_err(fig, e))?;
+                }
+            }
+            if fig_log(fig) && p.y <= 0.0 {
+                continue;
+            }
+            let marker = if p.valid {
+                Circle::new((p.x, p.y), 3, ShapeStyle::from(&color).filled())
+            } else {
+                Circle::new((p.x, p.y), 4, ShapeStyle::from(&color).stroke_width(2))
+            };
+            chart
+                .draw_series(std::iter::once(marker))
+                .map_err(|e| plot_err(fig, e))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xcc, 0xcc, 0xcc))
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(|e| plot_err(fig, e))?;
+    Ok(())
+}
+
+fn fig_log(fig: &Figure) -> bool {
+    fig.log_y
+}
+
+/// A number without a needless fraction ("500", "0.25").
+pub fn trim_num(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        format!("{v:.2}")
+    }
+}

@@ -1,0 +1,1096 @@
+//! The record step of every experiment: what to run, in which order, stored point by point so an
+//! interrupted run resumes by skipping the points whose result file exists.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::error::{BenchError, Result};
+use crate::experiments::Experiment;
+use crate::model::{
+    ColocationRun, LcBaseline, LoadMetrics, Manifest, Point, SoloBaseline, Window,
+};
+use crate::runner::{
+    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, summarize_decisions,
+    BeSpec, DecisionTail, Placement, Proc, Runner, ServeSpec,
+};
+use crate::stats::{self, Spread};
+use crate::store::{RunDir, BASELINES, POINTS, RUNS};
+
+/// Everything a recording needs; [`Options::defaults`] gives the issue's defaults per experiment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub bin: PathBuf,
+    pub quick: bool,
+    /// Seconds of load per point (per window for colocation).
+    pub duration_s: f64,
+    pub repeats: u32,
+    /// LC load levels as fractions of the peak.
+    pub loads: Vec<f64>,
+    pub slo_us: Option<f64>,
+    pub peak_qps: Option<f64>,
+    pub percentile: f64,
+    /// BE workloads (colocation, isolation, scheduling) or antagonists (interference).
+    pub be: Vec<String>,
+    /// Agent policies (colocation, isolation) or scheduler settings (scheduling).
+    pub policies: Vec<String>,
+    /// Colocation trace length.
+    pub minutes: f64,
+    pub placement: Placement,
+    /// Run the agent with `--dry-run` (no root / no writable cgroupfs).
+    pub dry_run: bool,
+    /// The command line that started this recording (for the report).
+    pub invocation: String,
+}
+
+fn frac(pcts: &[f64]) -> Vec<f64> {
+    pcts.iter().map(|p| p / 100.0).collect()
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+impl Options {
+    /// The issue's defaults (or the quick version, a couple of minutes) for `exp`.
+    pub fn defaults(exp: Experiment, quick: bool, bin: PathBuf) -> Options {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut o = Options {
+            bin,
+            quick,
+            duration_s: if quick { 2.0 } else { 10.0 },
+            repeats: 3,
+            loads: vec![],
+            slo_us: None,
+            peak_qps: None,
+            percentile: 99.0,
+            be: strs(&["spin"]),
+            policies: vec![],
+            minutes: if quick { 1.5 } else { 10.0 },
+            placement: Placement::default_for(cpus),
+            dry_run: false,
+            invocation: String::new(),
+        };
+        match exp {
+            Experiment::LatencyVsLoad => {
+                o.loads = if quick {
+                    frac(&[10.0, 30.0, 50.0, 70.0, 90.0])
+                } else {
+                    frac(&[5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0])
+                };
+            }
+            Experiment::Interference => {
+                o.duration_s = if quick { 2.0 } else { 5.0 };
+                o.loads = if quick {
+                    frac(&[10.0, 50.0, 90.0])
+                } else {
+                    frac(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0])
+                };
+                o.be = if quick {
+                    strs(&["llc:0.5", "dram", "spin-os"])
+                } else {
+                    strs(&["llc:0.25", "llc:0.5", "llc:1.0", "dram", "ht", "power", "net", "spin-os"])
+                };
+            }
+            Experiment::Scheduling => {
+                o.duration_s = if quick { 2.0 } else { 5.0 };
+                o.loads = if quick {
+                    frac(&[20.0, 50.0, 80.0])
+                } else {
+                    frac(&[10.0, 30.0, 50.0, 70.0, 90.0])
+                };
+                o.be = if quick {
+                    strs(&["spin"])
+                } else {
+                    strs(&["square", "spin"])
+                };
+                o.policies = strs(&[
+                    "equal",
+                    "weights-10000:2",
+                    "be-cpu.idle",
+                    "be-sched-idle",
+                    "lc-fifo+be-quota",
+                    "lc-slice",
+                ]);
+            }
+            Experiment::Imbalance => {
+                o.duration_s = if quick { 2.0 } else { 5.0 };
+                o.loads = if quick {
+                    frac(&[20.0, 50.0, 80.0])
+                } else {
+                    frac(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0])
+                };
+                o.policies = strs(&["static", "pinned", "shared"]);
+            }
+            Experiment::Isolation => {
+                o.duration_s = if quick { 3.0 } else { 10.0 };
+                o.loads = frac(&[50.0, 100.0]);
+                o.policies = strs(&[
+                    "none",
+                    "static-cores",
+                    "static-cycles",
+                    "weights",
+                    "blind",
+                    "heracles",
+                    "hybrid",
+                ]);
+            }
+            Experiment::Colocation => {
+                o.duration_s = 15.0;
+                o.policies = strs(&["none", "hybrid"]);
+            }
+        }
+        o
+    }
+
+    fn probe_s(&self) -> f64 {
+        if self.quick {
+            1.0
+        } else {
+            2.0
+        }
+    }
+
+    fn params(&self, exp: Experiment, series: &[String]) -> BTreeMap<String, Value> {
+        let mut p = BTreeMap::new();
+        p.insert("duration_s".into(), json!(self.duration_s));
+        p.insert("repeats".into(), json!(self.repeats));
+        p.insert("quick".into(), json!(self.quick));
+        p.insert("percentile".into(), json!(self.percentile));
+        p.insert("series".into(), json!(series));
+        if exp != Experiment::Colocation {
+            p.insert(
+                "loads_pct".into(),
+                json!(self.loads.iter().map(|l| l * 100.0).collect::<Vec<_>>()),
+            );
+        } else {
+            p.insert("minutes".into(), json!(self.minutes));
+            p.insert("window_s".into(), json!(self.duration_s));
+            p.insert("trace".into(), json!("20% -> 90% -> 20% of peak (half sine)"));
+        }
+        p.insert("be".into(), json!(self.be));
+        p.insert("agent_dry_run".into(), json!(self.dry_run));
+        p.insert("headroom_bin".into(), json!(self.bin.display().to_string()));
+        p
+    }
+}
+
+/// A progress callback: one line per recorded point or window (the CLI prints or draws it).
+pub type Progress<'a> = &'a mut dyn FnMut(&str);
+
+/// The state shared by every experiment's recording.
+pub struct Session<'a> {
+    pub exp: Experiment,
+    pub opts: Options,
+    pub dir: RunDir,
+    pub runner: Runner,
+    pub manifest: Manifest,
+    pub progress: Progress<'a>,
+    /// Points recorded now (not resumed).
+    pub recorded: usize,
+    pub resumed: usize,
+}
+
+impl<'a> Session<'a> {
+    /// Opens the run directory, records the machine and writes the manifest (keeping the start
+    /// time, SLO and peak of an interrupted run).
+    pub fn open(
+        exp: Experiment,
+        opts: Options,
+        out: &Path,
+        progress: Progress<'a>,
+    ) -> Result<Session<'a>> {
+        let dir = RunDir::create(out)?;
+        let runner = Runner::new(opts.bin.clone(), opts.placement.clone(), out.join("logs"));
+        let previous = dir.try_read_manifest()?;
+        if let Some(prev) = &previous {
+            if prev.experiment != exp.name() {
+                return Err(BenchError::Input(format!(
+                    "{} holds a {} run, not {}: use another --out",
+                    out.display(),
+                    prev.experiment,
+                    exp.name()
+                )));
+            }
+        }
+        let mut notes = Vec::new();
+        let machine = runner::record_machine(&runner, &mut notes);
+        let mut manifest = previous.unwrap_or_default();
+        manifest.experiment = exp.name().into();
+        manifest.machine = machine;
+        manifest.percentile = opts.percentile;
+        if manifest.started_unix_ms == 0 {
+            manifest.started_unix_ms = now_unix_ms();
+        }
+        manifest.finished_unix_ms = None;
+        if !opts.invocation.is_empty() && !manifest.invocations.contains(&opts.invocation) {
+            manifest.invocations.push(opts.invocation.clone());
+        }
+        for n in notes {
+            if !manifest.notes.contains(&n) {
+                manifest.notes.push(n);
+            }
+        }
+        dir.write_manifest(&manifest)?;
+        Ok(Session {
+            exp,
+            opts,
+            dir,
+            runner,
+            manifest,
+            progress,
+            recorded: 0,
+            resumed: 0,
+        })
+    }
+
+    pub fn note(&mut self, n: impl Into<String>) {
+        let n = n.into();
+        if !self.manifest.notes.contains(&n) {
+            (self.progress)(&format!("note: {n}"));
+            self.manifest.notes.push(n);
+        }
+    }
+
+    fn save_manifest(&self) -> Result<()> {
+        self.dir.write_manifest(&self.manifest)
+    }
+
+    /// LC alone: capacity, the SLO, and the peak QPS meeting the SLO (stored; resumed when present).
+    pub fn lc_baseline(&mut self) -> Result<LcBaseline> {
+        if let Some(b) = self.dir.load::<LcBaseline>(BASELINES, "lc")? {
+            self.resumed += 1;
+            self.apply_baseline(&b)?;
+            return Ok(b);
+        }
+        (self.progress)("LC alone: finding capacity, SLO and peak ...");
+        let (mut serve, addr) = self.runner.start_serve(&default_serve())?;
+        let mut b = LcBaseline {
+            commands: vec![serve.command.clone()],
+            ..Default::default()
+        };
+        b.commands.push(self.runner.preload(addr)?);
+        let result = self.find_peak(addr, &mut b);
+        serve.stop();
+        result?;
+        self.dir.save(BASELINES, "lc", &b)?;
+        self.apply_baseline(&b)?;
+        Ok(b)
+    }
+
+    fn apply_baseline(&mut self, b: &LcBaseline) -> Result<()> {
+        self.manifest.slo_us = b.slo_us;
+        self.manifest.slo_source = b.slo_source.clone();
+        self.manifest.peak_qps = Some(b.peak_qps);
+        self.manifest.peak_source = b.peak_source.clone();
+        self.save_manifest()
+    }
+
+    fn probe(&mut self, addr: SocketAddr, qps: f64, b: &mut LcBaseline) -> Result<LoadMetrics> {
+        let json = self.dir.scratch_path("probe.json")?;
+        let (m, _, cmd) = self.runner.run_load(addr, qps, self.opts.probe_s(), &json)?;
+        (self.progress)(&format!(
+            "  probe {:>8.0} QPS: achieved {:>8.0}, p99 {} µs{}",
+            qps,
+            m.achieved_qps,
+            m.p99_us.map_or("–".into(), |v| format!("{v:.0}")),
+            if m.valid { "" } else { " (self-checks failed)" }
+        ));
+        if b.commands.len() < 6 {
+            b.commands.push(cmd);
+        }
+        b.probes.push((qps, m.clone()));
+        Ok(m)
+    }
+
+    fn find_peak(&mut self, addr: SocketAddr, b: &mut LcBaseline) -> Result<()> {
+        let p = self.opts.percentile;
+        let low = self.probe(addr, 2000.0, b)?;
+        let low_tail = low.percentile_us(p).unwrap_or(100.0);
+        b.low_load_p99_us = low.percentile_us(p);
+        // Capacity: the highest rate the LC sustains (rate self-check passes) before its tail
+        // leaves the flat part of the curve (10x the low-load tail, at least 1 ms).
+        let knee = (10.0 * low_tail).max(1000.0);
+        let sustains = |m: &LoadMetrics, q: f64| {
+            m.achieved_qps >= 0.98 * q && m.percentile_us(p).is_some_and(|t| t <= knee)
+        };
+        let capacity = if let Some(peak) = self.opts.peak_qps {
+            peak
+        } else {
+            let mut ok = 0.0;
+            let mut bad = None;
+            let mut q = 10_000.0;
+            for _ in 0..9 {
+                let m = self.probe(addr, q, b)?;
+                if sustains(&m, q) {
+                    ok = q;
+                    q *= 2.0;
+                } else {
+                    bad = Some(q);
+                    break;
+                }
+            }
+            if let Some(mut hi) = bad {
+                let mut lo: f64 = ok;
+                for _ in 0..4 {
+                    let mid = (lo + hi) / 2.0;
+                    let m = self.probe(addr, mid, b)?;
+                    if sustains(&m, mid) {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                ok = lo;
+            }
+            if ok <= 0.0 {
+                return Err(BenchError::Unavailable(format!(
+                    "the LC alone could not sustain 10000 QPS within p{p} ≤ {knee:.0} µs: see the probes in {}",
+                    self.dir.root().display()
+                )));
+            }
+            ok
+        };
+        b.capacity_qps = capacity;
+        // SLO: given, or 5x the LC-alone tail at 50% of capacity (median of 3 probes).
+        if let Some(slo) = self.opts.slo_us {
+            b.slo_us = slo;
+            b.slo_source = "set with --slo-us".into();
+        } else {
+            let mut tails = Vec::new();
+            for _ in 0..3 {
+                let m = self.probe(addr, capacity * 0.5, b)?;
+                tails.extend(m.percentile_us(p));
+            }
+            let med = stats::median(&tails).unwrap_or(low_tail);
+            b.slo_us = (5.0 * med).round();
+            b.slo_source = format!(
+                "5 × the LC-alone p{} at 50% of capacity ({med:.0} µs)",
+                crate::plot::trim_num(p)
+            );
+        }
+        // Peak: the highest rate ≤ capacity at which the LC alone meets the SLO.
+        if let Some(peak) = self.opts.peak_qps {
+            b.peak_qps = peak;
+            b.peak_source = "set with --peak-qps".into();
+        } else {
+            let meets = |m: &LoadMetrics, q: f64, slo: f64| {
+                m.achieved_qps >= 0.98 * q && m.percentile_us(p).is_some_and(|t| t <= slo)
+            };
+            let m = self.probe(addr, capacity, b)?;
+            let peak = if meets(&m, capacity, b.slo_us) {
+                capacity
+            } else {
+                let (mut lo, mut hi) = (capacity * 0.5, capacity);
+                for _ in 0..4 {
+                    let mid = (lo + hi) / 2.0;
+                    let m = self.probe(addr, mid, b)?;
+                    if meets(&m, mid, b.slo_us) {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            };
+            b.peak_qps = peak.round();
+            b.peak_source = format!(
+                "highest rate with LC alone meeting the SLO (capacity {capacity:.0} QPS: rate sustained with p{} ≤ {knee:.0} µs)",
+                crate::plot::trim_num(p)
+            );
+        }
+        (self.progress)(&format!(
+            "LC alone: capacity {:.0} QPS, SLO p{} ≤ {:.0} µs, peak {:.0} QPS",
+            b.capacity_qps,
+            crate::plot::trim_num(p),
+            b.slo_us,
+            b.peak_qps
+        ));
+        Ok(())
+    }
+
+    /// A BE workload alone on the server CPUs: its ops/s, the EMU denominator.
+    pub fn solo(&mut self, be: &BeSpec) -> Result<SoloBaseline> {
+        let id = format!("solo-{}-{}t", be.label(), be.threads);
+        let seconds = if self.opts.quick { 4.0 } else { 10.0 };
+        let dir = self.dir.clone();
+        let runner = self.runner.clone();
+        let (b, resumed) = dir.get_or_record(BASELINES, &id, || {
+            let progress = dir.scratch_path(&format!("{id}.progress.jsonl"))?;
+            let _ = std::fs::remove_file(&progress);
+            let mut p = runner.start_antagonist(be, &progress)?;
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+            p.stop();
+            let samples = read_progress(&progress);
+            let rate = samples
+                .first()
+                .zip(samples.last())
+                .and_then(|(a, z)| stats::counter_rate(&samples, a.0, z.0));
+            match rate {
+                Some(r) if r > 0.0 => Ok(SoloBaseline {
+                    kind: be.label(),
+                    ops_per_s: r,
+                    seconds,
+                    commands: vec![p.command.clone()],
+                }),
+                _ => Err(BenchError::Unavailable(format!(
+                    "`{}` wrote no usable progress to {} in {seconds} s",
+                    p.command,
+                    progress.display()
+                ))),
+            }
+        })?;
+        if resumed {
+            self.resumed += 1;
+        } else {
+            (self.progress)(&format!(
+                "BE {} alone: {:.0} ops/s",
+                be.label(),
+                b.ops_per_s
+            ));
+        }
+        Ok(b)
+    }
+
+    /// Writes the agent's config for a policy and returns its path.
+    pub fn agent_config(
+        &self,
+        name: &str,
+        policy: &str,
+        extra: &str,
+        lc_pid: u32,
+        addr: SocketAddr,
+        be_argv: &[String],
+        slo_us: f64,
+        peak_qps: f64,
+    ) -> Result<PathBuf> {
+        let path = self.dir.scratch_path(&format!("agent-{name}.toml"))?;
+        let state = self.dir.scratch_path(&format!("agent-{name}.state.json"))?;
+        let socket = self.dir.scratch_path(&format!("agent-{name}.sock"))?;
+        let metrics_port = runner::free_port()?;
+        let server: Vec<String> = self
+            .opts
+            .placement
+            .server
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let cmd: Vec<String> = be_argv.iter().map(|a| format!("{a:?}")).collect();
+        let text = format!(
+            r#"# Written by headroom bench {exp}: {name}
+[lc]
+name = "serve"
+cgroup = "headroom-bench/lc"
+pids = [{lc_pid}]
+
+[lc.slo]
+percentile = {pct:?}
+target_us = {slo_us:?}
+window_s = {window:?}
+
+[lc.latency]
+source = "probe"
+protocol = "memcache"
+address = "{addr}"
+rate_hz = 200.0
+
+[lc.load]
+source = "memcache-stats"
+address = "{addr}"
+peak_qps = {peak_qps:?}
+
+[[be]]
+name = "be"
+cgroup = "headroom-bench/be"
+command = [{cmd}]
+
+[policy]
+kind = "{policy}"
+
+[policy.blind]
+be_cpus = [{server}]
+
+[policy.static-cores]
+cpus = [{server}]
+{extra}
+[safety]
+on_exit = "restore"
+state_file = "{state}"
+
+[api]
+socket = "{socket}"
+metrics = "127.0.0.1:{metrics_port}"
+"#,
+            exp = self.exp.name(),
+            pct = self.opts.percentile,
+            window = if self.exp == Experiment::Colocation {
+                self.opts.duration_s
+            } else {
+                15.0
+            },
+            cmd = cmd.join(", "),
+            server = server.join(", "),
+            state = state.display(),
+            socket = socket.display(),
+        );
+        std::fs::write(&path, text).map_err(|e| BenchError::io("writing", &path, e))?;
+        Ok(path)
+    }
+
+    /// Marks the manifest finished.
+    pub fn finish(&mut self) -> Result<()> {
+        self.manifest.finished_unix_ms = Some(now_unix_ms());
+        self.save_manifest()
+    }
+}
+
+fn default_serve() -> ServeSpec {
+    ServeSpec {
+        threads: 1,
+        ..Default::default()
+    }
+}
+
+/// One configuration of a sweep experiment.
+#[derive(Debug, Clone, Default)]
+pub struct SweepConfig {
+    pub name: String,
+    pub serve: ServeSpec,
+    pub be: Option<BeSpec>,
+    /// Agent policy and extra TOML (the BE is then launched by the agent).
+    pub agent: Option<(String, String)>,
+}
+
+/// Turns `llc:0.5` / `spin-os` / `dram` into an antagonist spec with `threads` threads.
+pub fn be_spec(name: &str, threads: usize) -> BeSpec {
+    let (kind, arg) = match name.split_once(':') {
+        Some((k, a)) => (k, Some(a)),
+        None => (name, None),
+    };
+    let kind = kind.strip_suffix("-os").unwrap_or(kind);
+    let mut args = Vec::new();
+    match (kind, arg) {
+        ("llc", Some(f)) => {
+            args.push("--fraction".into());
+            args.push(f.into());
+        }
+        ("square", _) => {
+            args.extend(["--on-ms", "6", "--off-ms", "42"].map(String::from));
+        }
+        ("net", _) => {
+            args.push("--sink".into());
+        }
+        _ => {}
+    }
+    BeSpec {
+        kind: kind.into(),
+        args,
+        threads,
+        prefix: vec![],
+    }
+}
+
+impl Session<'_> {
+    /// Records every point of every configuration (skipping those already stored).
+    pub fn sweep(&mut self, configs: &[SweepConfig]) -> Result<()> {
+        let names: Vec<String> = configs.iter().map(|c| c.name.clone()).collect();
+        self.manifest.params = self.opts.params(self.exp, &names);
+        self.save_manifest()?;
+        let base = self.lc_baseline()?;
+        for cfg in configs {
+            let ids: Vec<(String, f64, u32)> = (0..self.opts.repeats)
+                .flat_map(|r| self.opts.loads.iter().map(move |l| (*l, r)))
+                .map(|(l, r)| (point_id(&cfg.name, l, r), l, r))
+                .collect();
+            let missing: Vec<&(String, f64, u32)> = ids
+                .iter()
+                .filter(|(id, _, _)| !self.dir.result_path(POINTS, id).is_file())
+                .collect();
+            self.resumed += ids.len() - missing.len();
+            if missing.is_empty() {
+                (self.progress)(&format!("{}: all {} points stored, skipped", cfg.name, ids.len()));
+                continue;
+            }
+            let missing: Vec<(String, f64, u32)> = missing.into_iter().cloned().collect();
+            if let Err(e) = self.sweep_config(cfg, &base, &missing) {
+                // One configuration failing (a missing antagonist kind, an agent that cannot start)
+                // must not cost the others: note it and go on.
+                self.note(format!("{}: not measured: {e}", cfg.name));
+            }
+        }
+        self.finish()
+    }
+
+    fn sweep_config(
+        &mut self,
+        cfg: &SweepConfig,
+        base: &LcBaseline,
+        points: &[(String, f64, u32)],
+    ) -> Result<()> {
+        let solo = match &cfg.be {
+            Some(be) => Some(self.solo(be)?),
+            None => None,
+        };
+        let (mut serve, addr) = self.runner.start_serve(&cfg.serve)?;
+        let mut setup = vec![serve.command.clone(), self.runner.preload(addr)?];
+        let progress = self
+            .dir
+            .scratch_path(&format!("{}.progress.jsonl", cfg.name))?;
+        let _ = std::fs::remove_file(&progress);
+        let mut procs: Vec<Proc> = Vec::new();
+        let mut agent_log = None;
+        if let Some(be) = &cfg.be {
+            match &cfg.agent {
+                None => {
+                    let p = self.runner.start_antagonist(be, &progress)?;
+                    setup.push(p.command.clone());
+                    procs.push(p);
+                }
+                Some((policy, extra)) => {
+                    let be_argv = self.runner.argv(
+                        &self.opts.placement.server,
+                        &be.prefix,
+                        &be.args(&progress),
+                    );
+                    let config = self.agent_config(
+                        &cfg.name,
+                        policy,
+                        extra,
+                        serve.pid(),
+                        addr,
+                        &be_argv,
+                        base.slo_us,
+                        base.peak_qps,
+                    )?;
+                    let log = self.dir.scratch_path(&format!("agent-{}.jsonl", cfg.name))?;
+                    let _ = std::fs::remove_file(&log);
+                    let p = self.runner.start_agent(&config, &log, self.opts.dry_run)?;
+                    setup.push(p.command.clone());
+                    procs.push(p);
+                    agent_log = Some(log);
+                }
+            }
+            // Let the BE (and the agent) settle before measuring.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let mut tail = agent_log.clone().map(DecisionTail::new);
+        for (id, load, repeat) in points {
+            if let Some(p) = procs.iter_mut().find_map(|p| p.exited().map(|s| (p.command.clone(), s))) {
+                return Err(BenchError::Command {
+                    command: p.0,
+                    status: p.1,
+                    stderr: "exited during the experiment (see logs/)".into(),
+                });
+            }
+            let qps = load * base.peak_qps;
+            let json = self.dir.scratch_path(&format!("{id}.load.json"))?;
+            let before_decision = tail.as_mut().and_then(|t| {
+                t.read_new();
+                t.last.clone()
+            });
+            let stat_before = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
+            let start = now_unix_ms();
+            let result = self.runner.run_load(addr, qps, self.opts.duration_s, &json);
+            let end = now_unix_ms();
+            let stat_after = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
+            let mut point = Point {
+                id: id.clone(),
+                series: cfg.name.clone(),
+                be: cfg.be.as_ref().map_or("none".into(), |b| b.label()),
+                load_fraction: *load,
+                repeat: *repeat,
+                start_unix_ms: start,
+                end_unix_ms: end,
+                commands: setup.clone(),
+                idle_cpu_pct: stat_before.zip(stat_after).and_then(|(a, b)| idle_pct(a, b)),
+                ..Default::default()
+            };
+            match result {
+                Ok((m, raw, cmd)) => {
+                    point.load = Some(m);
+                    point.raw_load = Some(raw);
+                    point.commands.push(cmd);
+                }
+                Err(e) => point.error = Some(e.to_string()),
+            }
+            if cfg.be.is_some() {
+                let samples = read_progress(&progress);
+                point.be_ops_per_s = stats::counter_rate(&samples, start, end);
+                point.be_norm = point
+                    .be_ops_per_s
+                    .zip(solo.as_ref())
+                    .map(|(r, s)| r / s.ops_per_s);
+            }
+            if let Some(t) = tail.as_mut() {
+                let new = t.read_new();
+                point.agent = summarize_decisions(
+                    before_decision.as_ref(),
+                    &new,
+                    start,
+                    end,
+                    self.opts.placement.server.len(),
+                );
+            }
+            (self.progress)(&point_line(&point, base.slo_us, self.opts.percentile));
+            self.dir.save(POINTS, id, &point)?;
+            self.recorded += 1;
+        }
+        for p in procs.iter_mut() {
+            p.stop();
+        }
+        serve.stop();
+        Ok(())
+    }
+}
+
+fn point_id(series: &str, load: f64, repeat: u32) -> String {
+    format!("{series}/{:05.1}/r{repeat}", load * 100.0)
+}
+
+fn point_line(p: &Point, slo: f64, pct: f64) -> String {
+    match &p.load {
+        Some(m) => {
+            let tail = m.percentile_us(pct);
+            format!(
+                "{:<22} load {:>5.1}% r{}: {:>8.0} QPS  p{} {:>7} µs {}{}{}",
+                p.series,
+                p.load_fraction * 100.0,
+                p.repeat,
+                m.achieved_qps,
+                crate::plot::trim_num(pct),
+                tail.map_or("–".into(), |t| format!("{t:.0}")),
+                if tail.is_some_and(|t| t > slo) { "> SLO" } else { "" },
+                p.be_norm
+                    .map_or(String::new(), |b| format!("  BE {:.0}%", b * 100.0)),
+                if m.valid { "" } else { "  [self-checks failed]" }
+            )
+        }
+        None => format!(
+            "{:<22} load {:>5.1}% r{}: FAILED: {}",
+            p.series,
+            p.load_fraction * 100.0,
+            p.repeat,
+            p.error.as_deref().unwrap_or("?")
+        ),
+    }
+}
+
+/// The configurations of each sweep experiment for this machine.
+pub fn sweep_configs(exp: Experiment, opts: &Options, smt: bool) -> Vec<SweepConfig> {
+    let server_threads = opts.placement.server.len().max(1);
+    let serve = ServeSpec {
+        threads: server_threads,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    match exp {
+        Experiment::LatencyVsLoad => out.push(SweepConfig {
+            name: "alone".into(),
+            serve,
+            ..Default::default()
+        }),
+        Experiment::Interference => {
+            out.push(SweepConfig {
+                name: "alone".into(),
+                serve: serve.clone(),
+                ..Default::default()
+            });
+            for b in &opts.be {
+                if b == "ht" && !smt {
+                    continue;
+                }
+                out.push(SweepConfig {
+                    name: b.replace(':', "-"),
+                    serve: serve.clone(),
+                    be: Some(be_spec(b, server_threads)),
+                    agent: None,
+                });
+            }
+        }
+        Experiment::Scheduling => {
+            for be in &opts.be {
+                for pol in &opts.policies {
+                    let mut s = ServeSpec {
+                        threads: 1,
+                        ..Default::default()
+                    };
+                    let mut b = be_spec(be, 1);
+                    let mut agent = None;
+                    match pol.as_str() {
+                        "equal" => {}
+                        "be-nice-19" => b.prefix = strs(&["nice", "-n", "19"]),
+                        "be-sched-idle" => b.prefix = strs(&["chrt", "-i", "0"]),
+                        "weights-10000:2" => {
+                            agent = Some(("weights".into(), "\n[policy.weights]\nmode = \"static\"\nlc_shares = 10000\nbe_shares = 2\n".into()))
+                        }
+                        "be-cpu.idle" => {
+                            agent = Some(("weights".into(), "\n[policy.weights]\nmode = \"static\"\nbe_cpu_idle = true\n".into()))
+                        }
+                        "lc-fifo+be-quota" => {
+                            s.prefix = strs(&["chrt", "-f", "50"]);
+                            agent = Some(("static-cycles".into(), "\n[policy.static-cycles]\npercent = 50.0\n".into()));
+                        }
+                        "lc-slice" => {
+                            agent = Some(("none".into(), "\n[lc.threads]\nslice_us = 100\n".into()))
+                        }
+                        _ => {}
+                    }
+                    out.push(SweepConfig {
+                        name: if opts.be.len() > 1 {
+                            format!("{pol} ({be})")
+                        } else {
+                            pol.clone()
+                        },
+                        serve: s,
+                        be: Some(b),
+                        agent,
+                    });
+                }
+            }
+        }
+        Experiment::Imbalance => {
+            for mode in &opts.policies {
+                let (dispatch, pin) = match mode.as_str() {
+                    "pinned" => ("static", true),
+                    "shared" => ("shared", false),
+                    _ => ("static", false),
+                };
+                out.push(SweepConfig {
+                    name: mode.clone(),
+                    serve: ServeSpec {
+                        threads: server_threads + 1,
+                        dispatch: Some(dispatch.into()),
+                        pin,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                });
+            }
+        }
+        Experiment::Isolation => {
+            out.push(SweepConfig {
+                name: "alone".into(),
+                serve: serve.clone(),
+                ..Default::default()
+            });
+            let be_name = opts.be.first().cloned().unwrap_or_else(|| "spin".into());
+            for pol in &opts.policies {
+                let be = be_spec(&be_name, server_threads);
+                out.push(SweepConfig {
+                    name: pol.clone(),
+                    serve: serve.clone(),
+                    be: Some(be),
+                    agent: (pol != "none").then(|| (pol.clone(), String::new())),
+                });
+            }
+        }
+        Experiment::Colocation => {}
+    }
+    out
+}
+
+/// Whether `doctor --json` says the machine has SMT siblings.
+pub fn has_smt(m: &Manifest) -> bool {
+    m.machine
+        .doctor
+        .as_ref()
+        .and_then(|d| d.get("smt"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// A line per colocation window, for live views.
+#[derive(Debug, Clone)]
+pub struct WindowView {
+    pub policy: String,
+    pub index: usize,
+    pub windows: usize,
+    pub load_pct: f64,
+    pub tail_us: Option<f64>,
+    pub slo_us: f64,
+    pub be_cpus: Option<f64>,
+    pub emu: Option<f64>,
+}
+
+impl Session<'_> {
+    /// Records the colocation experiment: for each BE × policy, the diurnal trace.
+    pub fn colocation(&mut self, live: &mut dyn FnMut(&WindowView)) -> Result<()> {
+        let names: Vec<String> = self
+            .opts
+            .be
+            .iter()
+            .flat_map(|b| self.opts.policies.iter().map(move |p| format!("{p}-{b}")))
+            .collect();
+        self.manifest.params = self.opts.params(self.exp, &self.opts.policies.clone());
+        self.manifest.params.insert("runs".into(), json!(names));
+        self.save_manifest()?;
+        let base = self.lc_baseline()?;
+        for be_name in self.opts.be.clone() {
+            for policy in self.opts.policies.clone() {
+                let id = format!("{policy}-{be_name}");
+                if self.dir.result_path(RUNS, &id).is_file() {
+                    self.resumed += 1;
+                    (self.progress)(&format!("{id}: stored, skipped"));
+                    continue;
+                }
+                match self.colocation_run(&policy, &be_name, &base, live) {
+                    Ok(run) => {
+                        self.dir.save(RUNS, &id, &run)?;
+                        self.recorded += 1;
+                    }
+                    Err(e) => self.note(format!("{id}: not measured: {e}")),
+                }
+            }
+        }
+        self.finish()
+    }
+
+    fn colocation_run(
+        &mut self,
+        policy: &str,
+        be_name: &str,
+        base: &LcBaseline,
+        live: &mut dyn FnMut(&WindowView),
+    ) -> Result<ColocationRun> {
+        let threads = self.opts.placement.server.len().max(1);
+        let be = be_spec(be_name, threads);
+        let solo = self.solo(&be)?;
+        let (mut serve, addr) = self.runner.start_serve(&ServeSpec {
+            threads,
+            ..Default::default()
+        })?;
+        let mut run = ColocationRun {
+            policy: policy.into(),
+            be: be.label(),
+            dry_run: self.opts.dry_run && policy != "none",
+            be_solo_ops_per_s: Some(solo.ops_per_s),
+            commands: vec![serve.command.clone(), self.runner.preload(addr)?],
+            ..Default::default()
+        };
+        let progress = self.dir.scratch_path(&format!("coloc-{policy}-{be_name}.progress.jsonl"))?;
+        let _ = std::fs::remove_file(&progress);
+        let mut procs = Vec::new();
+        let mut tail = None;
+        if policy == "none" {
+            let p = self.runner.start_antagonist(&be, &progress)?;
+            run.commands.push(p.command.clone());
+            procs.push(p);
+        } else {
+            let be_argv = self
+                .runner
+                .argv(&self.opts.placement.server, &be.prefix, &be.args(&progress));
+            let config = self.agent_config(
+                &format!("coloc-{policy}"),
+                policy,
+                "",
+                serve.pid(),
+                addr,
+                &be_argv,
+                base.slo_us,
+                base.peak_qps,
+            )?;
+            let log = self.dir.scratch_path(&format!("coloc-{policy}-{be_name}.decisions.jsonl"))?;
+            let _ = std::fs::remove_file(&log);
+            let p = self.runner.start_agent(&config, &log, self.opts.dry_run)?;
+            run.commands.push(format!("# {}:\n{}", config.display(), std::fs::read_to_string(&config).unwrap_or_default()));
+            run.commands.push(p.command.clone());
+            procs.push(p);
+            tail = Some(DecisionTail::new(log));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let n = ((self.opts.minutes * 60.0) / self.opts.duration_s).round().max(1.0) as usize;
+        let trace = crate::fixture::diurnal(n, 0.2, 0.9);
+        for (i, target) in trace.iter().enumerate() {
+            if let Some((c, s)) = procs.iter_mut().find_map(|p| p.exited().map(|s| (p.command.clone(), s))) {
+                run.notes.push(format!("`{c}` exited ({s}) at window {i}"));
+                break;
+            }
+            let qps = target * base.peak_qps;
+            let json = self.dir.scratch_path(&format!("coloc-{policy}-{be_name}-w{i}.load.json"))?;
+            let before = tail.as_mut().and_then(|t: &mut DecisionTail| {
+                t.read_new();
+                t.last.clone()
+            });
+            let start = now_unix_ms();
+            let result = self.runner.run_load(addr, qps, self.opts.duration_s, &json);
+            let end = now_unix_ms();
+            let mut w = Window {
+                index: i,
+                start_unix_ms: start,
+                end_unix_ms: end,
+                target_fraction: *target,
+                ..Default::default()
+            };
+            match result {
+                Ok((m, _, cmd)) => {
+                    w.lc_load_fraction = m.achieved_qps / base.peak_qps;
+                    w.load = Some(m);
+                    if i == 0 {
+                        run.commands.push(cmd);
+                    }
+                }
+                Err(e) => w.error = Some(e.to_string()),
+            }
+            let samples = read_progress(&progress);
+            w.be_ops_per_s = stats::counter_rate(&samples, start, end);
+            w.be_fraction = w.be_ops_per_s.map(|r| r / solo.ops_per_s);
+            if let Some(t) = tail.as_mut() {
+                let new = t.read_new();
+                w.agent = summarize_decisions(before.as_ref(), &new, start, end, threads);
+            }
+            let view = WindowView {
+                policy: policy.into(),
+                index: i,
+                windows: n,
+                load_pct: w.lc_load_fraction * 100.0,
+                tail_us: w.load.as_ref().and_then(|m| m.percentile_us(self.opts.percentile)),
+                slo_us: base.slo_us,
+                be_cpus: w
+                    .agent
+                    .as_ref()
+                    .and_then(|a| a.be_cpus_mean)
+                    .or((policy == "none").then_some(threads as f64)),
+                emu: w.be_fraction.map(|b| stats::emu(w.lc_load_fraction, b)),
+            };
+            live(&view);
+            run.windows.push(w);
+        }
+        for p in procs.iter_mut() {
+            p.stop();
+        }
+        serve.stop();
+        Ok(run)
+    }
+}
+
+/// Records experiment `exp` into `out` and renders its report. Returns the report files.
+pub fn run_experiment(
+    exp: Experiment,
+    opts: Options,
+    out: &Path,
+    progress: Progress<'_>,
+    live: &mut dyn FnMut(&WindowView),
+) -> Result<crate::format::ReportFiles> {
+    let mut session = Session::open(exp, opts, out, progress)?;
+    match exp {
+        Experiment::Colocation => session.colocation(live)?,
+        _ => {
+            let configs = sweep_configs(exp, &session.opts, has_smt(&session.manifest));
+            session.sweep(&configs)?;
+        }
+    }
+    let (recorded, resumed) = (session.recorded, session.resumed);
+    (session.progress)(&format!(
+        "{}: {recorded} results recorded now, {resumed} taken from an earlier run",
+        exp.name()
+    ));
+    crate::experiments::report(out)
+}
+
+/// Median and spread helper re-exported for the CLI's live view.
+pub fn spread(values: &[f64]) -> Option<Spread> {
+    Spread::of(values)
+}

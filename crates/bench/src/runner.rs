@@ -1,0 +1,738 @@
+//! The record step's hands: runs the `headroom` binary's subcommands as subprocesses (TEAM.md
+//! contract 8) with CPU placement, and reads their JSON outputs (contracts 5–7).
+//!
+//! Every process is owned by a [`Proc`] guard that stops it on drop, so a failing experiment never
+//! leaves a server or a spinner behind.
+
+use std::io::{BufRead, Read, Seek};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::error::{BenchError, Result};
+use crate::model::{AgentWindow, LoadMetrics, Machine};
+
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Quotes an argument for display in a copy-pasteable command line.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+pub fn command_line(program: &str, args: &[String]) -> String {
+    std::iter::once(shell_quote(program))
+        .chain(args.iter().map(|a| shell_quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// "0,2,3" for a CPU list.
+pub fn cpu_arg(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Parses "0-2,5" / "1" into CPU numbers.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || BenchError::Input(format!("bad CPU list {s:?}: {part:?} is not N or N-M"));
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let a: usize = a.parse().map_err(|_| bad())?;
+                let b: usize = b.parse().map_err(|_| bad())?;
+                if b < a {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if out.is_empty() {
+        return Err(BenchError::Input(format!("empty CPU list {s:?}")));
+    }
+    Ok(out)
+}
+
+/// A running subprocess, stopped (SIGTERM, then SIGKILL after a grace period) when dropped.
+pub struct Proc {
+    pub label: String,
+    pub command: String,
+    child: Option<Child>,
+    grace: Duration,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// `Some(status)` when the process has exited.
+    pub fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(st)) => Some(st.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Stops the process now and waits for it.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        // SAFETY: kill(2) on our own child's pid; the child has not been reaped yet (try_wait
+        // above returned None), so the pid still names it.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let start = Instant::now();
+        while start.elapsed() < self.grace {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where the experiment's processes run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// The load generator (and the agent): kept off the experiment's CPUs.
+    pub loadgen: Vec<usize>,
+    /// The LC service and the BE workloads.
+    pub server: Vec<usize>,
+}
+
+impl Placement {
+    /// CPU 0 for the load generator, the rest for LC and BE; everything on CPU 0 on a 1-CPU box.
+    pub fn default_for(cpus: usize) -> Placement {
+        if cpus >= 2 {
+            Placement {
+                loadgen: vec![0],
+                server: (1..cpus).collect(),
+            }
+        } else {
+            Placement {
+                loadgen: vec![0],
+                server: vec![0],
+            }
+        }
+    }
+}
+
+/// The `headroom` binary and the placement its subprocesses get.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    pub bin: PathBuf,
+    pub placement: Placement,
+    /// Directory for subprocess stdout/stderr logs.
+    pub log_dir: PathBuf,
+    /// Use `taskset` to pin (false when it is missing: the report says so).
+    pub pin: bool,
+}
+
+/// How to start `headroom serve`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServeSpec {
+    pub threads: usize,
+    pub dispatch: Option<String>,
+    pub pin: bool,
+    pub extra: Vec<String>,
+    /// Wrapper before the command (e.g. `chrt -f 50`).
+    pub prefix: Vec<String>,
+}
+
+/// How to start `headroom antagonist`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BeSpec {
+    pub kind: String,
+    pub args: Vec<String>,
+    pub threads: usize,
+    /// Wrapper before the command (e.g. `chrt -i 0`, `nice -n 19`).
+    pub prefix: Vec<String>,
+}
+
+impl BeSpec {
+    /// The antagonist's argument list (after the binary), with its progress file.
+    pub fn args(&self, progress: &Path) -> Vec<String> {
+        let mut a = vec!["antagonist".to_string(), self.kind.clone()];
+        a.extend(self.args.iter().cloned());
+        a.push("--threads".into());
+        a.push(self.threads.max(1).to_string());
+        a.push("--progress".into());
+        a.push(progress.display().to_string());
+        a
+    }
+
+    /// A label for the BE: `spin`, `llc-0.5`.
+    pub fn label(&self) -> String {
+        let mut l = self.kind.clone();
+        if let Some(i) = self.args.iter().position(|a| a == "--fraction") {
+            if let Some(f) = self.args.get(i + 1) {
+                l = format!("{l}-{f}");
+            }
+        }
+        l
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A free loopback TCP port (bound then released; a race with another process is unlikely and
+/// shows as a clear serve start error).
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| BenchError::io("binding", "127.0.0.1:0", e))?;
+    Ok(l.local_addr()
+        .map_err(|e| BenchError::io("reading local address of", "127.0.0.1:0", e))?
+        .port())
+}
+
+impl Runner {
+    pub fn new(bin: PathBuf, placement: Placement, log_dir: PathBuf) -> Runner {
+        Runner {
+            bin,
+            placement,
+            log_dir,
+            pin: which("taskset").is_some(),
+        }
+    }
+
+    /// The full argv (wrappers, taskset, binary, args) for a headroom subcommand on `cpus`.
+    pub fn argv(&self, cpus: &[usize], prefix: &[String], args: &[String]) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.pin && !cpus.is_empty() {
+            v.push("taskset".to_string());
+            v.push("-c".to_string());
+            v.push(cpu_arg(cpus));
+        }
+        v.extend(prefix.iter().cloned());
+        v.push(self.bin.display().to_string());
+        v.extend(args.iter().cloned());
+        v
+    }
+
+    /// Starts a long-running subprocess with its output going to `<log_dir>/<label>.log`.
+    pub fn spawn(&self, label: &str, argv: &[String]) -> Result<Proc> {
+        let command = command_line(&argv[0], &argv[1..]);
+        std::fs::create_dir_all(&self.log_dir)
+            .map_err(|e| BenchError::io("creating", &self.log_dir, e))?;
+        let log_path = self
+            .log_dir
+            .join(format!("{}.log", crate::store::file_safe(label)));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| BenchError::io("opening", &log_path, e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| BenchError::io("duplicating", &log_path, e))?;
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|source| BenchError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        Ok(Proc {
+            label: label.to_string(),
+            command,
+            child: Some(child),
+            grace: Duration::from_secs(5),
+        })
+    }
+
+    /// Runs a subprocess to completion within `limit`; returns (stdout, stderr).
+    pub fn run_to_end(&self, argv: &[String], limit: Duration) -> Result<(String, String)> {
+        let command = command_line(&argv[0], &argv[1..]);
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| BenchError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        let mut out = child.stdout.take().expect("piped");
+        let mut err = child.stderr.take().expect("piped");
+        let t_out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let t_err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) if start.elapsed() > limit => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(BenchError::Command {
+                        command,
+                        status: format!("killed after {limit:?}"),
+                        stderr: String::new(),
+                    });
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => {
+                    return Err(BenchError::Spawn {
+                        command,
+                        source: e,
+                    })
+                }
+            }
+        };
+        let stdout = t_out.join().unwrap_or_default();
+        let stderr = t_err.join().unwrap_or_default();
+        if !status.success() {
+            return Err(BenchError::Command {
+                command,
+                status: status.to_string(),
+                stderr: tail(&stderr, 1500),
+            });
+        }
+        Ok((stdout, stderr))
+    }
+
+    /// Starts `headroom serve` on the server CPUs and waits until it accepts connections.
+    pub fn start_serve(&self, spec: &ServeSpec) -> Result<(Proc, SocketAddr)> {
+        let port = free_port()?;
+        let mut args = vec![
+            "serve".to_string(),
+            "--port".into(),
+            port.to_string(),
+            "--threads".into(),
+            spec.threads.max(1).to_string(),
+        ];
+        if let Some(d) = &spec.dispatch {
+            args.push("--dispatch".into());
+            args.push(d.clone());
+        }
+        if spec.pin {
+            args.push("--pin".into());
+        }
+        args.extend(spec.extra.iter().cloned());
+        let argv = self.argv(&self.placement.server, &spec.prefix, &args);
+        let mut proc = self.spawn("serve", &argv)?;
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let start = Instant::now();
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok((proc, addr));
+            }
+            if let Some(st) = proc.exited() {
+                return Err(BenchError::Command {
+                    command: proc.command.clone(),
+                    status: st,
+                    stderr: tail(&read_log(&self.log_dir, "serve"), 1500),
+                });
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(BenchError::Unavailable(format!(
+                    "`{}` did not accept connections on {addr} within 10 s",
+                    proc.command
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The argv of one `headroom load` run at a fixed rate, JSON to `json`.
+    pub fn load_argv(&self, addr: SocketAddr, qps: f64, seconds: f64, json: &Path) -> Vec<String> {
+        self.argv(
+            &self.placement.loadgen,
+            &[],
+            &[
+                "load".into(),
+                "-s".into(),
+                addr.to_string(),
+                "-T".into(),
+                "1".into(),
+                "-c".into(),
+                "8".into(),
+                "-q".into(),
+                format!("{}", qps.round().max(1.0) as u64),
+                "-t".into(),
+                format!("{}", seconds.round().max(1.0) as u64),
+                "--noload".into(),
+                "--quiet".into(),
+                "--json".into(),
+                json.display().to_string(),
+            ],
+        )
+    }
+
+    /// Loads the keys once (`headroom load --loadonly`), so every measured run can use `--noload`.
+    pub fn preload(&self, addr: SocketAddr) -> Result<String> {
+        let argv = self.argv(
+            &self.placement.loadgen,
+            &[],
+            &[
+                "load".into(),
+                "-s".into(),
+                addr.to_string(),
+                "--loadonly".into(),
+                "--quiet".into(),
+            ],
+        );
+        self.run_to_end(&argv, Duration::from_secs(120))?;
+        Ok(command_line(&argv[0], &argv[1..]))
+    }
+
+    /// One fixed-rate load run: the metrics, the raw JSON and the command line.
+    pub fn run_load(
+        &self,
+        addr: SocketAddr,
+        qps: f64,
+        seconds: f64,
+        json: &Path,
+    ) -> Result<(LoadMetrics, Value, String)> {
+        let argv = self.load_argv(addr, qps, seconds, json);
+        let cmd = command_line(&argv[0], &argv[1..]);
+        let _ = std::fs::remove_file(json);
+        self.run_to_end(&argv, Duration::from_secs_f64(seconds + 60.0))?;
+        let text = std::fs::read_to_string(json).map_err(|e| BenchError::io("reading", json, e))?;
+        let raw: Value = serde_json::from_str(&text).map_err(|source| BenchError::Json {
+            path: json.to_path_buf(),
+            source,
+        })?;
+        Ok((LoadMetrics::from_value(&raw), raw, cmd))
+    }
+
+    /// Starts an antagonist on the server CPUs.
+    pub fn start_antagonist(&self, spec: &BeSpec, progress: &Path) -> Result<Proc> {
+        let argv = self.argv(&self.placement.server, &spec.prefix, &spec.args(progress));
+        self.spawn(&format!("antagonist-{}", spec.label()), &argv)
+    }
+
+    /// Starts `headroom agent` on the load generator's CPUs (kept off the experiment's CPUs).
+    pub fn start_agent(&self, config: &Path, log: &Path, dry_run: bool) -> Result<Proc> {
+        let mut args = vec![
+            "agent".to_string(),
+            "--config".into(),
+            config.display().to_string(),
+            "--log".into(),
+            log.display().to_string(),
+        ];
+        if dry_run {
+            args.push("--dry-run".into());
+        }
+        let argv = self.argv(&self.placement.loadgen, &[], &args);
+        let mut p = self.spawn("agent", &argv)?;
+        std::thread::sleep(Duration::from_millis(1500));
+        if let Some(st) = p.exited() {
+            return Err(BenchError::Command {
+                command: p.command.clone(),
+                status: st,
+                stderr: tail(&read_log(&self.log_dir, "agent"), 1500),
+            });
+        }
+        Ok(p)
+    }
+
+    /// `headroom doctor --json`, `None` with the reason when it fails.
+    pub fn doctor(&self) -> std::result::Result<Value, String> {
+        let argv = vec![
+            self.bin.display().to_string(),
+            "doctor".into(),
+            "--json".into(),
+        ];
+        let (out, _) = self
+            .run_to_end(&argv, Duration::from_secs(30))
+            .map_err(|e| e.to_string())?;
+        serde_json::from_str(&out).map_err(|e| format!("doctor --json printed invalid JSON: {e}"))
+    }
+}
+
+fn read_log(dir: &Path, label: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{label}.log"))).unwrap_or_default()
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    chars[chars.len().saturating_sub(n)..].iter().collect()
+}
+
+/// Records the machine: kernel, CPU model, CPU count, host name and `doctor --json`.
+pub fn record_machine(runner: &Runner, notes: &mut Vec<String>) -> Machine {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let doctor = match runner.doctor() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            notes.push(format!("`headroom doctor --json` failed: {e}"));
+            None
+        }
+    };
+    if !runner.pin {
+        notes.push("taskset was not found: the load generator was NOT pinned apart from the LC and BE.".into());
+    }
+    Machine {
+        kernel,
+        cpu_model,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        hostname,
+        doctor,
+        loadgen_cpus: runner.placement.loadgen.clone(),
+        server_cpus: runner.placement.server.clone(),
+    }
+}
+
+/// `(t_unix_ms, ops_total)` samples of an antagonist's progress file (contract 5); lines that do
+/// not parse (a half-written last line) are skipped.
+pub fn read_progress(path: &Path) -> Vec<(u64, f64)> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(u64, f64)> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|j| {
+            Some((
+                j.get("t_unix_ms")?.as_u64()?,
+                j.get("ops_total")?.as_f64()?,
+            ))
+        })
+        .collect();
+    v.sort_by_key(|s| s.0);
+    v
+}
+
+/// Busy and total jiffies of the given CPUs from a `/proc/stat`-format file.
+pub fn cpu_jiffies(proc_stat: &Path, cpus: &[usize]) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(proc_stat).ok()?;
+    let mut idle = 0;
+    let mut total = 0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let Some(Ok(n)) = parts.next().map(str::parse::<usize>) else {
+            continue;
+        };
+        if !cpus.contains(&n) {
+            continue;
+        }
+        let f: Vec<u64> = parts.filter_map(|x| x.parse().ok()).collect();
+        if f.len() < 5 {
+            continue;
+        }
+        // user nice system idle iowait irq softirq steal: idle + iowait count as idle.
+        idle += f[3] + f[4];
+        total += f.iter().take(8).sum::<u64>();
+    }
+    Some((idle, total))
+}
+
+/// Idle share (percent) between two [`cpu_jiffies`] readings.
+pub fn idle_pct(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let dt = after.1.checked_sub(before.1)?;
+    if dt == 0 {
+        return None;
+    }
+    Some((after.0.saturating_sub(before.0)) as f64 / dt as f64 * 100.0)
+}
+
+/// One decision-log line reduced to what the report plots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionPoint {
+    pub t_unix_ms: u64,
+    pub be_enabled: bool,
+    /// `None`: no cpuset restriction (every server CPU).
+    pub be_cpus: Option<usize>,
+    pub be_weight: Option<f64>,
+    pub be_quota_pct: Option<f64>,
+    pub reason: String,
+}
+
+impl DecisionPoint {
+    pub fn from_line(line: &str) -> Option<DecisionPoint> {
+        let v: Value = serde_json::from_str(line).ok()?;
+        let a = v.get("allocation")?;
+        Some(DecisionPoint {
+            t_unix_ms: v.get("t_unix_ms")?.as_u64()?,
+            be_enabled: a.get("be_enabled").and_then(Value::as_bool).unwrap_or(true),
+            be_cpus: a.get("be_cpus").and_then(Value::as_array).map(|c| c.len()),
+            be_weight: a.get("be_cpu_weight").and_then(|w| {
+                w.as_f64()
+                    .or_else(|| w.get("shares").and_then(Value::as_f64))
+                    .or_else(|| w.get("weight").and_then(Value::as_f64))
+            }),
+            be_quota_pct: a.get("be_quota_pct").and_then(Value::as_f64),
+            reason: v
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        })
+    }
+
+    /// BE CPUs in effect: 0 when disabled, the cpuset size, or all `server_cpus` when unrestricted.
+    pub fn effective_cpus(&self, server_cpus: usize) -> f64 {
+        if !self.be_enabled {
+            0.0
+        } else {
+            self.be_cpus.unwrap_or(server_cpus) as f64
+        }
+    }
+}
+
+/// Reads a growing decision log incrementally (it can be large at 1 ms polling).
+pub struct DecisionTail {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+    /// The last decision read (in effect until the next).
+    pub last: Option<DecisionPoint>,
+}
+
+impl DecisionTail {
+    pub fn new(path: PathBuf) -> DecisionTail {
+        DecisionTail {
+            path,
+            offset: 0,
+            partial: String::new(),
+            last: None,
+        }
+    }
+
+    /// Decisions appended since the previous call.
+    pub fn read_new(&mut self) -> Vec<DecisionPoint> {
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return Vec::new();
+        };
+        if f.seek(std::io::SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut reader = std::io::BufReader::new(f);
+        let mut out = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    self.offset += n as u64;
+                    if !line.ends_with('\n') {
+                        self.partial.push_str(&line);
+                        break;
+                    }
+                    let full = std::mem::take(&mut self.partial) + &line;
+                    if let Some(d) = DecisionPoint::from_line(full.trim()) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+        if let Some(d) = out.last() {
+            self.last = Some(d.clone());
+        }
+        out
+    }
+}
+
+/// Summarises the decisions in effect over `[start, end]`: time-weighted BE CPUs and enabled
+/// share, the last weight, quota and reason. `before` is the decision in effect at `start`.
+pub fn summarize_decisions(
+    before: Option<&DecisionPoint>,
+    within: &[DecisionPoint],
+    start_ms: u64,
+    end_ms: u64,
+    server_cpus: usize,
+) -> Option<AgentWindow> {
+    if end_ms <= start_ms || (before.is_none() && within.is_empty()) {
+        return None;
+    }
+    let mut cur = before.cloned();
+    let mut t = start_ms;
+    let mut cpu_ms = 0.0;
+    let mut enabled_ms = 0.0;
+    let mut known_ms = 0.0;
+    let mut step = |d: &Option<DecisionPoint>, from: u64, to: u64| {
+        if let Some(d) = d {
+            let dt = to.saturating_sub(from) as f64;
+            cpu_ms += d.effective_cpus(server_cpus) * dt;
+            if d.be_enabled {
+                enabled_ms += dt;
+            }
+            known_ms += dt;
+        }
+    };
+    for d in within.iter().filter(|d| d.t_unix_ms <= end_ms) {
+        let at = d.t_unix_ms.max(start_ms);
+        step(&cur, t, at);
+        t = at;
+        cur = Some(d.clone());
+    }
+    step(&cur, t, end_ms);
+    let last = cur.as_ref();
+    Some(AgentWindow {
+        decisions: within.len() as u64,
+        be_cpus_mean: (known_ms > 0.0).then(|| cpu_ms / known_ms),
+        be_cpu_weight: last.and_then(|d| d.be_weight),
+        be_quota_pct: last.and_then(|d| d.be_quota_pct),
+        be_enabled_share: (known_ms > 0.0).then(|| enabled_ms / known_ms),
+        last_reason: last.map(|d| d.reason.clone()),
+    })
+}

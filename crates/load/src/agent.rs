@@ -1,0 +1,328 @@
+//! Distributed load: `headroom load agent` (mutilate's `-A`) and the master side (`-a HOST`).
+//!
+//! Wire format, version [`AGENT_PROTOCOL_VERSION`]: JSON objects, one per line (`\n`), over TCP
+//! (default port 5556, like mutilate). Every message has a `"type"`:
+//!
+//! ```text
+//! master → agent  {"type":"hello","version":1}
+//! agent  → master {"type":"hello","version":1}        or {"type":"error","message":"…"}
+//! master → agent  {"type":"run","options":{…LoadOptions…}}
+//! agent  → master {"type":"results","results":{…}}    or {"type":"error","message":"…"}
+//! ```
+//!
+//! `results` carries histograms as base64 HDR V2-deflate (nanoseconds) and counters, never
+//! percentiles: the master merges histograms. A version mismatch is refused by whichever side
+//! notices it, with an `error` message naming both versions, and the connection is closed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::LoadError;
+use crate::options::LoadOptions;
+use crate::results::{RawResults, WireResults};
+use crate::runner::{run_local, Interval};
+
+/// Version of the agent message format.
+pub const AGENT_PROTOCOL_VERSION: u32 = 1;
+
+/// One message of the agent protocol.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    Hello { version: u32 },
+    Run { options: Box<LoadOptions> },
+    Results { results: Box<WireResults> },
+    Error { message: String },
+}
+
+fn send(stream: &mut TcpStream, msg: &AgentMessage) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(msg).map_err(std::io::Error::other)?;
+    line.push('\n');
+    stream.write_all(line.as_bytes())
+}
+
+fn recv(reader: &mut BufReader<TcpStream>) -> Result<AgentMessage, String> {
+    let mut line = String::new();
+    let n = reader
+        .read_line(&mut line)
+        .map_err(|e| format!("reading: {e}"))?;
+    if n == 0 {
+        return Err("connection closed".into());
+    }
+    serde_json::from_str(line.trim_end()).map_err(|e| {
+        let shown: String = line.chars().take(120).collect();
+        format!("unreadable message {shown:?}: {e}")
+    })
+}
+
+/// Serves masters one after another on `listener`; stops after `max_sessions` when given.
+/// A failed session is reported to its master and logged; the agent goes on serving.
+pub fn serve(listener: TcpListener, max_sessions: Option<usize>) -> Result<(), LoadError> {
+    let local = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let mut served = 0usize;
+    for conn in listener.incoming() {
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("agent on {local}: accept failed: {e}");
+                continue;
+            }
+        };
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        if let Err(e) = session(stream, &peer) {
+            tracing::error!("agent on {local}: {e}");
+            eprintln!("headroom load agent: {e}");
+        }
+        served += 1;
+        if max_sessions.is_some_and(|m| served >= m) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn session(mut stream: TcpStream, peer: &str) -> Result<(), LoadError> {
+    let io = |e: std::io::Error| LoadError::agent(format!("master {peer}"), e.to_string());
+    let _ = stream.set_nodelay(true);
+    let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
+        AgentMessage::Hello { version } if version == AGENT_PROTOCOL_VERSION => {}
+        AgentMessage::Hello { version } => {
+            let message = format!(
+                "version mismatch: agent speaks protocol version {AGENT_PROTOCOL_VERSION}, master sent {version}"
+            );
+            let _ = send(
+                &mut stream,
+                &AgentMessage::Error {
+                    message: message.clone(),
+                },
+            );
+            return Err(LoadError::agent(format!("master {peer}"), message));
+        }
+        other => {
+            let message = format!("expected hello, got {other:?}");
+            let _ = send(
+                &mut stream,
+                &AgentMessage::Error {
+                    message: message.clone(),
+                },
+            );
+            return Err(LoadError::agent(format!("master {peer}"), message));
+        }
+    }
+    send(
+        &mut stream,
+        &AgentMessage::Hello {
+            version: AGENT_PROTOCOL_VERSION,
+        },
+    )
+    .map_err(io)?;
+    let options = match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
+        AgentMessage::Run { options } => options,
+        other => {
+            let message = format!("expected run, got {other:?}");
+            let _ = send(
+                &mut stream,
+                &AgentMessage::Error {
+                    message: message.clone(),
+                },
+            );
+            return Err(LoadError::agent(format!("master {peer}"), message));
+        }
+    };
+    tracing::info!(
+        "agent: running {} QPS for {} s against {:?} for {peer}",
+        options.qps,
+        options.time_s,
+        options.servers
+    );
+    let reply = match run_local(&options, &mut |_| {}) {
+        Ok(raw) => AgentMessage::Results {
+            results: Box::new(raw.to_wire()),
+        },
+        Err(e) => AgentMessage::Error {
+            message: e.to_string(),
+        },
+    };
+    send(&mut stream, &reply).map_err(io)
+}
+
+/// The master's handle on one agent between hello and results.
+pub struct AgentLink {
+    peer: String,
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl AgentLink {
+    /// Connects to `spec` (`HOST` or `HOST:PORT`) and exchanges hellos.
+    pub fn connect(spec: &str, default_port: u16) -> Result<AgentLink, LoadError> {
+        let with_port = if spec.contains(':') && !spec.ends_with(']') {
+            spec.to_string()
+        } else {
+            format!("{spec}:{default_port}")
+        };
+        let peer = with_port.clone();
+        let addr = with_port
+            .to_socket_addrs()
+            .map_err(|e| LoadError::agent(&peer, format!("cannot resolve: {e}")))?
+            .next()
+            .ok_or_else(|| LoadError::agent(&peer, "no address"))?;
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .map_err(|e| LoadError::agent(&peer, format!("cannot connect: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let reader = BufReader::new(
+            stream
+                .try_clone()
+                .map_err(|e| LoadError::agent(&peer, e.to_string()))?,
+        );
+        send(
+            &mut stream,
+            &AgentMessage::Hello {
+                version: AGENT_PROTOCOL_VERSION,
+            },
+        )
+        .map_err(|e| LoadError::agent(&peer, format!("sending hello: {e}")))?;
+        let mut link = AgentLink {
+            peer,
+            stream,
+            reader,
+        };
+        match link.recv()? {
+            AgentMessage::Hello { version } if version == AGENT_PROTOCOL_VERSION => Ok(link),
+            AgentMessage::Hello { version } => {
+                let message = format!(
+                    "version mismatch: master speaks protocol version {AGENT_PROTOCOL_VERSION}, agent {version}"
+                );
+                let _ = send(
+                    &mut link.stream,
+                    &AgentMessage::Error {
+                        message: message.clone(),
+                    },
+                );
+                Err(LoadError::agent(&link.peer, message))
+            }
+            AgentMessage::Error { message } => Err(LoadError::agent(&link.peer, message)),
+            other => Err(LoadError::agent(
+                &link.peer,
+                format!("expected hello, got {other:?}"),
+            )),
+        }
+    }
+
+    fn recv(&mut self) -> Result<AgentMessage, LoadError> {
+        recv(&mut self.reader).map_err(|e| LoadError::agent(&self.peer, e))
+    }
+
+    /// Sends the agent its share of the run.
+    pub fn start(&mut self, options: &LoadOptions) -> Result<(), LoadError> {
+        let wait = options.warmup_s + options.time_s + options.drain_ms as f64 / 1000.0 + 60.0;
+        let _ = self
+            .stream
+            .set_read_timeout(Some(Duration::from_secs_f64(wait)));
+        send(
+            &mut self.stream,
+            &AgentMessage::Run {
+                options: Box::new(options.clone()),
+            },
+        )
+        .map_err(|e| LoadError::agent(&self.peer, format!("sending the run: {e}")))
+    }
+
+    /// Waits for the agent's results.
+    pub fn finish(mut self) -> Result<RawResults, LoadError> {
+        match self.recv()? {
+            AgentMessage::Results { results } => RawResults::from_wire(&results, &self.peer),
+            AgentMessage::Error { message } => Err(LoadError::agent(&self.peer, message)),
+            other => Err(LoadError::agent(
+                &self.peer,
+                format!("expected results, got {other:?}"),
+            )),
+        }
+    }
+}
+
+/// Runs `opts` with its agents: the master preloads, splits the load rate among the clients that
+/// carry load (the agents, plus the master itself unless it runs the measurement connections),
+/// runs its part and merges everyone's histograms.
+pub fn run_distributed(
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(&Interval),
+) -> Result<RawResults, LoadError> {
+    let v = opts.validate()?;
+    if !opts.noload {
+        crate::runner::preload(opts, &v)?;
+    }
+    let master_measures = v.measure_connections > 0;
+    let load_clients = opts.agents.len() as u64 + if master_measures { 0 } else { 1 };
+    let share = |i: u64| -> u64 {
+        // Integer split that sums exactly to the load rate.
+        if v.load_qps == 0 {
+            return 0;
+        }
+        v.load_qps / load_clients + u64::from(i < v.load_qps % load_clients)
+    };
+    let mut links = Vec::new();
+    for a in &opts.agents {
+        links.push(AgentLink::connect(a, opts.agent_port)?);
+    }
+    for (i, link) in links.iter_mut().enumerate() {
+        let agent_opts = LoadOptions {
+            qps: share(i as u64),
+            noload: true,
+            loadonly: false,
+            agents: Vec::new(),
+            measure_connections: None,
+            measure_qps: None,
+            measure_depth: None,
+            save: None,
+            hdr_log: None,
+            feed: None,
+            seed: opts
+                .seed
+                .map(|s| s ^ (i as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d)),
+            ..opts.clone()
+        };
+        if opts.qps > 0 && agent_opts.qps == 0 {
+            return Err(LoadError::invalid(
+                "-q/--qps",
+                opts.qps.to_string(),
+                "too low to give every agent a share",
+            ));
+        }
+        link.start(&agent_opts)?;
+    }
+    let local_opts = LoadOptions {
+        qps: if opts.qps == 0 {
+            0
+        } else if master_measures {
+            v.measure_qps
+        } else {
+            share(opts.agents.len() as u64)
+        },
+        noload: true,
+        agents: Vec::new(),
+        ..opts.clone()
+    };
+    let local = run_local(&local_opts, progress);
+    let mut merged = local?;
+    for link in links {
+        let r = link.finish()?;
+        merged.merge(&r);
+    }
+    if opts.qps > 0 {
+        merged.target_qps = opts.qps as f64;
+    }
+    Ok(merged)
+}

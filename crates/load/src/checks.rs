@@ -1,0 +1,282 @@
+//! Lancet-style self-checks of a run: did the client hold the rate, do its actual send gaps follow
+//! the configured distribution, are there enough samples for the percentiles asked for, did the
+//! client saturate, were requests lost. A failed check makes the result invalid.
+
+use headroom_types::load_result::Check;
+
+use crate::dist::Dist;
+use crate::stats::gof::ks_test_dist;
+use crate::stats::min_samples_for;
+use crate::results::RawResults;
+
+/// Tolerance of the rate check (fraction of the target).
+pub const RATE_TOLERANCE: f64 = 0.01;
+/// Inter-arrival samples tested (a random subset: consecutive gaps of one connection are not
+/// independent at microsecond scale, and a huge n would flag timer granularity nobody cares about).
+pub const KS_SAMPLES: usize = 1000;
+/// Client CPU utilisation (of its threads) above which it counts as saturated.
+pub const CPU_SATURATED: f64 = 0.9;
+
+/// Significance level of the inter-arrival fit test.
+pub const FIT_ALPHA: f64 = 0.01;
+
+/// Samples needed for the p-th percentile (p in percent) to have 10 samples beyond it.
+pub fn samples_needed(p: f64) -> u64 {
+    min_samples_for(p)
+}
+
+/// All checks of one run. `iadist_unit` is the inter-arrival distribution at rate 1;
+/// `percentile` is the percentile the caller cares about (99 by default, or `--search`'s P).
+pub fn run_checks(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Vec<Check> {
+    let mut checks = vec![rate_check(raw)];
+    checks.push(interarrival_check(raw, iadist_unit));
+    checks.push(samples_check(raw, percentile));
+    checks.push(saturation_check(raw));
+    checks.push(errors_check(raw));
+    checks
+}
+
+fn cpu_utilisation(raw: &RawResults) -> f64 {
+    let capacity = raw.wall_s * raw.threads.max(1) as f64;
+    if capacity > 0.0 {
+        raw.cpu_s / capacity
+    } else {
+        0.0
+    }
+}
+
+fn rate_check(raw: &RawResults) -> Check {
+    let achieved = achieved_qps(raw);
+    if raw.target_qps <= 0.0 {
+        return Check {
+            name: "rate".into(),
+            ok: true,
+            detail: format!("peak mode (no target rate): {achieved:.1} QPS"),
+        };
+    }
+    let dev = (achieved - raw.target_qps) / raw.target_qps;
+    let c = &raw.counters;
+    // A random schedule's own count varies (Poisson: sd = sqrt(n)); short runs get that slack.
+    let expected = raw.target_qps * raw.measured_s;
+    let tolerance = RATE_TOLERANCE.max(3.0 / expected.max(1.0).sqrt());
+    let kept = c.completed as f64 / c.scheduled.max(1) as f64;
+    if dev.abs() <= tolerance && kept >= 1.0 - RATE_TOLERANCE {
+        return Check {
+            name: "rate".into(),
+            ok: true,
+            detail: format!(
+                "achieved within {:.2}% of target; {:.2}% of the {} scheduled requests answered",
+                dev.abs() * 100.0,
+                kept * 100.0,
+                c.scheduled
+            ),
+        };
+    }
+    let mut reasons = Vec::new();
+    let late_frac = c.late as f64 / (c.sent.max(1)) as f64;
+    if late_frac > 0.001 {
+        reasons.push(format!(
+            "{} late sends ({:.1}%): connections at their depth cap",
+            c.late,
+            late_frac * 100.0
+        ));
+    }
+    let util = cpu_utilisation(raw);
+    if util >= CPU_SATURATED {
+        reasons.push(format!(
+            "client CPU saturated ({:.0}% of {} threads)",
+            util * 100.0,
+            raw.threads
+        ));
+    }
+    let lag_p99 = raw.send_lag.percentile_us(99.0);
+    if lag_p99 > 1000.0 {
+        reasons.push(format!("send lag p99 {lag_p99:.0} µs"));
+    }
+    if c.errors > 0 {
+        reasons.push(format!("{} requests lost (errors)", c.errors));
+    }
+    if reasons.is_empty() {
+        reasons.push(format!(
+            "{:.2}% of the {} scheduled requests answered",
+            kept * 100.0,
+            c.scheduled
+        ));
+    }
+    let verdict = if dev < 0.0 {
+        "client could not keep up"
+    } else {
+        "client overshot the target"
+    };
+    Check {
+        name: "rate".into(),
+        ok: false,
+        detail: format!(
+            "{verdict}: achieved {achieved:.1} of {:.1} QPS ({:+.2}%){}{}",
+            raw.target_qps,
+            dev * 100.0,
+            if reasons.is_empty() { "" } else { "; " },
+            reasons.join("; ")
+        ),
+    }
+}
+
+fn interarrival_check(raw: &RawResults, iadist_unit: &Dist) -> Check {
+    let name = "interarrival_fit".to_string();
+    if raw.target_qps <= 0.0 {
+        return Check {
+            name,
+            ok: true,
+            detail: "peak mode: no inter-arrival distribution to test".into(),
+        };
+    }
+    if raw.ia_samples.len() < 50 {
+        return Check {
+            name,
+            ok: true,
+            detail: format!(
+                "only {} send intervals: too few to test",
+                raw.ia_samples.len()
+            ),
+        };
+    }
+    let xs: Vec<f64> = raw.ia_samples.iter().take(KS_SAMPLES).copied().collect();
+    match ks_test_dist(&xs, iadist_unit) {
+        None => Check {
+            name,
+            ok: true,
+            detail: "the configured distribution has no continuous CDF: not tested".into(),
+        },
+        Some(fit) => {
+            let ok = fit.p_value >= FIT_ALPHA;
+            Check {
+                name,
+                ok,
+                detail: format!(
+                    "Kolmogorov-Smirnov D = {:.4}, p = {:.3} on {} actual send intervals (alpha {FIT_ALPHA}){}",
+                    fit.statistic,
+                    fit.p_value,
+                    fit.n,
+                    if ok { "" } else { ": sends do not follow the configured distribution" }
+                ),
+            }
+        }
+    }
+}
+
+fn samples_check(raw: &RawResults, percentile: f64) -> Check {
+    let hists = raw.reported();
+    let n = hists.read.count() + hists.update.count();
+    let need = samples_needed(percentile);
+    let trusted: Vec<&str> = [(99.9, "p99.9"), (99.99, "p99.99")]
+        .iter()
+        .filter(|(p, _)| n < samples_needed(*p))
+        .map(|(_, name)| *name)
+        .collect();
+    let extra = if trusted.is_empty() {
+        String::new()
+    } else {
+        format!("; not enough for {} (shown, not trusted)", trusted.join(", "))
+    };
+    Check {
+        name: "samples".into(),
+        ok: n >= need,
+        detail: if n >= need {
+            format!("{n} samples, p{percentile} needs {need}{extra}")
+        } else {
+            format!("too few samples for p{percentile}: {n} < {need}; run longer{extra}")
+        },
+    }
+}
+
+fn saturation_check(raw: &RawResults) -> Check {
+    let util = cpu_utilisation(raw);
+    Check {
+        name: "client_cpu".into(),
+        ok: util < CPU_SATURATED,
+        detail: format!(
+            "client used {:.2} CPU-s in {:.2} s over {} threads ({:.0}%){}",
+            raw.cpu_s,
+            raw.wall_s,
+            raw.threads,
+            util * 100.0,
+            if util < CPU_SATURATED {
+                ""
+            } else {
+                ": saturated, latencies include client queueing"
+            }
+        ),
+    }
+}
+
+fn errors_check(raw: &RawResults) -> Check {
+    let c = &raw.counters;
+    Check {
+        name: "errors".into(),
+        ok: c.errors == 0,
+        detail: format!(
+            "{} lost requests, {} connections re-opened",
+            c.errors, c.reconnects
+        ),
+    }
+}
+
+/// Completed requests per second over the measured interval.
+pub fn achieved_qps(raw: &RawResults) -> f64 {
+    raw.counters.completed as f64 / raw.measured_s.max(1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::RawResults;
+
+    fn raw_with(target: f64, completed: u64, samples: Vec<f64>) -> RawResults {
+        let mut raw = RawResults {
+            target_qps: target,
+            measured_s: 1.0,
+            wall_s: 1.0,
+            threads: 1,
+            cpu_s: 0.1,
+            ia_samples: samples,
+            clients: 1,
+            ..RawResults::default()
+        };
+        raw.counters.completed = completed;
+        raw.counters.sent = completed;
+        raw.counters.scheduled = (target * 1.0) as u64;
+        for _ in 0..completed {
+            raw.load.read.record_ns(50_000);
+        }
+        raw
+    }
+
+    #[test]
+    fn rate_within_one_percent_passes_and_below_fails_with_a_reason() {
+        let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+        let ok = run_checks(&raw_with(100000.0, 99500, vec![]), &unit, 99.0);
+        assert!(ok.iter().find(|c| c.name == "rate").unwrap().ok);
+        let mut slow = raw_with(100000.0, 90000, vec![]);
+        slow.counters.late = 10000;
+        let bad = run_checks(&slow, &unit, 99.0);
+        let rate = bad.iter().find(|c| c.name == "rate").unwrap();
+        assert!(!rate.ok);
+        assert!(rate.detail.contains("could not keep up") && rate.detail.contains("late"), "{}", rate.detail);
+    }
+
+    #[test]
+    fn fit_rejects_fixed_gaps_for_an_exponential_schedule() {
+        let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+        let checks = run_checks(&raw_with(1000.0, 1000, vec![1.0; 1000]), &unit, 99.0);
+        assert!(!checks.iter().find(|c| c.name == "interarrival_fit").unwrap().ok);
+    }
+
+    #[test]
+    fn too_few_samples_fail_for_the_requested_percentile() {
+        let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+        let checks = run_checks(&raw_with(0.0, 500, vec![]), &unit, 99.0);
+        let s = checks.iter().find(|c| c.name == "samples").unwrap();
+        assert!(!s.ok && s.detail.contains("too few"), "{}", s.detail);
+        assert_eq!(samples_needed(99.9), 10000);
+    }
+}

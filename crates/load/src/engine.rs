@@ -1,0 +1,641 @@
+//! The open-loop engine: one thread per core, each with its own mio poll loop over its own
+//! connections. Each connection draws its send times ahead (absolute, from the inter-arrival
+//! distribution at its share of the rate); a request due while the connection is at its depth cap
+//! waits, is counted late and keeps its scheduled time, so its latency includes the wait
+//! (coordinated-omission corrected). Threads share nothing mutable; they hand back their
+//! histograms at the end and one interval histogram per second (off the hot path).
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer};
+use crate::dist::Dist;
+use crate::error::LoadError;
+use crate::dist::KeyGenerator;
+use crate::keys::KeyChooser;
+use crate::protocol::{Op, Protocol};
+use crate::results::{Counters, OpHists, MAX_IA_SAMPLES};
+use crate::stats::LatencyHist;
+
+/// Length of one progress interval.
+pub const INTERVAL_NS: u64 = 1_000_000_000;
+const TIMER_TOKEN: Token = Token(usize::MAX);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RECONNECT_BACKOFF_NS: u64 = 10_000_000;
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Settings every worker reads (immutable once the run starts).
+#[derive(Clone, Debug)]
+pub struct WorkerShared {
+    pub protocol: Protocol,
+    pub keys: KeyGenerator,
+    pub chooser: KeyChooser,
+    pub valuesize: Dist,
+    pub update: f64,
+    /// Monotonic ns: run start, end of warmup, end of sending, end of waiting for replies.
+    pub t0: u64,
+    pub warm_end: u64,
+    pub end: u64,
+    pub drain_end: u64,
+    pub spin_ns: u64,
+    /// Keep (scheduled, latency) of every measured request of the reported class.
+    pub save: bool,
+}
+
+/// One connection a worker opens.
+#[derive(Clone, Debug)]
+pub struct ConnPlan {
+    pub addr: SocketAddr,
+    /// Requests per second on this connection; 0 = as fast as the depth allows.
+    pub rate: f64,
+    pub depth: usize,
+    /// A measurement connection (`-C`), as opposed to a load connection.
+    pub measure: bool,
+    /// Inter-arrival distribution at `rate` (None when `rate` is 0).
+    pub ia: Option<Dist>,
+    /// Whether this connection's latencies are the reported ones (feed the interval histogram).
+    pub reported: bool,
+}
+
+/// One worker's connections and placement.
+#[derive(Clone, Debug)]
+pub struct WorkerPlan {
+    pub conns: Vec<ConnPlan>,
+    pub cpu: Option<usize>,
+    pub seed: u64,
+}
+
+/// A measured request kept for `--save`: scheduled time since start, latency, SET or GET.
+#[derive(Clone, Copy, Debug)]
+pub struct SavedSample {
+    pub sched_ns: u64,
+    pub latency_ns: u64,
+    pub update: bool,
+}
+
+/// Per-second report of one worker.
+#[derive(Debug)]
+pub struct IntervalMsg {
+    pub worker: usize,
+    pub index: u64,
+    /// Corrected latencies of the reported class completed in this interval.
+    pub hist: LatencyHist,
+    /// Requests of all classes completed in this interval.
+    pub completed: u64,
+}
+
+/// What a worker hands back at the end.
+#[derive(Debug, Default)]
+pub struct WorkerOut {
+    pub load: OpHists,
+    pub measure: OpHists,
+    pub send_lag: LatencyHist,
+    pub counters: Counters,
+    pub ia_samples: Vec<f64>,
+    pub saved: Vec<SavedSample>,
+}
+
+struct Inflight {
+    op: Op,
+    sched: u64,
+    sent: u64,
+}
+
+struct Conn {
+    plan: ConnPlan,
+    stream: Option<TcpStream>,
+    reconnect_at: u64,
+    next_sched: u64,
+    /// The request due at `next_sched` has already been counted late.
+    late_marked: bool,
+    done_sending: bool,
+    inflight: VecDeque<Inflight>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rend: usize,
+    last_sent: Option<u64>,
+}
+
+struct Worker<'a> {
+    id: usize,
+    shared: &'a WorkerShared,
+    poll: Poll,
+    timer: Timer,
+    conns: Vec<Conn>,
+    rng: SmallRng,
+    out: WorkerOut,
+    key: Vec<u8>,
+    interval: LatencyHist,
+    interval_completed: u64,
+    interval_index: u64,
+    interval_tx: mpsc::Sender<IntervalMsg>,
+    ia_seen: u64,
+}
+
+/// Opens a blocking connection with a timeout and hands it to mio (TCP_NODELAY on).
+pub fn connect(addr: SocketAddr) -> Result<TcpStream, LoadError> {
+    let std_stream =
+        std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
+            LoadError::Connect {
+                addr: addr.to_string(),
+                source,
+            }
+        })?;
+    let _ = std_stream.set_nodelay(true);
+    std_stream
+        .set_nonblocking(true)
+        .map_err(|e| LoadError::system(format!("making the socket to {addr} non-blocking"), e))?;
+    Ok(TcpStream::from_std(std_stream))
+}
+
+/// Runs one worker to the end of the drain. `id` tags its interval messages.
+pub fn run_worker(
+    id: usize,
+    plan: WorkerPlan,
+    shared: &WorkerShared,
+    interval_tx: mpsc::Sender<IntervalMsg>,
+) -> Result<WorkerOut, LoadError> {
+    tighten_timer_slack();
+    if let Some(cpu) = plan.cpu {
+        if let Err(e) = pin_current_thread(cpu) {
+            tracing::warn!("pinning load thread {id} to CPU {cpu}: {e}");
+        }
+    }
+    let poll = Poll::new().map_err(|e| LoadError::system("creating the epoll instance", e))?;
+    let timer = Timer::new().map_err(|e| LoadError::system("creating a timerfd", e))?;
+    poll.registry()
+        .register(
+            &mut SourceFd(&timer.raw_fd()),
+            TIMER_TOKEN,
+            Interest::READABLE,
+        )
+        .map_err(|e| LoadError::system("registering the timerfd", e))?;
+    let mut rng = SmallRng::seed_from_u64(plan.seed);
+    let mut conns = Vec::with_capacity(plan.conns.len());
+    for (i, cp) in plan.conns.into_iter().enumerate() {
+        let mut stream = connect(cp.addr)?;
+        poll.registry()
+            .register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| LoadError::system(format!("registering the socket to {}", cp.addr), e))?;
+        // A random first gap spreads connections over the first interval instead of a burst.
+        let first = match &cp.ia {
+            Some(ia) => shared.t0 + secs_to_ns(ia.sample(&mut rng)),
+            None => shared.t0,
+        };
+        conns.push(Conn {
+            plan: cp,
+            stream: Some(stream),
+            reconnect_at: 0,
+            next_sched: first,
+            late_marked: false,
+            done_sending: false,
+            inflight: VecDeque::new(),
+            wbuf: Vec::with_capacity(4096),
+            wpos: 0,
+            rbuf: vec![0; READ_CHUNK],
+            rpos: 0,
+            rend: 0,
+            last_sent: None,
+        });
+    }
+    let mut w = Worker {
+        id,
+        shared,
+        poll,
+        timer,
+        conns,
+        rng,
+        out: WorkerOut::default(),
+        key: Vec::with_capacity(256),
+        interval: LatencyHist::new(),
+        interval_completed: 0,
+        interval_index: 0,
+        interval_tx,
+        ia_seen: 0,
+    };
+    w.event_loop()?;
+    Ok(w.out)
+}
+
+#[inline]
+fn secs_to_ns(s: f64) -> u64 {
+    if s.is_finite() && s > 0.0 {
+        (s * 1e9) as u64
+    } else {
+        0
+    }
+}
+
+impl Worker<'_> {
+    fn event_loop(&mut self) -> Result<(), LoadError> {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let now = now_ns();
+            self.flush_interval_if_due(now);
+            self.reconnect_due(now);
+            for i in 0..self.conns.len() {
+                self.pump(i, now);
+            }
+            let sending = self.conns.iter().any(|c| !c.done_sending);
+            let waiting = self.conns.iter().any(|c| !c.inflight.is_empty());
+            if !sending && (!waiting || now >= self.shared.drain_end) {
+                break;
+            }
+            if now >= self.shared.drain_end {
+                break;
+            }
+            let wake = self.next_wake(now);
+            if wake <= now {
+                continue;
+            }
+            if wake - now <= self.shared.spin_ns {
+                while now_ns() < wake {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            self.timer
+                .arm(wake - self.shared.spin_ns)
+                .map_err(|e| LoadError::system("arming the send timer", e))?;
+            match self.poll.poll(&mut events, Some(Duration::from_millis(200))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(LoadError::system("waiting on epoll", e)),
+            }
+            let now = now_ns();
+            for ev in events.iter() {
+                if ev.token() == TIMER_TOKEN {
+                    self.timer.fired();
+                    continue;
+                }
+                let i = ev.token().0;
+                if i >= self.conns.len() {
+                    continue;
+                }
+                if ev.is_writable() {
+                    self.flush(i, now);
+                }
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.on_readable(i);
+                }
+            }
+        }
+        // Requests still due but never sent (a backlog at the end) were scheduled all the same.
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if let Some(ia) = &c.plan.ia {
+                let mut t = c.next_sched;
+                while !c.done_sending && t < self.shared.end {
+                    if t >= self.shared.warm_end {
+                        self.out.counters.scheduled += 1;
+                    }
+                    t += secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                }
+            }
+        }
+        // Whatever is still outstanding after the drain is lost.
+        let now = now_ns();
+        for i in 0..self.conns.len() {
+            let lost = self.conns[i]
+                .inflight
+                .iter()
+                .filter(|r| r.sched >= self.shared.warm_end)
+                .count() as u64;
+            self.out.counters.errors += lost;
+        }
+        self.flush_interval(now, true);
+        Ok(())
+    }
+
+    /// Earliest time something is due: a send, a reconnect, an interval boundary, the end.
+    fn next_wake(&self, now: u64) -> u64 {
+        let mut wake = self.shared.drain_end;
+        let boundary = self.shared.t0 + (self.interval_index + 1) * INTERVAL_NS;
+        wake = wake.min(boundary);
+        for c in &self.conns {
+            if c.stream.is_none() {
+                wake = wake.min(c.reconnect_at);
+                continue;
+            }
+            if c.done_sending || c.plan.ia.is_none() || c.inflight.len() >= c.plan.depth {
+                continue;
+            }
+            wake = wake.min(c.next_sched);
+        }
+        wake.max(now)
+    }
+
+    fn flush_interval_if_due(&mut self, now: u64) {
+        if now >= self.shared.t0 + (self.interval_index + 1) * INTERVAL_NS {
+            self.flush_interval(now, false);
+        }
+    }
+
+    fn flush_interval(&mut self, now: u64, last: bool) {
+        if last && self.interval_completed == 0 && self.interval.count() == 0 {
+            return;
+        }
+        let hist = std::mem::replace(&mut self.interval, LatencyHist::new());
+        let msg = IntervalMsg {
+            worker: self.id,
+            index: self.interval_index,
+            hist,
+            completed: self.interval_completed,
+        };
+        // The receiver may be gone (a caller that stopped listening); results still count.
+        let _ = self.interval_tx.send(msg);
+        self.interval_completed = 0;
+        if !last {
+            self.interval_index = now.saturating_sub(self.shared.t0) / INTERVAL_NS;
+        }
+    }
+
+    fn reconnect_due(&mut self, now: u64) {
+        for i in 0..self.conns.len() {
+            if self.conns[i].stream.is_some() || now < self.conns[i].reconnect_at {
+                continue;
+            }
+            if self.conns[i].done_sending {
+                continue;
+            }
+            let addr = self.conns[i].plan.addr;
+            match connect(addr) {
+                Ok(mut s) => {
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut s, Token(i), Interest::READABLE | Interest::WRITABLE)
+                        .is_ok()
+                    {
+                        self.conns[i].stream = Some(s);
+                        self.out.counters.reconnects += 1;
+                    } else {
+                        self.conns[i].reconnect_at = now + RECONNECT_BACKOFF_NS;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("reconnecting: {e}");
+                    self.conns[i].reconnect_at = now + RECONNECT_BACKOFF_NS;
+                }
+            }
+        }
+    }
+
+    /// Issues every request of connection `i` that is due and fits under its depth cap.
+    fn pump(&mut self, i: usize, now: u64) {
+        let sh = self.shared;
+        let mut issued = false;
+        {
+            let c = &mut self.conns[i];
+            if c.done_sending {
+                return;
+            }
+        }
+        loop {
+            let c = &mut self.conns[i];
+            let sched = if c.plan.ia.is_some() {
+                c.next_sched
+            } else {
+                now
+            };
+            if sched >= sh.end || now >= sh.end {
+                c.done_sending = true;
+                break;
+            }
+            if sched > now {
+                break;
+            }
+            if c.stream.is_none() || c.inflight.len() >= c.plan.depth {
+                if c.plan.ia.is_some() && !c.late_marked {
+                    c.late_marked = true;
+                    if sched >= sh.warm_end {
+                        self.out.counters.late += 1;
+                    }
+                }
+                break;
+            }
+            // Issue the request due at `sched`.
+            let index = sh.chooser.choose(&mut self.rng);
+            self.key.clear();
+            sh.keys.write_key(index, &mut self.key);
+            let is_set = sh.update > 0.0 && self.rng.random::<f64>() < sh.update;
+            let before = c.wbuf.len();
+            if is_set {
+                let len = sh.valuesize.sample(&mut self.rng).round().max(0.0) as usize;
+                sh.protocol.encode(Op::Set, &self.key, len, &mut c.wbuf);
+            } else {
+                sh.protocol.encode(Op::Get, &self.key, 0, &mut c.wbuf);
+            }
+            let op = if is_set { Op::Set } else { Op::Get };
+            c.inflight.push_back(Inflight {
+                op,
+                sched,
+                sent: now,
+            });
+            if now >= sh.warm_end && now < sh.end {
+                self.out.counters.sent += 1;
+                self.out.counters.bytes_tx += (c.wbuf.len() - before) as u64;
+            }
+            if sched >= sh.warm_end {
+                self.out.send_lag.record_ns(now - sched);
+                self.out.counters.scheduled += 1;
+            }
+            if let Some(ia) = &c.plan.ia {
+                if let Some(prev) = c.last_sent {
+                    // Reservoir sample of actual send gaps, normalized to unit rate.
+                    let x = (now - prev) as f64 * 1e-9 * c.plan.rate;
+                    self.ia_seen += 1;
+                    if self.out.ia_samples.len() < MAX_IA_SAMPLES {
+                        self.out.ia_samples.push(x);
+                    } else {
+                        let j = self.rng.random_range(0..self.ia_seen);
+                        if (j as usize) < MAX_IA_SAMPLES {
+                            self.out.ia_samples[j as usize] = x;
+                        }
+                    }
+                }
+                c.last_sent = Some(now);
+                c.next_sched = sched + secs_to_ns(ia.sample(&mut self.rng)).max(1);
+            }
+            c.late_marked = false;
+            issued = true;
+        }
+        if issued {
+            self.flush(i, now);
+        }
+    }
+
+    /// Writes what is buffered for connection `i`.
+    fn flush(&mut self, i: usize, now: u64) {
+        let c = &mut self.conns[i];
+        let Some(stream) = c.stream.as_mut() else {
+            return;
+        };
+        while c.wpos < c.wbuf.len() {
+            match stream.write(&c.wbuf[c.wpos..]) {
+                Ok(0) => {
+                    self.fault(i, now, "server closed the connection");
+                    return;
+                }
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.fault(i, now, &format!("write failed: {e}"));
+                    return;
+                }
+            }
+        }
+        c.wbuf.clear();
+        c.wpos = 0;
+    }
+
+    /// Reads and parses replies of connection `i`, completing requests in order.
+    fn on_readable(&mut self, i: usize) {
+        let sh = self.shared;
+        loop {
+            let c = &mut self.conns[i];
+            let Some(stream) = c.stream.as_mut() else {
+                return;
+            };
+            if c.rend == c.rbuf.len() {
+                if c.rpos > 0 {
+                    c.rbuf.copy_within(c.rpos..c.rend, 0);
+                    c.rend -= c.rpos;
+                    c.rpos = 0;
+                } else {
+                    let n = c.rbuf.len();
+                    c.rbuf.resize(n * 2, 0);
+                }
+            }
+            let rend = c.rend;
+            match stream.read(&mut c.rbuf[rend..]) {
+                Ok(0) => {
+                    let now = now_ns();
+                    self.fault(i, now, "server closed the connection");
+                    return;
+                }
+                Ok(n) => {
+                    c.rend += n;
+                    let now = now_ns();
+                    if now >= sh.warm_end {
+                        self.out.counters.bytes_rx += n as u64;
+                    }
+                    if !self.parse_replies(i, now) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let now = now_ns();
+                    self.fault(i, now, &format!("read failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Completes every whole reply in the buffer. False when the connection was faulted.
+    fn parse_replies(&mut self, i: usize, now: u64) -> bool {
+        let sh = self.shared;
+        loop {
+            let c = &mut self.conns[i];
+            let Some(front) = c.inflight.front() else {
+                if c.rpos < c.rend {
+                    self.fault(i, now, "reply without a request");
+                    return false;
+                }
+                break;
+            };
+            match sh.protocol.parse(front.op, &c.rbuf[c.rpos..c.rend]) {
+                Ok(Some(reply)) => {
+                    c.rpos += reply.consumed;
+                    let req = c.inflight.pop_front().expect("front exists");
+                    let measure = c.plan.measure;
+                    let reported = c.plan.reported;
+                    self.complete(req, reply.hit, measure, reported, now);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.fault(i, now, &format!("malformed reply: {e}"));
+                    return false;
+                }
+            }
+        }
+        let c = &mut self.conns[i];
+        if c.rpos == c.rend {
+            c.rpos = 0;
+            c.rend = 0;
+        }
+        true
+    }
+
+    fn complete(&mut self, req: Inflight, hit: bool, measure: bool, reported: bool, now: u64) {
+        let corrected = now.saturating_sub(req.sched);
+        if reported {
+            self.interval.record_ns(corrected);
+        }
+        self.interval_completed += 1;
+        if req.sched < self.shared.warm_end {
+            return;
+        }
+        let uncorrected = now.saturating_sub(req.sent);
+        let hists = if measure {
+            &mut self.out.measure
+        } else {
+            &mut self.out.load
+        };
+        let is_set = matches!(req.op, Op::Set);
+        if is_set {
+            hists.update.record_ns(corrected);
+            hists.update_uncorrected.record_ns(uncorrected);
+            self.out.counters.sets += 1;
+        } else {
+            hists.read.record_ns(corrected);
+            hists.read_uncorrected.record_ns(uncorrected);
+            self.out.counters.gets += 1;
+            if !hit {
+                self.out.counters.misses += 1;
+            }
+        }
+        self.out.counters.completed += 1;
+        if self.shared.save && reported && self.out.saved.len() < 10_000_000 {
+            self.out.saved.push(SavedSample {
+                sched_ns: req.sched - self.shared.t0,
+                latency_ns: corrected,
+                update: is_set,
+            });
+        }
+    }
+
+    /// A broken connection: its outstanding requests are lost (errors); it is re-opened and its
+    /// schedule goes on (requests due meanwhile wait and count late).
+    fn fault(&mut self, i: usize, now: u64, why: &str) {
+        let warm_end = self.shared.warm_end;
+        let c = &mut self.conns[i];
+        tracing::debug!("connection to {}: {why}; re-opening", c.plan.addr);
+        let lost = c.inflight.iter().filter(|r| r.sched >= warm_end).count() as u64;
+        self.out.counters.errors += lost.max(1);
+        c.inflight.clear();
+        c.wbuf.clear();
+        c.wpos = 0;
+        c.rpos = 0;
+        c.rend = 0;
+        if let Some(mut s) = c.stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        c.reconnect_at = now;
+    }
+}

@@ -1,0 +1,80 @@
+//! The one error type of the load generator's engine, options, agents and outputs.
+
+use std::path::PathBuf;
+
+/// Everything that can stop a load run. Each variant names the thing involved (an address, a
+/// flag and its value, a path) so the message alone tells the user what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A malformed option value: `flag` as the user spelled it, the value, why it is wrong.
+    #[error("invalid value {value:?} for {flag}: {reason}")]
+    InvalidOption {
+        flag: String,
+        value: String,
+        reason: String,
+    },
+    /// A server address that does not resolve.
+    #[error("cannot resolve server address {addr:?}: {reason}")]
+    Resolve { addr: String, reason: String },
+    /// A server that refuses or does not answer the connection.
+    #[error("cannot connect to server {addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server that answered the preload with something that is not a reply.
+    #[error("preloading keys on {addr}: {reason}")]
+    Preload { addr: String, reason: String },
+    /// A file or socket this run writes (`--json`, `--csv`, `--hdr`, `--save`, `--feed`).
+    #[error("{what} {path}: {source}")]
+    Output {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A remote load agent (or, in agent mode, the master) broke the protocol or failed.
+    #[error("load agent {peer}: {reason}")]
+    Agent { peer: String, reason: String },
+    /// The operating system refused something the engine needs (a thread, a poller, a timer).
+    #[error("{what}: {source}")]
+    System {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl LoadError {
+    pub(crate) fn invalid(
+        flag: &str,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> LoadError {
+        LoadError::InvalidOption {
+            flag: flag.to_string(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn system(what: impl Into<String>, source: std::io::Error) -> LoadError {
+        LoadError::System {
+            what: what.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn agent(peer: impl Into<String>, reason: impl Into<String>) -> LoadError {
+        LoadError::Agent {
+            peer: peer.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// True when the user asked for something impossible (maps to the CLI's usage exit code).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, LoadError::InvalidOption { .. })
+    }
+}

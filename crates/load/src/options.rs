@@ -1,0 +1,508 @@
+//! `LoadOptions`: every mutilate flag as a typed field, plus headroom's extensions, and the
+//! parsers for the values the flags take (`H[:P]`, `MIN:MAX:STEP`, `P:TARGET_US`).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dist::Dist;
+use crate::error::LoadError;
+use crate::protocol::Protocol;
+
+/// mutilate's default agent port.
+pub const DEFAULT_AGENT_PORT: u16 = 5556;
+
+/// Wire protocol spoken to the servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProtocolKind {
+    /// memcached ASCII (`get`/`set`), mutilate's default.
+    Memcache,
+    /// memcached binary protocol (`--binary`).
+    Binary,
+    /// RESP (redis) `GET`/`SET`.
+    Redis,
+}
+
+impl ProtocolKind {
+    /// The codec from [`crate::protocol`].
+    pub fn protocol(self) -> Protocol {
+        match self {
+            ProtocolKind::Memcache => Protocol::MemcacheAscii,
+            ProtocolKind::Binary => Protocol::MemcacheBinary,
+            ProtocolKind::Redis => Protocol::Resp,
+        }
+    }
+
+    /// Port used when `-s HOST` names none.
+    pub fn default_port(self) -> u16 {
+        match self {
+            ProtocolKind::Memcache | ProtocolKind::Binary => 11211,
+            ProtocolKind::Redis => 6379,
+        }
+    }
+}
+
+impl FromStr for ProtocolKind {
+    type Err = LoadError;
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        match s {
+            "memcache" | "memcached" | "ascii" => Ok(ProtocolKind::Memcache),
+            "binary" => Ok(ProtocolKind::Binary),
+            "redis" | "resp" => Ok(ProtocolKind::Redis),
+            _ => Err(LoadError::invalid(
+                "--protocol",
+                s,
+                "expected memcache, binary or redis",
+            )),
+        }
+    }
+}
+
+/// `--scan MIN:MAX:STEP` (QPS).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScanSpec {
+    pub min: u64,
+    pub max: u64,
+    pub step: u64,
+}
+
+impl ScanSpec {
+    /// The QPS values of the scan, MIN first, MAX included when the steps land on it.
+    pub fn steps(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut q = self.min;
+        while q <= self.max {
+            out.push(q);
+            q += self.step;
+        }
+        out
+    }
+}
+
+impl FromStr for ScanSpec {
+    type Err = LoadError;
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let bad = |why: &str| LoadError::invalid("--scan", s, why);
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() != 3 {
+            return Err(bad("expected MIN:MAX:STEP (QPS), e.g. 10000:50000:10000"));
+        }
+        let num = |p: &str| {
+            p.trim()
+                .parse::<u64>()
+                .map_err(|_| bad(&format!("{p:?} is not a whole number of QPS")))
+        };
+        let (min, max, step) = (num(parts[0])?, num(parts[1])?, num(parts[2])?);
+        if step == 0 {
+            return Err(bad("STEP must be at least 1"));
+        }
+        if min == 0 || min > max {
+            return Err(bad("need 0 < MIN <= MAX"));
+        }
+        if (max - min) / step >= 1000 {
+            return Err(bad("more than 1000 steps"));
+        }
+        Ok(ScanSpec { min, max, step })
+    }
+}
+
+/// `--search P:TARGET_US`: the highest QPS whose P-th percentile stays under TARGET_US.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SearchSpec {
+    /// Percentile, 0 < P < 100 (fractional allowed: 99.9).
+    pub percentile: f64,
+    pub target_us: f64,
+}
+
+impl FromStr for SearchSpec {
+    type Err = LoadError;
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let bad = |why: &str| LoadError::invalid("--search", s, why);
+        let (p, t) = s
+            .split_once(':')
+            .ok_or_else(|| bad("expected P:TARGET_US, e.g. 99.9:500"))?;
+        let percentile: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("percentile {p:?} is not a number")))?;
+        let target_us: f64 = t
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("target {t:?} is not a number of microseconds")))?;
+        if !(percentile > 0.0 && percentile < 100.0) {
+            return Err(bad("percentile must be strictly between 0 and 100"));
+        }
+        if !(target_us > 0.0 && target_us.is_finite()) {
+            return Err(bad("target must be a positive number of microseconds"));
+        }
+        Ok(SearchSpec {
+            percentile,
+            target_us,
+        })
+    }
+}
+
+/// Key popularity: which record each request touches.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Popularity {
+    /// Every record equally likely (mutilate's only mode).
+    Uniform,
+    /// Zipf with exponent S over the records (record 0 hottest).
+    Zipf(f64),
+}
+
+impl FromStr for Popularity {
+    type Err = LoadError;
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        if s == "uniform" {
+            return Ok(Popularity::Uniform);
+        }
+        if let Some(exp) = s.strip_prefix("zipf:") {
+            let v: f64 = exp.parse().map_err(|_| {
+                LoadError::invalid("--popularity", s, "zipf exponent is not a number")
+            })?;
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(LoadError::invalid(
+                    "--popularity",
+                    s,
+                    "zipf exponent must be positive",
+                ));
+            }
+            return Ok(Popularity::Zipf(v));
+        }
+        Err(LoadError::invalid(
+            "--popularity",
+            s,
+            "expected uniform or zipf:S",
+        ))
+    }
+}
+
+/// All settings of one load run. Field names follow mutilate's long flags.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoadOptions {
+    /// `-s/--server H[:P]`, repeatable.
+    pub servers: Vec<String>,
+    /// `--protocol` (`--binary` selects [`ProtocolKind::Binary`]).
+    pub protocol: ProtocolKind,
+    /// `-q/--qps`: target aggregate QPS; 0 = peak (each connection keeps `depth` in flight).
+    pub qps: u64,
+    /// `-t/--time`: measured seconds (after warmup).
+    pub time_s: f64,
+    /// `-K/--keysize`: key length distribution.
+    pub keysize: String,
+    /// `-V/--valuesize`: value length distribution.
+    pub valuesize: String,
+    /// `-r/--records`: records per server.
+    pub records: u64,
+    /// `-u/--update`: fraction of requests that are sets.
+    pub update: f64,
+    /// `-T/--threads`: load threads.
+    pub threads: usize,
+    /// `--affinity`: pin thread i to CPU i mod ncpu.
+    pub affinity: bool,
+    /// `-c/--connections`: connections per server per thread.
+    pub connections: usize,
+    /// `-d/--depth`: maximum requests in flight per connection.
+    pub depth: usize,
+    /// `-i/--iadist`: inter-arrival distribution; its mean is set from the rate.
+    pub iadist: String,
+    /// `--noload`: skip preloading keys.
+    pub noload: bool,
+    /// `--loadonly`: preload and exit.
+    pub loadonly: bool,
+    /// `-w/--warmup`: seconds of load before measuring.
+    pub warmup_s: f64,
+    /// `-C/--measure_connections`: measurement connections per server.
+    pub measure_connections: Option<usize>,
+    /// `-Q/--measure_qps`: rate of the measurement connections together.
+    pub measure_qps: Option<u64>,
+    /// `-D/--measure_depth`: depth of each measurement connection.
+    pub measure_depth: Option<usize>,
+    /// `-a/--agent`: remote load agents.
+    pub agents: Vec<String>,
+    /// `-p/--agent_port`.
+    pub agent_port: u16,
+    /// `--save F`: every measured request's scheduled time and latency.
+    pub save: Option<PathBuf>,
+    /// `--hdr F`: interval histogram log.
+    pub hdr_log: Option<PathBuf>,
+    /// `--feed SOCKET`: one JSON line per second to a Unix stream socket (TEAM contract 4).
+    pub feed: Option<PathBuf>,
+    /// `--seed`: makes keys, sizes and schedules reproducible.
+    pub seed: Option<u64>,
+    /// `--popularity uniform|zipf:S`.
+    pub popularity: Popularity,
+    /// Busy-wait the last `spin_us` before a send instead of sleeping (precision vs client CPU).
+    pub spin_us: u64,
+    /// After the end, how long to wait for outstanding replies (they count as errors after it).
+    pub drain_ms: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            servers: Vec::new(),
+            protocol: ProtocolKind::Memcache,
+            qps: 0,
+            time_s: 5.0,
+            keysize: "30".into(),
+            valuesize: "200".into(),
+            records: 10000,
+            update: 0.0,
+            threads: 1,
+            affinity: false,
+            connections: 1,
+            depth: 1,
+            iadist: "exponential".into(),
+            noload: false,
+            loadonly: false,
+            warmup_s: 0.0,
+            measure_connections: None,
+            measure_qps: None,
+            measure_depth: None,
+            agents: Vec::new(),
+            agent_port: DEFAULT_AGENT_PORT,
+            save: None,
+            hdr_log: None,
+            feed: None,
+            seed: None,
+            popularity: Popularity::Uniform,
+            spin_us: 0,
+            drain_ms: 1000,
+        }
+    }
+}
+
+/// Default measurement rate when `-C` is given without `-Q`.
+pub const DEFAULT_MEASURE_QPS: u64 = 1000;
+
+/// The options checked and turned into what the engine uses.
+#[derive(Clone, Debug)]
+pub struct Validated {
+    pub servers: Vec<(String, SocketAddr)>,
+    pub keysize: Dist,
+    pub valuesize: Dist,
+    /// Inter-arrival distribution at rate 1/s (scaled per connection by the engine).
+    pub iadist_unit: Dist,
+    /// QPS of the load connections (all threads, this client only).
+    pub load_qps: u64,
+    /// QPS of the measurement connections (0 when there are none).
+    pub measure_qps: u64,
+    pub measure_connections: usize,
+    pub measure_depth: usize,
+}
+
+fn parse_dist(flag: &str, spec: &str) -> Result<Dist, LoadError> {
+    spec.parse::<Dist>()
+        .map_err(|e| LoadError::invalid(flag, spec, e.to_string()))
+}
+
+/// Resolves `H[:P]` (IPv6 as `[::1]:P`) to a socket address.
+pub fn resolve_server(spec: &str, default_port: u16) -> Result<SocketAddr, LoadError> {
+    if spec.is_empty() {
+        return Err(LoadError::invalid("-s/--server", spec, "empty address"));
+    }
+    let with_port = if spec.parse::<SocketAddr>().is_ok() {
+        spec.to_string()
+    } else if spec.starts_with('[') && spec.ends_with(']') {
+        format!("{spec}:{default_port}")
+    } else if spec.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{spec}]:{default_port}")
+    } else if let Some((_, port)) = spec.rsplit_once(':') {
+        port.parse::<u16>().map_err(|_| {
+            LoadError::invalid("-s/--server", spec, format!("port {port:?} is not a number"))
+        })?;
+        spec.to_string()
+    } else {
+        format!("{spec}:{default_port}")
+    };
+    let mut addrs = with_port
+        .to_socket_addrs()
+        .map_err(|e| LoadError::Resolve {
+            addr: spec.to_string(),
+            reason: e.to_string(),
+        })?;
+    addrs.next().ok_or_else(|| LoadError::Resolve {
+        addr: spec.to_string(),
+        reason: "no addresses".into(),
+    })
+}
+
+impl LoadOptions {
+    /// Checks every value and parses the distributions; errors name the flag and the value.
+    pub fn validate(&self) -> Result<Validated, LoadError> {
+        if self.servers.is_empty() {
+            return Err(LoadError::invalid(
+                "-s/--server",
+                "",
+                "at least one server is required",
+            ));
+        }
+        let mut servers = Vec::new();
+        for s in &self.servers {
+            servers.push((s.clone(), resolve_server(s, self.protocol.default_port())?));
+        }
+        let keysize = parse_dist("-K/--keysize", &self.keysize)?;
+        let valuesize = parse_dist("-V/--valuesize", &self.valuesize)?;
+        let iadist_unit = Dist::interarrival(&self.iadist, 1.0)
+            .map_err(|e| LoadError::invalid("-i/--iadist", &self.iadist, e.to_string()))?;
+        if !(self.time_s > 0.0 && self.time_s.is_finite()) {
+            return Err(LoadError::invalid(
+                "-t/--time",
+                self.time_s.to_string(),
+                "must be positive",
+            ));
+        }
+        if !(self.warmup_s >= 0.0 && self.warmup_s.is_finite()) {
+            return Err(LoadError::invalid(
+                "-w/--warmup",
+                self.warmup_s.to_string(),
+                "must be zero or positive",
+            ));
+        }
+        if self.records == 0 {
+            return Err(LoadError::invalid("-r/--records", "0", "must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&self.update) {
+            return Err(LoadError::invalid(
+                "-u/--update",
+                self.update.to_string(),
+                "must be between 0 and 1",
+            ));
+        }
+        for (flag, v) in [
+            ("-T/--threads", self.threads),
+            ("-c/--connections", self.connections),
+            ("-d/--depth", self.depth),
+        ] {
+            if v == 0 {
+                return Err(LoadError::invalid(flag, "0", "must be at least 1"));
+            }
+        }
+        if self.threads > 1024 || self.connections * self.servers.len() * self.threads > 100_000 {
+            return Err(LoadError::invalid(
+                "-c/--connections",
+                self.connections.to_string(),
+                "more than 100000 connections in total",
+            ));
+        }
+        let wants_measure = self.measure_connections.is_some()
+            || self.measure_qps.is_some()
+            || self.measure_depth.is_some();
+        let measure_connections = if wants_measure {
+            self.measure_connections.unwrap_or(1)
+        } else {
+            0
+        };
+        if wants_measure && measure_connections == 0 {
+            return Err(LoadError::invalid(
+                "-C/--measure_connections",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        let measure_depth = self.measure_depth.unwrap_or(1);
+        if measure_depth == 0 {
+            return Err(LoadError::invalid(
+                "-D/--measure_depth",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        let measure_qps = if wants_measure {
+            let q = self.measure_qps.unwrap_or(DEFAULT_MEASURE_QPS);
+            if q == 0 {
+                return Err(LoadError::invalid(
+                    "-Q/--measure_qps",
+                    "0",
+                    "measurement connections need a rate",
+                ));
+            }
+            if self.qps > 0 && q > self.qps {
+                return Err(LoadError::invalid(
+                    "-Q/--measure_qps",
+                    q.to_string(),
+                    format!("exceeds the total --qps {}", self.qps),
+                ));
+            }
+            q
+        } else {
+            0
+        };
+        let load_qps = if self.qps == 0 {
+            0
+        } else {
+            self.qps - measure_qps
+        };
+        Ok(Validated {
+            servers,
+            keysize,
+            valuesize,
+            iadist_unit,
+            load_qps,
+            measure_qps,
+            measure_connections,
+            measure_depth,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_spec_parses_and_lists_steps() {
+        let s: ScanSpec = "1000:3000:1000".parse().unwrap();
+        assert_eq!(s.steps(), vec![1000, 2000, 3000]);
+        let err = "1000:3000".parse::<ScanSpec>().unwrap_err().to_string();
+        assert!(err.contains("--scan") && err.contains("1000:3000"), "{err}");
+        assert!("1000:3000:0".parse::<ScanSpec>().is_err());
+        assert!("3000:1000:10".parse::<ScanSpec>().is_err());
+    }
+
+    #[test]
+    fn search_spec_takes_fractional_percentiles() {
+        let s: SearchSpec = "99.9:500".parse().unwrap();
+        assert_eq!(s.percentile, 99.9);
+        assert_eq!(s.target_us, 500.0);
+        let err = "100:500".parse::<SearchSpec>().unwrap_err().to_string();
+        assert!(err.contains("--search"), "{err}");
+        assert!("99:abc".parse::<SearchSpec>().is_err());
+    }
+
+    #[test]
+    fn server_addresses_get_the_default_port() {
+        assert_eq!(
+            resolve_server("127.0.0.1", 11211).unwrap(),
+            "127.0.0.1:11211".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_server("127.0.0.1:99", 11211).unwrap(),
+            "127.0.0.1:99".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_server("::1", 6379).unwrap(),
+            "[::1]:6379".parse().unwrap()
+        );
+        let err = resolve_server("127.0.0.1:xx", 1).unwrap_err().to_string();
+        assert!(err.contains("xx"), "{err}");
+    }
+
+    #[test]
+    fn popularity_parses() {
+        assert_eq!(
+            "uniform".parse::<Popularity>().unwrap(),
+            Popularity::Uniform
+        );
+        assert_eq!(
+            "zipf:0.99".parse::<Popularity>().unwrap(),
+            Popularity::Zipf(0.99)
+        );
+        assert!("zipf:-1".parse::<Popularity>().is_err());
+    }
+}

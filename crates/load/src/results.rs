@@ -1,0 +1,225 @@
+//! Raw, mergeable results of a run: histograms and counters, never percentiles. Threads, and
+//! remote agents, each produce one; they are merged before anything is summarized.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::LoadError;
+use crate::stats::LatencyHist;
+
+/// Latency histograms of one class of connections (load or measurement).
+#[derive(Clone, Debug)]
+pub struct OpHists {
+    /// GETs, scheduled → done.
+    pub read: LatencyHist,
+    /// GETs, sent → done.
+    pub read_uncorrected: LatencyHist,
+    /// SETs, scheduled → done.
+    pub update: LatencyHist,
+    /// SETs, sent → done.
+    pub update_uncorrected: LatencyHist,
+}
+
+impl Default for OpHists {
+    fn default() -> Self {
+        OpHists {
+            read: LatencyHist::new(),
+            read_uncorrected: LatencyHist::new(),
+            update: LatencyHist::new(),
+            update_uncorrected: LatencyHist::new(),
+        }
+    }
+}
+
+impl OpHists {
+    pub fn merge(&mut self, other: &OpHists) {
+        self.read.merge(&other.read);
+        self.read_uncorrected.merge(&other.read_uncorrected);
+        self.update.merge(&other.update);
+        self.update_uncorrected.merge(&other.update_uncorrected);
+    }
+}
+
+/// Event counts over the measured interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Requests sent (actual send time inside the measured interval).
+    pub sent: u64,
+    /// Requests due inside the measured interval (sent or not): what the schedule asked for.
+    #[serde(default)]
+    pub scheduled: u64,
+    /// Replies received for measured requests.
+    pub completed: u64,
+    pub gets: u64,
+    pub sets: u64,
+    /// GETs answered "not found".
+    pub misses: u64,
+    /// Lost requests: malformed replies, closed connections, no reply by the end of the drain.
+    pub errors: u64,
+    /// Requests that found their connection at the depth cap when they were due.
+    pub late: u64,
+    /// Connections re-opened after a fault.
+    pub reconnects: u64,
+    pub bytes_tx: u64,
+    pub bytes_rx: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.sent += o.sent;
+        self.scheduled += o.scheduled;
+        self.completed += o.completed;
+        self.gets += o.gets;
+        self.sets += o.sets;
+        self.misses += o.misses;
+        self.errors += o.errors;
+        self.late += o.late;
+        self.reconnects += o.reconnects;
+        self.bytes_tx += o.bytes_tx;
+        self.bytes_rx += o.bytes_rx;
+    }
+}
+
+/// Most inter-arrival samples kept for the goodness-of-fit check (per thread and merged).
+pub const MAX_IA_SAMPLES: usize = 5000;
+
+/// Everything one client (all its threads) measured.
+#[derive(Clone, Debug, Default)]
+pub struct RawResults {
+    /// Load connections.
+    pub load: OpHists,
+    /// Measurement connections (`-C/-Q/-D`); empty when there are none.
+    pub measure: OpHists,
+    pub has_measure: bool,
+    /// Actual send − scheduled send, all connections.
+    pub send_lag: LatencyHist,
+    pub counters: Counters,
+    /// Target aggregate QPS (0 = peak).
+    pub target_qps: f64,
+    /// Seconds measured (after warmup).
+    pub measured_s: f64,
+    /// CPU seconds the client processes spent while the load ran.
+    pub cpu_s: f64,
+    /// Wall seconds the load ran (warmup included), per client.
+    pub wall_s: f64,
+    /// Load threads of all clients together.
+    pub threads: usize,
+    /// Actual send intervals multiplied by their connection's rate (unit-rate samples).
+    pub ia_samples: Vec<f64>,
+    /// Clients merged into this (1 + agents).
+    pub clients: usize,
+}
+
+impl RawResults {
+    /// The histograms the reported latency comes from: measurement connections when present.
+    pub fn reported(&self) -> &OpHists {
+        if self.has_measure {
+            &self.measure
+        } else {
+            &self.load
+        }
+    }
+
+    /// Adds another client's (or thread's) results.
+    pub fn merge(&mut self, o: &RawResults) {
+        self.load.merge(&o.load);
+        self.measure.merge(&o.measure);
+        self.has_measure |= o.has_measure;
+        self.send_lag.merge(&o.send_lag);
+        self.counters.add(&o.counters);
+        self.target_qps += o.target_qps;
+        self.measured_s = self.measured_s.max(o.measured_s);
+        self.cpu_s += o.cpu_s;
+        self.wall_s = self.wall_s.max(o.wall_s);
+        self.threads += o.threads;
+        self.clients += o.clients;
+        let room = MAX_IA_SAMPLES.saturating_sub(self.ia_samples.len());
+        self.ia_samples
+            .extend(o.ia_samples.iter().take(room).copied());
+    }
+
+    /// The form sent by a load agent (histograms as base64 HDR V2 deflate).
+    pub fn to_wire(&self) -> WireResults {
+        let h = |x: &OpHists| WireHists {
+            read: x.read.to_base64(),
+            read_uncorrected: x.read_uncorrected.to_base64(),
+            update: x.update.to_base64(),
+            update_uncorrected: x.update_uncorrected.to_base64(),
+        };
+        WireResults {
+            load: h(&self.load),
+            measure: if self.has_measure {
+                Some(h(&self.measure))
+            } else {
+                None
+            },
+            send_lag: self.send_lag.to_base64(),
+            counters: self.counters,
+            target_qps: self.target_qps,
+            measured_s: self.measured_s,
+            cpu_s: self.cpu_s,
+            wall_s: self.wall_s,
+            threads: self.threads,
+            ia_samples: self.ia_samples.clone(),
+            clients: self.clients,
+        }
+    }
+
+    /// Decodes an agent's results; `peer` names it in errors.
+    pub fn from_wire(w: &WireResults, peer: &str) -> Result<RawResults, LoadError> {
+        let dec = |name: &str, s: &str| {
+            LatencyHist::from_base64(s).map_err(|e| {
+                LoadError::agent(peer, format!("undecodable {name} histogram: {e}"))
+            })
+        };
+        let h = |x: &WireHists| -> Result<OpHists, LoadError> {
+            Ok(OpHists {
+                read: dec("read", &x.read)?,
+                read_uncorrected: dec("read_uncorrected", &x.read_uncorrected)?,
+                update: dec("update", &x.update)?,
+                update_uncorrected: dec("update_uncorrected", &x.update_uncorrected)?,
+            })
+        };
+        Ok(RawResults {
+            load: h(&w.load)?,
+            measure: match &w.measure {
+                Some(m) => h(m)?,
+                None => OpHists::default(),
+            },
+            has_measure: w.measure.is_some(),
+            send_lag: dec("send_lag", &w.send_lag)?,
+            counters: w.counters,
+            target_qps: w.target_qps,
+            measured_s: w.measured_s,
+            cpu_s: w.cpu_s,
+            wall_s: w.wall_s,
+            threads: w.threads,
+            ia_samples: w.ia_samples.clone(),
+            clients: w.clients,
+        })
+    }
+}
+
+/// Histograms of one connection class on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireHists {
+    pub read: String,
+    pub read_uncorrected: String,
+    pub update: String,
+    pub update_uncorrected: String,
+}
+
+/// [`RawResults`] on the wire (agent → master).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireResults {
+    pub load: WireHists,
+    pub measure: Option<WireHists>,
+    pub send_lag: String,
+    pub counters: Counters,
+    pub target_qps: f64,
+    pub measured_s: f64,
+    pub cpu_s: f64,
+    pub wall_s: f64,
+    pub threads: usize,
+    pub ia_samples: Vec<f64>,
+    pub clients: usize,
+}

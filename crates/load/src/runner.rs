@@ -1,0 +1,443 @@
+//! One local run: preload, plan the connections over the threads, start the workers, merge their
+//! per-second interval histograms for progress, the live feed and the HDR log, and merge their
+//! final histograms into [`RawResults`].
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::clock::{now_ns, online_cpus, process_cpu_s};
+use crate::dist::Dist;
+use crate::engine::{
+    run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan, WorkerShared,
+    INTERVAL_NS,
+};
+use crate::error::LoadError;
+use crate::feed::FeedWriter;
+use crate::hdrlog::HdrLogWriter;
+use crate::dist::KeyGenerator;
+use crate::keys::KeyChooser;
+use crate::options::{LoadOptions, Validated};
+use crate::protocol::Op;
+use crate::results::{RawResults, MAX_IA_SAMPLES};
+use crate::stats::LatencyHist;
+
+/// One second (or the last, partial interval) of a run, merged over the threads.
+#[derive(Clone, Debug)]
+pub struct Interval {
+    /// 0-based interval number since the start of the run (warmup included).
+    pub index: u64,
+    /// Seconds since the start at the end of this interval.
+    pub t_s: f64,
+    pub interval_s: f64,
+    /// Replies per second in this interval (all connections).
+    pub qps: f64,
+    /// Corrected latencies of the reported connections completed in this interval.
+    pub hist: LatencyHist,
+    /// The interval ends inside the warmup.
+    pub warmup: bool,
+}
+
+/// Records per server: mutilate divides `-r` by the number of servers.
+pub fn records_per_server(opts: &LoadOptions) -> u64 {
+    (opts.records / opts.servers.len().max(1) as u64).max(1)
+}
+
+/// How many keys were written by [`preload`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PreloadStats {
+    pub servers: usize,
+    pub records_per_server: u64,
+    pub seconds: f64,
+}
+
+/// Pipelined SETs in flight during preload.
+const PRELOAD_WINDOW: usize = 256;
+
+/// Writes every record (`-r`, split over the servers) once, pipelined, bounded in flight.
+pub fn preload(opts: &LoadOptions, v: &Validated) -> Result<PreloadStats, LoadError> {
+    let started = now_ns();
+    let records = records_per_server(opts);
+    let keys = KeyGenerator::new(v.keysize.clone(), records);
+    let protocol = opts.protocol.protocol();
+    let mut rng = crate::seeded_rng(opts.seed, 0x5eed);
+    for (label, addr) in &v.servers {
+        let err = |reason: String| LoadError::Preload {
+            addr: label.clone(),
+            reason,
+        };
+        let mut s = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(2)).map_err(
+            |source| LoadError::Connect {
+                addr: format!("{label} ({addr})"),
+                source,
+            },
+        )?;
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut out = Vec::with_capacity(PRELOAD_WINDOW * 300);
+        let mut key = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut next = 0u64;
+        while next < records {
+            out.clear();
+            let batch_end = (next + PRELOAD_WINDOW as u64).min(records);
+            for i in next..batch_end {
+                key.clear();
+                keys.write_key(i, &mut key);
+                let len = v.valuesize.sample(&mut rng).round().max(0.0) as usize;
+                protocol.encode(Op::Set, &key, len, &mut out);
+            }
+            s.write_all(&out)
+                .map_err(|e| err(format!("sending SETs: {e}")))?;
+            let mut pending = (batch_end - next) as usize;
+            let (mut start, mut end) = (0usize, 0usize);
+            while pending > 0 {
+                match protocol.parse(Op::Set, &buf[start..end]) {
+                    Ok(Some(r)) => {
+                        start += r.consumed;
+                        pending -= 1;
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(err(format!("malformed reply to SET: {e}"))),
+                }
+                if start > 0 {
+                    buf.copy_within(start..end, 0);
+                    end -= start;
+                    start = 0;
+                }
+                if end == buf.len() {
+                    buf.resize(buf.len() * 2, 0);
+                }
+                let n = s
+                    .read(&mut buf[end..])
+                    .map_err(|e| err(format!("reading SET replies: {e}")))?;
+                if n == 0 {
+                    return Err(err("server closed the connection".into()));
+                }
+                end += n;
+            }
+            next = batch_end;
+        }
+    }
+    Ok(PreloadStats {
+        servers: v.servers.len(),
+        records_per_server: records,
+        seconds: (now_ns() - started) as f64 * 1e-9,
+    })
+}
+
+/// Splits the connections over the worker threads.
+fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<WorkerPlan> {
+    let servers: Vec<SocketAddr> = v.servers.iter().map(|(_, a)| *a).collect();
+    let ncpu = online_cpus();
+    let has_measure = v.measure_connections > 0;
+    let load_conns = opts.threads * servers.len() * opts.connections;
+    let load_rate = if v.load_qps > 0 {
+        v.load_qps as f64 / load_conns as f64
+    } else {
+        0.0
+    };
+    let load_peak = opts.qps == 0;
+    let ia_at = |rate: f64| -> Option<Dist> {
+        if rate > 0.0 {
+            Dist::interarrival(&opts.iadist, rate).ok()
+        } else {
+            None
+        }
+    };
+    let mut plans = Vec::new();
+    // With -Q equal to -q no load is left for the load connections.
+    if load_rate > 0.0 || load_peak {
+        for t in 0..opts.threads {
+            let mut conns = Vec::new();
+            for addr in &servers {
+                for _ in 0..opts.connections {
+                    conns.push(ConnPlan {
+                        addr: *addr,
+                        rate: load_rate,
+                        depth: opts.depth,
+                        measure: false,
+                        ia: ia_at(load_rate),
+                        reported: !has_measure,
+                    });
+                }
+            }
+            plans.push(WorkerPlan {
+                conns,
+                cpu: opts.affinity.then_some(t % ncpu),
+                seed: base_seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            });
+        }
+    }
+    if has_measure {
+        // Measurement connections get a thread of their own so load never queues in front of them.
+        let n = v.measure_connections * servers.len();
+        let rate = v.measure_qps as f64 / n as f64;
+        let mut conns = Vec::new();
+        for addr in &servers {
+            for _ in 0..v.measure_connections {
+                conns.push(ConnPlan {
+                    addr: *addr,
+                    rate,
+                    depth: v.measure_depth,
+                    measure: true,
+                    ia: ia_at(rate),
+                    reported: true,
+                });
+            }
+        }
+        plans.push(WorkerPlan {
+            conns,
+            cpu: opts.affinity.then_some(opts.threads % ncpu),
+            seed: base_seed ^ 0xabcd_ef01_2345_6789,
+        });
+    }
+    plans
+}
+
+/// Runs the load from this process only (no agents). `progress` sees each merged second.
+pub fn run_local(
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(&Interval),
+) -> Result<RawResults, LoadError> {
+    let v = opts.validate()?;
+    if !opts.noload {
+        preload(opts, &v)?;
+    }
+    let mut feed = match &opts.feed {
+        Some(p) => Some(FeedWriter::connect(p)?),
+        None => None,
+    };
+    let mut hdr = match &opts.hdr_log {
+        Some(p) => Some(HdrLogWriter::create(p)?),
+        None => None,
+    };
+    let records = records_per_server(opts);
+    let keys = KeyGenerator::new(v.keysize.clone(), records);
+    let chooser = KeyChooser::new(opts.popularity, records)?;
+    let base_seed = opts.seed.unwrap_or_else(|| rand::rng().random());
+    let plans = plan_workers(opts, &v, base_seed);
+    let nconns: usize = plans.iter().map(|p| p.conns.len()).sum();
+    // Time to open the connections before the first send is due.
+    let setup_ns = 50_000_000 + nconns as u64 * 200_000;
+    let t0 = now_ns() + setup_ns;
+    let warm_end = t0 + (opts.warmup_s * 1e9) as u64;
+    let end = warm_end + (opts.time_s * 1e9) as u64;
+    let shared = WorkerShared {
+        protocol: opts.protocol.protocol(),
+        keys,
+        chooser,
+        valuesize: v.valuesize.clone(),
+        update: opts.update,
+        t0,
+        warm_end,
+        end,
+        drain_end: end + opts.drain_ms * 1_000_000,
+        spin_ns: opts.spin_us * 1000,
+        save: opts.save.is_some(),
+    };
+    let nworkers = plans.len();
+    let cpu_before = process_cpu_s();
+    let (tx, rx) = mpsc::channel::<IntervalMsg>();
+    let outs: Vec<Result<WorkerOut, LoadError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = plans
+            .into_iter()
+            .enumerate()
+            .map(|(id, plan)| {
+                let tx = tx.clone();
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("load-{id}"))
+                    .spawn_scoped(scope, move || run_worker(id, plan, shared, tx))
+                    .map_err(|e| LoadError::system("starting a load thread", e))
+            })
+            .collect();
+        drop(tx);
+        let mut merger = IntervalMerger::new(nworkers, t0, warm_end);
+        for msg in rx.iter() {
+            for iv in merger.add(msg) {
+                emit(&iv, progress, &mut feed, &mut hdr);
+            }
+        }
+        for iv in merger.finish(now_ns()) {
+            emit(&iv, progress, &mut feed, &mut hdr);
+        }
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(LoadError::system(
+                        "a load thread panicked",
+                        std::io::Error::other("panic"),
+                    ))
+                }),
+                Err(e) => Err(e),
+            })
+            .collect()
+    });
+    let wall_s = (now_ns().saturating_sub(t0)) as f64 * 1e-9;
+    let cpu_s = process_cpu_s() - cpu_before;
+    if let Some(h) = hdr.as_mut() {
+        h.finish()?;
+    }
+    let mut raw = RawResults {
+        has_measure: v.measure_connections > 0,
+        target_qps: opts.qps as f64,
+        measured_s: opts.time_s,
+        cpu_s,
+        wall_s,
+        threads: nworkers,
+        clients: 1,
+        ..RawResults::default()
+    };
+    let mut saved: Vec<SavedSample> = Vec::new();
+    for out in outs {
+        let out = out?;
+        raw.load.merge(&out.load);
+        raw.measure.merge(&out.measure);
+        raw.send_lag.merge(&out.send_lag);
+        raw.counters.add(&out.counters);
+        let room = MAX_IA_SAMPLES.saturating_sub(raw.ia_samples.len());
+        raw.ia_samples
+            .extend(out.ia_samples.iter().take(room).copied());
+        saved.extend(out.saved);
+    }
+    if let Some(path) = &opts.save {
+        write_samples(path, &mut saved)?;
+    }
+    Ok(raw)
+}
+
+fn emit(
+    iv: &Interval,
+    progress: &mut dyn FnMut(&Interval),
+    feed: &mut Option<FeedWriter>,
+    hdr: &mut Option<HdrLogWriter>,
+) {
+    progress(iv);
+    if let Some(f) = feed.as_mut() {
+        if let Err(e) = f.send(iv) {
+            tracing::warn!("live feed stopped: {e}");
+            *feed = None;
+        }
+    }
+    if let Some(h) = hdr.as_mut() {
+        if let Err(e) = h.log(iv) {
+            tracing::warn!("HDR interval log stopped: {e}");
+            *hdr = None;
+        }
+    }
+}
+
+/// `--save`: one line per measured request: scheduled time (s since start), latency (µs), op.
+fn write_samples(path: &std::path::Path, saved: &mut [SavedSample]) -> Result<(), LoadError> {
+    saved.sort_by_key(|s| s.sched_ns);
+    let io = |source| LoadError::Output {
+        what: "writing samples to",
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = std::fs::File::create(path).map_err(io)?;
+    let mut w = std::io::BufWriter::new(f);
+    writeln!(w, "# scheduled_s latency_us op").map_err(io)?;
+    for s in saved.iter() {
+        writeln!(
+            w,
+            "{:.9} {:.3} {}",
+            s.sched_ns as f64 * 1e-9,
+            s.latency_ns as f64 * 1e-3,
+            if s.update { "set" } else { "get" }
+        )
+        .map_err(io)?;
+    }
+    w.flush().map_err(io)
+}
+
+/// Merges per-worker interval reports into whole intervals, in order.
+struct IntervalMerger {
+    workers: usize,
+    t0: u64,
+    warm_end: u64,
+    pending: BTreeMap<u64, (LatencyHist, u64, usize)>,
+    next: u64,
+}
+
+impl IntervalMerger {
+    fn new(workers: usize, t0: u64, warm_end: u64) -> Self {
+        IntervalMerger {
+            workers,
+            t0,
+            warm_end,
+            pending: BTreeMap::new(),
+            next: 0,
+        }
+    }
+
+    fn add(&mut self, msg: IntervalMsg) -> Vec<Interval> {
+        if msg.index < self.next {
+            // A straggler for an interval already shown: fold it into the next one.
+            let e = self
+                .pending
+                .entry(self.next)
+                .or_insert_with(|| (LatencyHist::new(), 0, 0));
+            e.0.merge(&msg.hist);
+            e.1 += msg.completed;
+            return Vec::new();
+        }
+        let e = self
+            .pending
+            .entry(msg.index)
+            .or_insert_with(|| (LatencyHist::new(), 0, 0));
+        e.0.merge(&msg.hist);
+        e.1 += msg.completed;
+        e.2 += 1;
+        let _ = msg.worker;
+        // Every interval up to the newest complete one is ready.
+        let ready = self
+            .pending
+            .iter()
+            .filter(|(_, v)| v.2 >= self.workers)
+            .map(|(k, _)| *k)
+            .max();
+        match ready {
+            Some(upto) => self.take_upto(upto, None),
+            None => Vec::new(),
+        }
+    }
+
+    fn take_upto(&mut self, upto: u64, end_ns: Option<u64>) -> Vec<Interval> {
+        let mut out = Vec::new();
+        let keys: Vec<u64> = self.pending.range(..=upto).map(|(k, _)| *k).collect();
+        for k in keys {
+            let (hist, completed, _) = self.pending.remove(&k).expect("key listed");
+            let start = self.t0 + k * INTERVAL_NS;
+            let stop = match end_ns {
+                Some(e) if k == upto => e.clamp(start + 1, start + INTERVAL_NS),
+                _ => start + INTERVAL_NS,
+            };
+            let interval_s = (stop - start) as f64 * 1e-9;
+            out.push(Interval {
+                index: k,
+                t_s: (stop - self.t0) as f64 * 1e-9,
+                interval_s,
+                qps: completed as f64 / interval_s,
+                hist,
+                warmup: stop <= self.warm_end,
+            });
+            self.next = k + 1;
+        }
+        out
+    }
+
+    fn finish(&mut self, now: u64) -> Vec<Interval> {
+        match self.pending.keys().next_back().copied() {
+            Some(last) => self.take_upto(last, Some(now)),
+            None => Vec::new(),
+        }
+    }
+}

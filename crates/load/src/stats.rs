@@ -1,1 +1,0 @@
-//! Owned by loadcore; see /work/TEAM.md contracts.

@@ -1,0 +1,248 @@
+//! Test servers for the engine tests: a memcached-ASCII responder with an injected behaviour
+//! (fixed delay, a periodic stall, malformed replies), and a real memcached on a free port.
+//! Both stop when dropped, even when the test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How the fake server misbehaves.
+#[derive(Clone, Copy, Debug)]
+pub enum Behaviour {
+    /// Answer at once.
+    Prompt,
+    /// Answer each request this long after it arrived.
+    Delay(Duration),
+    /// Hold every reply due in the first `stall` of each `period` until the stall ends.
+    Stall { period: Duration, stall: Duration },
+    /// Every `every`-th GET gets a garbage line instead of a reply.
+    Malformed { every: u64 },
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+    pub requests: Arc<AtomicU64>,
+}
+
+fn sleep_until(deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(150));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl TestServer {
+    pub fn start(behaviour: Behaviour) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (stop2, req2) = (stop.clone(), requests.clone());
+        let epoch = Instant::now();
+        let accept = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (stop3, req3) = (stop2.clone(), req2.clone());
+                workers.push(std::thread::spawn(move || {
+                    serve_conn(conn, behaviour, epoch, &stop3, &req3)
+                }));
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        });
+        TestServer {
+            addr,
+            stop,
+            accept: Some(accept),
+            requests,
+        }
+    }
+
+    pub fn spec(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn serve_conn(
+    conn: TcpStream,
+    behaviour: Behaviour,
+    epoch: Instant,
+    stop: &AtomicBool,
+    requests: &AtomicU64,
+) {
+    let _ = conn.set_nodelay(true);
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    let mut line = String::new();
+    let mut gets = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        match reader.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                // A partial line may already be in `line`; keep reading it next round.
+                continue;
+            }
+            Err(_) => return,
+        }
+        if !line.ends_with('\n') {
+            continue;
+        }
+        let arrived = Instant::now();
+        let request = std::mem::take(&mut line);
+        let mut words = request.split_whitespace();
+        let reply: Vec<u8> = match words.next() {
+            Some("get") => {
+                gets += 1;
+                let key = words.next().unwrap_or("");
+                if let Behaviour::Malformed { every } = behaviour {
+                    if gets % every == 0 {
+                        let _ = writer.write_all(b"GARBAGE this is not memcached\r\n");
+                        requests.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+                format!("VALUE {key} 0 5\r\nhello\r\nEND\r\n").into_bytes()
+            }
+            Some("set") => {
+                let bytes: usize = request
+                    .split_whitespace()
+                    .nth(4)
+                    .and_then(|b| b.parse().ok())
+                    .unwrap_or(0);
+                let mut data = vec![0u8; bytes + 2];
+                if std::io::Read::read_exact(&mut reader, &mut data).is_err() {
+                    return;
+                }
+                b"STORED\r\n".to_vec()
+            }
+            _ => b"ERROR\r\n".to_vec(),
+        };
+        requests.fetch_add(1, Ordering::Relaxed);
+        match behaviour {
+            Behaviour::Delay(d) => sleep_until(arrived + d),
+            Behaviour::Stall { period, stall } => {
+                let since = arrived - epoch;
+                let phase = Duration::from_nanos(
+                    (since.as_nanos() % period.as_nanos()) as u64,
+                );
+                if phase < stall {
+                    sleep_until(arrived + (stall - phase));
+                }
+            }
+            _ => {}
+        }
+        if writer.write_all(&reply).is_err() {
+            return;
+        }
+    }
+}
+
+/// A real memcached on a free loopback port, killed on drop.
+pub struct Memcached {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Memcached {
+    /// None (with the reason printed) when memcached is not installed.
+    pub fn start(test: &str) -> Option<Memcached> {
+        let Ok(path) = which("memcached") else {
+            eprintln!("SKIP {test}: memcached is not installed (apt-get install memcached)");
+            return None;
+        };
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new(&path)
+                .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+                .args(["-t", "1", "-m", "64", "-u", "root"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn memcached");
+            let mut mc = Memcached {
+                addr: format!("127.0.0.1:{port}").parse().unwrap(),
+                child,
+            };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if TcpStream::connect(mc.addr).is_ok() {
+                    return Some(mc);
+                }
+                if let Ok(Some(_)) = mc.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = mc.child.kill();
+        }
+        panic!("memcached did not start on a free port");
+    }
+
+    pub fn spec(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    let path = std::env::var_os("PATH").ok_or(())?;
+    for dir in std::env::split_paths(&path).chain(["/usr/bin".into(), "/usr/sbin".into()]) {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(())
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
