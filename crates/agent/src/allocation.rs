@@ -103,6 +103,9 @@ pub struct Allocation {
     pub be_io_limits: Vec<IoLimit>,
     /// BE memory limit (`memory.max` / `memory.limit_in_bytes`), bytes.
     pub be_memory_limit_bytes: Option<u64>,
+    /// Kill the BE processes now (low memory: freezing would not free their memory); the runtime
+    /// restarts the configured BE commands with backoff once this is false again.
+    pub be_kill: bool,
     /// Per-LC-group CPU weights (the `weights` policy).
     pub lc_groups: Vec<LcGroupWeight>,
     /// LC thread treatment.
@@ -125,6 +128,7 @@ impl Default for Allocation {
             be_egress_ceil_bytes_per_s: None,
             be_io_limits: Vec::new(),
             be_memory_limit_bytes: None,
+            be_kill: false,
             lc_groups: Vec::new(),
             lc: LcTreatment::default(),
         }

@@ -569,7 +569,7 @@ impl Default for HybridConfig {
     fn default() -> Self {
         HybridConfig {
             interval_s: None,
-            buffer_min_cores: 0.5,
+            buffer_min_cores: 1.0,
             buffer_max_cores: 0.0,
             buffer_step_cores: 0.5,
         }
@@ -598,9 +598,16 @@ pub struct SafetyConfig {
     pub stale_disable_ms: u64,
     /// BE disabled for this long after an SLO violation, s (0 = off).
     pub violation_cooldown_s: f64,
+    /// BE grows at most once per this many ms, whatever the policy wants (grow slowly).
+    pub grow_interval_ms: u64,
+    /// No BE growth for this many ms after any shrink (hysteresis against flapping).
+    pub grow_after_shrink_ms: u64,
     /// BE disabled while MemAvailable is below this, bytes (PerfIso's low-memory kill switch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_mem_available_bytes: Option<u64>,
+    /// BE killed while memory PSI "full" avg10 is above this, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_memory_psi_full: Option<f64>,
     /// Memory limit of the BE groups, bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub be_memory_limit_bytes: Option<u64>,
@@ -617,7 +624,10 @@ impl Default for SafetyConfig {
             stale_disable_ticks: 0,
             stale_disable_ms: 30_000,
             violation_cooldown_s: 300.0,
+            grow_interval_ms: 20,
+            grow_after_shrink_ms: 100,
             min_mem_available_bytes: None,
+            max_memory_psi_full: None,
             be_memory_limit_bytes: None,
             be_io_limits: Vec::new(),
         }
@@ -630,7 +640,7 @@ impl Default for SafetyConfig {
 pub struct ApiConfig {
     /// Control socket (0600).
     pub socket: String,
-    /// Prometheus exposition address; absent = no metrics endpoint.
+    /// Prometheus exposition address (default 127.0.0.1:9464); `""` = no metrics endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
     /// Decision log file (one JSON line per decision); absent = none.
@@ -655,7 +665,9 @@ const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
 impl Config {
     /// Parses and validates a TOML document.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut config: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.normalize();
         config.validate()?;
         Ok(config)
     }
@@ -702,12 +714,25 @@ impl Config {
             };
         }
         table.insert((*last).to_string(), parsed);
-        let updated: Config = doc
+        let mut updated: Config = doc
             .try_into()
             .map_err(|e: toml::de::Error| invalid(key, value, e.message().to_string()))?;
+        updated.normalize();
         updated.validate()?;
         *self = updated;
         Ok(())
+    }
+
+    /// Spellings TOML cannot express otherwise: `api.metrics = ""` turns the endpoint off.
+    fn normalize(&mut self) {
+        if self
+            .api
+            .metrics
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
+            self.api.metrics = None;
+        }
     }
 
     /// Checks values and paths; the error names the key, the value and the reason.
@@ -1056,6 +1081,22 @@ impl Config {
             ));
         }
         non_negative("safety.violation_cooldown_s", s.violation_cooldown_s)?;
+        if let Some(p) = s.max_memory_psi_full {
+            if !(0.0..=100.0).contains(&p) {
+                return Err(invalid(
+                    "safety.max_memory_psi_full",
+                    p,
+                    "PSI is a percentage in [0, 100]",
+                ));
+            }
+        }
+        if s.grow_interval_ms > 3_600_000 || s.grow_after_shrink_ms > 3_600_000 {
+            return Err(invalid(
+                "safety.grow_interval_ms",
+                s.grow_interval_ms.max(s.grow_after_shrink_ms),
+                "growth pacing above one hour would stop BE growing",
+            ));
+        }
         for (i, io) in s.be_io_limits.iter().enumerate() {
             let ok = io
                 .device

@@ -6,3 +6,15 @@ pub mod config;
 pub mod decision;
 pub mod observation;
 pub mod policy;
+
+pub mod control;
+pub mod feed;
+pub mod lc_signal;
+pub mod metrics;
+pub mod probe;
+pub mod reconcile;
+pub mod runtime;
+pub mod scrape;
+pub mod sensors;
+pub mod state;
+pub mod supervisor;

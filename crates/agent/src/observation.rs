@@ -113,15 +113,56 @@ impl Observation {
     }
 
     /// Number of idle CPUs: `idle_cpus` when the sensor gave it, else the count of CPUs whose idle
-    /// fraction reaches `threshold` (`threshold <= 0` sums the idle fractions instead).
+    /// fraction reaches `threshold` (`threshold <= 0` sums the idle fractions instead). Non-finite
+    /// entries (a CPU with no time accounted in the interval) are unknown, not busy; with no
+    /// finite entry at all the count is unknown.
     pub fn idle_cpu_count(&self, threshold: f64) -> Option<f64> {
-        if let Some(idle) = self.idle_cpus {
-            return Some(idle);
+        if let Some(idle) = self.idle_cpus.filter(|i| i.is_finite()) {
+            return Some(idle.max(0.0));
         }
         let per_cpu = self.cpu_idle.as_ref()?;
+        let known = per_cpu.iter().filter(|f| f.is_finite());
+        known.clone().next()?;
         if threshold <= 0.0 {
-            return Some(per_cpu.iter().map(|f| f.clamp(0.0, 1.0)).sum());
+            return Some(known.map(|f| f.clamp(0.0, 1.0)).sum());
         }
-        Some(per_cpu.iter().filter(|f| **f >= threshold).count() as f64)
+        Some(known.filter(|f| **f >= threshold).count() as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_count_from_fractions_ignores_unknown_cpus() {
+        let o = Observation {
+            cpu_idle: Some(vec![1.0, f64::NAN, 0.2, 0.7]),
+            ..Observation::default()
+        };
+        assert_eq!(o.idle_cpu_count(0.5), Some(2.0));
+        assert_eq!(o.idle_cpu_count(0.0), Some(1.9));
+        let none = Observation {
+            cpu_idle: Some(vec![f64::NAN, f64::NAN]),
+            ..Observation::default()
+        };
+        assert_eq!(none.idle_cpu_count(0.5), None);
+        let direct = Observation {
+            idle_cpus: Some(3.0),
+            cpu_idle: Some(vec![0.0; 4]),
+            ..Observation::default()
+        };
+        assert_eq!(direct.idle_cpu_count(0.5), Some(3.0));
+    }
+
+    #[test]
+    fn slack_is_relative_to_the_target() {
+        let o = Observation {
+            lc_latency_us: Some(450.0),
+            ..Observation::default()
+        };
+        assert_eq!(o.slack(500.0), Some(0.1));
+        assert_eq!(o.slack(0.0), None);
+        assert_eq!(Observation::default().slack(500.0), None);
     }
 }

@@ -42,22 +42,46 @@ fn the_base_config_is_good() {
 
 #[test]
 fn cgroup_paths_that_escape_are_refused() {
-    let msg = refused_with("cgroup = \"headroom/lc\"", "cgroup = \"../../x\"", "lc.cgroup");
+    let msg = refused_with(
+        "cgroup = \"headroom/lc\"",
+        "cgroup = \"../../x\"",
+        "lc.cgroup",
+    );
     assert_eq!(msg, "lc.cgroup = \"../../x\": path escapes the cgroup root");
-    let msg = refused_with("cgroup = \"headroom/lc\"", "cgroup = \"/sys/fs/cgroup/x\"", "lc.cgroup");
+    let msg = refused_with(
+        "cgroup = \"headroom/lc\"",
+        "cgroup = \"/sys/fs/cgroup/x\"",
+        "lc.cgroup",
+    );
     assert!(msg.contains("absolute path"), "{msg}");
-    refused_with("cgroup = \"headroom/lc\"", "cgroup = \"a/../../b\"", "lc.cgroup");
+    refused_with(
+        "cgroup = \"headroom/lc\"",
+        "cgroup = \"a/../../b\"",
+        "lc.cgroup",
+    );
     refused_with("cgroup = \"headroom/lc\"", "cgroup = \"\"", "lc.cgroup");
     refused_with("cgroup = \"headroom/lc\"", "cgroup = \".\"", "lc.cgroup");
-    let msg = refused_with("cgroup = \"headroom/be\"", "cgroup = \"../be\"", "be[0].cgroup");
+    let msg = refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"../be\"",
+        "be[0].cgroup",
+    );
     assert!(msg.contains("escapes"), "{msg}");
 }
 
 #[test]
 fn be_group_overlapping_the_lc_is_refused() {
-    let msg = refused_with("cgroup = \"headroom/be\"", "cgroup = \"headroom/lc/be\"", "be[0].cgroup");
+    let msg = refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"headroom/lc/be\"",
+        "be[0].cgroup",
+    );
     assert!(msg.contains("overlaps the LC group"), "{msg}");
-    let msg = refused_with("cgroup = \"headroom/be\"", "cgroup = \"headroom\"", "be[0].cgroup");
+    let msg = refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"headroom\"",
+        "be[0].cgroup",
+    );
     assert!(msg.contains("overlaps"), "{msg}");
 }
 
@@ -76,25 +100,82 @@ fn unknown_keys_are_refused_by_name() {
 #[test]
 fn bad_values_name_key_value_and_reason() {
     let cases: &[(&str, &str)] = &[
-        ("[lc.slo]\npercentile = 100.0\n", "lc.slo.percentile = 100.0: must be in (0, 100)"),
-        ("[lc.slo]\ntarget_us = 0\n", "lc.slo.target_us = 0.0: must be a finite number > 0"),
-        ("[policy.blind]\npoll_ms = 0\n", "policy.blind.poll_ms = 0: must be in 1..=60000"),
-        ("[policy.blind]\nbuffer_cores = -1\n", "policy.blind.buffer_cores = -1.0: must be a finite number >= 0"),
-        ("[policy.blind]\nidle_threshold = 1.5\n", "policy.blind.idle_threshold = 1.5: must be a fraction in [0, 1]"),
-        ("[policy.blind]\nbe_cpus = [1, 1]\n", "policy.blind.be_cpus = [1, 1]: lists a CPU twice"),
-        ("[policy.heracles]\nload_enable = 0.9\n", "policy.heracles.load_enable = 0.9: must be <= load_disable (0.85) for hysteresis"),
-        ("[policy.heracles]\nslack_shrink = 0.2\n", "policy.heracles.slack_shrink = 0.2: must be <= slack_disallow_growth"),
-        ("[policy.heracles]\ndram_limit = 1.2\n", "policy.heracles.dram_limit = 1.2: must be a fraction in [0, 1]"),
-        ("[policy.heracles]\nbe_freq_max_mhz = 500\n", "policy.heracles.be_freq_max_mhz = 500.0: must be >= be_freq_min_mhz"),
-        ("[policy.weights]\nbe_shares = 1\n", "policy.weights.be_shares = 1: cpu.shares must be in 2..=262144"),
-        ("[policy.weights]\nlc_weight_v2 = 20000\n", "policy.weights.lc_weight_v2 = 20000: cpu.weight must be in 1..=10000"),
-        ("[policy.weights]\nw_min = 300000\n", "policy.weights.w_min = 300000: cpu.shares must be in 2..=262144"),
-        ("[policy.static-cycles]\npercent = 0\n", "policy.static-cycles.percent = 0.0: must be in (0, 100]"),
-        ("[policy.static-cycles]\nperiod_us = 10\n", "policy.static-cycles.period_us = 10: CFS period must be in 1000..=1000000 µs"),
-        ("[policy.hybrid]\nbuffer_min_cores = 3\nbuffer_max_cores = 2\n", "policy.hybrid.buffer_max_cores = 2.0: must be >= buffer_min_cores (or 0 for all CPUs)"),
-        ("[safety]\nlatency_max_age_ms = 0\n", "safety.latency_max_age_ms = 0: must be > 0"),
-        ("[[safety.be_io_limits]]\ndevice = \"sda\"\n", "safety.be_io_limits[0].device = \"sda\": expected MAJOR:MINOR, e.g. \"8:0\""),
-        ("[api]\nmetrics = \"localhost\"\n", "api.metrics = \"localhost\": expected IP:PORT, e.g. 127.0.0.1:9464"),
+        (
+            "[lc.slo]\npercentile = 100.0\n",
+            "lc.slo.percentile = 100.0: must be in (0, 100)",
+        ),
+        (
+            "[lc.slo]\ntarget_us = 0\n",
+            "lc.slo.target_us = 0.0: must be a finite number > 0",
+        ),
+        (
+            "[policy.blind]\npoll_ms = 0\n",
+            "policy.blind.poll_ms = 0: must be in 1..=60000",
+        ),
+        (
+            "[policy.blind]\nbuffer_cores = -1\n",
+            "policy.blind.buffer_cores = -1.0: must be a finite number >= 0",
+        ),
+        (
+            "[policy.blind]\nidle_threshold = 1.5\n",
+            "policy.blind.idle_threshold = 1.5: must be a fraction in [0, 1]",
+        ),
+        (
+            "[policy.blind]\nbe_cpus = [1, 1]\n",
+            "policy.blind.be_cpus = [1, 1]: lists a CPU twice",
+        ),
+        (
+            "[policy.heracles]\nload_enable = 0.9\n",
+            "policy.heracles.load_enable = 0.9: must be <= load_disable (0.85) for hysteresis",
+        ),
+        (
+            "[policy.heracles]\nslack_shrink = 0.2\n",
+            "policy.heracles.slack_shrink = 0.2: must be <= slack_disallow_growth",
+        ),
+        (
+            "[policy.heracles]\ndram_limit = 1.2\n",
+            "policy.heracles.dram_limit = 1.2: must be a fraction in [0, 1]",
+        ),
+        (
+            "[policy.heracles]\nbe_freq_max_mhz = 500\n",
+            "policy.heracles.be_freq_max_mhz = 500.0: must be >= be_freq_min_mhz",
+        ),
+        (
+            "[policy.weights]\nbe_shares = 1\n",
+            "policy.weights.be_shares = 1: cpu.shares must be in 2..=262144",
+        ),
+        (
+            "[policy.weights]\nlc_weight_v2 = 20000\n",
+            "policy.weights.lc_weight_v2 = 20000: cpu.weight must be in 1..=10000",
+        ),
+        (
+            "[policy.weights]\nw_min = 300000\n",
+            "policy.weights.w_min = 300000: cpu.shares must be in 2..=262144",
+        ),
+        (
+            "[policy.static-cycles]\npercent = 0\n",
+            "policy.static-cycles.percent = 0.0: must be in (0, 100]",
+        ),
+        (
+            "[policy.static-cycles]\nperiod_us = 10\n",
+            "policy.static-cycles.period_us = 10: CFS period must be in 1000..=1000000 µs",
+        ),
+        (
+            "[policy.hybrid]\nbuffer_min_cores = 3\nbuffer_max_cores = 2\n",
+            "policy.hybrid.buffer_max_cores = 2.0: must be >= buffer_min_cores (or 0 for all CPUs)",
+        ),
+        (
+            "[safety]\nlatency_max_age_ms = 0\n",
+            "safety.latency_max_age_ms = 0: must be > 0",
+        ),
+        (
+            "[[safety.be_io_limits]]\ndevice = \"sda\"\n",
+            "safety.be_io_limits[0].device = \"sda\": expected MAJOR:MINOR, e.g. \"8:0\"",
+        ),
+        (
+            "[api]\nmetrics = \"localhost\"\n",
+            "api.metrics = \"localhost\": expected IP:PORT, e.g. 127.0.0.1:9464",
+        ),
     ];
     for (extra, expected) in cases {
         // tables after the base config's [policy] (sub-tables of [lc] are inserted before it)
@@ -109,10 +190,22 @@ fn bad_values_name_key_value_and_reason() {
 
 #[test]
 fn sources_need_their_settings() {
-    let msg = refused_with("address = \"127.0.0.1:11211\"\n[lc.load]", "[lc.load]", "lc.latency.address");
+    let msg = refused_with(
+        "address = \"127.0.0.1:11211\"\n[lc.load]",
+        "[lc.load]",
+        "lc.latency.address",
+    );
     assert!(msg.contains("required"), "{msg}");
-    refused_with("address = \"127.0.0.1:11211\"\n[lc.load]", "address = \"nohost\"\n[lc.load]", "lc.latency.address");
-    refused_with("source = \"probe\"", "source = \"prometheus\"", "lc.latency.url");
+    refused_with(
+        "address = \"127.0.0.1:11211\"\n[lc.load]",
+        "address = \"nohost\"\n[lc.load]",
+        "lc.latency.address",
+    );
+    refused_with(
+        "source = \"probe\"",
+        "source = \"prometheus\"",
+        "lc.latency.url",
+    );
     refused_with("peak_qps = 100000", "peak_qps = 0", "lc.load.peak_qps");
 }
 
@@ -121,7 +214,10 @@ fn latency_driven_policies_need_latency_and_load() {
     let no_sources = "[lc]\nname = \"x\"\ncgroup = \"lc\"\n[policy]\nkind = \"KIND\"\n";
     for kind in ["heracles", "hybrid"] {
         let msg = refuse(&no_sources.replace("KIND", kind));
-        assert!(msg.starts_with(&format!("policy.kind = \"{kind}\": needs [lc.latency]")), "{msg}");
+        assert!(
+            msg.starts_with(&format!("policy.kind = \"{kind}\": needs [lc.latency]")),
+            "{msg}"
+        );
     }
     let msg = refuse(&format!(
         "{}[policy.weights]\nmode = \"fair\"\n",
@@ -136,11 +232,26 @@ fn latency_driven_policies_need_latency_and_load() {
 
 #[test]
 fn lc_thread_treatment_is_checked() {
-    let text = format!("{GOOD}").replacen("[lc.latency]", "[lc.threads]\nfifo_priority = 0\n[lc.latency]", 1);
-    assert_eq!(refuse(&text), "lc.threads.fifo_priority = 0: must be in 1..=99");
-    let text = GOOD.replacen("[lc.latency]", "[lc.threads]\nfifo_priority = 10\nslice_us = 100\n[lc.latency]", 1);
+    let text = GOOD.replacen(
+        "[lc.latency]",
+        "[lc.threads]\nfifo_priority = 0\n[lc.latency]",
+        1,
+    );
+    assert_eq!(
+        refuse(&text),
+        "lc.threads.fifo_priority = 0: must be in 1..=99"
+    );
+    let text = GOOD.replacen(
+        "[lc.latency]",
+        "[lc.threads]\nfifo_priority = 10\nslice_us = 100\n[lc.latency]",
+        1,
+    );
     assert!(refuse(&text).starts_with("lc.threads.slice_us = Some(100)"));
-    let text = GOOD.replacen("[lc.latency]", "[lc.threads]\nslice_us = 5\n[lc.latency]", 1);
+    let text = GOOD.replacen(
+        "[lc.latency]",
+        "[lc.threads]\nslice_us = 5\n[lc.latency]",
+        1,
+    );
     assert!(refuse(&text).contains("100..=100000"));
 }
 
@@ -150,7 +261,11 @@ fn duplicate_be_names_and_pid_command_conflicts() {
     // [[be]] after [policy] is a new array element of the top-level be table
     let msg = refuse(&text);
     assert_eq!(msg, "be[1].name = \"batch\": duplicate BE name");
-    let text = GOOD.replacen("cgroup = \"headroom/lc\"", "cgroup = \"headroom/lc\"\npids = [12]\ncommand = [\"x\"]", 1);
+    let text = GOOD.replacen(
+        "cgroup = \"headroom/lc\"",
+        "cgroup = \"headroom/lc\"\npids = [12]\ncommand = [\"x\"]",
+        1,
+    );
     assert!(refuse(&text).starts_with("lc.command = [\"x\"]: give either lc.pids or lc.command"));
 }
 
@@ -158,7 +273,10 @@ fn duplicate_be_names_and_pid_command_conflicts() {
 fn io_errors_name_the_file() {
     let err = Config::from_file(std::path::Path::new("/nonexistent/headroom.toml")).unwrap_err();
     assert!(matches!(err, ConfigError::Io { .. }));
-    assert!(err.to_string().contains("/nonexistent/headroom.toml"), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/headroom.toml"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -8,7 +8,9 @@ use headroom_agent::config::{
 fn docs_example() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policies.md");
     let text = std::fs::read_to_string(path).expect("docs/policies.md is readable");
-    let start = text.find("<!-- example-config -->").expect("example marker in docs");
+    let start = text
+        .find("<!-- example-config -->")
+        .expect("example marker in docs");
     let rest = &text[start..];
     let open = rest.find("```toml\n").expect("toml fence") + "```toml\n".len();
     let close = rest[open..].find("```").expect("closing fence");
@@ -80,18 +82,31 @@ metrics = "127.0.0.1:9464"      # Prometheus exposition; localhost by default
 
 #[test]
 fn defaults_are_the_papers_constants() {
-    let c = Config::from_toml_str("[lc]\nname = \"x\"\ncgroup = \"lc\"\n[policy]\nkind = \"none\"\n")
-        .unwrap();
+    let c =
+        Config::from_toml_str("[lc]\nname = \"x\"\ncgroup = \"lc\"\n[policy]\nkind = \"none\"\n")
+            .unwrap();
     let h = &c.policy.heracles;
     assert_eq!(
         (h.interval_s, h.cooldown_s, h.load_disable, h.load_enable),
         (15.0, 300.0, 0.85, 0.80)
     );
     assert_eq!((h.slack_disallow_growth, h.slack_shrink), (0.10, 0.05));
-    assert_eq!((h.slack_shrink_action, h.slack_shrink_cores), (LowSlackAction::Keep, 2));
-    assert_eq!((h.cores_interval_s, h.dram_limit, h.initial_llc_frac), (2.0, 0.90, 0.10));
-    assert_eq!((h.power_interval_s, h.power_tdp_frac, h.freq_step_mhz), (2.0, 0.90, 100.0));
-    assert_eq!((h.net_interval_s, h.net_link_headroom, h.net_lc_headroom), (1.0, 0.05, 0.10));
+    assert_eq!(
+        (h.slack_shrink_action, h.slack_shrink_cores),
+        (LowSlackAction::Keep, 2)
+    );
+    assert_eq!(
+        (h.cores_interval_s, h.dram_limit, h.initial_llc_frac),
+        (2.0, 0.90, 0.10)
+    );
+    assert_eq!(
+        (h.power_interval_s, h.power_tdp_frac, h.freq_step_mhz),
+        (2.0, 0.90, 100.0)
+    );
+    assert_eq!(
+        (h.net_interval_s, h.net_link_headroom, h.net_lc_headroom),
+        (1.0, 0.05, 0.10)
+    );
     let w = &c.policy.weights;
     assert_eq!(w.mode, WeightsMode::Static);
     assert_eq!((w.lc_shares, w.be_shares, w.interval_s), (10_000, 2, 5.0));
@@ -124,10 +139,24 @@ fn set_accepts_typed_and_bare_values() {
     assert_eq!(c.policy.weights.mode, WeightsMode::Fair);
     c.set("policy.static-cores.cpus", "[2, 3]").unwrap();
     assert_eq!(c.policy.static_cores.cpus, vec![2, 3]);
-    c.set("policy.heracles.guaranteed_freq_mhz", "2200").unwrap();
+    c.set("policy.heracles.guaranteed_freq_mhz", "2200")
+        .unwrap();
     assert_eq!(c.policy.heracles.guaranteed_freq_mhz, Some(2200.0));
     c.set("lc.slo.target_us", "800").unwrap();
     assert_eq!(c.lc.slo.target_us, 800.0);
     c.set("policy.kind", "heracles").unwrap();
     assert_eq!(c.policy.kind, PolicyKind::Heracles);
+}
+
+#[test]
+fn metrics_endpoint_can_be_turned_off() {
+    let base = "[lc]\nname = \"x\"\ncgroup = \"lc\"\n[policy]\nkind = \"none\"\n";
+    let c = Config::from_toml_str(base).unwrap();
+    assert_eq!(
+        c.api.metrics.as_deref(),
+        Some("127.0.0.1:9464"),
+        "localhost by default"
+    );
+    let c = Config::from_toml_str(&format!("{base}[api]\nmetrics = \"\"\n")).unwrap();
+    assert_eq!(c.api.metrics, None);
 }

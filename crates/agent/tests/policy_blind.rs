@@ -57,12 +57,24 @@ fn grows_to_leave_b_idle_and_shrinks_at_once_on_a_load_step() {
             let expected = (n_f - lc - b_f).max(0.0);
             let i = (n_f - s - lc).max(0.0);
             let d = b.decide(&idle(i), ms(t));
-            assert!(d.reason.ends_with(":shrink"), "n={n} B={buffer}: {}", d.reason);
-            assert_eq!(b.be_cpus(), (s - (b_f - i)).max(0.0), "shrinks by B - I at once");
+            assert!(
+                d.reason.ends_with(":shrink"),
+                "n={n} B={buffer}: {}",
+                d.reason
+            );
+            assert_eq!(
+                b.be_cpus(),
+                (s - (b_f - i)).max(0.0),
+                "shrinks by B - I at once"
+            );
             // each poll takes back what the buffer lacks: done within ceil(lc / B) polls
             let polls = (lc / b_f).ceil() as u64;
             let (t, _) = simulate(&mut b, n_f, lc, t + 1, polls - 1);
-            assert_eq!(b.be_cpus(), expected, "n={n} B={buffer}: shrunk in {polls} polls");
+            assert_eq!(
+                b.be_cpus(),
+                expected,
+                "n={n} B={buffer}: shrunk in {polls} polls"
+            );
             let d = b.decide(&idle((n_f - b.be_cpus() - lc).max(0.0)), ms(t));
             let cpus = d.allocation.be_cpus.clone().unwrap_or_default();
             if expected > 0.0 {
@@ -121,7 +133,11 @@ fn never_gives_be_the_lc_pinned_cpus() {
         let cpus = d.allocation.be_cpus.unwrap_or_default();
         assert!(cpus.iter().all(|c| *c > 2), "BE got an LC CPU: {cpus:?}");
     }
-    assert_eq!(b.be_cpus(), 5.0, "max S = the 5 CPUs the LC is not pinned to");
+    assert_eq!(
+        b.be_cpus(),
+        5.0,
+        "max S = the 5 CPUs the LC is not pinned to"
+    );
     // LC affinity covering every CPU is "not pinned"
     let o = Observation {
         idle_cpus: Some(8.0),
@@ -132,7 +148,8 @@ fn never_gives_be_the_lc_pinned_cpus() {
     b.decide(&o, ms(101));
     assert_eq!(b.be_cpus(), 7.0);
     // configured pinning counts too
-    let cfg = config("[lc.threads]\npin = true\ncpus = [6, 7]\n[policy.blind]\ngrow_interval_ms = 0\n");
+    let cfg =
+        config("[lc.threads]\npin = true\ncpus = [6, 7]\n[policy.blind]\ngrow_interval_ms = 0\n");
     let mut b = Blind::new(&cfg, &MachineInfo::with_cpus(8));
     for t in 0..20 {
         let d = b.decide(&idle(8.0), ms(t));
@@ -156,7 +173,11 @@ fn minimum_s_is_kept_and_zero_freezes_be() {
     let d = b.decide(&idle(0.0), ms(2));
     assert_eq!(b.be_cpus(), 0.0);
     assert!(!d.allocation.be_enabled, "S = 0 freezes BE");
-    assert_eq!(d.allocation.be_cpus, Some(vec![2, 3]), "frozen on its last cpuset");
+    assert_eq!(
+        d.allocation.be_cpus,
+        Some(vec![2, 3]),
+        "frozen on its last cpuset"
+    );
 }
 
 #[test]
@@ -178,8 +199,16 @@ fn fractional_buffer_on_a_two_cpu_machine_uses_a_quota() {
     }
     let d = last.unwrap();
     assert_eq!(b.be_cpus(), 0.5);
-    assert_eq!(d.allocation.be_cpus, Some(vec![1]), "whole CPUs via the cpuset");
-    assert_eq!(d.allocation.be_quota_pct, Some(50.0), "the fraction via a quota");
+    assert_eq!(
+        d.allocation.be_cpus,
+        Some(vec![1]),
+        "whole CPUs via the cpuset"
+    );
+    assert_eq!(
+        d.allocation.be_quota_pct,
+        Some(50.0),
+        "the fraction via a quota"
+    );
     assert_eq!(d.allocation.be_quota_period_us, Some(100_000));
     // LC needs half a CPU more: idle 1.0 < B = 1.5 → S 0.5 → 0.0 frozen
     let d = b.decide(&idle(1.0), ms(100));
@@ -189,7 +218,8 @@ fn fractional_buffer_on_a_two_cpu_machine_uses_a_quota() {
 
 #[test]
 fn idle_from_per_cpu_fractions_with_a_threshold() {
-    let cfg = config("[policy.blind]\nbuffer_cores = 1\nidle_threshold = 0.5\ngrow_interval_ms = 0\n");
+    let cfg =
+        config("[policy.blind]\nbuffer_cores = 1\nidle_threshold = 0.5\ngrow_interval_ms = 0\n");
     let mut b = Blind::new(&cfg, &MachineInfo::with_cpus(4));
     let o = Observation {
         cpu_idle: Some(vec![0.9, 0.6, 0.2, 0.95]),
@@ -204,10 +234,14 @@ fn idle_from_per_cpu_fractions_with_a_threshold() {
 
 #[test]
 fn hysteresis_delays_growth() {
-    let cfg = config("[policy.blind]\nbuffer_cores = 1\nhysteresis_cpus = 1\ngrow_interval_ms = 0\n");
+    let cfg =
+        config("[policy.blind]\nbuffer_cores = 1\nhysteresis_cpus = 1\ngrow_interval_ms = 0\n");
     let mut b = Blind::new(&cfg, &MachineInfo::with_cpus(8));
     let d = b.decide(&idle(2.0), ms(0));
-    assert_eq!(d.reason, "blind:idle=buffer:steady", "I = B + 1 is within hysteresis");
+    assert_eq!(
+        d.reason, "blind:idle=buffer:steady",
+        "I = B + 1 is within hysteresis"
+    );
     let d = b.decide(&idle(2.5), ms(1));
     assert_eq!(d.reason, "blind:idle>buffer:grow");
 }

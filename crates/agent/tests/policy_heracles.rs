@@ -44,7 +44,9 @@ fn obs(slack: f64, load: f64) -> Observation {
 }
 
 fn state_u64(d: &headroom_agent::decision::Decision, key: &str) -> u64 {
-    d.state[key].as_u64().unwrap_or_else(|| panic!("state.{key} in {}", d.state))
+    d.state[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("state.{key} in {}", d.state))
 }
 
 // ---------------- Alg. 1 ----------------
@@ -53,7 +55,11 @@ fn state_u64(d: &headroom_agent::decision::Decision, key: &str) -> u64 {
 fn alg1_negative_slack_disables_with_five_minute_cooldown() {
     let mut h = Heracles::new(&config(""), &MachineInfo::with_cpus(8));
     let d = h.decide(&obs(0.4, 0.5), at(0.0));
-    assert!(d.allocation.be_enabled, "load 0.5, slack 0.4 enables BE: {}", d.reason);
+    assert!(
+        d.allocation.be_enabled,
+        "load 0.5, slack 0.4 enables BE: {}",
+        d.reason
+    );
     let d = h.decide(&obs(-0.01, 0.5), at(15.0));
     assert!(!d.allocation.be_enabled);
     assert_eq!(d.reason, "heracles:slack<0:disable");
@@ -61,11 +67,18 @@ fn alg1_negative_slack_disables_with_five_minute_cooldown() {
     let mut t = 30.0;
     while t < 315.0 {
         let d = h.decide(&obs(0.5, 0.3), at(t));
-        assert!(!d.allocation.be_enabled, "re-enabled during cooldown at t={t}");
+        assert!(
+            !d.allocation.be_enabled,
+            "re-enabled during cooldown at t={t}"
+        );
         t += 15.0;
     }
     let d = h.decide(&obs(0.5, 0.3), at(315.0));
-    assert!(d.allocation.be_enabled, "enabled after the cooldown: {}", d.reason);
+    assert!(
+        d.allocation.be_enabled,
+        "enabled after the cooldown: {}",
+        d.reason
+    );
 }
 
 #[test]
@@ -148,6 +161,8 @@ fn alg1_unknown_latency_changes_nothing() {
     let d = h.decide(&Observation::default(), at(0.0));
     assert!(!d.allocation.be_enabled, "BE starts disabled");
     assert_eq!(d.reason, "heracles:no-latency-or-load:hold");
+    // looked at again after 1 s, not 15 s
+    assert!(h.decide(&obs(0.5, 0.5), at(1.0)).allocation.be_enabled);
 }
 
 // ---------------- Alg. 2 ----------------
@@ -194,7 +209,11 @@ fn alg2_no_be_benefit_switches_to_grow_cores() {
     h.decide(&dram(obs(0.5, 0.5), 30e9, 5e9, 100.0), at(2.0));
     let d = h.decide(&dram(obs(0.5, 0.5), 29e9, 4e9, 100.0), at(4.0));
     assert_eq!(d.reason, "heracles:llc-no-be-benefit:grow-cores");
-    assert_eq!(d.allocation.be_llc_ways, Some(3), "no rollback: bandwidth fell");
+    assert_eq!(
+        d.allocation.be_llc_ways,
+        Some(3),
+        "no rollback: bandwidth fell"
+    );
     assert_eq!(d.state["phase"], "GROW_CORES");
 }
 
@@ -214,7 +233,11 @@ fn alg2_cores_that_would_saturate_dram_switch_to_grow_llc() {
     let cfg = config("[policy.heracles]\ninitial_llc_frac = 0.95\n");
     let mut h = Heracles::new(&cfg, &MachineInfo::with_cpus(8));
     let d = h.decide(&dram(obs(0.5, 0.5), 30e9, 5e9, 100.0), at(0.0));
-    assert_eq!(d.allocation.be_llc_ways, Some(19), "LC keeps at least one way");
+    assert_eq!(
+        d.allocation.be_llc_ways,
+        Some(19),
+        "LC keeps at least one way"
+    );
     // the LLC cannot grow further: GROW_LLC → GROW_CORES
     let d = h.decide(&dram(obs(0.5, 0.5), 89e9, 5e9, 100.0), at(2.0));
     assert_eq!(d.state["phase"], "GROW_CORES");
@@ -236,9 +259,19 @@ fn alg2_without_resctrl_grows_cores_only_and_says_why() {
     }
     let d = last.unwrap();
     assert_eq!(d.allocation.be_llc_ways, None);
-    assert!(d.state["subcontrollers"]["llc"].as_str().unwrap().starts_with("disabled"));
-    assert!(d.state["subcontrollers"]["dram"].as_str().unwrap().starts_with("disabled"));
-    assert!(state_u64(&d, "be_cores") >= 4, "cores still grow: {}", d.state);
+    assert!(d.state["subcontrollers"]["llc"]
+        .as_str()
+        .unwrap()
+        .starts_with("disabled"));
+    assert!(d.state["subcontrollers"]["dram"]
+        .as_str()
+        .unwrap()
+        .starts_with("disabled"));
+    assert!(
+        state_u64(&d, "be_cores") >= 4,
+        "cores still grow: {}",
+        d.state
+    );
 }
 
 #[test]
@@ -247,7 +280,11 @@ fn alg2_keeps_one_cpu_for_lc_and_be_on_one_socket() {
     let t = grow_to(&mut h, 1, 0.0);
     for i in 1..10 {
         let d = h.decide(&obs(0.5, 0.5), at(t + i as f64 * 2.0));
-        assert_eq!(d.allocation.be_cpus, Some(vec![1]), "2-CPU machine: BE max 1 CPU");
+        assert_eq!(
+            d.allocation.be_cpus,
+            Some(vec![1]),
+            "2-CPU machine: BE max 1 CPU"
+        );
     }
     let mut m = MachineInfo::with_cpus(8);
     m.sockets = vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]];
@@ -283,7 +320,11 @@ fn alg3_lowers_be_frequency_near_tdp_and_raises_it_back() {
     let d = h.decide(&power(obs(0.5, 0.5), 95.0, 2000.0), at(2.0));
     assert_eq!(d.allocation.be_freq_khz, Some(2_800_000));
     let d = h.decide(&power(obs(0.5, 0.5), 95.0, 2000.0), at(4.0));
-    assert_eq!(d.allocation.be_freq_khz, Some(2_800_000), "floor at be_freq_min_mhz");
+    assert_eq!(
+        d.allocation.be_freq_khz,
+        Some(2_800_000),
+        "floor at be_freq_min_mhz"
+    );
     // near TDP but LC at its guaranteed frequency: no change (both conditions are needed)
     let d = h.decide(&power(obs(0.5, 0.5), 95.0, 2300.0), at(6.0));
     assert_eq!(d.allocation.be_freq_khz, Some(2_800_000));
@@ -291,7 +332,10 @@ fn alg3_lowers_be_frequency_near_tdp_and_raises_it_back() {
     let d = h.decide(&power(obs(0.5, 0.5), 80.0, 2300.0), at(8.0));
     assert_eq!(d.allocation.be_freq_khz, Some(2_900_000));
     let d = h.decide(&power(obs(0.5, 0.5), 80.0, 2300.0), at(10.0));
-    assert_eq!(d.allocation.be_freq_khz, None, "back at the maximum = uncapped");
+    assert_eq!(
+        d.allocation.be_freq_khz, None,
+        "back at the maximum = uncapped"
+    );
 }
 
 #[test]
@@ -327,7 +371,11 @@ fn alg4_be_ceiling_is_link_minus_lc_minus_headroom_every_second() {
     let d = h.decide(&net(obs(0.5, 0.5), 100e6), at(0.0));
     assert_eq!(d.allocation.be_egress_ceil_bytes_per_s, Some(1_087_500_000));
     let d = h.decide(&net(obs(0.5, 0.5), 800e6), at(0.5));
-    assert_eq!(d.allocation.be_egress_ceil_bytes_per_s, Some(1_087_500_000), "1 s period");
+    assert_eq!(
+        d.allocation.be_egress_ceil_bytes_per_s,
+        Some(1_087_500_000),
+        "1 s period"
+    );
     // headroom max(62.5, 80) = 80 MB/s
     let d = h.decide(&net(obs(0.5, 0.5), 800e6), at(1.0));
     assert_eq!(d.allocation.be_egress_ceil_bytes_per_s, Some(370_000_000));

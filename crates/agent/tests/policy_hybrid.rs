@@ -136,3 +136,32 @@ fn buffer_stays_within_its_bounds() {
     }
     assert_eq!(h.buffer(), 4.0);
 }
+
+#[test]
+fn unknown_latency_is_retried_after_a_second_not_a_window() {
+    let text = BASE.replace("window_s = 1", "window_s = 15");
+    let mut h = Hybrid::new(
+        &Config::from_toml_str(&text).unwrap(),
+        &MachineInfo::with_cpus(8),
+    );
+    let d = h.decide(&Observation::default(), ms(0));
+    assert_eq!(d.reason, "hybrid:no-latency-or-load:hold");
+    assert!(!d.allocation.be_enabled);
+    assert!(!h.decide(&obs(0.5, 0.5, 8.0), ms(999)).allocation.be_enabled);
+    assert!(
+        h.decide(&obs(0.5, 0.5, 8.0), ms(1000))
+            .allocation
+            .be_enabled
+    );
+    // with data, the next evaluation is a whole window later
+    assert!(
+        h.decide(&obs(-0.5, 0.5, 8.0), ms(15_999))
+            .allocation
+            .be_enabled
+    );
+    assert!(
+        !h.decide(&obs(-0.5, 0.5, 8.0), ms(16_000))
+            .allocation
+            .be_enabled
+    );
+}

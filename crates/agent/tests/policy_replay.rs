@@ -40,7 +40,11 @@ stale_disable_ms = 40
 fn observation(i: u64, be_cpus: f64) -> Observation {
     let wave = ((i as f64) / 37.0).sin();
     let load = 0.5 + 0.4 * wave;
-    let latency = if (300..310).contains(&i) { 700.0 } else { 250.0 + 150.0 * wave };
+    let latency = if (300..310).contains(&i) {
+        700.0
+    } else {
+        250.0 + 150.0 * wave
+    };
     let stale = (500..560).contains(&i);
     Observation {
         lc_latency_us: (!stale).then_some(latency),
@@ -72,7 +76,13 @@ fn record(config: &Config, machine: &MachineInfo, ticks: u64) -> Vec<String> {
         let obs = observation(i, be);
         let d = p.decide(&obs, now);
         be = d.allocation.be_cpu_capacity(machine.cpus.len());
-        let rec = DecisionRecord::new(now, 1_700_000_000_000 + now.as_millis() as u64, config.policy.kind.as_str(), &obs, &d);
+        let rec = DecisionRecord::new(
+            now,
+            1_700_000_000_000 + now.as_millis() as u64,
+            config.policy.kind.as_str(),
+            &obs,
+            &d,
+        );
         lines.push(rec.to_json_line());
     }
     lines
@@ -88,11 +98,20 @@ fn parse(lines: &[String]) -> Vec<DecisionRecord> {
 #[test]
 fn every_policy_replays_identically() {
     let machine = MachineInfo::with_cpus(8);
-    for kind in ["none", "static-cores", "static-cycles", "weights", "blind", "heracles", "hybrid"] {
+    for kind in [
+        "none",
+        "static-cores",
+        "static-cycles",
+        "weights",
+        "blind",
+        "heracles",
+        "hybrid",
+    ] {
         let config = Config::from_toml_str(&CONFIG.replace("KIND", kind)).expect("valid");
         let lines = record(&config, &machine, 1000);
         let records = parse(&lines);
-        let reasons: std::collections::BTreeSet<_> = records.iter().map(|r| r.reason.clone()).collect();
+        let reasons: std::collections::BTreeSet<_> =
+            records.iter().map(|r| r.reason.clone()).collect();
         let mismatches = decision::replay(&config, &machine, &records);
         assert!(
             mismatches.is_empty(),
@@ -101,7 +120,10 @@ fn every_policy_replays_identically() {
             mismatches[0]
         );
         if kind == "hybrid" || kind == "blind" || kind == "heracles" {
-            assert!(reasons.len() >= 4, "{kind}: the script exercises the policy: {reasons:?}");
+            assert!(
+                reasons.len() >= 4,
+                "{kind}: the script exercises the policy: {reasons:?}"
+            );
         }
     }
 }
@@ -115,12 +137,25 @@ fn a_tampered_log_is_reported_at_the_right_record() {
     records[200].reason = "hybrid:forged".into();
     let mismatches = decision::replay(&config, &machine, &records);
     assert_eq!(mismatches.len(), 2, "{mismatches:?}");
-    assert_eq!((mismatches[0].index, mismatches[0].field.as_str()), (123, "allocation"));
-    assert_eq!((mismatches[1].index, mismatches[1].field.as_str()), (200, "reason"));
+    assert_eq!(
+        (mismatches[0].index, mismatches[0].field.as_str()),
+        (123, "allocation")
+    );
+    assert_eq!(
+        (mismatches[1].index, mismatches[1].field.as_str()),
+        (200, "reason")
+    );
     assert_eq!(mismatches[1].recorded, serde_json::json!("hybrid:forged"));
     // a different config does not reproduce the log
-    let other = Config::from_toml_str(&CONFIG.replace("KIND", "hybrid").replace("buffer_cores = 1.5", "buffer_cores = 3")).unwrap();
-    assert!(!decision::replay(&other, &machine, &parse(&record(&config, &machine, 400))).is_empty());
+    let other = Config::from_toml_str(
+        &CONFIG
+            .replace("KIND", "hybrid")
+            .replace("buffer_cores = 1.5", "buffer_cores = 3"),
+    )
+    .unwrap();
+    assert!(
+        !decision::replay(&other, &machine, &parse(&record(&config, &machine, 400))).is_empty()
+    );
 }
 
 #[test]
@@ -129,11 +164,28 @@ fn record_json_has_the_contract_keys() {
     let config = Config::from_toml_str(&CONFIG.replace("KIND", "blind")).expect("valid");
     let line = &record(&config, &machine, 3)[2];
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    for key in ["t_ms", "t_unix_ms", "policy", "observation", "allocation", "reason", "state"] {
+    for key in [
+        "t_ms",
+        "t_unix_ms",
+        "policy",
+        "observation",
+        "allocation",
+        "reason",
+        "state",
+    ] {
         assert!(v.get(key).is_some(), "missing {key} in {line}");
     }
-    for key in ["be_enabled", "be_cpus", "be_cpu_weight", "be_cpu_idle", "be_quota_pct"] {
-        assert!(v["allocation"].get(key).is_some(), "allocation lacks {key}: {line}");
+    for key in [
+        "be_enabled",
+        "be_cpus",
+        "be_cpu_weight",
+        "be_cpu_idle",
+        "be_quota_pct",
+    ] {
+        assert!(
+            v["allocation"].get(key).is_some(),
+            "allocation lacks {key}: {line}"
+        );
     }
     assert_eq!(v["policy"], "blind");
 }

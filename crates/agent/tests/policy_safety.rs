@@ -27,6 +27,8 @@ grow_interval_ms = 0
 latency_max_age_ms = 2000
 stale_disable_ms = 100
 violation_cooldown_s = 60
+grow_interval_ms = 0
+grow_after_shrink_ms = 0
 "#;
 
 fn cfg(text: &str) -> Config {
@@ -79,7 +81,13 @@ fn stale_latency_stops_growth_then_disables_be() {
     assert_eq!(d.reason, "safety:latency-unknown:no-growth");
     assert_eq!(n_be(&d), 3, "blind wanted 4; held at 3");
     // shrinking still passes
-    let d = p.decide(&Observation { idle_cpus: Some(0.0), ..stale.clone() }, ms(t + 1));
+    let d = p.decide(
+        &Observation {
+            idle_cpus: Some(0.0),
+            ..stale.clone()
+        },
+        ms(t + 1),
+    );
     assert_eq!(n_be(&d), 2);
     // after stale_disable_ms of it, BE is disabled
     let d = p.decide(&stale, ms(t + 100));
@@ -93,10 +101,16 @@ fn stale_latency_stops_growth_then_disables_be() {
 
 #[test]
 fn unknown_latency_and_tick_count_limit() {
-    let text = BLIND_WITH_LATENCY.replace("stale_disable_ms = 100", "stale_disable_ms = 0\nstale_disable_ticks = 3");
+    let text = BLIND_WITH_LATENCY.replace(
+        "stale_disable_ms = 100",
+        "stale_disable_ms = 0\nstale_disable_ticks = 3",
+    );
     let mut p = policy::build(&cfg(&text), &MachineInfo::with_cpus(8));
     let t = grown(p.as_mut(), 2);
-    let unknown = Observation { idle_cpus: Some(6.0), ..Observation::default() };
+    let unknown = Observation {
+        idle_cpus: Some(6.0),
+        ..Observation::default()
+    };
     assert_eq!(n_be(&p.decide(&unknown, ms(t))), 2);
     assert_eq!(n_be(&p.decide(&unknown, ms(t + 1))), 2);
     let d = p.decide(&unknown, ms(t + 2));
@@ -129,10 +143,23 @@ fn low_memory_disables_be_and_static_limits_are_applied() {
     assert!(d.allocation.be_enabled);
     assert_eq!(d.allocation.be_memory_limit_bytes, Some(5_000_000));
     assert_eq!(d.allocation.be_io_limits.len(), 1);
+    assert!(!d.allocation.be_kill);
     o.mem_available_bytes = Some(500_000);
     let d = p.decide(&o, ms(1));
-    assert_eq!(d.reason, "safety:low-memory:disable");
+    assert_eq!(d.reason, "safety:low-memory:kill");
     assert!(!d.allocation.be_enabled);
+    assert!(d.allocation.be_kill, "freezing would keep BE's memory");
+    o.mem_available_bytes = Some(2_000_000);
+    let d = p.decide(&o, ms(2));
+    assert!(!d.allocation.be_kill);
+    // memory pressure stalls count too
+    let text = format!("{BLIND_WITH_LATENCY}max_memory_psi_full = 5.0\n");
+    let mut p = policy::build(&cfg(&text), &MachineInfo::with_cpus(8));
+    let mut o = fresh(100.0, 6.0);
+    o.psi_memory_full = Some(12.5);
+    let d = p.decide(&o, ms(0));
+    assert_eq!(d.reason, "safety:memory-pressure:kill");
+    assert!(d.allocation.be_kill);
 }
 
 /// A policy that misbehaves: restricts the LC and gives BE everything.
@@ -148,9 +175,16 @@ impl Policy for Rogue {
             be_cpu_idle: Some(true),
             ..Allocation::default()
         };
-        a.lc.cpu_weight = Some(CpuWeight { shares: 2, weight: 1 });
+        a.lc.cpu_weight = Some(CpuWeight {
+            shares: 2,
+            weight: 1,
+        });
         a.lc.fifo_priority = Some(50);
-        Decision { allocation: a, reason: "rogue:all".into(), state: serde_json::json!({}) }
+        Decision {
+            allocation: a,
+            reason: "rogue:all".into(),
+            state: serde_json::json!({}),
+        }
     }
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1)
@@ -166,18 +200,39 @@ fn lc_is_never_restricted_and_missing_mechanisms_are_dropped() {
     m.mechanisms.resctrl_l3 = false;
     m.mechanisms.cpu_idle = false;
     let mut p = Guarded::wrap(&config, &m, Box::new(Rogue));
-    let o = Observation { lc_cpus: Some(vec![2]), ..Observation::default() };
+    let o = Observation {
+        lc_cpus: Some(vec![2]),
+        ..Observation::default()
+    };
     let d = p.decide(&o, ms(0));
-    assert_eq!(d.allocation.be_cpus, Some(vec![3, 4, 5, 6, 7]), "LC CPUs 0-2 removed");
-    assert_eq!(d.allocation.lc.cpu_weight, Some(CpuWeight::DEFAULT), "LC weight floor");
-    assert_eq!(d.allocation.lc.fifo_priority, None, "LC treatment only from config");
+    assert_eq!(
+        d.allocation.be_cpus,
+        Some(vec![3, 4, 5, 6, 7]),
+        "LC CPUs 0-2 removed"
+    );
+    assert_eq!(
+        d.allocation.lc.cpu_weight,
+        Some(CpuWeight::DEFAULT),
+        "LC weight floor"
+    );
+    assert_eq!(
+        d.allocation.lc.fifo_priority, None,
+        "LC treatment only from config"
+    );
     assert_eq!(d.allocation.lc.slice_us, Some(100));
     assert_eq!(d.allocation.lc.pin_cpus, Some(vec![0, 1]));
     assert_eq!(d.allocation.be_llc_ways, None);
     assert_eq!(d.allocation.be_cpu_idle, None);
-    assert_eq!(d.allocation.be_cpu_weight, Some(CpuWeight::BATCH), "idle → weight 2");
+    assert_eq!(
+        d.allocation.be_cpu_weight,
+        Some(CpuWeight::BATCH),
+        "idle → weight 2"
+    );
     let dropped = d.state["safety"]["unavailable"].to_string();
-    assert!(dropped.contains("resctrl_l3") && dropped.contains("cpu_idle"), "{dropped}");
+    assert!(
+        dropped.contains("resctrl_l3") && dropped.contains("cpu_idle"),
+        "{dropped}"
+    );
 }
 
 #[test]
@@ -204,7 +259,8 @@ fn pause_holds_the_last_decision_and_resume_continues() {
 fn set_changes_a_parameter_live_with_validation() {
     let mut p = policy::build(&cfg(BLIND_WITH_LATENCY), &MachineInfo::with_cpus(8));
     let t = grown(p.as_mut(), 3);
-    p.set_param("policy.blind.buffer_cores", "3").expect("valid change");
+    p.set_param("policy.blind.buffer_cores", "3")
+        .expect("valid change");
     // I = 2 < B = 3 now → shrink
     let d = p.decide(&fresh(100.0, 2.0), ms(t));
     assert_eq!(n_be(&d), 2);
@@ -215,13 +271,19 @@ fn set_changes_a_parameter_live_with_validation() {
         "policy.blind.buffer_cores = -1.0: must be a finite number >= 0"
     );
     let err = p.set_param("lc.cgroup", "\"x\"").unwrap_err();
-    assert!(matches!(err, ConfigError::Invalid { ref key, .. } if key == "lc.cgroup"), "{err}");
+    assert!(
+        matches!(err, ConfigError::Invalid { ref key, .. } if key == "lc.cgroup"),
+        "{err}"
+    );
     let err = p.set_param("policy.blind.no_such_key", "1").unwrap_err();
     assert!(err.to_string().contains("no_such_key"), "{err}");
-    let err = p.set_param("policy.heracles.load_enable", "0.9").unwrap_err();
+    let err = p
+        .set_param("policy.heracles.load_enable", "0.9")
+        .unwrap_err();
     assert!(err.to_string().contains("load_enable"), "{err}");
     // changing the kind rebuilds the policy
-    p.set_param("policy.kind", "static-cores").expect("kind change");
+    p.set_param("policy.kind", "static-cores")
+        .expect("kind change");
     assert_eq!(p.name(), "static-cores");
 }
 
@@ -234,4 +296,36 @@ fn none_baseline_is_not_subject_to_latency_rules() {
     assert_eq!(d.reason, "none:unrestricted");
     let d = p.decide(&Observation::default(), ms(1000));
     assert!(d.allocation.be_enabled);
+}
+
+#[test]
+fn growth_is_paced_and_waits_after_a_shrink() {
+    let text = BLIND_WITH_LATENCY.replace(
+        "grow_interval_ms = 0\ngrow_after_shrink_ms = 0",
+        "grow_interval_ms = 10\ngrow_after_shrink_ms = 100",
+    );
+    let mut p = policy::build(&cfg(&text), &MachineInfo::with_cpus(8));
+    // blind alone would grow every 1 ms tick; the wrapper lets it grow every 10 ms
+    let mut sizes = Vec::new();
+    for t in 0..31 {
+        let d = p.decide(&fresh(100.0, 6.0), ms(t));
+        sizes.push(n_be(&d));
+    }
+    assert_eq!(sizes[0], 1);
+    assert_eq!(sizes[9], 1, "paced: {sizes:?}");
+    assert_eq!(sizes[10], 2);
+    assert_eq!(sizes[30], 4);
+    let d = p.decide(&fresh(100.0, 6.0), ms(31));
+    assert_eq!(d.reason, "safety:grow-paced:hold");
+    // shrink passes at once, then no growth for 100 ms
+    let d = p.decide(&fresh(100.0, 0.0), ms(40));
+    assert_eq!(n_be(&d), 3);
+    for t in 41..140 {
+        assert_eq!(
+            n_be(&p.decide(&fresh(100.0, 6.0), ms(t))),
+            3,
+            "grew at {t} ms"
+        );
+    }
+    assert_eq!(n_be(&p.decide(&fresh(100.0, 6.0), ms(140))), 4);
 }

@@ -75,10 +75,19 @@ fn static_weights_are_10000_versus_2_written_natively() {
     let mut w = Weights::new(&cfg, &machine());
     let d = w.decide(&Observation::default(), Duration::ZERO);
     assert_eq!(d.reason, "weights:static");
-    assert_eq!(d.allocation.be_cpu_weight, Some(CpuWeight { shares: 2, weight: 1 }));
+    assert_eq!(
+        d.allocation.be_cpu_weight,
+        Some(CpuWeight {
+            shares: 2,
+            weight: 1
+        })
+    );
     assert_eq!(
         d.allocation.lc.cpu_weight,
-        Some(CpuWeight { shares: 10000, weight: 10000 })
+        Some(CpuWeight {
+            shares: 10000,
+            weight: 10000
+        })
     );
     assert!(d.allocation.be_enabled, "work conserving: BE keeps running");
     assert_eq!(d.allocation.be_cpus, None);
@@ -101,7 +110,10 @@ fn static_with_be_as_cpu_idle() {
     let d = w.decide(&Observation::default(), Duration::ZERO);
     assert_eq!(d.allocation.be_cpu_idle, None);
     assert_eq!(d.allocation.be_cpu_weight.map(|w| w.shares), Some(2));
-    assert!(d.state["be_cpu_idle"].as_str().unwrap().contains("unavailable"));
+    assert!(d.state["be_cpu_idle"]
+        .as_str()
+        .unwrap()
+        .contains("unavailable"));
 }
 
 #[test]
@@ -109,16 +121,26 @@ fn fair_mode_spike_shifts_weight_to_the_spiking_wiki() {
     let mut w = Weights::new(&wikis("fair"), &machine());
     // both Wikis at 20 req/s, ~20% of the server, RT 1 s: PF = -0.5, C = 0.1 each → W = W^max
     let d = w.decide(
-        &obs(vec![group("wiki1", 1.0, 20.0, 0.2), group("wiki2", 1.0, 20.0, 0.2)]),
+        &obs(vec![
+            group("wiki1", 1.0, 20.0, 0.2),
+            group("wiki2", 1.0, 20.0, 0.2),
+        ]),
         Duration::ZERO,
     );
     assert_eq!(d.reason, "weights:fair:update");
     assert_eq!(shares(&d, "wiki1"), 262_144);
     assert_eq!(shares(&d, "wiki2"), 262_144);
     // Wiki 2's load doubles: RT 3 s (PF = 0.5), 40% of the server → C2 = 0.6, C1 = 0.1
-    let spike = obs(vec![group("wiki1", 1.0, 20.0, 0.2), group("wiki2", 3.0, 40.0, 0.4)]);
+    let spike = obs(vec![
+        group("wiki1", 1.0, 20.0, 0.2),
+        group("wiki2", 3.0, 40.0, 0.4),
+    ]);
     let d = w.decide(&spike, Duration::from_secs(3));
-    assert!(d.reason.ends_with(":hold"), "weights change every 5 s: {}", d.reason);
+    assert!(
+        d.reason.ends_with(":hold"),
+        "weights change every 5 s: {}",
+        d.reason
+    );
     assert_eq!(shares(&d, "wiki1"), 262_144);
     let d = w.decide(&spike, Duration::from_secs(5));
     // W1 = (262144 - 1024) · 0.1/0.6 + 1024 = 44544; W2 = W^max
@@ -140,7 +162,10 @@ fn isolation_mode_over_max_load_gets_infinite_sla_and_minimal_weight() {
     // Wiki 2 exceeds the agreed 30 req/s: RT_sla = a million seconds, PF ≈ -1,
     // C2 = 0.4 · ~0 → clamped to c_min = 0.001; C1 = 0.1 → W1 = W^max
     let d = w.decide(
-        &obs(vec![group("wiki1", 1.0, 20.0, 0.2), group("wiki2", 3.0, 40.0, 0.4)]),
+        &obs(vec![
+            group("wiki1", 1.0, 20.0, 0.2),
+            group("wiki2", 3.0, 40.0, 0.4),
+        ]),
         Duration::ZERO,
     );
     assert_eq!(d.reason, "weights:isolation:over-max-load");
@@ -149,7 +174,10 @@ fn isolation_mode_over_max_load_gets_infinite_sla_and_minimal_weight() {
     assert_eq!(shares(&d, "wiki2"), 3635);
     // below the maximum again: back to the fair model
     let d = w.decide(
-        &obs(vec![group("wiki1", 1.0, 20.0, 0.2), group("wiki2", 3.0, 25.0, 0.4)]),
+        &obs(vec![
+            group("wiki1", 1.0, 20.0, 0.2),
+            group("wiki2", 3.0, 25.0, 0.4),
+        ]),
         Duration::from_secs(5),
     );
     assert_eq!(d.reason, "weights:isolation:update");
@@ -161,7 +189,10 @@ fn isolation_mode_over_max_load_gets_infinite_sla_and_minimal_weight() {
 fn fair_mode_in_the_same_spike_does_not_isolate() {
     let mut w = Weights::new(&wikis("fair"), &machine());
     let d = w.decide(
-        &obs(vec![group("wiki1", 1.0, 20.0, 0.2), group("wiki2", 3.0, 40.0, 0.4)]),
+        &obs(vec![
+            group("wiki1", 1.0, 20.0, 0.2),
+            group("wiki2", 3.0, 40.0, 0.4),
+        ]),
         Duration::ZERO,
     );
     assert_eq!(shares(&d, "wiki2"), 262_144);
@@ -170,13 +201,14 @@ fn fair_mode_in_the_same_spike_does_not_isolate() {
 #[test]
 fn missing_group_data_keeps_its_previous_weight() {
     let mut w = Weights::new(&wikis("fair"), &machine());
-    let d = w.decide(
-        &obs(vec![group("wiki1", 1.0, 20.0, 0.2)]),
-        Duration::ZERO,
-    );
+    let d = w.decide(&obs(vec![group("wiki1", 1.0, 20.0, 0.2)]), Duration::ZERO);
     assert_eq!(d.reason, "weights:dynamic:partial-data");
     assert_eq!(shares(&d, "wiki1"), 262_144);
-    assert_eq!(shares(&d, "wiki2"), 10_000, "still the static critical weight");
+    assert_eq!(
+        shares(&d, "wiki2"),
+        10_000,
+        "still the static critical weight"
+    );
     let d = w.decide(&obs(vec![]), Duration::from_secs(5));
     assert_eq!(d.reason, "weights:no-group-data:hold");
 }

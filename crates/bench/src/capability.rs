@@ -14,7 +14,11 @@ pub fn agent_can_actuate(cgroup_root: &Path) -> Result<(), Vec<String>> {
             "not root (euid {euid}): the agent cannot create cgroups, move processes or change CPU sets"
         ));
     }
-    let candidates = [cgroup_root.join("cpu"), cgroup_root.join("cpuset"), cgroup_root.to_path_buf()];
+    let candidates = [
+        cgroup_root.join("cpu"),
+        cgroup_root.join("cpuset"),
+        cgroup_root.to_path_buf(),
+    ];
     let writable = candidates.iter().any(|p| {
         p.join("cgroup.procs").exists() && {
             let c = CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();

@@ -6,7 +6,7 @@ use crate::error::{BenchError, Result};
 use crate::figure::Study;
 use crate::format::{self, ReportFiles};
 use crate::model::{ColocationRun, Manifest, Point};
-use crate::store::{RunDir, POINTS, RUNS};
+use crate::store::{RunDir, BASELINES, POINTS, RUNS};
 use crate::study;
 
 /// The papers' experiments `headroom bench NAME` runs.
@@ -62,13 +62,30 @@ impl std::str::FromStr for Experiment {
 pub fn study_dir(dir: &RunDir) -> Result<(Manifest, Study)> {
     let manifest = dir.read_manifest()?;
     let exp: Experiment = manifest.experiment.parse()?;
-    let study = match exp {
+    let mut commands = Vec::new();
+    // Baselines differ in type (LC, solo BE); all carry their commands.
+    for b in dir.all::<serde_json::Value>(BASELINES)? {
+        if let Some(c) = b.get("commands").and_then(|c| c.as_array()) {
+            commands.extend(c.iter().filter_map(|x| x.as_str().map(String::from)));
+        }
+    }
+    let mut study = match exp {
         Experiment::Colocation => {
             let runs: Vec<ColocationRun> = dir.all(RUNS)?;
+            for r in &runs {
+                commands.extend(r.commands.iter().cloned());
+            }
             study::study_colocation(&manifest, &runs)
         }
         _ => {
             let points: Vec<Point> = dir.all(POINTS)?;
+            // Every point of a series shares its setup; one point per series shows the load run.
+            let mut seen = std::collections::BTreeSet::new();
+            for p in &points {
+                if seen.insert(p.series.clone()) {
+                    commands.extend(p.commands.iter().cloned());
+                }
+            }
             let order: Vec<String> = manifest
                 .params
                 .get("series")
@@ -77,6 +94,11 @@ pub fn study_dir(dir: &RunDir) -> Result<(Manifest, Study)> {
             study::study_sweep(exp, &manifest, &points, &order)
         }
     };
+    let mut unique = std::collections::BTreeSet::new();
+    study.commands = commands
+        .into_iter()
+        .filter(|c| unique.insert(c.clone()))
+        .collect();
     Ok((manifest, study))
 }
 

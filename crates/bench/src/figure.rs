@@ -124,4 +124,7 @@ pub struct Study {
     pub tables: Vec<Table>,
     /// Findings in words, measured (e.g. "hybrid: 0 of 40 windows violated").
     pub findings: Vec<String>,
+    /// The exact subprocess commands the raw results were recorded with (deduplicated).
+    #[serde(default)]
+    pub commands: Vec<String>,
 }

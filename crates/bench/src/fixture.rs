@@ -96,7 +96,9 @@ pub fn write_sweep(dir: &Path, exp: Experiment, series: &[&str], loads: &[f64]) 
                     be_norm: (be != "none").then_some(1.0 - l),
                     idle_cpu_pct: Some(10.0),
                     agent: None,
-                    commands: vec!["headroom load -s 127.0.0.1:1 -q 1 -t 5 --noload --json F".into()],
+                    commands: vec![
+                        "headroom load -s 127.0.0.1:1 -q 1 -t 5 --noload --json F".into()
+                    ],
                     raw_load: None,
                 };
                 run.save(POINTS, &p.id, &p)?;

@@ -328,6 +328,13 @@ pub fn report_html(m: &Manifest, study: &Study) -> Result<String> {
         let _ = writeln!(h, "{}", escape(inv));
     }
     h.push_str("</pre>\n");
+    if !study.commands.is_empty() {
+        h.push_str("<p>The subprocesses it ran (setup of each configuration and one load run each; the LC and BE were pinned with <code>taskset</code> as shown):</p><pre>");
+        for c in &study.commands {
+            let _ = writeln!(h, "{}", escape(c));
+        }
+        h.push_str("</pre>\n");
+    }
     h.push_str("<p>Every subprocess each point ran is listed in its raw result file (<code>points/</code>, <code>runs/</code>, <code>baselines/</code>, field <code>commands</code>).</p>\n");
     h.push_str("</body></html>\n");
     Ok(h)
@@ -356,7 +363,6 @@ fn html_tables<'a>(h: &mut String, tables: impl Iterator<Item = &'a Table>) {
             escape(&t.id)
         );
     }
-
 }
 
 fn strip_xml_decl(svg: &str) -> &str {

@@ -129,7 +129,9 @@ where
         .y_desc(fig.y_label.as_str())
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 14))
-        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .light_line_style(RGBColor(0xf0, 0xf0, 0xf0))
+        .x_label_formatter(&|v| axis_num(*v))
+        .y_label_formatter(&|v| axis_num(*v))
         .draw()
         .map_err(|e| plot_err(fig, e))?;
 
@@ -169,7 +171,11 @@ where
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], line_style));
         // Spread over repeats as a vertical bar, then the marker: filled when the load generator's
         // self-checks passed, hollow when they failed.
-        for p in s.points.iter().filter(|p| p.x.is_finite() && p.y.is_finite()) {
+        for p in s
+            .points
+            .iter()
+            .filter(|p| p.x.is_finite() && p.y.is_finite())
+        {
             if let (Some(lo), Some(hi)) = (p.lo, p.hi) {
                 if lo.is_finite() && hi.is_finite() && (!fig_log(fig) || lo > 0.0) {
                     chart
@@ -206,6 +212,20 @@ where
 
 fn fig_log(fig: &Figure) -> bool {
     fig.log_y
+}
+
+/// Tick labels: no needless decimals, thousands as "k".
+fn axis_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 10_000.0 {
+        format!("{}k", trim_num((v / 1000.0 * 10.0).round() / 10.0))
+    } else if a >= 100.0 || (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 /// A number without a needless fraction ("500", "0.25").

@@ -10,12 +10,10 @@ use serde_json::{json, Value};
 
 use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
-use crate::model::{
-    ColocationRun, LcBaseline, LoadMetrics, Manifest, Point, SoloBaseline, Window,
-};
+use crate::model::{ColocationRun, LcBaseline, LoadMetrics, Manifest, Point, SoloBaseline, Window};
 use crate::runner::{
-    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, summarize_decisions,
-    BeSpec, DecisionTail, Placement, Proc, Runner, ServeSpec,
+    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, summarize_decisions, BeSpec,
+    DecisionTail, Placement, Proc, Runner, ServeSpec,
 };
 use crate::stats::{self, Spread};
 use crate::store::{RunDir, BASELINES, POINTS, RUNS};
@@ -79,7 +77,9 @@ impl Options {
                 o.loads = if quick {
                     frac(&[10.0, 30.0, 50.0, 70.0, 90.0])
                 } else {
-                    frac(&[5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0])
+                    frac(&[
+                        5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0,
+                    ])
                 };
             }
             Experiment::Interference => {
@@ -92,7 +92,9 @@ impl Options {
                 o.be = if quick {
                     strs(&["llc:0.5", "dram", "spin-os"])
                 } else {
-                    strs(&["llc:0.25", "llc:0.5", "llc:1.0", "dram", "ht", "power", "net", "spin-os"])
+                    strs(&[
+                        "llc:0.25", "llc:0.5", "llc:1.0", "dram", "ht", "power", "net", "spin-os",
+                    ])
                 };
             }
             Experiment::Scheduling => {
@@ -169,7 +171,10 @@ impl Options {
         } else {
             p.insert("minutes".into(), json!(self.minutes));
             p.insert("window_s".into(), json!(self.duration_s));
-            p.insert("trace".into(), json!("20% -> 90% -> 20% of peak (half sine)"));
+            p.insert(
+                "trace".into(),
+                json!("20% -> 90% -> 20% of peak (half sine)"),
+            );
         }
         p.insert("be".into(), json!(self.be));
         p.insert("agent_dry_run".into(), json!(self.dry_run));
@@ -291,7 +296,9 @@ impl<'a> Session<'a> {
 
     fn probe(&mut self, addr: SocketAddr, qps: f64, b: &mut LcBaseline) -> Result<LoadMetrics> {
         let json = self.dir.scratch_path("probe.json")?;
-        let (m, _, cmd) = self.runner.run_load(addr, qps, self.opts.probe_s(), &json)?;
+        let (m, _, cmd) = self
+            .runner
+            .run_load(addr, qps, self.opts.probe_s(), &json)?;
         (self.progress)(&format!(
             "  probe {:>8.0} QPS: achieved {:>8.0}, p99 {} µs{}",
             qps,
@@ -415,7 +422,8 @@ impl<'a> Session<'a> {
     /// A BE workload alone on the server CPUs: its ops/s, the EMU denominator.
     pub fn solo(&mut self, be: &BeSpec) -> Result<SoloBaseline> {
         let id = format!("solo-{}-{}t", be.label(), be.threads);
-        let seconds = if self.opts.quick { 4.0 } else { 10.0 };
+        // Long enough for several progress lines; no longer than a point or a window needs.
+        let seconds = self.opts.duration_s.clamp(3.0, 10.0);
         let dir = self.dir.clone();
         let runner = self.runner.clone();
         let (b, resumed) = dir.get_or_record(BASELINES, &id, || {
@@ -456,17 +464,17 @@ impl<'a> Session<'a> {
     }
 
     /// Writes the agent's config for a policy and returns its path.
-    pub fn agent_config(
-        &self,
-        name: &str,
-        policy: &str,
-        extra: &str,
-        lc_pid: u32,
-        addr: SocketAddr,
-        be_argv: &[String],
-        slo_us: f64,
-        peak_qps: f64,
-    ) -> Result<PathBuf> {
+    pub fn agent_config(&self, a: &AgentRun) -> Result<PathBuf> {
+        let AgentRun {
+            name,
+            policy,
+            extra,
+            lc_pid,
+            addr,
+            be_argv,
+            slo_us,
+            peak_qps,
+        } = a;
         let path = self.dir.scratch_path(&format!("agent-{name}.toml"))?;
         let state = self.dir.scratch_path(&format!("agent-{name}.state.json"))?;
         let socket = self.dir.scratch_path(&format!("agent-{name}.sock"))?;
@@ -554,6 +562,21 @@ fn default_serve() -> ServeSpec {
     }
 }
 
+/// What the agent's config for one run says.
+#[derive(Debug, Clone)]
+pub struct AgentRun {
+    pub name: String,
+    pub policy: String,
+    /// Extra TOML appended to the generated config (policy or LC thread settings).
+    pub extra: String,
+    pub lc_pid: u32,
+    pub addr: SocketAddr,
+    /// The BE command the agent launches in the BE group.
+    pub be_argv: Vec<String>,
+    pub slo_us: f64,
+    pub peak_qps: f64,
+}
+
 /// One configuration of a sweep experiment.
 #[derive(Debug, Clone, Default)]
 pub struct SweepConfig {
@@ -581,7 +604,13 @@ pub fn be_spec(name: &str, threads: usize) -> BeSpec {
             args.extend(["--on-ms", "6", "--off-ms", "42"].map(String::from));
         }
         ("net", _) => {
-            args.push("--sink".into());
+            // Loopback flows to a sink the antagonist runs itself, on a port free right now.
+            let port = crate::runner::free_port().unwrap_or(19_000);
+            args.extend([
+                "--to".to_string(),
+                format!("127.0.0.1:{port}"),
+                "--sink".into(),
+            ]);
         }
         _ => {}
     }
@@ -611,7 +640,11 @@ impl Session<'_> {
                 .collect();
             self.resumed += ids.len() - missing.len();
             if missing.is_empty() {
-                (self.progress)(&format!("{}: all {} points stored, skipped", cfg.name, ids.len()));
+                (self.progress)(&format!(
+                    "{}: all {} points stored, skipped",
+                    cfg.name,
+                    ids.len()
+                ));
                 continue;
             }
             let missing: Vec<(String, f64, u32)> = missing.into_iter().cloned().collect();
@@ -655,17 +688,19 @@ impl Session<'_> {
                         &be.prefix,
                         &be.args(&progress),
                     );
-                    let config = self.agent_config(
-                        &cfg.name,
-                        policy,
-                        extra,
-                        serve.pid(),
+                    let config = self.agent_config(&AgentRun {
+                        name: cfg.name.clone(),
+                        policy: policy.clone(),
+                        extra: extra.clone(),
+                        lc_pid: serve.pid(),
                         addr,
-                        &be_argv,
-                        base.slo_us,
-                        base.peak_qps,
-                    )?;
-                    let log = self.dir.scratch_path(&format!("agent-{}.jsonl", cfg.name))?;
+                        be_argv,
+                        slo_us: base.slo_us,
+                        peak_qps: base.peak_qps,
+                    })?;
+                    let log = self
+                        .dir
+                        .scratch_path(&format!("agent-{}.jsonl", cfg.name))?;
                     let _ = std::fs::remove_file(&log);
                     let p = self.runner.start_agent(&config, &log, self.opts.dry_run)?;
                     setup.push(p.command.clone());
@@ -678,7 +713,10 @@ impl Session<'_> {
         }
         let mut tail = agent_log.clone().map(DecisionTail::new);
         for (id, load, repeat) in points {
-            if let Some(p) = procs.iter_mut().find_map(|p| p.exited().map(|s| (p.command.clone(), s))) {
+            if let Some(p) = procs
+                .iter_mut()
+                .find_map(|p| p.exited().map(|s| (p.command.clone(), s)))
+            {
                 return Err(BenchError::Command {
                     command: p.0,
                     status: p.1,
@@ -705,7 +743,9 @@ impl Session<'_> {
                 start_unix_ms: start,
                 end_unix_ms: end,
                 commands: setup.clone(),
-                idle_cpu_pct: stat_before.zip(stat_after).and_then(|(a, b)| idle_pct(a, b)),
+                idle_cpu_pct: stat_before
+                    .zip(stat_after)
+                    .and_then(|(a, b)| idle_pct(a, b)),
                 ..Default::default()
             };
             match result {
@@ -762,10 +802,18 @@ fn point_line(p: &Point, slo: f64, pct: f64) -> String {
                 m.achieved_qps,
                 crate::plot::trim_num(pct),
                 tail.map_or("–".into(), |t| format!("{t:.0}")),
-                if tail.is_some_and(|t| t > slo) { "> SLO" } else { "" },
+                if tail.is_some_and(|t| t > slo) {
+                    "> SLO"
+                } else {
+                    ""
+                },
                 p.be_norm
                     .map_or(String::new(), |b| format!("  BE {:.0}%", b * 100.0)),
-                if m.valid { "" } else { "  [self-checks failed]" }
+                if m.valid {
+                    ""
+                } else {
+                    "  [self-checks failed]"
+                }
             )
         }
         None => format!(
@@ -970,7 +1018,9 @@ impl Session<'_> {
             commands: vec![serve.command.clone(), self.runner.preload(addr)?],
             ..Default::default()
         };
-        let progress = self.dir.scratch_path(&format!("coloc-{policy}-{be_name}.progress.jsonl"))?;
+        let progress = self
+            .dir
+            .scratch_path(&format!("coloc-{policy}-{be_name}.progress.jsonl"))?;
         let _ = std::fs::remove_file(&progress);
         let mut procs = Vec::new();
         let mut tail = None;
@@ -979,37 +1029,50 @@ impl Session<'_> {
             run.commands.push(p.command.clone());
             procs.push(p);
         } else {
-            let be_argv = self
-                .runner
-                .argv(&self.opts.placement.server, &be.prefix, &be.args(&progress));
-            let config = self.agent_config(
-                &format!("coloc-{policy}"),
-                policy,
-                "",
-                serve.pid(),
+            let be_argv =
+                self.runner
+                    .argv(&self.opts.placement.server, &be.prefix, &be.args(&progress));
+            let config = self.agent_config(&AgentRun {
+                name: format!("coloc-{policy}"),
+                policy: policy.to_string(),
+                extra: String::new(),
+                lc_pid: serve.pid(),
                 addr,
-                &be_argv,
-                base.slo_us,
-                base.peak_qps,
-            )?;
-            let log = self.dir.scratch_path(&format!("coloc-{policy}-{be_name}.decisions.jsonl"))?;
+                be_argv,
+                slo_us: base.slo_us,
+                peak_qps: base.peak_qps,
+            })?;
+            let log = self
+                .dir
+                .scratch_path(&format!("coloc-{policy}-{be_name}.decisions.jsonl"))?;
             let _ = std::fs::remove_file(&log);
             let p = self.runner.start_agent(&config, &log, self.opts.dry_run)?;
-            run.commands.push(format!("# {}:\n{}", config.display(), std::fs::read_to_string(&config).unwrap_or_default()));
+            run.commands.push(format!(
+                "# {}:\n{}",
+                config.display(),
+                std::fs::read_to_string(&config).unwrap_or_default()
+            ));
             run.commands.push(p.command.clone());
             procs.push(p);
             tail = Some(DecisionTail::new(log));
         }
         std::thread::sleep(Duration::from_secs(2));
-        let n = ((self.opts.minutes * 60.0) / self.opts.duration_s).round().max(1.0) as usize;
+        let n = ((self.opts.minutes * 60.0) / self.opts.duration_s)
+            .round()
+            .max(1.0) as usize;
         let trace = crate::fixture::diurnal(n, 0.2, 0.9);
         for (i, target) in trace.iter().enumerate() {
-            if let Some((c, s)) = procs.iter_mut().find_map(|p| p.exited().map(|s| (p.command.clone(), s))) {
+            if let Some((c, s)) = procs
+                .iter_mut()
+                .find_map(|p| p.exited().map(|s| (p.command.clone(), s)))
+            {
                 run.notes.push(format!("`{c}` exited ({s}) at window {i}"));
                 break;
             }
             let qps = target * base.peak_qps;
-            let json = self.dir.scratch_path(&format!("coloc-{policy}-{be_name}-w{i}.load.json"))?;
+            let json = self
+                .dir
+                .scratch_path(&format!("coloc-{policy}-{be_name}-w{i}.load.json"))?;
             let before = tail.as_mut().and_then(|t: &mut DecisionTail| {
                 t.read_new();
                 t.last.clone()
@@ -1046,7 +1109,10 @@ impl Session<'_> {
                 index: i,
                 windows: n,
                 load_pct: w.lc_load_fraction * 100.0,
-                tail_us: w.load.as_ref().and_then(|m| m.percentile_us(self.opts.percentile)),
+                tail_us: w
+                    .load
+                    .as_ref()
+                    .and_then(|m| m.percentile_us(self.opts.percentile)),
                 slo_us: base.slo_us,
                 be_cpus: w
                     .agent

@@ -321,12 +321,7 @@ impl Runner {
                     });
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => {
-                    return Err(BenchError::Spawn {
-                        command,
-                        source: e,
-                    })
-                }
+                Err(e) => return Err(BenchError::Spawn { command, source: e }),
             }
         };
         let stdout = t_out.join().unwrap_or_default();
@@ -397,6 +392,8 @@ impl Runner {
                 "1".into(),
                 "-c".into(),
                 "8".into(),
+                "-d".into(),
+                "4".into(),
                 "-q".into(),
                 format!("{}", qps.round().max(1.0) as u64),
                 "-t".into(),
@@ -525,7 +522,10 @@ pub fn record_machine(runner: &Runner, notes: &mut Vec<String>) -> Machine {
         }
     };
     if !runner.pin {
-        notes.push("taskset was not found: the load generator was NOT pinned apart from the LC and BE.".into());
+        notes.push(
+            "taskset was not found: the load generator was NOT pinned apart from the LC and BE."
+                .into(),
+        );
     }
     Machine {
         kernel,
@@ -547,12 +547,7 @@ pub fn read_progress(path: &Path) -> Vec<(u64, f64)> {
     let mut v: Vec<(u64, f64)> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|j| {
-            Some((
-                j.get("t_unix_ms")?.as_u64()?,
-                j.get("ops_total")?.as_f64()?,
-            ))
-        })
+        .filter_map(|j| Some((j.get("t_unix_ms")?.as_u64()?, j.get("ops_total")?.as_f64()?)))
         .collect();
     v.sort_by_key(|s| s.0);
     v

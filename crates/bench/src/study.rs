@@ -9,6 +9,9 @@ use crate::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
 use crate::model::{ColocationRun, LoadMetrics, Manifest, Point};
 use crate::stats::{self, Spread};
 
+/// Extracts one figure from a load result.
+type MetricFn = fn(&LoadMetrics) -> Option<f64>;
+
 /// The points of one configuration at one load level (all repeats).
 #[derive(Debug, Clone)]
 pub struct Level<'a> {
@@ -199,7 +202,7 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
     match exp {
         Experiment::LatencyVsLoad => {
             let levels: Vec<Level> = groups.iter().flat_map(|(_, l)| l.clone()).collect();
-            let metrics: [(&str, fn(&LoadMetrics) -> Option<f64>); 4] = [
+            let metrics: [(&str, MetricFn); 4] = [
                 ("avg", |l| l.avg_us),
                 ("p50", |l| l.p50_us),
                 ("p95", |l| l.p95_us),
@@ -228,10 +231,7 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
                 for (_, f) in &metrics {
                     row.push(Cell::num(l.spread(*f).map(|s| s.median), 1));
                 }
-                row.push(Cell::num(
-                    l.spread(|x| x.p99_us).map(|s| s.spread_pct()),
-                    1,
-                ));
+                row.push(Cell::num(l.spread(|x| x.p99_us).map(|s| s.spread_pct()), 1));
                 row.push(Cell::num(
                     l.spread(|x| x.send_lag_p99_us).map(|s| s.median),
                     1,
@@ -307,8 +307,11 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
             });
             tables.push(Table {
                 id: "interference-provisioning".into(),
-                title: "Max LC load meeting the SLO per antagonist (interference-aware provisioning)".into(),
-                caption: "The highest measured load level whose median tail stays within the SLO.".into(),
+                title:
+                    "Max LC load meeting the SLO per antagonist (interference-aware provisioning)"
+                        .into(),
+                caption: "The highest measured load level whose median tail stays within the SLO."
+                    .into(),
                 columns: vec!["antagonist".into(), "max load meeting the SLO".into()],
                 rows: max_ok_rows,
             });
@@ -495,6 +498,7 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
         figures,
         tables,
         findings,
+        commands: Vec::new(),
     }
 }
 
@@ -561,10 +565,7 @@ fn per_level_table(id: &str, title: &str, m: &Manifest, groups: &[(String, Vec<L
                 },
                 Cell::num(tail.map(|s| s.spread_pct()), 1),
                 Cell::num(l.spread_of(|p| p.be_norm).map(|s| s.median), 2),
-                Cell::num(
-                    l.spread(|x| x.send_lag_p99_us).map(|s| s.median),
-                    1,
-                ),
+                Cell::num(l.spread(|x| x.send_lag_p99_us).map(|s| s.median), 1),
                 Cell::text(if l.valid() { "yes" } else { "NO" }),
             ]);
         }
@@ -731,7 +732,9 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
                 Cell::text(pct_label(w.target_fraction)),
                 Cell::text(pct_label(w.lc_load_fraction)),
                 match tail {
-                    Some(t) => Cell::num(Some(t), 0).shaded(Shade::of_slo_pct(t / m.slo_us * 100.0)),
+                    Some(t) => {
+                        Cell::num(Some(t), 0).shaded(Shade::of_slo_pct(t / m.slo_us * 100.0))
+                    }
                     None => Cell::text("–").shaded(Shade::Bad),
                 },
                 Cell::num(w.agent.as_ref().and_then(|a| a.be_cpus_mean), 2),
@@ -795,6 +798,7 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
         figures,
         tables,
         findings,
+        commands: Vec::new(),
     }
 }
 

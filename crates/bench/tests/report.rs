@@ -7,11 +7,7 @@ use headroom_bench::experiments::{self, Experiment};
 use headroom_bench::{browser, fixture};
 
 fn keys(v: &serde_json::Value) -> BTreeSet<String> {
-    v.as_object()
-        .expect("object")
-        .keys()
-        .cloned()
-        .collect()
+    v.as_object().expect("object").keys().cloned().collect()
 }
 
 fn set(items: &[&str]) -> BTreeSet<String> {
@@ -55,10 +51,8 @@ fn colocation_report_has_design_summary_keys_data_files_and_plots() {
     assert_eq!(hybrid["slo_violations"].as_u64().unwrap(), 0);
     assert_eq!(hybrid["windows"].as_u64().unwrap(), 12);
 
-    let (_, study) = experiments::study_dir(
-        &headroom_bench::store::RunDir::open(tmp.path()).unwrap(),
-    )
-    .unwrap();
+    let (_, study) =
+        experiments::study_dir(&headroom_bench::store::RunDir::open(tmp.path()).unwrap()).unwrap();
     for f in &study.figures {
         for ext in ["csv", "json"] {
             let p = tmp.path().join("figures").join(format!("{}.{ext}", f.id));
@@ -139,8 +133,7 @@ fn every_sweep_experiment_renders() {
             continue;
         }
         let tmp = tempfile::tempdir().unwrap();
-        fixture::write_sweep(tmp.path(), exp, &["alone", "hybrid", "none"], &[0.25, 0.75])
-            .unwrap();
+        fixture::write_sweep(tmp.path(), exp, &["alone", "hybrid", "none"], &[0.25, 0.75]).unwrap();
         let files = experiments::report(tmp.path()).unwrap();
         let html = std::fs::read_to_string(&files.html).unwrap();
         assert!(html.matches("<svg").count() >= 1, "{}", exp.name());
@@ -154,12 +147,18 @@ fn every_sweep_experiment_renders() {
 
 fn browser_check(html: &std::path::Path, figures: usize, what: &str) {
     let Some(chromium) = browser::find_chromium() else {
-        eprintln!("SKIP chromium check ({what}): chromium is not installed (apt-get install chromium)");
+        eprintln!(
+            "SKIP chromium check ({what}): chromium is not installed (apt-get install chromium)"
+        );
         return;
     };
     let dom = browser::dump_dom(&chromium, html).unwrap();
     let check = browser::check_dom(&dom);
-    assert!(check.has_title, "the page did not load: {}", &dom[..dom.len().min(400)]);
+    assert!(
+        check.has_title,
+        "the page did not load: {}",
+        &dom[..dom.len().min(400)]
+    );
     assert_eq!(check.svg_count, figures, "every plot is in the DOM");
     assert_eq!(check.figure_count, figures);
 }

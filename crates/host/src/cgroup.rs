@@ -456,7 +456,44 @@ impl Cgroups {
                 }
             }
         }
+        // A controller-less cgroup2 (hybrid hosts) only holds groups made for cgroup BPF by
+        // `ensure_v2_group`; once there they are moved into and removed like the others.
+        if let Some(v2) = &self.layout.v2 {
+            if !group.is_root() && !out.iter().any(|(b, _)| b.is_v2()) {
+                let dir = group.dir_in(v2);
+                if dir.is_dir() {
+                    out.push((Backend::V2(v2.clone()), dir));
+                }
+            }
+        }
         out
+    }
+
+    /// The group's directory in the cgroup2 hierarchy, created (with its ancestors) if missing,
+    /// even when cgroup2 offers no controllers: cgroup BPF programs (the egress classifier of
+    /// [`crate::bpf`]) attach there. From then on the group's processes move there too.
+    pub fn ensure_v2_group(&self, group: &GroupPath) -> Result<PathBuf> {
+        let Some(v2) = &self.layout.v2 else {
+            return Err(HostError::unavailable(
+                "cgroup2",
+                "no cgroup2 file system mounted",
+            ));
+        };
+        if group.is_root() {
+            return Ok(v2.clone());
+        }
+        for level in group.lineage() {
+            let dir = level.dir_in(v2);
+            if dir.is_dir() {
+                continue;
+            }
+            match self.knobs.create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.errno() == Some(Errno::EEXIST) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(group.dir_in(v2))
     }
 
     fn knob(
@@ -627,7 +664,12 @@ impl Cgroups {
         // Processes can exit or fork while we move them: a few rounds, then rmdir decides.
         let mut last_err = None;
         for attempt in 0..50 {
-            let pids = self.read_pids(&dir.join("cgroup.procs"))?;
+            let pids = match self.read_pids(&dir.join("cgroup.procs")) {
+                Ok(pids) => pids,
+                // Not a cgroup directory (a fake tree): nothing to move.
+                Err(e) if e.is_not_found() => Vec::new(),
+                Err(e) => return Err(e),
+            };
             for pid in pids {
                 match self
                     .knobs
@@ -1221,7 +1263,7 @@ impl Cgroups {
     }
 
     /// Sets the `skb->priority` of the group's sockets on `device` (v1 `net_prio.ifpriomap`).
-    /// With a tc class id as the priority (`net_cls_classid(1, 20)`), HTB puts the traffic in that
+    /// With a tc class id as the priority (`HtbConfig::be_classid()`), HTB puts the traffic in that
     /// class without any filter: cgroup classification on kernels without `cls_cgroup`. The device
     /// is resolved in the writer's network namespace.
     pub fn set_net_prio(&self, group: &GroupPath, device: &str, priority: u32) -> Result<()> {

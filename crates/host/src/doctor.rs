@@ -90,6 +90,12 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
             tc_htb: tc.htb.clone(),
             net_cls: Some(classifier(host, &cg.net_cls, "net_cls", &tc.cls_cgroup)),
             net_prio: Some(classifier(host, &cg.net_prio, "net_prio", &tc.htb)),
+            cgroup_bpf: Some(probe_cgroup_bpf(
+                host,
+                options.sched_syscalls,
+                root_user,
+                &tc.htb,
+            )),
         },
         sensors: Sensors {
             proc_stat: match host.proc_stat().and_then(|mut r| r.read().map(|c| c.len())) {
@@ -516,14 +522,48 @@ fn classifier(
     }
     match host.kernel_cgroup_controllers() {
         Ok(map) => match map.get(name) {
-            Some((0, true)) => Availability::yes(format!(
+            Some((_, true)) => Availability::yes(format!(
                 "v1 {name} (kernel has it, not mounted: LinuxHost::mount_v1_controller mounts it at /sys/fs/cgroup/{name}) + {}",
                 tc_part.via.clone().unwrap_or_default()
             )),
             Some((_, false)) => Availability::no(format!("{name} disabled on the kernel command line")),
-            Some(_) => Availability::no(controller.reason.clone().unwrap_or_default()),
             None => Availability::no(format!("kernel lacks the {name} cgroup controller")),
         },
         Err(e) => Availability::no(e.to_string()),
+    }
+}
+
+/// The cgroup BPF egress classifier needs a cgroup2 mount, BPF (root) and HTB.
+fn probe_cgroup_bpf(
+    host: &LinuxHost,
+    live: bool,
+    root_user: bool,
+    htb: &Availability,
+) -> Availability {
+    if !htb.available {
+        return Availability::no(htb.reason.clone().unwrap_or_default());
+    }
+    let v2 = match host.cgroup_layout() {
+        Ok(layout) => layout.v2,
+        Err(e) => return Availability::no(e.to_string()),
+    };
+    let Some(v2) = v2 else {
+        return Availability::no("no cgroup2 mount to attach cgroup BPF programs to");
+    };
+    if !root_user {
+        return Availability::no("not root: loading BPF programs needs CAP_BPF");
+    }
+    let via = format!(
+        "cgroup_skb egress program on {} sets skb->priority = HTB class",
+        v2.display()
+    );
+    if !live {
+        return Availability::yes(format!("{via} (not probed)"));
+    }
+    match crate::bpf::load_egress_priority_program(crate::tc::HtbConfig::new(1, 1).be_classid()) {
+        Ok(_fd) => Availability::yes(via),
+        Err(e) => Availability::no(format!(
+            "kernel refused the cgroup_skb program (CONFIG_CGROUP_BPF?): {e}"
+        )),
     }
 }

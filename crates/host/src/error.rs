@@ -127,7 +127,7 @@ impl HostError {
         matches!(self.errno(), Some(Errno::EACCES) | Some(Errno::EPERM))
     }
 
-    pub(crate) fn io(
+    pub fn io(
         op: IoOp,
         path: impl Into<PathBuf>,
         value: Option<&str>,
@@ -141,7 +141,7 @@ impl HostError {
         }
     }
 
-    pub(crate) fn parse(
+    pub fn parse(
         path: impl Into<PathBuf>,
         content: &str,
         reason: impl Into<String>,
@@ -162,7 +162,7 @@ impl HostError {
         }
     }
 
-    pub(crate) fn invalid(
+    pub fn invalid(
         what: &'static str,
         value: impl Into<String>,
         reason: impl Into<String>,
@@ -174,7 +174,7 @@ impl HostError {
         }
     }
 
-    pub(crate) fn unavailable(what: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn unavailable(what: impl Into<String>, reason: impl Into<String>) -> Self {
         HostError::Unavailable {
             what: what.into(),
             reason: reason.into(),

@@ -25,7 +25,8 @@ pub trait KnobIo: Send + Sync + std::fmt::Debug {
         let mut out = Vec::new();
         for entry in fs::read_dir(path)? {
             let entry = entry?;
-            if entry.file_type()?.is_dir() {
+            // sysfs lists many directories as symlinks (powercap zones): follow them.
+            if entry.path().is_dir() {
                 out.push(entry.file_name().to_string_lossy().into_owned());
             }
         }

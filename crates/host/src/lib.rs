@@ -29,10 +29,13 @@
 //!   set_net_classid / net_classid (v1 net_cls) / cpu_usage_ns / cpu_throttling / psi (v2)
 //! sched::{set_sched(tid, SchedPolicy), sched(tid) -> SchedAttr, set_affinity, affinity, threads, last_cpu}
 //! tc::{Egress<R: TcRunner>, SystemTc, RecordingTc, HtbConfig, TcClassStats, net_cls_classid}
+//!   BE classified by cgroup via bpf::EgressPriority::attach(v2 dir, classid) (any netns, needs a
+//!   cgroup2 mount), Cgroups::set_net_prio (init-netns devices) or Egress::add_net_cls_filter
 //! doctor::probe(root) -> headroom_types::doctor::Doctor
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
 
+pub mod bpf;
 pub mod cgroup;
 pub mod cpuset;
 pub mod doctor;

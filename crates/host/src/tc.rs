@@ -109,19 +109,16 @@ impl TcRunner for RecordingTc {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(args.to_vec());
-        if let Some((word, stderr)) = self
-            .fail_on
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            if args.iter().any(|a| a == &word) {
-                return Err(HostError::Command {
-                    command: format!("tc {}", args.join(" ")),
-                    reason: stderr,
-                });
-            }
-            *self.fail_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((word, stderr));
+        let mut fail_on = self.fail_on.lock().unwrap_or_else(|p| p.into_inner());
+        let hit = fail_on
+            .as_ref()
+            .is_some_and(|(word, _)| args.iter().any(|a| a == word));
+        if hit {
+            let (_, stderr) = fail_on.take().unwrap_or_default();
+            return Err(HostError::Command {
+                command: format!("tc {}", args.join(" ")),
+                reason: stderr,
+            });
         }
         if args.iter().any(|a| a == "show") {
             return Ok(self
@@ -135,7 +132,8 @@ impl TcRunner for RecordingTc {
 }
 
 /// The HTB layout: handle `1:`, parent class `1:1`, LC class `1:<lc_minor>` (default),
-/// BE class `1:<be_minor>`.
+/// BE class `1:<be_minor>`. tc writes minors in hex: `be_minor: 0x20` is class `1:20`, whose
+/// class id (for `net_cls.classid` or `skb->priority`) is 0x0001_0020.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HtbConfig {
     /// Link capacity in bits per second (the LC class's rate and ceil).
@@ -151,12 +149,12 @@ impl HtbConfig {
         HtbConfig {
             link_bits_per_s,
             be_ceil_bits_per_s,
-            lc_minor: 10,
-            be_minor: 20,
+            lc_minor: 0x10,
+            be_minor: 0x20,
         }
     }
 
-    /// The BE class id as `net_cls.classid` wants it (`0x0001_00MM`).
+    /// The BE class id as `net_cls.classid` and `skb->priority` want it (`0x0001_0020`).
     pub fn be_classid(&self) -> u32 {
         net_cls_classid(1, self.be_minor)
     }
@@ -185,11 +183,15 @@ pub struct TcClassStats {
 #[derive(serde::Deserialize)]
 struct JsonClass {
     handle: String,
+    /// Newer iproute2 nests the counters in `stats`.
     #[serde(default)]
     stats: Option<JsonStats>,
+    /// Others put them at the top level (as for qdiscs).
+    #[serde(flatten)]
+    flat: JsonStats,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, Default)]
 struct JsonStats {
     #[serde(default)]
     bytes: u64,
@@ -199,31 +201,74 @@ struct JsonStats {
     drops: u64,
 }
 
-/// Parses `tc -s -j class show dev D`.
-pub fn parse_class_stats(json: &str) -> Result<Vec<TcClassStats>> {
-    let classes: Vec<JsonClass> = serde_json::from_str(json).map_err(|e| HostError::Command {
-        command: "tc -s -j class show".to_owned(),
-        reason: format!(
-            "unexpected JSON ({e}): {}",
-            json.chars().take(200).collect::<String>()
-        ),
-    })?;
-    Ok(classes
-        .into_iter()
-        .map(|c| {
-            let s = c.stats.unwrap_or(JsonStats {
-                bytes: 0,
-                packets: 0,
-                drops: 0,
-            });
-            TcClassStats {
-                handle: c.handle,
-                bytes: s.bytes,
-                packets: s.packets,
-                drops: s.drops,
+/// Parses `tc -s -j class show dev D`, or the text of `tc -s class show dev D` (iproute2
+/// releases such as 6.1 print classes as text even with `-j`).
+pub fn parse_class_stats(output: &str) -> Result<Vec<TcClassStats>> {
+    let trimmed = output.trim_start();
+    if trimmed.starts_with('[') {
+        let classes: Vec<JsonClass> =
+            serde_json::from_str(trimmed).map_err(|e| HostError::Command {
+                command: "tc -s -j class show".to_owned(),
+                reason: format!(
+                    "unexpected JSON ({e}): {}",
+                    output.chars().take(200).collect::<String>()
+                ),
+            })?;
+        return Ok(classes
+            .into_iter()
+            .map(|c| {
+                let s = c.stats.unwrap_or(c.flat);
+                TcClassStats {
+                    handle: c.handle,
+                    bytes: s.bytes,
+                    packets: s.packets,
+                    drops: s.drops,
+                }
+            })
+            .collect());
+    }
+    parse_class_stats_text(output)
+}
+
+/// `class htb 1:20 parent 1:1 … \n Sent 123 bytes 4 pkt (dropped 0, overlimits 0 requeues 0)`.
+fn parse_class_stats_text(output: &str) -> Result<Vec<TcClassStats>> {
+    let bad = |line: &str| HostError::Command {
+        command: "tc -s class show".to_owned(),
+        reason: format!("unexpected output line {line:?}"),
+    };
+    let mut out: Vec<TcClassStats> = Vec::new();
+    for line in output.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first().copied() {
+            Some("class") => {
+                let handle = words.get(2).ok_or_else(|| bad(line))?;
+                out.push(TcClassStats {
+                    handle: (*handle).to_owned(),
+                    bytes: 0,
+                    packets: 0,
+                    drops: 0,
+                });
             }
-        })
-        .collect())
+            Some("Sent") => {
+                let current = out.last_mut().ok_or_else(|| bad(line))?;
+                let number = |i: usize| -> Result<u64> {
+                    words
+                        .get(i)
+                        .map(|w| w.trim_matches(|c: char| !c.is_ascii_digit()))
+                        .and_then(|w| w.parse().ok())
+                        .ok_or_else(|| bad(line))
+                };
+                current.bytes = number(1)?;
+                current.packets = number(3)?;
+                if words.get(5) == Some(&"(dropped") {
+                    current.drops = number(6)?;
+                }
+            }
+            Some(_) if out.is_empty() && !line.trim().is_empty() => return Err(bad(line)),
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 /// HTB egress control of one device.
@@ -284,8 +329,8 @@ impl<R: TcRunner> Egress<R> {
         }
         let d = self.device.as_str();
         let link = rate(config.link_bits_per_s);
-        let lc = format!("1:{}", config.lc_minor);
-        let default = config.lc_minor.to_string();
+        let lc = format!("1:{:x}", config.lc_minor);
+        let default = format!("{:x}", config.lc_minor);
         self.runner.run(&args(&[
             "qdisc", "replace", "dev", d, "root", "handle", "1:", "htb", "default", &default,
         ]))?;
@@ -322,10 +367,12 @@ impl<R: TcRunner> Egress<R> {
     }
 
     fn set_be_class(&self, config: &HtbConfig, verb: &str) -> Result<()> {
-        let ceil = config.be_ceil_bits_per_s.min(config.link_bits_per_s);
-        // BE is guaranteed little; it borrows up to its ceil when LC leaves bandwidth unused.
-        let guaranteed = rate(ceil.min(1_000_000));
-        let be = format!("1:{}", config.be_minor);
+        let ceil = rate(config.be_ceil_bits_per_s.min(config.link_bits_per_s));
+        // rate = ceil: HTB serves classes within their rate before any borrowing, so a BE
+        // rate below its ceil would leave BE starved whenever LC is backlogged. With rate = ceil
+        // BE gets exactly up to its ceiling (Heracles sets it to link − LC − headroom) and LC
+        // keeps everything else, including what BE leaves unused.
+        let be = format!("1:{:x}", config.be_minor);
         self.runner.run(&args(&[
             "class",
             verb,
@@ -337,9 +384,9 @@ impl<R: TcRunner> Egress<R> {
             &be,
             "htb",
             "rate",
-            &guaranteed,
+            &ceil,
             "ceil",
-            &rate(ceil),
+            &ceil,
         ]))?;
         Ok(())
     }

@@ -4,7 +4,9 @@
 
 mod support;
 
-use headroom_host::{Cgroups, CpuQuota, CpuSet, DeviceId, FreezeState, GroupPath, HostError, IoLimits};
+use headroom_host::{
+    Cgroups, CpuQuota, CpuSet, DeviceId, FreezeState, GroupPath, HostError, IoLimits,
+};
 use nix::errno::Errno;
 use support::Fake;
 
@@ -18,9 +20,18 @@ fn setup(fake: &Fake) -> (Cgroups, GroupPath) {
 fn assert_names(err: &HostError, path: &str, value: &str, errno: Errno) {
     let msg = err.to_string();
     assert_eq!(err.errno(), Some(errno), "{msg}");
-    assert!(msg.contains(path), "message {msg:?} should name the path {path}");
-    assert!(msg.contains(value), "message {msg:?} should name the value {value:?}");
-    assert!(msg.contains(&format!("{errno:?}")), "message {msg:?} should name {errno:?}");
+    assert!(
+        msg.contains(path),
+        "message {msg:?} should name the path {path}"
+    );
+    assert!(
+        msg.contains(value),
+        "message {msg:?} should name the value {value:?}"
+    );
+    assert!(
+        msg.contains(&format!("{errno:?}")),
+        "message {msg:?} should name {errno:?}"
+    );
 }
 
 macro_rules! knob_tests {
@@ -285,15 +296,15 @@ knob_tests! {
     v1_net_prio {
         fake: Fake::v1(),
         file: "/sys/fs/cgroup/net_prio/hr/be/net_prio.ifpriomap",
-        written: "eth0 65556",
-        set: |cg: &Cgroups, g: &GroupPath| cg.set_net_prio(g, "eth0", headroom_host::tc::net_cls_classid(1, 20)),
-        read_back: |cg: &Cgroups, g: &GroupPath| assert_eq!(cg.net_prio(g).unwrap(), vec![("eth0".to_owned(), 65556)]),
+        written: "eth0 65568",
+        set: |cg: &Cgroups, g: &GroupPath| cg.set_net_prio(g, "eth0", headroom_host::tc::net_cls_classid(1, 0x20)),
+        read_back: |cg: &Cgroups, g: &GroupPath| assert_eq!(cg.net_prio(g).unwrap(), vec![("eth0".to_owned(), 65568)]),
     }
     v1_net_cls_classid {
         fake: Fake::v1(),
         file: "/sys/fs/cgroup/net_cls/hr/be/net_cls.classid",
-        written: "65556",
-        set: |cg: &Cgroups, g: &GroupPath| cg.set_net_classid(g, 0x0001_0014),
-        read_back: |cg: &Cgroups, g: &GroupPath| assert_eq!(cg.net_classid(g).unwrap(), 0x0001_0014),
+        written: "65568",
+        set: |cg: &Cgroups, g: &GroupPath| cg.set_net_classid(g, 0x0001_0020),
+        read_back: |cg: &Cgroups, g: &GroupPath| assert_eq!(cg.net_classid(g).unwrap(), 0x0001_0020),
     }
 }

@@ -5,7 +5,8 @@ mod support;
 use std::path::Path;
 
 use headroom_host::{
-    Backend, CgroupLayout, CgroupMode, Controller, CpuThrottling, GroupPath, LinuxHost, MemoryEvents, PsiResource,
+    Backend, CgroupLayout, CgroupMode, Controller, CpuThrottling, GroupPath, LinuxHost,
+    MemoryEvents, PsiResource,
 };
 use support::Fake;
 
@@ -14,13 +15,16 @@ fn this_hosts_layout_is_hybrid_with_an_unusable_empty_v2() {
     let fake = Fake::v1();
     let layout = fake.host().cgroup_layout().unwrap();
     assert_eq!(layout.mode, CgroupMode::Hybrid);
-    assert!(!layout.v2_usable(), "an empty cgroup2 must not be used for control");
+    assert!(
+        !layout.v2_usable(),
+        "an empty cgroup2 must not be used for control"
+    );
     assert_eq!(layout.v2_controllers, vec!["hugetlb".to_owned()]);
     assert_eq!(
         layout.backend(Controller::Cpu),
         Some(Backend::V1(fake.path("/sys/fs/cgroup/cpu")))
     );
-    assert!(layout.v1.get(&Controller::Pids).is_some());
+    assert!(layout.v1.contains_key(&Controller::Pids));
     // The named systemd hierarchy is not a controller.
     assert_eq!(layout.v1.len(), 9);
 }
@@ -31,8 +35,19 @@ fn pure_v2_resolves_every_controller_to_the_unified_mount() {
     let layout = fake.host().cgroup_layout().unwrap();
     assert_eq!(layout.mode, CgroupMode::V2);
     assert!(layout.v2_usable());
-    for c in [Controller::Cpu, Controller::Cpuset, Controller::Memory, Controller::Io, Controller::Freezer, Controller::Cpuacct] {
-        assert_eq!(layout.backend(c), Some(Backend::V2(fake.path("/sys/fs/cgroup"))), "{c}");
+    for c in [
+        Controller::Cpu,
+        Controller::Cpuset,
+        Controller::Memory,
+        Controller::Io,
+        Controller::Freezer,
+        Controller::Cpuacct,
+    ] {
+        assert_eq!(
+            layout.backend(c),
+            Some(Backend::V2(fake.path("/sys/fs/cgroup"))),
+            "{c}"
+        );
     }
     assert_eq!(layout.backend(Controller::NetCls), None);
 }
@@ -45,11 +60,16 @@ fn mountinfo_parsing_handles_comounts_escapes_and_no_cgroups() {
     let layout = CgroupLayout::from_mountinfo(root, text, None);
     assert_eq!(layout.mode, CgroupMode::V1);
     assert_eq!(layout.v1[&Controller::Cpu], layout.v1[&Controller::Cpuacct]);
-    assert_eq!(layout.v1[&Controller::Memory], Path::new("/fake/mnt/my cgroups"));
+    assert_eq!(
+        layout.v1[&Controller::Memory],
+        Path::new("/fake/mnt/my cgroups")
+    );
     let none = CgroupLayout::from_mountinfo(root, "27 1 254:0 / / rw - ext4 /dev/vda rw\n", None);
     assert_eq!(none.mode, CgroupMode::None);
     assert!(none.backend(Controller::Cpu).is_none());
-    assert!(none.missing_reason(Controller::Cpu).contains("no v1 cpu hierarchy"));
+    assert!(none
+        .missing_reason(Controller::Cpu)
+        .contains("no v1 cpu hierarchy"));
 }
 
 #[test]
@@ -61,15 +81,34 @@ fn v1_create_makes_the_group_in_every_hierarchy_and_seeds_the_cpuset() {
     cg.create(&g).unwrap();
     cg.create(&g).unwrap(); // idempotent
     assert!(cg.exists(&g));
-    for h in ["cpu", "cpuacct", "cpuset", "memory", "blkio", "freezer", "pids", "net_prio", "net_cls"] {
-        assert!(fake.path(&format!("/sys/fs/cgroup/{h}/hr/be")).is_dir(), "{h}");
+    for h in [
+        "cpu", "cpuacct", "cpuset", "memory", "blkio", "freezer", "pids", "net_prio", "net_cls",
+    ] {
+        assert!(
+            fake.path(&format!("/sys/fs/cgroup/{h}/hr/be")).is_dir(),
+            "{h}"
+        );
     }
-    assert!(!fake.path("/sys/fs/cgroup/unified/hr").exists(), "nothing in the empty v2");
+    assert!(
+        !fake.path("/sys/fs/cgroup/unified/hr").exists(),
+        "nothing in the empty v2"
+    );
     for level in ["hr", "hr/be"] {
-        assert_eq!(fake.read(&format!("/sys/fs/cgroup/cpuset/{level}/cpuset.cpus")).trim(), "0-3");
-        assert_eq!(fake.read(&format!("/sys/fs/cgroup/cpuset/{level}/cpuset.mems")).trim(), "0");
+        assert_eq!(
+            fake.read(&format!("/sys/fs/cgroup/cpuset/{level}/cpuset.cpus"))
+                .trim(),
+            "0-3"
+        );
+        assert_eq!(
+            fake.read(&format!("/sys/fs/cgroup/cpuset/{level}/cpuset.mems"))
+                .trim(),
+            "0"
+        );
     }
-    assert_eq!(cg.children(&GroupPath::new("hr").unwrap()).unwrap(), vec![g.clone()]);
+    assert_eq!(
+        cg.children(&GroupPath::new("hr").unwrap()).unwrap(),
+        vec![g.clone()]
+    );
 }
 
 #[test]
@@ -81,7 +120,12 @@ fn v2_create_delegates_controllers_down_the_lineage() {
         let enabled = fake.read(&format!("/sys/fs/cgroup{dir}/cgroup.subtree_control"));
         assert_eq!(enabled.trim(), "+cpuset +cpu +io +memory +pids", "{dir}");
     }
-    assert_eq!(fake.read("/sys/fs/cgroup/hr/be/cgroup.subtree_control").trim(), "", "the leaf keeps none");
+    assert_eq!(
+        fake.read("/sys/fs/cgroup/hr/be/cgroup.subtree_control")
+            .trim(),
+        "",
+        "the leaf keeps none"
+    );
 }
 
 #[test]
@@ -93,7 +137,12 @@ fn move_process_writes_every_hierarchy_and_procs_lists_members() {
     cg.move_process(&g, 4242).unwrap();
     assert_eq!(cg.procs(&g).unwrap(), vec![4242]);
     for h in ["cpu", "memory", "freezer", "net_prio"] {
-        assert_eq!(fake.read(&format!("/sys/fs/cgroup/{h}/hr/be/cgroup.procs")).trim(), "4242", "{h}");
+        assert_eq!(
+            fake.read(&format!("/sys/fs/cgroup/{h}/hr/be/cgroup.procs"))
+                .trim(),
+            "4242",
+            "{h}"
+        );
     }
     cg.move_thread(&g, 4243).unwrap();
     assert_eq!(cg.threads(&g).unwrap(), vec![4243]);
@@ -114,7 +163,11 @@ fn remove_moves_processes_out_removes_children_first_and_is_idempotent() {
             assert!(!dir.exists(), "{} left", dir.display());
             // The process went to the hierarchy root (the parent of `hr`).
             let root_procs = std::fs::read_to_string(backend.mount().join("cgroup.procs")).unwrap();
-            assert!(root_procs.lines().any(|l| l == "77"), "{}", backend.mount().display());
+            assert!(
+                root_procs.lines().any(|l| l == "77"),
+                "{}",
+                backend.mount().display()
+            );
         }
         cg.remove(&parent).unwrap();
     }
@@ -125,21 +178,44 @@ fn the_root_group_cannot_be_created_or_removed() {
     let fake = Fake::v1();
     let cg = fake.host().cgroups().unwrap();
     let calls_before = *fake.kernel.io_calls.lock().unwrap();
-    assert!(cg.create(&GroupPath::root()).unwrap_err().to_string().contains("root group"));
-    assert!(cg.remove(&GroupPath::root()).unwrap_err().to_string().contains("root group"));
-    assert_eq!(*fake.kernel.io_calls.lock().unwrap(), calls_before, "refused before any I/O");
+    assert!(cg
+        .create(&GroupPath::root())
+        .unwrap_err()
+        .to_string()
+        .contains("root group"));
+    assert!(cg
+        .remove(&GroupPath::root())
+        .unwrap_err()
+        .to_string()
+        .contains("root group"));
+    assert_eq!(
+        *fake.kernel.io_calls.lock().unwrap(),
+        calls_before,
+        "refused before any I/O"
+    );
 }
 
 #[test]
 fn a_missing_controller_is_unavailable_with_the_reason() {
     let fake = Fake::v1();
     let text = fake.read("/proc/self/mountinfo");
-    let without_memory: String = text.lines().filter(|l| !l.contains("memory")).map(|l| format!("{l}\n")).collect();
+    let without_memory: String = text
+        .lines()
+        .filter(|l| !l.contains("memory"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     fake.write("/proc/self/mountinfo", &without_memory);
     let cg = fake.host().cgroups().unwrap();
-    let err = cg.set_memory_max(&GroupPath::new("x").unwrap(), Some(1 << 20)).unwrap_err();
+    let err = cg
+        .set_memory_max(&GroupPath::new("x").unwrap(), Some(1 << 20))
+        .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("memory") && msg.contains("not available") && msg.contains("empty of controllers"), "{msg}");
+    assert!(
+        msg.contains("memory")
+            && msg.contains("not available")
+            && msg.contains("empty of controllers"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -149,9 +225,17 @@ fn empty_cpusets_and_bad_quotas_are_refused_before_writing() {
     let g = GroupPath::new("hr/be").unwrap();
     cg.create(&g).unwrap();
     let writes = fake.kernel.writes().len();
-    assert!(cg.set_cpuset_cpus(&g, &headroom_host::CpuSet::new()).is_err());
+    assert!(cg
+        .set_cpuset_cpus(&g, &headroom_host::CpuSet::new())
+        .is_err());
     let err = cg
-        .set_cpu_quota(&g, headroom_host::CpuQuota { quota_us: Some(10), period_us: 100_000 })
+        .set_cpu_quota(
+            &g,
+            headroom_host::CpuQuota {
+                quota_us: Some(10),
+                period_us: 100_000,
+            },
+        )
         .unwrap_err();
     assert!(err.to_string().contains("\"10\""), "{err}");
     assert!(cg.set_cpu_weight(&g, 0).is_err());
@@ -167,18 +251,31 @@ fn group_sensors_read_v1_files() {
     assert_eq!(cg.cpu_usage_ns(&g).unwrap(), 987_654_321);
     assert_eq!(
         cg.cpu_throttling(&g).unwrap(),
-        CpuThrottling { nr_periods: 7, nr_throttled: 3, throttled_ns: 123_456 }
+        CpuThrottling {
+            nr_periods: 7,
+            nr_throttled: 3,
+            throttled_ns: 123_456
+        }
     );
     assert_eq!(cg.memory_usage(&g).unwrap(), 4096);
     assert_eq!(
         cg.memory_events(&g).unwrap(),
-        MemoryEvents { low: None, high: None, max: 2, oom: None, oom_kill: 1 }
+        MemoryEvents {
+            low: None,
+            high: None,
+            max: 2,
+            oom: None,
+            oom_kill: 1
+        }
     );
     let psi = cg.psi(&g, PsiResource::Cpu).unwrap_err();
     assert!(psi.to_string().contains("cgroup2"), "{psi}");
     fake.write("/sys/fs/cgroup/cpuacct/hr/cpuacct.usage", "garbage\n");
     let err = cg.cpu_usage_ns(&g).unwrap_err().to_string();
-    assert!(err.contains("cpuacct.usage") && err.contains("garbage"), "{err}");
+    assert!(
+        err.contains("cpuacct.usage") && err.contains("garbage"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -190,7 +287,11 @@ fn group_sensors_read_v2_files() {
     assert_eq!(cg.cpu_usage_ns(&g).unwrap(), 1_500_000);
     assert_eq!(
         cg.cpu_throttling(&g).unwrap(),
-        CpuThrottling { nr_periods: 9, nr_throttled: 4, throttled_ns: 77_000 }
+        CpuThrottling {
+            nr_periods: 9,
+            nr_throttled: 4,
+            throttled_ns: 77_000
+        }
     );
     assert_eq!(cg.memory_usage(&g).unwrap(), 8192);
     assert_eq!(cg.memory_events(&g).unwrap().oom_kill, 1);
@@ -204,6 +305,12 @@ fn group_sensors_read_v2_files() {
 #[test]
 fn a_host_without_mountinfo_reports_the_path() {
     let dir = tempfile::tempdir().unwrap();
-    let err = LinuxHost::new(dir.path()).cgroups().unwrap_err().to_string();
-    assert!(err.contains("proc/self/mountinfo") && err.contains("ENOENT"), "{err}");
+    let err = LinuxHost::new(dir.path())
+        .cgroups()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("proc/self/mountinfo") && err.contains("ENOENT"),
+        "{err}"
+    );
 }

@@ -27,14 +27,25 @@ fn probe_of_the_real_host_has_every_contract_key_and_leaves_nothing_behind() {
     let report = doctor::probe(Path::new("/"));
     let json = serde_json::to_value(&report).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&json).unwrap());
-    for key in ["kernel", "cgroup_mode", "root", "cpus", "smt", "llc_bytes", "numa_nodes"] {
+    for key in [
+        "kernel",
+        "cgroup_mode",
+        "root",
+        "cpus",
+        "smt",
+        "llc_bytes",
+        "numa_nodes",
+    ] {
         assert!(json.get(key).is_some(), "missing key {key}");
     }
     for key in MECHANISMS {
         let m = &json["mechanisms"][key];
         assert!(m["available"].is_boolean(), "mechanism {key}: {m}");
         if m["available"] == false {
-            assert!(m["reason"].as_str().is_some_and(|r| !r.is_empty()), "{key} lacks a reason");
+            assert!(
+                m["reason"].as_str().is_some_and(|r| !r.is_empty()),
+                "{key} lacks a reason"
+            );
         }
     }
     for key in SENSORS {
@@ -42,7 +53,7 @@ fn probe_of_the_real_host_has_every_contract_key_and_leaves_nothing_behind() {
         assert!(s["available"].is_boolean(), "sensor {key}: {s}");
     }
     assert!(report.cpus >= 1);
-    assert_eq!(report.sensors.proc_stat.available, true);
+    assert!(report.sensors.proc_stat.available);
 
     let host = LinuxHost::system();
     if let Ok(cgroups) = host.cgroups() {
@@ -52,9 +63,14 @@ fn probe_of_the_real_host_has_every_contract_key_and_leaves_nothing_behind() {
             assert!(!dir.exists(), "doctor left {} behind", dir.display());
         }
     }
-    let netns = std::process::Command::new("ip").args(["netns", "list"]).output();
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output();
     if let Ok(out) = netns {
         let list = String::from_utf8_lossy(&out.stdout);
-        assert!(!list.contains("headroom-doctor-"), "doctor left a netns: {list}");
+        assert!(
+            !list.contains("headroom-doctor-"),
+            "doctor left a netns: {list}"
+        );
     }
 }

@@ -6,10 +6,25 @@ use headroom_host::GroupPath;
 
 #[test]
 fn escaping_paths_are_refused_naming_the_input() {
-    for bad in ["", "/etc", "/sys/fs/cgroup/cpu/x", "..", "../x", "a/../../b", "a/./b", "a//b", "./a", "a\nb", "a\0b"] {
+    for bad in [
+        "",
+        "/etc",
+        "/sys/fs/cgroup/cpu/x",
+        "..",
+        "../x",
+        "a/../../b",
+        "a/./b",
+        "a//b",
+        "./a",
+        "a\nb",
+        "a\0b",
+    ] {
         let err = GroupPath::new(bad).unwrap_err().to_string();
         assert!(err.contains("cgroup path"), "{bad:?}: {err}");
-        assert!(err.contains(&format!("{bad:?}")), "{bad:?} not named in {err}");
+        assert!(
+            err.contains(&format!("{bad:?}")),
+            "{bad:?} not named in {err}"
+        );
     }
 }
 
@@ -23,7 +38,10 @@ fn valid_paths_keep_their_shape() {
     assert_eq!(g.join("x").unwrap().as_str(), "headroom/be/x");
     assert!(g.join("..").is_err());
     assert!(g.join("a/b").is_err());
-    assert_eq!(g.dir_in(std::path::Path::new("/m")), std::path::Path::new("/m/headroom/be"));
+    assert_eq!(
+        g.dir_in(std::path::Path::new("/m")),
+        std::path::Path::new("/m/headroom/be")
+    );
     assert_eq!("a.b-c_d".parse::<GroupPath>().unwrap().as_str(), "a.b-c_d");
 }
 

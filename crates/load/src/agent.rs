@@ -127,19 +127,20 @@ fn session(mut stream: TcpStream, peer: &str) -> Result<(), LoadError> {
         },
     )
     .map_err(io)?;
-    let options = match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
-        AgentMessage::Run { options } => options,
-        other => {
-            let message = format!("expected run, got {other:?}");
-            let _ = send(
-                &mut stream,
-                &AgentMessage::Error {
-                    message: message.clone(),
-                },
-            );
-            return Err(LoadError::agent(format!("master {peer}"), message));
-        }
-    };
+    let options =
+        match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
+            AgentMessage::Run { options } => options,
+            other => {
+                let message = format!("expected run, got {other:?}");
+                let _ = send(
+                    &mut stream,
+                    &AgentMessage::Error {
+                        message: message.clone(),
+                    },
+                );
+                return Err(LoadError::agent(format!("master {peer}"), message));
+            }
+        };
     tracing::info!(
         "agent: running {} QPS for {} s against {:?} for {peer}",
         options.qps,

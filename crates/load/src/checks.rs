@@ -5,9 +5,9 @@
 use headroom_types::load_result::Check;
 
 use crate::dist::Dist;
+use crate::results::RawResults;
 use crate::stats::gof::ks_test_dist;
 use crate::stats::min_samples_for;
-use crate::results::RawResults;
 
 /// Tolerance of the rate check (fraction of the target).
 pub const RATE_TOLERANCE: f64 = 0.01;
@@ -176,7 +176,10 @@ fn samples_check(raw: &RawResults, percentile: f64) -> Check {
     let extra = if trusted.is_empty() {
         String::new()
     } else {
-        format!("; not enough for {} (shown, not trusted)", trusted.join(", "))
+        format!(
+            "; not enough for {} (shown, not trusted)",
+            trusted.join(", ")
+        )
     };
     Check {
         name: "samples".into(),
@@ -261,14 +264,24 @@ mod tests {
         let bad = run_checks(&slow, &unit, 99.0);
         let rate = bad.iter().find(|c| c.name == "rate").unwrap();
         assert!(!rate.ok);
-        assert!(rate.detail.contains("could not keep up") && rate.detail.contains("late"), "{}", rate.detail);
+        assert!(
+            rate.detail.contains("could not keep up") && rate.detail.contains("late"),
+            "{}",
+            rate.detail
+        );
     }
 
     #[test]
     fn fit_rejects_fixed_gaps_for_an_exponential_schedule() {
         let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
         let checks = run_checks(&raw_with(1000.0, 1000, vec![1.0; 1000]), &unit, 99.0);
-        assert!(!checks.iter().find(|c| c.name == "interarrival_fit").unwrap().ok);
+        assert!(
+            !checks
+                .iter()
+                .find(|c| c.name == "interarrival_fit")
+                .unwrap()
+                .ok
+        );
     }
 
     #[test]

@@ -19,8 +19,8 @@ use rand::{Rng, SeedableRng};
 
 use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer};
 use crate::dist::Dist;
-use crate::error::LoadError;
 use crate::dist::KeyGenerator;
+use crate::error::LoadError;
 use crate::keys::KeyChooser;
 use crate::protocol::{Op, Protocol};
 use crate::results::{Counters, OpHists, MAX_IA_SAMPLES};
@@ -186,7 +186,11 @@ pub fn run_worker(
     for (i, cp) in plan.conns.into_iter().enumerate() {
         let mut stream = connect(cp.addr)?;
         poll.registry()
-            .register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)
+            .register(
+                &mut stream,
+                Token(i),
+                Interest::READABLE | Interest::WRITABLE,
+            )
             .map_err(|e| LoadError::system(format!("registering the socket to {}", cp.addr), e))?;
         // A random first gap spreads connections over the first interval instead of a burst.
         let first = match &cp.ia {
@@ -268,7 +272,10 @@ impl Worker<'_> {
             self.timer
                 .arm(wake - self.shared.spin_ns)
                 .map_err(|e| LoadError::system("arming the send timer", e))?;
-            match self.poll.poll(&mut events, Some(Duration::from_millis(200))) {
+            match self
+                .poll
+                .poll(&mut events, Some(Duration::from_millis(200)))
+            {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(LoadError::system("waiting on epoll", e)),
@@ -346,7 +353,7 @@ impl Worker<'_> {
         if last && self.interval_completed == 0 && self.interval.count() == 0 {
             return;
         }
-        let hist = std::mem::replace(&mut self.interval, LatencyHist::new());
+        let hist = std::mem::take(&mut self.interval);
         let msg = IntervalMsg {
             worker: self.id,
             index: self.interval_index,
@@ -527,12 +534,15 @@ impl Worker<'_> {
                     return;
                 }
                 Ok(n) => {
+                    // A read that did not fill the buffer drained the socket: with edge-triggered
+                    // epoll, later bytes raise a new event, so skip the read that would say EAGAIN.
+                    let drained = rend + n < c.rbuf.len();
                     c.rend += n;
                     let now = now_ns();
                     if now >= sh.warm_end {
                         self.out.counters.bytes_rx += n as u64;
                     }
-                    if !self.parse_replies(i, now) {
+                    if !self.parse_replies(i, now) || drained {
                         return;
                     }
                 }

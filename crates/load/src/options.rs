@@ -314,7 +314,11 @@ pub fn resolve_server(spec: &str, default_port: u16) -> Result<SocketAddr, LoadE
         format!("[{spec}]:{default_port}")
     } else if let Some((_, port)) = spec.rsplit_once(':') {
         port.parse::<u16>().map_err(|_| {
-            LoadError::invalid("-s/--server", spec, format!("port {port:?} is not a number"))
+            LoadError::invalid(
+                "-s/--server",
+                spec,
+                format!("port {port:?} is not a number"),
+            )
         })?;
         spec.to_string()
     } else {
@@ -365,7 +369,11 @@ impl LoadOptions {
             ));
         }
         if self.records == 0 {
-            return Err(LoadError::invalid("-r/--records", "0", "must be at least 1"));
+            return Err(LoadError::invalid(
+                "-r/--records",
+                "0",
+                "must be at least 1",
+            ));
         }
         if !(0.0..=1.0).contains(&self.update) {
             return Err(LoadError::invalid(

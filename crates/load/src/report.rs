@@ -5,9 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use headroom_types::load_result::{
-    ClientStats, LatencyStats, LoadResult, LOAD_RESULT_VERSION,
-};
+use headroom_types::load_result::{ClientStats, LatencyStats, LoadResult, LOAD_RESULT_VERSION};
 
 use crate::checks::{achieved_qps, run_checks};
 use crate::dist::Dist;
@@ -204,8 +202,20 @@ pub fn csv_header() -> String {
     ];
     for class in ["read", "read_uncorrected", "update", "update_uncorrected"] {
         for f in [
-            "count", "avg_us", "std_us", "min_us", "p5_us", "p10_us", "p50_us", "p90_us",
-            "p95_us", "p99_us", "p999_us", "p9999_us", "p99_ci_lo_us", "p99_ci_hi_us",
+            "count",
+            "avg_us",
+            "std_us",
+            "min_us",
+            "p5_us",
+            "p10_us",
+            "p50_us",
+            "p90_us",
+            "p95_us",
+            "p99_us",
+            "p999_us",
+            "p9999_us",
+            "p99_ci_lo_us",
+            "p99_ci_hi_us",
         ] {
             cols.push(format!("{class}_{f}"));
         }

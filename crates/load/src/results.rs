@@ -7,7 +7,7 @@ use crate::error::LoadError;
 use crate::stats::LatencyHist;
 
 /// Latency histograms of one class of connections (load or measurement).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct OpHists {
     /// GETs, scheduled → done.
     pub read: LatencyHist,
@@ -17,17 +17,6 @@ pub struct OpHists {
     pub update: LatencyHist,
     /// SETs, sent → done.
     pub update_uncorrected: LatencyHist,
-}
-
-impl Default for OpHists {
-    fn default() -> Self {
-        OpHists {
-            read: LatencyHist::new(),
-            read_uncorrected: LatencyHist::new(),
-            update: LatencyHist::new(),
-            update_uncorrected: LatencyHist::new(),
-        }
-    }
 }
 
 impl OpHists {
@@ -167,9 +156,8 @@ impl RawResults {
     /// Decodes an agent's results; `peer` names it in errors.
     pub fn from_wire(w: &WireResults, peer: &str) -> Result<RawResults, LoadError> {
         let dec = |name: &str, s: &str| {
-            LatencyHist::from_base64(s).map_err(|e| {
-                LoadError::agent(peer, format!("undecodable {name} histogram: {e}"))
-            })
+            LatencyHist::from_base64(s)
+                .map_err(|e| LoadError::agent(peer, format!("undecodable {name} histogram: {e}")))
         };
         let h = |x: &WireHists| -> Result<OpHists, LoadError> {
             Ok(OpHists {

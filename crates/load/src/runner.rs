@@ -12,6 +12,7 @@ use rand::Rng;
 
 use crate::clock::{now_ns, online_cpus, process_cpu_s};
 use crate::dist::Dist;
+use crate::dist::KeyGenerator;
 use crate::engine::{
     run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan, WorkerShared,
     INTERVAL_NS,
@@ -19,7 +20,6 @@ use crate::engine::{
 use crate::error::LoadError;
 use crate::feed::FeedWriter;
 use crate::hdrlog::HdrLogWriter;
-use crate::dist::KeyGenerator;
 use crate::keys::KeyChooser;
 use crate::options::{LoadOptions, Validated};
 use crate::protocol::Op;

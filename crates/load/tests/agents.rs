@@ -100,7 +100,8 @@ fn master_refuses_an_agent_of_another_version() {
         BufReader::new(s.try_clone().unwrap())
             .read_line(&mut line)
             .unwrap();
-        s.write_all(b"{\"type\":\"hello\",\"version\":99}\n").unwrap();
+        s.write_all(b"{\"type\":\"hello\",\"version\":99}\n")
+            .unwrap();
         // The master says why it hangs up.
         let mut reply = String::new();
         let _ = BufReader::new(s).read_line(&mut reply);
@@ -118,7 +119,10 @@ fn master_refuses_an_agent_of_another_version() {
     let err = run_report(&o, &mut |_| {}).unwrap_err();
     assert!(matches!(err, LoadError::Agent { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains("version mismatch") && msg.contains("99"), "{msg}");
+    assert!(
+        msg.contains("version mismatch") && msg.contains("99"),
+        "{msg}"
+    );
     let reply = fake.join().unwrap();
     assert!(reply.contains("version mismatch"), "{reply}");
 }

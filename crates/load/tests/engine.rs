@@ -35,7 +35,10 @@ fn a_2ms_server_measures_p50_between_2_0_and_2_3_ms() {
     let r = run_report(&o, &mut |_| {}).expect("run");
     let p50_ms = r.result.read.p50_us / 1000.0;
     let unc_ms = r.result.read_uncorrected.p50_us / 1000.0;
-    eprintln!("2 ms server: p50 {p50_ms:.3} ms, uncorrected {unc_ms:.3} ms, count {}", r.result.read.count);
+    eprintln!(
+        "2 ms server: p50 {p50_ms:.3} ms, uncorrected {unc_ms:.3} ms, count {}",
+        r.result.read.count
+    );
     assert!(r.result.read.count > 300, "count {}", r.result.read.count);
     assert!((2.0..=2.3).contains(&p50_ms), "corrected p50 {p50_ms} ms");
     assert!((2.0..=2.3).contains(&unc_ms), "uncorrected p50 {unc_ms} ms");
@@ -60,7 +63,10 @@ fn a_periodic_stall_shows_in_corrected_p99_but_hides_in_uncorrected() {
     // One request per stall waits on the wire: 3 of ~6000, far beyond the 99th percentile.
     assert!(uncorrected < 5_000.0, "uncorrected p99 {uncorrected} us");
     assert!(r.result.read.p9999_us >= 40_000.0);
-    assert!(r.result.late > 0, "requests due during the stall wait: they are late");
+    assert!(
+        r.result.late > 0,
+        "requests due during the stall wait: they are late"
+    );
 }
 
 #[test]
@@ -97,7 +103,10 @@ fn bad_distributions_name_the_flag() {
     let err = o.validate().unwrap_err();
     assert!(err.is_usage());
     let msg = err.to_string();
-    assert!(msg.contains("-K/--keysize") && msg.contains("bogus:3"), "{msg}");
+    assert!(
+        msg.contains("-K/--keysize") && msg.contains("bogus:3"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -145,11 +154,17 @@ fn feed_hdr_log_and_save_are_written() {
         assert!(f.interval_s > 0.0 && f.interval_s <= 1.0 + 1e-9);
         total += LatencyHist::from_base64(&f.hist).unwrap().count();
     }
-    assert_eq!(total, r.result.read.count, "feed histograms cover every request");
+    assert_eq!(
+        total, r.result.read.count,
+        "feed histograms cover every request"
+    );
     assert!(intervals >= 2);
     let log = std::fs::read_to_string(dir.path().join("run.hlog")).unwrap();
     assert!(log.contains("#[StartTime:"), "{log}");
-    assert!(log.lines().filter(|l| !l.starts_with('#')).count() >= 2, "{log}");
+    assert!(
+        log.lines().filter(|l| !l.starts_with('#')).count() >= 2,
+        "{log}"
+    );
     let samples = std::fs::read_to_string(dir.path().join("samples.txt")).unwrap();
     assert_eq!(samples.lines().count() as u64, r.result.read.count + 1);
 }

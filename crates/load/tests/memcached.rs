@@ -30,7 +30,14 @@ fn preloaded_keys_all_hit_over_ascii() {
     assert_eq!(r.result.errors, 0);
     assert!(r.bytes_rx > 200 * r.result.read.count, "values come back");
     let json = serde_json::to_value(&r).unwrap();
-    for key in ["version", "target_qps", "achieved_qps", "valid", "checks", "read"] {
+    for key in [
+        "version",
+        "target_qps",
+        "achieved_qps",
+        "valid",
+        "checks",
+        "read",
+    ] {
         assert!(json.get(key).is_some(), "missing {key}");
     }
 }
@@ -48,7 +55,11 @@ fn binary_protocol_with_updates_and_variable_sizes() {
         ..opts(&mc.spec())
     };
     let r = run_report(&o, &mut |_| {}).expect("run");
-    assert!(r.result.update.count > 300, "sets {}", r.result.update.count);
+    assert!(
+        r.result.update.count > 300,
+        "sets {}",
+        r.result.update.count
+    );
     assert!(r.result.read.count > 1000, "gets {}", r.result.read.count);
     assert_eq!(r.result.misses, 0, "every key was preloaded");
     assert_eq!(r.result.errors, 0);
@@ -98,9 +109,20 @@ fn scan_gives_a_row_per_step_and_search_finds_a_rate() {
         ..opts(&mc.spec())
     };
     let mut seen = 0;
-    let rows = scan(&o, &ScanSpec { min: 500, max: 1500, step: 500 }, &mut |_| seen += 1)
-        .expect("scan");
-    assert_eq!(rows.iter().map(|r| r.qps).collect::<Vec<_>>(), vec![500, 1000, 1500]);
+    let rows = scan(
+        &o,
+        &ScanSpec {
+            min: 500,
+            max: 1500,
+            step: 500,
+        },
+        &mut |_| seen += 1,
+    )
+    .expect("scan");
+    assert_eq!(
+        rows.iter().map(|r| r.qps).collect::<Vec<_>>(),
+        vec![500, 1000, 1500]
+    );
     assert_eq!(seen, 3);
     // A generous target: every rate up to the peak meets it, so the answer is near the peak.
     let spec = SearchSpec {
@@ -109,7 +131,10 @@ fn scan_gives_a_row_per_step_and_search_finds_a_rate() {
     };
     let out = search(&LoadOptions { noload: true, ..o }, &spec, &mut |_| {}).expect("search");
     assert!(out.curve.len() >= 2);
-    assert!(out.curve.windows(2).all(|w| w[0].qps <= w[1].qps), "sorted curve");
+    assert!(
+        out.curve.windows(2).all(|w| w[0].qps <= w[1].qps),
+        "sorted curve"
+    );
     let peak = out.curve.iter().find(|r| r.qps == 0).expect("the peak run");
     eprintln!(
         "search: peak {:.0} QPS, best {:?}",
@@ -121,7 +146,11 @@ fn scan_gives_a_row_per_step_and_search_finds_a_rate() {
     let met = |r: &headroom_load::sweep::SweepRow| {
         r.qps > 0
             && r.percentile_us <= spec.target_us
-            && r.report.result.checks.iter().all(|c| c.name != "rate" || c.ok)
+            && r.report
+                .result
+                .checks
+                .iter()
+                .all(|c| c.name != "rate" || c.ok)
     };
     if let Some(best) = &out.best {
         assert!(met(best));

@@ -1,6 +1,6 @@
 //! `headroom doctor --json` (DESIGN.md): produced by headroom-host.
 //!
-//! The keys of DESIGN.md are a contract; fields beyond them (`via`, `net_cls`, `net_prio`, `cgroup_psi`,
+//! The keys of DESIGN.md are a contract; fields beyond them (`via`, `net_cls`, `net_prio`, `cgroup_bpf`, `cgroup_psi`,
 //! `meminfo`, `cgroup_cpu_usage`, `topology`) are extensions and may be absent in older output.
 
 use serde::{Deserialize, Serialize};
@@ -54,9 +54,14 @@ pub struct Mechanisms {
     /// Classifying BE egress by cgroup with v1 `net_cls` + the tc `cgroup` filter; extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net_cls: Option<Availability>,
-    /// Classifying BE egress by cgroup with v1 `net_prio` (priority = HTB class id); extension.
+    /// Classifying BE egress by cgroup with v1 `net_prio` (priority = HTB class id; devices of
+    /// the initial network namespace only); extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net_prio: Option<Availability>,
+    /// Classifying BE egress by cgroup with a cgroup BPF egress program on a cgroup2 directory
+    /// (priority = HTB class id; any network namespace); extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_bpf: Option<Availability>,
 }
 
 /// The sensors.

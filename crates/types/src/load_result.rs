@@ -108,14 +108,36 @@ mod tests {
     fn serializes_every_contract_key() {
         let v = serde_json::to_value(LoadResult::default()).unwrap();
         for key in [
-            "version", "target_qps", "achieved_qps", "valid", "checks", "read",
-            "read_uncorrected", "update", "late", "errors", "misses", "client",
+            "version",
+            "target_qps",
+            "achieved_qps",
+            "valid",
+            "checks",
+            "read",
+            "read_uncorrected",
+            "update",
+            "late",
+            "errors",
+            "misses",
+            "client",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         for key in [
-            "count", "avg_us", "std_us", "min_us", "p5_us", "p10_us", "p50_us", "p90_us",
-            "p95_us", "p99_us", "p999_us", "p9999_us", "p99_ci_us", "p999_ci_us",
+            "count",
+            "avg_us",
+            "std_us",
+            "min_us",
+            "p5_us",
+            "p10_us",
+            "p50_us",
+            "p90_us",
+            "p95_us",
+            "p99_us",
+            "p999_us",
+            "p9999_us",
+            "p99_ci_us",
+            "p999_ci_us",
         ] {
             assert!(v["read"].get(key).is_some(), "missing read.{key}");
         }

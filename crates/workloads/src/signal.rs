@@ -14,7 +14,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Installs handlers for SIGTERM and SIGINT that set the returned flag (process-wide; calling it
 /// again is harmless).
 pub fn install_stop_flag() -> Result<&'static AtomicBool, nix::Error> {
-    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::SA_RESTART, SigSet::empty());
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
     for sig in [Signal::SIGTERM, Signal::SIGINT] {
         // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
         unsafe { sigaction(sig, &action) }?;

@@ -129,7 +129,9 @@ pub fn llc_bytes(sysfs: &Path) -> Result<u64, TopologyError> {
             continue;
         }
         let level_path = entry.path().join("level");
-        let Ok(level) = read_trimmed(&level_path) else { continue };
+        let Ok(level) = read_trimmed(&level_path) else {
+            continue;
+        };
         if level != "3" {
             continue;
         }
@@ -147,9 +149,14 @@ pub fn llc_bytes(sysfs: &Path) -> Result<u64, TopologyError> {
 /// The SMT siblings of `cpu` (other logical CPUs on the same core), from
 /// `<sysfs>/devices/system/cpu/cpuN/topology/thread_siblings_list`.
 pub fn smt_siblings(sysfs: &Path, cpu: usize) -> Result<Vec<usize>, TopologyError> {
-    let path = sysfs.join(format!("devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"));
+    let path = sysfs.join(format!(
+        "devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+    ));
     let list = read_trimmed(&path)?;
-    Ok(parse_cpu_list(&list)?.into_iter().filter(|&c| c != cpu).collect())
+    Ok(parse_cpu_list(&list)?
+        .into_iter()
+        .filter(|&c| c != cpu)
+        .collect())
 }
 
 /// CPU time (user + system) of this process so far.
@@ -191,7 +198,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,5,7-8").unwrap(), vec![0, 1, 2, 3, 5, 7, 8]);
+        assert_eq!(
+            parse_cpu_list("0-3,5,7-8").unwrap(),
+            vec![0, 1, 2, 3, 5, 7, 8]
+        );
         assert_eq!(parse_cpu_list(" 2,1,2 ").unwrap(), vec![1, 2]);
         assert!(parse_cpu_list("").is_err());
         assert!(parse_cpu_list("3-1").is_err());

@@ -7,7 +7,9 @@
 //! `slack_disallow_growth` forbids BE growth and slack below `slack_shrink` takes cores back
 //! (`be_cores.Remove(be_cores.Size()-2)` in the pseudo-code: BE keeps at most 2 cores, or with
 //! `slack_shrink_action = "remove"`, loses 2). A sub-controller whose input or mechanism is
-//! missing is disabled and says why in the decision state; the others still run.
+//! missing is disabled and says why in the decision state; the others still run. When latency
+//! or load is unknown the top level changes nothing and looks again after 1 s instead of a full
+//! period.
 
 use std::time::Duration;
 
@@ -18,6 +20,9 @@ use crate::allocation::Allocation;
 use crate::config::{Config, HeraclesConfig, LowSlackAction};
 use crate::decision::Decision;
 use crate::observation::Observation;
+
+/// Retry period of the top level when latency or load was unknown, s.
+pub(crate) const NO_DATA_RETRY_S: f64 = 1.0;
 
 /// What one top-level evaluation decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,6 +459,10 @@ impl Policy for Heracles {
 
         if due(&mut self.next_top, now, secs(h.interval_s)) {
             let outcome = self.top.step(&h, target, obs, now);
+            if outcome == TopOutcome::NoData {
+                // nothing was measured: look again in a second rather than a whole period
+                self.next_top = Some(now + secs(h.interval_s.min(NO_DATA_RETRY_S)));
+            }
             if self.top.just_enabled {
                 self.reset_cores();
                 // give the new allocation one full core/memory period before the next step

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::blind::Blind;
-use super::heracles::{TopLevel, TopOutcome};
+use super::heracles::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
 use super::{be_candidate_cpus, round6, secs, take_top_cpus, MachineInfo, Policy};
 use crate::allocation::Allocation;
 use crate::config::Config;
@@ -111,6 +111,10 @@ impl Policy for Hybrid {
         if self.next_top.is_none_or(|t| now >= t) {
             self.next_top = Some(now + secs(interval));
             let outcome = self.outer(obs, now);
+            if outcome == TopOutcome::NoData {
+                // nothing was measured: look again in a second rather than a whole window
+                self.next_top = Some(now + secs(interval.min(NO_DATA_RETRY_S)));
+            }
             self.last_outcome = Some(outcome);
             if !matches!(outcome, TopOutcome::Grow | TopOutcome::NoGrowth) {
                 outer_reason = Some(outcome.reason("hybrid"));

@@ -107,6 +107,27 @@ impl Default for Mechanisms {
     }
 }
 
+impl Mechanisms {
+    /// Nothing available: start from this and switch on what `doctor` found.
+    pub fn none() -> Self {
+        Mechanisms {
+            cpuset: false,
+            cpu_weight: false,
+            cpu_idle: false,
+            cpu_quota: false,
+            freeze: false,
+            memory: false,
+            io: false,
+            sched_attr: false,
+            resctrl_l3: false,
+            resctrl_mba: false,
+            rapl: false,
+            cpufreq: false,
+            tc_htb: false,
+        }
+    }
+}
+
 /// The machine a policy runs on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MachineInfo {

@@ -5,8 +5,11 @@
 //! 2. Unknown or stale LC latency (older than `safety.latency_max_age_ms`) → BE stops growing;
 //!    after `stale_disable_ticks` ticks or `stale_disable_ms` of it → BE disabled.
 //! 3. A cooldown after an SLO violation: latency above the target disables BE for
-//!    `violation_cooldown_s`. (Each policy shrinks fast and grows slowly with its own hysteresis.)
-//! 4. Low memory (MemAvailable below `min_mem_available_bytes`) → BE disabled.
+//!    `violation_cooldown_s`. Shrink fast, grow slowly: shrinks pass at once; BE grows at most
+//!    once per `grow_interval_ms` and not within `grow_after_shrink_ms` of a shrink (each policy
+//!    also paces itself).
+//! 4. Low memory (MemAvailable below `min_mem_available_bytes`, or memory PSI full avg10 above
+//!    `max_memory_psi_full`) → BE disabled and killed (PerfIso's memory kill switch).
 //!
 //! Rules 2–3 need `[lc.latency]`; they do not apply to the `none` baseline, whose purpose is to
 //! show what happens without control. Parts of an allocation whose mechanism the host lacks are
@@ -30,11 +33,14 @@ pub struct Guarded {
     machine: MachineInfo,
     inner: Box<dyn Policy>,
     paused: bool,
-    held: Option<Decision>,
+    /// The policy's last allocation and reason, held while paused.
+    held: Option<(Allocation, String)>,
     last: Option<Allocation>,
     stale_ticks: u64,
     stale_since: Option<Duration>,
     violation_until: Option<Duration>,
+    last_grow: Option<Duration>,
+    last_shrink: Option<Duration>,
 }
 
 impl Guarded {
@@ -54,6 +60,8 @@ impl Guarded {
             stale_ticks: 0,
             stale_since: None,
             violation_until: None,
+            last_grow: None,
+            last_shrink: None,
         }
     }
 
@@ -130,20 +138,22 @@ impl Policy for Guarded {
     }
 
     fn decide(&mut self, obs: &Observation, now: Duration) -> Decision {
-        let inner = match (&self.held, self.paused) {
-            (Some(held), true) => held.clone(),
+        let (mut a, inner_reason, inner_state) = match (&self.held, self.paused) {
+            (Some((alloc, reason)), true) => {
+                (alloc.clone(), reason.clone(), serde_json::Value::Null)
+            }
             _ => {
                 let d = self.inner.decide(obs, now);
-                self.held = Some(d.clone());
-                d
+                self.held = Some((d.allocation.clone(), d.reason.clone()));
+                (d.allocation, d.reason, d.state)
             }
         };
-        let mut a = inner.allocation.clone();
+        let policy_lc = a.lc.clone();
         let mut overrides: Vec<&'static str> = Vec::new();
-        let s = self.config.safety.clone();
+        let s = &self.config.safety;
 
         // Rule 1: the LC is never restricted; BE never on the LC's pinned CPUs.
-        a.lc = self.lc_treatment(&inner.allocation.lc);
+        a.lc = self.lc_treatment(&policy_lc);
         let lc_cpus = lc_pinned_cpus(&self.machine, &self.config, obs);
         if let Some(cpus) = &mut a.be_cpus {
             cpus.retain(|c| !lc_cpus.contains(c));
@@ -158,7 +168,7 @@ impl Policy for Guarded {
         if a.be_memory_limit_bytes.is_none() {
             a.be_memory_limit_bytes = s.be_memory_limit_bytes;
         }
-        if a.be_io_limits.is_empty() {
+        if a.be_io_limits.is_empty() && !s.be_io_limits.is_empty() {
             a.be_io_limits = s.be_io_limits.clone();
         }
         let dropped = self.drop_missing_mechanisms(&mut a);
@@ -205,14 +215,46 @@ impl Policy for Guarded {
             }
             a.be_enabled = false;
         }
-        // Rule 4: low memory.
-        if let (Some(min), Some(avail)) = (s.min_mem_available_bytes, obs.mem_available_bytes) {
-            if avail < min {
-                if a.be_enabled {
-                    overrides.push("safety:low-memory:disable");
+        // Rule 4: low memory → BE killed (freezing would keep its memory).
+        let low_mem = matches!(
+            (s.min_mem_available_bytes, obs.mem_available_bytes),
+            (Some(min), Some(avail)) if avail < min
+        );
+        let mem_stall = matches!(
+            (s.max_memory_psi_full, obs.psi_memory_full),
+            (Some(max), Some(psi)) if psi > max
+        );
+        if low_mem || mem_stall {
+            overrides.push(if low_mem {
+                "safety:low-memory:kill"
+            } else {
+                "safety:memory-pressure:kill"
+            });
+            a.be_enabled = false;
+            a.be_kill = true;
+        }
+
+        // Rule 3b: grow slowly, and not right after a shrink (hysteresis in time).
+        if let Some(prev) = &self.last {
+            let ncpus = self.machine.cpus.len();
+            let since = |t: Option<Duration>| t.map(|t| now.saturating_sub(t));
+            if a.grows_be_over(prev, ncpus) {
+                let too_soon = since(self.last_grow)
+                    .is_some_and(|d| d < Duration::from_millis(s.grow_interval_ms))
+                    || since(self.last_shrink)
+                        .is_some_and(|d| d < Duration::from_millis(s.grow_after_shrink_ms));
+                if too_soon {
+                    overrides.push("safety:grow-paced:hold");
+                    a = a.limit_growth(prev);
+                } else {
+                    self.last_grow = Some(now);
                 }
-                a.be_enabled = false;
+            } else if prev.grows_be_over(&a, ncpus) {
+                self.last_shrink = Some(now);
             }
+        } else if a.be_enabled {
+            // the first allocation is a growth from nothing
+            self.last_grow = Some(now);
         }
 
         self.inner.applied(&a);
@@ -220,14 +262,14 @@ impl Policy for Guarded {
         let reason = match overrides.first() {
             Some(r) => r.to_string(),
             None if self.paused => "safety:paused:hold".to_string(),
-            None => inner.reason.clone(),
+            None => inner_reason.clone(),
         };
         Decision {
             allocation: a,
             reason,
             state: json!({
-                "policy": inner.state,
-                "policy_reason": inner.reason,
+                "policy": inner_state,
+                "policy_reason": inner_reason,
                 "safety": {
                     "paused": self.paused,
                     "overrides": overrides,

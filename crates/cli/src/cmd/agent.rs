@@ -1,9 +1,97 @@
-//! `headroom agent`.
+//! `headroom agent`: the colocation controller (DESIGN.md "The agent").
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use headroom_agent::config::Config;
+use headroom_agent::decision::{replay, DecisionRecord};
+use headroom_agent::policy::MachineInfo;
+use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 
 /// Flags of `headroom agent`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Agent configuration (TOML; DESIGN.md "Config")
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Decide and log, but write nothing to the groups
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Re-run the policy over a decision log; exit 0 if every decision is reproduced, 1 otherwise
+    #[arg(long, value_name = "LOG")]
+    pub replay: Option<PathBuf>,
+    /// Decision log: one JSON line per decision (overrides api.decision_log)
+    #[arg(long, value_name = "DECISIONS.jsonl")]
+    pub log: Option<PathBuf>,
+    /// Stop after this many seconds (then run safety.on_exit as on SIGTERM)
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("headroom agent: not built yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let config = Config::from_file(&args.config).map_err(|e| super::usage(e.to_string()))?;
+    if let Some(log) = &args.replay {
+        return run_replay(&config, log);
+    }
+    let mut options = AgentOptions::new(config);
+    options.dry_run = args.dry_run;
+    options.decision_log = args.log;
+    if let Some(s) = args.duration {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(super::usage(format!("--duration {s}: must be a positive number of seconds")));
+        }
+        options.run_for = Some(std::time::Duration::from_secs_f64(s));
+    }
+    let agent = Agent::start(options).map_err(|e| {
+        if e.is_usage() {
+            super::usage(e.to_string())
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
+    let summary = agent.run().context("agent loop")?;
+    eprintln!(
+        "headroom agent: stopped after {} ticks, {} writes, {} failed reconciliations; exit action: {}",
+        summary.ticks, summary.writes, summary.write_errors, summary.exit_action
+    );
+    Ok(())
+}
+
+fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(log)
+        .with_context(|| format!("reading decision log {}", log.display()))?;
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let rec = DecisionRecord::from_json_line(line).map_err(|e| {
+            super::usage(format!("{} line {}: not a decision record: {e}", log.display(), i + 1))
+        })?;
+        records.push(rec);
+    }
+    let side = machine_sidecar(log);
+    let machine: MachineInfo = match std::fs::read_to_string(&side) {
+        Ok(t) => serde_json::from_str(&t)
+            .with_context(|| format!("parsing machine description {}", side.display()))?,
+        Err(_) => {
+            eprintln!(
+                "headroom agent: no {}; replaying with this host's description",
+                side.display()
+            );
+            machine_info(&headroom_host::LinuxHost::system())
+        }
+    };
+    let mismatches = replay(config, &machine, &records);
+    match mismatches.first() {
+        None => {
+            println!("replay: {} decisions reproduced exactly", records.len());
+            Ok(())
+        }
+        Some(first) => {
+            println!(
+                "replay: {} of {} decisions differ; first: {first}",
+                mismatches.len(),
+                records.len()
+            );
+            std::process::exit(1);
+        }
+    }
 }

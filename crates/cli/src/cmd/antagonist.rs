@@ -84,15 +84,20 @@ fn usage_from(e: AntagonistError) -> anyhow::Error {
 
 fn millis(flag: &str, v: f64) -> anyhow::Result<Duration> {
     if !v.is_finite() || v < 0.0 {
-        return Err(super::usage(format!("{flag} {v}: must be a non-negative number of milliseconds")));
+        return Err(super::usage(format!(
+            "{flag} {v}: must be a non-negative number of milliseconds"
+        )));
     }
     Ok(Duration::from_secs_f64(v / 1000.0))
 }
 
 fn socket_addr(flag: &str, v: Option<&String>) -> anyhow::Result<SocketAddr> {
     let v = v.ok_or_else(|| super::usage(format!("net needs {flag} ADDR:PORT")))?;
-    v.parse()
-        .map_err(|_| super::usage(format!("{flag} {v:?}: expected ADDR:PORT, e.g. 127.0.0.1:5001")))
+    v.parse().map_err(|_| {
+        super::usage(format!(
+            "{flag} {v:?}: expected ADDR:PORT, e.g. 127.0.0.1:5001"
+        ))
+    })
 }
 
 /// Builds the library kind from the flags.
@@ -181,9 +186,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let cpus = match &args.cpus {
         None => None,
-        Some(list) => Some(
-            topology::parse_cpu_list(list).map_err(|e| super::usage(format!("--cpus: {e}")))?,
-        ),
+        Some(list) => {
+            Some(topology::parse_cpu_list(list).map_err(|e| super::usage(format!("--cpus: {e}")))?)
+        }
     };
     let config = AntagonistConfig {
         kind,

@@ -94,7 +94,9 @@ pub(crate) fn experiment_options(
     o.invocation = invocation;
     if let Some(d) = flags.duration {
         if !(d >= 1.0) {
-            return Err(super::usage(format!("--duration {d}: must be at least 1 second")));
+            return Err(super::usage(format!(
+                "--duration {d}: must be at least 1 second"
+            )));
         }
         o.duration_s = d;
     }
@@ -170,11 +172,7 @@ pub(crate) fn experiment_options(
     Ok(o)
 }
 
-fn experiments(
-    name: &str,
-    out: Option<std::path::PathBuf>,
-    rest: &[String],
-) -> anyhow::Result<()> {
+fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let exp: headroom_bench::experiments::Experiment = name.parse().map_err(|_| {
         super::usage(format!(
             "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent"

@@ -34,16 +34,27 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.minutes > 0.0) {
-        return Err(super::usage(format!("--minutes {}: must be positive", args.minutes)));
+        return Err(super::usage(format!(
+            "--minutes {}: must be positive",
+            args.minutes
+        )));
     }
     if !(args.window >= 2.0) {
-        return Err(super::usage(format!("--window {}: must be at least 2 seconds", args.window)));
+        return Err(super::usage(format!(
+            "--window {}: must be at least 2 seconds",
+            args.window
+        )));
     }
     if !matches!(args.be.as_str(), "spin" | "dram") {
-        return Err(super::usage(format!("--be {:?}: the demo runs spin or dram", args.be)));
+        return Err(super::usage(format!(
+            "--be {:?}: the demo runs spin or dram",
+            args.be
+        )));
     }
     if args.policy == "none" {
-        return Err(super::usage("--policy none: the demo compares an agent policy with none"));
+        return Err(super::usage(
+            "--policy none: the demo compares an agent policy with none",
+        ));
     }
     let mut rest = vec![
         "--minutes".to_string(),
@@ -61,7 +72,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(p) = args.peak_qps {
         rest.extend(["--peak-qps".to_string(), p.to_string()]);
     }
-    println!("headroom demo: LC = headroom serve, BE = headroom antagonist {}", args.be);
+    println!(
+        "headroom demo: LC = headroom serve, BE = headroom antagonist {}",
+        args.be
+    );
     match headroom_bench::capability::agent_can_actuate(std::path::Path::new("/sys/fs/cgroup")) {
         Ok(()) => println!("  the agent can act here (root, writable cgroupfs)"),
         Err(why) => {
@@ -70,7 +84,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 println!("    - {w}");
             }
             println!("  so it runs with --dry-run: it logs the decisions it would take and changes nothing;");
-            println!("  the '{}' run then shows those decisions, not their effect.", args.policy);
+            println!(
+                "  the '{}' run then shows those decisions, not their effect.",
+                args.policy
+            );
             rest.push("--dry-run".into());
         }
     }
@@ -80,13 +97,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .join(" ");
     let opts = super::bench::experiment_options(Experiment::Colocation, &rest, invocation)?;
-    let slo_note = if args.slo_us.is_some() { "given" } else { "derived from LC alone" };
+    let slo_note = if args.slo_us.is_some() {
+        "given"
+    } else {
+        "derived from LC alone"
+    };
     println!(
         "  placement: load generator + agent on CPU {}, LC + BE on CPU {}; SLO {slo_note}",
         headroom_bench::format::cpu_list(&opts.placement.loadgen),
         headroom_bench::format::cpu_list(&opts.placement.server)
     );
-    println!("  results go to {} (re-render with `headroom report {}`)\n", args.out.display(), args.out.display());
+    println!(
+        "  results go to {} (re-render with `headroom report {}`)\n",
+        args.out.display(),
+        args.out.display()
+    );
     let mut progress = |line: &str| println!("{line}");
     let mut live = |w: &headroom_bench::record::WindowView| {
         let ok = match w.tail_us {
@@ -175,7 +200,9 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
                 pct(n.emu_mean)
             ));
         }
-        _ => out.push("  one of the two runs did not complete: see the notes in the report.".into()),
+        _ => {
+            out.push("  one of the two runs did not complete: see the notes in the report.".into())
+        }
     }
     while out.len() < 5 {
         out.push(String::new());

@@ -52,7 +52,11 @@ const USES: &[(&str, &str)] = &[
     ),
     (
         "net_prio",
-        "classify BE egress by cgroup (net_prio priority = HTB class)",
+        "classify BE egress by cgroup (net_prio priority = HTB class; init netns devices)",
+    ),
+    (
+        "cgroup_bpf",
+        "classify BE egress by cgroup (BPF sets priority = HTB class; any netns)",
     ),
     ("proc_stat", "blind: per-CPU idle"),
     ("schedstat", "LC run-queue delay"),
@@ -125,7 +129,11 @@ pub fn render(d: &Doctor) -> String {
     ] {
         row(&mut out, name, a);
     }
-    for (name, a) in [("net_cls", &m.net_cls), ("net_prio", &m.net_prio)] {
+    for (name, a) in [
+        ("net_cls", &m.net_cls),
+        ("net_prio", &m.net_prio),
+        ("cgroup_bpf", &m.cgroup_bpf),
+    ] {
         if let Some(a) = a {
             row(&mut out, name, a);
         }

@@ -75,7 +75,11 @@ pub struct Args {
     #[arg(long, value_name = "P:TARGET_US")]
     pub search: Option<String>,
     /// Measurement connections per server (dedicated, low-rate; their latency is reported)
-    #[arg(short = 'C', long = "measure_connections", alias = "measure-connections")]
+    #[arg(
+        short = 'C',
+        long = "measure_connections",
+        alias = "measure-connections"
+    )]
     pub measure_connections: Option<usize>,
     /// QPS of the measurement connections together
     #[arg(short = 'Q', long = "measure_qps", alias = "measure-qps")]
@@ -297,7 +301,11 @@ fn sweep_line(row: &SweepRow) -> String {
     )
 }
 
-fn write_sweep_outputs(args: &Args, reports: &[&LoadReport], json: serde_json::Value) -> anyhow::Result<()> {
+fn write_sweep_outputs(
+    args: &Args,
+    reports: &[&LoadReport],
+    json: serde_json::Value,
+) -> anyhow::Result<()> {
     if let Some(p) = &args.json {
         write_file(p, &(serde_json::to_string_pretty(&json)? + "\n"))?;
     }
@@ -320,11 +328,7 @@ fn print_failed_checks(row: &SweepRow) {
     }
 }
 
-fn run_scan(
-    args: &Args,
-    opts: &LoadOptions,
-    spec: &headroom_load::ScanSpec,
-) -> anyhow::Result<()> {
+fn run_scan(args: &Args, opts: &LoadOptions, spec: &headroom_load::ScanSpec) -> anyhow::Result<()> {
     println!("{SWEEP_HEADER}");
     let rows = sweep::scan(opts, spec, &mut |row| {
         println!("{}", sweep_line(row));
@@ -352,7 +356,11 @@ fn run_search(
         if !args.quiet {
             eprintln!(
                 "  tried {:>10}: p{} = {:.1} us, achieved {:.1} QPS",
-                if row.qps == 0 { "peak".to_string() } else { row.qps.to_string() },
+                if row.qps == 0 {
+                    "peak".to_string()
+                } else {
+                    row.qps.to_string()
+                },
                 spec.percentile,
                 row.percentile_us,
                 row.report.result.achieved_qps
@@ -371,14 +379,24 @@ fn run_search(
     match &outcome.best {
         Some(b) => println!(
             "\nHighest QPS with p{} <= {} us: {} (p{} = {:.1} us, achieved {:.1})",
-            spec.percentile, spec.target_us, b.qps, spec.percentile, b.percentile_us,
+            spec.percentile,
+            spec.target_us,
+            b.qps,
+            spec.percentile,
+            b.percentile_us,
             b.report.result.achieved_qps
         ),
         None => println!(
             "\nNo QPS tried kept p{} under {} us (lowest tried: {})",
             spec.percentile,
             spec.target_us,
-            outcome.curve.iter().map(|r| r.qps).filter(|q| *q > 0).min().unwrap_or(0)
+            outcome
+                .curve
+                .iter()
+                .map(|r| r.qps)
+                .filter(|q| *q > 0)
+                .min()
+                .unwrap_or(0)
         ),
     }
     if let Some(b) = &outcome.best {

@@ -23,16 +23,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("report:  {}", files.html.display());
     println!("summary: {}", files.summary_json.display());
     println!("         {}", files.summary_md.display());
-    println!("data:    {} CSV/JSON files in {}", files.data.len(), args.dir.join("figures").display());
+    println!(
+        "data:    {} CSV/JSON files in {}",
+        files.data.len(),
+        args.dir.join("figures").display()
+    );
     if args.check {
         let Some(chromium) = headroom_bench::browser::find_chromium() else {
             anyhow::bail!("--check: chromium is not installed (Debian: apt-get install chromium)");
         };
         let dom = headroom_bench::browser::dump_dom(&chromium, &files.html)?;
         let check = headroom_bench::browser::check_dom(&dom);
-        let expected = files.data.iter().filter(|p| {
-            p.extension().is_some_and(|e| e == "json")
-        }).count();
+        let expected = files
+            .data
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .count();
         println!(
             "chromium: page loaded: {}, {} plots (<svg>) in the DOM",
             check.has_title, check.svg_count

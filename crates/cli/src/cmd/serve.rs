@@ -34,7 +34,12 @@ pub struct Args {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub footprint_mb: usize,
     /// Item memory limit in MiB (LRU eviction beyond it)
-    #[arg(short = 'm', long = "memory-limit", default_value_t = 64, value_name = "MB")]
+    #[arg(
+        short = 'm',
+        long = "memory-limit",
+        default_value_t = 64,
+        value_name = "MB"
+    )]
     pub memory_mb: usize,
     /// Largest item in bytes (k/m suffixes allowed), like memcached's -I
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
@@ -56,9 +61,10 @@ fn parse_size(s: &str) -> Option<usize> {
 
 /// Builds the library configuration from the flags (bad values are usage errors).
 pub fn config_from_args(args: &Args) -> anyhow::Result<ServeConfig> {
-    let listen: IpAddr = args.listen.parse().map_err(|_| {
-        super::usage(format!("--listen {:?} is not an IP address", args.listen))
-    })?;
+    let listen: IpAddr = args
+        .listen
+        .parse()
+        .map_err(|_| super::usage(format!("--listen {:?} is not an IP address", args.listen)))?;
     let dispatch: Dispatch = args
         .dispatch
         .parse()

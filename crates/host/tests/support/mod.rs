@@ -260,7 +260,10 @@ impl Fake {
                     ("cpu.idle", "0\n"),
                     ("cpu.cfs_quota_us", "-1\n"),
                     ("cpu.cfs_period_us", "100000\n"),
-                    ("cpu.stat", "nr_periods 7\nnr_throttled 3\nthrottled_time 123456\n"),
+                    (
+                        "cpu.stat",
+                        "nr_periods 7\nnr_throttled 3\nthrottled_time 123456\n",
+                    ),
                 ],
             ),
             t("cpuacct", &[("cpuacct.usage", "987654321\n")]),
@@ -279,7 +282,10 @@ impl Fake {
                     ("memory.soft_limit_in_bytes", &format!("{V1_UNLIMITED}\n")),
                     ("memory.usage_in_bytes", "4096\n"),
                     ("memory.failcnt", "2\n"),
-                    ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"),
+                    (
+                        "memory.oom_control",
+                        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+                    ),
                 ],
             ),
             t(
@@ -310,9 +316,11 @@ impl Fake {
                 29 + i
             ));
         }
+        mountinfo.push_str(
+            "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n",
+        );
         mountinfo
-            .push_str("40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n");
-        mountinfo.push_str("41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n");
+            .push_str("41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n");
         let fake = Fake::with_templates(templates, &mountinfo);
         fake.write("/sys/fs/cgroup/unified/cgroup.controllers", "hugetlb\n");
         fake.write("/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3\n");

@@ -2,7 +2,13 @@
 //! `i` zero-padded to a length drawn from the key-size distribution with the uniform
 //! U = FNV-64(i) / (2⁶⁴ − 1), so every client derives the same key for the same record.
 
+use std::sync::Arc;
+
 use super::Dist;
+
+/// Up to this many records the key lengths are computed once into a shared table (one byte a
+/// record), so a request costs no `ln`/`powf`; above it they are computed per key.
+pub const KEY_LEN_TABLE_MAX: u64 = 1 << 22;
 
 /// memcached's longest key; longer drawn lengths are cut to it (mutilate wrote up to 255 bytes,
 /// which memcached refuses).
@@ -24,6 +30,8 @@ pub struct KeyGenerator {
     size: Dist,
     records: u64,
     min_len: usize,
+    /// Precomputed [`KeyGenerator::key_len`] of every record (variable sizes, few records).
+    table: Option<Arc<[u8]>>,
 }
 
 impl KeyGenerator {
@@ -32,11 +40,17 @@ impl KeyGenerator {
         let records = records.max(1);
         // floor(log10(records)) + 1: enough digits for every index (mutilate's minimum).
         let min_len = records.to_string().len();
-        KeyGenerator {
+        let mut g = KeyGenerator {
             size,
             records,
             min_len,
+            table: None,
+        };
+        if !matches!(g.size, Dist::Fixed(_)) && records <= KEY_LEN_TABLE_MAX {
+            let table: Vec<u8> = (0..records).map(|i| g.compute_len(i) as u8).collect();
+            g.table = Some(table.into());
         }
+        g
     }
 
     /// Number of records.
@@ -52,6 +66,13 @@ impl KeyGenerator {
     /// Length of record `index`'s key: max(round(G), digits of records), at most
     /// [`MAX_KEY_LEN`], where G is the size distribution at U = FNV-64(index)/(2⁶⁴ − 1).
     pub fn key_len(&self, index: u64) -> usize {
+        match &self.table {
+            Some(t) if index < self.records => usize::from(t[index as usize]),
+            _ => self.compute_len(index),
+        }
+    }
+
+    fn compute_len(&self, index: u64) -> usize {
         let len = match self.size {
             Dist::Fixed(v) => v,
             ref d => d.from_uniform(fnv_64(index) as f64 / u64::MAX as f64),
@@ -65,9 +86,18 @@ impl KeyGenerator {
         len.clamp(self.min_len.min(MAX_KEY_LEN), MAX_KEY_LEN)
     }
 
+    /// The key-size distribution.
+    pub fn size(&self) -> &Dist {
+        &self.size
+    }
+
     /// Appends record `index`'s key to `out` (zero-padded decimal index, mutilate's `%0*llu`).
+    /// An index at or beyond `records` is never cut: its key has at least all its digits.
     pub fn write_key(&self, index: u64, out: &mut Vec<u8>) {
-        let len = self.key_len(index);
+        let mut len = self.key_len(index);
+        if index >= self.records {
+            len = len.max(index.checked_ilog10().map_or(1, |d| d as usize + 1));
+        }
         let start = out.len();
         out.resize(start + len, b'0');
         let mut v = index;
@@ -107,6 +137,10 @@ mod tests {
         assert_eq!(g.key(9999), b"09999".to_vec());
         let g = KeyGenerator::new(Dist::Fixed(1000.0), 10);
         assert_eq!(g.key(7).len(), MAX_KEY_LEN);
+        // Out-of-range indices keep all their digits (mutilate's printf did too).
+        let g = KeyGenerator::new(Dist::Fixed(1.0), 10);
+        assert_eq!(g.key(123_456), b"123456".to_vec());
+        assert_eq!(g.key(0), b"00".to_vec());
     }
 
     #[test]
@@ -126,6 +160,11 @@ mod tests {
             "mean key length {mean} vs {}",
             d.mean().unwrap()
         );
+        // The precomputed table says what the formula says.
+        assert!(g.table.is_some());
+        assert!((0..n)
+            .step_by(97)
+            .all(|i| g.compute_len(i) == lens[i as usize]));
         let mut key = Vec::new();
         g.write_key(123, &mut key);
         assert_eq!(key.len(), lens[123]);

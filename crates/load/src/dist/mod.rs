@@ -17,8 +17,8 @@
 //! | `zipf:S[,N]` | Zipf(S) record index in 0..N (index 0 most popular); N defaults to 10000 |
 //!
 //! Where we differ from mutilate 1.0 (each is a crash or an ambiguity there):
-//! - names match exactly (mutilate matches by case-insensitive substring, so `expareto` was
-//!   "exponential"); unknown names fail with the list of valid ones;
+//! - names match exactly (mutilate matches by case-insensitive substring, so `lognormal:1,2` was
+//!   `normal:1,2`); unknown names fail with the list of valid ones;
 //! - the argument count is checked (mutilate silently reads missing numbers as 0);
 //! - bare `exponential` means `exponential:1` (mutilate segfaults on it); as an inter-arrival
 //!   distribution its rate comes from `--qps` anyway, as in mutilate;
@@ -112,7 +112,10 @@ pub enum Dist {
     Gev { loc: f64, scale: f64, shape: f64 },
     /// `table` (probability, value) pairs tried in order with one uniform; with the remaining
     /// probability a fresh draw from `rest` (mutilate's `Discrete`, used by `fb_value`).
-    Discrete { table: Vec<(f64, f64)>, rest: Box<Dist> },
+    Discrete {
+        table: Vec<(f64, f64)>,
+        rest: Box<Dist>,
+    },
     /// Zipf record index in 0..n (rank − 1).
     Zipf(Zipf),
 }
@@ -217,9 +220,7 @@ impl Dist {
             Dist::Fixed(_) => Dist::Fixed(mean),
             Dist::Uniform { .. } => Dist::Uniform { max: 2.0 * mean },
             Dist::Normal { sd, .. } => Dist::Normal { mean, sd },
-            Dist::Exponential { .. } => Dist::Exponential {
-                lambda: rate_per_s,
-            },
+            Dist::Exponential { .. } => Dist::Exponential { lambda: rate_per_s },
             Dist::Pareto { loc, shape, .. } => {
                 if shape >= 1.0 {
                     return Err(DistError::new(
@@ -298,7 +299,8 @@ impl Dist {
     /// mutilate's `generate(U)`: the value for a given uniform `u` in (0, 1), the mapping its
     /// KeyGenerator uses with U = FNV-64(index) / 2⁶⁴. Pareto and exponential map U to the upper
     /// tail (x = loc + scale·(U^−shape − 1)/shape), gev and uniform to the lower one; a discrete
-    /// table passes the same U on to its rest.
+    /// table passes the same U on to its rest; zipf (not in mutilate) uses an O(1) approximate
+    /// quantile ([`Zipf::approx_rank_at`]).
     pub fn from_uniform(&self, u: f64) -> f64 {
         match *self {
             Dist::Fixed(v) => v,
@@ -320,19 +322,7 @@ impl Dist {
                 }
                 rest.from_uniform(u)
             }
-            Dist::Zipf(ref z) => {
-                // Smallest index whose cdf reaches u (O(n); zipf is meant for sampling).
-                let (mut lo, mut hi) = (1u64, z.records());
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if z.rank_cdf(mid) >= u {
-                        hi = mid;
-                    } else {
-                        lo = mid + 1;
-                    }
-                }
-                (lo - 1) as f64
-            }
+            Dist::Zipf(ref z) => (z.approx_rank_at(u) - 1) as f64,
         }
     }
 
@@ -368,8 +358,9 @@ impl Dist {
             Dist::Uniform { max } => Some(max * max / 12.0),
             Dist::Normal { sd, .. } => Some(sd * sd),
             Dist::Exponential { lambda } => Some(1.0 / (lambda * lambda)),
-            Dist::Pareto { scale, shape, .. } => (shape < 0.5)
-                .then(|| scale * scale / ((1.0 - shape).powi(2) * (1.0 - 2.0 * shape))),
+            Dist::Pareto { scale, shape, .. } => {
+                (shape < 0.5).then(|| scale * scale / ((1.0 - shape).powi(2) * (1.0 - 2.0 * shape)))
+            }
             Dist::Gev { scale, shape, .. } => (shape < 0.5).then(|| {
                 if shape == 0.0 {
                     scale * scale * std::f64::consts::PI.powi(2) / 6.0
@@ -460,7 +451,11 @@ impl Dist {
                 ref rest,
             } => {
                 let p_table: f64 = table.iter().map(|&(p, _)| p).sum();
-                let below: f64 = table.iter().filter(|&&(_, v)| v <= x).map(|&(p, _)| p).sum();
+                let below: f64 = table
+                    .iter()
+                    .filter(|&&(_, v)| v <= x)
+                    .map(|&(p, _)| p)
+                    .sum();
                 below + (1.0 - p_table).max(0.0) * rest.cdf(x)?
             }
             Dist::Zipf(ref z) => {
@@ -566,7 +561,9 @@ impl FromStr for Dist {
         } else {
             names.len()
         };
-        if parts.len() < min_args || parts.len() > names.len() || (args.is_some() && names.is_empty())
+        if parts.len() < min_args
+            || parts.len() > names.len()
+            || (args.is_some() && names.is_empty())
         {
             return Err(DistError::new(
                 input,

@@ -129,7 +129,10 @@ mod tests {
     fn normal_quantile_inverts_cdf() {
         for p in [1e-6, 0.01, 0.02, 0.1, 0.5, 0.9, 0.975, 0.999_99] {
             let z = normal_quantile(p);
-            assert!((normal_cdf(z) - p).abs() < 2e-7 * p.max(1e-3), "p={p} z={z}");
+            assert!(
+                (normal_cdf(z) - p).abs() < 2e-7 * p.max(1e-3),
+                "p={p} z={z}"
+            );
         }
         assert!((normal_quantile(0.975) - 1.959_963_984_540_054).abs() < 1e-8);
     }

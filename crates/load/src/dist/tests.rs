@@ -20,16 +20,30 @@ fn parses_every_syntax() {
     assert_eq!(parse("0.5"), Dist::Fixed(0.5));
     assert_eq!(parse("fixed:200"), Dist::Fixed(200.0));
     assert_eq!(parse("uniform:100"), Dist::Uniform { max: 100.0 });
-    assert_eq!(parse("normal:10,2.5"), Dist::Normal { mean: 10.0, sd: 2.5 });
+    assert_eq!(
+        parse("normal:10,2.5"),
+        Dist::Normal {
+            mean: 10.0,
+            sd: 2.5
+        }
+    );
     assert_eq!(parse("exponential:4"), Dist::Exponential { lambda: 4.0 });
     assert_eq!(parse("exponential"), Dist::Exponential { lambda: 1.0 });
     assert_eq!(
         parse("pareto:15,214.476,0.348238"),
-        Dist::Pareto { loc: 15.0, scale: 214.476, shape: 0.348238 }
+        Dist::Pareto {
+            loc: 15.0,
+            scale: 214.476,
+            shape: 0.348238
+        }
     );
     assert_eq!(
         parse("gev:1,2,-0.5"),
-        Dist::Gev { loc: 1.0, scale: 2.0, shape: -0.5 }
+        Dist::Gev {
+            loc: 1.0,
+            scale: 2.0,
+            shape: -0.5
+        }
     );
     assert_eq!(parse("fb_key"), Dist::fb_key());
     assert_eq!(parse("fb_value"), Dist::fb_value());
@@ -54,8 +68,18 @@ fn parses_every_syntax() {
 fn errors_name_the_input_and_what_was_expected() {
     let e = parse_err("expareto:1,2,3");
     assert_eq!(e.input, "expareto:1,2,3");
-    assert!(e.reason.contains("unknown distribution \"expareto\""), "{e}");
-    assert!(e.reason.contains("fb_value") && e.reason.contains("zipf:S"), "{e}");
+    assert!(
+        e.reason.contains("unknown distribution \"expareto\""),
+        "{e}"
+    );
+    assert!(
+        e.reason.contains("fb_value") && e.reason.contains("zipf:S"),
+        "{e}"
+    );
+    // mutilate's substring match made this a normal; an exact match refuses it.
+    assert!(parse_err("lognormal:1,2")
+        .reason
+        .contains("unknown distribution \"lognormal\""));
     let e = parse_err("normal:5");
     assert!(e.to_string().contains("normal:5"), "{e}");
     assert!(e.reason.contains("normal:M,SD"), "{e}");
@@ -65,7 +89,9 @@ fn errors_name_the_input_and_what_was_expected() {
     assert!(e.reason.contains("\"abc\""), "{e}");
     assert!(parse_err("fb_key:3").reason.contains("no parameters"));
     assert!(parse_err("exponential:0").reason.contains("L must be > 0"));
-    assert!(parse_err("exponential:1,2").reason.contains("0 or 1 parameters"));
+    assert!(parse_err("exponential:1,2")
+        .reason
+        .contains("0 or 1 parameters"));
     assert!(parse_err("gev:0,-1,0.1").reason.contains("SCALE"));
     assert!(parse_err("pareto:0,0,0.1").reason.contains("SCALE"));
     assert!(parse_err("normal:1,-1").reason.contains("SD"));
@@ -102,11 +128,19 @@ fn display_parses_back() {
 fn facebook_distributions_use_mutilates_constants() {
     assert_eq!(
         Dist::fb_key(),
-        Dist::Gev { loc: 30.7984, scale: 8.20449, shape: 0.078688 }
+        Dist::Gev {
+            loc: 30.7984,
+            scale: 8.20449,
+            shape: 0.078688
+        }
     );
     assert_eq!(
         Dist::fb_ia(),
-        Dist::Pareto { loc: 0.0, scale: 16.0292, shape: 0.154971 }
+        Dist::Pareto {
+            loc: 0.0,
+            scale: 16.0292,
+            shape: 0.154971
+        }
     );
     let Dist::Discrete { table, rest } = Dist::fb_value() else {
         panic!("fb_value is a discrete table")
@@ -114,7 +148,14 @@ fn facebook_distributions_use_mutilates_constants() {
     assert_eq!(table.len(), 15);
     assert_eq!(table[2], (0.17820, 2.0));
     assert_eq!(table[14], (0.01980, 14.0));
-    assert_eq!(*rest, Dist::Pareto { loc: 15.0, scale: 214.476, shape: 0.348238 });
+    assert_eq!(
+        *rest,
+        Dist::Pareto {
+            loc: 15.0,
+            scale: 214.476,
+            shape: 0.348238
+        }
+    );
     // Means from the constants (computed independently): table 0.44155 of the mass with
     // Σ p·v = 2.29836, the rest GPareto mean 15 + 214.476 / (1 − 0.348238).
     let table_mass: f64 = FB_VALUE_TABLE.iter().map(|&(p, _)| p).sum();
@@ -170,7 +211,10 @@ fn check_quantiles(d: &Dist, n: usize, seed: u64) {
     let x: Vec<f64> = (0..n).map(|_| d.sample(&mut rng)).collect();
     for p in [0.05, 0.25, 0.5, 0.9, 0.99] {
         let q = d.quantile(p).unwrap();
-        assert!((d.cdf(q).unwrap() - p).abs() < 1e-6, "{d}: cdf(quantile({p}))");
+        assert!(
+            (d.cdf(q).unwrap() - p).abs() < 1e-6,
+            "{d}: cdf(quantile({p}))"
+        );
         let below = x.iter().filter(|&&v| v <= q).count() as f64 / n as f64;
         let se = (p * (1.0 - p) / n as f64).sqrt();
         assert!((below - p).abs() <= 5.0 * se, "{d}: P(X <= q{p}) = {below}");
@@ -206,8 +250,8 @@ fn continuous_samples_match_analytic_moments_and_quantiles() {
 
 #[test]
 fn normal_is_a_true_normal() {
-    // mutilate's single-uniform formula puts 50% of the mass below the mean only by accident
-    // and is not symmetric; ours has 68.27% within one sd and the right third moment sign.
+    // mutilate's sqrt(-2 ln U)·cos(2πU) from a single uniform is not normal; ours has 68.27%
+    // of the mass within one sd and no skew.
     let d = parse("normal:0,1");
     let mut rng = StdRng::seed_from_u64(5);
     let n = 100_000;
@@ -215,7 +259,10 @@ fn normal_is_a_true_normal() {
     let within = x.iter().filter(|v| v.abs() <= 1.0).count() as f64 / n as f64;
     assert!((within - 0.682_689).abs() < 5.0 * (0.68 * 0.32 / n as f64).sqrt());
     let skew = x.iter().map(|v| v.powi(3)).sum::<f64>() / n as f64;
-    assert!(skew.abs() < 5.0 * (15.0 / n as f64).sqrt(), "skewness {skew}");
+    assert!(
+        skew.abs() < 5.0 * (15.0 / n as f64).sqrt(),
+        "skewness {skew}"
+    );
 }
 
 #[test]
@@ -276,7 +323,11 @@ fn interarrival_mean_is_one_over_rate() {
     // fb_ia keeps its shape, and mutilate's scale (1 − shape)/λ.
     assert_eq!(
         Dist::interarrival("fb_ia", 1000.0).unwrap(),
-        Dist::Pareto { loc: 0.0, scale: (1.0 - 0.154971) / 1000.0, shape: 0.154971 }
+        Dist::Pareto {
+            loc: 0.0,
+            scale: (1.0 - 0.154971) / 1000.0,
+            shape: 0.154971
+        }
     );
     assert_eq!(
         Dist::interarrival("exponential", 50.0).unwrap(),
@@ -330,6 +381,9 @@ fn zipf_index_moments_and_cdf() {
     assert_eq!(d.cdf(-1.0), Some(0.0));
     assert_eq!(d.from_uniform(1e-9), 0.0);
     assert_eq!(d.from_uniform(1.0), 999.0);
+    // A key generator over zipf sizes stays cheap (O(1) per key even for 4 Mi records).
+    let big = Dist::zipf(1.0, 1 << 22).unwrap();
+    assert!(big.from_uniform(0.5) > 0.0);
     let d = d.with_records(10).unwrap();
     assert!(matches!(&d, Dist::Zipf(z) if z.records() == 10));
     assert_eq!(Dist::Fixed(1.0).with_records(10).unwrap(), Dist::Fixed(1.0));
@@ -349,4 +403,48 @@ fn cdfs_have_the_right_support() {
     assert!(parse("pareto:0,1,1.5").mean().is_none());
     assert!(parse("pareto:0,1,0.6").variance().is_none());
     assert!(parse("gev:0,1,1").mean().is_none());
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn parsing_never_panics(spec in "\\PC{0,40}") {
+            if let Err(e) = spec.parse::<Dist>() {
+                prop_assert_eq!(e.input, spec);
+            }
+        }
+
+        #[test]
+        fn parsing_spec_like_text_never_panics(
+            name in prop_oneof![
+                Just("fixed"), Just("uniform"), Just("normal"), Just("exponential"),
+                Just("pareto"), Just("gev"), Just("zipf"), Just("fb_key"), Just("x")
+            ],
+            args in proptest::collection::vec(-1e6f64..1e6, 0..5),
+        ) {
+            let text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let spec = format!("{name}:{}", text.join(","));
+            if let Ok(d) = spec.parse::<Dist>() {
+                // Whatever parses displays back to itself and samples without panicking.
+                prop_assert_eq!(&d.to_string().parse::<Dist>().unwrap(), &d);
+                let mut rng = StdRng::seed_from_u64(1);
+                for _ in 0..10 {
+                    let _ = d.sample(&mut rng);
+                }
+            }
+        }
+
+        #[test]
+        fn interarrival_means_follow_any_rate(rate in 1e-3f64..1e7, which in 0usize..6) {
+            let spec = ["exponential", "fb_ia", "uniform:1", "fixed:1", "gev:0,1,0.2", "normal:1,0"][which];
+            let d = Dist::interarrival(spec, rate).unwrap();
+            let mean = d.mean().unwrap();
+            prop_assert!((mean * rate - 1.0).abs() < 1e-9, "{} at {}: {}", spec, rate, mean);
+        }
+    }
 }

@@ -54,6 +54,19 @@ impl Zipf {
         }
     }
 
+    /// Approximate quantile in O(1): the rank at probability `u` of the continuous envelope the
+    /// sampler inverts (exact at the ends, within a rank or so elsewhere). Used to map a given
+    /// uniform to a rank ([`super::Dist::from_uniform`]); sampling itself is exact.
+    pub fn approx_rank_at(&self, u: f64) -> u64 {
+        let u = u.clamp(0.0, 1.0);
+        let hu = self.h_integral_x1 + u * (self.h_integral_n - self.h_integral_x1);
+        let x = self.h_integral_inverse(hu);
+        if x.is_nan() {
+            return 1;
+        }
+        ((x + 0.5) as u64).clamp(1, self.n)
+    }
+
     /// Σ_{k=1..=m} k^−s (O(m)).
     fn partial_sum(&self, m: u64, power: f64) -> f64 {
         (1..=m.min(self.n)).map(|k| (k as f64).powf(power)).sum()
@@ -152,6 +165,22 @@ mod tests {
         check_frequencies(1.0, 100);
         check_frequencies(0.5, 50);
         check_frequencies(2.0, 10_000);
+    }
+
+    #[test]
+    fn approximate_quantile_is_close_to_the_exact_one() {
+        let z = Zipf::new(0.99, 1000);
+        assert_eq!(z.approx_rank_at(0.0), 1);
+        assert_eq!(z.approx_rank_at(1.0), 1000);
+        for u in [0.2, 0.5, 0.8, 0.95] {
+            let approx = z.approx_rank_at(u);
+            let exact = (1..=1000).find(|&m| z.rank_cdf(m) >= u).unwrap();
+            let gap = (approx as f64 - exact as f64).abs();
+            assert!(
+                gap <= 0.05 * exact as f64 + 2.0,
+                "u={u}: {approx} vs {exact}"
+            );
+        }
     }
 
     #[test]

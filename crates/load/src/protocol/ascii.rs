@@ -45,7 +45,13 @@ fn error_reply(op: Op, line: &[u8], consumed: usize) -> Option<ProtocolError> {
 
 pub(super) fn parse(op: Op, buf: &[u8]) -> Result<Option<Reply>, ProtocolError> {
     let starts: &[&[u8]] = match op {
-        Op::Get => &[b"VALUE ", b"END\r\n", b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR"],
+        Op::Get => &[
+            b"VALUE ",
+            b"END\r\n",
+            b"ERROR",
+            b"CLIENT_ERROR",
+            b"SERVER_ERROR",
+        ],
         Op::Set => &[
             b"STORED\r\n",
             b"NOT_STORED\r\n",
@@ -56,7 +62,11 @@ pub(super) fn parse(op: Op, buf: &[u8]) -> Result<Option<Reply>, ProtocolError> 
             b"SERVER_ERROR",
         ],
     };
-    if !could_begin_with(buf, starts) {
+    let common: &[u8] = match op {
+        Op::Get => b"VALUE ",
+        Op::Set => b"STORED\r\n",
+    };
+    if !buf.starts_with(common) && !could_begin_with(buf, starts) {
         return Err(ProtocolError::malformed(
             P,
             op,
@@ -112,12 +122,18 @@ pub(super) fn parse(op: Op, buf: &[u8]) -> Result<Option<Reply>, ProtocolError> 
                     buf,
                 ));
             };
-            let parts: Vec<&[u8]> = fields.split(|&b| b == b' ').collect();
-            let valid = (parts.len() == 3 || parts.len() == 4)
-                && !parts[0].is_empty()
-                && parse_decimal(parts[1]).is_some_and(|f| f <= u64::from(u32::MAX))
-                && parts.get(3).is_none_or(|cas| parse_decimal(cas).is_some());
-            let len = parse_decimal(parts.get(2).copied().unwrap_or_default())
+            // "<key> <flags> <bytes>[ <cas>]", no allocation: this is the hot path.
+            let mut parts = fields.split(|&b| b == b' ');
+            let (key, flags, bytes) = (parts.next(), parts.next(), parts.next());
+            let cas = parts.next();
+            let valid = key.is_some_and(|k| !k.is_empty())
+                && flags
+                    .and_then(parse_decimal)
+                    .is_some_and(|f| f <= u64::from(u32::MAX))
+                && cas.is_none_or(|c| parse_decimal(c).is_some())
+                && parts.next().is_none();
+            let len = bytes
+                .and_then(parse_decimal)
                 .filter(|&n| n as usize <= MAX_VALUE_LEN);
             let (true, Some(len)) = (valid, len) else {
                 return Err(ProtocolError::malformed(

@@ -83,7 +83,12 @@ impl ProtocolError {
         }
     }
 
-    pub(crate) fn malformed(protocol: Protocol, op: Op, what: impl Into<String>, buf: &[u8]) -> Self {
+    pub(crate) fn malformed(
+        protocol: Protocol,
+        op: Op,
+        what: impl Into<String>,
+        buf: &[u8],
+    ) -> Self {
         ProtocolError::Malformed {
             protocol,
             op,
@@ -152,7 +157,15 @@ pub(crate) fn push_decimal(out: &mut Vec<u8>, mut v: u64) {
 /// Position of the first `\r\n` in `buf`, looking at most [`MAX_LINE`] bytes in.
 pub(crate) fn find_crlf(buf: &[u8]) -> Option<usize> {
     let limit = buf.len().min(MAX_LINE + 2);
-    buf[..limit].windows(2).position(|w| w == b"\r\n")
+    let mut from = 1;
+    while from < limit {
+        let lf = from + memchr::memchr(b'\n', &buf[from..limit])?;
+        if buf[lf - 1] == b'\r' {
+            return Some(lf - 1);
+        }
+        from = lf + 1;
+    }
+    None
 }
 
 /// Parses unsigned decimal digits (no sign, no spaces, no overflow).
@@ -160,7 +173,10 @@ pub(crate) fn parse_decimal(text: &[u8]) -> Option<u64> {
     if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(text.iter().fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')))
+    Some(
+        text.iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
+    )
 }
 
 /// True when `buf` could still grow into one of `starts` (or already begins with one).

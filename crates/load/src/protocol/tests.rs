@@ -1,7 +1,11 @@
 use super::*;
 use proptest::prelude::*;
 
-const ALL: [Protocol; 3] = [Protocol::MemcacheAscii, Protocol::MemcacheBinary, Protocol::Resp];
+const ALL: [Protocol; 3] = [
+    Protocol::MemcacheAscii,
+    Protocol::MemcacheBinary,
+    Protocol::Resp,
+];
 
 fn encoded(p: Protocol, op: Op, key: &[u8], value_len: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -38,34 +42,81 @@ fn bulk_reply(len: usize) -> Vec<u8> {
     r
 }
 
-/// Complete replies and what they must parse to: Ok(hit) or Err(server error).
-fn good_replies() -> Vec<(Protocol, Op, Vec<u8>, Result<bool, ()>)> {
+/// A complete reply and what it must parse to: Ok(hit) or Err(()) for a server error.
+type Case = (Protocol, Op, Vec<u8>, Result<bool, ()>);
+
+fn good_replies() -> Vec<Case> {
     use Op::{Get, Set};
     use Protocol::{MemcacheAscii as A, MemcacheBinary as B, Resp as R};
     vec![
         (A, Get, value_reply(0), Ok(true)),
         (A, Get, value_reply(200), Ok(true)),
-        (A, Get, b"VALUE k 4294967295 3 77\r\nEND\r\nEND\r\n".to_vec(), Ok(true)),
+        (
+            A,
+            Get,
+            b"VALUE k 4294967295 3 77\r\nEND\r\nEND\r\n".to_vec(),
+            Ok(true),
+        ),
         (A, Get, b"END\r\n".to_vec(), Ok(false)),
         (A, Get, b"ERROR\r\n".to_vec(), Err(())),
-        (A, Get, b"CLIENT_ERROR bad command line format\r\n".to_vec(), Err(())),
+        (
+            A,
+            Get,
+            b"CLIENT_ERROR bad command line format\r\n".to_vec(),
+            Err(()),
+        ),
         (A, Get, b"SERVER_ERROR out of memory\r\n".to_vec(), Err(())),
         (A, Set, b"STORED\r\n".to_vec(), Ok(true)),
         (A, Set, b"NOT_STORED\r\n".to_vec(), Ok(false)),
-        (A, Set, b"SERVER_ERROR object too large for cache\r\n".to_vec(), Err(())),
+        (
+            A,
+            Set,
+            b"SERVER_ERROR object too large for cache\r\n".to_vec(),
+            Err(()),
+        ),
         (A, Set, b"ERROR\r\n".to_vec(), Err(())),
-        (B, Get, bin_reply(0x00, 0, &[0, 0, 0, 0], b"", &[7; 100]), Ok(true)),
-        (B, Get, bin_reply(0x00, 0, &[0, 0, 0, 0], b"", b""), Ok(true)),
-        (B, Get, bin_reply(0x00, 1, b"", b"", b"Not found"), Ok(false)),
-        (B, Get, bin_reply(0x00, 0x84, b"", b"", b"Internal error"), Err(())),
+        (
+            B,
+            Get,
+            bin_reply(0x00, 0, &[0, 0, 0, 0], b"", &[7; 100]),
+            Ok(true),
+        ),
+        (
+            B,
+            Get,
+            bin_reply(0x00, 0, &[0, 0, 0, 0], b"", b""),
+            Ok(true),
+        ),
+        (
+            B,
+            Get,
+            bin_reply(0x00, 1, b"", b"", b"Not found"),
+            Ok(false),
+        ),
+        (
+            B,
+            Get,
+            bin_reply(0x00, 0x84, b"", b"", b"Internal error"),
+            Err(()),
+        ),
         (B, Set, bin_reply(0x01, 0, b"", b"", b""), Ok(true)),
-        (B, Set, bin_reply(0x01, 5, b"", b"", b"Not stored."), Ok(false)),
+        (
+            B,
+            Set,
+            bin_reply(0x01, 5, b"", b"", b"Not stored."),
+            Ok(false),
+        ),
         (B, Set, bin_reply(0x01, 3, b"", b"", b"Too large."), Err(())),
         (R, Get, bulk_reply(0), Ok(true)),
         (R, Get, bulk_reply(300), Ok(true)),
         (R, Get, b"$-1\r\n".to_vec(), Ok(false)),
         (R, Get, b"_\r\n".to_vec(), Ok(false)),
-        (R, Get, b"-ERR wrong number of arguments\r\n".to_vec(), Err(())),
+        (
+            R,
+            Get,
+            b"-ERR wrong number of arguments\r\n".to_vec(),
+            Err(()),
+        ),
         (R, Set, b"+OK\r\n".to_vec(), Ok(true)),
         (R, Set, b"$-1\r\n".to_vec(), Ok(false)),
         (R, Set, b"-OOM command not allowed\r\n".to_vec(), Err(())),
@@ -90,7 +141,14 @@ fn every_reply_parses_whole_and_waits_when_split_anywhere() {
         for buf in [&reply[..], &two[..]] {
             match (p.parse(op, buf), want) {
                 (Ok(Some(r)), Ok(hit)) => {
-                    assert_eq!(r, Reply { consumed: reply.len(), hit }, "{p} {op}")
+                    assert_eq!(
+                        r,
+                        Reply {
+                            consumed: reply.len(),
+                            hit
+                        },
+                        "{p} {op}"
+                    )
                 }
                 (Err(e @ ProtocolError::Server { .. }), Err(())) => {
                     assert_eq!(e.consumed(), Some(reply.len()), "{p} {op}: {e}")
@@ -185,7 +243,10 @@ fn requests_are_encoded_exactly() {
     assert_eq!(&set[..14], b"set k1 0 0 5\r\n");
     assert_eq!(set.len(), 14 + 5 + 2);
     assert!(set.ends_with(b"\r\n"));
-    assert_eq!(encoded(R, Op::Get, b"abc", 0), b"*2\r\n$3\r\nGET\r\n$3\r\nabc\r\n");
+    assert_eq!(
+        encoded(R, Op::Get, b"abc", 0),
+        b"*2\r\n$3\r\nGET\r\n$3\r\nabc\r\n"
+    );
     let set = encoded(R, Op::Set, b"abc", 100);
     assert!(set.starts_with(b"*3\r\n$3\r\nSET\r\n$3\r\nabc\r\n$100\r\n"));
     assert_eq!(set.len(), 28 + 100 + 2);
@@ -195,7 +256,10 @@ fn requests_are_encoded_exactly() {
     assert_eq!(&get[24..], b"abc");
     let set = encoded(B, Op::Set, b"abc", 1000);
     assert_eq!(&set[..8], &[0x80, 0x01, 0, 3, 8, 0, 0, 0]);
-    assert_eq!(u32::from_be_bytes(set[8..12].try_into().unwrap()), 8 + 3 + 1000);
+    assert_eq!(
+        u32::from_be_bytes(set[8..12].try_into().unwrap()),
+        8 + 3 + 1000
+    );
     assert_eq!(set.len(), 24 + 8 + 3 + 1000);
     assert_eq!(&set[32..35], b"abc");
     // encode appends (the caller reuses and clears its buffer).

@@ -161,7 +161,12 @@ mod tests {
 
     #[test]
     fn accepts_samples_of_the_right_distribution() {
-        for spec in ["exponential:1000", "fb_ia", "normal:5,2", "gev:30.7984,8.20449,0.078688"] {
+        for spec in [
+            "exponential:1000",
+            "fb_ia",
+            "normal:5,2",
+            "gev:30.7984,8.20449,0.078688",
+        ] {
             let d: Dist = spec.parse().unwrap();
             let d = if spec == "fb_ia" {
                 Dist::interarrival(spec, 1000.0).unwrap()
@@ -203,7 +208,10 @@ mod tests {
         // Binomial(400, 0.05): mean 20, sd 4.4; allow 5 sd.
         assert!((0..=42).contains(&ks_rej), "KS rejected {ks_rej}/{trials}");
         assert!((0..=42).contains(&ad_rej), "AD rejected {ad_rej}/{trials}");
-        assert!(ks_rej >= 3 && ad_rej >= 3, "tests never reject: {ks_rej} {ad_rej}");
+        assert!(
+            ks_rej >= 3 && ad_rej >= 3,
+            "tests never reject: {ks_rej} {ad_rej}"
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ fn describe_input(s: &str) -> String {
 ///
 /// The lowest discernible value is 1 ns (not 1 µs): with a 1 µs unit, hdrhistogram would keep
 /// only 512 ns steps up to 1 ms. Out-of-range values are clamped to the bounds and counted.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LatencyHist {
     hist: Histogram<u64>,
     clamped_low: u64,
@@ -74,6 +74,12 @@ impl LatencyHist {
     #[inline]
     pub fn record_ns(&mut self, ns: u64) {
         self.record_n_ns(ns, 1);
+    }
+
+    /// Records one latency given as a [`std::time::Duration`].
+    #[inline]
+    pub fn record_duration(&mut self, d: std::time::Duration) {
+        self.record_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
     /// Records `count` latencies of `ns` nanoseconds each.
@@ -135,7 +141,10 @@ impl LatencyHist {
         if self.is_empty() {
             return 0.0;
         }
-        ns_to_us(self.hist.value_at_quantile((percentile / 100.0).clamp(0.0, 1.0)))
+        ns_to_us(
+            self.hist
+                .value_at_quantile((percentile / 100.0).clamp(0.0, 1.0)),
+        )
     }
 
     /// Mean in µs.

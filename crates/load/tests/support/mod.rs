@@ -131,7 +131,7 @@ fn serve_conn(
                 gets += 1;
                 let key = words.next().unwrap_or("");
                 if let Behaviour::Malformed { every } = behaviour {
-                    if gets % every == 0 {
+                    if gets.is_multiple_of(every) {
                         let _ = writer.write_all(b"GARBAGE this is not memcached\r\n");
                         requests.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -158,9 +158,7 @@ fn serve_conn(
             Behaviour::Delay(d) => sleep_until(arrived + d),
             Behaviour::Stall { period, stall } => {
                 let since = arrived - epoch;
-                let phase = Duration::from_nanos(
-                    (since.as_nanos() % period.as_nanos()) as u64,
-                );
+                let phase = Duration::from_nanos((since.as_nanos() % period.as_nanos()) as u64);
                 if phase < stall {
                     sleep_until(arrived + (stall - phase));
                 }

@@ -51,7 +51,6 @@ impl Power {
         let avx2_fma = false;
         Power { avx2_fma }
     }
-
 }
 
 #[cfg(target_arch = "x86_64")]

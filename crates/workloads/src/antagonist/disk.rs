@@ -57,7 +57,12 @@ pub struct Disk {
 }
 
 impl Disk {
-    pub fn create(dir: &Path, file_bytes: u64, block: usize, threads: usize) -> Result<Disk, AntagonistError> {
+    pub fn create(
+        dir: &Path,
+        file_bytes: u64,
+        block: usize,
+        threads: usize,
+    ) -> Result<Disk, AntagonistError> {
         if !dir.is_dir() {
             return Err(AntagonistError::Usage(format!(
                 "--path {}: not an existing directory",
@@ -80,7 +85,7 @@ impl Disk {
             paths: Vec::new(),
             file_bytes,
             block,
-            direct: block % ALIGN == 0,
+            direct: block.is_multiple_of(ALIGN),
         };
         let mut buf = AlignedBuf::new(block);
         buf.as_mut_slice().fill(0xd5);
@@ -120,11 +125,17 @@ impl Disk {
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-                Err(e) => return Err(AntagonistError::io(format!("creating {}", path.display()), e)),
+                Err(e) => {
+                    return Err(AntagonistError::io(
+                        format!("creating {}", path.display()),
+                        e,
+                    ))
+                }
             }
             self.direct = false;
         }
-        open(libc::O_DSYNC).map_err(|e| AntagonistError::io(format!("creating {}", path.display()), e))
+        open(libc::O_DSYNC)
+            .map_err(|e| AntagonistError::io(format!("creating {}", path.display()), e))
     }
 }
 
@@ -143,7 +154,11 @@ impl Workload for Disk {
             self.files.len(),
             self.file_bytes >> 10,
             self.block >> 10,
-            if self.direct { "O_DIRECT" } else { "O_DSYNC (O_DIRECT unsupported here)" }
+            if self.direct {
+                "O_DIRECT"
+            } else {
+                "O_DSYNC (O_DIRECT unsupported here)"
+            }
         )
     }
 
@@ -156,12 +171,14 @@ impl Workload for Disk {
         let mut n = 0u64;
         while !state.stopped() {
             // r w w r w w …: 33% reads, 67% writes, both walking the file sequentially.
-            if n % 3 == 0 {
-                file.read_exact_at(buf.as_mut_slice(), off)
-                    .map_err(|e| AntagonistError::io(format!("reading {} at {off}", path.display()), e))?;
+            if n.is_multiple_of(3) {
+                file.read_exact_at(buf.as_mut_slice(), off).map_err(|e| {
+                    AntagonistError::io(format!("reading {} at {off}", path.display()), e)
+                })?;
             } else {
-                file.write_all_at(buf.as_slice(), off)
-                    .map_err(|e| AntagonistError::io(format!("writing {} at {off}", path.display()), e))?;
+                file.write_all_at(buf.as_slice(), off).map_err(|e| {
+                    AntagonistError::io(format!("writing {} at {off}", path.display()), e)
+                })?;
             }
             n += 1;
             off += self.block as u64;
@@ -189,7 +206,9 @@ mod tests {
             assert_eq!(std::fs::metadata(&path).unwrap().len(), 64 << 10);
         }
         assert!(!path.exists());
-        let e = Disk::create(Path::new("/nonexistent/dir"), 1 << 20, 4096, 1).err().unwrap();
+        let e = Disk::create(Path::new("/nonexistent/dir"), 1 << 20, 4096, 1)
+            .err()
+            .unwrap();
         assert!(e.is_usage(), "{e}");
     }
 }

@@ -12,6 +12,8 @@ const LINE: usize = 64;
 /// Streams through `total_bytes` split evenly across threads, each thread owning its slice.
 pub struct Stream {
     per_thread: usize,
+    /// Allocated and filled before the clock starts, so the first second measures streaming.
+    arrays: Vec<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Stream {
@@ -28,7 +30,10 @@ impl Stream {
             )));
         }
         let per_thread = ((total_bytes as usize / threads.max(1)) / LINE).max(64) * LINE;
-        Ok(Stream { per_thread })
+        let arrays = (0..threads.max(1))
+            .map(|_| std::sync::Mutex::new(vec![1u8; per_thread]))
+            .collect();
+        Ok(Stream { per_thread, arrays })
     }
 }
 
@@ -37,8 +42,8 @@ impl Workload for Stream {
         format!("{} KiB array per thread", self.per_thread >> 10)
     }
 
-    fn run_thread(&self, _index: usize, state: &RunState) -> Result<(), AntagonistError> {
-        let mut buf = vec![1u8; self.per_thread];
+    fn run_thread(&self, index: usize, state: &RunState) -> Result<(), AntagonistError> {
+        let mut buf = self.arrays[index].lock().unwrap_or_else(|p| p.into_inner());
         let mut bytes_done = 0u64;
         let mut pos = 0usize;
         while !state.stopped() {
@@ -57,7 +62,7 @@ impl Workload for Stream {
                 bytes_done %= MIB;
             }
         }
-        std::hint::black_box(&buf);
+        std::hint::black_box(&*buf);
         Ok(())
     }
 }
@@ -74,7 +79,7 @@ impl Memory {
         if mb == 0 {
             return Err(AntagonistError::Usage("--mb must be at least 1".into()));
         }
-        if !(rate_mb_s >= 0.0) || !rate_mb_s.is_finite() {
+        if rate_mb_s.is_nan() || rate_mb_s < 0.0 || !rate_mb_s.is_finite() {
             return Err(AntagonistError::Usage(format!(
                 "--rate-mb-s {rate_mb_s}: expected a finite number ≥ 0 (0 = as fast as possible)"
             )));
@@ -130,7 +135,8 @@ impl Workload for Memory {
             touched_mib += 1;
             state.add(1);
             if self.per_thread_rate > 0.0 {
-                let due = start + Duration::from_secs_f64(touched_mib as f64 / self.per_thread_rate);
+                let due =
+                    start + Duration::from_secs_f64(touched_mib as f64 / self.per_thread_rate);
                 while !state.stopped() {
                     let now = Instant::now();
                     if now >= due {

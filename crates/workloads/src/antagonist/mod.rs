@@ -391,9 +391,8 @@ pub fn run(
     };
     loop {
         let now = Instant::now();
-        let finished = stop.load(Ordering::SeqCst)
-            || state.stopped()
-            || deadline.is_some_and(|d| now >= d);
+        let finished =
+            stop.load(Ordering::SeqCst) || state.stopped() || deadline.is_some_and(|d| now >= d);
         if finished {
             state.stop.store(true, Ordering::SeqCst);
             break;
@@ -410,7 +409,10 @@ pub fn run(
             wake = wake.min(d);
         }
         // Short sleeps so a stop request is noticed within 20 ms.
-        std::thread::sleep(wake.saturating_duration_since(now).min(Duration::from_millis(20)));
+        std::thread::sleep(
+            wake.saturating_duration_since(now)
+                .min(Duration::from_millis(20)),
+        );
     }
     let mut first_err = None;
     for h in handles {

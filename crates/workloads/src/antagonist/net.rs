@@ -72,8 +72,13 @@ impl Sink {
             AntagonistError::io("epoll_create1 for the sink", std::io::Error::from(e))
         })?;
         epoll
-            .add(listener.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
-            .map_err(|e| AntagonistError::io("registering the sink listener", std::io::Error::from(e)))?;
+            .add(
+                listener.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLIN, LISTENER),
+            )
+            .map_err(|e| {
+                AntagonistError::io("registering the sink listener", std::io::Error::from(e))
+            })?;
         let bytes = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (b, s) = (Arc::clone(&bytes), Arc::clone(&stop));
@@ -196,7 +201,11 @@ impl Flows {
                 "--size must be between 1 byte and 64 MiB, got {size}"
             )));
         }
-        let sink = if run_sink { Some(Sink::start(to)?) } else { None };
+        let sink = if run_sink {
+            Some(Sink::start(to)?)
+        } else {
+            None
+        };
         let target = sink.as_ref().map(|s| s.addr()).unwrap_or(to);
         let mut per_thread: Vec<Vec<TcpStream>> = (0..threads).map(|_| Vec::new()).collect();
         for i in 0..flows {
@@ -217,9 +226,17 @@ impl Flows {
 
 impl Workload for Flows {
     fn detail(&self) -> String {
-        let flows: usize = self.per_thread.iter().map(|f| f.lock().map(|v| v.len()).unwrap_or(0)).sum();
+        let flows: usize = self
+            .per_thread
+            .iter()
+            .map(|f| f.lock().map(|v| v.len()).unwrap_or(0))
+            .sum();
         match &self._sink {
-            Some(s) => format!("{flows} flows of {}-byte messages to the in-process sink at {}", self.size, s.addr()),
+            Some(s) => format!(
+                "{flows} flows of {}-byte messages to the in-process sink at {}",
+                self.size,
+                s.addr()
+            ),
             None => format!("{flows} flows of {}-byte messages", self.size),
         }
     }
@@ -244,7 +261,11 @@ impl Workload for Flows {
                             state.add(1);
                         }
                     }
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                        ) => {}
                     Err(e) => {
                         return Err(AntagonistError::io(format!("sending on flow {f}"), e));
                     }
@@ -274,7 +295,11 @@ impl SinkOnly {
 
 impl Workload for SinkOnly {
     fn detail(&self) -> String {
-        format!("sink at {} ({} bytes received)", self.sink.addr(), self.sink.bytes())
+        format!(
+            "sink at {} ({} bytes received)",
+            self.sink.addr(),
+            self.sink.bytes()
+        )
     }
 
     fn run_thread(&self, _index: usize, state: &RunState) -> Result<(), AntagonistError> {

@@ -41,7 +41,10 @@ pub(crate) fn step(input: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx<'_>) -> Step {
     };
     let line = &input[..line_end];
     let after = nl + 1;
-    let tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect();
+    let tokens: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
     let Some(&cmd) = tokens.first() else {
         out.extend_from_slice(b"ERROR\r\n");
         return done(after);
@@ -185,8 +188,13 @@ fn storage(
     let flags = parse_num::<u32>(args[1]);
     let exptime = parse_num::<i64>(args[2]);
     let len = parse_num::<i64>(args[3]);
-    let cas_in = if is_cas { parse_num::<u64>(args[4]) } else { Some(0) };
-    let (Some(flags), Some(exptime), Some(len), Some(cas_in)) = (flags, exptime, len, cas_in) else {
+    let cas_in = if is_cas {
+        parse_num::<u64>(args[4])
+    } else {
+        Some(0)
+    };
+    let (Some(flags), Some(exptime), Some(len), Some(cas_in)) = (flags, exptime, len, cas_in)
+    else {
         out.extend_from_slice(BAD_FORMAT);
         return done(after);
     };
@@ -241,7 +249,9 @@ fn storage(
         StoreOutcome::NotStored => reply(out, noreply, b"NOT_STORED\r\n"),
         StoreOutcome::Exists => reply(out, noreply, b"EXISTS\r\n"),
         StoreOutcome::NotFound => reply(out, noreply, b"NOT_FOUND\r\n"),
-        StoreOutcome::TooLarge => out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n"),
+        StoreOutcome::TooLarge => {
+            out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n")
+        }
     }
     done(consumed)
 }
@@ -259,7 +269,9 @@ fn delete(tokens: &[&[u8]], out: &mut Vec<u8>, ctx: &mut Ctx<'_>, after: usize) 
         return done(after);
     }
     if !valid {
-        out.extend_from_slice(b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+        out.extend_from_slice(
+            b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
+        );
         return done(after);
     }
     let key = tokens[1];

@@ -120,7 +120,16 @@ pub fn write_response(
 }
 
 fn write_error(out: &mut Vec<u8>, h: &Header, status: u16) {
-    write_response(out, h.opcode, status, h.opaque, 0, &[], &[], status_message(status));
+    write_response(
+        out,
+        h.opcode,
+        status,
+        h.opaque,
+        0,
+        &[],
+        &[],
+        status_message(status),
+    );
 }
 
 /// Quiet variants suppress success replies (gets: suppress misses instead).
@@ -201,7 +210,14 @@ pub(crate) fn step(input: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx<'_>) -> Step {
 }
 
 /// Runs one request; returns whether the connection closes afterwards.
-fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx<'_>) -> bool {
+fn execute(
+    h: &Header,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+    out: &mut Vec<u8>,
+    ctx: &mut Ctx<'_>,
+) -> bool {
     let shared = ctx.shared;
     let c = &shared.counters;
     let quiet = is_quiet(h.opcode);
@@ -219,12 +235,25 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
                 .then(|| expiry_from_exptime(be_u32(extras) as i64, now, super::unix_now_s()));
             let found = shared.lock_store().get(key, now, expiry, |it| {
                 let k: &[u8] = if with_key { it.key } else { &[] };
-                write_response(out, h.opcode, status::SUCCESS, h.opaque, it.cas, &it.flags.to_be_bytes(), k, it.value);
+                write_response(
+                    out,
+                    h.opcode,
+                    status::SUCCESS,
+                    h.opaque,
+                    it.cas,
+                    &it.flags.to_be_bytes(),
+                    k,
+                    it.value,
+                );
             });
             Counters::bump(&c.cmd_get);
             if is_touch {
                 Counters::bump(&c.cmd_touch);
-                Counters::bump(if found { &c.touch_hits } else { &c.touch_misses });
+                Counters::bump(if found {
+                    &c.touch_hits
+                } else {
+                    &c.touch_misses
+                });
             }
             if found {
                 Counters::bump(&c.get_hits);
@@ -232,7 +261,16 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
                 Counters::bump(&c.get_misses);
                 if !quiet {
                     if with_key {
-                        write_response(out, h.opcode, status::KEY_ENOENT, h.opaque, 0, &[], key, &[]);
+                        write_response(
+                            out,
+                            h.opcode,
+                            status::KEY_ENOENT,
+                            h.opaque,
+                            0,
+                            &[],
+                            key,
+                            &[],
+                        );
                     } else {
                         write_error(out, h, status::KEY_ENOENT);
                     }
@@ -251,10 +289,13 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
                 _ => StoreMode::Replace,
             };
             let flags = be_u32(&extras[0..4]);
-            let expires = expiry_from_exptime(be_u32(&extras[4..8]) as i64, now, super::unix_now_s());
+            let expires =
+                expiry_from_exptime(be_u32(&extras[4..8]) as i64, now, super::unix_now_s());
             // add with a CAS is meaningless: memcached ignores it (the item must not exist).
             let cas_check = if mode == StoreMode::Add { 0 } else { h.cas };
-            let outcome = shared.lock_store().store(mode, key, flags, expires, value, cas_check, now);
+            let outcome = shared
+                .lock_store()
+                .store(mode, key, flags, expires, value, cas_check, now);
             Counters::bump(&c.cmd_set);
             store_reply(h, mode, outcome, quiet, out);
             false
@@ -269,7 +310,9 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
             } else {
                 StoreMode::Prepend
             };
-            let outcome = shared.lock_store().store(mode, key, 0, 0, value, h.cas, now);
+            let outcome = shared
+                .lock_store()
+                .store(mode, key, 0, 0, value, h.cas, now);
             Counters::bump(&c.cmd_set);
             store_reply(h, mode, outcome, quiet, out);
             false
@@ -304,9 +347,15 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
             let initial = be_u64(&extras[8..16]);
             let exptime = be_u32(&extras[16..20]);
             // An expiration of all ones means "do not create a missing key".
-            let create = (exptime != u32::MAX)
-                .then(|| (initial, expiry_from_exptime(exptime as i64, now, super::unix_now_s())));
-            let outcome = shared.lock_store().arith(key, incr, delta, create, h.cas, now);
+            let create = (exptime != u32::MAX).then(|| {
+                (
+                    initial,
+                    expiry_from_exptime(exptime as i64, now, super::unix_now_s()),
+                )
+            });
+            let outcome = shared
+                .lock_store()
+                .arith(key, incr, delta, create, h.cas, now);
             let (hits, misses) = if incr {
                 (&c.incr_hits, &c.incr_misses)
             } else {
@@ -316,7 +365,16 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
                 ArithOutcome::Value { value, cas } => {
                     Counters::bump(hits);
                     if !quiet {
-                        write_response(out, h.opcode, status::SUCCESS, h.opaque, cas, &[], &[], &value.to_be_bytes());
+                        write_response(
+                            out,
+                            h.opcode,
+                            status::SUCCESS,
+                            h.opaque,
+                            cas,
+                            &[],
+                            &[],
+                            &value.to_be_bytes(),
+                        );
                     }
                 }
                 ArithOutcome::NotFound => {
@@ -350,7 +408,11 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
                 write_error(out, h, status::EINVAL);
                 return false;
             }
-            let delay_s = if extras.len() == 4 { be_u32(extras) as u64 } else { 0 };
+            let delay_s = if extras.len() == 4 {
+                be_u32(extras) as u64
+            } else {
+                0
+            };
             shared.lock_store().flush(now, delay_s * 1000);
             Counters::bump(&c.cmd_flush);
             if !quiet {
@@ -363,7 +425,16 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
             false
         }
         op::VERSION => {
-            write_response(out, h.opcode, status::SUCCESS, h.opaque, 0, &[], &[], super::VERSION.as_bytes());
+            write_response(
+                out,
+                h.opcode,
+                status::SUCCESS,
+                h.opaque,
+                0,
+                &[],
+                &[],
+                super::VERSION.as_bytes(),
+            );
             false
         }
         op::VERBOSITY => {
@@ -399,7 +470,16 @@ fn execute(h: &Header, extras: &[u8], key: &[u8], value: &[u8], out: &mut Vec<u8
                 }
             };
             for (k, v) in pairs {
-                write_response(out, h.opcode, status::SUCCESS, h.opaque, 0, &[], k.as_bytes(), v.as_bytes());
+                write_response(
+                    out,
+                    h.opcode,
+                    status::SUCCESS,
+                    h.opaque,
+                    0,
+                    &[],
+                    k.as_bytes(),
+                    v.as_bytes(),
+                );
             }
             write_response(out, h.opcode, status::SUCCESS, h.opaque, 0, &[], &[], &[]);
             false

@@ -48,6 +48,9 @@ pub struct Conn {
     proto: Proto,
     swallow: usize,
     closing: bool,
+    /// Complete requests are waiting in the input buffer (processing paused on backed-up
+    /// output); they must be executed without waiting for new input.
+    backlog: bool,
     /// What the poller is currently armed with (static dispatch re-arms only on change).
     pub registered: Interest,
 }
@@ -63,6 +66,7 @@ impl Conn {
             proto: Proto::Unknown,
             swallow: 0,
             closing: false,
+            backlog: false,
             registered: Interest::Read,
         }
     }
@@ -73,7 +77,12 @@ impl Conn {
 
     /// Executes every complete request in the input buffer (until output backs up).
     fn process(&mut self, ctx: &mut Ctx<'_>) {
-        while !self.closing && self.pending_output() < OUTPUT_HIGH_WATER {
+        self.backlog = false;
+        while !self.closing {
+            if self.pending_output() >= OUTPUT_HIGH_WATER {
+                self.backlog = self.rbuf.len() > self.rstart;
+                break;
+            }
             let avail = self.rbuf.len() - self.rstart;
             if self.swallow > 0 {
                 let n = self.swallow.min(avail);
@@ -168,7 +177,8 @@ impl Conn {
         let pending = self.pending_output();
         if self.closing || pending >= OUTPUT_HIGH_WATER {
             Interest::Write
-        } else if pending > 0 {
+        } else if pending > 0 || self.backlog {
+            // With a backlog, EPOLLOUT fires at once and brings us back to execute it.
             Interest::ReadWrite
         } else {
             Interest::Read
@@ -193,6 +203,10 @@ impl Conn {
             }
             if self.pending_output() >= OUTPUT_HIGH_WATER {
                 return Drive::Keep(Interest::Write);
+            }
+            if self.backlog {
+                // Output drained below the mark: execute the waiting requests before reading.
+                continue;
             }
             match self.fill(counters) {
                 Ok(None) => return Drive::Keep(self.interest()),

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use crate::topology::{allowed_cpus, pin_current_thread};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::conn::{Conn, Drive, Interest};
 use super::stats::Counters;
@@ -36,10 +36,11 @@ struct Lane {
 
 impl Lane {
     fn new(oneshot: bool) -> Result<Self, ServeError> {
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| ServeError::Sys {
-            what: "epoll_create1".into(),
-            source,
-        })?;
+        let epoll =
+            Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| ServeError::Sys {
+                what: "epoll_create1".into(),
+                source,
+            })?;
         Ok(Lane {
             epoll,
             oneshot,
@@ -118,13 +119,16 @@ impl Acceptor {
                     }
                     let _ = stream.set_nodelay(true);
                     let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-                    let lane = &lanes[(self.next_lane.fetch_add(1, Ordering::Relaxed) as usize) % lanes.len()];
+                    let lane = &lanes
+                        [(self.next_lane.fetch_add(1, Ordering::Relaxed) as usize) % lanes.len()];
                     match lane.insert(token, stream) {
                         Ok(()) => {
                             Counters::bump(&c.curr_connections);
                             Counters::bump(&c.total_connections);
                         }
-                        Err(e) => tracing::warn!(%peer, error = %e, "registering connection with epoll"),
+                        Err(e) => {
+                            tracing::warn!(%peer, error = %e, "registering connection with epoll")
+                        }
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -147,7 +151,11 @@ pub(crate) fn spawn(
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
 ) -> Result<Vec<JoinHandle<()>>, ServeError> {
-    let cpus = if config.pin { allowed_cpus()? } else { Vec::new() };
+    let cpus = if config.pin {
+        allowed_cpus()?
+    } else {
+        Vec::new()
+    };
     let acceptor = Arc::new(Acceptor {
         listener,
         next_token: AtomicU64::new(0),
@@ -186,7 +194,10 @@ pub(crate) fn spawn(
         let h = std::thread::Builder::new()
             .name(format!("serve-w{i}"))
             .spawn(move || {
-                let pinned = pin.map(pin_current_thread).unwrap_or(Ok(())).map_err(ServeError::from);
+                let pinned = pin
+                    .map(pin_current_thread)
+                    .unwrap_or(Ok(()))
+                    .map_err(ServeError::from);
                 let failed = pinned.is_err();
                 let _ = tx.send(pinned);
                 if !failed {
@@ -207,12 +218,16 @@ pub(crate) fn spawn(
         let shared = Arc::clone(&shared);
         let stop = Arc::clone(&stop);
         let lanes = lanes.clone();
-        let accept_epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| ServeError::Sys {
-            what: "epoll_create1 for the acceptor".into(),
-            source,
-        })?;
+        let accept_epoll =
+            Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| ServeError::Sys {
+                what: "epoll_create1 for the acceptor".into(),
+                source,
+            })?;
         accept_epoll
-            .add(acceptor.listener.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
+            .add(
+                acceptor.listener.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLIN, LISTENER),
+            )
             .map_err(|source| ServeError::Sys {
                 what: "adding the listener to the acceptor's epoll set".into(),
                 source,
@@ -256,20 +271,26 @@ fn worker(lane: &Arc<Lane>, acceptor: &Acceptor, shared: &Shared, stop: &AtomicB
             let token = ev.data();
             if token == LISTENER {
                 acceptor.accept_all(lanes, shared);
-                let mut rearm = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT, LISTENER);
+                let mut rearm =
+                    EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT, LISTENER);
                 if let Err(e) = lane.epoll.modify(acceptor.listener.as_fd(), &mut rearm) {
                     tracing::error!(error = %e, "re-arming the listener");
                 }
                 continue;
             }
-            let Some(conn) = lane.get(token) else { continue };
+            let Some(conn) = lane.get(token) else {
+                continue;
+            };
             let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
             match c.drive(&mut ctx) {
                 Drive::Close => {
                     let _ = lane.epoll.delete(c.stream.as_fd());
                     drop(c);
                     lane.remove(token);
-                    shared.counters.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    shared
+                        .counters
+                        .curr_connections
+                        .fetch_sub(1, Ordering::Relaxed);
                 }
                 Drive::Keep(interest) => {
                     if lane.oneshot || interest != c.registered {

@@ -129,7 +129,9 @@ impl ServeConfig {
             )));
         }
         if self.memory_mb == 0 {
-            return Err(ServeError::Config("memory limit (-m) must be at least 1 MiB, got 0".into()));
+            return Err(ServeError::Config(
+                "memory limit (-m) must be at least 1 MiB, got 0".into(),
+            ));
         }
         if self.max_item_bytes < 1024 {
             return Err(ServeError::Config(format!(
@@ -138,10 +140,15 @@ impl ServeConfig {
             )));
         }
         if self.max_connections == 0 {
-            return Err(ServeError::Config("max connections must be at least 1, got 0".into()));
+            return Err(ServeError::Config(
+                "max connections must be at least 1, got 0".into(),
+            ));
         }
         if self.footprint_mb > 1 << 20 {
-            return Err(ServeError::Config(format!("footprint of {} MiB is too large", self.footprint_mb)));
+            return Err(ServeError::Config(format!(
+                "footprint of {} MiB is too large",
+                self.footprint_mb
+            )));
         }
         Ok(())
     }
@@ -291,16 +298,18 @@ impl Server {
     pub fn start(config: ServeConfig) -> Result<ServerHandle, ServeError> {
         config.validate()?;
         let addr = SocketAddr::new(config.listen, config.port);
-        let listener =
-            std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|source| ServeError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| ServeError::Io {
             what: format!("reading the local address of the listener on {addr}"),
             source,
         })?;
-        listener.set_nonblocking(true).map_err(|source| ServeError::Io {
-            what: format!("making the listener on {local} nonblocking"),
-            source,
-        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| ServeError::Io {
+                what: format!("making the listener on {local} nonblocking"),
+                source,
+            })?;
         let limit = config.memory_mb << 20;
         let store = Store::new(limit, config.max_item_bytes);
         let max_value_cap = store.max_value_len(0);

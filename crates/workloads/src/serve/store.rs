@@ -81,7 +81,9 @@ pub enum StoreMode {
 /// Outcome of a storage command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreOutcome {
-    Stored { cas: u64 },
+    Stored {
+        cas: u64,
+    },
     NotStored,
     /// CAS mismatch (or `add` of an existing key in the binary protocol's terms).
     Exists,
@@ -167,8 +169,7 @@ impl Store {
 
     /// The largest value (bytes) storable under a key of this length.
     pub fn max_value_len(&self, key_len: usize) -> usize {
-        self.max_item_bytes
-            .saturating_sub(key_len + ITEM_OVERHEAD)
+        self.max_item_bytes.saturating_sub(key_len + ITEM_OVERHEAD)
     }
 
     pub fn counts(&self) -> StoreCounts {
@@ -297,7 +298,14 @@ impl Store {
         }
     }
 
-    fn insert_new(&mut self, key: &[u8], value: Vec<u8>, flags: u32, expires: Expiry, now: StoreMs) -> u64 {
+    fn insert_new(
+        &mut self,
+        key: &[u8],
+        value: Vec<u8>,
+        flags: u32,
+        expires: Expiry,
+        now: StoreMs,
+    ) -> u64 {
         let size = item_size(key.len(), value.len());
         self.make_room(size, NIL, now);
         let cas = self.take_cas();
@@ -383,7 +391,8 @@ impl Store {
             (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
                 StoreOutcome::NotStored
             }
-            (StoreMode::Set | StoreMode::Add, None) | (StoreMode::Replace | StoreMode::Set, Some(_)) => {
+            (StoreMode::Set | StoreMode::Add, None)
+            | (StoreMode::Replace | StoreMode::Set, Some(_)) => {
                 if let Some(i) = existing {
                     self.remove_slot(i);
                 }
@@ -439,7 +448,12 @@ impl Store {
     }
 
     /// Deletes a key (with an optional CAS check); true when it existed.
-    pub fn delete(&mut self, key: &[u8], cas_check: u64, now: StoreMs) -> Result<bool, StoreOutcome> {
+    pub fn delete(
+        &mut self,
+        key: &[u8],
+        cas_check: u64,
+        now: StoreMs,
+    ) -> Result<bool, StoreOutcome> {
         match self.find(key, now) {
             None => Ok(false),
             Some(i) => {
@@ -510,7 +524,11 @@ impl Store {
 /// Parses a stored value as memcached's incr does: decimal digits, optionally followed by
 /// spaces (memcached pads decr results with spaces).
 pub fn parse_decimal(v: &[u8]) -> Option<u64> {
-    let end = v.iter().rposition(|&b| b != b' ').map(|p| p + 1).unwrap_or(0);
+    let end = v
+        .iter()
+        .rposition(|&b| b != b' ')
+        .map(|p| p + 1)
+        .unwrap_or(0);
     let digits = &v[..end];
     if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -546,17 +564,41 @@ mod tests {
     #[test]
     fn add_replace_append_prepend_cas() {
         let mut s = Store::new(1 << 20, 1 << 20);
-        assert_eq!(s.store(StoreMode::Replace, b"k", 0, 0, b"x", 0, 1), StoreOutcome::NotStored);
-        assert_eq!(s.store(StoreMode::Append, b"k", 0, 0, b"x", 0, 1), StoreOutcome::NotStored);
+        assert_eq!(
+            s.store(StoreMode::Replace, b"k", 0, 0, b"x", 0, 1),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            s.store(StoreMode::Append, b"k", 0, 0, b"x", 0, 1),
+            StoreOutcome::NotStored
+        );
         let StoreOutcome::Stored { cas } = s.store(StoreMode::Add, b"k", 0, 0, b"mid", 0, 1) else {
             panic!("add failed")
         };
-        assert_eq!(s.store(StoreMode::Add, b"k", 0, 0, b"x", 0, 1), StoreOutcome::NotStored);
-        assert_eq!(s.store(StoreMode::Set, b"k", 0, 0, b"x", cas + 100, 1), StoreOutcome::Exists);
-        assert_eq!(s.store(StoreMode::Set, b"zz", 0, 0, b"x", 5, 1), StoreOutcome::NotFound);
-        assert!(matches!(s.store(StoreMode::Append, b"k", 0, 0, b"-end", 0, 1), StoreOutcome::Stored { .. }));
-        assert!(matches!(s.store(StoreMode::Prepend, b"k", 0, 0, b"start-", 0, 1), StoreOutcome::Stored { .. }));
-        assert_eq!(get_value(&mut s, b"k", 1).as_deref(), Some(&b"start-mid-end"[..]));
+        assert_eq!(
+            s.store(StoreMode::Add, b"k", 0, 0, b"x", 0, 1),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 0, 0, b"x", cas + 100, 1),
+            StoreOutcome::Exists
+        );
+        assert_eq!(
+            s.store(StoreMode::Set, b"zz", 0, 0, b"x", 5, 1),
+            StoreOutcome::NotFound
+        );
+        assert!(matches!(
+            s.store(StoreMode::Append, b"k", 0, 0, b"-end", 0, 1),
+            StoreOutcome::Stored { .. }
+        ));
+        assert!(matches!(
+            s.store(StoreMode::Prepend, b"k", 0, 0, b"start-", 0, 1),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(
+            get_value(&mut s, b"k", 1).as_deref(),
+            Some(&b"start-mid-end"[..])
+        );
         assert_eq!(s.counts().bytes as usize, item_size(1, 13));
     }
 
@@ -572,7 +614,10 @@ mod tests {
         // Reading k1 makes k2 the least recently used.
         assert!(get_value(&mut s, b"k1", 1).is_some());
         s.store(StoreMode::Set, b"k4", 0, 0, &v, 0, 1);
-        assert!(get_value(&mut s, b"k2", 1).is_none(), "k2 should have been evicted");
+        assert!(
+            get_value(&mut s, b"k2", 1).is_none(),
+            "k2 should have been evicted"
+        );
         assert!(get_value(&mut s, b"k1", 1).is_some());
         assert!(get_value(&mut s, b"k3", 1).is_some());
         assert!(get_value(&mut s, b"k4", 1).is_some());
@@ -584,10 +629,19 @@ mod tests {
     fn oversized_items_are_refused() {
         let mut s = Store::new(10_000, 1000);
         let big = vec![0u8; 1000];
-        assert_eq!(s.store(StoreMode::Set, b"k", 0, 0, &big, 0, 1), StoreOutcome::TooLarge);
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 0, 0, &big, 0, 1),
+            StoreOutcome::TooLarge
+        );
         let ok = vec![0u8; s.max_value_len(1)];
-        assert!(matches!(s.store(StoreMode::Set, b"k", 0, 0, &ok, 0, 1), StoreOutcome::Stored { .. }));
-        assert_eq!(s.store(StoreMode::Append, b"k", 0, 0, b"x", 0, 1), StoreOutcome::TooLarge);
+        assert!(matches!(
+            s.store(StoreMode::Set, b"k", 0, 0, &ok, 0, 1),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(
+            s.store(StoreMode::Append, b"k", 0, 0, b"x", 0, 1),
+            StoreOutcome::TooLarge
+        );
     }
 
     #[test]
@@ -599,7 +653,10 @@ mod tests {
         assert!(get_value(&mut s, b"k", 2999).is_some());
         assert!(get_value(&mut s, b"k", 3000).is_none());
         assert_eq!(expiry_from_exptime(-1, 1000, 0), 1);
-        assert_eq!(expiry_from_exptime(1_700_000_010, 1000, 1_700_000_000), 11_000);
+        assert_eq!(
+            expiry_from_exptime(1_700_000_010, 1000, 1_700_000_000),
+            11_000
+        );
         assert_eq!(expiry_from_exptime(1_600_000_000, 1000, 1_700_000_000), 1);
         s.store(StoreMode::Set, b"a", 0, 0, b"v", 0, 1);
         s.flush(1, 500);
@@ -614,14 +671,29 @@ mod tests {
     fn arithmetic_rules() {
         let mut s = Store::new(1 << 20, 1 << 20);
         s.store(StoreMode::Set, b"n", 0, 0, b"9", 0, 1);
-        assert!(matches!(s.arith(b"n", true, 1, None, 0, 1), ArithOutcome::Value { value: 10, .. }));
-        assert!(matches!(s.arith(b"n", false, 100, None, 0, 1), ArithOutcome::Value { value: 0, .. }));
+        assert!(matches!(
+            s.arith(b"n", true, 1, None, 0, 1),
+            ArithOutcome::Value { value: 10, .. }
+        ));
+        assert!(matches!(
+            s.arith(b"n", false, 100, None, 0, 1),
+            ArithOutcome::Value { value: 0, .. }
+        ));
         s.store(StoreMode::Set, b"m", 0, 0, b"18446744073709551615", 0, 1);
-        assert!(matches!(s.arith(b"m", true, 2, None, 0, 1), ArithOutcome::Value { value: 1, .. }));
+        assert!(matches!(
+            s.arith(b"m", true, 2, None, 0, 1),
+            ArithOutcome::Value { value: 1, .. }
+        ));
         s.store(StoreMode::Set, b"t", 0, 0, b"abc", 0, 1);
         assert_eq!(s.arith(b"t", true, 1, None, 0, 1), ArithOutcome::NonNumeric);
-        assert_eq!(s.arith(b"none", true, 1, None, 0, 1), ArithOutcome::NotFound);
-        assert!(matches!(s.arith(b"new", true, 1, Some((5, 0)), 0, 1), ArithOutcome::Value { value: 5, .. }));
+        assert_eq!(
+            s.arith(b"none", true, 1, None, 0, 1),
+            ArithOutcome::NotFound
+        );
+        assert!(matches!(
+            s.arith(b"new", true, 1, Some((5, 0)), 0, 1),
+            ArithOutcome::Value { value: 5, .. }
+        ));
         assert_eq!(get_value(&mut s, b"new", 1).as_deref(), Some(&b"5"[..]));
         assert_eq!(parse_decimal(b"12  "), Some(12));
     }

@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use rand::{Rng, RngCore};
 
+/// A sampler of microseconds.
+type Sampler = Arc<dyn Fn(&mut dyn RngCore) -> f64 + Send + Sync>;
+
 /// Draws a per-request service time in microseconds.
 #[derive(Clone)]
 pub struct ServiceTime {
     spec: String,
-    sampler: Arc<dyn Fn(&mut dyn RngCore) -> f64 + Send + Sync>,
+    sampler: Sampler,
 }
 
 impl ServiceTime {
@@ -45,7 +48,11 @@ impl ServiceTime {
     /// One draw, clamped to [0, 10 s] so a heavy-tailed distribution cannot wedge a thread.
     pub fn draw(&self, rng: &mut dyn RngCore) -> Duration {
         let us = (self.sampler)(rng);
-        let us = if us.is_finite() { us.clamp(0.0, 10e6) } else { 0.0 };
+        let us = if us.is_finite() {
+            us.clamp(0.0, 10e6)
+        } else {
+            0.0
+        };
         Duration::from_nanos((us * 1000.0) as u64)
     }
 }

@@ -1,0 +1,193 @@
+//! The control socket (`headroom ctl`): a Unix stream socket, mode 0600, that serves only peers
+//! with the agent's own uid or root (checked with SO_PEERCRED). One JSON request line, one JSON
+//! response line per connection. Requests are handed to the agent loop, which answers between
+//! ticks, so a command never races a reconciliation.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lc_signal::StopFlag;
+
+/// A `ctl` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    Status,
+    Pause,
+    Resume,
+    /// The kill switch: restore the original settings now and stop actuating.
+    Off,
+    Set { key: String, value: String },
+}
+
+/// The answer: `ok`, a message, and for `status` the agent's status object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+impl Response {
+    pub fn ok(message: impl Into<String>) -> Response {
+        Response {
+            ok: true,
+            message: message.into(),
+            status: None,
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> Response {
+        Response {
+            ok: false,
+            message: message.into(),
+            status: None,
+        }
+    }
+}
+
+/// A request waiting for the agent loop, with the channel its answer goes back on.
+pub type Pending = (Request, Sender<Response>);
+
+/// Errors of the control socket, naming the socket path.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("agent at {path} answered something that is not a response: {detail}")]
+    BadResponse { path: PathBuf, detail: String },
+}
+
+/// Binds the socket (replacing a stale one), sets it 0600, and serves it in a thread; requests
+/// arrive on the returned receiver.
+pub fn serve(path: &Path, stop: StopFlag) -> Result<(Receiver<Pending>, JoinHandle<()>), ControlError> {
+    let io = |what, source| ControlError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(io(
+            "another agent is serving",
+            std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
+        ));
+    }
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|e| io("binding", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| io("chmod 0600", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| io("configuring", e))?;
+    let (tx, rx) = mpsc::channel();
+    let path = path.to_path_buf();
+    let handle = std::thread::Builder::new()
+        .name("headroom-ctl".into())
+        .spawn(move || accept_loop(listener, &path, tx, stop))
+        .map_err(|e| ControlError::Io {
+            what: "starting the thread of",
+            path: PathBuf::new(),
+            source: e,
+        })?;
+    Ok((rx, handle))
+}
+
+fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: StopFlag) {
+    let me = nix::unistd::geteuid().as_raw();
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let allowed = match nix::sys::socket::getsockopt(
+                    &stream,
+                    nix::sys::socket::sockopt::PeerCredentials,
+                ) {
+                    Ok(cred) => cred.uid() == me || cred.uid() == 0,
+                    Err(_) => false,
+                };
+                if !allowed {
+                    tracing::warn!("ctl: refused a peer with another uid");
+                    let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
+                    continue;
+                }
+                let mut line = String::new();
+                let read = BufReader::new(&stream).read_line(&mut line);
+                let response = match read {
+                    Err(e) => Response::error(format!("reading the request: {e}")),
+                    Ok(_) => match serde_json::from_str::<Request>(line.trim()) {
+                        Err(e) => Response::error(format!("bad request {:?}: {e}", line.trim())),
+                        Ok(req) => {
+                            let (rtx, rrx) = mpsc::channel();
+                            if tx.send((req, rtx)).is_err() {
+                                Response::error("agent is shutting down")
+                            } else {
+                                rrx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
+                                    Response::error("agent did not answer within 10 s")
+                                })
+                            }
+                        }
+                    },
+                };
+                let _ = reply(&mut stream, &response);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                tracing::warn!(socket = %path.display(), error = %e, "ctl accept failed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
+    let mut text = serde_json::to_string(response).expect("response serializes");
+    text.push('\n');
+    stream.write_all(text.as_bytes())
+}
+
+/// Sends one request to the agent at `path` and returns its response (the client of `ctl`).
+pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
+    let io = |what, source| ControlError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut stream = UnixStream::connect(path).map_err(|e| io("connecting to the agent at", e))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| io("configuring", e))?;
+    let mut text = serde_json::to_string(req).expect("request serializes");
+    text.push('\n');
+    stream
+        .write_all(text.as_bytes())
+        .map_err(|e| io("writing to", e))?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .map_err(|e| io("reading from", e))?;
+    serde_json::from_str(line.trim()).map_err(|e| ControlError::BadResponse {
+        path: path.to_path_buf(),
+        detail: format!("{e}: {:?}", line.trim()),
+    })
+}

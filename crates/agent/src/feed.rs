@@ -1,0 +1,144 @@
+//! The receiving end of the live feed (TEAM.md contract 4): a running `headroom load --feed
+//! SOCKET` connects to the agent's Unix socket and writes one JSON line per second with that
+//! second's corrected-latency histogram and rate. The agent keeps the histograms over the SLO
+//! window and publishes the window percentile (latency) and the last rate (load).
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use headroom_load::feed::{FeedLine, FEED_VERSION};
+use headroom_load::stats::LatencyHist;
+
+use crate::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+
+/// Where a feed publishes.
+#[derive(Debug, Clone)]
+pub struct FeedCells {
+    /// Window percentile of the latency, µs.
+    pub latency: Arc<SignalCell>,
+    /// Requests per second of the last line.
+    pub qps: Arc<SignalCell>,
+}
+
+/// Binds the feed socket (0600; a stale socket file is replaced) and serves it in a thread.
+pub fn spawn(
+    path: &Path,
+    percentile: f64,
+    window_s: f64,
+    cells: FeedCells,
+    stop: StopFlag,
+) -> std::io::Result<JoinHandle<()>> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    let path = path.to_path_buf();
+    std::thread::Builder::new()
+        .name("headroom-feed".into())
+        .spawn(move || serve(listener, path, percentile, window_s, cells, stop))
+}
+
+fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    percentile: f64,
+    window_s: f64,
+    cells: FeedCells,
+    stop: StopFlag,
+) {
+    let window = Arc::new(Mutex::new(LatencyWindow::new(window_s)));
+    let epoch_unix_ms = crate::runtime::unix_ms();
+    let epoch = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let window = window.clone();
+                let cells = cells.clone();
+                let stop = stop.clone();
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                let _ = std::thread::Builder::new()
+                    .name("headroom-feed-conn".into())
+                    .spawn(move || {
+                        let mut reader = BufReader::new(stream);
+                        let mut line = String::new();
+                        while !stop.load(Ordering::Relaxed) {
+                            line.clear();
+                            match reader.read_line(&mut line) {
+                                Ok(0) => break,
+                                Ok(_) => {
+                                    if let Err(e) = ingest(
+                                        &line,
+                                        &window,
+                                        percentile,
+                                        &cells,
+                                        epoch,
+                                        epoch_unix_ms,
+                                    ) {
+                                        cells.latency.error("feed", e);
+                                    }
+                                }
+                                Err(e)
+                                    if e.kind() == std::io::ErrorKind::WouldBlock
+                                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                                Err(e) => {
+                                    cells.latency.error("feed", format!("reading: {e}"));
+                                    break;
+                                }
+                            }
+                        }
+                    });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                cells
+                    .latency
+                    .error("feed", format!("accepting on {}: {e}", path.display()));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Takes one feed line into the window and publishes the results.
+fn ingest(
+    line: &str,
+    window: &Mutex<LatencyWindow>,
+    percentile: f64,
+    cells: &FeedCells,
+    epoch: Instant,
+    epoch_unix_ms: u64,
+) -> Result<(), String> {
+    let line = line.trim();
+    if line.is_empty() {
+        return Ok(());
+    }
+    let feed: FeedLine =
+        serde_json::from_str(line).map_err(|e| format!("bad feed line {line:.80}: {e}"))?;
+    if feed.version != FEED_VERSION {
+        return Err(format!("feed version {} (expected {FEED_VERSION})", feed.version));
+    }
+    let hist = LatencyHist::from_base64(&feed.hist).map_err(|e| e.to_string())?;
+    // The line's end time on the agent's monotonic clock (both clocks are this host's).
+    let at = epoch + Duration::from_millis(feed.t_unix_ms.saturating_sub(epoch_unix_ms));
+    let at = at.min(Instant::now());
+    let sec = at.saturating_duration_since(epoch).as_secs();
+    let p = {
+        let mut w = window.lock().expect("feed window");
+        w.add(sec, &hist);
+        w.percentile_us(sec, percentile)
+    };
+    if let Some(p) = p {
+        cells.latency.publish(p, at);
+    }
+    cells.qps.publish(feed.qps, at);
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! Prometheus metrics of the agent (prometheus-client), served by a tiny HTTP/1.1 responder on a
+//! std `TcpListener` (`api.metrics`, 127.0.0.1:9464 by default). The loop updates atomics only;
+//! encoding happens in the server thread when scraped.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::allocation::Allocation;
+use crate::lc_signal::StopFlag;
+use crate::observation::Observation;
+
+type F64Gauge = Gauge<f64, AtomicU64>;
+type Labels = Vec<(String, String)>;
+
+/// The agent's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    pub lc_latency_us: F64Gauge,
+    pub lc_slo_us: F64Gauge,
+    pub lc_slack: F64Gauge,
+    pub lc_load: F64Gauge,
+    pub lc_qps: F64Gauge,
+    pub idle_cpus: F64Gauge,
+    pub be_enabled: F64Gauge,
+    pub be_cpus: F64Gauge,
+    pub be_cpu_weight: F64Gauge,
+    pub be_cpu_idle: F64Gauge,
+    pub be_quota_pct: F64Gauge,
+    pub be_llc_ways: F64Gauge,
+    pub be_egress_ceil_bytes_per_s: F64Gauge,
+    pub actuating: F64Gauge,
+    pub paused: F64Gauge,
+    pub decisions: Family<Labels, Counter>,
+    pub sensor_errors: Family<Labels, Counter>,
+    pub writes: Counter,
+    pub write_errors: Counter,
+    pub drift_repairs: Counter,
+    pub be_restarts: Counter,
+    pub loop_seconds: Histogram,
+}
+
+impl Metrics {
+    /// New metrics, registered in a registry the caller serves.
+    pub fn new() -> (Metrics, Registry) {
+        let mut r = Registry::with_prefix("headroom");
+        let g = F64Gauge::default;
+        let m = Metrics {
+            lc_latency_us: g(),
+            lc_slo_us: g(),
+            lc_slack: g(),
+            lc_load: g(),
+            lc_qps: g(),
+            idle_cpus: g(),
+            be_enabled: g(),
+            be_cpus: g(),
+            be_cpu_weight: g(),
+            be_cpu_idle: g(),
+            be_quota_pct: g(),
+            be_llc_ways: g(),
+            be_egress_ceil_bytes_per_s: g(),
+            actuating: g(),
+            paused: g(),
+            decisions: Family::default(),
+            sensor_errors: Family::default(),
+            writes: Counter::default(),
+            write_errors: Counter::default(),
+            drift_repairs: Counter::default(),
+            be_restarts: Counter::default(),
+            loop_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
+        };
+        r.register("lc_latency_us", "LC tail latency at the SLO percentile (µs)", m.lc_latency_us.clone());
+        r.register("lc_slo_us", "LC latency SLO target (µs)", m.lc_slo_us.clone());
+        r.register("lc_slack", "(SLO - latency) / SLO", m.lc_slack.clone());
+        r.register("lc_load", "LC load as a fraction of peak_qps", m.lc_load.clone());
+        r.register("lc_qps", "LC requests per second", m.lc_qps.clone());
+        r.register("idle_cpus", "Idle CPUs seen by the last tick", m.idle_cpus.clone());
+        r.register("be_enabled", "1 when BE may run, 0 when frozen", m.be_enabled.clone());
+        r.register("be_cpus", "CPUs in the BE cpuset (0 when BE is disabled, -1 = unrestricted)", m.be_cpus.clone());
+        r.register("be_cpu_weight", "BE native CPU weight (-1 = original)", m.be_cpu_weight.clone());
+        r.register("be_cpu_idle", "1 when BE runs as cpu.idle", m.be_cpu_idle.clone());
+        r.register("be_quota_pct", "BE CPU quota in % of one CPU (-1 = unlimited)", m.be_quota_pct.clone());
+        r.register("be_llc_ways", "LLC ways given to BE (-1 = unmanaged)", m.be_llc_ways.clone());
+        r.register("be_egress_ceil_bytes_per_s", "BE egress ceiling (-1 = unmanaged)", m.be_egress_ceil_bytes_per_s.clone());
+        r.register("actuating", "1 while the agent applies decisions (0 after ctl off or in --dry-run)", m.actuating.clone());
+        r.register("paused", "1 while paused by ctl", m.paused.clone());
+        r.register("decisions", "Decisions by reason", m.decisions.clone());
+        r.register("sensor_errors", "Sensor errors by sensor", m.sensor_errors.clone());
+        r.register("writes", "Knob writes made by the reconciler", m.writes.clone());
+        r.register("write_errors", "Reconciliations that failed and were rolled back", m.write_errors.clone());
+        r.register("drift_repairs", "Knobs found changed by someone else and repaired", m.drift_repairs.clone());
+        r.register("be_restarts", "Restarts of supervised BE commands", m.be_restarts.clone());
+        r.register("loop_duration_seconds", "Time of one sensor+policy+reconcile tick", m.loop_seconds.clone());
+        (m, r)
+    }
+
+    /// Updates the gauges from one tick.
+    pub fn observe(&self, obs: &Observation, allocation: &Allocation, slo_us: f64, reason: &str) {
+        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
+        self.lc_latency_us.set(opt(obs.lc_latency_us));
+        self.lc_slo_us.set(slo_us);
+        self.lc_slack.set(opt(obs.slack(slo_us)));
+        self.lc_load.set(opt(obs.lc_load));
+        self.lc_qps.set(opt(obs.lc_qps));
+        self.idle_cpus.set(opt(obs.idle_cpu_count(0.5)));
+        self.be_enabled.set(if allocation.be_enabled { 1.0 } else { 0.0 });
+        self.be_cpus.set(match (&allocation.be_cpus, allocation.be_enabled) {
+            (_, false) => 0.0,
+            (Some(c), true) => c.len() as f64,
+            (None, true) => -1.0,
+        });
+        self.be_cpu_weight
+            .set(allocation.be_cpu_weight.map_or(-1.0, |w| w.shares as f64));
+        self.be_cpu_idle
+            .set(if allocation.be_cpu_idle == Some(true) { 1.0 } else { 0.0 });
+        self.be_quota_pct.set(allocation.be_quota_pct.unwrap_or(-1.0));
+        self.be_llc_ways
+            .set(allocation.be_llc_ways.map_or(-1.0, f64::from));
+        self.be_egress_ceil_bytes_per_s
+            .set(allocation.be_egress_ceil_bytes_per_s.map_or(-1.0, |v| v as f64));
+        self.decisions
+            .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+            .inc();
+    }
+
+    /// Sets a sensor's error count (the sensors keep the totals).
+    pub fn sensor_errors_total(&self, sensor: &str, total: u64) {
+        let c = self
+            .sensor_errors
+            .get_or_create(&vec![("sensor".to_string(), sensor.to_string())]);
+        let now = c.get();
+        if total > now {
+            c.inc_by(total - now);
+        }
+    }
+}
+
+/// The text exposition of `registry`.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    encode(&mut out, registry).expect("writing to a String cannot fail");
+    out
+}
+
+/// Serves `registry` on `addr` (`GET /metrics`, any path) until `stop`; returns the bound address.
+pub fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    stop: StopFlag,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let handle = std::thread::Builder::new()
+        .name("headroom-metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                        let mut buf = [0u8; 2048];
+                        let mut got = Vec::new();
+                        while !got.windows(4).any(|w| w == b"\r\n\r\n") && got.len() < 16384 {
+                            match s.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => got.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        scrapes.fetch_add(1, Ordering::Relaxed);
+                        let body = render(&registry);
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = s.write_all(head.as_bytes());
+                        let _ = s.write_all(body.as_bytes());
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        })?;
+    Ok((bound, handle))
+}

@@ -1,0 +1,263 @@
+//! The agent's own LC latency prober: one dedicated connection, requests sent open-loop at fixed
+//! scheduled times (`rate_hz`), each latency timed from its *scheduled* send (so a stalled server
+//! shows its queueing, as in the load generator), kept in per-second HDR histograms over a
+//! sliding window of `lc.slo.window_s`. The window's percentile is published once per second.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use headroom_load::protocol::{Op, Protocol};
+
+use crate::config::ProbeProtocol;
+use crate::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+
+/// The key the prober reads (a miss is as good as a hit for timing).
+pub const PROBE_KEY: &[u8] = b"headroom:probe";
+/// Requests outstanding beyond this count as lost: the connection is reopened.
+const MAX_IN_FLIGHT: usize = 10_000;
+
+/// What the prober speaks.
+#[derive(Debug, Clone)]
+pub enum ProbeWire {
+    Kv(Protocol),
+    /// HTTP/1.1 GET of `path` (keep-alive, Content-Length bodies).
+    Http { host: String, path: String },
+}
+
+/// Settings of one prober.
+#[derive(Debug, Clone)]
+pub struct ProbeSpec {
+    pub address: String,
+    pub wire: ProbeWire,
+    pub rate_hz: f64,
+    pub percentile: f64,
+    pub window_s: f64,
+}
+
+impl ProbeSpec {
+    /// From `[lc.latency]` (`address` = `host:port`, or for http a URL `http://host:port/path`).
+    pub fn new(
+        protocol: ProbeProtocol,
+        address: &str,
+        rate_hz: f64,
+        percentile: f64,
+        window_s: f64,
+    ) -> ProbeSpec {
+        let (address, wire) = match protocol {
+            ProbeProtocol::Memcache => (address.to_string(), ProbeWire::Kv(Protocol::MemcacheAscii)),
+            ProbeProtocol::Redis => (address.to_string(), ProbeWire::Kv(Protocol::Resp)),
+            ProbeProtocol::Http => {
+                let rest = address.strip_prefix("http://").unwrap_or(address);
+                let (hostport, path) = match rest.find('/') {
+                    Some(i) => (&rest[..i], &rest[i..]),
+                    None => (rest, "/"),
+                };
+                (
+                    hostport.to_string(),
+                    ProbeWire::Http {
+                        host: hostport.to_string(),
+                        path: path.to_string(),
+                    },
+                )
+            }
+        };
+        ProbeSpec {
+            address,
+            wire,
+            rate_hz,
+            percentile,
+            window_s,
+        }
+    }
+}
+
+/// Starts the prober thread; it publishes into `cell` until `stop` is set.
+pub fn spawn(spec: ProbeSpec, cell: Arc<SignalCell>, stop: StopFlag) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("headroom-probe".into())
+        .spawn(move || run(spec, &cell, &stop))
+}
+
+fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
+    let interval = Duration::from_secs_f64(1.0 / spec.rate_hz.max(0.001));
+    let epoch = Instant::now();
+    let mut window = LatencyWindow::new(spec.window_s);
+    let mut published_sec = 0u64;
+    let mut request = Vec::new();
+    match &spec.wire {
+        ProbeWire::Kv(p) => p.encode(Op::Get, PROBE_KEY, 0, &mut request),
+        ProbeWire::Http { host, path } => request.extend_from_slice(
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: headroom-probe\r\n\r\n")
+                .as_bytes(),
+        ),
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let mut conn = match connect(&spec.address) {
+            Ok(c) => c,
+            Err(e) => {
+                cell.error("probe", format!("connecting to {}: {e}", spec.address));
+                sleep_unless_stopped(Duration::from_millis(500), stop);
+                continue;
+            }
+        };
+        let mut next_send = Instant::now();
+        let mut in_flight: VecDeque<Instant> = VecDeque::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(4096);
+        let mut chunk = [0u8; 4096];
+        let outcome: Result<(), String> = loop {
+            if stop.load(Ordering::Relaxed) {
+                break Ok(());
+            }
+            let now = Instant::now();
+            // Publish the window once per second of the agent's clock.
+            let sec = now.duration_since(epoch).as_secs();
+            if sec > published_sec {
+                published_sec = sec;
+                if let Some(p) = window.percentile_us(sec.saturating_sub(1), spec.percentile) {
+                    cell.publish(p, epoch + Duration::from_secs(sec));
+                }
+            }
+            if now >= next_send {
+                if in_flight.len() >= MAX_IN_FLIGHT {
+                    break Err(format!("{} requests unanswered", in_flight.len()));
+                }
+                if let Err(e) = conn.write_all(&request) {
+                    break Err(format!("sending: {e}"));
+                }
+                in_flight.push_back(next_send);
+                next_send += interval;
+                continue;
+            }
+            if !wait_readable(&conn, next_send - now) {
+                continue;
+            }
+            match conn.read(&mut chunk) {
+                Ok(0) => break Err("server closed the connection".into()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                    continue
+                }
+                Err(e) => break Err(format!("receiving: {e}")),
+            }
+            let done = Instant::now();
+            let mut failed = None;
+            loop {
+                let parsed = match &spec.wire {
+                    ProbeWire::Kv(p) => p
+                        .parse(Op::Get, &buf)
+                        .map(|r| r.map(|r| r.consumed))
+                        .map_err(|e| e.to_string()),
+                    ProbeWire::Http { .. } => parse_http_response(&buf),
+                };
+                match parsed {
+                    Ok(Some(consumed)) => {
+                        buf.drain(..consumed);
+                        if let Some(scheduled) = in_flight.pop_front() {
+                            let ns = done.saturating_duration_since(scheduled).as_nanos() as u64;
+                            let s = scheduled.saturating_duration_since(epoch).as_secs();
+                            window.slot(s).record_ns(ns);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                break Err(e);
+            }
+        };
+        if let Err(e) = outcome {
+            cell.error("probe", format!("{}: {e}", spec.address));
+            sleep_unless_stopped(Duration::from_millis(100), stop);
+        }
+    }
+}
+
+fn connect(address: &str) -> std::io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = address.to_socket_addrs()?.collect();
+    let addr = addrs.first().ok_or_else(|| {
+        std::io::Error::new(ErrorKind::InvalidInput, "address resolves to nothing")
+    })?;
+    let s = TcpStream::connect_timeout(addr, Duration::from_millis(500))?;
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// Waits up to `timeout` for `conn` to become readable (µs precision through ppoll).
+fn wait_readable(conn: &TcpStream, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    n > 0
+}
+
+fn sleep_unless_stopped(d: Duration, stop: &StopFlag) {
+    let end = Instant::now() + d;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The length of one complete HTTP/1.1 response at the start of `buf` (`Content-Length` bodies
+/// and bodiless statuses); `Ok(None)` = need more bytes.
+pub fn parse_http_response(buf: &[u8]) -> Result<Option<usize>, String> {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        if buf.len() > 64 * 1024 {
+            return Err("HTTP header longer than 64 KiB".into());
+        }
+        return Ok(None);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap_or("");
+    if !status.starts_with("HTTP/1.") {
+        return Err(format!("not an HTTP/1.x response: {status:?}"));
+    }
+    let mut length = 0usize;
+    for line in lines {
+        if let Some((k, v)) = line.split_once(':') {
+            let k = k.trim().to_ascii_lowercase();
+            if k == "content-length" {
+                length = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad Content-Length {v:?}"))?;
+            } else if k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked") {
+                return Err("chunked HTTP responses are not supported by the prober".into());
+            }
+        }
+    }
+    let total = end + 4 + length;
+    Ok((buf.len() >= total).then_some(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_responses_are_framed() {
+        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1";
+        assert_eq!(parse_http_response(r).unwrap(), Some(40));
+        assert_eq!(parse_http_response(&r[..30]).unwrap(), None);
+        assert!(parse_http_response(b"SSH-2.0\r\n\r\n").is_err());
+    }
+}

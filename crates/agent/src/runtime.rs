@@ -1,0 +1,892 @@
+//! The agent's main loop: sensors → policy → decision log → reconciler, at the policy's cadence,
+//! with the control socket, the metrics endpoint, BE supervision, the state file and the exit
+//! action around it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use headroom_host::doctor::{probe_with, ProbeOptions};
+use headroom_host::{Cgroups, GroupPath, HostError, LinuxHost};
+use serde_json::json;
+
+use crate::allocation::Allocation;
+use crate::config::{Config, ConfigError, LatencySource, LoadSource, OnExit};
+use crate::control::{self, ControlError, Pending, Request, Response};
+use crate::decision::{tick_time, DecisionRecord};
+use crate::lc_signal::{SignalCell, StopFlag};
+use crate::metrics::Metrics;
+use crate::observation::Observation;
+use crate::policy::{self, MachineInfo, Mechanisms, Policy};
+use crate::reconcile::{ManagedGroups, ReconcileError, Reconciler};
+use crate::scrape::PullKind;
+use crate::sensors::{LcSignals, Sensors, SLOW_PERIOD};
+use crate::state::{self, AgentState, StateError, STATE_VERSION};
+use crate::supervisor::{LaunchError, Supervised};
+
+/// How often knobs are read back to detect drift (in between, differences are computed against
+/// what was last applied; reading every knob each 1 ms tick would cost more than the policy).
+pub const VERIFY_PERIOD: Duration = Duration::from_millis(100);
+/// How often the state file is rewritten at most (only when the applied allocation changed).
+const STATE_PERIOD: Duration = Duration::from_secs(1);
+/// Reasons kept for `ctl status`.
+const REASONS_KEPT: usize = 10;
+
+/// Set by SIGTERM / SIGINT.
+static STOP_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP_SIGNAL.store(true, Ordering::SeqCst);
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Everything that can stop the agent, naming what and where.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("host: {0}")]
+    Host(#[from] HostError),
+    #[error("reconciling: {0}")]
+    Reconcile(#[from] ReconcileError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("control socket: {0}")]
+    Control(#[from] ControlError),
+    #[error("launching: {0}")]
+    Launch(#[from] LaunchError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl AgentError {
+    /// True for errors in what the user gave (exit code 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, AgentError::Config(_))
+    }
+}
+
+/// How to run the agent.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub config: Config,
+    /// Decide and log, write nothing.
+    pub dry_run: bool,
+    /// Decision log (overrides `api.decision_log`).
+    pub decision_log: Option<PathBuf>,
+    /// Filesystem root of the host ("/" in production).
+    pub root: PathBuf,
+    /// Stop after this long (benchmarks); `None` = until a signal.
+    pub run_for: Option<Duration>,
+    /// Install SIGTERM/SIGINT handlers (off when embedded in a test or benchmark).
+    pub handle_signals: bool,
+}
+
+impl AgentOptions {
+    pub fn new(config: Config) -> AgentOptions {
+        AgentOptions {
+            config,
+            dry_run: false,
+            decision_log: None,
+            root: PathBuf::from("/"),
+            run_for: None,
+            handle_signals: true,
+        }
+    }
+}
+
+/// What the agent did, returned when it stops.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunSummary {
+    pub ticks: u64,
+    pub writes: u64,
+    pub write_errors: u64,
+    pub exit_action: String,
+}
+
+/// A running agent.
+pub struct Agent {
+    config: Config,
+    options: AgentOptions,
+    machine: MachineInfo,
+    cgroups: Option<Cgroups>,
+    groups: ManagedGroups,
+    reconciler: Option<Reconciler>,
+    sensors: Sensors,
+    policy: Box<dyn Policy>,
+    supervised: Vec<Supervised>,
+    lc_child: Option<std::process::Child>,
+    log: Option<BufWriter<std::fs::File>>,
+    metrics: Metrics,
+    requests: Option<Receiver<Pending>>,
+    stop: StopFlag,
+    threads: Vec<JoinHandle<()>>,
+    signal_cells: Vec<(String, Arc<SignalCell>)>,
+    started: Instant,
+    started_unix_ms: u64,
+    actuating: bool,
+    last_obs: Observation,
+    last_allocation: Option<Allocation>,
+    last_applied: Option<Allocation>,
+    last_reason: String,
+    reasons: VecDeque<(u64, String)>,
+    last_write_error: Option<String>,
+    state_dirty: bool,
+    state_written: Option<Instant>,
+    summary: RunSummary,
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+fn group(key: &str, path: &str) -> Result<GroupPath, AgentError> {
+    GroupPath::new(path).map_err(|e| {
+        AgentError::Config(ConfigError::Invalid {
+            key: key.to_string(),
+            value: format!("{path:?}"),
+            reason: e.to_string(),
+        })
+    })
+}
+
+/// What this host offers the policies, limited to what the reconciler actuates (a mechanism
+/// the doctor finds but this agent does not drive is reported as missing, loudly).
+pub fn machine_info(host: &LinuxHost) -> MachineInfo {
+    let cpus: Vec<u32> = host
+        .topology()
+        .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+        .unwrap_or_else(|_| {
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect()
+        });
+    let doctor = probe_with(
+        host,
+        ProbeOptions {
+            sched_syscalls: false,
+            tc_netns: false,
+            scratch_cgroup: false,
+        },
+    );
+    let m = &doctor.mechanisms;
+    for (name, available) in [
+        ("resctrl_l3", m.resctrl_l3.available),
+        ("resctrl_mba", m.resctrl_mba.available),
+        ("rapl/cpufreq", m.cpufreq.available),
+        ("tc_htb", m.tc_htb.available),
+        ("io", m.io.available),
+    ] {
+        if available {
+            tracing::warn!(
+                mechanism = name,
+                "present on this host but not actuated by this agent; policies run without it"
+            );
+        }
+    }
+    MachineInfo {
+        cpus,
+        sockets: Vec::new(),
+        llc_ways: None,
+        mechanisms: Mechanisms {
+            cpuset: m.cpuset.available,
+            cpu_weight: m.cpu_weight.available,
+            cpu_idle: m.cpu_idle.available,
+            cpu_quota: m.cpu_quota.available,
+            freeze: m.freeze.available,
+            memory: m.memory.available,
+            io: false,
+            sched_attr: m.sched_attr.available,
+            resctrl_l3: false,
+            resctrl_mba: false,
+            rapl: false,
+            cpufreq: false,
+            tc_htb: false,
+        },
+    }
+}
+
+/// The machine-description file written beside a decision log (replay uses it).
+pub fn machine_sidecar(log: &Path) -> PathBuf {
+    let mut s = log.as_os_str().to_owned();
+    s.push(".machine.json");
+    PathBuf::from(s)
+}
+
+impl Agent {
+    /// Validates, creates/attaches the groups, launches commands, starts the sources, the
+    /// control socket and the metrics endpoint.
+    pub fn start(options: AgentOptions) -> Result<Agent, AgentError> {
+        let config = options.config.clone();
+        config.validate()?;
+        let dry = options.dry_run;
+        let host = LinuxHost::new(&options.root);
+        let lc = group("lc.cgroup", &config.lc.cgroup)?;
+        let be = config
+            .be
+            .iter()
+            .enumerate()
+            .map(|(i, b)| group(&format!("be[{i}].cgroup"), &b.cgroup))
+            .collect::<Result<Vec<_>, _>>()?;
+        let groups = ManagedGroups {
+            lc: lc.clone(),
+            be: be.clone(),
+        };
+        let cgroups: Option<Cgroups> = Some(host.cgroups()?);
+        let stop: StopFlag = Arc::new(AtomicBool::new(false));
+        if options.handle_signals {
+            install_signal_handlers();
+        }
+
+        // Groups and processes.
+        let state_path = PathBuf::from(&config.safety.state_file);
+        let previous = if dry { None } else { state::load(&state_path)? };
+        let mut reconciler = None;
+        let mut supervised = Vec::new();
+        let mut lc_child = None;
+        if let Some(cg) = &cgroups {
+            if !dry {
+                cg.create(&lc)?;
+                for g in &be {
+                    cg.create(g)?;
+                }
+                for &pid in &config.lc.pids {
+                    cg.move_process(&lc, pid as i32)?;
+                }
+                if !config.lc.command.is_empty() {
+                    lc_child = Some(crate::supervisor::launch_in_group(
+                        cg,
+                        &config.lc.name,
+                        &config.lc.command,
+                        &lc,
+                    )?);
+                }
+                let r = match &previous {
+                    Some(prev) if groups_match(prev, &groups) => {
+                        tracing::info!(state = %state_path.display(), "restarting from the state file: originals kept, reconciling");
+                        let original = prev
+                            .original
+                            .iter()
+                            .filter_map(|(k, v)| GroupPath::new(k).ok().map(|g| (g, v.clone())))
+                            .collect();
+                        Reconciler::with_original(cg.clone(), groups.clone(), original)
+                    }
+                    _ => Reconciler::attach(cg.clone(), groups.clone())?,
+                };
+                reconciler = Some(r);
+                for (i, b) in config.be.iter().enumerate() {
+                    if b.command.is_empty() {
+                        continue;
+                    }
+                    let mut s = Supervised::new(
+                        &b.name,
+                        &b.command,
+                        be[i].clone(),
+                        b.restart,
+                        b.restart_backoff_ms,
+                        b.restart_backoff_max_ms,
+                    );
+                    let adopted = previous
+                        .as_ref()
+                        .and_then(|p| p.owned_pids.get(&b.name))
+                        .is_some_and(|&pid| s.adopt(cg, pid));
+                    if !adopted {
+                        s.start(cg)?;
+                    }
+                    supervised.push(s);
+                }
+            }
+        }
+
+        // LC signal sources.
+        let mut signals = LcSignals::default();
+        let mut signal_cells = Vec::new();
+        let mut threads = Vec::new();
+        let slo = &config.lc.slo;
+        let mut feeds: BTreeMap<String, crate::feed::FeedCells> = BTreeMap::new();
+        let mut feed_cells = |socket: &str,
+                              threads: &mut Vec<JoinHandle<()>>|
+         -> Result<crate::feed::FeedCells, AgentError> {
+            if let Some(c) = feeds.get(socket) {
+                return Ok(c.clone());
+            }
+            let cells = crate::feed::FeedCells {
+                latency: SignalCell::new(),
+                qps: SignalCell::new(),
+            };
+            let t = crate::feed::spawn(
+                Path::new(socket),
+                slo.percentile,
+                slo.window_s,
+                cells.clone(),
+                stop.clone(),
+            )
+            .map_err(|source| AgentError::Io {
+                what: "binding the feed socket",
+                path: PathBuf::from(socket),
+                source,
+            })?;
+            threads.push(t);
+            feeds.insert(socket.to_string(), cells.clone());
+            Ok(cells)
+        };
+        let spawn_err = |what: &'static str| {
+            move |source| AgentError::Io {
+                what,
+                path: PathBuf::new(),
+                source,
+            }
+        };
+        if let Some(lat) = &config.lc.latency {
+            let cell = match lat.source {
+                LatencySource::Probe => {
+                    let cell = SignalCell::new();
+                    let spec = crate::probe::ProbeSpec::new(
+                        lat.protocol,
+                        lat.address.as_deref().unwrap_or_default(),
+                        lat.rate_hz,
+                        slo.percentile,
+                        slo.window_s,
+                    );
+                    let t = crate::probe::spawn(spec, cell.clone(), stop.clone())
+                        .map_err(spawn_err("starting the prober"))?;
+                    threads.push(t);
+                    cell
+                }
+                LatencySource::Prometheus => {
+                    let cell = SignalCell::new();
+                    let kind = PullKind::PromHistogram {
+                        url: lat.url.clone().unwrap_or_default(),
+                        metric: lat.metric.clone().unwrap_or_default(),
+                        percentile: slo.percentile,
+                        window_s: slo.window_s,
+                    };
+                    let t = crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
+                        .map_err(spawn_err("starting the scraper"))?;
+                    threads.push(t);
+                    cell
+                }
+                LatencySource::Feed => {
+                    let socket = lat
+                        .socket
+                        .clone()
+                        .unwrap_or_else(|| "/run/headroom-feed.sock".to_string());
+                    feed_cells(&socket, &mut threads)?.latency
+                }
+            };
+            signal_cells.push(("latency".to_string(), cell.clone()));
+            signals.latency = Some(cell);
+        }
+        if let Some(load) = &config.lc.load {
+            signals.peak_qps = Some(load.peak_qps);
+            let address = load.address.clone().unwrap_or_default();
+            let pull = |kind: PullKind, threads: &mut Vec<JoinHandle<()>>| {
+                let cell = SignalCell::new();
+                crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
+                    .map(|t| {
+                        threads.push(t);
+                        cell
+                    })
+                    .map_err(spawn_err("starting the load source"))
+            };
+            let cell = match load.source {
+                LoadSource::MemcacheStats => pull(PullKind::MemcacheStats { address }, &mut threads)?,
+                LoadSource::RedisInfo => pull(PullKind::RedisInfo { address }, &mut threads)?,
+                LoadSource::Prometheus => pull(
+                    PullKind::PromCounter {
+                        url: load.url.clone().unwrap_or_default(),
+                        metric: load.metric.clone().unwrap_or_default(),
+                    },
+                    &mut threads,
+                )?,
+                LoadSource::Feed => {
+                    let socket = load
+                        .socket
+                        .clone()
+                        .or_else(|| config.lc.latency.as_ref().and_then(|l| l.socket.clone()))
+                        .unwrap_or_else(|| "/run/headroom-feed.sock".to_string());
+                    feed_cells(&socket, &mut threads)?.qps
+                }
+            };
+            signal_cells.push(("load".to_string(), cell.clone()));
+            signals.qps = Some(cell);
+        }
+
+        let machine = machine_info(&host);
+        let policy = policy::build(&config, &machine);
+        let sensors = match &cgroups {
+            Some(cg) => Sensors::new(&host, cg.clone(), lc.clone(), be.clone(), signals),
+            None => unreachable!("host.cgroups() succeeded above"),
+        };
+
+        // Decision log (+ the machine description replay needs).
+        let log_path = options
+            .decision_log
+            .clone()
+            .or_else(|| config.api.decision_log.as_ref().map(PathBuf::from));
+        let log = match &log_path {
+            Some(p) => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|source| AgentError::Io {
+                        what: "opening the decision log",
+                        path: p.clone(),
+                        source,
+                    })?;
+                let side = machine_sidecar(p);
+                std::fs::write(
+                    &side,
+                    serde_json::to_vec_pretty(&machine).expect("machine serializes"),
+                )
+                .map_err(|source| AgentError::Io {
+                    what: "writing",
+                    path: side,
+                    source,
+                })?;
+                Some(BufWriter::with_capacity(1 << 16, f))
+            }
+            None => None,
+        };
+
+        let (requests, t) = control::serve(Path::new(&config.api.socket), stop.clone())?;
+        threads.push(t);
+        let (metrics, registry) = Metrics::new();
+        let mut metrics_addr = None;
+        if let Some(addr) = &config.api.metrics {
+            let addr: std::net::SocketAddr = addr.parse().map_err(|_| {
+                AgentError::Config(ConfigError::Invalid {
+                    key: "api.metrics".into(),
+                    value: addr.clone(),
+                    reason: "expected IP:PORT".into(),
+                })
+            })?;
+            let (bound, t) = crate::metrics::serve(addr, registry, stop.clone()).map_err(|source| {
+                AgentError::Io {
+                    what: "binding the metrics endpoint",
+                    path: PathBuf::from(addr.to_string()),
+                    source,
+                }
+            })?;
+            threads.push(t);
+            metrics_addr = Some(bound);
+        }
+        metrics.actuating.set(if dry { 0.0 } else { 1.0 });
+
+        let mut agent = Agent {
+            last_applied: previous.as_ref().and_then(|p| p.last_allocation.clone()),
+            config,
+            options,
+            machine,
+            cgroups,
+            groups,
+            reconciler,
+            sensors,
+            policy,
+            supervised,
+            lc_child,
+            log,
+            metrics,
+            requests: Some(requests),
+            stop,
+            threads,
+            signal_cells,
+            started: Instant::now(),
+            started_unix_ms: unix_ms(),
+            actuating: !dry,
+            last_obs: Observation::default(),
+            last_allocation: None,
+            last_reason: String::new(),
+            reasons: VecDeque::new(),
+            last_write_error: None,
+            state_dirty: true,
+            state_written: None,
+            summary: RunSummary::default(),
+            metrics_addr,
+        };
+        // A restart goes back to the last safe allocation at once, before the first decision.
+        if let (Some(prev), Some(r)) = (agent.last_applied.clone(), agent.reconciler.as_mut()) {
+            if let Err(e) = r.apply(&prev, true) {
+                tracing::error!(error = %e, "could not re-apply the last safe allocation");
+            }
+        }
+        agent.write_state()?;
+        tracing::info!(policy = agent.config.policy.kind.as_str(), dry_run = dry,
+            socket = %agent.config.api.socket, "agent started");
+        Ok(agent)
+    }
+
+    /// The bound metrics address (when enabled).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Runs until SIGTERM/SIGINT (or `run_for`), then performs the exit action.
+    pub fn run(mut self) -> Result<RunSummary, AgentError> {
+        let interval = self.policy.poll_interval().max(Duration::from_micros(100));
+        let deadline = self.options.run_for.map(|d| Instant::now() + d);
+        let mut next = Instant::now();
+        let mut slow_due = Instant::now();
+        set_timer_slack_ns(1000);
+        loop {
+            if STOP_SIGNAL.load(Ordering::SeqCst) && self.options.handle_signals {
+                break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            let now = Instant::now();
+            if now < next {
+                std::thread::sleep((next - now).min(Duration::from_millis(100)));
+                continue;
+            }
+            next += interval;
+            if next < now {
+                next = now + interval;
+            }
+            self.tick(now);
+            if now >= slow_due {
+                slow_due = now + SLOW_PERIOD;
+                self.slow_work(now);
+            }
+            self.handle_requests();
+        }
+        self.shutdown()
+    }
+
+    fn tick(&mut self, now: Instant) {
+        let obs = self.sensors.sample(now);
+        let t = tick_time(now.saturating_duration_since(self.started));
+        let decision = self.policy.decide(&obs, t);
+        if let Some(log) = &mut self.log {
+            let rec = DecisionRecord::new(
+                t,
+                self.started_unix_ms + t.as_millis() as u64,
+                self.config.policy.kind.as_str(),
+                &obs,
+                &decision,
+            );
+            let mut line = rec.to_json_line();
+            line.push('\n');
+            if let Err(e) = log.write_all(line.as_bytes()) {
+                tracing::error!(error = %e, "writing the decision log");
+            }
+        }
+        if self.actuating {
+            if let Some(r) = self.reconciler.as_mut() {
+                let verify = self.summary.ticks % verify_every(self.policy.poll_interval()) == 0;
+                match r.apply(&decision.allocation, verify) {
+                    Ok(report) => {
+                        if !report.writes.is_empty() {
+                            self.metrics.writes.inc_by(report.writes.len() as u64);
+                            self.summary.writes += report.writes.len() as u64;
+                            self.state_dirty = true;
+                        }
+                        if !report.drift.is_empty() {
+                            self.metrics.drift_repairs.inc_by(report.drift.len() as u64);
+                        }
+                        if self.last_applied.as_ref() != Some(&decision.allocation) {
+                            self.last_applied = Some(decision.allocation.clone());
+                        }
+                    }
+                    Err(e) => {
+                        self.metrics.write_errors.inc();
+                        self.summary.write_errors += 1;
+                        let msg = e.to_string();
+                        if self.last_write_error.as_deref() != Some(msg.as_str()) {
+                            tracing::error!(error = %msg, "reconciliation failed");
+                        }
+                        self.last_write_error = Some(msg);
+                    }
+                }
+            }
+        }
+        self.metrics
+            .observe(&obs, &decision.allocation, self.config.lc.slo.target_us, &decision.reason);
+        if decision.reason != self.last_reason {
+            self.reasons
+                .push_back((t.as_millis() as u64, decision.reason.clone()));
+            if self.reasons.len() > REASONS_KEPT {
+                self.reasons.pop_front();
+            }
+            self.last_reason = decision.reason.clone();
+        }
+        self.last_obs = obs;
+        self.last_allocation = Some(decision.allocation);
+        self.summary.ticks += 1;
+        self.metrics
+            .loop_seconds
+            .observe(now.elapsed().as_secs_f64());
+    }
+
+    fn slow_work(&mut self, now: Instant) {
+        if let Some(cg) = &self.cgroups {
+            for s in &mut self.supervised {
+                let before = s.restarts;
+                s.check(cg, now);
+                if s.restarts > before {
+                    self.metrics.be_restarts.inc();
+                    self.state_dirty = true;
+                }
+            }
+        }
+        if let Some(log) = &mut self.log {
+            let _ = log.flush();
+        }
+        for (name, n) in self.sensors.errors() {
+            self.metrics.sensor_errors_total(name, *n);
+        }
+        for (name, cell) in &self.signal_cells {
+            self.metrics.sensor_errors_total(name, cell.errors());
+        }
+        let state_due = self
+            .state_written
+            .is_none_or(|t| now.saturating_duration_since(t) >= STATE_PERIOD);
+        if self.state_dirty && state_due {
+            if let Err(e) = self.write_state() {
+                tracing::error!(error = %e, "writing the state file");
+            }
+        }
+    }
+
+    fn write_state(&mut self) -> Result<(), AgentError> {
+        if self.options.dry_run {
+            return Ok(());
+        }
+        let Some(r) = &self.reconciler else {
+            return Ok(());
+        };
+        let st = AgentState {
+            version: STATE_VERSION,
+            pid: std::process::id(),
+            written_unix_ms: unix_ms(),
+            original: r
+                .original()
+                .iter()
+                .map(|(g, s)| (g.to_string(), s.clone()))
+                .collect(),
+            last_allocation: self.last_applied.clone(),
+            owned_pids: self
+                .supervised
+                .iter()
+                .filter_map(|s| s.pid().map(|p| (s.name.clone(), p)))
+                .collect(),
+        };
+        state::store(Path::new(&self.config.safety.state_file), &st)?;
+        self.state_dirty = false;
+        self.state_written = Some(Instant::now());
+        Ok(())
+    }
+
+    fn handle_requests(&mut self) {
+        let Some(rx) = &self.requests else {
+            return;
+        };
+        let mut pending = Vec::new();
+        while let Ok(p) = rx.try_recv() {
+            pending.push(p);
+        }
+        for (req, reply) in pending {
+            let response = self.answer(req);
+            let _ = reply.send(response);
+        }
+    }
+
+    fn answer(&mut self, req: Request) -> Response {
+        match req {
+            Request::Status => Response {
+                ok: true,
+                message: "ok".into(),
+                status: Some(self.status()),
+            },
+            Request::Pause => {
+                self.policy.pause();
+                self.metrics.paused.set(1.0);
+                Response::ok("paused: holding the current allocation (safety rules still apply)")
+            }
+            Request::Resume => {
+                self.policy.resume();
+                self.metrics.paused.set(0.0);
+                if !self.actuating && !self.options.dry_run {
+                    self.actuating = true;
+                    self.metrics.actuating.set(1.0);
+                    if let Some(r) = self.reconciler.as_mut() {
+                        r.invalidate();
+                    }
+                    return Response::ok("resumed: actuating again");
+                }
+                Response::ok("resumed")
+            }
+            Request::Off => {
+                self.actuating = false;
+                self.metrics.actuating.set(0.0);
+                match self.reconciler.as_mut().map(|r| r.restore_original()) {
+                    Some(Ok(report)) => {
+                        self.last_applied = None;
+                        self.state_dirty = true;
+                        Response::ok(format!(
+                            "off: original settings restored ({} writes); not actuating until `ctl resume`",
+                            report.writes.len()
+                        ))
+                    }
+                    Some(Err(e)) => Response::error(format!("off: actuation stopped, but restoring failed: {e}")),
+                    None => Response::ok("off: nothing to restore (dry run); not actuating"),
+                }
+            }
+            Request::Set { key, value } => {
+                let mut updated = self.config.clone();
+                if let Err(e) = updated.set(&key, &value) {
+                    return Response::error(e.to_string());
+                }
+                match self.policy.set_param(&key, &value) {
+                    Ok(()) => {
+                        self.config = updated;
+                        Response::ok(format!("{key} = {value}"))
+                    }
+                    Err(e) => Response::error(e.to_string()),
+                }
+            }
+        }
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let slo = &self.config.lc.slo;
+        let obs = &self.last_obs;
+        json!({
+            "policy": self.config.policy.kind.as_str(),
+            "pid": std::process::id(),
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "dry_run": self.options.dry_run,
+            "actuating": self.actuating,
+            "paused": self.policy.is_paused(),
+            "ticks": self.summary.ticks,
+            "writes": self.summary.writes,
+            "write_errors": self.summary.write_errors,
+            "last_write_error": self.last_write_error,
+            "lc": {
+                "group": self.groups.lc.to_string(),
+                "latency_us": obs.lc_latency_us,
+                "latency_age_ms": obs.lc_latency_age_ms,
+                "slo_us": slo.target_us,
+                "percentile": slo.percentile,
+                "slack": obs.slack(slo.target_us),
+                "qps": obs.lc_qps,
+                "load": obs.lc_load,
+                "cpus": obs.lc_cpus,
+            },
+            "idle_cpus": obs.idle_cpu_count(0.5),
+            "be_groups": self.groups.be.iter().map(|g| g.to_string()).collect::<Vec<_>>(),
+            "be_commands": self.supervised.iter().map(|s| json!({
+                "name": s.name, "pid": s.pid(), "restarts": s.restarts})).collect::<Vec<_>>(),
+            "allocation": self.last_allocation,
+            "last_reasons": self.reasons.iter().rev().map(|(t, r)| json!({"t_ms": t, "reason": r})).collect::<Vec<_>>(),
+            "sensor_errors": self.sensors.errors(),
+            "machine_cpus": self.machine.cpus,
+        })
+    }
+
+    fn shutdown(mut self) -> Result<RunSummary, AgentError> {
+        let action = self.config.safety.on_exit;
+        let mut exit_action = "none (dry run)".to_string();
+        if !self.options.dry_run {
+            if !self.actuating {
+                exit_action = "none (kill switch was on: originals already restored)".into();
+            } else if let Some(r) = self.reconciler.as_mut() {
+                exit_action = match action {
+                    OnExit::Freeze => {
+                        let mut a = self.last_applied.clone().unwrap_or_default();
+                        a.be_enabled = false;
+                        match r.apply(&a, true) {
+                            Ok(_) => "freeze: BE frozen".into(),
+                            Err(e) => format!("freeze FAILED: {e}"),
+                        }
+                    }
+                    OnExit::Restore => match r.restore_original() {
+                        Ok(_) => "restore: original settings restored".into(),
+                        Err(e) => format!("restore FAILED: {e}"),
+                    },
+                    OnExit::Leave => "leave: allocation left as is".into(),
+                };
+            }
+            tracing::info!(action = %exit_action, "exit action");
+            if action == OnExit::Restore && self.actuating {
+                for s in &mut self.supervised {
+                    s.stop(Duration::from_secs(2));
+                }
+                self.supervised.clear();
+                let _ = state::remove(Path::new(&self.config.safety.state_file));
+            } else if action == OnExit::Freeze && self.actuating {
+                self.last_applied = self.last_applied.take().map(|mut a| {
+                    a.be_enabled = false;
+                    a
+                });
+                self.write_state()?;
+            } else {
+                self.write_state()?;
+            }
+        }
+        if let Some(mut child) = self.lc_child.take() {
+            // The LC command stays running: the agent never stops the LC service.
+            tracing::info!(pid = child.id(), "leaving the LC command running");
+            let _ = child.try_wait();
+        }
+        if let Some(log) = &mut self.log {
+            let _ = log.flush();
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        self.requests = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.summary.exit_action = exit_action;
+        Ok(self.summary.clone())
+    }
+}
+
+fn groups_match(prev: &AgentState, groups: &ManagedGroups) -> bool {
+    prev.original.contains_key(groups.lc.as_str())
+        && groups
+            .be
+            .iter()
+            .all(|g| prev.original.contains_key(g.as_str()))
+}
+
+/// Ticks between read-backs: every tick when ticks are ≥ [`VERIFY_PERIOD`] apart.
+fn verify_every(interval: Duration) -> u64 {
+    (VERIFY_PERIOD.as_nanos() / interval.as_nanos().max(1)).max(1) as u64
+}
+
+fn install_signal_handlers() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only stores to an atomic.
+        if let Err(e) = unsafe { sigaction(sig, &action) } {
+            tracing::warn!(signal = ?sig, error = %e, "installing the signal handler");
+        }
+    }
+}
+
+/// Lowers this thread's timer slack so 1 ms sleeps end close to their deadline.
+fn set_timer_slack_ns(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches nothing else.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
+    }
+}

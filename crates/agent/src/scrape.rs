@@ -1,0 +1,365 @@
+//! Pull sources of LC signals, polled once per second in a thread:
+//! - `prometheus`: a histogram metric scraped over HTTP on loopback; the percentile over the SLO
+//!   window comes from the bucket deltas between now and a scrape one window ago. A counter
+//!   metric gives the load as its rate.
+//! - `memcache-stats`: `stats` → `cmd_get + cmd_set` rate.
+//! - `redis-info`: `INFO stats` → `total_commands_processed` rate.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::lc_signal::{CounterRate, SignalCell, StopFlag};
+
+/// What a pull source reads.
+#[derive(Debug, Clone)]
+pub enum PullKind {
+    /// Percentile (0..100) of histogram `metric` over `window_s` seconds, published in µs.
+    PromHistogram {
+        url: String,
+        metric: String,
+        percentile: f64,
+        window_s: f64,
+    },
+    /// Rate of counter `metric` (summed over its label sets).
+    PromCounter { url: String, metric: String },
+    MemcacheStats { address: String },
+    RedisInfo { address: String },
+}
+
+/// Starts a pull source polling every `period`.
+pub fn spawn(
+    kind: PullKind,
+    period: Duration,
+    cell: Arc<SignalCell>,
+    stop: StopFlag,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("headroom-scrape".into())
+        .spawn(move || {
+            let mut hist_history: VecDeque<(Instant, Vec<(f64, f64)>)> = VecDeque::new();
+            let mut rate = CounterRate::default();
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                if now < next {
+                    std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                    continue;
+                }
+                next = now + period;
+                let result = poll_once(&kind, &mut hist_history, &mut rate, now);
+                match result {
+                    Ok(Some(v)) => cell.publish(v, now),
+                    Ok(None) => {}
+                    Err(e) => cell.error(kind_name(&kind), e),
+                }
+            }
+        })
+}
+
+fn kind_name(kind: &PullKind) -> &'static str {
+    match kind {
+        PullKind::PromHistogram { .. } => "prometheus-latency",
+        PullKind::PromCounter { .. } => "prometheus-load",
+        PullKind::MemcacheStats { .. } => "memcache-stats",
+        PullKind::RedisInfo { .. } => "redis-info",
+    }
+}
+
+fn poll_once(
+    kind: &PullKind,
+    history: &mut VecDeque<(Instant, Vec<(f64, f64)>)>,
+    rate: &mut CounterRate,
+    now: Instant,
+) -> Result<Option<f64>, String> {
+    match kind {
+        PullKind::PromHistogram {
+            url,
+            metric,
+            percentile,
+            window_s,
+        } => {
+            let text = http_get(url)?;
+            let buckets = histogram_buckets(&text, metric)?;
+            history.push_back((now, buckets.clone()));
+            let window = Duration::from_secs_f64(*window_s);
+            // Keep the newest scrape at least one window old as the baseline.
+            while history.len() > 2
+                && now.saturating_duration_since(history[1].0) >= window
+            {
+                history.pop_front();
+            }
+            let base = &history.front().expect("just pushed").1;
+            let delta = bucket_delta(&buckets, base);
+            Ok(percentile_from_buckets(&delta, *percentile).map(|v| v * unit_to_us(metric)))
+        }
+        PullKind::PromCounter { url, metric } => {
+            let text = http_get(url)?;
+            let value = counter_value(&text, metric)?;
+            Ok(rate.update(value, now))
+        }
+        PullKind::MemcacheStats { address } => {
+            let text = request(address, b"stats\r\n", b"END\r\n")?;
+            let mut total = None::<f64>;
+            for line in text.lines() {
+                let mut f = line.split_whitespace();
+                if f.next() == Some("STAT") {
+                    if let (Some(k @ ("cmd_get" | "cmd_set")), Some(v)) = (f.next(), f.next()) {
+                        let v: f64 = v.parse().map_err(|_| format!("bad {k} value {v:?}"))?;
+                        *total.get_or_insert(0.0) += v;
+                    }
+                }
+            }
+            let total = total.ok_or_else(|| format!("{address}: `stats` has no cmd_get/cmd_set"))?;
+            Ok(rate.update(total, now))
+        }
+        PullKind::RedisInfo { address } => {
+            let text = request(address, b"INFO stats\r\n", b"\r\n\r\n")?;
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                .ok_or_else(|| format!("{address}: INFO has no total_commands_processed"))?;
+            let v: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad total_commands_processed {value:?}"))?;
+            Ok(rate.update(v, now))
+        }
+    }
+}
+
+/// Sends `req` on a fresh connection and reads until `until` ends the data (or 1 s passes).
+fn request(address: &str, req: &[u8], until: &[u8]) -> Result<String, String> {
+    let addr = resolve(address)?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+        .map_err(|e| format!("connecting to {address}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(req)
+        .map_err(|e| format!("writing to {address}: {e}"))?;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s
+            .read(&mut chunk)
+            .map_err(|e| format!("reading from {address}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&chunk[..n]);
+        if out.ends_with(until) {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn resolve(address: &str) -> Result<SocketAddr, String> {
+    address
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {address}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{address} resolves to nothing"))
+}
+
+/// `GET` of a `http://host:port/path` URL on loopback; returns the body.
+pub fn http_get(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("url {url:?}: only http:// is supported"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = resolve(hostport)?;
+    if !is_loopback(addr.ip()) {
+        return Err(format!("url {url:?}: the agent scrapes loopback addresses only"));
+    }
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
+    let text = request(hostport, req.as_bytes(), b"\0never")?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{url}: no HTTP header end"))?;
+    let status = head.lines().next().unwrap_or("");
+    if !status.contains(" 200") {
+        return Err(format!("{url}: {status}"));
+    }
+    Ok(body.to_string())
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.is_loopback()
+}
+
+/// Unit factor from a metric's name to µs (Prometheus convention: seconds).
+fn unit_to_us(metric: &str) -> f64 {
+    if metric.contains("microseconds") || metric.ends_with("_us") {
+        1.0
+    } else if metric.contains("milliseconds") || metric.ends_with("_ms") {
+        1e3
+    } else if metric.contains("nanoseconds") || metric.ends_with("_ns") {
+        1e-3
+    } else {
+        1e6
+    }
+}
+
+/// Splits `name{labels} value` into (name, labels, value).
+fn sample_line(line: &str) -> Option<(&str, &str, &str)> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let (name_labels, value) = match line.find('}') {
+        Some(i) => (&line[..=i], line[i + 1..].split_whitespace().next()?),
+        None => {
+            let mut f = line.split_whitespace();
+            (f.next()?, f.next()?)
+        }
+    };
+    match name_labels.find('{') {
+        Some(i) => Some((&name_labels[..i], &name_labels[i + 1..name_labels.len() - 1], value)),
+        None => Some((name_labels, "", value)),
+    }
+}
+
+fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim() == key).then(|| v.trim().trim_matches('"'))
+    })
+}
+
+fn parse_value(v: &str) -> Result<f64, String> {
+    match v {
+        "+Inf" => Ok(f64::INFINITY),
+        "-Inf" => Ok(f64::NEG_INFINITY),
+        _ => v.parse().map_err(|_| format!("bad sample value {v:?}")),
+    }
+}
+
+/// Cumulative buckets `(le, count)` of histogram `metric`, summed over label sets, sorted by le.
+pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, String> {
+    let want = format!("{metric}_bucket");
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some((name, labels, value)) = sample_line(line) else {
+            continue;
+        };
+        if name != want {
+            continue;
+        }
+        let le = parse_value(label(labels, "le").ok_or_else(|| format!("{line:?}: no le label"))?)?;
+        let v = parse_value(value)?;
+        match out.iter_mut().find(|(l, _)| *l == le) {
+            Some((_, c)) => *c += v,
+            None => out.push((le, v)),
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("no {want} samples in the scrape"));
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(out)
+}
+
+/// Value of counter `metric` (or `metric_total`), summed over label sets.
+pub fn counter_value(text: &str, metric: &str) -> Result<f64, String> {
+    let total = format!("{metric}_total");
+    let mut sum = None::<f64>;
+    for line in text.lines() {
+        if let Some((name, _, value)) = sample_line(line) {
+            if name == metric || name == total {
+                *sum.get_or_insert(0.0) += parse_value(value)?;
+            }
+        }
+    }
+    sum.ok_or_else(|| format!("no {metric} samples in the scrape"))
+}
+
+/// `now - base` per bucket (buckets missing from `base` count from 0; a reset gives `now`).
+pub fn bucket_delta(now: &[(f64, f64)], base: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let reset = now
+        .iter()
+        .any(|(le, c)| base.iter().any(|(l, b)| l == le && b > c));
+    now.iter()
+        .map(|(le, c)| {
+            let b = if reset {
+                0.0
+            } else {
+                base.iter().find(|(l, _)| l == le).map_or(0.0, |(_, b)| *b)
+            };
+            (*le, c - b)
+        })
+        .collect()
+}
+
+/// The percentile of a cumulative-bucket histogram, interpolating linearly inside the bucket
+/// (as PromQL's `histogram_quantile`); `None` when empty. A rank in the +Inf bucket gives the
+/// largest finite bound.
+pub fn percentile_from_buckets(buckets: &[(f64, f64)], percentile: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = percentile / 100.0 * total;
+    let mut prev_le = 0.0;
+    let mut prev_count = 0.0;
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(prev_le);
+            }
+            let in_bucket = count - prev_count;
+            let frac = if in_bucket > 0.0 {
+                (rank - prev_count) / in_bucket
+            } else {
+                1.0
+            };
+            return Some(prev_le + (le - prev_le) * frac);
+        }
+        prev_le = le;
+        prev_count = count;
+    }
+    Some(prev_le)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRAPE: &str = "# TYPE req_seconds histogram\n\
+        req_seconds_bucket{path=\"/a\",le=\"0.001\"} 50\n\
+        req_seconds_bucket{path=\"/a\",le=\"0.01\"} 90\n\
+        req_seconds_bucket{path=\"/a\",le=\"+Inf\"} 100\n\
+        req_seconds_bucket{path=\"/b\",le=\"0.001\"} 50\n\
+        req_seconds_bucket{path=\"/b\",le=\"0.01\"} 90\n\
+        req_seconds_bucket{path=\"/b\",le=\"+Inf\"} 100\n\
+        req_seconds_count 200\n\
+        requests_total{code=\"200\"} 10\nrequests_total{code=\"500\"} 5\n";
+
+    #[test]
+    fn buckets_sum_over_label_sets_and_interpolate() {
+        let b = histogram_buckets(SCRAPE, "req_seconds").unwrap();
+        assert_eq!(b, vec![(0.001, 100.0), (0.01, 180.0), (f64::INFINITY, 200.0)]);
+        // p50 = rank 100 → top of the first bucket.
+        assert!((percentile_from_buckets(&b, 50.0).unwrap() - 0.001).abs() < 1e-12);
+        // p70 = rank 140 → halfway through (0.001, 0.01].
+        assert!((percentile_from_buckets(&b, 70.0).unwrap() - 0.0055).abs() < 1e-9);
+        assert_eq!(counter_value(SCRAPE, "requests").unwrap(), 15.0);
+        assert!(histogram_buckets(SCRAPE, "nope").is_err());
+    }
+
+    #[test]
+    fn deltas_over_the_window() {
+        let base = vec![(0.001, 100.0), (f64::INFINITY, 100.0)];
+        let now = vec![(0.001, 100.0), (f64::INFINITY, 200.0)];
+        let d = bucket_delta(&now, &base);
+        assert_eq!(d, vec![(0.001, 0.0), (f64::INFINITY, 100.0)]);
+        assert_eq!(percentile_from_buckets(&d, 99.0), Some(0.001));
+    }
+}

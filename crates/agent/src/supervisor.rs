@@ -1,0 +1,239 @@
+//! Commands the agent launches in their groups (`[[be]] command`, `[lc] command`), restarted
+//! with exponential backoff when they die.
+//!
+//! A child joins its group's v1 hierarchies (all but the freezer) in `pre_exec`, before it runs
+//! a single instruction of the command; the freezer (and a v2 group, where freezing is part of
+//! the one hierarchy) is joined right after spawn — joining a frozen group inside `pre_exec`
+//! would block the spawn until BE is thawed.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_host::{Backend, Cgroups, Controller, GroupPath};
+
+/// Errors launching a command.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{name}: empty command")]
+    Empty { name: String },
+    #[error("{name}: starting {command:?} in {group}: {source}")]
+    Spawn {
+        name: String,
+        command: Vec<String>,
+        group: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{name}: moving pid {pid} into {group}: {source}")]
+    Move {
+        name: String,
+        pid: u32,
+        group: String,
+        #[source]
+        source: headroom_host::HostError,
+    },
+}
+
+/// One supervised command.
+#[derive(Debug)]
+pub struct Supervised {
+    pub name: String,
+    pub command: Vec<String>,
+    pub group: GroupPath,
+    pub restart: bool,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+    backoff: Duration,
+    child: Option<Child>,
+    /// A process started by an earlier agent (from the state file): watched, not reaped.
+    adopted: Option<u32>,
+    started: Option<Instant>,
+    restart_at: Option<Instant>,
+    pub restarts: u64,
+}
+
+impl Supervised {
+    pub fn new(
+        name: &str,
+        command: &[String],
+        group: GroupPath,
+        restart: bool,
+        backoff_ms: u64,
+        backoff_max_ms: u64,
+    ) -> Supervised {
+        Supervised {
+            name: name.to_string(),
+            command: command.to_vec(),
+            group,
+            restart,
+            backoff_initial: Duration::from_millis(backoff_ms),
+            backoff_max: Duration::from_millis(backoff_max_ms),
+            backoff: Duration::from_millis(backoff_ms),
+            child: None,
+            adopted: None,
+            started: None,
+            restart_at: None,
+            restarts: 0,
+        }
+    }
+
+    /// The running process's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id).or(self.adopted)
+    }
+
+    /// Watches a process an earlier agent started (if it is still alive and in the group).
+    pub fn adopt(&mut self, cgroups: &Cgroups, pid: u32) -> bool {
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
+        let in_group = cgroups
+            .procs(&self.group)
+            .is_ok_and(|p| p.contains(&(pid as i32)));
+        if alive && in_group {
+            self.adopted = Some(pid);
+            self.started = Some(Instant::now());
+            tracing::info!(name = %self.name, pid, "adopted a BE command from the previous agent");
+        }
+        self.adopted.is_some()
+    }
+
+    /// Starts the command in its group.
+    pub fn start(&mut self, cgroups: &Cgroups) -> Result<u32, LaunchError> {
+        let child = launch_in_group(cgroups, &self.name, &self.command, &self.group)?;
+        let pid = child.id();
+        tracing::info!(name = %self.name, pid, group = %self.group, command = ?self.command, "started");
+        self.child = Some(child);
+        self.adopted = None;
+        self.started = Some(Instant::now());
+        self.restart_at = None;
+        Ok(pid)
+    }
+
+    /// Reaps a dead command and restarts it when its backoff has passed.
+    pub fn check(&mut self, cgroups: &Cgroups, now: Instant) {
+        let died = match (&mut self.child, self.adopted) {
+            (Some(child), _) => match child.try_wait() {
+                Ok(Some(status)) => Some(status.to_string()),
+                Ok(None) => None,
+                Err(e) => Some(format!("wait failed: {e}")),
+            },
+            (None, Some(pid)) => nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
+                .is_err()
+                .then(|| "adopted process is gone".to_string()),
+            (None, None) => None,
+        };
+        if let Some(how) = died {
+            let ran = self.started.map_or(Duration::ZERO, |s| now - s);
+            // A command that ran for a while before dying starts over at the initial backoff.
+            if ran >= self.backoff_max {
+                self.backoff = self.backoff_initial;
+            }
+            self.child = None;
+            self.adopted = None;
+            if self.restart {
+                self.restart_at = Some(now + self.backoff);
+                tracing::warn!(name = %self.name, status = %how, ran_ms = ran.as_millis() as u64,
+                    restart_in_ms = self.backoff.as_millis() as u64, "BE command died");
+                self.backoff = (self.backoff * 2).min(self.backoff_max);
+            } else {
+                tracing::warn!(name = %self.name, status = %how, "command died (restart = false)");
+            }
+        }
+        if let Some(at) = self.restart_at {
+            if now >= at {
+                self.restarts += 1;
+                if let Err(e) = self.start(cgroups) {
+                    tracing::error!(error = %e, "restart failed");
+                    self.restart_at = Some(now + self.backoff);
+                    self.backoff = (self.backoff * 2).min(self.backoff_max);
+                }
+            }
+        }
+    }
+
+    /// Stops the command (SIGTERM, then SIGKILL after `grace`); used when the agent owns it and
+    /// is asked to clean up.
+    pub fn stop(&mut self, grace: Duration) {
+        self.restart_at = None;
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let end = Instant::now() + grace;
+            while Instant::now() < end {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Spawns `command` so that it runs inside `group` from its first instruction (see module doc).
+pub fn launch_in_group(
+    cgroups: &Cgroups,
+    name: &str,
+    command: &[String],
+    group: &GroupPath,
+) -> Result<Child, LaunchError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(LaunchError::Empty {
+            name: name.to_string(),
+        });
+    };
+    let freezer_mount = cgroups
+        .backend(Controller::Freezer)
+        .ok()
+        .map(|b| b.mount().to_path_buf());
+    let early: Vec<CString> = cgroups
+        .group_dirs(group)
+        .into_iter()
+        .filter(|(b, _)| matches!(b, Backend::V1(_)))
+        .filter(|(b, _)| Some(b.mount().to_path_buf()) != freezer_mount)
+        .filter_map(|(_, dir)| CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok())
+        .collect();
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .process_group(0);
+    // SAFETY: only async-signal-safe calls (open, write, close) on buffers prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for path in &early {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = std::io::Error::last_os_error();
+                libc::close(fd);
+                if n != 1 {
+                    return Err(err);
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+        name: name.to_string(),
+        command: command.to_vec(),
+        group: group.to_string(),
+        source,
+    })?;
+    if let Err(source) = cgroups.move_process(group, child.id() as i32) {
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(LaunchError::Move {
+            name: name.to_string(),
+            pid: child.id(),
+            group: group.to_string(),
+            source,
+        });
+    }
+    Ok(child)
+}

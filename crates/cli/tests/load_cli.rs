@@ -1,0 +1,229 @@
+//! `headroom load` as users and the bench call it: usage errors exit 2 naming the flag and value,
+//! an unreachable server exits 1 naming the address, a real run writes the result JSON and CSV.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .arg("load")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run headroom")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Memcached {
+    port: u16,
+    child: Child,
+}
+
+/// Kills a spawned process when the test ends, passed or not.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn memcached(test: &str) -> Option<Memcached> {
+    let found = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(path) = found else {
+        eprintln!("SKIP {test}: memcached is not installed");
+        return None;
+    };
+    let port = free_port();
+    let child = Command::new(path)
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-t",
+            "1",
+        ])
+        .args(["-u", "root"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn memcached");
+    let mc = Memcached { port, child };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(mc);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("memcached did not start on port {port}");
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    let o = headroom(&["-s", "127.0.0.1", "--frobnicate"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--frobnicate"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_distribution_is_a_usage_error_naming_flag_and_value() {
+    let o = headroom(&["-s", "127.0.0.1:1", "-i", "wibble:3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("-i/--iadist") && e.contains("wibble:3"), "{e}");
+    let o = headroom(&["-s", "127.0.0.1:1", "-V", "normal:3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("-V/--valuesize"), "{}", stderr(&o));
+}
+
+#[test]
+fn malformed_values_are_usage_errors() {
+    for (args, needle) in [
+        (vec!["-s", "127.0.0.1:1", "--scan", "10:5"], "--scan"),
+        (vec!["-s", "127.0.0.1:1", "--search", "100:5"], "--search"),
+        (vec!["-s", "127.0.0.1:1", "-q", "lots"], "--qps"),
+        (
+            vec!["-s", "127.0.0.1:1", "--protocol", "http"],
+            "--protocol",
+        ),
+        (vec!["-s", "127.0.0.1:1", "-u", "1.5"], "-u/--update"),
+        (vec!["-q", "100"], "-s/--server"),
+    ] {
+        let o = headroom(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn unreachable_server_exits_1_naming_it() {
+    let port = free_port().to_string();
+    let server = format!("127.0.0.1:{port}");
+    let o = headroom(&["-s", &server, "-q", "100", "-t", "1", "--noload"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&server), "{}", stderr(&o));
+}
+
+#[test]
+fn a_real_run_writes_json_and_csv() {
+    let Some(mc) = memcached("a_real_run_writes_json_and_csv") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let csv = dir.path().join("r.csv");
+    let server = format!("127.0.0.1:{}", mc.port);
+    let o = headroom(&[
+        "-s",
+        &server,
+        "-q",
+        "1000",
+        "-t",
+        "1",
+        "-r",
+        "500",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("#type") && table.contains("99.9th") && table.contains("Checks:"),
+        "{table}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["target_qps"], 1000.0);
+    assert!(v["read"]["count"].as_u64().unwrap() > 800);
+    assert_eq!(v["misses"], 0);
+    assert!(v["read"]["p99_ci_us"].as_array().unwrap().len() == 2);
+    assert!(v["client"]["send_lag_p99_us"].is_number());
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv.lines().count(), 2);
+    assert!(csv.starts_with("target_qps,achieved_qps,valid,"));
+}
+
+#[test]
+fn loadonly_preloads_and_exits() {
+    let Some(mc) = memcached("loadonly_preloads_and_exits") else {
+        return;
+    };
+    let server = format!("127.0.0.1:{}", mc.port);
+    let o = headroom(&["-s", &server, "-r", "2000", "--loadonly"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Loaded 2000 records"));
+}
+
+#[test]
+fn agent_subcommand_serves_a_master() {
+    let Some(mc) = memcached("agent_subcommand_serves_a_master") else {
+        return;
+    };
+    let port = free_port().to_string();
+    let mut agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args([
+                "load",
+                "agent",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port,
+                "--sessions",
+                "1",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(Instant::now() < deadline, "agent did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // That probe connection was the agent's one session; start a fresh one for the master.
+    let _ = agent.0.wait();
+    let agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["load", "-A", "--bind", "127.0.0.1", "-p", &port])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let server = format!("127.0.0.1:{}", mc.port);
+    let agent_spec = format!("127.0.0.1:{port}");
+    let o = headroom(&["-s", &server, "-q", "600", "-t", "1", "-a", &agent_spec]);
+    drop(agent);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("2 client(s)"));
+}
