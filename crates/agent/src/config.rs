@@ -403,13 +403,15 @@ pub struct BlindConfig {
     pub min_be_cpus: f64,
     /// Maximum S; 0 = every CPU BE may use.
     pub max_be_cpus: f64,
-    /// S grows by this much per step (shrinks jump straight to what the buffer needs).
+    /// S moves in steps of this (or of B's fractional part when B is fractional).
     pub grow_step_cpus: f64,
     /// Minimum time between two growth steps, ms (grow slowly).
     pub grow_interval_ms: u64,
     /// Grow only when I > B + hysteresis.
     pub hysteresis_cpus: f64,
-    /// A CPU counts as idle when its idle fraction reaches this; 0 sums idle fractions instead.
+    /// 0 (default): I is the sum of the per-CPU idle fractions — the mean of PerfIso's
+    /// instantaneous idle-core count over the poll; > 0: I counts CPUs whose idle fraction
+    /// reaches this.
     pub idle_threshold: f64,
     /// CFS period for the fractional part, µs.
     pub quota_period_us: u64,
@@ -427,7 +429,7 @@ impl Default for BlindConfig {
             grow_step_cpus: 1.0,
             grow_interval_ms: 50,
             hysteresis_cpus: 0.0,
-            idle_threshold: 0.5,
+            idle_threshold: 0.0,
             quota_period_us: 100_000,
             be_cpus: Vec::new(),
         }

@@ -25,7 +25,10 @@ pub enum Request {
     Resume,
     /// The kill switch: restore the original settings now and stop actuating.
     Off,
-    Set { key: String, value: String },
+    Set {
+        key: String,
+        value: String,
+    },
 }
 
 /// The answer: `ok`, a message, and for `status` the agent's status object.
@@ -74,7 +77,10 @@ pub enum ControlError {
 
 /// Binds the socket (replacing a stale one), sets it 0600, and serves it in a thread; requests
 /// arrive on the returned receiver.
-pub fn serve(path: &Path, stop: StopFlag) -> Result<(Receiver<Pending>, JoinHandle<()>), ControlError> {
+pub fn serve(
+    path: &Path,
+    stop: StopFlag,
+) -> Result<(Receiver<Pending>, JoinHandle<()>), ControlError> {
     let io = |what, source| ControlError::Io {
         what,
         path: path.to_path_buf(),
@@ -139,9 +145,10 @@ fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: S
                             if tx.send((req, rtx)).is_err() {
                                 Response::error("agent is shutting down")
                             } else {
-                                rrx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
-                                    Response::error("agent did not answer within 10 s")
-                                })
+                                rrx.recv_timeout(Duration::from_secs(10))
+                                    .unwrap_or_else(|_| {
+                                        Response::error("agent did not answer within 10 s")
+                                    })
                             }
                         }
                     },

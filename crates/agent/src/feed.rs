@@ -124,7 +124,10 @@ fn ingest(
     let feed: FeedLine =
         serde_json::from_str(line).map_err(|e| format!("bad feed line {line:.80}: {e}"))?;
     if feed.version != FEED_VERSION {
-        return Err(format!("feed version {} (expected {FEED_VERSION})", feed.version));
+        return Err(format!(
+            "feed version {} (expected {FEED_VERSION})",
+            feed.version
+        ));
     }
     let hist = LatencyHist::from_base64(&feed.hist).map_err(|e| e.to_string())?;
     // The line's end time on the agent's monotonic clock (both clocks are this host's).

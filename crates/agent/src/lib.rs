@@ -10,6 +10,7 @@ pub mod policy;
 pub mod control;
 pub mod feed;
 pub mod lc_signal;
+pub mod lc_threads;
 pub mod metrics;
 pub mod probe;
 pub mod reconcile;

@@ -48,6 +48,8 @@ pub struct Metrics {
     pub drift_repairs: Counter,
     pub be_restarts: Counter,
     pub loop_seconds: Histogram,
+    /// The counter of the last reason, so a steady reason costs no label lookup per tick.
+    last_reason: std::sync::Arc<std::sync::Mutex<Option<(String, Counter)>>>,
 }
 
 impl Metrics {
@@ -78,29 +80,102 @@ impl Metrics {
             drift_repairs: Counter::default(),
             be_restarts: Counter::default(),
             loop_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
+            last_reason: Default::default(),
         };
-        r.register("lc_latency_us", "LC tail latency at the SLO percentile (µs)", m.lc_latency_us.clone());
-        r.register("lc_slo_us", "LC latency SLO target (µs)", m.lc_slo_us.clone());
+        r.register(
+            "lc_latency_us",
+            "LC tail latency at the SLO percentile (µs)",
+            m.lc_latency_us.clone(),
+        );
+        r.register(
+            "lc_slo_us",
+            "LC latency SLO target (µs)",
+            m.lc_slo_us.clone(),
+        );
         r.register("lc_slack", "(SLO - latency) / SLO", m.lc_slack.clone());
-        r.register("lc_load", "LC load as a fraction of peak_qps", m.lc_load.clone());
+        r.register(
+            "lc_load",
+            "LC load as a fraction of peak_qps",
+            m.lc_load.clone(),
+        );
         r.register("lc_qps", "LC requests per second", m.lc_qps.clone());
-        r.register("idle_cpus", "Idle CPUs seen by the last tick", m.idle_cpus.clone());
-        r.register("be_enabled", "1 when BE may run, 0 when frozen", m.be_enabled.clone());
-        r.register("be_cpus", "CPUs in the BE cpuset (0 when BE is disabled, -1 = unrestricted)", m.be_cpus.clone());
-        r.register("be_cpu_weight", "BE native CPU weight (-1 = original)", m.be_cpu_weight.clone());
-        r.register("be_cpu_idle", "1 when BE runs as cpu.idle", m.be_cpu_idle.clone());
-        r.register("be_quota_pct", "BE CPU quota in % of one CPU (-1 = unlimited)", m.be_quota_pct.clone());
-        r.register("be_llc_ways", "LLC ways given to BE (-1 = unmanaged)", m.be_llc_ways.clone());
-        r.register("be_egress_ceil_bytes_per_s", "BE egress ceiling (-1 = unmanaged)", m.be_egress_ceil_bytes_per_s.clone());
-        r.register("actuating", "1 while the agent applies decisions (0 after ctl off or in --dry-run)", m.actuating.clone());
+        r.register(
+            "idle_cpus",
+            "Idle CPUs seen by the last tick",
+            m.idle_cpus.clone(),
+        );
+        r.register(
+            "be_enabled",
+            "1 when BE may run, 0 when frozen",
+            m.be_enabled.clone(),
+        );
+        r.register(
+            "be_cpus",
+            "CPUs in the BE cpuset (0 when BE is disabled, -1 = unrestricted)",
+            m.be_cpus.clone(),
+        );
+        r.register(
+            "be_cpu_weight",
+            "BE native CPU weight (-1 = original)",
+            m.be_cpu_weight.clone(),
+        );
+        r.register(
+            "be_cpu_idle",
+            "1 when BE runs as cpu.idle",
+            m.be_cpu_idle.clone(),
+        );
+        r.register(
+            "be_quota_pct",
+            "BE CPU quota in % of one CPU (-1 = unlimited)",
+            m.be_quota_pct.clone(),
+        );
+        r.register(
+            "be_llc_ways",
+            "LLC ways given to BE (-1 = unmanaged)",
+            m.be_llc_ways.clone(),
+        );
+        r.register(
+            "be_egress_ceil_bytes_per_s",
+            "BE egress ceiling (-1 = unmanaged)",
+            m.be_egress_ceil_bytes_per_s.clone(),
+        );
+        r.register(
+            "actuating",
+            "1 while the agent applies decisions (0 after ctl off or in --dry-run)",
+            m.actuating.clone(),
+        );
         r.register("paused", "1 while paused by ctl", m.paused.clone());
         r.register("decisions", "Decisions by reason", m.decisions.clone());
-        r.register("sensor_errors", "Sensor errors by sensor", m.sensor_errors.clone());
-        r.register("writes", "Knob writes made by the reconciler", m.writes.clone());
-        r.register("write_errors", "Reconciliations that failed and were rolled back", m.write_errors.clone());
-        r.register("drift_repairs", "Knobs found changed by someone else and repaired", m.drift_repairs.clone());
-        r.register("be_restarts", "Restarts of supervised BE commands", m.be_restarts.clone());
-        r.register("loop_duration_seconds", "Time of one sensor+policy+reconcile tick", m.loop_seconds.clone());
+        r.register(
+            "sensor_errors",
+            "Sensor errors by sensor",
+            m.sensor_errors.clone(),
+        );
+        r.register(
+            "writes",
+            "Knob writes made by the reconciler",
+            m.writes.clone(),
+        );
+        r.register(
+            "write_errors",
+            "Reconciliations that failed and were rolled back",
+            m.write_errors.clone(),
+        );
+        r.register(
+            "drift_repairs",
+            "Knobs found changed by someone else and repaired",
+            m.drift_repairs.clone(),
+        );
+        r.register(
+            "be_restarts",
+            "Restarts of supervised BE commands",
+            m.be_restarts.clone(),
+        );
+        r.register(
+            "loop_duration_seconds",
+            "Time of one sensor+policy+reconcile tick",
+            m.loop_seconds.clone(),
+        );
         (m, r)
     }
 
@@ -113,24 +188,45 @@ impl Metrics {
         self.lc_load.set(opt(obs.lc_load));
         self.lc_qps.set(opt(obs.lc_qps));
         self.idle_cpus.set(opt(obs.idle_cpu_count(0.5)));
-        self.be_enabled.set(if allocation.be_enabled { 1.0 } else { 0.0 });
-        self.be_cpus.set(match (&allocation.be_cpus, allocation.be_enabled) {
-            (_, false) => 0.0,
-            (Some(c), true) => c.len() as f64,
-            (None, true) => -1.0,
-        });
+        self.be_enabled
+            .set(if allocation.be_enabled { 1.0 } else { 0.0 });
+        self.be_cpus
+            .set(match (&allocation.be_cpus, allocation.be_enabled) {
+                (_, false) => 0.0,
+                (Some(c), true) => c.len() as f64,
+                (None, true) => -1.0,
+            });
         self.be_cpu_weight
             .set(allocation.be_cpu_weight.map_or(-1.0, |w| w.shares as f64));
         self.be_cpu_idle
-            .set(if allocation.be_cpu_idle == Some(true) { 1.0 } else { 0.0 });
-        self.be_quota_pct.set(allocation.be_quota_pct.unwrap_or(-1.0));
+            .set(if allocation.be_cpu_idle == Some(true) {
+                1.0
+            } else {
+                0.0
+            });
+        self.be_quota_pct
+            .set(allocation.be_quota_pct.unwrap_or(-1.0));
         self.be_llc_ways
             .set(allocation.be_llc_ways.map_or(-1.0, f64::from));
-        self.be_egress_ceil_bytes_per_s
-            .set(allocation.be_egress_ceil_bytes_per_s.map_or(-1.0, |v| v as f64));
-        self.decisions
-            .get_or_create(&vec![("reason".to_string(), reason.to_string())])
-            .inc();
+        self.be_egress_ceil_bytes_per_s.set(
+            allocation
+                .be_egress_ceil_bytes_per_s
+                .map_or(-1.0, |v| v as f64),
+        );
+        let mut last = self.last_reason.lock().expect("metrics lock");
+        match last.as_ref() {
+            Some((r, c)) if r == reason => {
+                c.inc();
+            }
+            _ => {
+                let c = self
+                    .decisions
+                    .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+                    .clone();
+                c.inc();
+                *last = Some((reason.to_string(), c));
+            }
+        }
     }
 
     /// Sets a sensor's error count (the sensors keep the totals).

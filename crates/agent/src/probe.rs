@@ -27,7 +27,10 @@ const MAX_IN_FLIGHT: usize = 10_000;
 pub enum ProbeWire {
     Kv(Protocol),
     /// HTTP/1.1 GET of `path` (keep-alive, Content-Length bodies).
-    Http { host: String, path: String },
+    Http {
+        host: String,
+        path: String,
+    },
 }
 
 /// Settings of one prober.
@@ -50,7 +53,9 @@ impl ProbeSpec {
         window_s: f64,
     ) -> ProbeSpec {
         let (address, wire) = match protocol {
-            ProbeProtocol::Memcache => (address.to_string(), ProbeWire::Kv(Protocol::MemcacheAscii)),
+            ProbeProtocol::Memcache => {
+                (address.to_string(), ProbeWire::Kv(Protocol::MemcacheAscii))
+            }
             ProbeProtocol::Redis => (address.to_string(), ProbeWire::Kv(Protocol::Resp)),
             ProbeProtocol::Http => {
                 let rest = address.strip_prefix("http://").unwrap_or(address);
@@ -78,7 +83,11 @@ impl ProbeSpec {
 }
 
 /// Starts the prober thread; it publishes into `cell` until `stop` is set.
-pub fn spawn(spec: ProbeSpec, cell: Arc<SignalCell>, stop: StopFlag) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn(
+    spec: ProbeSpec,
+    cell: Arc<SignalCell>,
+    stop: StopFlag,
+) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("headroom-probe".into())
         .spawn(move || run(spec, &cell, &stop))
@@ -140,7 +149,9 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
             match conn.read(&mut chunk) {
                 Ok(0) => break Err("server closed the connection".into()),
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
+                {
                     continue
                 }
                 Err(e) => break Err(format!("receiving: {e}")),

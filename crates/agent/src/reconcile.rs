@@ -122,24 +122,30 @@ pub struct ApplyReport {
 /// A reconciliation that failed; the groups were rolled back.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("setting {knob:?} of {group} to {value} failed after {attempts} attempts: {source}; {rollback}")]
-    Write {
-        group: String,
-        knob: Knob,
-        value: KnobValue,
-        attempts: u32,
-        #[source]
-        source: HostError,
-        /// What happened to the writes made before the failure.
-        rollback: RollbackOutcome,
-    },
+    #[error("{0}")]
+    Write(Box<WriteFailure>),
     #[error("reading {knob:?} of {group}: {source}")]
     Read {
         group: String,
         knob: Knob,
         #[source]
-        source: HostError,
+        source: Box<HostError>,
     },
+}
+
+/// A write that kept failing, and what happened to the writes made before it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "setting {knob:?} of {group} to {value} failed after {attempts} attempts: {source}; {rollback}"
+)]
+pub struct WriteFailure {
+    pub group: String,
+    pub knob: Knob,
+    pub value: KnobValue,
+    pub attempts: u32,
+    #[source]
+    pub source: HostError,
+    pub rollback: RollbackOutcome,
 }
 
 /// How a rollback went.
@@ -370,14 +376,14 @@ impl Reconciler {
                     }
                     tracing::error!(group = %key.0, knob = ?key.1, value = %to, error = %source,
                         rollback = %rollback, "write failed");
-                    return Err(ReconcileError::Write {
+                    return Err(ReconcileError::Write(Box::new(WriteFailure {
                         group: key.0.to_string(),
                         knob: key.1,
                         value: to,
                         attempts,
                         source,
                         rollback,
-                    });
+                    })));
                 }
             }
         }
@@ -485,11 +491,16 @@ fn quota_cpus(q: &CpuQuota) -> f64 {
 }
 
 fn parse_cpus(list: &str) -> Vec<usize> {
-    CpuSet::parse_list(list).map(|s| s.to_vec()).unwrap_or_default()
+    CpuSet::parse_list(list)
+        .map(|s| s.to_vec())
+        .unwrap_or_default()
 }
 
 /// Reads the value of every knob the host offers for `group`.
-pub fn read_settings(cgroups: &Cgroups, group: &GroupPath) -> Result<GroupSettings, ReconcileError> {
+pub fn read_settings(
+    cgroups: &Cgroups,
+    group: &GroupPath,
+) -> Result<GroupSettings, ReconcileError> {
     let mut values = BTreeMap::new();
     for &knob in Knob::ALL {
         if !cgroups.has(knob.controller()) {
@@ -508,11 +519,15 @@ pub fn read_settings(cgroups: &Cgroups, group: &GroupPath) -> Result<GroupSettin
 }
 
 /// Reads one knob.
-pub fn read_knob(cgroups: &Cgroups, group: &GroupPath, knob: Knob) -> Result<KnobValue, ReconcileError> {
+pub fn read_knob(
+    cgroups: &Cgroups,
+    group: &GroupPath,
+    knob: Knob,
+) -> Result<KnobValue, ReconcileError> {
     let wrap = |source| ReconcileError::Read {
         group: group.to_string(),
         knob,
-        source,
+        source: Box::new(source),
     };
     Ok(match knob {
         Knob::CpusetCpus => {
@@ -528,15 +543,19 @@ pub fn read_knob(cgroups: &Cgroups, group: &GroupPath, knob: Knob) -> Result<Kno
         Knob::CpuWeight => KnobValue::Weight(cgroups.cpu_weight(group).map_err(wrap)?),
         Knob::CpuIdle => KnobValue::Idle(cgroups.cpu_idle(group).map_err(wrap)?),
         Knob::CpuQuota => KnobValue::Quota(cgroups.cpu_quota(group).map_err(wrap)?),
-        Knob::Frozen => KnobValue::Frozen(
-            cgroups.freeze_state(group).map_err(wrap)? != FreezeState::Thawed,
-        ),
+        Knob::Frozen => {
+            KnobValue::Frozen(cgroups.freeze_state(group).map_err(wrap)? != FreezeState::Thawed)
+        }
         Knob::MemoryMax => KnobValue::MemoryMax(cgroups.memory_max(group).map_err(wrap)?),
     })
 }
 
 /// Writes one knob.
-pub fn write_knob(cgroups: &Cgroups, group: &GroupPath, value: &KnobValue) -> Result<(), HostError> {
+pub fn write_knob(
+    cgroups: &Cgroups,
+    group: &GroupPath,
+    value: &KnobValue,
+) -> Result<(), HostError> {
     match value {
         KnobValue::Cpus(list) => cgroups.set_cpuset_cpus(group, &CpuSet::parse_list(list)?),
         KnobValue::Weight(w) => {

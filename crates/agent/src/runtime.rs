@@ -57,15 +57,15 @@ pub enum AgentError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("host: {0}")]
-    Host(#[from] HostError),
+    Host(Box<HostError>),
     #[error("reconciling: {0}")]
-    Reconcile(#[from] ReconcileError),
+    Reconcile(Box<ReconcileError>),
     #[error(transparent)]
     State(#[from] StateError),
     #[error("control socket: {0}")]
     Control(#[from] ControlError),
     #[error("launching: {0}")]
-    Launch(#[from] LaunchError),
+    Launch(Box<LaunchError>),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -73,6 +73,24 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<HostError> for AgentError {
+    fn from(e: HostError) -> Self {
+        AgentError::Host(Box::new(e))
+    }
+}
+
+impl From<ReconcileError> for AgentError {
+    fn from(e: ReconcileError) -> Self {
+        AgentError::Reconcile(Box::new(e))
+    }
+}
+
+impl From<LaunchError> for AgentError {
+    fn from(e: LaunchError) -> Self {
+        AgentError::Launch(Box::new(e))
+    }
 }
 
 impl AgentError {
@@ -131,6 +149,7 @@ pub struct Agent {
     sensors: Sensors,
     policy: Box<dyn Policy>,
     supervised: Vec<Supervised>,
+    lc_threads: crate::lc_threads::LcThreads,
     lc_child: Option<std::process::Child>,
     log: Option<BufWriter<std::fs::File>>,
     metrics: Metrics,
@@ -372,8 +391,13 @@ impl Agent {
                         percentile: slo.percentile,
                         window_s: slo.window_s,
                     };
-                    let t = crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
-                        .map_err(spawn_err("starting the scraper"))?;
+                    let t = crate::scrape::spawn(
+                        kind,
+                        Duration::from_secs(1),
+                        cell.clone(),
+                        stop.clone(),
+                    )
+                    .map_err(spawn_err("starting the scraper"))?;
                     threads.push(t);
                     cell
                 }
@@ -401,7 +425,9 @@ impl Agent {
                     .map_err(spawn_err("starting the load source"))
             };
             let cell = match load.source {
-                LoadSource::MemcacheStats => pull(PullKind::MemcacheStats { address }, &mut threads)?,
+                LoadSource::MemcacheStats => {
+                    pull(PullKind::MemcacheStats { address }, &mut threads)?
+                }
                 LoadSource::RedisInfo => pull(PullKind::RedisInfo { address }, &mut threads)?,
                 LoadSource::Prometheus => pull(
                     PullKind::PromCounter {
@@ -473,13 +499,14 @@ impl Agent {
                     reason: "expected IP:PORT".into(),
                 })
             })?;
-            let (bound, t) = crate::metrics::serve(addr, registry, stop.clone()).map_err(|source| {
-                AgentError::Io {
-                    what: "binding the metrics endpoint",
-                    path: PathBuf::from(addr.to_string()),
-                    source,
-                }
-            })?;
+            let (bound, t) =
+                crate::metrics::serve(addr, registry, stop.clone()).map_err(|source| {
+                    AgentError::Io {
+                        what: "binding the metrics endpoint",
+                        path: PathBuf::from(addr.to_string()),
+                        source,
+                    }
+                })?;
             threads.push(t);
             metrics_addr = Some(bound);
         }
@@ -496,6 +523,7 @@ impl Agent {
             sensors,
             policy,
             supervised,
+            lc_threads: Default::default(),
             lc_child,
             log,
             metrics,
@@ -584,10 +612,25 @@ impl Agent {
                 tracing::error!(error = %e, "writing the decision log");
             }
         }
+        if self.actuating && decision.allocation.be_kill {
+            self.kill_be();
+        }
         if self.actuating {
             if let Some(r) = self.reconciler.as_mut() {
-                let verify = self.summary.ticks % verify_every(self.policy.poll_interval()) == 0;
-                match r.apply(&decision.allocation, verify) {
+                let verify = self
+                    .summary
+                    .ticks
+                    .is_multiple_of(verify_every(self.policy.poll_interval()));
+                // Between read-backs, an unchanged decision needs no diff at all.
+                let unchanged = !verify
+                    && self.last_write_error.is_none()
+                    && self.last_applied.as_ref() == Some(&decision.allocation);
+                let result = if unchanged {
+                    Ok(Default::default())
+                } else {
+                    r.apply(&decision.allocation, verify)
+                };
+                match result {
                     Ok(report) => {
                         if !report.writes.is_empty() {
                             self.metrics.writes.inc_by(report.writes.len() as u64);
@@ -600,6 +643,7 @@ impl Agent {
                         if self.last_applied.as_ref() != Some(&decision.allocation) {
                             self.last_applied = Some(decision.allocation.clone());
                         }
+                        self.last_write_error = None;
                     }
                     Err(e) => {
                         self.metrics.write_errors.inc();
@@ -613,8 +657,12 @@ impl Agent {
                 }
             }
         }
-        self.metrics
-            .observe(&obs, &decision.allocation, self.config.lc.slo.target_us, &decision.reason);
+        self.metrics.observe(
+            &obs,
+            &decision.allocation,
+            self.config.lc.slo.target_us,
+            &decision.reason,
+        );
         if decision.reason != self.last_reason {
             self.reasons
                 .push_back((t.as_millis() as u64, decision.reason.clone()));
@@ -631,8 +679,39 @@ impl Agent {
             .observe(now.elapsed().as_secs_f64());
     }
 
+    /// `be_kill` (low memory: freezing would not free the memory): SIGKILL every process of the
+    /// BE groups, thawing frozen ones so the signal is delivered; the next pass re-applies the
+    /// allocation.
+    fn kill_be(&mut self) {
+        let Some(cg) = &self.cgroups else { return };
+        for g in &self.groups.be {
+            let procs = cg.procs(g).unwrap_or_default();
+            if procs.is_empty() {
+                continue;
+            }
+            tracing::warn!(group = %g, processes = procs.len(), "be_kill: killing BE processes");
+            for pid in procs {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            if cg
+                .freeze_state(g)
+                .is_ok_and(|st| st != headroom_host::FreezeState::Thawed)
+            {
+                let _ = cg.thaw(g);
+            }
+        }
+        if let Some(r) = self.reconciler.as_mut() {
+            r.invalidate();
+        }
+        self.last_applied = None;
+    }
+
     fn slow_work(&mut self, now: Instant) {
-        if let Some(cg) = &self.cgroups {
+        let killing = self.last_allocation.as_ref().is_some_and(|a| a.be_kill);
+        if let (Some(cg), false) = (&self.cgroups, killing) {
             for s in &mut self.supervised {
                 let before = s.restarts;
                 s.check(cg, now);
@@ -641,6 +720,9 @@ impl Agent {
                     self.state_dirty = true;
                 }
             }
+        }
+        if let (Some(cg), Some(a), true) = (&self.cgroups, &self.last_allocation, self.actuating) {
+            self.lc_threads.apply(cg, &self.groups.lc, &a.lc);
         }
         if let Some(log) = &mut self.log {
             let _ = log.flush();
@@ -741,7 +823,9 @@ impl Agent {
                             report.writes.len()
                         ))
                     }
-                    Some(Err(e)) => Response::error(format!("off: actuation stopped, but restoring failed: {e}")),
+                    Some(Err(e)) => Response::error(format!(
+                        "off: actuation stopped, but restoring failed: {e}"
+                    )),
                     None => Response::ok("off: nothing to restore (dry run); not actuating"),
                 }
             }

@@ -26,9 +26,16 @@ pub enum PullKind {
         window_s: f64,
     },
     /// Rate of counter `metric` (summed over its label sets).
-    PromCounter { url: String, metric: String },
-    MemcacheStats { address: String },
-    RedisInfo { address: String },
+    PromCounter {
+        url: String,
+        metric: String,
+    },
+    MemcacheStats {
+        address: String,
+    },
+    RedisInfo {
+        address: String,
+    },
 }
 
 /// Starts a pull source polling every `period`.
@@ -88,9 +95,7 @@ fn poll_once(
             history.push_back((now, buckets.clone()));
             let window = Duration::from_secs_f64(*window_s);
             // Keep the newest scrape at least one window old as the baseline.
-            while history.len() > 2
-                && now.saturating_duration_since(history[1].0) >= window
-            {
+            while history.len() > 2 && now.saturating_duration_since(history[1].0) >= window {
                 history.pop_front();
             }
             let base = &history.front().expect("just pushed").1;
@@ -114,7 +119,8 @@ fn poll_once(
                     }
                 }
             }
-            let total = total.ok_or_else(|| format!("{address}: `stats` has no cmd_get/cmd_set"))?;
+            let total =
+                total.ok_or_else(|| format!("{address}: `stats` has no cmd_get/cmd_set"))?;
             Ok(rate.update(total, now))
         }
         PullKind::RedisInfo { address } => {
@@ -177,7 +183,9 @@ pub fn http_get(url: &str) -> Result<String, String> {
     };
     let addr = resolve(hostport)?;
     if !is_loopback(addr.ip()) {
-        return Err(format!("url {url:?}: the agent scrapes loopback addresses only"));
+        return Err(format!(
+            "url {url:?}: the agent scrapes loopback addresses only"
+        ));
     }
     let req = format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
     let text = request(hostport, req.as_bytes(), b"\0never")?;
@@ -222,7 +230,11 @@ fn sample_line(line: &str) -> Option<(&str, &str, &str)> {
         }
     };
     match name_labels.find('{') {
-        Some(i) => Some((&name_labels[..i], &name_labels[i + 1..name_labels.len() - 1], value)),
+        Some(i) => Some((
+            &name_labels[..i],
+            &name_labels[i + 1..name_labels.len() - 1],
+            value,
+        )),
         None => Some((name_labels, "", value)),
     }
 }
@@ -345,7 +357,10 @@ mod tests {
     #[test]
     fn buckets_sum_over_label_sets_and_interpolate() {
         let b = histogram_buckets(SCRAPE, "req_seconds").unwrap();
-        assert_eq!(b, vec![(0.001, 100.0), (0.01, 180.0), (f64::INFINITY, 200.0)]);
+        assert_eq!(
+            b,
+            vec![(0.001, 100.0), (0.01, 180.0), (f64::INFINITY, 200.0)]
+        );
         // p50 = rank 100 → top of the first bucket.
         assert!((percentile_from_buckets(&b, 50.0).unwrap() - 0.001).abs() < 1e-12);
         // p70 = rank 140 → halfway through (0.001, 0.01].

@@ -113,7 +113,8 @@ impl Sensors {
         if let Some(cell) = &self.signals.latency {
             if let Some(r) = cell.latest() {
                 obs.lc_latency_us = Some(r.value);
-                obs.lc_latency_age_ms = Some(now.saturating_duration_since(r.at).as_millis() as u64);
+                obs.lc_latency_age_ms =
+                    Some(now.saturating_duration_since(r.at).as_millis() as u64);
             }
         }
         if let Some(cell) = &self.signals.qps {
@@ -165,11 +166,7 @@ impl Sensors {
         }
         // Group CPU usage in CPUs since the last slow sample.
         let lc_ns = self.cgroups.cpu_usage_ns(&self.lc);
-        let be_ns: Result<u64, _> = self
-            .be
-            .iter()
-            .map(|g| self.cgroups.cpu_usage_ns(g))
-            .sum();
+        let be_ns: Result<u64, _> = self.be.iter().map(|g| self.cgroups.cpu_usage_ns(g)).sum();
         match (lc_ns, be_ns) {
             (Ok(lc), Ok(be)) => {
                 if let Some((t, lc0, be0)) = self.usage_prev {

@@ -65,7 +65,10 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
     if state.version != STATE_VERSION {
         return Err(StateError::Invalid {
             path: path.to_path_buf(),
-            reason: format!("version {} (this agent reads {STATE_VERSION})", state.version),
+            reason: format!(
+                "version {} (this agent reads {STATE_VERSION})",
+                state.version
+            ),
         });
     }
     Ok(Some(state))

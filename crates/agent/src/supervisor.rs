@@ -33,7 +33,7 @@ pub enum LaunchError {
         pid: u32,
         group: String,
         #[source]
-        source: headroom_host::HostError,
+        source: Box<headroom_host::HostError>,
     },
 }
 
@@ -119,9 +119,11 @@ impl Supervised {
                 Ok(None) => None,
                 Err(e) => Some(format!("wait failed: {e}")),
             },
-            (None, Some(pid)) => nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
-                .is_err()
-                .then(|| "adopted process is gone".to_string()),
+            (None, Some(pid)) => {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
+                    .is_err()
+                    .then(|| "adopted process is gone".to_string())
+            }
             (None, None) => None,
         };
         if let Some(how) = died {
@@ -197,9 +199,7 @@ pub fn launch_in_group(
         .filter_map(|(_, dir)| CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok())
         .collect();
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .process_group(0);
+    cmd.args(args).stdin(Stdio::null()).process_group(0);
     // SAFETY: only async-signal-safe calls (open, write, close) on buffers prepared before fork.
     unsafe {
         cmd.pre_exec(move || {
@@ -232,7 +232,7 @@ pub fn launch_in_group(
             name: name.to_string(),
             pid: child.id(),
             group: group.to_string(),
-            source,
+            source: Box::new(source),
         });
     }
     Ok(child)

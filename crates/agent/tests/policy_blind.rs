@@ -182,11 +182,9 @@ fn minimum_s_is_kept_and_zero_freezes_be() {
 
 #[test]
 fn fractional_buffer_on_a_two_cpu_machine_uses_a_quota() {
-    let cfg = config(
-        "[policy.blind]\nbuffer_cores = 1.5\ngrow_step_cpus = 0.5\ngrow_interval_ms = 0\nidle_threshold = 0.0\n",
-    );
+    let cfg = config("[policy.blind]\nbuffer_cores = 1.5\ngrow_interval_ms = 0\n");
     let mut b = Blind::new(&cfg, &MachineInfo::with_cpus(2));
-    // per-CPU idle fractions summed (idle_threshold = 0): BE occupies S, the rest is idle
+    // defaults: S moves in steps of B's fraction (0.5); I sums per-CPU idle fractions
     let mut last = None;
     for t in 0..20 {
         let s = b.be_cpus();
@@ -243,5 +241,10 @@ fn hysteresis_delays_growth() {
         "I = B + 1 is within hysteresis"
     );
     let d = b.decide(&idle(2.5), ms(1));
+    assert_eq!(
+        d.reason, "blind:idle=buffer:steady",
+        "one more CPU would eat into buffer + hysteresis"
+    );
+    let d = b.decide(&idle(3.0), ms(2));
     assert_eq!(d.reason, "blind:idle>buffer:grow");
 }

@@ -93,8 +93,12 @@ fn hybrid_keeps_the_slo_and_uses_idle_cpus() {
         };
         let d = p.decide(&obs, Duration::from_millis(i * TICK_MS));
         be = d.allocation.be_cpu_capacity(machine.cpus.len());
-        if i % 200 == 0 || (7400..7900).contains(&i) && i % 5 == 0 { eprintln!("t={t_s} load={load:.2} lat={latency:.0} tail={tail:.0} be={be} {}", d.reason); }
-        if i % 200 == 0 || (7400..7900).contains(&i) && i % 5 == 0 { eprintln!("t={t_s} load={load:.2} lat={latency:.0} tail={tail:.0} be={be} {}", d.reason); }
+        if i % 200 == 0 {
+            eprintln!(
+                "t={t_s} load={load:.2} lat={latency:.0} tail={tail:.0} be={be} {}",
+                d.reason
+            );
+        }
         ticks += 1;
         be_cpu_ticks += be;
         if latency > 500.0 {
@@ -120,7 +124,9 @@ fn hybrid_keeps_the_slo_and_uses_idle_cpus() {
     assert!(low_min >= 4.0, "BE got only {low_min} CPUs at low load");
     // violations only around the load changes, briefly
     assert!(
-        violation_pct < 2.0,
+        violation_pct < 1.0,
         "{violation_pct:.2}% of ticks over the SLO"
     );
+    // colocation pays: on average BE gets over 3 of the 8 CPUs across the script
+    assert!(be_mean > 3.0, "BE mean {be_mean:.2} CPUs");
 }

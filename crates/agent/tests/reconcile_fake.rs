@@ -36,7 +36,10 @@ fn shrink_freezes_first_and_grow_thaws_last() {
     assert_eq!(report.writes.len(), 2);
     assert_eq!(
         files(&fake.io.take_writes()),
-        vec!["freezer/hr/be/freezer.state=FROZEN", "cpuset/hr/be/cpuset.cpus=3"]
+        vec![
+            "freezer/hr/be/freezer.state=FROZEN",
+            "cpuset/hr/be/cpuset.cpus=3"
+        ]
     );
     let grow = Allocation {
         be_enabled: true,
@@ -99,11 +102,17 @@ fn drift_is_repaired_on_a_verifying_pass() {
     // Someone widens the BE cpuset behind the agent's back.
     fake.set_knob("cpuset", "hr/be", "cpuset.cpus", "0-3\n");
     let quick = r.apply(&a, false).unwrap();
-    assert!(quick.writes.is_empty(), "a non-verifying pass trusts what it applied");
+    assert!(
+        quick.writes.is_empty(),
+        "a non-verifying pass trusts what it applied"
+    );
     let verified = r.apply(&a, true).unwrap();
     assert_eq!(verified.drift.len(), 1);
     assert_eq!(verified.drift[0].knob, Knob::CpusetCpus);
-    assert_eq!(files(&fake.io.take_writes()), vec!["cpuset/hr/be/cpuset.cpus=2-3"]);
+    assert_eq!(
+        files(&fake.io.take_writes()),
+        vec!["cpuset/hr/be/cpuset.cpus=2-3"]
+    );
     assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "2-3");
 }
 
@@ -129,15 +138,10 @@ fn a_half_failed_change_is_rolled_back() {
     let err = r.apply(&change, true).unwrap_err();
     let msg = err.to_string();
     match &err {
-        ReconcileError::Write {
-            knob,
-            attempts,
-            rollback,
-            ..
-        } => {
-            assert_eq!(*knob, Knob::CpuQuota);
-            assert_eq!(*attempts, 3);
-            assert_eq!(*rollback, RollbackOutcome::RolledBack(2), "{msg}");
+        ReconcileError::Write(f) => {
+            assert_eq!(f.knob, Knob::CpuQuota);
+            assert_eq!(f.attempts, 3);
+            assert_eq!(f.rollback, RollbackOutcome::RolledBack(2), "{msg}");
         }
         other => panic!("unexpected error {other}"),
     }

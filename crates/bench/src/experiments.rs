@@ -71,7 +71,19 @@ pub fn study_dir(dir: &RunDir) -> Result<(Manifest, Study)> {
     }
     let mut study = match exp {
         Experiment::Colocation => {
-            let runs: Vec<ColocationRun> = dir.all(RUNS)?;
+            let mut runs: Vec<ColocationRun> = dir.all(RUNS)?;
+            // In the order the policies were given (`none` first, as the baseline).
+            let order: Vec<String> = manifest
+                .params
+                .get("series")
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
+            runs.sort_by_key(|r| {
+                order
+                    .iter()
+                    .position(|p| *p == r.policy)
+                    .unwrap_or(usize::MAX)
+            });
             for r in &runs {
                 commands.extend(r.commands.iter().cloned());
             }

@@ -212,7 +212,16 @@ pub struct ColocationRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SoloBaseline {
     pub kind: String,
+    /// The EMU denominator: what the BE does alone on its CPUs, per second. It is the BE's
+    /// operations per CPU-second times its threads when the progress lines report CPU time (so
+    /// other tenants of a shared machine do not shrink it), else the measured rate.
     pub ops_per_s: f64,
+    /// The rate measured during the solo run (wall clock).
+    #[serde(default)]
+    pub measured_ops_per_s: f64,
+    /// Operations per CPU-second of the BE alone.
+    #[serde(default)]
+    pub ops_per_cpu_s: Option<f64>,
     pub seconds: f64,
     pub commands: Vec<String>,
 }

@@ -82,7 +82,11 @@ pub fn render_svg(fig: &Figure) -> Result<String> {
             draw(fig, &root, x0..x1, (y0..y1).log_scale())?;
         } else {
             let (y0, y1) = padded_range(&ys, false);
-            draw(fig, &root, x0..x1, y0.min(0.0)..y1)?;
+            // Quantities that cannot be negative start at 0, never below it.
+            let nonneg = ys.iter().all(|v| *v >= 0.0);
+            let y0 = if nonneg { 0.0 } else { y0.min(0.0) };
+            let y1 = if y1 <= y0 { y0 + 1.0 } else { y1 };
+            draw(fig, &root, x0..x1, y0..y1)?;
         }
         root.present().map_err(|e| plot_err(fig, e))?;
     }

@@ -422,6 +422,12 @@ impl<'a> Session<'a> {
     /// A BE workload alone on the server CPUs: its ops/s, the EMU denominator.
     pub fn solo(&mut self, be: &BeSpec) -> Result<SoloBaseline> {
         let id = format!("solo-{}-{}t", be.label(), be.threads);
+        self.solo_as(be, &id)
+    }
+
+    /// [`Session::solo`] stored under `id`.
+    pub fn solo_as(&mut self, be: &BeSpec, id: &str) -> Result<SoloBaseline> {
+        let id = id.to_string();
         // Long enough for several progress lines; no longer than a point or a window needs.
         let seconds = self.opts.duration_s.clamp(3.0, 10.0);
         let dir = self.dir.clone();
@@ -437,10 +443,16 @@ impl<'a> Session<'a> {
                 .first()
                 .zip(samples.last())
                 .and_then(|(a, z)| stats::counter_rate(&samples, a.0, z.0));
+            let per_cpu = crate::runner::progress_cpu_span(&progress).and_then(|(a, z)| {
+                let cpu = z.1 - a.1;
+                (cpu > 0.05).then(|| (z.0 - a.0) / cpu)
+            });
             match rate {
                 Some(r) if r > 0.0 => Ok(SoloBaseline {
                     kind: be.label(),
-                    ops_per_s: r,
+                    ops_per_s: per_cpu.map_or(r, |p| (p * be.threads.max(1) as f64).max(r)),
+                    measured_ops_per_s: r,
+                    ops_per_cpu_s: per_cpu,
                     seconds,
                     commands: vec![p.command.clone()],
                 }),
@@ -683,11 +695,20 @@ impl Session<'_> {
                     procs.push(p);
                 }
                 Some((policy, extra)) => {
-                    let be_argv = self.runner.argv(
-                        &self.opts.placement.server,
-                        &be.prefix,
-                        &be.args(&progress),
-                    );
+                    // The agent launches the BE in its group; in --dry-run it moves nothing, so
+                    // the BE is started here instead, as the OS alone would run it.
+                    let be_argv = if self.opts.dry_run {
+                        let p = self.runner.start_antagonist(be, &progress)?;
+                        setup.push(p.command.clone());
+                        procs.push(p);
+                        Vec::new()
+                    } else {
+                        self.runner.argv(
+                            &self.opts.placement.server,
+                            &be.prefix,
+                            &be.args(&progress),
+                        )
+                    };
                     let config = self.agent_config(&AgentRun {
                         name: cfg.name.clone(),
                         policy: policy.clone(),
@@ -757,8 +778,10 @@ impl Session<'_> {
                 Err(e) => point.error = Some(e.to_string()),
             }
             if cfg.be.is_some() {
+                // The BE was started before the point: no progress line means no progress
+                // (frozen or starved), i.e. zero throughput.
                 let samples = read_progress(&progress);
-                point.be_ops_per_s = stats::counter_rate(&samples, start, end);
+                point.be_ops_per_s = Some(stats::counter_rate(&samples, start, end).unwrap_or(0.0));
                 point.be_norm = point
                     .be_ops_per_s
                     .zip(solo.as_ref())
@@ -1005,7 +1028,11 @@ impl Session<'_> {
     ) -> Result<ColocationRun> {
         let threads = self.opts.placement.server.len().max(1);
         let be = be_spec(be_name, threads);
-        let solo = self.solo(&be)?;
+        // The solo rate is measured right before each run: on a shared machine it drifts.
+        let solo = self.solo_as(
+            &be,
+            &format!("solo-{}-{}t-before-{policy}", be.label(), be.threads),
+        )?;
         let (mut serve, addr) = self.runner.start_serve(&ServeSpec {
             threads,
             ..Default::default()
@@ -1029,9 +1056,17 @@ impl Session<'_> {
             run.commands.push(p.command.clone());
             procs.push(p);
         } else {
-            let be_argv =
+            // The agent launches the BE in its group; in --dry-run it moves nothing, so the BE
+            // is started here instead.
+            let be_argv = if self.opts.dry_run {
+                let p = self.runner.start_antagonist(&be, &progress)?;
+                run.commands.push(p.command.clone());
+                procs.push(p);
+                Vec::new()
+            } else {
                 self.runner
-                    .argv(&self.opts.placement.server, &be.prefix, &be.args(&progress));
+                    .argv(&self.opts.placement.server, &be.prefix, &be.args(&progress))
+            };
             let config = self.agent_config(&AgentRun {
                 name: format!("coloc-{policy}"),
                 policy: policy.to_string(),
@@ -1097,8 +1132,9 @@ impl Session<'_> {
                 }
                 Err(e) => w.error = Some(e.to_string()),
             }
+            // No progress line in or before the window: the BE was frozen or starved.
             let samples = read_progress(&progress);
-            w.be_ops_per_s = stats::counter_rate(&samples, start, end);
+            w.be_ops_per_s = Some(stats::counter_rate(&samples, start, end).unwrap_or(0.0));
             w.be_fraction = w.be_ops_per_s.map(|r| r / solo.ops_per_s);
             if let Some(t) = tail.as_mut() {
                 let new = t.read_new();
@@ -1150,7 +1186,7 @@ pub fn run_experiment(
     }
     let (recorded, resumed) = (session.recorded, session.resumed);
     (session.progress)(&format!(
-        "{}: {recorded} results recorded now, {resumed} taken from an earlier run",
+        "{}: {recorded} results recorded now, {resumed} reused from stored results",
         exp.name()
     ));
     crate::experiments::report(out)

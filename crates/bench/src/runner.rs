@@ -492,9 +492,30 @@ fn read_log(dir: &Path, label: &str) -> String {
     std::fs::read_to_string(dir.join(format!("{label}.log"))).unwrap_or_default()
 }
 
+/// The last `n` characters of a subprocess log, without terminal colour codes.
 fn tail(s: &str, n: usize) -> String {
-    let chars: Vec<char> = s.chars().collect();
+    let plain = strip_ansi(s);
+    let chars: Vec<char> = plain.chars().collect();
     chars[chars.len().saturating_sub(n)..].iter().collect()
+}
+
+/// Removes ANSI escape sequences (`ESC [ ... letter`) that coloured logs carry.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Records the machine: kernel, CPU model, CPU count, host name and `doctor --json`.
@@ -551,6 +572,21 @@ pub fn read_progress(path: &Path) -> Vec<(u64, f64)> {
         .collect();
     v.sort_by_key(|s| s.0);
     v
+}
+
+/// `(ops_total, cpu_s)` at the first and last progress lines that report the BE's own CPU time
+/// (`cpu_s`, an optional field beside contract 5), `None` without two such lines.
+pub fn progress_cpu_span(path: &Path) -> Option<((f64, f64), (f64, f64))> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|j| Some((j.get("ops_total")?.as_f64()?, j.get("cpu_s")?.as_f64()?)))
+        .collect();
+    if v.len() < 2 {
+        return None;
+    }
+    Some((v[0], v[v.len() - 1]))
 }
 
 /// Busy and total jiffies of the given CPUs from a `/proc/stat`-format file.

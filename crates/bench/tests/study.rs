@@ -139,3 +139,12 @@ fn diurnal_trace_goes_20_90_20() {
     assert!((t[4] - 0.9).abs() < 1e-9);
     assert!(t.windows(2).take(4).all(|w| w[1] > w[0]));
 }
+
+#[test]
+fn subprocess_log_tails_lose_their_colour_codes() {
+    let coloured = "\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m write failed";
+    assert_eq!(
+        headroom_bench::runner::strip_ansi(coloured),
+        "2026  WARN write failed"
+    );
+}

@@ -164,7 +164,11 @@ impl CgroupProbe {
     }
 
     fn run(cgroups: &Cgroups, scratch: bool, root_user: bool) -> Self {
-        let scratch_group = GroupPath::new(&format!("headroom-doctor-{}", std::process::id())).ok();
+        // Unique per probe: agents may probe from several threads of one process.
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let scratch_group =
+            GroupPath::new(&format!("headroom-doctor-{}-{n}", std::process::id())).ok();
         let mut created = None;
         let mut create_error = None;
         if scratch {

@@ -127,12 +127,7 @@ impl HostError {
         matches!(self.errno(), Some(Errno::EACCES) | Some(Errno::EPERM))
     }
 
-    pub fn io(
-        op: IoOp,
-        path: impl Into<PathBuf>,
-        value: Option<&str>,
-        source: io::Error,
-    ) -> Self {
+    pub fn io(op: IoOp, path: impl Into<PathBuf>, value: Option<&str>, source: io::Error) -> Self {
         HostError::Io {
             op,
             path: path.into(),
@@ -141,11 +136,7 @@ impl HostError {
         }
     }
 
-    pub fn parse(
-        path: impl Into<PathBuf>,
-        content: &str,
-        reason: impl Into<String>,
-    ) -> Self {
+    pub fn parse(path: impl Into<PathBuf>, content: &str, reason: impl Into<String>) -> Self {
         let mut content = content.trim_end().to_owned();
         if content.len() > 200 {
             let mut cut = 200;

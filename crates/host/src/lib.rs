@@ -15,6 +15,7 @@
 //!   .proc_stat() / .idle_sampler()    allocation-free /proc/stat readers (per-CPU busy/idle)
 //!   .schedstat(pid, tid)              run-queue delay reader
 //!   .psi(PsiResource) .meminfo() .net_dev(dev) .threads(pid) .kernel_release()
+//!   .kernel_cgroup_controllers() / .mount_v1_controller(c) / .unmount_v1_controller(c)
 //!
 //! GroupPath::new("headroom/be")?      validated: relative, no `..`, no empty parts
 //! Cgroups (one logical path -> every v1 hierarchy, or the v2 directory):
@@ -26,12 +27,16 @@
 //!   freeze / thaw (wait until settled) / freeze_state
 //!   set_memory_max / memory_max / set_memory_high / memory_high / memory_usage / memory_events
 //!   set_io_limits(g, DeviceId, IoLimits) / io_limits / set_io_weight / io_weight
-//!   set_net_classid / net_classid (v1 net_cls) / cpu_usage_ns / cpu_throttling / psi (v2)
+//!   set_net_classid / net_classid (v1 net_cls) / set_net_prio / net_prio (v1 net_prio)
+//!   cpu_usage_ns / cpu_throttling / psi (v2) / ensure_v2_group (for cgroup BPF on hybrid hosts)
 //! sched::{set_sched(tid, SchedPolicy), sched(tid) -> SchedAttr, set_affinity, affinity, threads, last_cpu}
 //! tc::{Egress<R: TcRunner>, SystemTc, RecordingTc, HtbConfig, TcClassStats, net_cls_classid}
 //!   BE classified by cgroup via bpf::EgressPriority::attach(v2 dir, classid) (any netns, needs a
 //!   cgroup2 mount), Cgroups::set_net_prio (init-netns devices) or Egress::add_net_cls_filter
-//! doctor::probe(root) -> headroom_types::doctor::Doctor
+//! resctrl::{Resctrl, ResctrlGroup, Schemata, validate_cbm, top_ways_mask}
+//! power::{Rapl, RaplZone, energy_delta_uj, CpuFreq}
+//! sensors::{PolledFile, ProcStatReader, CpuIdleSampler, SchedstatReader, parse_psi, MemInfo}
+//! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
 

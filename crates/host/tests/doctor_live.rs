@@ -58,9 +58,21 @@ fn probe_of_the_real_host_has_every_contract_key_and_leaves_nothing_behind() {
     let host = LinuxHost::system();
     if let Ok(cgroups) = host.cgroups() {
         assert_eq!(report.cgroup_mode, cgroups.mode().as_str());
-        let scratch = format!("headroom-doctor-{}", std::process::id());
-        for (_, dir) in cgroups.group_dirs(&headroom_host::GroupPath::new(&scratch).unwrap()) {
-            assert!(!dir.exists(), "doctor left {} behind", dir.display());
+        let prefix = format!("headroom-doctor-{}", std::process::id());
+        for mount in cgroups
+            .layout()
+            .v1
+            .values()
+            .chain(cgroups.layout().v2.iter())
+        {
+            for entry in std::fs::read_dir(mount).unwrap() {
+                let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+                assert!(
+                    !name.starts_with(&prefix),
+                    "doctor left {name} in {}",
+                    mount.display()
+                );
+            }
         }
     }
     let netns = std::process::Command::new("ip")
@@ -69,7 +81,7 @@ fn probe_of_the_real_host_has_every_contract_key_and_leaves_nothing_behind() {
     if let Ok(out) = netns {
         let list = String::from_utf8_lossy(&out.stdout);
         assert!(
-            !list.contains("headroom-doctor-"),
+            !list.contains(&format!("headroom-doctor-{}", std::process::id())),
             "doctor left a netns: {list}"
         );
     }

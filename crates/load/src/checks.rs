@@ -149,6 +149,18 @@ fn interarrival_check(raw: &RawResults, iadist_unit: &Dist) -> Check {
         },
         Some(fit) => {
             let ok = fit.p_value >= FIT_ALPHA;
+            let late = raw.counters.late as f64 / raw.counters.sent.max(1) as f64;
+            let why = if ok {
+                String::new()
+            } else if late > 0.01 {
+                format!(
+                    ": sends do not follow the configured distribution; {:.1}% of them waited for the depth cap (raise -c or -d)",
+                    late * 100.0
+                )
+            } else {
+                ": sends do not follow the configured distribution (client timing; see send_lag)"
+                    .to_string()
+            };
             Check {
                 name,
                 ok,
@@ -157,7 +169,7 @@ fn interarrival_check(raw: &RawResults, iadist_unit: &Dist) -> Check {
                     fit.statistic,
                     fit.p_value,
                     fit.n,
-                    if ok { "" } else { ": sends do not follow the configured distribution" }
+                    why
                 ),
             }
         }

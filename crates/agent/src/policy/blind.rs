@@ -1,8 +1,9 @@
 //! PerfIso CPU blind isolation (ATC'18 §3.1).
 //!
-//! With I idle CPUs, B buffer CPUs and S CPUs allocated to BE: if I < B, S shrinks (at once, by
-//! what the buffer lacks); if I > B (+ hysteresis), S grows by one step, at most once per
-//! `grow_interval_ms`. The policy is evaluated every poll; the allocation changes only when S or
+//! With I idle CPUs, B buffer CPUs and S CPUs allocated to BE: if I < B, S shrinks at once by
+//! what the buffer lacks (rounded up to whole steps of `grow_step_cpus`); if I > B — precisely,
+//! if one more step still leaves B idle: I ≥ B + step (+ hysteresis) — S grows by one step, at
+//! most once per `grow_interval_ms`. The policy is evaluated every poll; the allocation changes only when S or
 //! the usable CPUs change, so the reconciler writes only then. BE never gets the CPUs the LC is
 //! pinned to. S = 0 (allowed when `min_be_cpus = 0`) freezes BE. A fractional S — needed when B
 //! is fractional on small machines — is given as ceil(S) CPUs in the cpuset plus a CFS quota of
@@ -73,6 +74,18 @@ impl Blind {
         self.last_grow = None;
     }
 
+    /// The step S moves by: `grow_step_cpus`, or the fractional part of B when B is fractional
+    /// (≥ 0.1), so a B like 1.5 on a 2-CPU machine can leave BE half a CPU.
+    fn step(&self) -> f64 {
+        let step = self.config.policy.blind.grow_step_cpus;
+        let frac = self.buffer - self.buffer.floor();
+        if (0.1..step).contains(&frac) {
+            round6(frac)
+        } else {
+            step
+        }
+    }
+
     fn max_be_cpus(&self, candidates: usize) -> f64 {
         let p = &self.config.policy.blind;
         let n = candidates as f64;
@@ -123,18 +136,22 @@ impl Policy for Blind {
         let before = self.be_cpus;
         // The LC may have pinned itself onto more CPUs since the last poll.
         self.be_cpus = self.be_cpus.clamp(min, max);
+        let step = self.step();
         let idle = obs.idle_cpu_count(p.idle_threshold);
         let reason = match idle {
             None => "blind:no-idle-data:hold",
             Some(i) if i < self.buffer => {
-                self.be_cpus = round6((self.be_cpus - (self.buffer - i)).max(min));
+                // take back what the buffer lacks, in whole steps, so S stays on its grid
+                let steps = ((self.buffer - i) / step - 1e-9).ceil().max(1.0);
+                self.be_cpus = round6((self.be_cpus - steps * step).max(min));
                 if self.be_cpus < before {
                     "blind:idle<buffer:shrink"
                 } else {
                     "blind:idle<buffer:at-min"
                 }
             }
-            Some(i) if i > self.buffer + p.hysteresis_cpus => {
+            // growing by one step must still leave the buffer idle
+            Some(i) if i >= self.buffer + step + p.hysteresis_cpus - 1e-9 => {
                 let waited = self.last_grow.is_none_or(|t| {
                     now.saturating_sub(t) >= Duration::from_millis(p.grow_interval_ms)
                 });
@@ -145,7 +162,6 @@ impl Policy for Blind {
                 } else if !waited {
                     "blind:idle>buffer:grow-wait"
                 } else {
-                    let step = p.grow_step_cpus.min(i - self.buffer);
                     self.be_cpus = round6((self.be_cpus + step).min(max));
                     self.last_grow = Some(now);
                     "blind:idle>buffer:grow"

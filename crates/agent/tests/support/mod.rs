@@ -23,9 +23,19 @@ const CONTROLLERS: &[(&str, &[(&str, &str)])] = &[
     ("cpuacct", &[("cpuacct.usage", "0\n")]),
     (
         "cpuset",
-        &[("cpuset.cpus", "\n"), ("cpuset.mems", "\n"), ("cpuset.effective_cpus", "\n")],
+        &[
+            ("cpuset.cpus", "\n"),
+            ("cpuset.mems", "\n"),
+            ("cpuset.effective_cpus", "\n"),
+        ],
     ),
-    ("memory", &[("memory.limit_in_bytes", "9223372036854771712\n"), ("memory.usage_in_bytes", "0\n")]),
+    (
+        "memory",
+        &[
+            ("memory.limit_in_bytes", "9223372036854771712\n"),
+            ("memory.usage_in_bytes", "0\n"),
+        ],
+    ),
     ("freezer", &[("freezer.state", "THAWED\n")]),
 ];
 
@@ -40,7 +50,10 @@ pub struct FakeIo {
 
 impl FakeIo {
     pub fn fail(&self, suffix: &str, errno: i32) {
-        self.faults.lock().unwrap().push((suffix.to_string(), errno));
+        self.faults
+            .lock()
+            .unwrap()
+            .push((suffix.to_string(), errno));
     }
 
     pub fn heal(&self) {
@@ -60,7 +73,13 @@ impl KnobIo for FakeIo {
 
     fn write(&self, path: &Path, value: &str) -> io::Result<()> {
         let p = path.to_string_lossy().to_string();
-        if let Some((_, e)) = self.faults.lock().unwrap().iter().find(|(s, _)| p.ends_with(s.as_str())) {
+        if let Some((_, e)) = self
+            .faults
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(s, _)| p.ends_with(s.as_str()))
+        {
             return Err(io::Error::from_raw_os_error(*e));
         }
         RealIo.write(path, value)?;

@@ -38,7 +38,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     options.decision_log = args.log;
     if let Some(s) = args.duration {
         if !(s.is_finite() && s > 0.0) {
-            return Err(super::usage(format!("--duration {s}: must be a positive number of seconds")));
+            return Err(super::usage(format!(
+                "--duration {s}: must be a positive number of seconds"
+            )));
         }
         options.run_for = Some(std::time::Duration::from_secs_f64(s));
     }
@@ -46,10 +48,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if e.is_usage() {
             super::usage(e.to_string())
         } else {
-            anyhow::Error::new(e)
+            // The message already carries the path, value and OS error: no chain to repeat.
+            anyhow::anyhow!("{e}")
         }
     })?;
-    let summary = agent.run().context("agent loop")?;
+    let summary = agent
+        .run()
+        .map_err(|e| anyhow::anyhow!("agent loop: {e}"))?;
     eprintln!(
         "headroom agent: stopped after {} ticks, {} writes, {} failed reconciliations; exit action: {}",
         summary.ticks, summary.writes, summary.write_errors, summary.exit_action
@@ -61,9 +66,17 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(log)
         .with_context(|| format!("reading decision log {}", log.display()))?;
     let mut records = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let rec = DecisionRecord::from_json_line(line).map_err(|e| {
-            super::usage(format!("{} line {}: not a decision record: {e}", log.display(), i + 1))
+            super::usage(format!(
+                "{} line {}: not a decision record: {e}",
+                log.display(),
+                i + 1
+            ))
         })?;
         records.push(rec);
     }

@@ -34,6 +34,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     pub fraction: f64,
     /// dram: array size in MiB (default 8 × LLC, at least 256); memory: MiB to allocate
+    /// (default 256)
     #[arg(long)]
     pub mb: Option<u64>,
     /// memory: MiB per second to allocate/touch (0 = as fast as possible)

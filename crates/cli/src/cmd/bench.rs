@@ -93,7 +93,7 @@ pub(crate) fn experiment_options(
     let mut o = headroom_bench::record::Options::defaults(exp, flags.quick, bin);
     o.invocation = invocation;
     if let Some(d) = flags.duration {
-        if !(d >= 1.0) {
+        if d.is_nan() || d < 1.0 {
             return Err(super::usage(format!(
                 "--duration {d}: must be at least 1 second"
             )));
@@ -115,18 +115,18 @@ pub(crate) fn experiment_options(
         o.loads = l.iter().map(|x| x / 100.0).collect();
     }
     if let Some(s) = flags.slo_us {
-        if !(s > 0.0) {
+        if s.is_nan() || s <= 0.0 {
             return Err(super::usage(format!("--slo-us {s}: must be positive")));
         }
         o.slo_us = Some(s);
     }
     if let Some(p) = flags.peak_qps {
-        if !(p > 0.0) {
+        if p.is_nan() || p <= 0.0 {
             return Err(super::usage(format!("--peak-qps {p}: must be positive")));
         }
         o.peak_qps = Some(p);
     }
-    if !(flags.percentile > 0.0 && flags.percentile < 100.0) {
+    if flags.percentile.is_nan() || flags.percentile <= 0.0 || flags.percentile >= 100.0 {
         return Err(super::usage(format!(
             "--percentile {}: must be in (0, 100)",
             flags.percentile
@@ -140,7 +140,7 @@ pub(crate) fn experiment_options(
         o.policies = p;
     }
     if let Some(m) = flags.minutes {
-        if !(m > 0.0) {
+        if m.is_nan() || m <= 0.0 {
             return Err(super::usage(format!("--minutes {m}: must be positive")));
         }
         o.minutes = m;
@@ -178,7 +178,12 @@ fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> 
             "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent"
         ))
     })?;
-    let out = out.unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));
+    // `--out` may also come after the experiment's own flags (clap leaves it in `rest` then).
+    let (late_out, rest) = split_out(rest)?;
+    let out = out
+        .or(late_out)
+        .unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));
+    let rest = &rest[..];
     let invocation = std::iter::once("headroom".to_string())
         .chain(std::env::args().skip(1))
         .map(|a| headroom_bench::runner::shell_quote(&a))
@@ -208,4 +213,24 @@ fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> 
     println!("summary: {}", files.summary_json.display());
     println!("         {}", files.summary_md.display());
     Ok(())
+}
+
+/// Takes `--out DIR` / `--out=DIR` out of the trailing flags.
+fn split_out(rest: &[String]) -> anyhow::Result<(Option<std::path::PathBuf>, Vec<String>)> {
+    let mut out = None;
+    let mut kept = Vec::new();
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        if a == "--out" {
+            let v = it
+                .next()
+                .ok_or_else(|| super::usage("--out needs a directory"))?;
+            out = Some(std::path::PathBuf::from(v));
+        } else if let Some(v) = a.strip_prefix("--out=") {
+            out = Some(std::path::PathBuf::from(v));
+        } else {
+            kept.push(a.clone());
+        }
+    }
+    Ok((out, kept))
 }

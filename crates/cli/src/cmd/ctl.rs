@@ -40,7 +40,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )))
         }
     };
-    let response = request(&args.socket, &req)?;
+    // The error's message already names the socket and the OS error.
+    let response = request(&args.socket, &req).map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&response)?);
     } else if let Some(status) = &response.status {
@@ -70,9 +71,17 @@ fn print_status(s: &serde_json::Value) {
         s["policy"].as_str().unwrap_or("?"),
         s["uptime_s"].as_f64().unwrap_or(0.0),
         f(&s["ticks"]),
-        if s["actuating"] == true { "actuating" } else { "NOT actuating" },
+        if s["actuating"] == true {
+            "actuating"
+        } else {
+            "NOT actuating"
+        },
         if s["paused"] == true { ", paused" } else { "" },
-        if s["dry_run"] == true { ", dry run" } else { "" },
+        if s["dry_run"] == true {
+            ", dry run"
+        } else {
+            ""
+        },
     );
     println!(
         "LC {}: p{} latency {} µs (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",
@@ -108,6 +117,10 @@ fn print_status(s: &serde_json::Value) {
     );
     println!("last reasons:");
     for r in s["last_reasons"].as_array().into_iter().flatten() {
-        println!("  t={} ms  {}", f(&r["t_ms"]), r["reason"].as_str().unwrap_or("?"));
+        println!(
+            "  t={} ms  {}",
+            f(&r["t_ms"]),
+            r["reason"].as_str().unwrap_or("?")
+        );
     }
 }

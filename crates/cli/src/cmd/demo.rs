@@ -33,13 +33,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !(args.minutes > 0.0) {
+    if args.minutes.is_nan() || args.minutes <= 0.0 {
         return Err(super::usage(format!(
             "--minutes {}: must be positive",
             args.minutes
         )));
     }
-    if !(args.window >= 2.0) {
+    if args.window.is_nan() || args.window < 2.0 {
         return Err(super::usage(format!(
             "--window {}: must be at least 2 seconds",
             args.window

@@ -96,15 +96,23 @@ pub struct Args {
     /// Agent port
     #[arg(short = 'p', long = "agent_port", alias = "agent-port", default_value_t = DEFAULT_AGENT_PORT)]
     pub agent_port: u16,
-    /// Write every measured request's scheduled time and latency to F
-    #[arg(long, value_name = "F")]
-    pub save: Option<PathBuf>,
     /// More output (one progress line per second even when stderr is not a terminal)
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// No progress output
     #[arg(long)]
     pub quiet: bool,
+    /// Outputs and headroom's own extensions (boxed: keeps the CLI's command enum small).
+    #[command(flatten)]
+    pub extra: Box<Extra>,
+}
+
+/// `headroom load` flags beyond mutilate's run settings: outputs and extensions.
+#[derive(clap::Args, Debug)]
+pub struct Extra {
+    /// Write every measured request's scheduled time and latency to F
+    #[arg(long, value_name = "F")]
+    pub save: Option<PathBuf>,
     /// Write the result JSON to F (DESIGN.md "Result JSON"; an array for --scan)
     #[arg(long, value_name = "F")]
     pub json: Option<PathBuf>,
@@ -170,7 +178,7 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         (None, true) => ProtocolKind::Binary,
         (None, false) => ProtocolKind::Memcache,
     };
-    let popularity: Popularity = args.popularity.parse().map_err(lib_err)?;
+    let popularity: Popularity = args.extra.popularity.parse().map_err(lib_err)?;
     let opts = LoadOptions {
         servers: args.server.clone(),
         protocol,
@@ -193,12 +201,12 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         measure_depth: args.measure_depth,
         agents: args.agent.clone(),
         agent_port: args.agent_port,
-        save: args.save.clone(),
-        hdr_log: args.hdr.clone(),
-        feed: args.feed.clone(),
-        seed: args.seed,
+        save: args.extra.save.clone(),
+        hdr_log: args.extra.hdr.clone(),
+        feed: args.extra.feed.clone(),
+        seed: args.extra.seed,
         popularity,
-        spin_us: args.spin_us,
+        spin_us: args.extra.spin_us,
         ..LoadOptions::default()
     };
     Ok(opts)
@@ -214,7 +222,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return run_agent(bind, *port, *sessions);
     }
     if args.agentmode {
-        return run_agent(&args.bind, args.agent_port, None);
+        return run_agent(&args.extra.bind, args.agent_port, None);
     }
     let opts = options_from(&args)?;
     let scan = args
@@ -252,10 +260,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = headroom_load::run_report(&opts, &mut |iv| ticker.tick(iv)).map_err(lib_err)?;
     ticker.done();
     print!("{}", format_table(&report));
-    if let Some(p) = &args.json {
+    if let Some(p) = &args.extra.json {
         write_file(p, &(serde_json::to_string_pretty(&report)? + "\n"))?;
     }
-    if let Some(p) = &args.csv {
+    if let Some(p) = &args.extra.csv {
         write_file(p, &format!("{}\n{}\n", csv_header(), csv_row(&report)))?;
     }
     Ok(())
@@ -306,10 +314,10 @@ fn write_sweep_outputs(
     reports: &[&LoadReport],
     json: serde_json::Value,
 ) -> anyhow::Result<()> {
-    if let Some(p) = &args.json {
+    if let Some(p) = &args.extra.json {
         write_file(p, &(serde_json::to_string_pretty(&json)? + "\n"))?;
     }
-    if let Some(p) = &args.csv {
+    if let Some(p) = &args.extra.csv {
         let mut text = csv_header() + "\n";
         for r in reports {
             text.push_str(&csv_row(r));

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use headroom_host::{KnobIo, LinuxHost, RealIo};
 use nix::errno::Errno;
 
-/// A write that must fail: the path ends with `suffix` (and, if set, the value equals `value`).
+/// A write that must fail: the path contains `suffix` (and, if set, the value equals `value`).
 #[derive(Debug, Clone)]
 pub struct Fault {
     pub suffix: String,
@@ -73,7 +73,7 @@ impl FakeKernel {
             .lock()
             .unwrap()
             .iter()
-            .find(|f| p.ends_with(&f.suffix) && f.value.as_deref().is_none_or(|v| v == value))
+            .find(|f| p.contains(&f.suffix) && f.value.as_deref().is_none_or(|v| v == value))
             .map(|f| f.errno)
     }
 }

@@ -118,7 +118,6 @@ pub struct StoreCounts {
     pub bytes: u64,
     pub evictions: u64,
     pub reclaimed: u64,
-    pub expired_unfetched: u64,
     pub limit_maxbytes: u64,
 }
 

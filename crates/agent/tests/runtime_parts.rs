@@ -1,0 +1,203 @@
+//! The runtime's parts that need no cgroups: the shipped example configs parse and validate,
+//! the state file round-trips atomically, the control socket is 0600 and answers, the live
+//! feed turns pushed histograms into a window percentile, and the metrics endpoint serves.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use headroom_agent::allocation::Allocation;
+use headroom_agent::config::Config;
+use headroom_agent::control::{self, Request, Response};
+use headroom_agent::lc_signal::SignalCell;
+use headroom_agent::reconcile::{GroupSettings, Knob, KnobValue};
+use headroom_agent::state::{self, AgentState, STATE_VERSION};
+
+fn repo_file(rel: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn shipped_configs_are_valid() {
+    Config::from_toml_str(&repo_file("deploy/headroom.toml")).unwrap();
+    let manifest = repo_file("deploy/kubernetes/headroom-daemonset.yaml");
+    let start = manifest.find("headroom.toml: |").unwrap();
+    let body: String = manifest[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    let cfg = Config::from_toml_str(&body).unwrap();
+    assert_eq!(cfg.be[0].cgroup, "kubepods/besteffort");
+}
+
+#[test]
+fn state_file_round_trips_and_leaves_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/state.json");
+    assert!(state::load(&path).unwrap().is_none());
+    let mut values = std::collections::BTreeMap::new();
+    values.insert(Knob::CpusetCpus, KnobValue::Cpus("0-1".into()));
+    values.insert(Knob::CpuWeight, KnobValue::Weight(512));
+    let st = AgentState {
+        version: STATE_VERSION,
+        pid: 42,
+        written_unix_ms: 1,
+        original: [("hr/be".to_string(), GroupSettings { values })].into(),
+        last_allocation: Some(Allocation::default().disabled()),
+        owned_pids: [("spin".to_string(), 7)].into(),
+    };
+    state::store(&path, &st).unwrap();
+    assert_eq!(state::load(&path).unwrap().unwrap(), st);
+    assert!(!dir.path().join("sub/state.json.tmp").exists());
+    std::fs::write(&path, "{\"version\": 99}").unwrap();
+    let err = state::load(&path).unwrap_err().to_string();
+    assert!(err.contains("state.json"), "{err}");
+}
+
+#[test]
+fn control_socket_is_private_and_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A stand-in for the agent loop.
+    let server = std::thread::spawn(move || {
+        let (req, reply) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let resp = match req {
+            Request::Set { key, value } => Response::ok(format!("{key} = {value}")),
+            other => Response::error(format!("unexpected {other:?}")),
+        };
+        reply.send(resp).unwrap();
+    });
+    let resp = control::request(
+        &sock,
+        &Request::Set {
+            key: "policy.blind.buffer_cores".into(),
+            value: "2".into(),
+        },
+    )
+    .unwrap();
+    assert!(resp.ok, "{resp:?}");
+    assert_eq!(resp.message, "policy.blind.buffer_cores = 2");
+    server.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    handle.join().unwrap();
+    let err = control::request(&sock, &Request::Status)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ctl.sock"), "names the socket: {err}");
+}
+
+#[test]
+fn feed_lines_become_a_window_percentile() {
+    use headroom_load::stats::LatencyHist;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("feed.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let cells = headroom_agent::feed::FeedCells {
+        latency: SignalCell::new(),
+        qps: SignalCell::new(),
+    };
+    let handle =
+        headroom_agent::feed::spawn(&sock, 99.0, 15.0, cells.clone(), stop.clone()).unwrap();
+    let mut hist = LatencyHist::new();
+    for i in 1..=100u64 {
+        hist.record_ns(i * 10_000); // 10 µs .. 1000 µs
+    }
+    let line = serde_json::json!({
+        "version": 1, "t_unix_ms": headroom_agent::runtime::unix_ms(),
+        "interval_s": 1.0, "qps": 1234.0, "hist": hist.to_base64()});
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    use std::io::Write;
+    writeln!(s, "{line}").unwrap();
+    let start = Instant::now();
+    while cells.latency.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let p99 = cells.latency.latest().expect("published").value;
+    assert!((p99 - 990.0).abs() < 15.0, "p99 {p99}");
+    assert_eq!(cells.qps.latest().unwrap().value, 1234.0);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(s);
+    handle.join().unwrap();
+}
+
+#[test]
+fn metrics_endpoint_serves_the_exposition() {
+    let (m, registry) = headroom_agent::metrics::Metrics::new();
+    let obs = headroom_agent::observation::Observation {
+        lc_latency_us: Some(250.0),
+        ..Default::default()
+    };
+    let alloc = Allocation {
+        be_cpus: Some(vec![1, 2]),
+        ..Allocation::default()
+    };
+    m.observe(&obs, &alloc, 500.0, "blind:idle=buffer:steady");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, handle) =
+        headroom_agent::metrics::serve("127.0.0.1:0".parse().unwrap(), registry, stop.clone())
+            .unwrap();
+    let body = headroom_agent::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
+    assert!(body.contains("headroom_lc_latency_us 250.0"), "{body}");
+    assert!(body.contains("headroom_lc_slack 0.5"), "{body}");
+    assert!(body.contains("headroom_be_cpus 2.0"), "{body}");
+    assert!(
+        body.contains("headroom_decisions_total{reason=\"blind:idle=buffer:steady\"} 1"),
+        "{body}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    handle.join().unwrap();
+}
+
+#[test]
+fn the_prober_times_a_memcache_server_open_loop() {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A memcached stand-in that answers every GET with a miss after ~2 ms.
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut lines = BufReader::new(s).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if line.starts_with("get ") {
+                std::thread::sleep(Duration::from_millis(2));
+                if w.write_all(b"END\r\n").is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let cell = SignalCell::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let spec = headroom_agent::probe::ProbeSpec::new(
+        headroom_agent::config::ProbeProtocol::Memcache,
+        &addr.to_string(),
+        100.0,
+        99.0,
+        5.0,
+    );
+    let handle = headroom_agent::probe::spawn(spec, cell.clone(), stop.clone()).unwrap();
+    let start = Instant::now();
+    while cell.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    handle.join().unwrap();
+    let p99 = cell
+        .latest()
+        .expect("a window percentile was published")
+        .value;
+    assert!(p99 >= 1900.0, "p99 {p99} µs includes the server's 2 ms");
+    assert_eq!(cell.errors(), 0, "{:?}", cell.last_error());
+    drop(server);
+}
