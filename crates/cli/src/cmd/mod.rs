@@ -30,7 +30,10 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 /// 2 for usage errors anywhere in the chain, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.downcast_ref::<UsageError>().is_some()) {
+    if err
+        .chain()
+        .any(|e| e.downcast_ref::<UsageError>().is_some())
+    {
         2
     } else {
         1
