@@ -565,6 +565,10 @@ pub struct HybridConfig {
     pub buffer_max_cores: f64,
     /// B changes by this much per outer step.
     pub buffer_step_cores: f64,
+    /// When every CPU BE may use is an LC CPU (a small machine), run BE on those CPUs in the
+    /// `cpu.idle` class instead of giving it nothing: the mainline successor of BVT warp
+    /// (DESIGN.md), with the outer loop still disabling BE on negative slack or high load.
+    pub share_lc_cpus: bool,
 }
 
 impl Default for HybridConfig {
@@ -574,6 +578,7 @@ impl Default for HybridConfig {
             buffer_min_cores: 1.0,
             buffer_max_cores: 0.0,
             buffer_step_cores: 0.5,
+            share_lc_cpus: true,
         }
     }
 }

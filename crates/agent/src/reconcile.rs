@@ -349,7 +349,16 @@ impl Reconciler {
             .filter(|(k, v)| before.get(*k) != Some(*v))
             .map(|(k, v)| (k.clone(), before[k].clone(), v.clone()))
             .collect();
-        changes.sort_by_key(|(k, from, to)| self.order(k, from, to));
+        changes.sort_by_key(|(k, from, to)| {
+            let (phase, knob) = self.order(k, from, to);
+            // The kernel refuses a CPU weight write on an idle group (v1 cpu.shares: EINVAL),
+            // so idle is cleared before any weight write and set after all of them.
+            match to {
+                KnobValue::Idle(false) => (1, 0, knob),
+                KnobValue::Idle(true) => (3, 2, knob),
+                _ => (phase, 1, knob),
+            }
+        });
 
         let mut done: Vec<(Key, KnobValue)> = Vec::new();
         for (key, from, to) in changes {

@@ -165,3 +165,52 @@ fn unknown_latency_is_retried_after_a_second_not_a_window() {
             .be_enabled
     );
 }
+
+/// A 2-CPU machine where BE may only use CPU 1 and the LC is pinned there: blind isolation alone
+/// would leave BE nothing, so with `share_lc_cpus` (the default) BE shares CPU 1 as `cpu.idle`
+/// while the slack is healthy, and the outer loop still disables it on negative slack.
+fn small_machine_hybrid(share: bool) -> Hybrid {
+    let toml = BASE.replace("buffer_cores = 2", "buffer_cores = 1\nbe_cpus = [1]")
+        + &format!("share_lc_cpus = {share}\n");
+    Hybrid::new(
+        &Config::from_toml_str(&toml).expect("valid"),
+        &MachineInfo::with_cpus(2),
+    )
+}
+
+fn pinned_obs(slack: f64, load: f64) -> Observation {
+    Observation {
+        lc_cpus: Some(vec![1]),
+        ..obs(slack, load, 0.5)
+    }
+}
+
+#[test]
+fn be_shares_the_lc_cpu_as_idle_when_no_other_cpu_is_left() {
+    let mut h = small_machine_hybrid(true);
+    let d = h.decide(&pinned_obs(0.5, 0.5), ms(0));
+    assert!(d.allocation.be_enabled, "healthy slack: BE runs");
+    assert_eq!(d.allocation.be_cpus, Some(vec![1]));
+    assert_eq!(d.allocation.be_cpu_idle, Some(true));
+    assert_eq!(d.reason, "hybrid:share-lc-cpus:idle");
+
+    // an SLO violation at the next outer step disables BE, whatever the sharing rule says
+    let d = h.decide(&pinned_obs(-0.2, 0.5), ms(1_000));
+    assert!(!d.allocation.be_enabled, "negative slack: BE frozen");
+    assert!(
+        d.reason.contains("slack"),
+        "reason names the slack: {}",
+        d.reason
+    );
+}
+
+#[test]
+fn without_sharing_be_gets_nothing_on_the_lc_cpu() {
+    let mut h = small_machine_hybrid(false);
+    let d = h.decide(&pinned_obs(0.5, 0.5), ms(0));
+    assert!(
+        !d.allocation.be_enabled,
+        "no CPU outside the LC's: BE frozen"
+    );
+    assert_ne!(d.allocation.be_cpu_idle, Some(true));
+}

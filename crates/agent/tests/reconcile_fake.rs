@@ -185,3 +185,46 @@ fn restore_original_brings_back_what_was_there() {
     assert_eq!(fake.knob("cpu", "hr/be", "cpu.shares"), "512");
     assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
 }
+
+#[test]
+fn idle_is_cleared_before_a_weight_write_and_set_after_it() {
+    let fake = Fake::v1();
+    let mut r = setup(&fake);
+    let idle = Allocation {
+        be_enabled: true,
+        be_cpu_idle: Some(true),
+        ..Allocation::default()
+    };
+    r.apply(&idle, true).unwrap();
+    assert_eq!(files(&fake.io.take_writes()), vec!["cpu/hr/be/cpu.idle=1"]);
+    // Back to a weighted BE: the kernel refuses cpu.shares on an idle group, so idle goes first.
+    let weighted = Allocation {
+        be_enabled: true,
+        be_cpu_idle: Some(false),
+        be_cpu_weight: Some(CpuWeight {
+            shares: 2048,
+            weight: 200,
+        }),
+        ..Allocation::default()
+    };
+    r.apply(&weighted, true).unwrap();
+    assert_eq!(
+        files(&fake.io.take_writes()),
+        vec!["cpu/hr/be/cpu.idle=0", "cpu/hr/be/cpu.shares=2048"]
+    );
+    // And a weight change together with idle on: the weight is written while not yet idle.
+    let both = Allocation {
+        be_enabled: true,
+        be_cpu_idle: Some(true),
+        be_cpu_weight: Some(CpuWeight {
+            shares: 4096,
+            weight: 400,
+        }),
+        ..Allocation::default()
+    };
+    r.apply(&both, true).unwrap();
+    assert_eq!(
+        files(&fake.io.take_writes()),
+        vec!["cpu/hr/be/cpu.shares=4096", "cpu/hr/be/cpu.idle=1"]
+    );
+}

@@ -69,6 +69,24 @@ impl Hybrid {
         self.inner.buffer()
     }
 
+    /// The CPUs BE shares with the LC as `cpu.idle` when `share_lc_cpus` is on and every CPU BE
+    /// may use is an LC CPU; empty otherwise (blind isolation then runs as usual).
+    fn shared_lc_cpus(&self, obs: &Observation) -> Vec<u32> {
+        if !self.config.policy.hybrid.share_lc_cpus {
+            return Vec::new();
+        }
+        let allowed = &self.config.policy.blind.be_cpus;
+        if !be_candidate_cpus(&self.machine, allowed, &self.config, obs).is_empty() {
+            return Vec::new();
+        }
+        self.machine
+            .cpus
+            .iter()
+            .copied()
+            .filter(|c| allowed.is_empty() || allowed.contains(c))
+            .collect()
+    }
+
     fn outer(&mut self, obs: &Observation, now: Duration) -> TopOutcome {
         let h = self.config.policy.heracles.clone();
         let step = self.config.policy.hybrid.buffer_step_cores;
@@ -120,7 +138,18 @@ impl Policy for Hybrid {
                 outer_reason = Some(outcome.reason("hybrid"));
             }
         }
-        let (allocation, inner_state, inner_reason) = if self.top.enabled {
+        let shared = self.shared_lc_cpus(obs);
+        let (allocation, inner_state, inner_reason) = if self.top.enabled && !shared.is_empty() {
+            (
+                Allocation {
+                    be_cpus: Some(shared.clone()),
+                    be_cpu_idle: Some(true),
+                    ..Allocation::default()
+                },
+                json!({ "shared_lc_cpus": shared }),
+                "hybrid:share-lc-cpus:idle".to_string(),
+            )
+        } else if self.top.enabled {
             let d = self.inner.decide(obs, now);
             let tail = d.reason.trim_start_matches("blind:").to_string();
             (d.allocation, d.state, format!("hybrid:{tail}"))
