@@ -214,3 +214,14 @@ fn without_sharing_be_gets_nothing_on_the_lc_cpu() {
     );
     assert_ne!(d.allocation.be_cpu_idle, Some(true));
 }
+
+#[test]
+fn the_safety_wrapper_lets_idle_be_share_the_lc_cpu() {
+    let toml = BASE.replace("buffer_cores = 2", "buffer_cores = 1\nbe_cpus = [1]");
+    let config = Config::from_toml_str(&toml).expect("valid");
+    let mut p = headroom_agent::policy::build(&config, &MachineInfo::with_cpus(2));
+    let d = p.decide(&pinned_obs(0.5, 0.5), ms(0));
+    assert!(d.allocation.be_enabled, "reason {}", d.reason);
+    assert_eq!(d.allocation.be_cpus, Some(vec![1]));
+    assert_eq!(d.allocation.be_cpu_idle, Some(true));
+}

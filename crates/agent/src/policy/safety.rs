@@ -155,7 +155,11 @@ impl Policy for Guarded {
         // Rule 1: the LC is never restricted; BE never on the LC's pinned CPUs.
         a.lc = self.lc_treatment(&policy_lc);
         let lc_cpus = lc_pinned_cpus(&self.machine, &self.config, obs);
-        if let Some(cpus) = &mut a.be_cpus {
+        // Exception: BE in the `cpu.idle` class may share the LC's CPUs (hybrid's
+        // `share_lc_cpus` on small machines): the idle class yields to the LC at every wake-up,
+        // the mainline successor of BVT warp, so it does not restrict the LC.
+        let shares_as_idle = a.be_cpu_idle == Some(true) && self.machine.mechanisms.cpu_idle;
+        if let (Some(cpus), false) = (&mut a.be_cpus, shares_as_idle) {
             cpus.retain(|c| !lc_cpus.contains(c));
             if cpus.is_empty() {
                 a.be_cpus = None;
