@@ -50,6 +50,29 @@ pub struct Config {
     pub safety: SafetyConfig,
     #[serde(default)]
     pub api: ApiConfig,
+    #[serde(default)]
+    pub sensors: SensorsConfig,
+}
+
+/// Where per-CPU idle time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleSensor {
+    /// BPF when it loads (root, CONFIG_BPF_EVENTS), else `/proc/stat`.
+    #[default]
+    Auto,
+    /// A BPF program on the `power:cpu_idle` tracepoint: ns-exact and current, for 1 ms polling.
+    Bpf,
+    /// `/proc/stat`: idle in 10 ms units, busy time by the scheduler tick.
+    ProcStat,
+}
+
+/// `[sensors]`: how the machine is read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct SensorsConfig {
+    /// `"auto"` (default), `"bpf"` (refuse to start without it) or `"proc_stat"`.
+    pub idle: IdleSensor,
 }
 
 /// `[lc]`: the latency-critical service.
@@ -413,6 +436,11 @@ pub struct BlindConfig {
     /// instantaneous idle-core count over the poll; > 0: I counts CPUs whose idle fraction
     /// reaches this.
     pub idle_threshold: f64,
+    /// Idle CPU time that counts as noise, CPUs: shrink only when I < B - tolerance, grow when
+    /// I >= B + step + hysteresis - tolerance. PerfIso counts whole idle cores; an exact idle
+    /// sensor (BPF) sees the agent's own polling and kernel housekeeping as a few percent busy,
+    /// which without this would read as "one idle core short" on every poll.
+    pub idle_tolerance_cpus: f64,
     /// CFS period for the fractional part, µs.
     pub quota_period_us: u64,
     /// CPUs BE may ever use; empty = all online CPUs (minus the LC's pinned CPUs).
@@ -430,6 +458,7 @@ impl Default for BlindConfig {
             grow_interval_ms: 50,
             hysteresis_cpus: 0.0,
             idle_threshold: 0.0,
+            idle_tolerance_cpus: 0.1,
             quota_period_us: 100_000,
             be_cpus: Vec::new(),
         }
@@ -620,6 +649,10 @@ pub struct SafetyConfig {
     pub be_memory_limit_bytes: Option<u64>,
     /// Disk throttles of the BE groups (PerfIso's static I/O limits).
     pub be_io_limits: Vec<IoLimit>,
+    /// The control loop runs SCHED_FIFO at this priority so no BE (or LC) thread can delay a
+    /// shrink by a scheduler slice; 0 leaves its scheduling alone. Where FIFO is refused (not
+    /// root, or a cgroup-v1 cpu group without an RT budget) it falls back to nice -20.
+    pub agent_fifo_priority: u8,
 }
 
 impl Default for SafetyConfig {
@@ -637,6 +670,7 @@ impl Default for SafetyConfig {
             max_memory_psi_full: None,
             be_memory_limit_bytes: None,
             be_io_limits: Vec::new(),
+            agent_fifo_priority: 1,
         }
     }
 }
@@ -811,6 +845,13 @@ impl Config {
             }
         }
         let threads = &self.lc.threads;
+        if self.safety.agent_fifo_priority > 99 {
+            return Err(invalid(
+                "safety.agent_fifo_priority",
+                self.safety.agent_fifo_priority,
+                "must be in 0..=99 (0 = leave the agent's scheduling alone)",
+            ));
+        }
         if let Some(p) = threads.fifo_priority {
             if !(1..=99).contains(&p) {
                 return Err(invalid("lc.threads.fifo_priority", p, "must be in 1..=99"));
@@ -980,6 +1021,13 @@ impl Config {
         positive("policy.blind.grow_step_cpus", b.grow_step_cpus)?;
         non_negative("policy.blind.hysteresis_cpus", b.hysteresis_cpus)?;
         fraction("policy.blind.idle_threshold", b.idle_threshold)?;
+        if !(0.0..0.5).contains(&b.idle_tolerance_cpus) {
+            return Err(invalid(
+                "policy.blind.idle_tolerance_cpus",
+                b.idle_tolerance_cpus,
+                "must be in [0, 0.5): a whole idle CPU must still count",
+            ));
+        }
         period("policy.blind.quota_period_us", b.quota_period_us)?;
         distinct("policy.blind.be_cpus", &b.be_cpus)?;
 

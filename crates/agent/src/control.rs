@@ -156,7 +156,15 @@ fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: S
                 let _ = reply(&mut stream, &response);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
+                // Sleep until a client connects (or 200 ms, to see `stop`): polling the
+                // listener every few ms would cost the agent more than its 1 ms control loop.
+                let mut fd = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd for the duration of the call.
+                unsafe { libc::poll(&mut fd, 1, 200) };
             }
             Err(e) => {
                 tracing::warn!(socket = %path.display(), error = %e, "ctl accept failed");

@@ -284,7 +284,14 @@ pub fn serve(
                         let _ = s.write_all(body.as_bytes());
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(50));
+                        // Sleep until a scrape connects (or 200 ms, to see `stop`).
+                        let mut fd = libc::pollfd {
+                            fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        };
+                        // SAFETY: one valid pollfd for the duration of the call.
+                        unsafe { libc::poll(&mut fd, 1, 200) };
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(100)),
                 }

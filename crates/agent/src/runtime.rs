@@ -450,9 +450,16 @@ impl Agent {
         }
 
         let machine = machine_info(&host);
-        let policy = policy::build(&config, &machine);
+        let mut policy = policy::build(&config, &machine);
         let sensors = match &cgroups {
-            Some(cg) => Sensors::new(&host, cg.clone(), lc.clone(), be.clone(), signals),
+            Some(cg) => Sensors::new(
+                &host,
+                cg.clone(),
+                lc.clone(),
+                be.clone(),
+                signals,
+                config.sensors.idle,
+            )?,
             None => unreachable!("host.cgroups() succeeded above"),
         };
 
@@ -486,6 +493,8 @@ impl Agent {
             }
             None => None,
         };
+        // The decision state is only ever read from the log.
+        policy.set_explain(log.is_some());
 
         let (requests, t) = control::serve(Path::new(&config.api.socket), stop.clone())?;
         threads.push(t);
@@ -568,6 +577,7 @@ impl Agent {
         let mut next = Instant::now();
         let mut slow_due = Instant::now();
         set_timer_slack_ns(1000);
+        raise_control_loop_priority(self.config.safety.agent_fifo_priority);
         loop {
             if STOP_SIGNAL.load(Ordering::SeqCst) && self.options.handle_signals {
                 break;
@@ -968,6 +978,37 @@ fn install_signal_handlers() {
 }
 
 /// Lowers this thread's timer slack so 1 ms sleeps end close to their deadline.
+/// Puts the calling (control loop) thread above every CFS thread, so a BE or LC thread filling
+/// every CPU cannot delay the tick that shrinks BE; nice -20 where FIFO is refused.
+fn raise_control_loop_priority(fifo_priority: u8) {
+    use headroom_host::sched::{set_sched, SchedPolicy};
+    if fifo_priority == 0 {
+        return;
+    }
+    match set_sched(
+        0,
+        SchedPolicy::Fifo {
+            priority: u32::from(fifo_priority),
+        },
+    ) {
+        Ok(()) => tracing::info!(priority = fifo_priority, "control loop runs SCHED_FIFO"),
+        Err(fifo) => match set_sched(
+            0,
+            SchedPolicy::Other {
+                nice: -20,
+                slice_ns: None,
+            },
+        ) {
+            Ok(()) => {
+                tracing::warn!(error = %fifo, "SCHED_FIFO refused; control loop runs at nice -20")
+            }
+            Err(nice) => {
+                tracing::warn!(fifo = %fifo, nice = %nice, "control loop keeps its scheduling")
+            }
+        },
+    }
+}
+
 fn set_timer_slack_ns(ns: u64) {
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches nothing else.
     unsafe {

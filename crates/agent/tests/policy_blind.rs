@@ -248,3 +248,40 @@ fn hysteresis_delays_growth() {
     let d = b.decide(&idle(3.0), ms(2));
     assert_eq!(d.reason, "blind:idle>buffer:grow");
 }
+
+/// An exact idle sensor sees the agent's own polling as a few percent busy: within
+/// `idle_tolerance_cpus` (default 0.1) of B is "B idle" — no shrink at I = 0.97, no refusal to
+/// grow at I = 1.95 with B = 1 — while a real step (I = 0.85) still shrinks at once.
+#[test]
+fn idle_within_the_tolerance_of_b_neither_shrinks_nor_blocks_growth() {
+    let cfg = config("[policy.blind]\nbuffer_cores = 1\npoll_ms = 1\ngrow_interval_ms = 1\n");
+    assert_eq!(cfg.policy.blind.idle_tolerance_cpus, 0.1);
+    let mut b = Blind::new(&cfg, &MachineInfo::with_cpus(2));
+    let d = b.decide(&idle(1.95), ms(0));
+    assert_eq!(d.reason, "blind:idle>buffer:grow");
+    assert_eq!(b.be_cpus(), 1.0);
+    for t in 1..50 {
+        let d = b.decide(&idle(0.97), ms(t));
+        assert_eq!(d.reason, "blind:idle=buffer:steady", "poll {t}");
+    }
+    assert_eq!(b.be_cpus(), 1.0);
+    let d = b.decide(&idle(0.85), ms(50));
+    assert_eq!(d.reason, "blind:idle<buffer:shrink");
+    assert_eq!(b.be_cpus(), 0.0);
+
+    // tolerance 0 restores the exact comparison
+    let exact = config(
+        "[policy.blind]\nbuffer_cores = 1\npoll_ms = 1\ngrow_interval_ms = 1\nidle_tolerance_cpus = 0\n",
+    );
+    let mut b = Blind::new(&exact, &MachineInfo::with_cpus(2));
+    assert_eq!(
+        b.decide(&idle(1.95), ms(0)).reason,
+        "blind:idle=buffer:steady"
+    );
+    let err = Config::from_toml_str(
+        "[lc]\nname = \"s\"\ncgroup = \"h/lc\"\n[policy]\nkind = \"blind\"\n[policy.blind]\nidle_tolerance_cpus = 0.5\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("policy.blind.idle_tolerance_cpus"), "{err}");
+}

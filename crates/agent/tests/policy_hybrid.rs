@@ -225,3 +225,37 @@ fn the_safety_wrapper_lets_idle_be_share_the_lc_cpu() {
     assert_eq!(d.allocation.be_cpus, Some(vec![1]));
     assert_eq!(d.allocation.be_cpu_idle, Some(true));
 }
+
+/// With the decision state off (no decision log), the guarded hybrid policy takes exactly the
+/// same decisions — the state only explains them — and builds no state at all.
+#[test]
+fn explain_off_changes_no_decision() {
+    let cfg = Config::from_toml_str(BASE).expect("config");
+    let machine = MachineInfo::with_cpus(8);
+    let mut on = headroom_agent::policy::build(&cfg, &machine);
+    let mut off = headroom_agent::policy::build(&cfg, &machine);
+    off.set_explain(false);
+    // a scripted day: idle, load rising past the disable threshold, a violation, recovery
+    let script: Vec<(f64, f64, f64)> = (0..4000u64)
+        .map(|t| {
+            let phase = t as f64 / 4000.0;
+            let load = 0.2 + 0.7 * (std::f64::consts::PI * phase).sin();
+            let slack = if (1500..1520).contains(&t) { -0.1 } else { 0.3 };
+            let idle = (8.0 * (1.0 - load)).max(0.0);
+            (slack, load, idle)
+        })
+        .collect();
+    let mut reasons = std::collections::BTreeSet::new();
+    for (t, &(slack, load, idle)) in script.iter().enumerate() {
+        let o = obs(slack, load, idle);
+        let a = on.decide(&o, ms(t as u64 * 5));
+        let b = off.decide(&o, ms(t as u64 * 5));
+        assert_eq!(a.allocation, b.allocation, "tick {t}");
+        assert_eq!(a.reason, b.reason, "tick {t}");
+        assert!(a.state.is_object(), "tick {t}: state on");
+        assert!(b.state.is_null(), "tick {t}: state off");
+        reasons.insert(a.reason);
+    }
+    // the script exercised more than one rule
+    assert!(reasons.len() >= 3, "{reasons:?}");
+}

@@ -486,6 +486,7 @@ impl<'a> Session<'a> {
             be_argv,
             slo_us,
             peak_qps,
+            feed_socket,
         } = a;
         let path = self.dir.scratch_path(&format!("agent-{name}.toml"))?;
         let state = self.dir.scratch_path(&format!("agent-{name}.state.json"))?;
@@ -499,6 +500,14 @@ impl<'a> Session<'a> {
             .map(|c| c.to_string())
             .collect();
         let cmd: Vec<String> = be_argv.iter().map(|a| format!("{a:?}")).collect();
+        // The latency the agent acts on: the load generator's own windows when it feeds them
+        // (the same measurement that judges the SLO), else the agent's prober.
+        let latency = match feed_socket {
+            Some(sock) => format!("source = \"feed\"\nsocket = \"{}\"", sock.display()),
+            None => format!(
+                "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = 200.0"
+            ),
+        };
         let text = format!(
             r#"# Written by headroom bench {exp}: {name}
 [lc]
@@ -512,10 +521,7 @@ target_us = {slo_us:?}
 window_s = {window:?}
 
 [lc.latency]
-source = "probe"
-protocol = "memcache"
-address = "{addr}"
-rate_hz = 200.0
+{latency}
 
 [lc.load]
 source = "memcache-stats"
@@ -587,6 +593,8 @@ pub struct AgentRun {
     pub be_argv: Vec<String>,
     pub slo_us: f64,
     pub peak_qps: f64,
+    /// The agent takes the LC latency from `headroom load --feed` on this socket.
+    pub feed_socket: Option<std::path::PathBuf>,
 }
 
 /// One configuration of a sweep experiment.
@@ -718,6 +726,7 @@ impl Session<'_> {
                         be_argv,
                         slo_us: base.slo_us,
                         peak_qps: base.peak_qps,
+                        feed_socket: None,
                     })?;
                     let log = self
                         .dir
@@ -1051,6 +1060,13 @@ impl Session<'_> {
         let _ = std::fs::remove_file(&progress);
         let mut procs = Vec::new();
         let mut tail = None;
+        // Unix socket paths are short (108 bytes): keep it in the temp dir.
+        let feed = std::env::temp_dir().join(format!(
+            "headroom-feed-{}-{policy}.sock",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&feed);
+        let feeds = policy != "none";
         if policy == "none" {
             let p = self.runner.start_antagonist(&be, &progress)?;
             run.commands.push(p.command.clone());
@@ -1076,6 +1092,7 @@ impl Session<'_> {
                 be_argv,
                 slo_us: base.slo_us,
                 peak_qps: base.peak_qps,
+                feed_socket: Some(feed.clone()),
             })?;
             let log = self
                 .dir
@@ -1113,7 +1130,13 @@ impl Session<'_> {
                 t.last.clone()
             });
             let start = now_unix_ms();
-            let result = self.runner.run_load(addr, qps, self.opts.duration_s, &json);
+            let result = self.runner.run_load_feeding(
+                addr,
+                qps,
+                self.opts.duration_s,
+                &json,
+                feeds.then_some(feed.as_path()),
+            );
             let end = now_unix_ms();
             let mut w = Window {
                 index: i,

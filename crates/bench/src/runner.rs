@@ -431,7 +431,24 @@ impl Runner {
         seconds: f64,
         json: &Path,
     ) -> Result<(LoadMetrics, Value, String)> {
-        let argv = self.load_argv(addr, qps, seconds, json);
+        self.run_load_feeding(addr, qps, seconds, json, None)
+    }
+
+    /// [`Runner::run_load`], also pushing its live per-second windows to an agent's feed
+    /// socket (`--feed`).
+    pub fn run_load_feeding(
+        &self,
+        addr: SocketAddr,
+        qps: f64,
+        seconds: f64,
+        json: &Path,
+        feed: Option<&Path>,
+    ) -> Result<(LoadMetrics, Value, String)> {
+        let mut argv = self.load_argv(addr, qps, seconds, json);
+        if let Some(f) = feed {
+            argv.push("--feed".into());
+            argv.push(f.display().to_string());
+        }
         let cmd = command_line(&argv[0], &argv[1..]);
         let _ = std::fs::remove_file(json);
         self.run_to_end(&argv, Duration::from_secs_f64(seconds + 60.0))?;

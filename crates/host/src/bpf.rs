@@ -24,30 +24,30 @@ const SK_BUFF_PRIORITY: i16 = 32;
 
 /// `struct bpf_insn`: opcode, dst (low nibble) and src (high nibble) registers, offset, immediate.
 #[repr(C)]
-#[derive(Clone, Copy)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Insn {
+    pub(crate) code: u8,
+    pub(crate) regs: u8,
+    pub(crate) off: i16,
+    pub(crate) imm: i32,
 }
 
 /// The `BPF_PROG_LOAD` part of `union bpf_attr`, zero-padded (the kernel checks the tail).
 #[repr(C)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-    _tail: [u64; 8],
+pub(crate) struct ProgLoadAttr {
+    pub(crate) prog_type: u32,
+    pub(crate) insn_cnt: u32,
+    pub(crate) insns: u64,
+    pub(crate) license: u64,
+    pub(crate) log_level: u32,
+    pub(crate) log_size: u32,
+    pub(crate) log_buf: u64,
+    pub(crate) kern_version: u32,
+    pub(crate) prog_flags: u32,
+    pub(crate) prog_name: [u8; 16],
+    pub(crate) prog_ifindex: u32,
+    pub(crate) expected_attach_type: u32,
+    pub(crate) _tail: [u64; 8],
 }
 
 /// The `BPF_PROG_ATTACH` / `BPF_PROG_DETACH` part of `union bpf_attr`.
@@ -94,7 +94,7 @@ fn program(priority: u32) -> [Insn; 4] {
     ]
 }
 
-fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
+pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
     // SAFETY: attr is a properly initialised, zero-padded bpf_attr variant of the size passed;
     // the kernel reads (and for PROG_LOAD may write the log) only within it and the buffers it
     // points to, which outlive the call.

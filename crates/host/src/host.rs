@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::cgroup::{CgroupLayout, Cgroups, Controller};
 use crate::error::{HostError, IoOp, Result};
-use crate::knob_io::{under, KnobIo, Knobs, RealIo};
+use crate::knob_io::{under, CachedIo, KnobIo, Knobs};
 use crate::power::{CpuFreq, Rapl};
 use crate::resctrl::Resctrl;
 use crate::sensors::{
@@ -26,7 +26,7 @@ pub struct LinuxHost {
 impl LinuxHost {
     /// A host rooted at `root` with real file I/O.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        LinuxHost::with_io(root, Arc::new(RealIo))
+        LinuxHost::with_io(root, Arc::new(CachedIo::default()))
     }
 
     /// The machine itself (`/`).

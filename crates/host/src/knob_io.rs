@@ -68,6 +68,96 @@ impl KnobIo for RealIo {
     }
 }
 
+/// The real file system, keeping the descriptor of every file it read: a knob or `/proc` file
+/// re-read every 100 ms costs one pread(2) at offset 0 (kernfs and seq files regenerate their
+/// content for each read from 0) instead of open + fstat + read + read + close. A descriptor that
+/// fails (its cgroup was removed: ENODEV) is dropped and the file opened afresh; `remove_dir`
+/// drops the descriptors below the directory. At most [`CachedIo::MAX_OPEN`] are kept.
+#[derive(Debug, Default)]
+pub struct CachedIo {
+    open: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, fs::File>>,
+}
+
+impl CachedIo {
+    pub const MAX_OPEN: usize = 256;
+
+    /// Number of descriptors kept (for tests).
+    pub fn open_count(&self) -> usize {
+        self.open.lock().map_or(0, |m| m.len())
+    }
+}
+
+/// The whole content of `file`, read from offset 0 with pread(2).
+fn pread_to_string(file: &fs::File) -> io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let room = buf.len() - len;
+        let n = file.read_at(&mut buf[len..], len as u64)?;
+        len += n;
+        // sysfs, cgroupfs and seq files hand out everything they have up to the buffer size:
+        // a short read is the end (saves the second pread that would return 0).
+        if n < room {
+            break;
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+impl KnobIo for CachedIo {
+    fn read(&self, path: &Path) -> io::Result<String> {
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| io::Error::other("knob descriptor cache poisoned"))?;
+        // cgroup v1 pid lists (`tasks`, `cgroup.procs`) are built once per open and reused by
+        // later reads from 0 for up to a second: a kept descriptor would return stale pids.
+        let pid_list = matches!(
+            path.file_name().and_then(|n| n.to_str()),
+            Some("tasks" | "cgroup.procs" | "cgroup.threads")
+        );
+        if pid_list {
+            drop(open);
+            return RealIo.read(path);
+        }
+        if let Some(file) = open.get(path) {
+            match pread_to_string(file) {
+                Ok(text) => return Ok(text),
+                Err(_) => {
+                    open.remove(path);
+                }
+            }
+        }
+        let file = fs::File::open(path)?;
+        let text = pread_to_string(&file)?;
+        if open.len() >= Self::MAX_OPEN {
+            open.clear();
+        }
+        open.insert(path.to_path_buf(), file);
+        Ok(text)
+    }
+
+    fn write(&self, path: &Path, value: &str) -> io::Result<()> {
+        RealIo.write(path, value)
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        RealIo.create_dir(path)
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        if let Ok(mut open) = self.open.lock() {
+            open.retain(|p, _| !p.starts_with(path));
+        }
+        RealIo.remove_dir(path)
+    }
+}
+
 /// A shared handle on the I/O seam plus the error mapping, used by every knob module.
 #[derive(Debug, Clone)]
 pub(crate) struct Knobs {
@@ -133,4 +223,41 @@ impl Knobs {
 /// `root` joined with an absolute system path such as `/proc/stat`.
 pub(crate) fn under(root: &Path, system_path: &str) -> PathBuf {
     root.join(system_path.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod cached_io_tests {
+    use super::*;
+
+    #[test]
+    fn cached_reads_see_new_content_and_reopen_replaced_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let io = CachedIo::default();
+        let knob = dir.path().join("cpu.shares");
+        fs::write(&knob, "1024\n").expect("write");
+        assert_eq!(io.read(&knob).expect("read"), "1024\n");
+        assert_eq!(io.open_count(), 1);
+        // a write through the seam (one write(2), truncating) is seen by the kept descriptor
+        io.write(&knob, "2").expect("write");
+        assert_eq!(io.read(&knob).expect("read"), "2");
+        // a file longer than the first buffer is read whole
+        let long = "x".repeat(10_000);
+        fs::write(&knob, &long).expect("write");
+        assert_eq!(io.read(&knob).expect("read"), long);
+        // removing the directory drops its descriptors; a missing file is still an error
+        let sub = dir.path().join("g");
+        fs::create_dir(&sub).expect("mkdir");
+        fs::write(sub.join("cpu.idle"), "1\n").expect("write");
+        assert_eq!(io.read(&sub.join("cpu.idle")).expect("read"), "1\n");
+        assert_eq!(io.open_count(), 2);
+        // pid lists are never kept (v1 reuses a list built at open for up to a second)
+        fs::write(sub.join("tasks"), "7\n").expect("write");
+        assert_eq!(io.read(&sub.join("tasks")).expect("read"), "7\n");
+        assert_eq!(io.open_count(), 2);
+        fs::remove_file(sub.join("cpu.idle")).expect("rm");
+        fs::remove_file(sub.join("tasks")).expect("rm");
+        io.remove_dir(&sub).expect("rmdir");
+        assert_eq!(io.open_count(), 1);
+        assert!(io.read(&sub.join("cpu.idle")).is_err());
+    }
 }

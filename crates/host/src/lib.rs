@@ -47,6 +47,7 @@ pub mod doctor;
 pub mod error;
 pub mod group_path;
 pub mod host;
+pub mod idle_bpf;
 pub mod knob_io;
 pub mod power;
 pub mod resctrl;
@@ -63,7 +64,7 @@ pub use cpuset::CpuSet;
 pub use error::{HostError, IoOp};
 pub use group_path::GroupPath;
 pub use host::LinuxHost;
-pub use knob_io::{KnobIo, RealIo};
+pub use knob_io::{CachedIo, KnobIo, RealIo};
 pub use sched::{SchedAttr, SchedPolicy};
 pub use sensors::{
     CpuIdleSampler, CpuTimes, MemInfo, NetDevStats, ProcStatReader, Psi, PsiLine, PsiResource,

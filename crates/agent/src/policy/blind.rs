@@ -33,6 +33,8 @@ pub struct Blind {
     last_grow: Option<Duration>,
     /// The last non-empty cpuset, kept while BE is frozen at S = 0.
     last_cpuset: Vec<u32>,
+    /// Fill the decision state (see [`Policy::set_explain`]).
+    explain: bool,
 }
 
 impl Blind {
@@ -45,6 +47,7 @@ impl Blind {
             be_cpus: config.policy.blind.min_be_cpus,
             last_grow: None,
             last_cpuset: Vec::new(),
+            explain: true,
         }
     }
 
@@ -129,18 +132,25 @@ impl Policy for Blind {
     }
 
     fn decide(&mut self, obs: &Observation, now: Duration) -> Decision {
-        let p = self.config.policy.blind.clone();
+        let p = &self.config.policy.blind;
+        let (min_be_cpus, grow_interval_ms, hysteresis_cpus, idle_threshold, tolerance) = (
+            p.min_be_cpus,
+            p.grow_interval_ms,
+            p.hysteresis_cpus,
+            p.idle_threshold,
+            p.idle_tolerance_cpus,
+        );
         let candidates = be_candidate_cpus(&self.machine, &p.be_cpus, &self.config, obs);
         let max = self.max_be_cpus(candidates.len());
-        let min = p.min_be_cpus.min(max);
+        let min = min_be_cpus.min(max);
         let before = self.be_cpus;
         // The LC may have pinned itself onto more CPUs since the last poll.
         self.be_cpus = self.be_cpus.clamp(min, max);
         let step = self.step();
-        let idle = obs.idle_cpu_count(p.idle_threshold);
+        let idle = obs.idle_cpu_count(idle_threshold);
         let reason = match idle {
             None => "blind:no-idle-data:hold",
-            Some(i) if i < self.buffer => {
+            Some(i) if i < self.buffer - tolerance => {
                 // take back what the buffer lacks, in whole steps, so S stays on its grid
                 let steps = ((self.buffer - i) / step - 1e-9).ceil().max(1.0);
                 self.be_cpus = round6((self.be_cpus - steps * step).max(min));
@@ -151,9 +161,9 @@ impl Policy for Blind {
                 }
             }
             // growing by one step must still leave the buffer idle
-            Some(i) if i >= self.buffer + step + p.hysteresis_cpus - 1e-9 => {
+            Some(i) if i >= self.buffer + step + hysteresis_cpus - tolerance - 1e-9 => {
                 let waited = self.last_grow.is_none_or(|t| {
-                    now.saturating_sub(t) >= Duration::from_millis(p.grow_interval_ms)
+                    now.saturating_sub(t) >= Duration::from_millis(grow_interval_ms)
                 });
                 if !self.growth_allowed {
                     "blind:idle>buffer:growth-disallowed"
@@ -170,6 +180,13 @@ impl Policy for Blind {
             Some(_) => "blind:idle=buffer:steady",
         };
         let allocation = self.allocation(&candidates);
+        if !self.explain {
+            return Decision {
+                allocation,
+                reason: reason.to_string(),
+                state: serde_json::Value::Null,
+            };
+        }
         Decision {
             allocation,
             reason: reason.to_string(),
@@ -187,6 +204,10 @@ impl Policy for Blind {
 
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.config.policy.blind.poll_ms)
+    }
+
+    fn set_explain(&mut self, on: bool) {
+        self.explain = on;
     }
 
     fn applied(&mut self, allocation: &Allocation) {

@@ -29,6 +29,7 @@ pub struct Hybrid {
     next_top: Option<Duration>,
     inner: Blind,
     last_outcome: Option<TopOutcome>,
+    explain: bool,
 }
 
 impl Hybrid {
@@ -41,6 +42,7 @@ impl Hybrid {
             next_top: None,
             inner: inner.clone(),
             last_outcome: None,
+            explain: true,
         };
         inner.set_buffer(me.clamp_buffer(config.policy.blind.buffer_cores));
         inner.set_growth_allowed(false);
@@ -167,6 +169,13 @@ impl Policy for Hybrid {
                 "hybrid:be-disabled:hold".to_string(),
             )
         };
+        if !self.explain {
+            return Decision {
+                allocation,
+                reason: outer_reason.unwrap_or(inner_reason),
+                state: serde_json::Value::Null,
+            };
+        }
         Decision {
             allocation,
             reason: outer_reason.unwrap_or(inner_reason),
@@ -182,6 +191,11 @@ impl Policy for Hybrid {
 
     fn poll_interval(&self) -> Duration {
         self.inner.poll_interval()
+    }
+
+    fn set_explain(&mut self, on: bool) {
+        self.explain = on;
+        self.inner.set_explain(on);
     }
 
     fn applied(&mut self, allocation: &Allocation) {

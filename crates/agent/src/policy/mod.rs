@@ -64,6 +64,11 @@ pub trait Policy: Send {
     fn is_paused(&self) -> bool {
         false
     }
+
+    /// Whether [`Decision::state`] is filled (default: on). The runtime turns it off when no
+    /// decision log is written: building the state (a JSON map) would otherwise be most of a
+    /// 1 ms poll's cost. Allocations and reasons do not depend on it.
+    fn set_explain(&mut self, _on: bool) {}
 }
 
 /// Which isolation mechanisms this host offers (from `headroom doctor`). A policy part whose

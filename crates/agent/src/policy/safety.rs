@@ -41,6 +41,7 @@ pub struct Guarded {
     violation_until: Option<Duration>,
     last_grow: Option<Duration>,
     last_shrink: Option<Duration>,
+    explain: bool,
 }
 
 impl Guarded {
@@ -62,6 +63,7 @@ impl Guarded {
             violation_until: None,
             last_grow: None,
             last_shrink: None,
+            explain: true,
         }
     }
 
@@ -268,6 +270,13 @@ impl Policy for Guarded {
             None if self.paused => "safety:paused:hold".to_string(),
             None => inner_reason.clone(),
         };
+        if !self.explain {
+            return Decision {
+                allocation: a,
+                reason,
+                state: serde_json::Value::Null,
+            };
+        }
         Decision {
             allocation: a,
             reason,
@@ -293,11 +302,17 @@ impl Policy for Guarded {
 
     fn applied(&mut self, _allocation: &Allocation) {}
 
+    fn set_explain(&mut self, on: bool) {
+        self.explain = on;
+        self.inner.set_explain(on);
+    }
+
     fn reconfigure(&mut self, config: &Config) {
         if config.policy.kind == self.config.policy.kind {
             self.inner.reconfigure(config);
         } else {
             self.inner = build_unguarded(config, &self.machine);
+            self.inner.set_explain(self.explain);
             self.held = None;
         }
         self.config = config.clone();

@@ -1,12 +1,16 @@
 //! `headroom bench agent`: the agent's own cost and speed.
 //!
+//! Each measurement is taken once per idle sensor (`[sensors] idle = "bpf"`, then
+//! `"proc_stat"`; BPF is skipped with the reason when it cannot load).
 //! - CPU use of a running `headroom agent` (blind, B = 1, no BE command, no decision log) at
-//!   `poll_ms` = 1 and 10 over `--seconds` (default 10): the child's user+system time from
-//!   getrusage(RUSAGE_CHILDREN), as a percentage of one CPU.
+//!   `poll_ms` = 1 and 10: steady state over `--seconds` (default 10) after 2 s of start-up,
+//!   from the run time of its threads (`/proc/<pid>/task/*/schedstat`, ns), and the whole run
+//!   incl. start-up and exit from getrusage(RUSAGE_CHILDREN); as a percentage of one CPU.
 //! - Reaction time from a load step to the BE shrink: BE spins in its group on CPU 0, the LC
-//!   (an idle process) is pinned on CPU 1; a step starts a spinner pinned on CPU 1 in the LC
-//!   group and the time until the BE cpuset or freezer file changes is measured; the spinner is
-//!   stopped and BE allowed to grow back before the next step (`--steps`, default 50).
+//!   (an idle process) is pinned on CPU 1. The step is a spinner already in the LC group,
+//!   pinned on CPU 1 and held stopped (SIGSTOP): SIGCONT at t0 makes CPU 1 busy at once, and
+//!   the time until the BE cpuset or freezer file changes is measured; the spinner is stopped
+//!   again and BE allowed to grow back before the next step (`--steps`, default 50).
 //!
 //! Needs root and writable cgroups; groups and processes are removed at the end.
 
@@ -94,6 +98,7 @@ fn write_config(
     poll_ms: u64,
     lc_pid: u32,
     be_command: bool,
+    sensor: &str,
 ) -> PathBuf {
     let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("headroom"));
     let be_cmd = if be_command {
@@ -107,10 +112,11 @@ fn write_config(
     let text = format!(
         "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n[[be]]\nname = \"be\"\ncgroup = \"{top}/be\"\n{be_cmd}\n\n\
          [policy]\nkind = \"blind\"\n[policy.blind]\nbuffer_cores = 1\npoll_ms = {poll_ms}\ngrow_interval_ms = {poll_ms}\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\n",
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\n\n\
+         [sensors]\nidle = \"{sensor}\"\n",
         d = dir.display()
     );
-    let path = dir.join(format!("agent-{poll_ms}ms.toml"));
+    let path = dir.join(format!("agent-{poll_ms}ms-{sensor}.toml"));
     std::fs::write(&path, text).expect("writing the bench config");
     path
 }
@@ -177,127 +183,116 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
 
     let mut report = serde_json::Map::new();
     println!(
-        "headroom bench agent  ({} CPUs, kernel {})",
+        "headroom bench agent  ({} CPUs, kernel {}, load average {})",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .unwrap_or_default()
-            .trim()
+            .trim(),
+        loadavg()
     );
-    for poll_ms in [1u64, 10] {
-        let cfg = write_config(dir.path(), &top, poll_ms, lc_pid, false);
-        let before = children_cpu_s();
-        let start = Instant::now();
-        let status = Command::new(&bin)
-            .args(["agent", "--config"])
-            .arg(&cfg)
-            .args(["--duration", &flags.seconds.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .context("running the agent")?;
-        let wall = start.elapsed().as_secs_f64();
-        let cpu = children_cpu_s() - before;
-        if !status.success() {
-            bail!("agent at poll_ms {poll_ms} exited with {status}");
+    for sensor in ["bpf", "proc_stat"] {
+        if sensor == "bpf" {
+            if let Err(e) = headroom_host::idle_bpf::BpfIdleSampler::attach(Path::new("/")) {
+                println!("idle sensor bpf: skipped ({e})");
+                report.insert("bpf_unavailable".into(), serde_json::json!(e.to_string()));
+                continue;
+            }
         }
-        let pct = 100.0 * cpu / flags.seconds;
+        for poll_ms in [1u64, 10] {
+            let cfg = write_config(dir.path(), &top, poll_ms, lc_pid, false, sensor);
+            let before = children_cpu_s();
+            let start = Instant::now();
+            let total_s = flags.seconds + WARMUP_S + 1.0;
+            let mut child = Command::new(&bin)
+                .args(["agent", "--config"])
+                .arg(&cfg)
+                .args(["--duration", &total_s.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("running the agent")?;
+            // Steady state: the agent's threads' run time (ns, /proc/<pid>/task/*/schedstat)
+            // over `seconds`, after WARMUP_S of start-up (config, doctor probe, groups, BPF).
+            std::thread::sleep(Duration::from_secs_f64(WARMUP_S));
+            let a = (Instant::now(), process_run_ns(child.id()));
+            std::thread::sleep(Duration::from_secs_f64(flags.seconds));
+            let b = (Instant::now(), process_run_ns(child.id()));
+            let status = child.wait().context("waiting for the agent")?;
+            let wall = start.elapsed().as_secs_f64();
+            let cpu = children_cpu_s() - before;
+            if !status.success() {
+                bail!("agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}");
+            }
+            let steady = match (a.1, b.1) {
+                (Some(x), Some(y)) => {
+                    100.0 * y.saturating_sub(x) as f64 / 1e9 / (b.0 - a.0).as_secs_f64()
+                }
+                _ => bail!("could not read the agent's schedstat"),
+            };
+            let whole = 100.0 * cpu / total_s;
+            println!(
+                "idle sensor {sensor:>9}: cpu use at poll_ms = {poll_ms:>2}: steady {steady:.2}% of one CPU over {:.1} s; whole run incl. start/stop {whole:.2}% ({cpu:.3} s CPU over {wall:.1} s)",
+                flags.seconds
+            );
+            report.insert(
+                format!("cpu_pct_poll_{poll_ms}ms_{sensor}"),
+                serde_json::json!(steady),
+            );
+            report.insert(
+                format!("cpu_pct_whole_run_poll_{poll_ms}ms_{sensor}"),
+                serde_json::json!(whole),
+            );
+        }
+        let r = reaction(
+            &bin,
+            &cgroups,
+            &top,
+            dir.path(),
+            lc_pid,
+            sensor,
+            &flags,
+            &mut clean,
+        )?;
         println!(
-            "cpu use at poll_ms = {poll_ms:>2}: {cpu:.3} s CPU over {:.1} s = {pct:.2}% of one CPU (wall incl. start/stop {wall:.1} s)",
-            flags.seconds
+            "idle sensor {sensor:>9}: reaction (poll_ms = {}): {} steps measured, median {} ms, p90 {} ms, max {} ms{}",
+            flags.poll_ms,
+            r.ms.len(),
+            r.quantile(0.5).map_or("-".into(), |m| format!("{m:.2}")),
+            r.quantile(0.9).map_or("-".into(), |m| format!("{m:.2}")),
+            r.quantile(1.0).map_or("-".into(), |m| format!("{m:.2}")),
+            if r.no_baseline + r.no_reaction > 0 {
+                format!(
+                    "; {} steps skipped: BE never ran (no idle CPU), {} without a reaction in 2 s (load average {})",
+                    r.no_baseline,
+                    r.no_reaction,
+                    loadavg()
+                )
+            } else {
+                String::new()
+            }
         );
-        report.insert(format!("cpu_pct_poll_{poll_ms}ms"), serde_json::json!(pct));
+        report.insert(
+            format!("reaction_ms_median_{sensor}"),
+            serde_json::json!(r.quantile(0.5)),
+        );
+        report.insert(
+            format!("reaction_ms_p90_{sensor}"),
+            serde_json::json!(r.quantile(0.9)),
+        );
+        report.insert(
+            format!("reaction_ms_max_{sensor}"),
+            serde_json::json!(r.quantile(1.0)),
+        );
+        report.insert(
+            format!("reaction_steps_measured_{sensor}"),
+            serde_json::json!(r.ms.len()),
+        );
+        report.insert(
+            format!("reaction_steps_skipped_{sensor}"),
+            serde_json::json!(r.no_baseline + r.no_reaction),
+        );
     }
-
-    // Reaction time.
-    let cfg = write_config(dir.path(), &top, flags.poll_ms, lc_pid, true);
-    let agent = Command::new(&bin)
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    clean.children.push(agent);
-    let be = top.join("be")?;
-    let lc_group = top.join("lc")?;
-    let state = |cg: &Cgroups| -> (String, bool) {
-        (
-            cg.cpuset_cpus(&be).map(|c| c.to_list()).unwrap_or_default(),
-            cg.freeze_state(&be)
-                .map(|s| s != FreezeState::Thawed)
-                .unwrap_or(true),
-        )
-    };
-    let mut reactions: Vec<f64> = Vec::new();
-    let mut no_baseline = 0usize;
-    std::thread::sleep(Duration::from_millis(500));
-    for _ in 0..flags.steps {
-        // Wait for BE to be running (grown back) before stepping.
-        let t = Instant::now();
-        let mut ready = false;
-        while t.elapsed() < Duration::from_secs(3) {
-            if !state(&cgroups).1 {
-                ready = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        if !ready {
-            no_baseline += 1;
-            continue;
-        }
-        let before = state(&cgroups);
-        let mut step = pinned(
-            &["antagonist", "spin", "--cpus", "1", "--duration", "10"],
-            1,
-        )
-        .spawn()?;
-        let t0 = Instant::now();
-        let _ = cgroups.move_process(&lc_group, step.id() as i32);
-        let mut reacted = None;
-        while t0.elapsed() < Duration::from_secs(2) {
-            if state(&cgroups) != before {
-                reacted = Some(t0.elapsed());
-                break;
-            }
-            std::hint::spin_loop();
-        }
-        let _ = step.kill();
-        let _ = step.wait();
-        if let Some(r) = reacted {
-            reactions.push(r.as_secs_f64() * 1000.0);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    reactions.sort_by(f64::total_cmp);
-    let median = reactions.get(reactions.len() / 2).copied();
-    let max = reactions.last().copied();
-    println!(
-        "reaction (poll_ms = {}): {} steps measured, median {} ms, max {} ms{}",
-        flags.poll_ms,
-        reactions.len(),
-        median.map_or("-".into(), |m| format!("{m:.2}")),
-        max.map_or("-".into(), |m| format!("{m:.2}")),
-        if no_baseline > 0 {
-            format!(
-                "; {no_baseline} steps skipped: BE never ran (no idle CPU — load average {})",
-                std::fs::read_to_string("/proc/loadavg")
-                    .unwrap_or_default()
-                    .trim()
-            )
-        } else {
-            String::new()
-        }
-    );
-    report.insert("reaction_ms_median".into(), serde_json::json!(median));
-    report.insert("reaction_ms_max".into(), serde_json::json!(max));
-    report.insert(
-        "reaction_steps_measured".into(),
-        serde_json::json!(reactions.len()),
-    );
-    report.insert(
-        "reaction_steps_skipped".into(),
-        serde_json::json!(no_baseline),
-    );
+    report.insert("loadavg_end".into(), serde_json::json!(loadavg()));
     drop(clean);
     if let Some(out) = out {
         std::fs::create_dir_all(&out)?;
@@ -309,4 +304,175 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         println!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// Start-up time excluded from the steady-state CPU figure, s.
+const WARMUP_S: f64 = 2.0;
+
+/// Sum of the run time of every thread of `pid`, ns.
+fn process_run_ns(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let path = entry.ok()?.path().join("schedstat");
+        let text = std::fs::read_to_string(path).ok()?;
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Reaction times of one agent run, ms, sorted.
+struct Reactions {
+    ms: Vec<f64>,
+    no_baseline: usize,
+    no_reaction: usize,
+}
+
+impl Reactions {
+    fn quantile(&self, q: f64) -> Option<f64> {
+        if self.ms.is_empty() {
+            return None;
+        }
+        let i = ((self.ms.len() - 1) as f64 * q).round() as usize;
+        self.ms.get(i).copied()
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on the benchmark's own child.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// Waits (≤ 1 s) until `pid` is in state `want` ('T' stopped, 'R' running) per /proc.
+fn wait_state(pid: u32, want: char) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(1) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if state == Some(want) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    false
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reaction(
+    bin: &Path,
+    cgroups: &Cgroups,
+    top: &GroupPath,
+    dir: &Path,
+    lc_pid: u32,
+    sensor: &str,
+    flags: &Flags,
+    clean: &mut Cleanup,
+) -> anyhow::Result<Reactions> {
+    let cfg = write_config(dir, top, flags.poll_ms, lc_pid, true, sensor);
+    let agent = Command::new(bin)
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let agent_pid = agent.id();
+    clean.children.push(agent);
+    let be = top.join("be")?;
+    let lc_group = top.join("lc")?;
+    let state = |cg: &Cgroups| -> (String, bool) {
+        (
+            cg.cpuset_cpus(&be).map(|c| c.to_list()).unwrap_or_default(),
+            cg.freeze_state(&be)
+                .map(|s| s != FreezeState::Thawed)
+                .unwrap_or(true),
+        )
+    };
+    // The step: a spinner on CPU 1 in the LC group, held stopped until t0.
+    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1).spawn()?;
+    let step_pid = step.id();
+    clean.children.push(step);
+    signal(step_pid, libc::SIGSTOP);
+    if !wait_state(step_pid, 'T') {
+        bail!("the step spinner {step_pid} did not stop");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    cgroups
+        .move_process(&lc_group, step_pid as i32)
+        .context("moving the step spinner into the LC group")?;
+    let mut r = Reactions {
+        ms: Vec::new(),
+        no_baseline: 0,
+        no_reaction: 0,
+    };
+    for _ in 0..flags.steps {
+        // Wait for BE to be running (grown back) and settled before stepping.
+        let t = Instant::now();
+        let mut ready = false;
+        while t.elapsed() < Duration::from_secs(3) {
+            if !state(cgroups).1 {
+                ready = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !ready {
+            r.no_baseline += 1;
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let before = state(cgroups);
+        if before.1 {
+            r.no_baseline += 1;
+            continue;
+        }
+        let t0 = Instant::now();
+        signal(step_pid, libc::SIGCONT);
+        let mut reacted = None;
+        while t0.elapsed() < Duration::from_secs(2) {
+            if state(cgroups) != before {
+                reacted = Some(t0.elapsed());
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        signal(step_pid, libc::SIGSTOP);
+        wait_state(step_pid, 'T');
+        match reacted {
+            Some(d) => r.ms.push(d.as_secs_f64() * 1000.0),
+            None => r.no_reaction += 1,
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Stop this agent (restoring the groups) and the step before the next sensor's run.
+    signal(agent_pid, libc::SIGTERM);
+    signal(step_pid, libc::SIGKILL);
+    signal(step_pid, libc::SIGCONT);
+    for c in clean.children.iter_mut() {
+        if c.id() == agent_pid || c.id() == step_pid {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(5) {
+                if c.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    clean
+        .children
+        .retain(|c| c.id() != agent_pid && c.id() != step_pid);
+    r.ms.sort_by(f64::total_cmp);
+    Ok(r)
 }
