@@ -70,6 +70,54 @@ impl DecisionRecord {
     }
 }
 
+/// A `headroom ctl` command that changed how the policy decides, logged between the decisions
+/// so `--replay` applies it at the same point (`{"event":"set","t_ms":…,"key":…,"value":…}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CtlEvent {
+    Set {
+        t_ms: u64,
+        key: String,
+        value: String,
+    },
+    Pause {
+        t_ms: u64,
+    },
+    Resume {
+        t_ms: u64,
+    },
+    /// The kill switch: actuation stops; the policy keeps deciding (nothing to replay).
+    Off {
+        t_ms: u64,
+    },
+}
+
+impl CtlEvent {
+    /// The JSON line (without newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a ctl event always serializes")
+    }
+}
+
+/// One line of a decision log: a decision, or a ctl event between decisions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LogLine {
+    Event(CtlEvent),
+    Decision(Box<DecisionRecord>),
+}
+
+impl LogLine {
+    /// Parses one JSON line of the log (logs written before ctl events were logged hold only
+    /// decisions and parse the same).
+    pub fn from_json_line(line: &str) -> Result<LogLine, serde_json::Error> {
+        if let Ok(event) = serde_json::from_str::<CtlEvent>(line) {
+            return Ok(LogLine::Event(event));
+        }
+        DecisionRecord::from_json_line(line).map(|r| LogLine::Decision(Box::new(r)))
+    }
+}
+
 /// The monotonic time to give a policy: truncated to whole milliseconds, so that a replay from
 /// the log's `t_ms` reproduces it exactly.
 pub fn tick_time(since_start: Duration) -> Duration {
@@ -108,9 +156,47 @@ fn via_json<T: Serialize>(value: &T) -> serde_json::Value {
 /// Re-runs a fresh policy built from `config` over the recorded observations and times and
 /// returns every difference (empty = the log is reproduced exactly).
 pub fn replay(config: &Config, machine: &MachineInfo, records: &[DecisionRecord]) -> Vec<Mismatch> {
+    let lines: Vec<LogLine> = records
+        .iter()
+        .map(|r| LogLine::Decision(Box::new(r.clone())))
+        .collect();
+    replay_log(config, machine, &lines)
+}
+
+/// [`replay`] over a whole log: ctl events are applied to the policy where they were logged
+/// (`set` through [`Policy::set_param`], `pause`/`resume`), as the live agent applied them.
+/// Record indexes in the mismatches count decisions only.
+pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> Vec<Mismatch> {
     let mut policy = policy::build(config, machine);
     let mut mismatches = Vec::new();
-    for (index, record) in records.iter().enumerate() {
+    let mut index = 0usize;
+    for line in lines {
+        let record = match line {
+            LogLine::Event(CtlEvent::Set { t_ms, key, value }) => {
+                if let Err(e) = policy.set_param(key, value) {
+                    mismatches.push(Mismatch {
+                        index,
+                        t_ms: *t_ms,
+                        field: "event".into(),
+                        recorded: serde_json::json!(format!("set {key}={value} accepted")),
+                        replayed: serde_json::json!(e.to_string()),
+                    });
+                }
+                continue;
+            }
+            LogLine::Event(CtlEvent::Pause { .. }) => {
+                policy.pause();
+                continue;
+            }
+            LogLine::Event(CtlEvent::Resume { .. }) => {
+                policy.resume();
+                continue;
+            }
+            LogLine::Event(CtlEvent::Off { .. }) => continue,
+            LogLine::Decision(r) => r,
+        };
+        index += 1;
+        let index = index - 1;
         let now = Duration::from_millis(record.t_ms);
         let decision = policy.decide(&record.observation, now);
         let mut compare =

@@ -2,24 +2,64 @@
 //! (round robin over `pin_cpus`), and give them SCHED_FIFO or an EEVDF slice request — the
 //! mainline stand-ins for BVT warp. Threads appear and go; each new thread is treated once, and
 //! all are treated again when the treatment changes. The LC is only ever given more.
+//!
+//! Everything is undone on exit and by the kill switch ([`LcThreads::restore`]): each thread's
+//! affinity and scheduling policy as they were before the agent's first change (kept in the
+//! state file, so a restarted agent does not mistake its own pinning for the original), and the
+//! real-time budgets raised so SCHED_FIFO is allowed in the LC's cgroup-v1 cpu group.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use headroom_host::sched::{self, SchedPolicy};
 use headroom_host::{Cgroups, CpuSet, GroupPath};
+use serde::{Deserialize, Serialize};
 
 use crate::allocation::LcTreatment;
+
+/// A thread's settings before the agent first changed them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadOriginal {
+    /// CPUs it was allowed on.
+    pub cpus: Vec<usize>,
+    /// Its scheduling policy (`None`: one the agent cannot set back, e.g. SCHED_DEADLINE —
+    /// such threads are never given a new policy).
+    pub policy: Option<SchedPolicy>,
+}
+
+/// What [`LcThreads`] changed, for the state file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LcThreadsState {
+    /// Thread id → settings before the agent's first change.
+    pub originals: BTreeMap<i32, ThreadOriginal>,
+    /// cgroup-v1 `cpu.rt_runtime_us` the agent raised: (group, original), ancestors first.
+    pub rt_budgets: Vec<(String, i64)>,
+}
 
 /// Applies an [`LcTreatment`] to the threads of the LC group.
 #[derive(Debug, Default)]
 pub struct LcThreads {
     treated: BTreeSet<i32>,
     last: Option<LcTreatment>,
+    state: LcThreadsState,
     /// Errors so far (a thread may exit between listing and treating it).
     pub errors: u64,
 }
 
 impl LcThreads {
+    /// Starts from what an earlier agent recorded (its originals stay the originals).
+    pub fn from_state(state: LcThreadsState) -> LcThreads {
+        LcThreads {
+            state,
+            ..LcThreads::default()
+        }
+    }
+
+    /// What to keep in the state file.
+    pub fn state(&self) -> &LcThreadsState {
+        &self.state
+    }
+
     /// Treats the LC group's threads not treated yet; returns how many were treated now.
     pub fn apply(&mut self, cgroups: &Cgroups, lc: &GroupPath, treatment: &LcTreatment) -> usize {
         let wants_something = treatment.pin_cpus.as_ref().is_some_and(|c| !c.is_empty())
@@ -32,15 +72,36 @@ impl LcThreads {
         if !wants_something {
             return 0;
         }
-        let Ok(tids) = cgroups.threads(lc) else {
-            self.errors += 1;
-            return 0;
+        if treatment.fifo_priority.is_some() {
+            if let Err(e) = self.ensure_rt_budget(cgroups, lc) {
+                self.error(0, "giving the LC group a real-time budget for", &e);
+            }
+        }
+        let tids = match cgroups.threads(lc) {
+            Ok(t) => t,
+            Err(e) => {
+                self.error(0, "listing the threads of the LC group for", &e);
+                return 0;
+            }
         };
         self.treated.retain(|t| tids.contains(t));
         let mut done = 0;
         for (i, &tid) in tids.iter().enumerate() {
             if self.treated.contains(&tid) {
                 continue;
+            }
+            if !self.state.originals.contains_key(&tid) {
+                let cpus = match sched::affinity(tid) {
+                    Ok(set) => set.iter().collect(),
+                    Err(e) => {
+                        self.error(tid, "reading the affinity of", &e);
+                        continue;
+                    }
+                };
+                let policy = sched::sched(tid).ok().and_then(|a| a.policy());
+                self.state
+                    .originals
+                    .insert(tid, ThreadOriginal { cpus, policy });
             }
             if let Some(cpus) = treatment.pin_cpus.as_ref().filter(|c| !c.is_empty()) {
                 let cpu = cpus[i % cpus.len()] as usize;
@@ -50,6 +111,11 @@ impl LcThreads {
                     continue;
                 }
             }
+            let settable = self
+                .state
+                .originals
+                .get(&tid)
+                .is_some_and(|o| o.policy.is_some());
             let policy = match (treatment.fifo_priority, treatment.slice_us) {
                 (Some(p), _) => Some(SchedPolicy::Fifo {
                     priority: u32::from(p),
@@ -60,7 +126,7 @@ impl LcThreads {
                 }),
                 (None, None) => None,
             };
-            if let Some(policy) = policy {
+            if let (Some(policy), true) = (policy, settable) {
                 if let Err(e) = sched::set_sched(tid, policy) {
                     self.error(tid, "setting the scheduling policy of", &e);
                     continue;
@@ -71,6 +137,91 @@ impl LcThreads {
             done += 1;
         }
         done
+    }
+
+    /// On a cgroup-v1 host with RT group scheduling, a group whose `cpu.rt_runtime_us` is 0
+    /// refuses SCHED_FIFO tasks (EINVAL): give the LC group and each ancestor at 0 the budget
+    /// its parent can spare (the parent's budget minus what its other children hold), top down.
+    fn ensure_rt_budget(
+        &mut self,
+        cgroups: &Cgroups,
+        lc: &GroupPath,
+    ) -> Result<(), headroom_host::HostError> {
+        let mut chain = vec![lc.clone()];
+        while let Some(p) = chain.last().and_then(GroupPath::parent) {
+            if p.is_root() {
+                break;
+            }
+            chain.push(p);
+        }
+        chain.reverse();
+        for group in chain {
+            let Some(current) = cgroups.rt_runtime_us(&group)? else {
+                return Ok(()); // no per-group RT budget on this host: nothing to do
+            };
+            if current != 0 {
+                continue;
+            }
+            let parent = group.parent().unwrap_or_else(GroupPath::root);
+            let Some(parent_budget) = cgroups.rt_runtime_us(&parent)? else {
+                return Ok(());
+            };
+            let mut siblings = 0i64;
+            for child in cgroups.children(&parent)? {
+                if child != group {
+                    siblings += cgroups.rt_runtime_us(&child)?.unwrap_or(0).max(0);
+                }
+            }
+            let spare = if parent_budget < 0 {
+                // -1: unlimited parent (root with RT throttling off)
+                950_000
+            } else {
+                parent_budget - siblings
+            };
+            if spare <= 0 {
+                return Err(headroom_host::HostError::invalid(
+                    "cpu.rt_runtime_us",
+                    format!("{parent_budget} in {parent} minus {siblings} held by siblings"),
+                    format!("no real-time budget left for {group}"),
+                ));
+            }
+            cgroups.set_rt_runtime_us(&group, spare)?;
+            tracing::info!(group = %group, runtime_us = spare, "real-time budget given to the LC group chain");
+            self.state.rt_budgets.push((group.to_string(), current));
+        }
+        Ok(())
+    }
+
+    /// Puts every treated thread's affinity and policy back, then the real-time budgets
+    /// (children first). Threads that have exited are skipped. Returns the threads restored.
+    pub fn restore(&mut self, cgroups: Option<&Cgroups>) -> usize {
+        let mut restored = 0;
+        for (&tid, original) in &self.state.originals {
+            let mut ok = true;
+            if let Some(policy) = original.policy {
+                ok &= sched::set_sched(tid, policy).is_ok();
+            }
+            if !original.cpus.is_empty() {
+                let set: CpuSet = original.cpus.iter().copied().collect();
+                ok &= sched::set_affinity(tid, &set).is_ok();
+            }
+            if ok {
+                restored += 1;
+            }
+        }
+        self.state.originals.clear();
+        if let Some(cg) = cgroups {
+            for (group, original) in self.state.rt_budgets.drain(..).rev() {
+                let restored =
+                    GroupPath::new(&group).and_then(|g| cg.set_rt_runtime_us(&g, original));
+                if let Err(e) = restored {
+                    tracing::warn!(group, original, error = %e, "restoring cpu.rt_runtime_us failed");
+                }
+            }
+        }
+        self.treated.clear();
+        self.last = None;
+        restored
     }
 
     fn error(&mut self, tid: i32, what: &str, e: &dyn std::fmt::Display) {

@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError, LatencySource, LoadSource, OnExit};
 use crate::control::{self, ControlError, Pending, Request, Response};
-use crate::decision::{tick_time, DecisionRecord};
+use crate::decision::{tick_time, CtlEvent, DecisionRecord};
 use crate::lc_signal::{SignalCell, StopFlag};
 use crate::metrics::Metrics;
 use crate::observation::Observation;
@@ -150,6 +150,8 @@ pub struct Agent {
     policy: Box<dyn Policy>,
     supervised: Vec<Supervised>,
     lc_threads: crate::lc_threads::LcThreads,
+    /// Groups the agent created (ancestors first), removed on exit once empty.
+    created_groups: Vec<GroupPath>,
     lc_child: Option<std::process::Child>,
     log: Option<BufWriter<std::fs::File>>,
     metrics: Metrics,
@@ -274,11 +276,30 @@ impl Agent {
         let mut reconciler = None;
         let mut supervised = Vec::new();
         let mut lc_child = None;
+        // A restarted agent keeps the list of groups the first one created.
+        let mut created_groups: Vec<GroupPath> = previous
+            .as_ref()
+            .filter(|p| groups_match(p, &groups))
+            .map(|p| {
+                p.created_groups
+                    .iter()
+                    .filter_map(|g| GroupPath::new(g).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
         if let Some(cg) = &cgroups {
             if !dry {
-                cg.create(&lc)?;
-                for g in &be {
+                for g in std::iter::once(&lc).chain(be.iter()) {
+                    let mut missing = Vec::new();
+                    let mut at = Some(g.clone());
+                    while let Some(p) = at.filter(|p| !p.is_root()) {
+                        if !cg.exists(&p) && !created_groups.contains(&p) {
+                            missing.push(p.clone());
+                        }
+                        at = p.parent();
+                    }
                     cg.create(g)?;
+                    created_groups.extend(missing.into_iter().rev());
                 }
                 for &pid in &config.lc.pids {
                     cg.move_process(&lc, pid as i32)?;
@@ -532,7 +553,13 @@ impl Agent {
             sensors,
             policy,
             supervised,
-            lc_threads: Default::default(),
+            lc_threads: crate::lc_threads::LcThreads::from_state(
+                previous
+                    .as_ref()
+                    .map(|p| p.lc_threads.clone())
+                    .unwrap_or_default(),
+            ),
+            created_groups,
             lc_child,
             log,
             metrics,
@@ -732,7 +759,9 @@ impl Agent {
             }
         }
         if let (Some(cg), Some(a), true) = (&self.cgroups, &self.last_allocation, self.actuating) {
-            self.lc_threads.apply(cg, &self.groups.lc, &a.lc);
+            if self.lc_threads.apply(cg, &self.groups.lc, &a.lc) > 0 {
+                self.state_dirty = true;
+            }
         }
         if let Some(log) = &mut self.log {
             let _ = log.flush();
@@ -751,6 +780,41 @@ impl Agent {
                 tracing::error!(error = %e, "writing the state file");
             }
         }
+    }
+
+    /// Removes the groups the agent created, deepest first, each only when neither it nor a
+    /// child holds a process (the LC service, or anyone else's, keeps its group), except `keep`
+    /// and their ancestors.
+    fn remove_created_groups(&mut self, keep: &[GroupPath]) {
+        let Some(cg) = &self.cgroups else { return };
+        let mut left = Vec::new();
+        for g in self.created_groups.iter().rev() {
+            let kept = keep
+                .iter()
+                .any(|k| k == g || k.as_str().starts_with(&format!("{}/", g.as_str())));
+            if kept || !cg.exists(g) {
+                if kept {
+                    left.push(g.clone());
+                }
+                continue;
+            }
+            let busy = cg.procs(g).map_or(true, |p| !p.is_empty())
+                || cg.children(g).map_or(true, |c| !c.is_empty());
+            if busy {
+                tracing::info!(group = %g, "leaving a group the agent created: it still holds processes or groups");
+                left.push(g.clone());
+                continue;
+            }
+            match cg.remove(g) {
+                Ok(()) => tracing::info!(group = %g, "removed the group the agent created"),
+                Err(e) => {
+                    tracing::warn!(group = %g, error = %e, "removing a group the agent created failed");
+                    left.push(g.clone());
+                }
+            }
+        }
+        left.reverse();
+        self.created_groups = left;
     }
 
     fn write_state(&mut self) -> Result<(), AgentError> {
@@ -775,6 +839,8 @@ impl Agent {
                 .iter()
                 .filter_map(|s| s.pid().map(|p| (s.name.clone(), p)))
                 .collect(),
+            lc_threads: self.lc_threads.state().clone(),
+            created_groups: self.created_groups.iter().map(|g| g.to_string()).collect(),
         };
         state::store(Path::new(&self.config.safety.state_file), &st)?;
         self.state_dirty = false;
@@ -804,11 +870,13 @@ impl Agent {
                 status: Some(self.status()),
             },
             Request::Pause => {
+                self.log_event(|t_ms| CtlEvent::Pause { t_ms });
                 self.policy.pause();
                 self.metrics.paused.set(1.0);
                 Response::ok("paused: holding the current allocation (safety rules still apply)")
             }
             Request::Resume => {
+                self.log_event(|t_ms| CtlEvent::Resume { t_ms });
                 self.policy.resume();
                 self.metrics.paused.set(0.0);
                 if !self.actuating && !self.options.dry_run {
@@ -822,8 +890,10 @@ impl Agent {
                 Response::ok("resumed")
             }
             Request::Off => {
+                self.log_event(|t_ms| CtlEvent::Off { t_ms });
                 self.actuating = false;
                 self.metrics.actuating.set(0.0);
+                self.lc_threads.restore(self.cgroups.as_ref());
                 match self.reconciler.as_mut().map(|r| r.restore_original()) {
                     Some(Ok(report)) => {
                         self.last_applied = None;
@@ -846,11 +916,29 @@ impl Agent {
                 }
                 match self.policy.set_param(&key, &value) {
                     Ok(()) => {
+                        self.log_event(|t_ms| CtlEvent::Set {
+                            t_ms,
+                            key: key.clone(),
+                            value: value.clone(),
+                        });
                         self.config = updated;
                         Response::ok(format!("{key} = {value}"))
                     }
                     Err(e) => Response::error(e.to_string()),
                 }
+            }
+        }
+    }
+
+    /// Logs a ctl command that changes the policy's decisions, on the decisions' clock, so
+    /// `--replay` applies it between the same two decisions.
+    fn log_event(&mut self, event: impl FnOnce(u64) -> CtlEvent) {
+        let t_ms = tick_time(self.started.elapsed()).as_millis() as u64;
+        if let Some(log) = &mut self.log {
+            let mut line = event(t_ms).to_json_line();
+            line.push('\n');
+            if let Err(e) = log.write_all(line.as_bytes()).and_then(|()| log.flush()) {
+                tracing::error!(error = %e, "writing a ctl event to the decision log");
             }
         }
     }
@@ -915,13 +1003,24 @@ impl Agent {
                 };
             }
             tracing::info!(action = %exit_action, "exit action");
+            // The LC's pinning, policy and real-time budgets go back unless told to leave all.
+            if action != OnExit::Leave {
+                let n = self.lc_threads.restore(self.cgroups.as_ref());
+                if n > 0 {
+                    tracing::info!(threads = n, "LC threads' affinity and policy restored");
+                }
+            }
             if action == OnExit::Restore && self.actuating {
                 for s in &mut self.supervised {
                     s.stop(Duration::from_secs(2));
                 }
                 self.supervised.clear();
+                self.remove_created_groups(&[]);
                 let _ = state::remove(Path::new(&self.config.safety.state_file));
             } else if action == OnExit::Freeze && self.actuating {
+                // frozen BE needs its groups; other groups the agent made may go once empty
+                let keep = self.groups.be.clone();
+                self.remove_created_groups(&keep);
                 self.last_applied = self.last_applied.take().map(|mut a| {
                     a.be_enabled = false;
                     a
@@ -981,18 +1080,19 @@ fn install_signal_handlers() {
 /// Puts the calling (control loop) thread above every CFS thread, so a BE or LC thread filling
 /// every CPU cannot delay the tick that shrinks BE; nice -20 where FIFO is refused.
 fn raise_control_loop_priority(fifo_priority: u8) {
-    use headroom_host::sched::{set_sched, SchedPolicy};
+    use headroom_host::sched::{set_sched_reset_on_fork, SchedPolicy};
     if fifo_priority == 0 {
         return;
     }
-    match set_sched(
+    // Reset on fork: BE and LC commands the supervisor launches must not inherit SCHED_FIFO.
+    match set_sched_reset_on_fork(
         0,
         SchedPolicy::Fifo {
             priority: u32::from(fifo_priority),
         },
     ) {
         Ok(()) => tracing::info!(priority = fifo_priority, "control loop runs SCHED_FIFO"),
-        Err(fifo) => match set_sched(
+        Err(fifo) => match set_sched_reset_on_fork(
             0,
             SchedPolicy::Other {
                 nice: -20,

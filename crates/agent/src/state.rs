@@ -29,6 +29,13 @@ pub struct AgentState {
     /// BE commands the agent launched: BE name → pid (adopted, not relaunched, on restart).
     #[serde(default)]
     pub owned_pids: BTreeMap<String, u32>,
+    /// LC threads' original affinity/policy and raised real-time budgets (undone on exit).
+    #[serde(default)]
+    pub lc_threads: crate::lc_threads::LcThreadsState,
+    /// Groups (and ancestors) that did not exist before the agent created them, deepest last;
+    /// removed on exit once empty.
+    #[serde(default)]
+    pub created_groups: Vec<String>,
 }
 
 /// Errors reading or writing the state file, naming the path.

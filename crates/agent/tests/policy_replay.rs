@@ -189,3 +189,71 @@ fn record_json_has_the_contract_keys() {
     }
     assert_eq!(v["policy"], "blind");
 }
+
+/// A run with `ctl set`, `pause` and `resume` in the middle: the log carries them as events, and
+/// replaying the log applies them between the same decisions — identical decisions. Without the
+/// events the replay diverges (what the events are for).
+#[test]
+fn ctl_events_in_the_log_replay_identically() {
+    use headroom_agent::decision::{CtlEvent, LogLine};
+    let machine = MachineInfo::with_cpus(8);
+    let config = Config::from_toml_str(&CONFIG.replace("KIND", "hybrid")).expect("valid");
+    let mut p = policy::build(&config, &machine);
+    let mut be = 0.0;
+    let mut lines: Vec<String> = Vec::new();
+    for i in 0..900u64 {
+        let now = decision::tick_time(Duration::from_micros(i * 7_300 + 17));
+        let t_ms = now.as_millis() as u64;
+        let event = match i {
+            200 => Some(CtlEvent::Set {
+                t_ms,
+                key: "policy.blind.buffer_cores".into(),
+                value: "3".into(),
+            }),
+            450 => Some(CtlEvent::Pause { t_ms }),
+            600 => Some(CtlEvent::Resume { t_ms }),
+            _ => None,
+        };
+        if let Some(e) = event {
+            match &e {
+                CtlEvent::Set { key, value, .. } => p.set_param(key, value).expect("live set"),
+                CtlEvent::Pause { .. } => p.pause(),
+                CtlEvent::Resume { .. } => p.resume(),
+                CtlEvent::Off { .. } => {}
+            }
+            lines.push(e.to_json_line());
+        }
+        let obs = observation(i, be);
+        let d = p.decide(&obs, now);
+        be = d.allocation.be_cpu_capacity(machine.cpus.len());
+        lines.push(DecisionRecord::new(now, t_ms, "hybrid", &obs, &d).to_json_line());
+    }
+    let log: Vec<LogLine> = lines
+        .iter()
+        .map(|l| LogLine::from_json_line(l).expect("log line parses"))
+        .collect();
+    assert_eq!(
+        log.iter()
+            .filter(|l| matches!(l, LogLine::Event(_)))
+            .count(),
+        3
+    );
+    let mismatches = decision::replay_log(&config, &machine, &log);
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches, first: {}",
+        mismatches.len(),
+        mismatches[0]
+    );
+    // the same decisions without their events do not replay
+    let decisions_only: Vec<DecisionRecord> = log
+        .into_iter()
+        .filter_map(|l| match l {
+            LogLine::Decision(r) => Some(*r),
+            LogLine::Event(_) => None,
+        })
+        .collect();
+    let diverged = decision::replay(&config, &machine, &decisions_only);
+    assert!(!diverged.is_empty(), "the events changed nothing?");
+    assert!(diverged[0].index >= 200, "{}", diverged[0]);
+}

@@ -51,6 +51,8 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
         original: [("hr/be".to_string(), GroupSettings { values })].into(),
         last_allocation: Some(Allocation::default().disabled()),
         owned_pids: [("spin".to_string(), 7)].into(),
+        lc_threads: Default::default(),
+        created_groups: vec!["hr".into(), "hr/be".into()],
     };
     state::store(&path, &st).unwrap();
     assert_eq!(state::load(&path).unwrap().unwrap(), st);

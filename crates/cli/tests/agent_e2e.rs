@@ -327,3 +327,140 @@ fn agent_e2e() {
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains("lc.cgroup"), "names the key: {err}");
 }
+
+fn thread_state(pid: u32) -> (String, i32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let cpus = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    // SAFETY: sched_getscheduler has no memory preconditions.
+    let policy = unsafe { libc::sched_getscheduler(pid as i32) };
+    (cpus, policy)
+}
+
+/// On exit the agent undoes everything it did to the LC and removes what it created: an LC
+/// pinned and made SCHED_FIFO through `[lc.threads]` (on cgroup v1 that needs the agent to give
+/// the LC group a real-time budget first) gets its affinity, policy and budget back, and the
+/// groups the agent created are removed once empty — the BE group (its BE command stopped), but
+/// not the LC group, which still holds the LC service the agent never stops.
+#[test]
+fn agent_exit_restores_the_lc_and_removes_its_groups() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP agent_exit_restores_the_lc_and_removes_its_groups: not root");
+        return;
+    }
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIP agent_exit_restores_the_lc_and_removes_its_groups: needs 2 CPUs");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
+        _ => {
+            eprintln!(
+                "SKIP agent_exit_restores_the_lc_and_removes_its_groups: no cpu/cpuset cgroups"
+            );
+            return;
+        }
+    };
+    let top = GroupPath::new(&format!("headroom-exit-{}", std::process::id())).unwrap();
+    assert!(!cgroups.exists(&top));
+    let mut guard = Guard {
+        cgroups: cgroups.clone(),
+        top: top.clone(),
+        children: Vec::new(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let dir = guard.dir.path().to_path_buf();
+    // The LC: an idle process allowed on both CPUs, SCHED_OTHER.
+    let lc_proc = Command::new("sleep")
+        .arg("60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lc_pid = lc_proc.id();
+    guard.children.push(lc_proc);
+    let before = thread_state(lc_pid);
+    assert_eq!(before.1, libc::SCHED_OTHER);
+    let text = format!(
+        r#"
+[lc]
+name = "idle"
+cgroup = "{top}/lc"
+pids = [{lc_pid}]
+[lc.threads]
+pin = true
+cpus = [1]
+fifo_priority = 5
+
+[[be]]
+name = "spin"
+cgroup = "{top}/be"
+command = ["{BIN}", "antagonist", "spin", "--threads", "1", "--duration", "60"]
+
+[policy]
+kind = "blind"
+[policy.blind]
+poll_ms = 20
+
+[safety]
+on_exit = "restore"
+state_file = "{dir}/state.json"
+
+[api]
+socket = "{dir}/ctl.sock"
+metrics = ""
+"#,
+        dir = dir.display()
+    );
+    let cfg = dir.join("exit.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let agent = start_agent(&mut guard, &cfg, "exit1.log");
+    let lc = top.join("lc").unwrap();
+    let treated = wait_for(
+        "the LC pinned on CPU 1 and SCHED_FIFO",
+        Duration::from_secs(10),
+        || thread_state(lc_pid) == ("1".to_string(), libc::SCHED_FIFO),
+    );
+    let log = || std::fs::read_to_string(dir.join("exit1.log")).unwrap_or_default();
+    assert!(
+        treated.is_some(),
+        "LC never treated: {:?}; agent log:\n{}",
+        thread_state(lc_pid),
+        log()
+    );
+    let rt_budget = cgroups.rt_runtime_us(&lc).unwrap();
+    eprintln!("LC group cpu.rt_runtime_us while FIFO: {rt_budget:?}");
+    if let Some(b) = rt_budget {
+        assert!(b > 0, "an RT budget was given to the LC group");
+    }
+    let st = sigterm_and_wait(&mut guard, agent);
+    assert!(st.success(), "agent exit status {st}; log:\n{}", log());
+    assert_eq!(
+        thread_state(lc_pid),
+        before,
+        "LC affinity and policy restored; log:\n{}",
+        log()
+    );
+    if rt_budget.is_some() {
+        assert_eq!(
+            cgroups.rt_runtime_us(&lc).unwrap(),
+            Some(0),
+            "RT budget restored"
+        );
+    }
+    let be = top.join("be").unwrap();
+    assert!(
+        !cgroups.exists(&be),
+        "the BE group the agent created is removed; log:\n{}",
+        log()
+    );
+    assert!(
+        cgroups.exists(&lc),
+        "the LC group still holds the LC, so it stays"
+    );
+}

@@ -843,6 +843,34 @@ impl Cgroups {
         self.knobs.read_u64(&path)
     }
 
+    /// `cpu.rt_runtime_us` of a cgroup-v1 cpu group: the real-time budget its SCHED_FIFO/RR
+    /// tasks may use per `cpu.rt_period_us`. `Ok(None)` where the knob does not exist (cgroup v2,
+    /// or a kernel without CONFIG_RT_GROUP_SCHED: RT tasks are then allowed in any group).
+    pub fn rt_runtime_us(&self, group: &GroupPath) -> Result<Option<i64>> {
+        let path = match self.knob(Controller::Cpu, group, "cpu.rt_runtime_us", "") {
+            Ok((false, path)) => path,
+            Ok((true, _)) | Err(_) => return Ok(None),
+        };
+        if !path.exists() {
+            return Ok(None);
+        }
+        self.knobs.read_i64(&path).map(Some)
+    }
+
+    /// Sets `cpu.rt_runtime_us` (v1 with RT group scheduling only; see
+    /// [`Cgroups::rt_runtime_us`]). The kernel refuses (EBUSY/EINVAL) a budget larger than the
+    /// parent's minus the siblings', and 0 while the group holds RT tasks.
+    pub fn set_rt_runtime_us(&self, group: &GroupPath, runtime_us: i64) -> Result<()> {
+        let (v2, path) = self.knob(Controller::Cpu, group, "cpu.rt_runtime_us", "")?;
+        if v2 {
+            return Err(HostError::unavailable(
+                "cpu.rt_runtime_us",
+                "cgroup v2 has no per-group real-time budget",
+            ));
+        }
+        self.knobs.write(&path, &runtime_us.to_string())
+    }
+
     /// `cpu.idle`: the group runs only when nothing else wants the CPU (SCHED_IDLE for groups).
     pub fn set_cpu_idle(&self, group: &GroupPath, idle: bool) -> Result<()> {
         let (_, path) = self.knob(Controller::Cpu, group, "cpu.idle", "cpu.idle")?;

@@ -169,8 +169,22 @@ fn last_os_error(call: &'static str, tid: i32, value: String) -> HostError {
 
 /// Sets thread `tid`'s policy (0 = the calling thread).
 pub fn set_sched(tid: i32, policy: SchedPolicy) -> Result<()> {
+    set_sched_flags(tid, policy, 0)
+}
+
+/// `SCHED_FLAG_RESET_ON_FORK`: children start as SCHED_OTHER at nice 0.
+const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+/// Like [`set_sched`], but children the thread forks do not inherit the policy (an agent's
+/// real-time control loop must not hand SCHED_FIFO to the BE commands it launches).
+pub fn set_sched_reset_on_fork(tid: i32, policy: SchedPolicy) -> Result<()> {
+    set_sched_flags(tid, policy, SCHED_FLAG_RESET_ON_FORK)
+}
+
+fn set_sched_flags(tid: i32, policy: SchedPolicy, flags: u64) -> Result<()> {
     policy.validate()?;
-    let raw = policy.to_raw();
+    let mut raw = policy.to_raw();
+    raw.sched_flags |= flags;
     // SAFETY: raw is a valid, fully initialised sched_attr of the size it declares; the kernel
     // only reads it.
     let rc = unsafe {

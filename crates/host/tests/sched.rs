@@ -178,3 +178,40 @@ fn threads_of_this_process_include_a_new_thread() {
     let cpu = sched::last_cpu(std::path::Path::new("/"), std::process::id() as i32, tid);
     assert!(cpu.is_ok() || cpu.unwrap_err().is_not_found());
 }
+
+/// As root: a SCHED_FIFO thread set with reset-on-fork hands its children SCHED_OTHER (the
+/// agent's control loop launches BE commands).
+#[test]
+fn reset_on_fork_keeps_children_out_of_fifo() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP reset_on_fork_keeps_children_out_of_fifo: needs root");
+        return;
+    }
+    let policies = std::thread::spawn(|| {
+        use headroom_host::sched::{set_sched_reset_on_fork, SchedPolicy};
+        if let Err(e) = set_sched_reset_on_fork(0, SchedPolicy::Fifo { priority: 1 }) {
+            return Err(e.to_string());
+        }
+        // SAFETY: sched_getscheduler on the calling thread.
+        let me = unsafe { libc::sched_getscheduler(0) };
+        let mut child = std::process::Command::new("sleep")
+            .arg("1")
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        // SAFETY: sched_getscheduler on our own child.
+        let theirs = unsafe { libc::sched_getscheduler(child.id() as i32) };
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok((me, theirs))
+    })
+    .join()
+    .expect("thread");
+    match policies {
+        Err(e) => eprintln!("SKIP reset_on_fork_keeps_children_out_of_fifo: {e}"),
+        Ok((me, child)) => {
+            assert_eq!(me & !libc::SCHED_RESET_ON_FORK, libc::SCHED_FIFO);
+            assert_eq!(child, libc::SCHED_OTHER, "the child did not inherit FIFO");
+        }
+    }
+}

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use headroom_agent::config::Config;
-use headroom_agent::decision::{replay, DecisionRecord};
+use headroom_agent::decision::{replay_log, LogLine};
 use headroom_agent::policy::MachineInfo;
 use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 
@@ -71,9 +71,9 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let rec = DecisionRecord::from_json_line(line).map_err(|e| {
+        let rec = LogLine::from_json_line(line).map_err(|e| {
             super::usage(format!(
-                "{} line {}: not a decision record: {e}",
+                "{} line {}: neither a decision record nor a ctl event: {e}",
                 log.display(),
                 i + 1
             ))
@@ -92,17 +92,23 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
             machine_info(&headroom_host::LinuxHost::system())
         }
     };
-    let mismatches = replay(config, &machine, &records);
+    let mismatches = replay_log(config, &machine, &records);
+    let decisions = records
+        .iter()
+        .filter(|l| matches!(l, LogLine::Decision(_)))
+        .count();
+    let events = records.len() - decisions;
     match mismatches.first() {
         None => {
-            println!("replay: {} decisions reproduced exactly", records.len());
+            println!(
+                "replay: {decisions} decisions reproduced exactly ({events} ctl events applied)"
+            );
             Ok(())
         }
         Some(first) => {
             println!(
-                "replay: {} of {} decisions differ; first: {first}",
+                "replay: {} of {decisions} decisions differ; first: {first}",
                 mismatches.len(),
-                records.len()
             );
             std::process::exit(1);
         }

@@ -208,11 +208,45 @@ fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> 
             w.emu.map_or("–".into(), |e| format!("{:.0}%", e * 100.0)),
         )
     };
-    let files = headroom_bench::record::run_experiment(exp, opts, &out, &mut progress, &mut live)?;
+    let files = headroom_bench::record::run_experiment(exp, opts, &out, &mut progress, &mut live);
+    remove_bench_groups();
+    let files = files?;
     println!("report:  {}", files.html.display());
     println!("summary: {}", files.summary_json.display());
     println!("         {}", files.summary_md.display());
     Ok(())
+}
+
+/// The experiments' agents create `headroom-bench/{lc,be}`; an agent leaves the LC group while
+/// the LC service is still in it, so once every run has stopped its processes the experiment
+/// removes the (now empty) groups. Groups that still hold a process are left alone.
+pub(crate) fn remove_bench_groups() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let Ok(cgroups) = headroom_host::LinuxHost::system().cgroups() else {
+        return;
+    };
+    let Ok(top) = headroom_host::GroupPath::new("headroom-bench") else {
+        return;
+    };
+    if !cgroups.exists(&top) {
+        return;
+    }
+    let mut groups = cgroups.children(&top).unwrap_or_default();
+    groups.push(top);
+    for g in groups {
+        let empty = cgroups.procs(&g).is_ok_and(|p| p.is_empty());
+        if !empty {
+            eprintln!("left cgroup {g}: it still holds processes");
+            return;
+        }
+    }
+    if let Err(e) = cgroups.remove(&headroom_host::GroupPath::new("headroom-bench").expect("valid"))
+    {
+        eprintln!("removing cgroup headroom-bench: {e}");
+    }
 }
 
 /// Takes `--out DIR` / `--out=DIR` out of the trailing flags.

@@ -122,13 +122,19 @@ fn write_config(
 }
 
 fn pinned(args: &[&str], cpu: usize) -> Command {
-    use std::os::unix::process::CommandExt;
     let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("headroom"));
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    pin_command(&mut cmd, cpu);
+    cmd
+}
+
+/// Pins the child to `cpu` before it execs.
+fn pin_command(cmd: &mut Command, cpu: usize) {
+    use std::os::unix::process::CommandExt;
     // SAFETY: sched_setaffinity of the child itself before exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -140,7 +146,6 @@ fn pinned(args: &[&str], cpu: usize) -> Command {
             Ok(())
         });
     }
-    cmd
 }
 
 pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
@@ -162,22 +167,19 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         children: Vec::new(),
     };
     let bin = std::env::current_exe()?;
-    // The LC: an idle process pinned on CPU 1.
-    let lc = pinned(
-        &[
-            "antagonist",
-            "square",
-            "--on-ms",
-            "0",
-            "--off-ms",
-            "1000",
-            "--duration",
-            "900",
-        ],
-        1,
-    )
+    // The LC: an idle process (sleep) pinned on CPU 1.
+    let lc = {
+        let mut sleeper = Command::new("sleep");
+        sleeper
+            .arg("900")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        pin_command(&mut sleeper, 1);
+        sleeper
+    }
     .spawn()
-    .context("starting the idle LC")?;
+    .context("starting the idle LC (sleep)")?;
     let lc_pid = lc.id();
     clean.children.push(lc);
 

@@ -139,7 +139,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &args.out,
         &mut progress,
         &mut live,
-    )?;
+    );
+    super::bench::remove_bench_groups();
+    let files = files?;
     let summary: headroom_types::summary::Summary =
         serde_json::from_str(&std::fs::read_to_string(&files.summary_json)?)?;
     println!();
