@@ -52,6 +52,21 @@ pub struct Config {
     pub api: ApiConfig,
     #[serde(default)]
     pub sensors: SensorsConfig,
+    #[serde(default)]
+    pub egress: EgressConfig,
+}
+
+/// `[egress]`: the network device whose egress the agent shapes (Heracles Alg. 4). Off unless a
+/// device is named: the agent then replaces that device's root qdisc with an HTB tree (LC class
+/// 1:10 as the default, BE class 1:20), classifies the BE groups' traffic with a cgroup-BPF
+/// program, and removes the tree on exit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Interface name (`""` = no egress control).
+    pub device: String,
+    /// Link rate, Mbit/s; 0 = read `/sys/class/net/<device>/speed`.
+    pub link_mbit: u64,
 }
 
 /// Where per-CPU idle time comes from.
@@ -845,6 +860,18 @@ impl Config {
             }
         }
         let threads = &self.lc.threads;
+        if !self.egress.device.is_empty()
+            && (self.egress.device.len() > 15
+                || self.egress.device.contains(['/', ' ', '\0'])
+                || self.egress.device == "."
+                || self.egress.device == "..")
+        {
+            return Err(invalid(
+                "egress.device",
+                &self.egress.device,
+                "not a network interface name",
+            ));
+        }
         if self.safety.agent_fifo_priority > 99 {
             return Err(invalid(
                 "safety.agent_fifo_priority",

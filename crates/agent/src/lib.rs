@@ -1,6 +1,7 @@
 //! headroom-agent: the colocation controller (sensors → Observation → Policy → Allocation →
 //! Reconciler → Host).
 
+pub mod actuators;
 pub mod allocation;
 pub mod config;
 pub mod decision;

@@ -150,6 +150,12 @@ pub struct Agent {
     policy: Box<dyn Policy>,
     supervised: Vec<Supervised>,
     lc_threads: crate::lc_threads::LcThreads,
+    /// resctrl ways/MBA, frequency caps and egress (where the host has them).
+    actuators: crate::actuators::Actuators,
+    /// The BE groups' egress classifiers (detached on drop).
+    #[allow(dead_code)]
+    egress_classifiers: Vec<headroom_host::bpf::EgressPriority>,
+    last_actuator_error: Option<String>,
     /// Groups the agent created (ancestors first), removed on exit once empty.
     created_groups: Vec<GroupPath>,
     lc_child: Option<std::process::Child>,
@@ -202,13 +208,10 @@ pub fn machine_info(host: &LinuxHost) -> MachineInfo {
         },
     );
     let m = &doctor.mechanisms;
-    for (name, available) in [
-        ("resctrl_l3", m.resctrl_l3.available),
-        ("resctrl_mba", m.resctrl_mba.available),
-        ("rapl/cpufreq", m.cpufreq.available),
-        ("tc_htb", m.tc_htb.available),
-        ("io", m.io.available),
-    ] {
+    let extra = crate::actuators::Actuators::probe(host, &cpus);
+    let (l3, mba, cpufreq) = extra.available();
+    let rapl = crate::sensors::PowerSensor::open(host).is_some();
+    for (name, available) in [("io", m.io.available)] {
         if available {
             tracing::warn!(
                 mechanism = name,
@@ -219,7 +222,7 @@ pub fn machine_info(host: &LinuxHost) -> MachineInfo {
     MachineInfo {
         cpus,
         sockets: Vec::new(),
-        llc_ways: None,
+        llc_ways: extra.llc_ways().filter(|_| l3),
         mechanisms: Mechanisms {
             cpuset: m.cpuset.available,
             cpu_weight: m.cpu_weight.available,
@@ -229,10 +232,10 @@ pub fn machine_info(host: &LinuxHost) -> MachineInfo {
             memory: m.memory.available,
             io: false,
             sched_attr: m.sched_attr.available,
-            resctrl_l3: false,
-            resctrl_mba: false,
-            rapl: false,
-            cpufreq: false,
+            resctrl_l3: l3,
+            resctrl_mba: mba,
+            rapl,
+            cpufreq,
             tc_htb: false,
         },
     }
@@ -276,6 +279,24 @@ impl Agent {
         let mut reconciler = None;
         let mut supervised = Vec::new();
         let mut lc_child = None;
+        // resctrl / cpufreq / egress actuators; egress only where `[egress] device` names one.
+        let probe_cpus: Vec<u32> = host
+            .topology()
+            .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+            .unwrap_or_default();
+        let mut actuators = crate::actuators::Actuators::probe(&host, &probe_cpus);
+        if !config.egress.device.is_empty() {
+            actuators = actuators
+                .with_egress(&host, &config.egress.device, config.egress.link_mbit)
+                .map_err(|e| {
+                    AgentError::Config(ConfigError::Invalid {
+                        key: "egress".into(),
+                        value: format!("{:?}", config.egress.device),
+                        reason: e.to_string(),
+                    })
+                })?;
+        }
+        let mut egress_classifiers = Vec::new();
         // A restarted agent keeps the list of groups the first one created.
         let mut created_groups: Vec<GroupPath> = previous
             .as_ref()
@@ -300,6 +321,15 @@ impl Agent {
                     }
                     cg.create(g)?;
                     created_groups.extend(missing.into_iter().rev());
+                }
+                // BE traffic is classified by a cgroup-BPF program on the BE groups' cgroup2
+                // directories (on hybrid hosts made for it): skb->priority = the BE HTB class.
+                if let Some(classid) = actuators.egress_be_classid() {
+                    for g in &be {
+                        let dir = cg.ensure_v2_group(g)?;
+                        egress_classifiers
+                            .push(headroom_host::bpf::EgressPriority::attach(&dir, classid)?);
+                    }
                 }
                 for &pid in &config.lc.pids {
                     cg.move_process(&lc, pid as i32)?;
@@ -470,7 +500,9 @@ impl Agent {
             signals.qps = Some(cell);
         }
 
-        let machine = machine_info(&host);
+        let mut machine = machine_info(&host);
+        // Heracles Alg. 4 runs where the agent shapes a device's egress.
+        machine.mechanisms.tc_htb = actuators.egress_be_classid().is_some();
         let mut policy = policy::build(&config, &machine);
         let sensors = match &cgroups {
             Some(cg) => Sensors::new(
@@ -483,6 +515,26 @@ impl Agent {
             )?,
             None => unreachable!("host.cgroups() succeeded above"),
         };
+        let mut sensors = sensors;
+        if actuators.egress_be_classid().is_some() {
+            let link = config.egress.link_mbit;
+            let link_bits = if link > 0 {
+                link * 1_000_000
+            } else {
+                std::fs::read_to_string(
+                    host.root()
+                        .join(format!("sys/class/net/{}/speed", config.egress.device)),
+                )
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                    * 1_000_000
+            };
+            sensors.set_egress(crate::sensors::EgressSensor::new(
+                &config.egress.device,
+                link_bits,
+            )?);
+        }
 
         // Decision log (+ the machine description replay needs).
         let log_path = options
@@ -560,6 +612,9 @@ impl Agent {
                     .unwrap_or_default(),
             ),
             created_groups,
+            actuators,
+            egress_classifiers,
+            last_actuator_error: None,
             lc_child,
             log,
             metrics,
@@ -651,6 +706,28 @@ impl Agent {
         }
         if self.actuating && decision.allocation.be_kill {
             self.kill_be();
+        }
+        if self.actuating && !self.options.dry_run {
+            let all: Vec<u32> = self.machine.cpus.clone();
+            let be_cpus = decision.allocation.be_cpus.as_deref().unwrap_or(&all);
+            match self.actuators.apply(&decision.allocation, be_cpus) {
+                Ok(0) => self.last_actuator_error = None,
+                Ok(n) => {
+                    self.last_actuator_error = None;
+                    self.metrics.writes.inc_by(n as u64);
+                    self.summary.writes += n as u64;
+                }
+                Err(e) => {
+                    // retried next tick: the applied values only move on success
+                    self.metrics.write_errors.inc();
+                    self.summary.write_errors += 1;
+                    let msg = e.to_string();
+                    if self.last_actuator_error.as_deref() != Some(msg.as_str()) {
+                        tracing::error!(error = %msg, "actuator write failed");
+                    }
+                    self.last_actuator_error = Some(msg);
+                }
+            }
         }
         if self.actuating {
             if let Some(r) = self.reconciler.as_mut() {
@@ -761,6 +838,21 @@ impl Agent {
         if let (Some(cg), Some(a), true) = (&self.cgroups, &self.last_allocation, self.actuating) {
             if self.lc_threads.apply(cg, &self.groups.lc, &a.lc) > 0 {
                 self.state_dirty = true;
+            }
+            let all = self.machine.cpus.clone();
+            self.sensors
+                .set_be_cpus(a.be_cpus.as_deref().unwrap_or(&all));
+            let (l3, mba, _) = self.actuators.available();
+            if l3 || mba {
+                let tids: Vec<i32> = self
+                    .groups
+                    .be
+                    .iter()
+                    .flat_map(|g| cg.threads(g).unwrap_or_default())
+                    .collect();
+                if let Err(e) = self.actuators.assign_be_tasks(&tids) {
+                    tracing::warn!(error = %e, "moving BE threads into their resctrl group");
+                }
             }
         }
         if let Some(log) = &mut self.log {
@@ -894,6 +986,9 @@ impl Agent {
                 self.actuating = false;
                 self.metrics.actuating.set(0.0);
                 self.lc_threads.restore(self.cgroups.as_ref());
+                if let Err(e) = self.actuators.restore() {
+                    tracing::error!(error = %e, "restoring resctrl/cpufreq originals");
+                }
                 match self.reconciler.as_mut().map(|r| r.restore_original()) {
                     Some(Ok(report)) => {
                         self.last_applied = None;
@@ -1011,6 +1106,9 @@ impl Agent {
                 }
             }
             if action == OnExit::Restore && self.actuating {
+                if let Err(e) = self.actuators.restore() {
+                    tracing::error!(error = %e, "restoring resctrl/cpufreq originals");
+                }
                 for s in &mut self.supervised {
                     s.stop(Duration::from_secs(2));
                 }

@@ -76,6 +76,198 @@ impl IdleSource {
     }
 }
 
+/// Package power from RAPL (Heracles Alg. 3): the energy counters' rate over the slow period,
+/// the long-term power limit as TDP, and the CPUs' current frequencies.
+pub struct PowerSensor {
+    rapl: headroom_host::power::Rapl,
+    cpufreq: headroom_host::power::CpuFreq,
+    /// Package zones (`package-N`) with their last counter reading.
+    packages: Vec<(headroom_host::power::RaplZone, Option<(Instant, u64)>)>,
+    tdp_w: Option<f64>,
+}
+
+impl PowerSensor {
+    /// `None` when the host has no RAPL package zone.
+    pub fn open(host: &LinuxHost) -> Option<PowerSensor> {
+        let rapl = host.rapl();
+        let zones = rapl.zones().ok()?;
+        let packages: Vec<_> = zones
+            .into_iter()
+            .filter(|z| z.name.starts_with("package"))
+            .map(|z| (z, None))
+            .collect();
+        if packages.is_empty() {
+            return None;
+        }
+        // TDP: the sum of the packages' long-term limits (constraint 0, "long_term").
+        let tdp_uw: u64 = packages
+            .iter()
+            .filter_map(|(z, _)| {
+                rapl.constraints(z)
+                    .ok()?
+                    .into_iter()
+                    .find(|c| c.name == "long_term" || c.index == 0)
+                    .map(|c| c.power_limit_uw)
+            })
+            .sum();
+        Some(PowerSensor {
+            rapl,
+            cpufreq: host.cpufreq(),
+            packages,
+            tdp_w: (tdp_uw > 0).then_some(tdp_uw as f64 / 1e6),
+        })
+    }
+
+    /// Watts since the last reading (None on the first), TDP, and the mean current frequency
+    /// of `lc_cpus` and `be_cpus` in MHz.
+    fn sample(
+        &mut self,
+        now: Instant,
+        lc_cpus: &[u32],
+        be_cpus: &[u32],
+    ) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
+        let mut watts = 0.0;
+        let mut complete = true;
+        for (zone, last) in &mut self.packages {
+            match self.rapl.energy_uj(zone) {
+                Ok(e) => {
+                    if let Some((t, e0)) = *last {
+                        let dt = now.saturating_duration_since(t).as_secs_f64();
+                        let de =
+                            headroom_host::power::energy_delta_uj(e0, e, zone.max_energy_range_uj);
+                        if dt > 0.0 {
+                            watts += de as f64 / 1e6 / dt;
+                        } else {
+                            complete = false;
+                        }
+                    } else {
+                        complete = false;
+                    }
+                    *last = Some((now, e));
+                }
+                Err(_) => complete = false,
+            }
+        }
+        let mhz = |cpus: &[u32]| -> Option<f64> {
+            let f: Vec<f64> = cpus
+                .iter()
+                .filter_map(|&c| self.cpufreq.cur_khz(c as usize).ok())
+                .map(|k| k as f64 / 1000.0)
+                .collect();
+            (!f.is_empty()).then(|| f.iter().sum::<f64>() / f.len() as f64)
+        };
+        (
+            complete.then_some(watts),
+            self.tdp_w,
+            mhz(lc_cpus),
+            mhz(be_cpus),
+        )
+    }
+}
+
+/// DRAM bandwidth from resctrl memory-bandwidth monitoring (Heracles Alg. 2): the rate of
+/// `mbm_total_bytes` summed over L3 domains, for the whole machine (default group + the BE
+/// group) and for BE alone.
+pub struct DramSensor {
+    resctrl: headroom_host::resctrl::Resctrl,
+    be: headroom_host::resctrl::ResctrlGroup,
+    last: Option<(Instant, u64, u64)>,
+}
+
+impl DramSensor {
+    /// `None` without MBM (`mbm_total_bytes`) in the default group's `mon_data`.
+    pub fn open(host: &LinuxHost) -> Option<DramSensor> {
+        let resctrl = host.resctrl();
+        let default = headroom_host::resctrl::ResctrlGroup::default_group();
+        let readings = resctrl.mon_data(&default).ok()?;
+        if !readings.iter().any(|r| r.mbm_total_bytes.is_some()) {
+            return None;
+        }
+        Some(DramSensor {
+            resctrl,
+            be: headroom_host::resctrl::ResctrlGroup::new(crate::actuators::BE_RESCTRL_GROUP)
+                .ok()?,
+            last: None,
+        })
+    }
+
+    fn total_bytes(&self, group: &headroom_host::resctrl::ResctrlGroup) -> Option<u64> {
+        let r = self.resctrl.mon_data(group).ok()?;
+        Some(r.iter().filter_map(|m| m.mbm_total_bytes).sum())
+    }
+
+    /// (machine bytes/s, BE bytes/s) since the last reading (None on the first).
+    fn sample(&mut self, now: Instant) -> (Option<f64>, Option<f64>) {
+        let default = headroom_host::resctrl::ResctrlGroup::default_group();
+        let Some(rest) = self.total_bytes(&default) else {
+            return (None, None);
+        };
+        // the BE group exists only while the agent partitions the cache
+        let be = self.total_bytes(&self.be).unwrap_or(0);
+        let out = match self.last {
+            Some((t, r0, b0)) => {
+                let dt = now.saturating_duration_since(t).as_secs_f64();
+                if dt > 0.0 && rest >= r0 {
+                    let be_rate = be.saturating_sub(b0) as f64 / dt;
+                    (Some((rest - r0) as f64 / dt + be_rate), Some(be_rate))
+                } else {
+                    (None, None)
+                }
+            }
+            None => (None, None),
+        };
+        self.last = Some((now, rest, be));
+        out
+    }
+}
+
+/// Egress rates of the LC and BE HTB classes (Heracles Alg. 4), from `tc -s class show` once a
+/// second (it spawns `tc`).
+pub struct EgressSensor {
+    egress: headroom_host::tc::Egress<headroom_host::tc::SystemTc>,
+    link_bytes_per_s: f64,
+    last: Option<(Instant, u64, u64)>,
+    last_values: (Option<f64>, Option<f64>),
+}
+
+impl EgressSensor {
+    pub fn new(
+        device: &str,
+        link_bits_per_s: u64,
+    ) -> Result<EgressSensor, headroom_host::HostError> {
+        Ok(EgressSensor {
+            egress: headroom_host::tc::Egress::new(headroom_host::tc::SystemTc::new(), device)?,
+            link_bytes_per_s: link_bits_per_s as f64 / 8.0,
+            last: None,
+            last_values: (None, None),
+        })
+    }
+
+    /// (LC bytes/s, BE bytes/s) of classes 1:10 and 1:20 since the last reading.
+    fn sample(&mut self, now: Instant) -> (Option<f64>, Option<f64>) {
+        let Ok(stats) = self.egress.class_stats() else {
+            return (None, None);
+        };
+        let bytes = |h: &str| stats.iter().find(|c| c.handle == h).map(|c| c.bytes);
+        let (Some(lc), be) = (bytes("1:10"), bytes("1:20").unwrap_or(0)) else {
+            self.last = None;
+            return (None, None);
+        };
+        let out = match self.last {
+            Some((t, l0, b0)) if lc >= l0 => {
+                let dt = now.saturating_duration_since(t).as_secs_f64().max(1e-3);
+                (
+                    Some((lc - l0) as f64 / dt),
+                    Some(be.saturating_sub(b0) as f64 / dt),
+                )
+            }
+            _ => (None, None),
+        };
+        self.last = Some((now, lc, be));
+        out
+    }
+}
+
 /// Reads the machine and the groups into observations.
 pub struct Sensors {
     cgroups: Cgroups,
@@ -93,6 +285,11 @@ pub struct Sensors {
     slow_count: u64,
     schedstat_readers: BTreeMap<i32, headroom_host::sensors::SchedstatReader>,
     lc_tids: Vec<i32>,
+    power: Option<PowerSensor>,
+    dram: Option<DramSensor>,
+    egress: Option<EgressSensor>,
+    /// CPUs BE may use now (for its frequency reading), set by the runtime.
+    be_cpus: Vec<u32>,
 }
 
 impl Sensors {
@@ -134,7 +331,28 @@ impl Sensors {
             slow_count: 0,
             schedstat_readers: BTreeMap::new(),
             lc_tids: Vec::new(),
+            power: PowerSensor::open(host),
+            dram: DramSensor::open(host),
+            egress: None,
+            be_cpus: Vec::new(),
         })
+    }
+
+    /// Tells the sensors which CPUs BE may use now (its frequency is read there).
+    pub fn set_be_cpus(&mut self, cpus: &[u32]) {
+        if self.be_cpus != cpus {
+            self.be_cpus = cpus.to_vec();
+        }
+    }
+
+    /// Reads the LC/BE egress rates of the HTB tree the agent installs on `device`.
+    pub fn set_egress(&mut self, sensor: EgressSensor) {
+        self.egress = Some(sensor);
+    }
+
+    /// Whether package power is read (RAPL).
+    pub fn has_power(&self) -> bool {
+        self.power.is_some()
     }
 
     /// The idle sensor in use (`None` when none could be opened).
@@ -293,6 +511,27 @@ impl Sensors {
                 Err(e) => self.count_error(name, &e),
             }
         }
+        if let Some(p) = self.power.as_mut() {
+            let lc_cpus = o.lc_cpus.clone().unwrap_or_default();
+            let (w, tdp, lc_mhz, be_mhz) = p.sample(now, &lc_cpus, &self.be_cpus);
+            o.power_w = w;
+            o.tdp_w = tdp;
+            o.lc_freq_mhz = lc_mhz;
+            o.be_freq_mhz = be_mhz;
+        }
+        if let Some(e) = self.egress.as_mut() {
+            if psi_due {
+                e.last_values = e.sample(now);
+            }
+            o.lc_tx_bytes_per_s = e.last_values.0;
+            o.be_tx_bytes_per_s = e.last_values.1;
+            o.link_bytes_per_s = Some(e.link_bytes_per_s);
+        }
+        if let Some(d) = self.dram.as_mut() {
+            let (total, be) = d.sample(now);
+            o.dram_bw_bytes_per_s = total;
+            o.be_dram_bw_bytes_per_s = be;
+        }
         match self.host.meminfo() {
             Ok(m) => {
                 o.mem_available_bytes = Some(m.available);
@@ -306,5 +545,84 @@ impl Sensors {
             Err(e) => self.count_error("be_memory", &e),
         }
         self.slow = o;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::time::Duration;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Package power is the energy counter's rate (across a wrap), TDP the long-term limit,
+    /// and the frequencies the mean of the CPUs' current ones.
+    #[test]
+    fn power_sensor_reads_rapl_and_cpufreq() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let z = "/sys/class/powercap/intel-rapl:0";
+        write(root, &format!("{z}/name"), "package-0\n");
+        write(root, &format!("{z}/max_energy_range_uj"), "10000000\n");
+        write(root, &format!("{z}/energy_uj"), "9000000\n");
+        write(root, &format!("{z}/constraint_0_name"), "long_term\n");
+        write(
+            root,
+            &format!("{z}/constraint_0_power_limit_uw"),
+            "95000000\n",
+        );
+        for (cpu, khz) in [(0, "2000000"), (1, "3000000")] {
+            write(
+                root,
+                &format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"),
+                khz,
+            );
+        }
+        let host = LinuxHost::new(root);
+        let mut p = PowerSensor::open(&host).expect("a package zone");
+        let t0 = Instant::now();
+        let first = p.sample(t0, &[0], &[1]);
+        assert_eq!(first, (None, Some(95.0), Some(2000.0), Some(3000.0)));
+        // 2 J later, across the counter's wrap at 10 J: 9 J → 1 J
+        write(root, &format!("{z}/energy_uj"), "1000000\n");
+        let (w, tdp, ..) = p.sample(t0 + Duration::from_millis(100), &[0], &[1]);
+        assert!((w.unwrap() - 20.0).abs() < 1e-6, "{w:?}");
+        assert_eq!(tdp, Some(95.0));
+        // no package zone: no sensor
+        let bare = tempfile::tempdir().unwrap();
+        assert!(PowerSensor::open(&LinuxHost::new(bare.path())).is_none());
+    }
+
+    /// DRAM bandwidth: the rate of MBM byte counters of the default and BE groups.
+    #[test]
+    fn dram_sensor_sums_mbm_over_domains_and_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let set = |group: &str, d: u32, bytes: u64| {
+            write(
+                root,
+                &format!("/sys/fs/resctrl/{group}mon_data/mon_L3_0{d}/mbm_total_bytes"),
+                &format!("{bytes}\n"),
+            )
+        };
+        set("", 0, 1_000);
+        set("", 1, 2_000);
+        set("headroom-be/", 0, 500);
+        let host = LinuxHost::new(root);
+        let mut d = DramSensor::open(&host).expect("MBM present");
+        let t0 = Instant::now();
+        assert_eq!(d.sample(t0), (None, None));
+        set("", 0, 1_000 + 4_000_000);
+        set("headroom-be/", 0, 500 + 1_000_000);
+        let (total, be) = d.sample(t0 + Duration::from_millis(500));
+        assert_eq!(be, Some(2_000_000.0));
+        assert_eq!(total, Some(10_000_000.0));
+        let bare = tempfile::tempdir().unwrap();
+        assert!(DramSensor::open(&LinuxHost::new(bare.path())).is_none());
     }
 }
