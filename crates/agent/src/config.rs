@@ -54,6 +54,32 @@ pub struct Config {
     pub sensors: SensorsConfig,
     #[serde(default)]
     pub egress: EgressConfig,
+    #[serde(default)]
+    pub actuators: ActuatorsConfig,
+}
+
+/// `[actuators]`: which of the extra actuators (`crate::actuators`) may run. Each runs only
+/// where `doctor` finds its mechanism; `false` turns it off even there (the policies' parts for
+/// it then stay off too). Egress is turned on by `[egress] device` instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActuatorsConfig {
+    /// LLC ways and memory bandwidth of BE through resctrl (`be_llc_ways`, `be_mba_pct`).
+    pub resctrl: bool,
+    /// The BE CPUs' `scaling_max_freq` (`be_freq_khz`).
+    pub cpufreq: bool,
+    /// The BE groups' block I/O throttles (`be_io_limits`: `io.max` / `blkio.throttle.*`).
+    pub io: bool,
+}
+
+impl Default for ActuatorsConfig {
+    fn default() -> Self {
+        ActuatorsConfig {
+            resctrl: true,
+            cpufreq: true,
+            io: true,
+        }
+    }
 }
 
 /// `[egress]`: the network device whose egress the agent shapes (Heracles Alg. 4). Off unless a
@@ -870,6 +896,20 @@ impl Config {
                 "egress.device",
                 &self.egress.device,
                 "not a network interface name",
+            ));
+        }
+        if !self.actuators.io && !self.safety.be_io_limits.is_empty() {
+            return Err(invalid(
+                "actuators.io",
+                self.actuators.io,
+                "safety.be_io_limits are set but would never be applied: drop them or set actuators.io = true",
+            ));
+        }
+        if self.egress.link_mbit > 10_000_000 {
+            return Err(invalid(
+                "egress.link_mbit",
+                self.egress.link_mbit,
+                "above 10 Tbit/s: the link rate is in Mbit/s (0 = read the device's speed)",
             ));
         }
         if self.safety.agent_fifo_priority > 99 {

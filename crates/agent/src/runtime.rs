@@ -211,14 +211,6 @@ pub fn machine_info(host: &LinuxHost) -> MachineInfo {
     let extra = crate::actuators::Actuators::probe(host, &cpus);
     let (l3, mba, cpufreq) = extra.available();
     let rapl = crate::sensors::PowerSensor::open(host).is_some();
-    for (name, available) in [("io", m.io.available)] {
-        if available {
-            tracing::warn!(
-                mechanism = name,
-                "present on this host but not actuated by this agent; policies run without it"
-            );
-        }
-    }
     MachineInfo {
         cpus,
         sockets: Vec::new(),
@@ -230,7 +222,7 @@ pub fn machine_info(host: &LinuxHost) -> MachineInfo {
             cpu_quota: m.cpu_quota.available,
             freeze: m.freeze.available,
             memory: m.memory.available,
-            io: false,
+            io: m.io.available,
             sched_attr: m.sched_attr.available,
             resctrl_l3: l3,
             resctrl_mba: mba,
@@ -284,18 +276,20 @@ impl Agent {
             .topology()
             .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
             .unwrap_or_default();
-        let mut actuators = crate::actuators::Actuators::probe(&host, &probe_cpus);
-        if !config.egress.device.is_empty() {
-            actuators = actuators
-                .with_egress(&host, &config.egress.device, config.egress.link_mbit)
-                .map_err(|e| {
-                    AgentError::Config(ConfigError::Invalid {
-                        key: "egress".into(),
-                        value: format!("{:?}", config.egress.device),
-                        reason: e.to_string(),
-                    })
-                })?;
-        }
+        let actuators = crate::actuators::Actuators::from_config(
+            &host,
+            &config,
+            cgroups.as_ref(),
+            &be,
+            &probe_cpus,
+        )
+        .map_err(|e| {
+            AgentError::Config(ConfigError::Invalid {
+                key: "egress".into(),
+                value: format!("{:?}", config.egress.device),
+                reason: e.to_string(),
+            })
+        })?;
         let mut egress_classifiers = Vec::new();
         // A restarted agent keeps the list of groups the first one created.
         let mut created_groups: Vec<GroupPath> = previous
@@ -503,6 +497,7 @@ impl Agent {
         let mut machine = machine_info(&host);
         // Heracles Alg. 4 runs where the agent shapes a device's egress.
         machine.mechanisms.tc_htb = actuators.egress_be_classid().is_some();
+        actuators.limit_mechanisms(&mut machine.mechanisms);
         let mut policy = policy::build(&config, &machine);
         let sensors = match &cgroups {
             Some(cg) => Sensors::new(
@@ -1071,6 +1066,7 @@ impl Agent {
             "last_reasons": self.reasons.iter().rev().map(|(t, r)| json!({"t_ms": t, "reason": r})).collect::<Vec<_>>(),
             "sensor_errors": self.sensors.errors(),
             "machine_cpus": self.machine.cpus,
+            "actuators": self.actuators.status_json(),
         })
     }
 

@@ -288,6 +288,11 @@ fn agent_e2e() {
     let (ok, out) = ctl(&dir, &["status"]);
     assert!(ok, "ctl status failed: {out}");
     assert!(out.contains("policy blind"), "{out}");
+    // No [egress] device is configured, so egress shaping is listed as off with its reason.
+    assert!(
+        out.contains("actuators on:") && out.contains("no [egress] device configured"),
+        "{out}"
+    );
     let (ok, out) = ctl(&dir, &["off"]);
     assert!(ok, "ctl off failed: {out}");
     assert_eq!(be_cpus(), "0-1", "original cpuset back after ctl off");

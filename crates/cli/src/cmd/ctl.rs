@@ -115,6 +115,42 @@ fn print_status(s: &serde_json::Value) {
             .map(|e| format!(" (last: {e})"))
             .unwrap_or_default()
     );
+    let act = &s["actuators"];
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect()
+    };
+    let off: Vec<String> = act["disabled"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "{} ({})",
+                d["actuator"].as_str().unwrap_or("?"),
+                d["reason"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    if !act.is_null() {
+        let on = names(&act["active"]);
+        println!(
+            "actuators on: {}; off: {}",
+            if on.is_empty() {
+                "cgroups only".to_string()
+            } else {
+                on.join(", ")
+            },
+            if off.is_empty() {
+                "none".to_string()
+            } else {
+                off.join("; ")
+            }
+        );
+    }
     println!("last reasons:");
     for r in s["last_reasons"].as_array().into_iter().flatten() {
         println!(
