@@ -142,7 +142,7 @@ impl LcThreads {
     /// On a cgroup-v1 host with RT group scheduling, a group whose `cpu.rt_runtime_us` is 0
     /// refuses SCHED_FIFO tasks (EINVAL): give the LC group and each ancestor at 0 the budget
     /// its parent can spare (the parent's budget minus what its other children hold), top down.
-    fn ensure_rt_budget(
+    pub fn ensure_rt_budget(
         &mut self,
         cgroups: &Cgroups,
         lc: &GroupPath,

@@ -18,6 +18,9 @@ const CONTROLLERS: &[(&str, &[(&str, &str)])] = &[
             ("cpu.idle", "0\n"),
             ("cpu.cfs_quota_us", "-1\n"),
             ("cpu.cfs_period_us", "100000\n"),
+            // RT group scheduling: a new group starts with no real-time budget
+            ("cpu.rt_runtime_us", "0\n"),
+            ("cpu.rt_period_us", "1000000\n"),
         ],
     ),
     ("cpuacct", &[("cpuacct.usage", "0\n")]),
@@ -135,6 +138,8 @@ impl Fake {
                 29 + i
             ));
         }
+        // the root's budget as the kernel's default sched_rt_runtime_us gives it
+        fs::write(root.join("sys/fs/cgroup/cpu/cpu.rt_runtime_us"), "950000\n").unwrap();
         fs::write(root.join("sys/fs/cgroup/cpuset/cpuset.cpus"), "0-3\n").unwrap();
         fs::write(root.join("sys/fs/cgroup/cpuset/cpuset.mems"), "0\n").unwrap();
         fs::create_dir_all(root.join("proc/self")).unwrap();
