@@ -48,8 +48,18 @@ pub struct Metrics {
     pub drift_repairs: Counter,
     pub be_restarts: Counter,
     pub loop_seconds: Histogram,
+    /// What the loop last set (one lock per tick instead of a store into every metric).
+    last: std::sync::Arc<std::sync::Mutex<TickCache>>,
+}
+
+/// What [`Metrics::observe_tick`] last set.
+#[derive(Default)]
+struct TickCache {
     /// The counter of the last reason, so a steady reason costs no label lookup per tick.
-    last_reason: std::sync::Arc<std::sync::Mutex<Option<(String, Counter)>>>,
+    reason: Option<(String, Counter)>,
+    /// The bits last stored into the observation gauges (`lc_latency_us`, `lc_slo_us`,
+    /// `lc_slack`, `lc_load`, `lc_qps`, `idle_cpus`); `None` = store them all.
+    obs_gauges: Option<[u64; 6]>,
 }
 
 impl Metrics {
@@ -80,7 +90,7 @@ impl Metrics {
             drift_repairs: Counter::default(),
             be_restarts: Counter::default(),
             loop_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
-            last_reason: Default::default(),
+            last: Default::default(),
         };
         r.register(
             "lc_latency_us",
@@ -181,13 +191,63 @@ impl Metrics {
 
     /// Updates the gauges from one tick.
     pub fn observe(&self, obs: &Observation, allocation: &Allocation, slo_us: f64, reason: &str) {
+        self.last.lock().expect("metrics lock").obs_gauges = None;
+        self.observe_tick(obs, allocation, true, slo_us, reason);
+    }
+
+    /// [`Metrics::observe`] for the control loop: the allocation's gauges are only set when
+    /// `allocation_changed`, and an observation gauge only when its value differs from the one
+    /// last set (otherwise they would be set to the values they hold already).
+    pub fn observe_tick(
+        &self,
+        obs: &Observation,
+        allocation: &Allocation,
+        allocation_changed: bool,
+        slo_us: f64,
+        reason: &str,
+    ) {
         let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
-        self.lc_latency_us.set(opt(obs.lc_latency_us));
-        self.lc_slo_us.set(slo_us);
-        self.lc_slack.set(opt(obs.slack(slo_us)));
-        self.lc_load.set(opt(obs.lc_load));
-        self.lc_qps.set(opt(obs.lc_qps));
-        self.idle_cpus.set(opt(obs.idle_cpu_count(0.5)));
+        let values = [
+            opt(obs.lc_latency_us),
+            slo_us,
+            opt(obs.slack(slo_us)),
+            opt(obs.lc_load),
+            opt(obs.lc_qps),
+            opt(obs.idle_cpu_count(0.5)),
+        ];
+        let gauges = [
+            &self.lc_latency_us,
+            &self.lc_slo_us,
+            &self.lc_slack,
+            &self.lc_load,
+            &self.lc_qps,
+            &self.idle_cpus,
+        ];
+        let mut last = self.last.lock().expect("metrics lock");
+        let bits = values.map(f64::to_bits);
+        match &mut last.obs_gauges {
+            Some(prev) => {
+                for (((p, b), g), v) in prev.iter_mut().zip(bits).zip(gauges).zip(values) {
+                    if *p != b {
+                        g.set(v);
+                        *p = b;
+                    }
+                }
+            }
+            None => {
+                for (g, v) in gauges.iter().zip(values) {
+                    g.set(v);
+                }
+                last.obs_gauges = Some(bits);
+            }
+        }
+        if allocation_changed {
+            self.observe_allocation(allocation);
+        }
+        self.count_decision(&mut last.reason, reason);
+    }
+
+    fn observe_allocation(&self, allocation: &Allocation) {
         self.be_enabled
             .set(if allocation.be_enabled { 1.0 } else { 0.0 });
         self.be_cpus
@@ -213,7 +273,9 @@ impl Metrics {
                 .be_egress_ceil_bytes_per_s
                 .map_or(-1.0, |v| v as f64),
         );
-        let mut last = self.last_reason.lock().expect("metrics lock");
+    }
+
+    fn count_decision(&self, last: &mut Option<(String, Counter)>, reason: &str) {
         match last.as_ref() {
             Some((r, c)) if r == reason => {
                 c.inc();

@@ -21,7 +21,6 @@ use crate::control::{self, ControlError, Pending, Request, Response};
 use crate::decision::{tick_time, CtlEvent, DecisionRecord};
 use crate::lc_signal::{SignalCell, StopFlag};
 use crate::metrics::Metrics;
-use crate::observation::Observation;
 use crate::policy::{self, MachineInfo, Mechanisms, Policy};
 use crate::reconcile::{ManagedGroups, ReconcileError, Reconciler};
 use crate::scrape::PullKind;
@@ -168,7 +167,6 @@ pub struct Agent {
     started: Instant,
     started_unix_ms: u64,
     actuating: bool,
-    last_obs: Observation,
     last_allocation: Option<Allocation>,
     last_applied: Option<Allocation>,
     last_reason: String,
@@ -620,7 +618,6 @@ impl Agent {
             started: Instant::now(),
             started_unix_ms: unix_ms(),
             actuating: !dry,
-            last_obs: Observation::default(),
             last_allocation: None,
             last_reason: String::new(),
             reasons: VecDeque::new(),
@@ -659,10 +656,10 @@ impl Agent {
             if STOP_SIGNAL.load(Ordering::SeqCst) && self.options.handle_signals {
                 break;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 break;
             }
-            let now = Instant::now();
             if now < next {
                 std::thread::sleep((next - now).min(Duration::from_millis(100)));
                 continue;
@@ -684,13 +681,13 @@ impl Agent {
     fn tick(&mut self, now: Instant) {
         let obs = self.sensors.sample(now);
         let t = tick_time(now.saturating_duration_since(self.started));
-        let decision = self.policy.decide(&obs, t);
+        let decision = self.policy.decide(obs, t);
         if let Some(log) = &mut self.log {
             let rec = DecisionRecord::new(
                 t,
                 self.started_unix_ms + t.as_millis() as u64,
                 self.config.policy.kind.as_str(),
-                &obs,
+                obs,
                 &decision,
             );
             let mut line = rec.to_json_line();
@@ -703,8 +700,11 @@ impl Agent {
             self.kill_be();
         }
         if self.actuating && !self.options.dry_run {
-            let all: Vec<u32> = self.machine.cpus.clone();
-            let be_cpus = decision.allocation.be_cpus.as_deref().unwrap_or(&all);
+            let be_cpus = decision
+                .allocation
+                .be_cpus
+                .as_deref()
+                .unwrap_or(&self.machine.cpus);
             match self.actuators.apply(&decision.allocation, be_cpus) {
                 Ok(0) => self.last_actuator_error = None,
                 Ok(n) => {
@@ -730,10 +730,9 @@ impl Agent {
                     .summary
                     .ticks
                     .is_multiple_of(verify_every(self.policy.poll_interval()));
+                let same_as_applied = self.last_applied.as_ref() == Some(&decision.allocation);
                 // Between read-backs, an unchanged decision needs no diff at all.
-                let unchanged = !verify
-                    && self.last_write_error.is_none()
-                    && self.last_applied.as_ref() == Some(&decision.allocation);
+                let unchanged = !verify && self.last_write_error.is_none() && same_as_applied;
                 let result = if unchanged {
                     Ok(Default::default())
                 } else {
@@ -749,7 +748,7 @@ impl Agent {
                         if !report.drift.is_empty() {
                             self.metrics.drift_repairs.inc_by(report.drift.len() as u64);
                         }
-                        if self.last_applied.as_ref() != Some(&decision.allocation) {
+                        if !same_as_applied {
                             self.last_applied = Some(decision.allocation.clone());
                         }
                         self.last_write_error = None;
@@ -766,9 +765,12 @@ impl Agent {
                 }
             }
         }
-        self.metrics.observe(
-            &obs,
+        // The allocation's gauges hold the same values while it is unchanged.
+        let allocation_changed = self.last_allocation.as_ref() != Some(&decision.allocation);
+        self.metrics.observe_tick(
+            self.sensors.last(),
             &decision.allocation,
+            allocation_changed,
             self.config.lc.slo.target_us,
             &decision.reason,
         );
@@ -780,8 +782,9 @@ impl Agent {
             }
             self.last_reason = decision.reason.clone();
         }
-        self.last_obs = obs;
-        self.last_allocation = Some(decision.allocation);
+        if allocation_changed {
+            self.last_allocation = Some(decision.allocation);
+        }
         self.summary.ticks += 1;
         self.metrics
             .loop_seconds
@@ -834,9 +837,8 @@ impl Agent {
             if self.lc_threads.apply(cg, &self.groups.lc, &a.lc) > 0 {
                 self.state_dirty = true;
             }
-            let all = self.machine.cpus.clone();
             self.sensors
-                .set_be_cpus(a.be_cpus.as_deref().unwrap_or(&all));
+                .set_be_cpus(a.be_cpus.as_deref().unwrap_or(&self.machine.cpus));
             let (l3, mba, _) = self.actuators.available();
             if l3 || mba {
                 let tids: Vec<i32> = self
@@ -1035,7 +1037,7 @@ impl Agent {
 
     fn status(&self) -> serde_json::Value {
         let slo = &self.config.lc.slo;
-        let obs = &self.last_obs;
+        let obs = self.sensors.last();
         json!({
             "policy": self.config.policy.kind.as_str(),
             "pid": std::process::id(),

@@ -281,7 +281,8 @@ pub struct Sensors {
     usage_prev: Option<(Instant, u64, u64)>,
     runq_prev: BTreeMap<i32, (u64, u64)>,
     errors: BTreeMap<&'static str, u64>,
-    idle_scratch: Vec<f64>,
+    /// The current observation (see [`Sensors::sample`]).
+    current: Observation,
     slow_count: u64,
     schedstat_readers: BTreeMap<i32, headroom_host::sensors::SchedstatReader>,
     lc_tids: Vec<i32>,
@@ -327,7 +328,7 @@ impl Sensors {
             usage_prev: None,
             runq_prev: BTreeMap::new(),
             errors,
-            idle_scratch: Vec::new(),
+            current: Observation::default(),
             slow_count: 0,
             schedstat_readers: BTreeMap::new(),
             lc_tids: Vec::new(),
@@ -373,28 +374,41 @@ impl Sensors {
         }
     }
 
-    /// One tick's observation.
-    pub fn sample(&mut self, now: Instant) -> Observation {
+    /// One tick's observation, updated in place (see [`Sensors::last`]): the slow fields are
+    /// copied only when the slow sample changed, and the per-CPU idle buffer is reused, so a
+    /// steady tick allocates nothing.
+    pub fn sample(&mut self, now: Instant) -> &Observation {
         if now >= self.slow_due {
             self.slow_due = now + SLOW_PERIOD;
             self.sample_slow(now);
+            // keep the idle buffer: it is overwritten below
+            let idle_buf = self.current.cpu_idle.take();
+            self.current = self.slow.clone();
+            self.current.cpu_idle = idle_buf;
         }
-        let mut obs = self.slow.clone();
-        if let Some(sampler) = self.idle.as_mut() {
-            match sampler.sample() {
-                Ok(per_cpu) => {
-                    self.idle_scratch.clear();
-                    for &(cpu, frac) in per_cpu {
-                        if self.idle_scratch.len() <= cpu {
-                            self.idle_scratch.resize(cpu + 1, 0.0);
-                        }
-                        self.idle_scratch[cpu] = frac;
+        let obs = &mut self.current;
+        // The fast fields: what this tick measured, `None` where nothing was (the slow sample
+        // never fills them).
+        let mut idle_error = None;
+        match self.idle.as_mut().map(IdleSource::sample) {
+            Some(Ok(per_cpu)) => {
+                let buf = obs.cpu_idle.get_or_insert_with(Vec::new);
+                buf.clear();
+                for &(cpu, frac) in per_cpu {
+                    if buf.len() <= cpu {
+                        buf.resize(cpu + 1, 0.0);
                     }
-                    obs.cpu_idle = Some(self.idle_scratch.clone());
+                    buf[cpu] = frac;
                 }
-                Err(e) => self.count_error("cpu_idle", &e),
             }
+            Some(Err(e)) => {
+                obs.cpu_idle = None;
+                idle_error = Some(e);
+            }
+            None => obs.cpu_idle = None,
         }
+        obs.lc_latency_us = None;
+        obs.lc_latency_age_ms = None;
         if let Some(cell) = &self.signals.latency {
             if let Some(r) = cell.latest() {
                 obs.lc_latency_us = Some(r.value);
@@ -402,6 +416,9 @@ impl Sensors {
                     Some(now.saturating_duration_since(r.at).as_millis() as u64);
             }
         }
+        obs.lc_qps = None;
+        obs.lc_load = None;
+        obs.lc_load_age_ms = None;
         if let Some(cell) = &self.signals.qps {
             if let Some(r) = cell.latest() {
                 obs.lc_qps = Some(r.value);
@@ -413,7 +430,15 @@ impl Sensors {
                 obs.lc_load_age_ms = Some(now.saturating_duration_since(r.at).as_millis() as u64);
             }
         }
-        obs
+        if let Some(e) = idle_error {
+            self.count_error("cpu_idle", &e);
+        }
+        &self.current
+    }
+
+    /// The observation of the last [`Sensors::sample`] (all `None` before the first).
+    pub fn last(&self) -> &Observation {
+        &self.current
     }
 
     fn sample_slow(&mut self, now: Instant) {

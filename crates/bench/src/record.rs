@@ -315,9 +315,15 @@ impl<'a> Session<'a> {
 
     fn find_peak(&mut self, addr: SocketAddr, b: &mut LcBaseline) -> Result<()> {
         let p = self.opts.percentile;
-        let low = self.probe(addr, 2000.0, b)?;
-        let low_tail = low.percentile_us(p).unwrap_or(100.0);
-        b.low_load_p99_us = low.percentile_us(p);
+        // The low-load tail anchors the capacity knee: the median of 3 probes, so one probe
+        // hit by other work on the machine does not move the knee tenfold.
+        let mut low_tails = Vec::new();
+        for _ in 0..3 {
+            let low = self.probe(addr, 2000.0, b)?;
+            low_tails.extend(low.percentile_us(p));
+        }
+        b.low_load_p99_us = stats::median(&low_tails);
+        let low_tail = b.low_load_p99_us.unwrap_or(100.0);
         // Capacity: the highest rate the LC sustains (rate self-check passes) before its tail
         // leaves the flat part of the curve (10x the low-load tail, at least 1 ms).
         let knee = (10.0 * low_tail).max(1000.0);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{be_candidate_cpus, round6, take_top_cpus, MachineInfo, Policy};
+use super::{be_candidate_cpus, round6, take_top_cpus, LcCpusMemo, MachineInfo, Policy};
 use crate::allocation::Allocation;
 use crate::config::Config;
 use crate::decision::Decision;
@@ -35,6 +35,8 @@ pub struct Blind {
     last_cpuset: Vec<u32>,
     /// Fill the decision state (see [`Policy::set_explain`]).
     explain: bool,
+    /// The BE candidate CPUs (they change only with the LC's pinning or the config).
+    candidates: LcCpusMemo,
 }
 
 impl Blind {
@@ -48,6 +50,7 @@ impl Blind {
             last_grow: None,
             last_cpuset: Vec::new(),
             explain: true,
+            candidates: LcCpusMemo::default(),
         }
     }
 
@@ -115,7 +118,7 @@ impl Blind {
             .disabled();
         }
         let cpus = take_top_cpus(candidates, whole);
-        self.last_cpuset = cpus.clone();
+        self.last_cpuset.clone_from(&cpus);
         let fractional = (self.be_cpus - self.be_cpus.floor()) > 1e-6;
         Allocation {
             be_cpus: Some(cpus),
@@ -140,7 +143,10 @@ impl Policy for Blind {
             p.idle_threshold,
             p.idle_tolerance_cpus,
         );
-        let candidates = be_candidate_cpus(&self.machine, &p.be_cpus, &self.config, obs);
+        let mut memo = std::mem::take(&mut self.candidates);
+        let candidates = memo.get(obs, || {
+            be_candidate_cpus(&self.machine, &p.be_cpus, &self.config, obs)
+        });
         let max = self.max_be_cpus(candidates.len());
         let min = min_be_cpus.min(max);
         let before = self.be_cpus;
@@ -179,26 +185,29 @@ impl Policy for Blind {
             }
             Some(_) => "blind:idle=buffer:steady",
         };
-        let allocation = self.allocation(&candidates);
+        let allocation = self.allocation(candidates);
         if !self.explain {
+            self.candidates = memo;
             return Decision {
                 allocation,
                 reason: reason.to_string(),
                 state: serde_json::Value::Null,
             };
         }
+        let state = json!({
+            "idle": idle,
+            "buffer": self.buffer,
+            "be_cpus": self.be_cpus,
+            "min_be_cpus": min,
+            "max_be_cpus": max,
+            "growth_allowed": self.growth_allowed,
+            "candidates": candidates,
+        });
+        self.candidates = memo;
         Decision {
             allocation,
             reason: reason.to_string(),
-            state: json!({
-                "idle": idle,
-                "buffer": self.buffer,
-                "be_cpus": self.be_cpus,
-                "min_be_cpus": min,
-                "max_be_cpus": max,
-                "growth_allowed": self.growth_allowed,
-                "candidates": candidates,
-            }),
+            state,
         }
     }
 
@@ -220,6 +229,7 @@ impl Policy for Blind {
     fn reconfigure(&mut self, config: &Config) {
         let old_buffer = self.config.policy.blind.buffer_cores;
         self.config = config.clone();
+        self.candidates.clear();
         if config.policy.blind.buffer_cores != old_buffer {
             self.buffer = config.policy.blind.buffer_cores;
         }

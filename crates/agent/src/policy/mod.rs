@@ -227,6 +227,36 @@ pub fn lc_pinned_cpus(machine: &MachineInfo, config: &Config, obs: &Observation)
     lc
 }
 
+/// A CPU list derived from the machine, the config and `obs.lc_cpus` — its only per-tick
+/// input, which changes at most once per slow sensor period — kept between ticks and recomputed
+/// only when `obs.lc_cpus` differs from the one it was computed for (or after [`LcCpusMemo::clear`],
+/// which the owner calls when its config changes).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LcCpusMemo {
+    /// The `obs.lc_cpus` the value was computed for; `None` = nothing computed.
+    key: Option<Option<Vec<u32>>>,
+    value: Vec<u32>,
+}
+
+impl LcCpusMemo {
+    /// The value for `obs`, from `compute` when the memo does not hold it.
+    pub(crate) fn get(&mut self, obs: &Observation, compute: impl FnOnce() -> Vec<u32>) -> &[u32] {
+        if self.key.as_ref() != Some(&obs.lc_cpus) {
+            self.value = compute();
+            match &mut self.key {
+                Some(k) => k.clone_from(&obs.lc_cpus),
+                None => self.key = Some(obs.lc_cpus.clone()),
+            }
+        }
+        &self.value
+    }
+
+    /// Forgets the value (the config it was derived from changed).
+    pub(crate) fn clear(&mut self) {
+        self.key = None;
+    }
+}
+
 /// The `n` highest-numbered of `candidates` (sorted ascending): BE takes CPUs from the top, away
 /// from CPU 0 where interrupts and the LC usually sit.
 pub fn take_top_cpus(candidates: &[u32], n: usize) -> Vec<u32> {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{build_unguarded, lc_pinned_cpus, MachineInfo, Policy};
+use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Policy};
 use crate::allocation::{Allocation, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
 use crate::decision::Decision;
@@ -42,6 +42,8 @@ pub struct Guarded {
     last_grow: Option<Duration>,
     last_shrink: Option<Duration>,
     explain: bool,
+    /// The CPUs the LC is pinned to (they change only with the LC's affinity or the config).
+    lc_cpus: LcCpusMemo,
 }
 
 impl Guarded {
@@ -64,6 +66,7 @@ impl Guarded {
             last_grow: None,
             last_shrink: None,
             explain: true,
+            lc_cpus: LcCpusMemo::default(),
         }
     }
 
@@ -72,24 +75,29 @@ impl Guarded {
         &self.config
     }
 
-    fn lc_treatment(&self, from_policy: &LcTreatment) -> LcTreatment {
+    /// Replaces the policy's LC treatment with the one `[lc.threads]` gives (keeping only the
+    /// policy's CPU weight, raised to at least the default), reusing `lc`'s buffer.
+    fn set_lc_treatment(&self, lc: &mut LcTreatment) {
         let t = &self.config.lc.threads;
-        let pin_cpus = t.pin.then(|| {
-            if t.cpus.is_empty() {
-                self.machine.cpus.clone()
+        if t.pin {
+            let cpus = if t.cpus.is_empty() {
+                &self.machine.cpus
             } else {
-                t.cpus.clone()
+                &t.cpus
+            };
+            match &mut lc.pin_cpus {
+                Some(v) => v.clone_from(cpus),
+                None => lc.pin_cpus = Some(cpus.clone()),
             }
-        });
-        LcTreatment {
-            pin_cpus,
-            slice_us: t.slice_us,
-            fifo_priority: t.fifo_priority,
-            cpu_weight: from_policy.cpu_weight.map(|w| CpuWeight {
-                shares: w.shares.max(CpuWeight::DEFAULT.shares),
-                weight: w.weight.max(CpuWeight::DEFAULT.weight),
-            }),
+        } else {
+            lc.pin_cpus = None;
         }
+        lc.slice_us = t.slice_us;
+        lc.fifo_priority = t.fifo_priority;
+        lc.cpu_weight = lc.cpu_weight.map(|w| CpuWeight {
+            shares: w.shares.max(CpuWeight::DEFAULT.shares),
+            weight: w.weight.max(CpuWeight::DEFAULT.weight),
+        });
     }
 
     /// Drops what the host cannot do; returns the names of what was dropped.
@@ -146,17 +154,29 @@ impl Policy for Guarded {
             }
             _ => {
                 let d = self.inner.decide(obs, now);
-                self.held = Some((d.allocation.clone(), d.reason.clone()));
+                // kept for a pause; copied only when it changed
+                match &mut self.held {
+                    Some((alloc, reason)) => {
+                        if *alloc != d.allocation {
+                            *alloc = d.allocation.clone();
+                        }
+                        if *reason != d.reason {
+                            reason.clone_from(&d.reason);
+                        }
+                    }
+                    None => self.held = Some((d.allocation.clone(), d.reason.clone())),
+                }
                 (d.allocation, d.reason, d.state)
             }
         };
-        let policy_lc = a.lc.clone();
         let mut overrides: Vec<&'static str> = Vec::new();
-        let s = &self.config.safety;
 
         // Rule 1: the LC is never restricted; BE never on the LC's pinned CPUs.
-        a.lc = self.lc_treatment(&policy_lc);
-        let lc_cpus = lc_pinned_cpus(&self.machine, &self.config, obs);
+        self.set_lc_treatment(&mut a.lc);
+        let s = &self.config.safety;
+        let lc_cpus = self
+            .lc_cpus
+            .get(obs, || lc_pinned_cpus(&self.machine, &self.config, obs));
         // Exception: BE in the `cpu.idle` class may share the LC's CPUs (hybrid's
         // `share_lc_cpus` on small machines): the idle class yields to the LC at every wake-up,
         // the mainline successor of BVT warp, so it does not restrict the LC.
@@ -240,8 +260,10 @@ impl Policy for Guarded {
             a.be_kill = true;
         }
 
-        // Rule 3b: grow slowly, and not right after a shrink (hysteresis in time).
-        if let Some(prev) = &self.last {
+        // Rule 3b: grow slowly, and not right after a shrink (hysteresis in time). An
+        // allocation equal to the last one neither grows nor shrinks it.
+        let same_as_last = self.last.as_ref() == Some(&a);
+        if let (Some(prev), false) = (&self.last, same_as_last) {
             let ncpus = self.machine.cpus.len();
             let since = |t: Option<Duration>| t.map(|t| now.saturating_sub(t));
             if a.grows_be_over(prev, ncpus) {
@@ -258,25 +280,28 @@ impl Policy for Guarded {
             } else if prev.grows_be_over(&a, ncpus) {
                 self.last_shrink = Some(now);
             }
-        } else if a.be_enabled {
+        } else if self.last.is_none() && a.be_enabled {
             // the first allocation is a growth from nothing
             self.last_grow = Some(now);
         }
 
         self.inner.applied(&a);
-        self.last = Some(a.clone());
+        if !same_as_last {
+            self.last = Some(a.clone());
+        }
         let reason = match overrides.first() {
-            Some(r) => r.to_string(),
-            None if self.paused => "safety:paused:hold".to_string(),
-            None => inner_reason.clone(),
+            Some(r) => Some(r.to_string()),
+            None if self.paused => Some("safety:paused:hold".to_string()),
+            None => None,
         };
         if !self.explain {
             return Decision {
                 allocation: a,
-                reason,
+                reason: reason.unwrap_or(inner_reason),
                 state: serde_json::Value::Null,
             };
         }
+        let reason = reason.unwrap_or_else(|| inner_reason.clone());
         Decision {
             allocation: a,
             reason,
@@ -316,6 +341,7 @@ impl Policy for Guarded {
             self.held = None;
         }
         self.config = config.clone();
+        self.lc_cpus.clear();
     }
 
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
