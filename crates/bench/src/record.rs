@@ -551,6 +551,9 @@ cpus = [{server}]
 [safety]
 on_exit = "restore"
 state_file = "{state}"
+# the agent shares its CPU with the load generator here: a SCHED_FIFO agent would preempt the
+# instrument (its send lag grew to 393 ms in a demo run), so it stays a normal task
+agent_fifo_priority = 0
 
 [api]
 socket = "{socket}"
