@@ -149,6 +149,10 @@ pub struct SloConfig {
     pub percentile: f64,
     pub target_us: f64,
     pub window_s: f64,
+    /// Samples a latency window needs before its percentile counts (default 10 / (1 − p):
+    /// 1000 for p99, so that 10 samples lie beyond it — the load generator's own rule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_samples: Option<u64>,
 }
 
 impl Default for SloConfig {
@@ -157,7 +161,16 @@ impl Default for SloConfig {
             percentile: 99.0,
             target_us: 500.0,
             window_s: 15.0,
+            min_samples: None,
         }
+    }
+}
+
+impl SloConfig {
+    /// `min_samples`, or the default for the percentile.
+    pub fn min_samples(&self) -> u64 {
+        self.min_samples
+            .unwrap_or_else(|| headroom_load::stats::min_samples_for(self.percentile))
     }
 }
 
@@ -843,6 +856,9 @@ impl Config {
         }
         positive("lc.slo.target_us", slo.target_us)?;
         positive("lc.slo.window_s", slo.window_s)?;
+        if slo.min_samples == Some(0) {
+            return Err(invalid("lc.slo.min_samples", 0, "must be at least 1"));
+        }
         if let Some(lat) = &self.lc.latency {
             match lat.source {
                 LatencySource::Probe => {
@@ -863,6 +879,21 @@ impl Config {
                 LatencySource::Feed => {}
             }
             positive("lc.latency.rate_hz", lat.rate_hz)?;
+            // A prober that cannot fill its window never yields a latency, and the agent would
+            // run blind until the stale rule disables BE: refuse it at start instead.
+            let probes_per_window = lat.rate_hz * slo.window_s;
+            if lat.source == LatencySource::Probe && probes_per_window < slo.min_samples() as f64 {
+                return Err(invalid(
+                    "lc.latency.rate_hz",
+                    lat.rate_hz,
+                    format!(
+                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than the {} the p{} needs (lc.slo.min_samples); raise the rate or the window",
+                        slo.window_s,
+                        slo.min_samples(),
+                        slo.percentile
+                    ),
+                ));
+            }
         }
         if let Some(load) = &self.lc.load {
             positive("lc.load.peak_qps", load.peak_qps)?;

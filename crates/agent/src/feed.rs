@@ -31,6 +31,7 @@ pub fn spawn(
     path: &Path,
     percentile: f64,
     window_s: f64,
+    min_samples: u64,
     cells: FeedCells,
     stop: StopFlag,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -41,7 +42,17 @@ pub fn spawn(
     let path = path.to_path_buf();
     std::thread::Builder::new()
         .name("headroom-feed".into())
-        .spawn(move || serve(listener, path, percentile, window_s, cells, stop))
+        .spawn(move || {
+            serve(
+                listener,
+                path,
+                percentile,
+                window_s,
+                min_samples,
+                cells,
+                stop,
+            )
+        })
 }
 
 fn serve(
@@ -49,10 +60,11 @@ fn serve(
     path: PathBuf,
     percentile: f64,
     window_s: f64,
+    min_samples: u64,
     cells: FeedCells,
     stop: StopFlag,
 ) {
-    let window = Arc::new(Mutex::new(LatencyWindow::new(window_s)));
+    let window = Arc::new(Mutex::new(LatencyWindow::new(window_s, min_samples)));
     let epoch_unix_ms = crate::runtime::unix_ms();
     let epoch = Instant::now();
     while !stop.load(Ordering::Relaxed) {

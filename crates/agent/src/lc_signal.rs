@@ -64,13 +64,18 @@ pub type StopFlag = Arc<AtomicBool>;
 #[derive(Debug)]
 pub struct LatencyWindow {
     window_s: u64,
+    /// A window with fewer samples publishes nothing: a p99 of 200 probes is their second
+    /// slowest, and one slow start-up second must not read as an SLO violation (which turns BE
+    /// off for the whole cooldown).
+    min_samples: u64,
     slots: VecDeque<(u64, LatencyHist)>,
 }
 
 impl LatencyWindow {
-    pub fn new(window_s: f64) -> LatencyWindow {
+    pub fn new(window_s: f64, min_samples: u64) -> LatencyWindow {
         LatencyWindow {
             window_s: window_s.ceil().max(1.0) as u64,
+            min_samples: min_samples.max(1),
             slots: VecDeque::new(),
         }
     }
@@ -102,7 +107,8 @@ impl LatencyWindow {
         self.slot(sec).merge(hist);
     }
 
-    /// The percentile over the seconds in `(now_sec - window_s, now_sec]`, µs; `None` if empty.
+    /// The percentile over the seconds in `(now_sec - window_s, now_sec]`, µs; `None` while the
+    /// window holds fewer than `min_samples`.
     pub fn percentile_us(&self, now_sec: u64, percentile: f64) -> Option<f64> {
         let mut merged = LatencyHist::new();
         for (s, h) in &self.slots {
@@ -110,7 +116,8 @@ impl LatencyWindow {
                 merged.merge(h);
             }
         }
-        (!merged.is_empty()).then(|| merged.percentile_us(percentile))
+        (!merged.is_empty() && merged.count() >= self.min_samples)
+            .then(|| merged.percentile_us(percentile))
     }
 
     /// Samples in the window ending at `now_sec`.
@@ -151,7 +158,7 @@ mod tests {
 
     #[test]
     fn window_drops_old_seconds() {
-        let mut w = LatencyWindow::new(2.0);
+        let mut w = LatencyWindow::new(2.0, 1);
         w.slot(10).record_ns(1_000_000);
         w.slot(11).record_ns(2_000_000);
         assert_eq!(w.count(11), 2);
@@ -160,6 +167,21 @@ mod tests {
         let p = w.percentile_us(12, 100.0).unwrap();
         assert!((p - 3000.0).abs() < 10.0, "{p}");
         assert!(w.percentile_us(20, 99.0).is_none());
+    }
+
+    #[test]
+    fn window_publishes_only_with_enough_samples() {
+        // p99 needs 1000 samples (10 beyond it): 999 slow-start samples publish nothing.
+        let mut w = LatencyWindow::new(15.0, headroom_load::stats::min_samples_for(99.0));
+        for _ in 0..999 {
+            w.slot(1).record_ns(5_000_000);
+        }
+        assert_eq!(w.percentile_us(1, 99.0), None);
+        w.slot(2).record_ns(100_000);
+        let p = w.percentile_us(2, 99.0).expect("1000 samples suffice");
+        assert!((p - 5000.0).abs() < 10.0, "{p}");
+        // The slow second leaves the window: 1 sample left, nothing published again.
+        assert_eq!(w.percentile_us(16, 99.0), None);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct ProbeSpec {
     pub rate_hz: f64,
     pub percentile: f64,
     pub window_s: f64,
+    /// Samples the window needs before its percentile is published.
+    pub min_samples: u64,
 }
 
 impl ProbeSpec {
@@ -78,6 +80,7 @@ impl ProbeSpec {
             rate_hz,
             percentile,
             window_s,
+            min_samples: headroom_load::stats::min_samples_for(percentile),
         }
     }
 }
@@ -96,7 +99,7 @@ pub fn spawn(
 fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
     let interval = Duration::from_secs_f64(1.0 / spec.rate_hz.max(0.001));
     let epoch = Instant::now();
-    let mut window = LatencyWindow::new(spec.window_s);
+    let mut window = LatencyWindow::new(spec.window_s, spec.min_samples);
     let mut published_sec = 0u64;
     let mut request = Vec::new();
     match &spec.wire {

@@ -391,6 +391,7 @@ impl Agent {
                 Path::new(socket),
                 slo.percentile,
                 slo.window_s,
+                slo.min_samples(),
                 cells.clone(),
                 stop.clone(),
             )
@@ -414,13 +415,14 @@ impl Agent {
             let cell = match lat.source {
                 LatencySource::Probe => {
                     let cell = SignalCell::new();
-                    let spec = crate::probe::ProbeSpec::new(
+                    let mut spec = crate::probe::ProbeSpec::new(
                         lat.protocol,
                         lat.address.as_deref().unwrap_or_default(),
                         lat.rate_hz,
                         slo.percentile,
                         slo.window_s,
                     );
+                    spec.min_samples = slo.min_samples();
                     let t = crate::probe::spawn(spec, cell.clone(), stop.clone())
                         .map_err(spawn_err("starting the prober"))?;
                     threads.push(t);
@@ -433,6 +435,7 @@ impl Agent {
                         metric: lat.metric.clone().unwrap_or_default(),
                         percentile: slo.percentile,
                         window_s: slo.window_s,
+                        min_samples: slo.min_samples(),
                     };
                     let t = crate::scrape::spawn(
                         kind,

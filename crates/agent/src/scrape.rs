@@ -24,6 +24,8 @@ pub enum PullKind {
         metric: String,
         percentile: f64,
         window_s: f64,
+        /// Observations the window needs before its percentile is published.
+        min_samples: u64,
     },
     /// Rate of counter `metric` (summed over its label sets).
     PromCounter {
@@ -89,6 +91,7 @@ fn poll_once(
             metric,
             percentile,
             window_s,
+            min_samples,
         } => {
             let text = http_get(url)?;
             let buckets = histogram_buckets(&text, metric)?;
@@ -100,6 +103,10 @@ fn poll_once(
             }
             let base = &history.front().expect("just pushed").1;
             let delta = bucket_delta(&buckets, base);
+            let observations = delta.iter().map(|(_, c)| *c).fold(0.0, f64::max);
+            if observations < *min_samples as f64 {
+                return Ok(None);
+            }
             Ok(percentile_from_buckets(&delta, *percentile).map(|v| v * unit_to_us(metric)))
         }
         PullKind::PromCounter { url, metric } => {

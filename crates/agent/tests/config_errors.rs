@@ -287,3 +287,24 @@ fn syntax_errors_name_the_file_and_line() {
     let msg = Config::from_file(&path).unwrap_err().to_string();
     assert!(msg.contains("bad.toml") && msg.contains("line 2"), "{msg}");
 }
+
+#[test]
+fn a_prober_too_slow_for_its_percentile_is_refused() {
+    // 10 probes/s over 15 s = 150 samples: never enough for a p99 (1000).
+    let msg = refused_with(
+        "address = \"127.0.0.1:11211\"\n[lc.load]",
+        "address = \"127.0.0.1:11211\"\nrate_hz = 10\n[lc.load]",
+        "lc.latency.rate_hz",
+    );
+    assert!(msg.contains("150 probes") && msg.contains("1000"), "{msg}");
+    // The same rate over a long enough window, or with a looser floor, is fine.
+    let slow = GOOD.replacen(
+        "address = \"127.0.0.1:11211\"\n[lc.load]",
+        "address = \"127.0.0.1:11211\"\nrate_hz = 10\n[lc.load]",
+        1,
+    );
+    Config::from_toml_str(&format!("{slow}[lc.slo]\nwindow_s = 100\n")).expect("1000 probes");
+    Config::from_toml_str(&format!("{slow}[lc.slo]\nmin_samples = 100\n")).expect("floor 100");
+    let zero = refuse(&format!("{GOOD}[lc.slo]\nmin_samples = 0\n"));
+    assert!(zero.contains("lc.slo.min_samples"), "{zero}");
+}

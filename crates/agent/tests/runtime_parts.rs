@@ -108,25 +108,45 @@ fn feed_lines_become_a_window_percentile() {
         latency: SignalCell::new(),
         qps: SignalCell::new(),
     };
-    let handle =
-        headroom_agent::feed::spawn(&sock, 99.0, 15.0, cells.clone(), stop.clone()).unwrap();
-    let mut hist = LatencyHist::new();
-    for i in 1..=100u64 {
-        hist.record_ns(i * 10_000); // 10 µs .. 1000 µs
-    }
-    let line = serde_json::json!({
-        "version": 1, "t_unix_ms": headroom_agent::runtime::unix_ms(),
-        "interval_s": 1.0, "qps": 1234.0, "hist": hist.to_base64()});
+    let handle = headroom_agent::feed::spawn(
+        &sock,
+        99.0,
+        15.0,
+        headroom_load::stats::min_samples_for(99.0),
+        cells.clone(),
+        stop.clone(),
+    )
+    .unwrap();
+    let line_of = |from: u64, to: u64| {
+        let mut hist = LatencyHist::new();
+        for i in from..=to {
+            hist.record_ns(i * 1_000); // 1 µs each
+        }
+        serde_json::json!({
+            "version": 1, "t_unix_ms": headroom_agent::runtime::unix_ms(),
+            "interval_s": 1.0, "qps": 1234.0, "hist": hist.to_base64()})
+    };
     let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     use std::io::Write;
-    writeln!(s, "{line}").unwrap();
+    // 100 samples are too few for a p99: the rate is published, the latency is not.
+    writeln!(s, "{}", line_of(1, 100)).unwrap();
+    let start = Instant::now();
+    while cells.qps.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cells.qps.latest().unwrap().value, 1234.0);
+    assert!(
+        cells.latency.latest().is_none(),
+        "a p99 of 100 samples was published"
+    );
+    // 1000 in the window (1 µs .. 1000 µs): the p99 is 990 µs.
+    writeln!(s, "{}", line_of(101, 1000)).unwrap();
     let start = Instant::now();
     while cells.latency.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
     let p99 = cells.latency.latest().expect("published").value;
     assert!((p99 - 990.0).abs() < 15.0, "p99 {p99}");
-    assert_eq!(cells.qps.latest().unwrap().value, 1234.0);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(s);
     handle.join().unwrap();
@@ -181,13 +201,16 @@ fn the_prober_times_a_memcache_server_open_loop() {
     });
     let cell = SignalCell::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let spec = headroom_agent::probe::ProbeSpec::new(
+    let mut spec = headroom_agent::probe::ProbeSpec::new(
         headroom_agent::config::ProbeProtocol::Memcache,
         &addr.to_string(),
         100.0,
         99.0,
         5.0,
     );
+    assert_eq!(spec.min_samples, 1000, "p99's default floor");
+    // 100 probes/s: publish after 2 s of probes rather than the default's 10 s.
+    spec.min_samples = 200;
     let handle = headroom_agent::probe::spawn(spec, cell.clone(), stop.clone()).unwrap();
     let start = Instant::now();
     while cell.latest().is_none() && start.elapsed() < Duration::from_secs(5) {

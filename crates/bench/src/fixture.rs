@@ -95,6 +95,7 @@ pub fn write_sweep(dir: &Path, exp: Experiment, series: &[&str], loads: &[f64]) 
                     be_ops_per_s: (be != "none").then_some(1e6 * (1.0 - l)),
                     be_norm: (be != "none").then_some(1.0 - l),
                     idle_cpu_pct: Some(10.0),
+                    steal_pct: Some(0.5),
                     agent: None,
                     commands: vec![
                         "headroom load -s 127.0.0.1:1 -q 1 -t 5 --noload --json F".into()

@@ -156,6 +156,10 @@ pub struct Point {
     pub be_norm: Option<f64>,
     /// Idle share of the server CPUs during the point, percent.
     pub idle_cpu_pct: Option<f64>,
+    /// CPU time the hypervisor took from this machine during the point (steal), percent of all
+    /// CPUs' time: a figure measured while it is high says more about the host than the policy.
+    #[serde(default)]
+    pub steal_pct: Option<f64>,
     /// Agent allocation summary over the point (BE CPUs, weight, quota), when an agent ran.
     pub agent: Option<AgentWindow>,
     /// The exact commands this point ran.

@@ -12,8 +12,8 @@ use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
 use crate::model::{ColocationRun, LcBaseline, LoadMetrics, Manifest, Point, SoloBaseline, Window};
 use crate::runner::{
-    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, summarize_decisions, BeSpec,
-    DecisionTail, Placement, Proc, Runner, ServeSpec,
+    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, steal_jiffies, summarize_decisions,
+    BeSpec, DecisionTail, Placement, Proc, Runner, ServeSpec,
 };
 use crate::stats::{self, Spread};
 use crate::store::{RunDir, BASELINES, POINTS, RUNS};
@@ -183,6 +183,18 @@ impl Options {
     }
 }
 
+/// Policies run without the safety layer's SLO-violation cooldown: PerfIso's two static
+/// baselines, Blagodurov's weights and PerfIso's blind isolation, none of which turns BE off for
+/// minutes after one bad window in its paper. `heracles` and `hybrid` keep it (Alg. 1 has it).
+pub const LATENCY_BLIND_POLICIES: [&str; 4] = ["static-cores", "static-cycles", "weights", "blind"];
+
+/// The agent prober's rate: 200 probes/s, or enough to fill the window twice over with the
+/// samples the percentile needs (10 beyond it), whichever is more.
+pub fn probe_rate_hz(percentile: f64, window_s: f64) -> f64 {
+    let needed = headroom_load::stats::min_samples_for(percentile) as f64;
+    (2.0 * needed / window_s.max(1.0)).ceil().max(200.0)
+}
+
 /// A progress callback: one line per recorded point or window (the CLI prints or draws it).
 pub type Progress<'a> = &'a mut dyn FnMut(&str);
 
@@ -196,7 +208,10 @@ pub struct Session<'a> {
     pub progress: Progress<'a>,
     /// Points recorded now (not resumed).
     pub recorded: usize,
+    /// Results taken from an earlier run of this directory.
     pub resumed: usize,
+    /// Baselines recorded by this session (their later reuse is not a resumption).
+    baselines_recorded: std::collections::HashSet<String>,
 }
 
 impl<'a> Session<'a> {
@@ -249,6 +264,7 @@ impl<'a> Session<'a> {
             progress,
             recorded: 0,
             resumed: 0,
+            baselines_recorded: Default::default(),
         })
     }
 
@@ -442,8 +458,9 @@ impl<'a> Session<'a> {
             let progress = dir.scratch_path(&format!("{id}.progress.jsonl"))?;
             let _ = std::fs::remove_file(&progress);
             let mut p = runner.start_antagonist(be, &progress)?;
-            std::thread::sleep(Duration::from_secs_f64(seconds));
+            let ran = runner.run_for(&mut p, &Runner::antagonist_label(be), seconds);
             p.stop();
+            ran?;
             let samples = read_progress(&progress);
             let rate = samples
                 .first()
@@ -469,9 +486,11 @@ impl<'a> Session<'a> {
                 ))),
             }
         })?;
-        if resumed {
+        if resumed && !self.baselines_recorded.contains(&id) {
             self.resumed += 1;
-        } else {
+        }
+        if !resumed {
+            self.baselines_recorded.insert(id);
             (self.progress)(&format!(
                 "BE {} alone: {:.0} ops/s",
                 be.label(),
@@ -482,6 +501,9 @@ impl<'a> Session<'a> {
     }
 
     /// Writes the agent's config for a policy and returns its path.
+    ///
+    /// Policies whose papers define them without a latency-triggered BE shutdown run with the
+    /// safety layer's SLO-violation cooldown off (see [`LATENCY_BLIND_POLICIES`]).
     pub fn agent_config(&self, a: &AgentRun) -> Result<PathBuf> {
         let AgentRun {
             name,
@@ -508,11 +530,25 @@ impl<'a> Session<'a> {
         let cmd: Vec<String> = be_argv.iter().map(|a| format!("{a:?}")).collect();
         // The latency the agent acts on: the load generator's own windows when it feeds them
         // (the same measurement that judges the SLO), else the agent's prober.
+        let window_s = if self.exp == Experiment::Colocation {
+            self.opts.duration_s
+        } else {
+            15.0
+        };
         let latency = match feed_socket {
             Some(sock) => format!("source = \"feed\"\nsocket = \"{}\"", sock.display()),
             None => format!(
-                "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = 200.0"
+                "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = {:?}",
+                probe_rate_hz(self.opts.percentile, window_s)
             ),
+        };
+        // PerfIso's static baselines, Blagodurov's weights and blind isolation do not react to an
+        // SLO violation by switching BE off for minutes; the agent's safety layer would (its
+        // production default), and then the experiment compares that rule, not the policies.
+        let safety_cooldown = if LATENCY_BLIND_POLICIES.contains(&policy.as_str()) {
+            "# as its paper defines it, this policy does not switch BE off after an SLO violation\nviolation_cooldown_s = 0.0\n"
+        } else {
+            ""
         };
         let text = format!(
             r#"# Written by headroom bench {exp}: {name}
@@ -554,18 +590,14 @@ state_file = "{state}"
 # the agent shares its CPU with the load generator here: a SCHED_FIFO agent would preempt the
 # instrument (its send lag grew to 393 ms in a demo run), so it stays a normal task
 agent_fifo_priority = 0
-
+{safety_cooldown}
 [api]
 socket = "{socket}"
 metrics = "127.0.0.1:{metrics_port}"
 "#,
             exp = self.exp.name(),
             pct = self.opts.percentile,
-            window = if self.exp == Experiment::Colocation {
-                self.opts.duration_s
-            } else {
-                15.0
-            },
+            window = window_s,
             cmd = cmd.join(", "),
             server = server.join(", "),
             state = state.display(),
@@ -651,6 +683,9 @@ pub fn be_spec(name: &str, threads: usize) -> BeSpec {
     }
 }
 
+/// A point to record: its id, load fraction and repeat index.
+type PointKey = (String, f64, u32);
+
 impl Session<'_> {
     /// Records every point of every configuration (skipping those already stored).
     pub fn sweep(&mut self, configs: &[SweepConfig]) -> Result<()> {
@@ -677,10 +712,30 @@ impl Session<'_> {
                 continue;
             }
             let missing: Vec<(String, f64, u32)> = missing.into_iter().cloned().collect();
-            if let Err(e) = self.sweep_config(cfg, &base, &missing) {
-                // One configuration failing (a missing antagonist kind, an agent that cannot start)
-                // must not cost the others: note it and go on.
-                self.note(format!("{}: not measured: {e}", cfg.name));
+            // A policy with minutes of memory (Heracles' 5-minute cooldown after a violation)
+            // would carry one load level's state into the next, alternating every 10 s. PerfIso
+            // measured each load on its own, so in `isolation` each level gets its own agent.
+            let runs: Vec<(String, Vec<PointKey>)> = if self.exp == Experiment::Isolation
+                && cfg.agent.is_some()
+            {
+                self.opts
+                    .loads
+                    .iter()
+                    .map(|l| {
+                        let pts: Vec<_> = missing.iter().filter(|p| p.1 == *l).cloned().collect();
+                        (format!("{}-{:03.0}", cfg.name, l * 100.0), pts)
+                    })
+                    .filter(|(_, pts)| !pts.is_empty())
+                    .collect()
+            } else {
+                vec![(cfg.name.clone(), missing)]
+            };
+            for (label, points) in runs {
+                if let Err(e) = self.sweep_config(cfg, &base, &points, &label) {
+                    // One configuration failing (a missing antagonist kind, an agent that cannot
+                    // start) must not cost the others: note it and go on.
+                    self.note(format!("{label}: not measured: {e}"));
+                }
             }
         }
         self.finish()
@@ -691,6 +746,7 @@ impl Session<'_> {
         cfg: &SweepConfig,
         base: &LcBaseline,
         points: &[(String, f64, u32)],
+        label: &str,
     ) -> Result<()> {
         let solo = match &cfg.be {
             Some(be) => Some(self.solo(be)?),
@@ -698,12 +754,17 @@ impl Session<'_> {
         };
         let (mut serve, addr) = self.runner.start_serve(&cfg.serve)?;
         let mut setup = vec![serve.command.clone(), self.runner.preload(addr)?];
-        let progress = self
-            .dir
-            .scratch_path(&format!("{}.progress.jsonl", cfg.name))?;
+        let progress = self.dir.scratch_path(&format!("{label}.progress.jsonl"))?;
         let _ = std::fs::remove_file(&progress);
         let mut procs: Vec<Proc> = Vec::new();
         let mut agent_log = None;
+        // The agent acts on the load generator's own windows (the measurement that judges the
+        // SLO). Its prober would share the load generator's CPU here, and its wake-up delays
+        // behind a busy client read as LC latency: it saw p99 650-1000 µs while the load
+        // generator measured 150-190 µs, and hybrid kept BE off for the whole run.
+        // Unix socket paths are short (108 bytes): keep it in the temp dir.
+        let feed = std::env::temp_dir()
+            .join(format!("headroom-feed-{}-{label}.sock", std::process::id(),));
         if let Some(be) = &cfg.be {
             match &cfg.agent {
                 None => {
@@ -727,7 +788,7 @@ impl Session<'_> {
                         )
                     };
                     let config = self.agent_config(&AgentRun {
-                        name: cfg.name.clone(),
+                        name: label.to_string(),
                         policy: policy.clone(),
                         extra: extra.clone(),
                         lc_pid: serve.pid(),
@@ -735,11 +796,9 @@ impl Session<'_> {
                         be_argv,
                         slo_us: base.slo_us,
                         peak_qps: base.peak_qps,
-                        feed_socket: None,
+                        feed_socket: Some(feed.clone()),
                     })?;
-                    let log = self
-                        .dir
-                        .scratch_path(&format!("agent-{}.jsonl", cfg.name))?;
+                    let log = self.dir.scratch_path(&format!("agent-{label}.jsonl"))?;
                     let _ = std::fs::remove_file(&log);
                     let p = self.runner.start_agent(&config, &log, self.opts.dry_run)?;
                     setup.push(p.command.clone());
@@ -769,10 +828,15 @@ impl Session<'_> {
                 t.last.clone()
             });
             let stat_before = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
+            let steal_before = steal_jiffies(Path::new("/proc/stat"));
             let start = now_unix_ms();
-            let result = self.runner.run_load(addr, qps, self.opts.duration_s, &json);
+            let feeding = agent_log.is_some().then_some(feed.as_path());
+            let result =
+                self.runner
+                    .run_load_feeding(addr, qps, self.opts.duration_s, &json, feeding);
             let end = now_unix_ms();
             let stat_after = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
+            let steal_after = steal_jiffies(Path::new("/proc/stat"));
             let mut point = Point {
                 id: id.clone(),
                 series: cfg.name.clone(),
@@ -784,6 +848,9 @@ impl Session<'_> {
                 commands: setup.clone(),
                 idle_cpu_pct: stat_before
                     .zip(stat_after)
+                    .and_then(|(a, b)| idle_pct(a, b)),
+                steal_pct: steal_before
+                    .zip(steal_after)
                     .and_then(|(a, b)| idle_pct(a, b)),
                 ..Default::default()
             };
@@ -836,7 +903,7 @@ fn point_line(p: &Point, slo: f64, pct: f64) -> String {
         Some(m) => {
             let tail = m.percentile_us(pct);
             format!(
-                "{:<22} load {:>5.1}% r{}: {:>8.0} QPS  p{} {:>7} µs {}{}{}",
+                "{:<22} load {:>5.1}% r{}: {:>8.0} QPS  p{} {:>7} µs {}{}{}{}",
                 p.series,
                 p.load_fraction * 100.0,
                 p.repeat,
@@ -850,6 +917,9 @@ fn point_line(p: &Point, slo: f64, pct: f64) -> String {
                 },
                 p.be_norm
                     .map_or(String::new(), |b| format!("  BE {:.0}%", b * 100.0)),
+                p.steal_pct
+                    .filter(|s| *s >= 1.0)
+                    .map_or(String::new(), |s| format!("  steal {s:.0}%")),
                 if m.valid {
                     ""
                 } else {

@@ -20,20 +20,46 @@ pub struct Level<'a> {
 }
 
 impl Level<'_> {
-    /// Median and spread of a load metric over the repeats that measured it.
+    /// The repeats the figures count: those whose load-generator self-checks passed, or every
+    /// repeat when none did. A repeat whose instrument fell behind its schedule (a noisy minute
+    /// on a shared host) did not measure the configured load, and must not pull the median.
+    pub fn counted(&self) -> Vec<&Point> {
+        let ok = |p: &&&Point| p.load.as_ref().is_some_and(|l| l.valid);
+        if self.points.iter().any(|p| ok(&p)) {
+            self.points.iter().filter(ok).copied().collect()
+        } else {
+            self.points.clone()
+        }
+    }
+
+    /// Median and spread of a load metric over the counted repeats that measured it.
     pub fn spread(&self, metric: impl Fn(&LoadMetrics) -> Option<f64>) -> Option<Spread> {
         let v: Vec<f64> = self
-            .points
-            .iter()
+            .counted()
+            .into_iter()
             .filter_map(|p| p.load.as_ref().and_then(&metric))
             .collect();
         Spread::of(&v)
     }
 
-    /// Median and spread of a point field over the repeats that have it.
+    /// Median and spread of a point field over the counted repeats that have it.
     pub fn spread_of(&self, field: impl Fn(&Point) -> Option<f64>) -> Option<Spread> {
-        let v: Vec<f64> = self.points.iter().filter_map(|p| field(p)).collect();
+        let v: Vec<f64> = self.counted().into_iter().filter_map(field).collect();
         Spread::of(&v)
+    }
+
+    /// "yes" when every repeat passed its self-checks, "NO" when none did, else "k/n".
+    pub fn checks_label(&self) -> String {
+        let ok = self
+            .points
+            .iter()
+            .filter(|p| p.load.as_ref().is_some_and(|l| l.valid))
+            .count();
+        match ok {
+            0 => "NO".into(),
+            n if n == self.points.len() => "yes".into(),
+            n => format!("{n}/{}", self.points.len()),
+        }
     }
 
     /// True when every repeat has a load result whose self-checks passed.
@@ -236,13 +262,13 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
                     l.spread(|x| x.send_lag_p99_us).map(|s| s.median),
                     1,
                 ));
-                row.push(Cell::text(if l.valid() { "yes" } else { "NO" }));
+                row.push(Cell::text(l.checks_label()));
                 rows.push(row);
             }
             tables.push(Table {
                 id: "latency-vs-load-table".into(),
                 title: "Latency per load step".into(),
-                caption: "Medians over repeats; spread = half the min–max range of p99 in % of its median; send lag = the load generator's p99 lateness versus its schedule (small = it kept up).".into(),
+                caption: "Medians over repeats; spread = half the min–max range of p99 in % of its median; send lag = the load generator's p99 lateness versus its schedule (small = it kept up). Medians count the repeats whose load-generator self-checks passed (every repeat where none did); self-checks ok = all, none (NO) or how many of the repeats passed.".into(),
                 columns: vec![
                     "load".into(),
                     "achieved QPS".into(),
@@ -446,14 +472,15 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
                         vs_cell,
                         Cell::num(l.spread_of(|p| p.be_norm).map(|s| s.median), 2),
                         Cell::num(l.spread_of(|p| p.idle_cpu_pct).map(|s| s.median), 1),
-                        Cell::text(if l.valid() { "yes" } else { "NO" }),
+                        Cell::num(l.spread_of(|p| p.steal_pct).map(|s| s.max), 1),
+                        Cell::text(l.checks_label()),
                     ]);
                 }
             }
             tables.push(Table {
                 id: "isolation-table".into(),
                 title: "Isolation: LC tail vs alone, BE throughput, idle CPU".into(),
-                caption: "BE throughput normalized to the BE running alone on the same CPUs; idle = idle share of the LC+BE CPUs. Green: within 10% of LC alone.".into(),
+                caption: "BE throughput normalized to the BE running alone on the same CPUs; idle = idle share of the LC+BE CPUs; steal = the most CPU time the hypervisor took from this machine during a counted repeat. Green: within 10% of LC alone. Medians count the repeats whose load-generator self-checks passed (every repeat where none did); self-checks ok = all, none (NO) or how many of the repeats passed.".into(),
                 columns: vec![
                     "policy".into(),
                     "load".into(),
@@ -461,6 +488,7 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
                     format!("{pl} vs alone"),
                     "BE throughput (norm.)".into(),
                     "idle CPU %".into(),
+                    "steal % (max)".into(),
                     "self-checks ok".into(),
                 ],
                 rows,
@@ -566,7 +594,7 @@ fn per_level_table(id: &str, title: &str, m: &Manifest, groups: &[(String, Vec<L
                 Cell::num(tail.map(|s| s.spread_pct()), 1),
                 Cell::num(l.spread_of(|p| p.be_norm).map(|s| s.median), 2),
                 Cell::num(l.spread(|x| x.send_lag_p99_us).map(|s| s.median), 1),
-                Cell::text(if l.valid() { "yes" } else { "NO" }),
+                Cell::text(l.checks_label()),
             ]);
         }
     }
@@ -574,7 +602,7 @@ fn per_level_table(id: &str, title: &str, m: &Manifest, groups: &[(String, Vec<L
     Table {
         id: id.into(),
         title: title.into(),
-        caption: format!("Medians over repeats. {pl} coloured against the SLO like Heracles Fig. 1. BE share = BE throughput over its solo throughput on the same CPUs."),
+        caption: format!("Medians over repeats. {pl} coloured against the SLO like Heracles Fig. 1. BE share = BE throughput over its solo throughput on the same CPUs. Medians count the repeats whose load-generator self-checks passed (every repeat where none did); self-checks ok = all, none (NO) or how many of the repeats passed."),
         columns: vec![
             "configuration".into(),
             "load".into(),

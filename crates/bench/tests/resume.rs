@@ -135,3 +135,65 @@ fn a_fully_stored_sweep_runs_nothing_and_a_partial_one_only_its_missing_points()
     let files = headroom_bench::experiments::report(&out).unwrap();
     assert!(files.html.is_file());
 }
+
+#[test]
+fn isolation_gives_each_load_level_its_own_agent_and_the_os_baselines_one_run() {
+    // PerfIso measured each load on its own: a policy's memory (Heracles' 5-minute cooldown) must
+    // not carry from one level into the next. With no binary every run fails, and the manifest
+    // names each run that was attempted.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let dir = RunDir::create(&out).unwrap();
+    dir.save(
+        BASELINES,
+        "lc",
+        &LcBaseline {
+            slo_us: 500.0,
+            slo_source: "test".into(),
+            peak_qps: 10_000.0,
+            peak_source: "test".into(),
+            capacity_qps: 10_000.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut opts = Options::defaults(
+        Experiment::Isolation,
+        true,
+        tmp.path().join("no-such-headroom"),
+    );
+    opts.loads = vec![0.5, 1.0];
+    opts.repeats = 1;
+    let configs = record::sweep_configs(Experiment::Isolation, &opts, false);
+    let with_agent: Vec<&str> = configs
+        .iter()
+        .filter(|c| c.agent.is_some())
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(with_agent.contains(&"hybrid"), "{with_agent:?}");
+    let mut progress = |_: &str| {};
+    let mut s = Session::open(Experiment::Isolation, opts, &out, &mut progress).unwrap();
+    s.sweep(&configs).unwrap();
+    assert_eq!(s.recorded, 0);
+    let notes = dir.read_manifest().unwrap().notes;
+    for name in &with_agent {
+        for level in ["050", "100"] {
+            let run = format!("{name}-{level}: not measured");
+            assert!(
+                notes.iter().any(|n| n.starts_with(&run)),
+                "{run} in {notes:?}"
+            );
+        }
+        assert!(
+            !notes.iter().any(|n| n.starts_with(&format!("{name}: "))),
+            "{name} ran as one sweep: {notes:?}"
+        );
+    }
+    for os in configs.iter().filter(|c| c.agent.is_none()) {
+        let run = format!("{}: not measured", os.name);
+        assert!(
+            notes.iter().any(|n| n.starts_with(&run)),
+            "{run} in {notes:?}"
+        );
+    }
+}

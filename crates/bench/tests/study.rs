@@ -148,3 +148,48 @@ fn subprocess_log_tails_lose_their_colour_codes() {
         "2026  WARN write failed"
     );
 }
+
+#[test]
+fn medians_count_the_repeats_whose_self_checks_passed() {
+    use headroom_bench::fixture::synthetic_load;
+    use headroom_bench::model::Point;
+    let point = |repeat: u32, p99: f64, valid: bool| {
+        let mut load = synthetic_load(1000.0, 50.0, 0.5, valid);
+        load.p99_us = Some(p99);
+        Point {
+            id: format!("alone/050.0/r{repeat}"),
+            series: "alone".into(),
+            load_fraction: 0.5,
+            repeat,
+            load: Some(load),
+            ..Default::default()
+        }
+    };
+    // A noisy minute: two repeats' load generator fell behind (self-checks failed).
+    let noisy = [
+        point(0, 7000.0, false),
+        point(1, 1300.0, false),
+        point(2, 350.0, true),
+    ];
+    let groups = headroom_bench::study::group(&noisy, &[]);
+    let level = &groups[0].1[0];
+    assert_eq!(level.spread(|l| l.p99_us).unwrap().median, 350.0);
+    assert_eq!(level.checks_label(), "1/3");
+    // None valid: every repeat counts, and the table says NO.
+    let bad = [
+        point(0, 7000.0, false),
+        point(1, 1300.0, false),
+        point(2, 350.0, false),
+    ];
+    let groups = headroom_bench::study::group(&bad, &[]);
+    assert_eq!(groups[0].1[0].spread(|l| l.p99_us).unwrap().median, 1300.0);
+    assert_eq!(groups[0].1[0].checks_label(), "NO");
+    let good = [
+        point(0, 300.0, true),
+        point(1, 400.0, true),
+        point(2, 350.0, true),
+    ];
+    let groups = headroom_bench::study::group(&good, &[]);
+    assert_eq!(groups[0].1[0].spread(|l| l.p99_us).unwrap().median, 350.0);
+    assert_eq!(groups[0].1[0].checks_label(), "yes");
+}
