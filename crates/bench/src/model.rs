@@ -81,6 +81,25 @@ impl LoadMetrics {
         }
     }
 
+    /// Whether the load generator ran out of CPU (its `client_cpu` self-check failed): its
+    /// latencies then hold its own queue of late sends, not the service's.
+    pub fn client_saturated(&self) -> bool {
+        self.failed_checks
+            .iter()
+            .any(|c| c.starts_with("client_cpu"))
+    }
+
+    /// Whether this probe shows the LC holding `target_qps` with its p`percentile` within
+    /// `bound_us`: rate reached (≥ 98%), tail within the bound, and a load generator with CPU to
+    /// spare (a saturated client reaches its rate, but its tail is its own queue).
+    pub fn holds(&self, target_qps: f64, percentile: f64, bound_us: f64) -> bool {
+        self.achieved_qps >= 0.98 * target_qps
+            && !self.client_saturated()
+            && self
+                .percentile_us(percentile)
+                .is_some_and(|t| t <= bound_us)
+    }
+
     /// The latency at a percentile the result reports (50, 95, 99, 99.9), `None` otherwise.
     pub fn percentile_us(&self, percentile: f64) -> Option<f64> {
         let close = |p: f64| (percentile - p).abs() < 1e-9;

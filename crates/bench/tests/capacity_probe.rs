@@ -1,0 +1,34 @@
+//! What a capacity or peak probe must show before the LC alone is said to hold a rate.
+
+use headroom_bench::model::LoadMetrics;
+use serde_json::json;
+
+fn probe(achieved: f64, p99: f64, client_cpu_ok: bool) -> LoadMetrics {
+    LoadMetrics::from_value(&json!({
+        "target_qps": 100000.0,
+        "achieved_qps": achieved,
+        "valid": client_cpu_ok,
+        "read": { "p99_us": p99 },
+        "checks": [
+            { "name": "rate", "ok": true, "detail": "achieved within 0.3% of target" },
+            { "name": "client_cpu", "ok": client_cpu_ok,
+              "detail": "client used 1.99 CPU-s in 2.00 s over 1 threads (100%): saturated" },
+        ],
+    }))
+}
+
+#[test]
+fn a_probe_holds_its_rate_only_with_the_rate_reached_the_tail_in_bound_and_the_client_unsaturated()
+{
+    assert!(probe(99_000.0, 800.0, true).holds(100_000.0, 99.0, 1000.0));
+    // A saturated client reaches the rate, and its tail may even be in bound, but the tail is the
+    // client's own queue: the LC's capacity is not shown.
+    let saturated = probe(100_000.0, 880.0, false);
+    assert!(saturated.client_saturated());
+    assert!(!saturated.holds(100_000.0, 99.0, 1000.0));
+    // Rate short by more than 2%, or the tail past the bound.
+    assert!(!probe(97_000.0, 800.0, true).holds(100_000.0, 99.0, 1000.0));
+    assert!(!probe(99_000.0, 1200.0, true).holds(100_000.0, 99.0, 1000.0));
+    // A percentile the result does not carry cannot be judged.
+    assert!(!probe(99_000.0, 800.0, true).holds(100_000.0, 99.99, 1000.0));
+}
