@@ -264,6 +264,12 @@ impl Reconciler {
                 };
                 out.insert((g.clone(), knob), value);
             }
+            // An idle group's weight is the kernel's: it holds it at the minimum (v1 cpu.shares
+            // reads 3) and refuses writes (EINVAL), and clearing idle resets it to the default.
+            // So the weight is managed only while the group is not idle.
+            if out.get(&(g.clone(), Knob::CpuIdle)) == Some(&KnobValue::Idle(true)) {
+                out.remove(&(g.clone(), Knob::CpuWeight));
+            }
         }
         // The LC only ever gains: its weight, when the policy raises it.
         if let Some(orig) = self.original.get(&self.groups.lc) {
@@ -396,6 +402,9 @@ impl Reconciler {
                 }
             }
         }
+        // A knob left out of this target (an idle group's weight) may be changed by the kernel
+        // meanwhile: forget it, so the next target holding it reads it back first.
+        self.current.retain(|k, _| target.contains_key(k));
         for (k, v) in target {
             self.current.insert(k.clone(), v.clone());
         }

@@ -266,6 +266,12 @@ impl Agent {
         // Groups and processes.
         let state_path = PathBuf::from(&config.safety.state_file);
         let previous = if dry { None } else { state::load(&state_path)? };
+        let mut lc_threads = crate::lc_threads::LcThreads::from_state(
+            previous
+                .as_ref()
+                .map(|p| p.lc_threads.clone())
+                .unwrap_or_default(),
+        );
         let mut reconciler = None;
         let mut supervised = Vec::new();
         let mut lc_child = None;
@@ -322,6 +328,17 @@ impl Agent {
                         egress_classifiers
                             .push(headroom_host::bpf::EgressPriority::attach(&dir, classid)?);
                     }
+                }
+                // An LC already running SCHED_FIFO/RR (started under `chrt`) cannot join a v1
+                // cpu group whose real-time budget is 0: the kernel answers EINVAL. Give the
+                // group chain its budget first (restored on exit like the rest).
+                if config
+                    .lc
+                    .pids
+                    .iter()
+                    .any(|&pid| has_realtime_thread(&options.root, pid as i32))
+                {
+                    lc_threads.ensure_rt_budget(cg, &lc)?;
                 }
                 for &pid in &config.lc.pids {
                     cg.move_process(&lc, pid as i32)?;
@@ -601,12 +618,7 @@ impl Agent {
             sensors,
             policy,
             supervised,
-            lc_threads: crate::lc_threads::LcThreads::from_state(
-                previous
-                    .as_ref()
-                    .map(|p| p.lc_threads.clone())
-                    .unwrap_or_default(),
-            ),
+            lc_threads,
             created_groups,
             actuators,
             egress_classifiers,
@@ -1206,6 +1218,25 @@ fn raise_control_loop_priority(fifo_priority: u8) {
             }
         },
     }
+}
+
+/// Whether any thread of `pid` runs SCHED_FIFO or SCHED_RR (procfs under `root`; a process
+/// that cannot be read counts as not real-time, and moving it reports the real error).
+fn has_realtime_thread(root: &Path, pid: i32) -> bool {
+    headroom_host::sched::threads(root, pid)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|tid| {
+            matches!(
+                headroom_host::sched::sched(tid)
+                    .ok()
+                    .and_then(|a| a.policy()),
+                Some(
+                    headroom_host::sched::SchedPolicy::Fifo { .. }
+                        | headroom_host::sched::SchedPolicy::RoundRobin { .. }
+                )
+            )
+        })
 }
 
 fn set_timer_slack_ns(ns: u64) {

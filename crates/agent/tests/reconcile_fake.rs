@@ -212,7 +212,8 @@ fn idle_is_cleared_before_a_weight_write_and_set_after_it() {
         files(&fake.io.take_writes()),
         vec!["cpu/hr/be/cpu.idle=0", "cpu/hr/be/cpu.shares=2048"]
     );
-    // And a weight change together with idle on: the weight is written while not yet idle.
+    // A weight together with idle on: an idle group's weight belongs to the kernel (it reads
+    // back as the minimum and refuses writes), so only idle is written.
     let both = Allocation {
         be_enabled: true,
         be_cpu_idle: Some(true),
@@ -223,8 +224,18 @@ fn idle_is_cleared_before_a_weight_write_and_set_after_it() {
         ..Allocation::default()
     };
     r.apply(&both, true).unwrap();
+    assert_eq!(files(&fake.io.take_writes()), vec!["cpu/hr/be/cpu.idle=1"]);
+    // The kernel now shows the idle weight; a verifying pass must not "repair" it (on the real
+    // kernel that write fails with EINVAL on every pass).
+    fake.set_knob("cpu", "hr/be", "cpu.shares", "3");
+    let report = r.apply(&both, true).unwrap();
+    assert!(report.writes.is_empty(), "{:?}", report.writes);
+    assert!(report.drift.is_empty(), "{:?}", report.drift);
+    // Clearing idle resets the kernel's weight to the default; the wanted one is written after.
+    fake.set_knob("cpu", "hr/be", "cpu.shares", "1024");
+    r.apply(&weighted, false).unwrap();
     assert_eq!(
         files(&fake.io.take_writes()),
-        vec!["cpu/hr/be/cpu.shares=4096", "cpu/hr/be/cpu.idle=1"]
+        vec!["cpu/hr/be/cpu.idle=0", "cpu/hr/be/cpu.shares=2048"]
     );
 }

@@ -458,7 +458,7 @@ impl<'a> Session<'a> {
             let progress = dir.scratch_path(&format!("{id}.progress.jsonl"))?;
             let _ = std::fs::remove_file(&progress);
             let mut p = runner.start_antagonist(be, &progress)?;
-            let ran = runner.run_for(&mut p, &Runner::antagonist_label(be), seconds);
+            let ran = runner::run_for(&mut p, seconds);
             p.stop();
             ran?;
             let samples = read_progress(&progress);

@@ -78,9 +78,22 @@ pub struct Proc {
     pub command: String,
     child: Option<Child>,
     grace: Duration,
+    /// The log this process appends to, and its length when the process started.
+    log: Option<(PathBuf, u64)>,
 }
 
 impl Proc {
+    /// The last `n` characters this process wrote to its log (logs are shared by every process
+    /// of the same label in a run, so an error must not quote an earlier one's).
+    pub fn log_tail(&self, n: usize) -> String {
+        let Some((path, start)) = &self.log else {
+            return String::new();
+        };
+        let bytes = std::fs::read(path).unwrap_or_default();
+        let own = bytes.get(*start as usize..).unwrap_or_default();
+        tail(&String::from_utf8_lossy(own), n)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, |c| c.id())
     }
@@ -264,6 +277,7 @@ impl Runner {
         let log2 = log
             .try_clone()
             .map_err(|e| BenchError::io("duplicating", &log_path, e))?;
+        let log_start = log.metadata().map_or(0, |m| m.len());
         let child = Command::new(&argv[0])
             .args(&argv[1..])
             .stdin(Stdio::null())
@@ -279,6 +293,7 @@ impl Runner {
             command,
             child: Some(child),
             grace: Duration::from_secs(5),
+            log: Some((log_path, log_start)),
         })
     }
 
@@ -366,7 +381,7 @@ impl Runner {
                 return Err(BenchError::Command {
                     command: proc.command.clone(),
                     status: st,
-                    stderr: tail(&read_log(&self.log_dir, "serve"), 1500),
+                    stderr: proc.log_tail(1500),
                 });
             }
             if start.elapsed() > Duration::from_secs(10) {
@@ -463,12 +478,7 @@ impl Runner {
     /// Starts an antagonist on the server CPUs.
     pub fn start_antagonist(&self, spec: &BeSpec, progress: &Path) -> Result<Proc> {
         let argv = self.argv(&self.placement.server, &spec.prefix, &spec.args(progress));
-        self.spawn(&Self::antagonist_label(spec), &argv)
-    }
-
-    /// The log label of an antagonist started by [`Runner::start_antagonist`].
-    pub fn antagonist_label(spec: &BeSpec) -> String {
-        format!("antagonist-{}", spec.label())
+        self.spawn(&format!("antagonist-{}", spec.label()), &argv)
     }
 
     /// Starts `headroom agent` on the load generator's CPUs (kept off the experiment's CPUs).
@@ -497,7 +507,7 @@ impl Runner {
             return Err(BenchError::Command {
                 command: p.command.clone(),
                 status: st,
-                stderr: tail(&read_log(&self.log_dir, "agent"), 1500),
+                stderr: p.log_tail(1500),
             });
         }
         Ok(p)
@@ -517,34 +527,24 @@ impl Runner {
     }
 }
 
-impl Runner {
-    /// Lets `proc` (spawned with log label `label`) run for `seconds`; a process that dies
-    /// before then is an error carrying its exit status and the end of its log, returned
-    /// at once rather than after the wait.
-    pub fn run_for(&self, proc: &mut Proc, label: &str, seconds: f64) -> Result<()> {
-        let until = Instant::now() + Duration::from_secs_f64(seconds);
-        loop {
-            if let Some(st) = proc.exited() {
-                return Err(BenchError::Command {
-                    command: proc.command.clone(),
-                    status: st,
-                    stderr: tail(
-                        &read_log(&self.log_dir, &crate::store::file_safe(label)),
-                        1500,
-                    ),
-                });
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(());
-            }
-            std::thread::sleep(left.min(Duration::from_millis(100)));
+/// Lets `proc` run for `seconds`; a process that dies before then is an error carrying its exit
+/// status and the end of its log, returned at once rather than after the wait.
+pub fn run_for(proc: &mut Proc, seconds: f64) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    loop {
+        if let Some(st) = proc.exited() {
+            return Err(BenchError::Command {
+                command: proc.command.clone(),
+                status: st,
+                stderr: proc.log_tail(1500),
+            });
         }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
     }
-}
-
-fn read_log(dir: &Path, label: &str) -> String {
-    std::fs::read_to_string(dir.join(format!("{label}.log"))).unwrap_or_default()
 }
 
 /// The last `n` characters of a subprocess log, without terminal colour codes.

@@ -189,6 +189,10 @@ fn isolation_gives_each_load_level_its_own_agent_and_the_os_baselines_one_run() 
             "{name} ran as one sweep: {notes:?}"
         );
     }
+    // Each note quotes its own process's log, not the lines earlier runs appended to it.
+    for n in notes.iter().filter(|n| n.contains("not measured")) {
+        assert_eq!(n.matches("failed to execute").count(), 1, "{n}");
+    }
     for os in configs.iter().filter(|c| c.agent.is_none()) {
         let run = format!("{}: not measured", os.name);
         assert!(

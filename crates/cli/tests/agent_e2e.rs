@@ -7,11 +7,103 @@
 //! by a guard, also when the test fails.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_host::{Cgroups, Controller, CpuSet, FreezeState, GroupPath, LinuxHost};
+
+/// An LC that is already SCHED_FIFO when the agent starts (launched under `chrt`, as the
+/// scheduling bench does) joins its group: on cgroup v1 with RT group scheduling the kernel
+/// refuses an RT task into a group whose `cpu.rt_runtime_us` is 0, so the agent gives the group
+/// chain a budget before moving it.
+#[test]
+fn an_lc_already_sched_fifo_joins_its_group() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP an_lc_already_sched_fifo_joins_its_group: not root");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.backend(Controller::Cpu).is_ok() => c,
+        _ => {
+            eprintln!("SKIP an_lc_already_sched_fifo_joins_its_group: no cpu cgroup");
+            return;
+        }
+    };
+    let top = GroupPath::new(&format!("headroom-rtlc-{}", std::process::id())).unwrap();
+    assert!(!cgroups.exists(&top));
+    let mut guard = Guard {
+        cgroups: cgroups.clone(),
+        top: top.clone(),
+        children: Vec::new(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let dir = guard.dir.path().to_path_buf();
+    let mut cmd = Command::new("sleep");
+    cmd.arg("60").stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 5 };
+            if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let lc_proc = cmd.spawn().expect("start a SCHED_FIFO sleep");
+    let lc_pid = lc_proc.id();
+    guard.children.push(lc_proc);
+    assert_eq!(thread_state(lc_pid).1, libc::SCHED_FIFO);
+    let text = format!(
+        r#"
+[lc]
+name = "rt"
+cgroup = "{top}/lc"
+pids = [{lc_pid}]
+
+[[be]]
+name = "be"
+cgroup = "{top}/be"
+
+[policy]
+kind = "static-cycles"
+
+[safety]
+on_exit = "restore"
+state_file = "{dir}/state.json"
+
+[api]
+socket = "{dir}/ctl.sock"
+metrics = ""
+"#,
+        dir = dir.display()
+    );
+    let cfg = dir.join("rt.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let agent = start_agent(&mut guard, &cfg, "rt.log");
+    let log = || std::fs::read_to_string(dir.join("rt.log")).unwrap_or_default();
+    let lc = top.join("lc").unwrap();
+    assert!(
+        cgroups.procs(&lc).unwrap().contains(&(lc_pid as i32)),
+        "the SCHED_FIFO LC is in its group; log:\n{}",
+        log()
+    );
+    let budget = cgroups.rt_runtime_us(&lc).unwrap();
+    eprintln!("LC group cpu.rt_runtime_us with a SCHED_FIFO LC: {budget:?}");
+    if let Some(b) = budget {
+        assert!(b > 0, "the LC group got a real-time budget");
+    }
+    assert_eq!(
+        thread_state(lc_pid).1,
+        libc::SCHED_FIFO,
+        "the LC keeps its policy"
+    );
+    let st = sigterm_and_wait(&mut guard, agent);
+    assert!(st.success(), "agent exit status {st}; log:\n{}", log());
+}
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 const POLL_MS: u64 = 100;
