@@ -192,6 +192,24 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             .trim(),
         loadavg()
     );
+    // What waking up every poll interval costs on this machine before the agent does any work:
+    // on a VM each timer wake-up is a hypervisor round trip, and it can be most of the figure.
+    let mut floors = std::collections::BTreeMap::new();
+    let seconds = flags.seconds;
+    for poll_ms in [1u64, 10] {
+        let floor =
+            std::thread::spawn(move || wake_up_floor_pct(Duration::from_millis(poll_ms), seconds))
+                .join()
+                .map_err(|_| anyhow::anyhow!("the wake-up floor thread panicked"))?;
+        println!(
+            "wake-up floor: a thread that only sleeps to absolute {poll_ms:>2} ms deadlines: {floor:.2}% of one CPU"
+        );
+        report.insert(
+            format!("wake_up_floor_pct_poll_{poll_ms}ms"),
+            serde_json::json!(floor),
+        );
+        floors.insert(poll_ms, floor);
+    }
     for sensor in ["bpf", "proc_stat"] {
         if sensor == "bpf" {
             if let Err(e) = headroom_host::idle_bpf::BpfIdleSampler::attach(Path::new("/")) {
@@ -233,8 +251,9 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             };
             let whole = 100.0 * cpu / total_s;
             println!(
-                "idle sensor {sensor:>9}: cpu use at poll_ms = {poll_ms:>2}: steady {steady:.2}% of one CPU over {:.1} s; whole run incl. start/stop {whole:.2}% ({cpu:.3} s CPU over {wall:.1} s)",
-                flags.seconds
+                "idle sensor {sensor:>9}: cpu use at poll_ms = {poll_ms:>2}: steady {steady:.2}% of one CPU over {:.1} s ({:.2}% above the wake-up floor); whole run incl. start/stop {whole:.2}% ({cpu:.3} s CPU over {wall:.1} s)",
+                flags.seconds,
+                steady - floors[&poll_ms]
             );
             report.insert(
                 format!("cpu_pct_poll_{poll_ms}ms_{sensor}"),
@@ -306,6 +325,46 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         println!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// CPU share (% of one CPU) of a thread that does nothing but sleep to absolute `period`
+/// deadlines for `seconds`, with the agent's timer slack (1 µs): the cost of the wake-ups alone.
+fn wake_up_floor_pct(period: Duration, seconds: f64) -> f64 {
+    let now = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into the timespec we own.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    // SAFETY: prctl with integer arguments only affects this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+    let ticks = (seconds / period.as_secs_f64()).round().max(1.0) as u64;
+    let cpu0 = now(libc::CLOCK_THREAD_CPUTIME_ID);
+    let wall0 = now(libc::CLOCK_MONOTONIC);
+    let mut deadline = wall0;
+    for _ in 0..ticks {
+        deadline += period.as_secs_f64();
+        let ts = libc::timespec {
+            tv_sec: deadline.trunc() as libc::time_t,
+            tv_nsec: (deadline.fract() * 1e9) as libc::c_long,
+        };
+        // SAFETY: an absolute sleep on CLOCK_MONOTONIC with a timespec we own; EINTR just
+        // ends this tick early.
+        unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+    let cpu = now(libc::CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    let wall = now(libc::CLOCK_MONOTONIC) - wall0;
+    100.0 * cpu / wall
 }
 
 /// Start-up time excluded from the steady-state CPU figure, s.
