@@ -69,6 +69,11 @@ pub struct LatencyWindow {
     /// off for the whole cooldown).
     min_samples: u64,
     slots: VecDeque<(u64, LatencyHist)>,
+    /// The first second that ever held samples: nothing is published before the window has
+    /// filled once. Heracles decides on 15 s windows because shorter ones are not meaningful;
+    /// a window of the first seconds after a start holds the start-up transient (one such
+    /// 4-second window, p99 2.9 ms, turned BE off for a 5-minute cooldown in an isolation run).
+    first_sec: Option<u64>,
 }
 
 impl LatencyWindow {
@@ -77,11 +82,13 @@ impl LatencyWindow {
             window_s: window_s.ceil().max(1.0) as u64,
             min_samples: min_samples.max(1),
             slots: VecDeque::new(),
+            first_sec: None,
         }
     }
 
     /// The histogram of second `sec` (created if missing; older seconds beyond the window go).
     pub fn slot(&mut self, sec: u64) -> &mut LatencyHist {
+        self.first_sec = Some(self.first_sec.map_or(sec, |f| f.min(sec)));
         if self.slots.back().is_none_or(|(s, _)| *s < sec) {
             self.slots.push_back((sec, LatencyHist::new()));
         }
@@ -108,8 +115,14 @@ impl LatencyWindow {
     }
 
     /// The percentile over the seconds in `(now_sec - window_s, now_sec]`, µs; `None` while the
-    /// window holds fewer than `min_samples`.
+    /// window holds fewer than `min_samples`, or has not yet been full once.
     pub fn percentile_us(&self, now_sec: u64, percentile: f64) -> Option<f64> {
+        if self
+            .first_sec
+            .is_none_or(|f| now_sec + 1 < f + self.window_s)
+        {
+            return None;
+        }
         let mut merged = LatencyHist::new();
         for (s, h) in &self.slots {
             if *s + self.window_s > now_sec && *s <= now_sec {
@@ -160,7 +173,15 @@ mod tests {
     fn window_drops_old_seconds() {
         let mut w = LatencyWindow::new(2.0, 1);
         w.slot(10).record_ns(1_000_000);
+        assert!(
+            w.percentile_us(10, 100.0).is_none(),
+            "one second of a 2 s window"
+        );
         w.slot(11).record_ns(2_000_000);
+        assert!(
+            w.percentile_us(11, 100.0).is_some(),
+            "the window has filled"
+        );
         assert_eq!(w.count(11), 2);
         w.slot(12).record_ns(3_000_000);
         assert_eq!(w.count(12), 2);
@@ -173,15 +194,31 @@ mod tests {
     fn window_publishes_only_with_enough_samples() {
         // p99 needs 1000 samples (10 beyond it): 999 slow-start samples publish nothing.
         let mut w = LatencyWindow::new(15.0, headroom_load::stats::min_samples_for(99.0));
-        for _ in 0..999 {
-            w.slot(1).record_ns(5_000_000);
+        w.slot(0).record_ns(100_000);
+        for _ in 0..998 {
+            w.slot(14).record_ns(5_000_000);
         }
-        assert_eq!(w.percentile_us(1, 99.0), None);
-        w.slot(2).record_ns(100_000);
-        let p = w.percentile_us(2, 99.0).expect("1000 samples suffice");
+        assert_eq!(w.percentile_us(14, 99.0), None);
+        w.slot(14).record_ns(100_000);
+        let p = w.percentile_us(14, 99.0).expect("1000 samples suffice");
         assert!((p - 5000.0).abs() < 10.0, "{p}");
-        // The slow second leaves the window: 1 sample left, nothing published again.
-        assert_eq!(w.percentile_us(16, 99.0), None);
+        // The slow second leaves the window: nothing left, nothing published again.
+        assert_eq!(w.percentile_us(29, 99.0), None);
+    }
+
+    #[test]
+    fn nothing_is_published_before_the_window_has_filled_once() {
+        // A 15 s window: 14 seconds of a slow start publish nothing, however many samples.
+        let mut w = LatencyWindow::new(15.0, 1000);
+        for sec in 100..114 {
+            for _ in 0..2000 {
+                w.slot(sec).record_ns(3_000_000);
+            }
+        }
+        assert_eq!(w.percentile_us(113, 99.0), None);
+        w.slot(114).record_ns(100_000);
+        let p = w.percentile_us(114, 99.0).expect("full window");
+        assert!((p - 3000.0).abs() < 10.0, "{p}");
     }
 
     #[test]

@@ -101,7 +101,12 @@ fn poll_once(
             while history.len() > 2 && now.saturating_duration_since(history[1].0) >= window {
                 history.pop_front();
             }
-            let base = &history.front().expect("just pushed").1;
+            let (base_at, base) = history.front().expect("just pushed");
+            // Nothing before the window has been full once (as for the other sources: the
+            // first seconds after a start are the start-up transient, not a window's tail).
+            if now.saturating_duration_since(*base_at) < window {
+                return Ok(None);
+            }
             let delta = bucket_delta(&buckets, base);
             let observations = delta.iter().map(|(_, c)| *c).fold(0.0, f64::max);
             if observations < *min_samples as f64 {

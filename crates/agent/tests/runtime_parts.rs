@@ -108,39 +108,61 @@ fn feed_lines_become_a_window_percentile() {
         latency: SignalCell::new(),
         qps: SignalCell::new(),
     };
+    // A 2 s window: the agent's second 0 starts at spawn; a line stamped before it counts as
+    // second 0, a line stamped now as the current second.
+    let before_spawn = headroom_agent::runtime::unix_ms().saturating_sub(1000);
+    let spawned = Instant::now();
     let handle = headroom_agent::feed::spawn(
         &sock,
         99.0,
-        15.0,
+        2.0,
         headroom_load::stats::min_samples_for(99.0),
         cells.clone(),
         stop.clone(),
     )
     .unwrap();
-    let line_of = |from: u64, to: u64| {
+    let line_of = |from: u64, to: u64, qps: f64, t_unix_ms: u64| {
         let mut hist = LatencyHist::new();
         for i in from..=to {
             hist.record_ns(i * 1_000); // 1 µs each
         }
         serde_json::json!({
-            "version": 1, "t_unix_ms": headroom_agent::runtime::unix_ms(),
-            "interval_s": 1.0, "qps": 1234.0, "hist": hist.to_base64()})
+            "version": 1, "t_unix_ms": t_unix_ms,
+            "interval_s": 1.0, "qps": qps, "hist": hist.to_base64()})
+    };
+    let wait_qps = |qps: f64| {
+        let start = Instant::now();
+        while cells.qps.latest().is_none_or(|r| r.value != qps)
+            && start.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(cells.qps.latest().unwrap().value, qps);
     };
     let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     use std::io::Write;
     // 100 samples are too few for a p99: the rate is published, the latency is not.
-    writeln!(s, "{}", line_of(1, 100)).unwrap();
-    let start = Instant::now();
-    while cells.qps.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(cells.qps.latest().unwrap().value, 1234.0);
+    writeln!(s, "{}", line_of(1, 100, 1234.0, before_spawn)).unwrap();
+    wait_qps(1234.0);
     assert!(
         cells.latency.latest().is_none(),
         "a p99 of 100 samples was published"
     );
-    // 1000 in the window (1 µs .. 1000 µs): the p99 is 990 µs.
-    writeln!(s, "{}", line_of(101, 1000)).unwrap();
+    // 1000 samples, all in second 0: enough for a p99, but the window has not been full yet.
+    writeln!(s, "{}", line_of(101, 1000, 2345.0, before_spawn)).unwrap();
+    wait_qps(2345.0);
+    assert!(
+        cells.latency.latest().is_none(),
+        "a p99 was published before the window had filled"
+    );
+    // Second 1: the 2 s window is full, and holds 1..1000 µs plus one 1000 µs: p99 ≈ 990 µs.
+    std::thread::sleep(Duration::from_millis(1200).saturating_sub(spawned.elapsed()));
+    writeln!(
+        s,
+        "{}",
+        line_of(1000, 1000, 3456.0, headroom_agent::runtime::unix_ms())
+    )
+    .unwrap();
     let start = Instant::now();
     while cells.latency.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
