@@ -34,19 +34,8 @@ fn get_or_record_skips_existing_results() {
     assert_eq!(names, ["a_b_c.json"]);
 }
 
-fn options(bin: &std::path::Path) -> Options {
-    let mut o = Options::defaults(Experiment::LatencyVsLoad, true, bin.to_path_buf());
-    o.loads = vec![0.1, 0.5];
-    o.repeats = 3;
-    o
-}
-
-#[test]
-fn a_fully_stored_sweep_runs_nothing_and_a_partial_one_only_its_missing_points() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run");
-    let missing_bin = tmp.path().join("no-such-headroom");
-    let dir = RunDir::create(&out).unwrap();
+/// A stored LC baseline (SLO 500 µs, peak 10 000 QPS), so a sweep needs no capacity search.
+fn store_lc_baseline(dir: &RunDir) {
     dir.save(
         BASELINES,
         "lc",
@@ -60,6 +49,22 @@ fn a_fully_stored_sweep_runs_nothing_and_a_partial_one_only_its_missing_points()
         },
     )
     .unwrap();
+}
+
+fn options(bin: &std::path::Path) -> Options {
+    let mut o = Options::defaults(Experiment::LatencyVsLoad, true, bin.to_path_buf());
+    o.loads = vec![0.1, 0.5];
+    o.repeats = 3;
+    o
+}
+
+#[test]
+fn a_fully_stored_sweep_runs_nothing_and_a_partial_one_only_its_missing_points() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let missing_bin = tmp.path().join("no-such-headroom");
+    let dir = RunDir::create(&out).unwrap();
+    store_lc_baseline(&dir);
     let opts = options(&missing_bin);
     let configs = record::sweep_configs(Experiment::LatencyVsLoad, &opts, false);
     assert_eq!(configs.len(), 1);
@@ -144,19 +149,7 @@ fn isolation_gives_each_load_level_its_own_agent_and_the_os_baselines_one_run() 
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let dir = RunDir::create(&out).unwrap();
-    dir.save(
-        BASELINES,
-        "lc",
-        &LcBaseline {
-            slo_us: 500.0,
-            slo_source: "test".into(),
-            peak_qps: 10_000.0,
-            peak_source: "test".into(),
-            capacity_qps: 10_000.0,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    store_lc_baseline(&dir);
     let mut opts = Options::defaults(
         Experiment::Isolation,
         true,

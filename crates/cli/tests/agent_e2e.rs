@@ -32,15 +32,8 @@ fn an_lc_already_sched_fifo_joins_its_group() {
             return;
         }
     };
-    let top = GroupPath::new(&format!("headroom-rtlc-{}", std::process::id())).unwrap();
-    assert!(!cgroups.exists(&top));
-    let mut guard = Guard {
-        cgroups: cgroups.clone(),
-        top: top.clone(),
-        children: Vec::new(),
-        dir: tempfile::tempdir().unwrap(),
-    };
-    let dir = guard.dir.path().to_path_buf();
+    let mut guard = Guard::fresh(&cgroups, "headroom-rtlc");
+    let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
     let mut cmd = Command::new("sleep");
     cmd.arg("60").stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: only async-signal-safe calls between fork and exec.
@@ -70,19 +63,9 @@ cgroup = "{top}/be"
 
 [policy]
 kind = "static-cycles"
-
-[safety]
-on_exit = "restore"
-state_file = "{dir}/state.json"
-
-[api]
-socket = "{dir}/ctl.sock"
-metrics = ""
-"#,
-        dir = dir.display()
+"#
     );
-    let cfg = dir.join("rt.toml");
-    std::fs::write(&cfg, text).unwrap();
+    let cfg = write_config(&dir, "rt.toml", &text);
     let agent = start_agent(&mut guard, &cfg, "rt.log");
     let log = || std::fs::read_to_string(dir.join("rt.log")).unwrap_or_default();
     let lc = top.join("lc").unwrap();
@@ -113,6 +96,32 @@ struct Guard {
     top: GroupPath,
     children: Vec<Child>,
     dir: tempfile::TempDir,
+}
+
+impl Guard {
+    /// A guard for a fresh top group `<prefix>-<pid>` (asserted absent) and a scratch directory.
+    fn fresh(cgroups: &Cgroups, prefix: &str) -> Guard {
+        let top = GroupPath::new(&format!("{prefix}-{}", std::process::id())).unwrap();
+        assert!(!cgroups.exists(&top));
+        Guard {
+            cgroups: cgroups.clone(),
+            top,
+            children: Vec::new(),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+/// Writes an agent config: `head` plus what every test agent shares (restore on exit, its state
+/// file and control socket in `dir`, no metrics endpoint).
+fn write_config(dir: &Path, file: &str, head: &str) -> PathBuf {
+    let text = format!(
+        "{head}\n[safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        d = dir.display()
+    );
+    let path = dir.join(file);
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 impl Drop for Guard {
@@ -463,15 +472,8 @@ fn agent_exit_restores_the_lc_and_removes_its_groups() {
             return;
         }
     };
-    let top = GroupPath::new(&format!("headroom-exit-{}", std::process::id())).unwrap();
-    assert!(!cgroups.exists(&top));
-    let mut guard = Guard {
-        cgroups: cgroups.clone(),
-        top: top.clone(),
-        children: Vec::new(),
-        dir: tempfile::tempdir().unwrap(),
-    };
-    let dir = guard.dir.path().to_path_buf();
+    let mut guard = Guard::fresh(&cgroups, "headroom-exit");
+    let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
     // The LC: an idle process allowed on both CPUs, SCHED_OTHER.
     let lc_proc = Command::new("sleep")
         .arg("60")
@@ -503,19 +505,9 @@ command = ["{BIN}", "antagonist", "spin", "--threads", "1", "--duration", "60"]
 kind = "blind"
 [policy.blind]
 poll_ms = 20
-
-[safety]
-on_exit = "restore"
-state_file = "{dir}/state.json"
-
-[api]
-socket = "{dir}/ctl.sock"
-metrics = ""
-"#,
-        dir = dir.display()
+"#
     );
-    let cfg = dir.join("exit.toml");
-    std::fs::write(&cfg, text).unwrap();
+    let cfg = write_config(&dir, "exit.toml", &text);
     let agent = start_agent(&mut guard, &cfg, "exit1.log");
     let lc = top.join("lc").unwrap();
     let treated = wait_for(
