@@ -341,19 +341,7 @@ impl<'a> Session<'a> {
         b: &mut LcBaseline,
     ) -> Result<bool> {
         let p = self.opts.percentile;
-        let mut held = 0;
-        for tried in 1..=3 {
-            if self.probe(addr, qps, b)?.holds(qps, p, bound_us) {
-                held += 1;
-            }
-            if (tried == 1 && held == 1) || held >= 2 {
-                return Ok(true);
-            }
-            if held + (3 - tried) < 2 {
-                return Ok(false);
-            }
-        }
-        Ok(false)
+        held_by_majority(|| Ok(self.probe(addr, qps, b)?.holds(qps, p, bound_us)))
     }
 
     fn find_peak(&mut self, addr: SocketAddr, b: &mut LcBaseline) -> Result<()> {
@@ -721,6 +709,24 @@ pub fn be_spec(name: &str, threads: usize) -> BeSpec {
         threads,
         prefix: vec![],
     }
+}
+
+/// Runs `try_once` until the outcome is decided: a first success decides; after a failure, the
+/// answer is whether 2 of 3 tries succeed (stopping as soon as that is settled).
+pub fn held_by_majority(mut try_once: impl FnMut() -> Result<bool>) -> Result<bool> {
+    let mut held = 0;
+    for tried in 1..=3 {
+        if try_once()? {
+            held += 1;
+        }
+        if (tried == 1 && held == 1) || held >= 2 {
+            return Ok(true);
+        }
+        if held + (3 - tried) < 2 {
+            return Ok(false);
+        }
+    }
+    Ok(false)
 }
 
 /// A point to record: its id, load fraction and repeat index.

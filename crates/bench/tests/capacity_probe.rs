@@ -32,3 +32,30 @@ fn a_probe_holds_its_rate_only_with_the_rate_reached_the_tail_in_bound_and_the_c
     // A percentile the result does not carry cannot be judged.
     assert!(!probe(99_000.0, 800.0, true).holds(100_000.0, 99.99, 1000.0));
 }
+
+#[test]
+fn a_failed_probe_is_retried_and_two_of_three_decide() {
+    use headroom_bench::record::held_by_majority;
+    let run = |script: &[bool]| {
+        let mut calls = 0;
+        let held = held_by_majority(|| {
+            calls += 1;
+            Ok(script[calls - 1])
+        })
+        .unwrap();
+        (held, calls)
+    };
+    assert_eq!(run(&[true]), (true, 1), "a first success decides");
+    assert_eq!(
+        run(&[false, true, true]),
+        (true, 3),
+        "a hiccup, then two holds"
+    );
+    assert_eq!(run(&[false, true, false]), (false, 3));
+    assert_eq!(run(&[false, false]), (false, 2), "two failures settle it");
+    let err = held_by_majority(|| Err(headroom_bench::error::BenchError::Input("x".into())));
+    assert!(
+        err.is_err(),
+        "a probe that cannot run is an error, not a failure"
+    );
+}
