@@ -12,8 +12,8 @@ use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
 use crate::model::{ColocationRun, LcBaseline, LoadMetrics, Manifest, Point, SoloBaseline, Window};
 use crate::runner::{
-    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, steal_jiffies, summarize_decisions,
-    BeSpec, DecisionTail, Placement, Proc, Runner, ServeSpec,
+    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, steal_jiffies, strs,
+    summarize_decisions, BeSpec, DecisionTail, Placement, Proc, Runner, ServeSpec,
 };
 use crate::stats::{self, Spread};
 use crate::store::{RunDir, BASELINES, POINTS, RUNS};
@@ -46,10 +46,6 @@ pub struct Options {
 
 fn frac(pcts: &[f64]) -> Vec<f64> {
     pcts.iter().map(|p| p / 100.0).collect()
-}
-
-fn strs(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
 }
 
 impl Options {

@@ -499,7 +499,7 @@ impl Runner {
         // in one isolation run). The BE it launches inherits the nice value, which does not
         // matter against the LC: they are in different cgroups, and CPU time is shared between
         // groups by their weights.
-        let nice = strs_of(&["nice", "-n", "19"]);
+        let nice = strs(&["nice", "-n", "19"]);
         let argv = self.argv(&self.placement.loadgen, &nice, &args);
         let mut p = self.spawn("agent", &argv)?;
         std::thread::sleep(Duration::from_millis(1500));
@@ -840,6 +840,7 @@ pub fn summarize_decisions(
     })
 }
 
-fn strs_of(v: &[&str]) -> Vec<String> {
+/// Owned copies of string literals (argv pieces, option lists).
+pub(crate) fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
