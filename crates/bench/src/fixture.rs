@@ -160,6 +160,7 @@ pub fn write_colocation(dir: &Path) -> Result<RunDir> {
                         be_enabled_share: Some(1.0),
                         last_reason: Some("slack-ok".into()),
                     }),
+                    steal_pct: Some(0.1),
                 }
             })
             .collect();

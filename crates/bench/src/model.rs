@@ -216,6 +216,10 @@ pub struct Window {
     /// BE throughput over its solo throughput.
     pub be_fraction: Option<f64>,
     pub agent: Option<AgentWindow>,
+    /// CPU time the hypervisor took from this machine during the window (steal), percent of all
+    /// CPU time; `None` where `/proc/stat` has no steal column or the run predates it.
+    #[serde(default)]
+    pub steal_pct: Option<f64>,
 }
 
 /// One policy's pass over the colocation trace.

@@ -40,6 +40,8 @@ pub struct Options {
     pub placement: Placement,
     /// Run the agent with `--dry-run` (no root / no writable cgroupfs).
     pub dry_run: bool,
+    /// Run the load generator under `SCHED_FIFO` where allowed (see `Runner::realtime_loadgen`).
+    pub realtime_loadgen: bool,
     /// The command line that started this recording (for the report).
     pub invocation: String,
 }
@@ -66,6 +68,7 @@ impl Options {
             minutes: if quick { 1.5 } else { 10.0 },
             placement: Placement::default_for(cpus),
             dry_run: false,
+            realtime_loadgen: true,
             invocation: String::new(),
         };
         match exp {
@@ -220,7 +223,7 @@ impl<'a> Session<'a> {
         progress: Progress<'a>,
     ) -> Result<Session<'a>> {
         let dir = RunDir::create(out)?;
-        let runner = Runner::new(opts.bin.clone(), opts.placement.clone(), out.join("logs"));
+        let mut runner = Runner::new(opts.bin.clone(), opts.placement.clone(), out.join("logs"));
         let previous = dir.try_read_manifest()?;
         if let Some(prev) = &previous {
             if prev.experiment != exp.name() {
@@ -233,6 +236,20 @@ impl<'a> Session<'a> {
             }
         }
         let mut notes = Vec::new();
+        if opts.realtime_loadgen {
+            notes.push(match runner.realtime_loadgen() {
+                Ok(()) => format!(
+                    "the load generator ran under SCHED_FIFO priority {} (`{}`): the agent and any BE sharing its CPUs cannot delay its sends; its send lag is reported per point",
+                    runner::LOADGEN_FIFO_PRIORITY,
+                    runner.loadgen_prefix.join(" ")
+                ),
+                Err(why) => format!(
+                    "the load generator ran under the normal scheduler ({why}): the agent shares its CPUs and can delay its sends; see the send lag per point"
+                ),
+            });
+        } else {
+            notes.push("the load generator ran under the normal scheduler (--no-realtime-loadgen): the agent shares its CPUs and can delay its sends; see the send lag per point".into());
+        }
         let machine = runner::record_machine(&runner, &mut notes);
         let mut manifest = previous.unwrap_or_default();
         manifest.experiment = exp.name().into();
@@ -1269,6 +1286,7 @@ impl Session<'_> {
                 t.read_new();
                 t.last.clone()
             });
+            let steal_before = steal_jiffies(Path::new("/proc/stat"));
             let start = now_unix_ms();
             let result = self.runner.run_load_feeding(
                 addr,
@@ -1278,11 +1296,15 @@ impl Session<'_> {
                 feeds.then_some(feed.as_path()),
             );
             let end = now_unix_ms();
+            let steal_after = steal_jiffies(Path::new("/proc/stat"));
             let mut w = Window {
                 index: i,
                 start_unix_ms: start,
                 end_unix_ms: end,
                 target_fraction: *target,
+                steal_pct: steal_before
+                    .zip(steal_after)
+                    .and_then(|(a, b)| idle_pct(a, b)),
                 ..Default::default()
             };
             match result {

@@ -138,6 +138,19 @@ impl Drop for Proc {
     }
 }
 
+/// The load generator's real-time priority in the experiments: below the LC's 50 in the
+/// `lc-fifo+be-quota` setting (they run on different CPUs; the order only matters if a user
+/// places them together).
+pub const LOADGEN_FIFO_PRIORITY: u32 = 10;
+
+fn loadgen_fifo_prefix() -> Vec<String> {
+    vec![
+        "chrt".into(),
+        "-f".into(),
+        LOADGEN_FIFO_PRIORITY.to_string(),
+    ]
+}
+
 /// Where the experiment's processes run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placement {
@@ -173,6 +186,8 @@ pub struct Runner {
     pub log_dir: PathBuf,
     /// Use `taskset` to pin (false when it is missing: the report says so).
     pub pin: bool,
+    /// Wrapper before every `headroom load` (e.g. `chrt -f 10`: see [`Runner::realtime_loadgen`]).
+    pub loadgen_prefix: Vec<String>,
 }
 
 /// How to start `headroom serve`.
@@ -244,7 +259,36 @@ impl Runner {
             placement,
             log_dir,
             pin: which("taskset").is_some(),
+            loadgen_prefix: Vec::new(),
         }
+    }
+
+    /// Runs every `headroom load` under `SCHED_FIFO` at [`LOADGEN_FIFO_PRIORITY`], so that
+    /// nothing sharing its CPU (the agent's 1 ms loop, a BE allowed there) can delay a scheduled
+    /// send; the send lag in every table shows whether it kept up. Tried once with `chrt -f N
+    /// true`: without CAP_SYS_NICE, or in a cgroup with no RT budget, the reason comes back and
+    /// the load generator stays a normal task.
+    pub fn realtime_loadgen(&mut self) -> std::result::Result<(), String> {
+        if which("chrt").is_none() {
+            return Err("chrt (util-linux) was not found".into());
+        }
+        let prefix = loadgen_fifo_prefix();
+        let out = Command::new(&prefix[0])
+            .args(&prefix[1..])
+            .arg("true")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running `{} true`: {e}", prefix.join(" ")))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`{} true` failed ({}): {}",
+                prefix.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        self.loadgen_prefix = prefix;
+        Ok(())
     }
 
     /// The full argv (wrappers, taskset, binary, args) for a headroom subcommand on `cpus`.
@@ -398,7 +442,7 @@ impl Runner {
     pub fn load_argv(&self, addr: SocketAddr, qps: f64, seconds: f64, json: &Path) -> Vec<String> {
         self.argv(
             &self.placement.loadgen,
-            &[],
+            &self.loadgen_prefix,
             &[
                 "load".into(),
                 "-s".into(),
@@ -425,7 +469,7 @@ impl Runner {
     pub fn preload(&self, addr: SocketAddr) -> Result<String> {
         let argv = self.argv(
             &self.placement.loadgen,
-            &[],
+            &self.loadgen_prefix,
             &[
                 "load".into(),
                 "-s".into(),

@@ -651,6 +651,44 @@ pub fn colocation_run_summary(run: &ColocationRun, m: &Manifest) -> RunSummary {
     }
 }
 
+/// BE throughput (fraction of solo) below which a window counts as "BE not running".
+pub const BE_IDLE_FRACTION: f64 = 0.01;
+
+/// What the SLO-violating windows of a colocation run had in common: how many had the BE doing
+/// (almost) no work — the LC missed its SLO on its own there, not because of BE — and the most
+/// CPU time the hypervisor took during one of them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ViolationAttribution {
+    pub violating: usize,
+    /// Violating windows whose BE throughput was below [`BE_IDLE_FRACTION`] of solo.
+    pub with_be_idle: usize,
+    /// Highest steal (% of CPU time) in a violating window.
+    pub max_steal_pct: Option<f64>,
+}
+
+/// Attributes the SLO-violating windows of `run` (a window without a measurement violates).
+pub fn violation_attribution(
+    run: &ColocationRun,
+    slo_us: f64,
+    percentile: f64,
+) -> ViolationAttribution {
+    let mut a = ViolationAttribution::default();
+    for w in &run.windows {
+        let tail = w.load.as_ref().and_then(|l| l.percentile_us(percentile));
+        if tail.is_some_and(|t| t <= slo_us) {
+            continue;
+        }
+        a.violating += 1;
+        if w.be_fraction.is_some_and(|b| b < BE_IDLE_FRACTION) {
+            a.with_be_idle += 1;
+        }
+        if let Some(st) = w.steal_pct {
+            a.max_steal_pct = Some(a.max_steal_pct.map_or(st, |m: f64| m.max(st)));
+        }
+    }
+    a
+}
+
 /// Studies a colocation run directory: timelines per policy and the summary.
 pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
     let pl = format!("p{}", crate::plot::trim_num(m.percentile));
@@ -770,6 +808,7 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
                 Cell::num(w.agent.as_ref().and_then(|a| a.be_quota_pct), 0),
                 Cell::num(w.be_fraction, 2),
                 Cell::num(w.be_fraction.map(|b| stats::emu(w.lc_load_fraction, b)), 2),
+                Cell::num(w.steal_pct, 1),
                 Cell::text(
                     w.agent
                         .as_ref()
@@ -782,7 +821,7 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
     let tables = vec![Table {
         id: "colocation-windows".into(),
         title: format!("Per-window timeline ({} s windows)", window_seconds(runs)),
-        caption: format!("{pl} coloured against the SLO like Heracles Fig. 1; BE CPUs/weight/quota from the agent's decision log."),
+        caption: format!("{pl} coloured against the SLO like Heracles Fig. 1; BE CPUs/weight/quota from the agent's decision log; steal = CPU time the hypervisor took from this machine during the window."),
         columns: vec![
             "policy".into(),
             "window".into(),
@@ -794,6 +833,7 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
             "BE quota %".into(),
             "BE throughput".into(),
             "EMU".into(),
+            "steal %".into(),
             "agent reason".into(),
         ],
         rows,
@@ -815,6 +855,19 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
                 ""
             }
         ));
+        let a = violation_attribution(run, m.slo_us, p);
+        if a.with_be_idle > 0 {
+            findings.push(format!(
+                "{}: in {} of its {} violating windows the BE did under {:.0}% of its solo work (frozen or disabled): the LC missed its SLO there with no BE running{}.",
+                label(run),
+                a.with_be_idle,
+                a.violating,
+                BE_IDLE_FRACTION * 100.0,
+                a.max_steal_pct.map_or(String::new(), |st| format!(
+                    "; the most the hypervisor took in a violating window was {st:.1}% of CPU time"
+                ))
+            ));
+        }
     }
     Study {
         summary: Summary {

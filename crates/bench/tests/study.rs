@@ -132,6 +132,58 @@ fn colocation_summary_from_windows() {
 }
 
 #[test]
+fn violating_windows_with_no_be_running_are_told_apart() {
+    let mk = |tail: Option<f64>, be: Option<f64>, steal: Option<f64>| Window {
+        be_fraction: be,
+        steal_pct: steal,
+        load: tail.map(|t| headroom_bench::model::LoadMetrics {
+            p99_us: Some(t),
+            valid: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let run = ColocationRun {
+        policy: "hybrid".into(),
+        be: "spin".into(),
+        windows: vec![
+            mk(Some(100.0), Some(0.0), Some(9.0)), // meets the SLO: not counted, steal ignored
+            mk(Some(900.0), Some(0.0), Some(2.5)), // violates, BE frozen
+            mk(Some(700.0), Some(0.005), None),    // violates, BE below 1% of solo
+            mk(Some(800.0), Some(0.4), Some(0.5)), // violates with BE running
+            mk(None, Some(0.5), None),             // no measurement: a violation, BE running
+        ],
+        ..Default::default()
+    };
+    let a = study::violation_attribution(&run, 500.0, 99.0);
+    assert_eq!(a.violating, 4);
+    assert_eq!(a.with_be_idle, 2);
+    assert_eq!(a.max_steal_pct, Some(2.5));
+
+    // The finding names them; a run whose violations all had BE running gets none.
+    let m = headroom_bench::model::Manifest {
+        experiment: "colocation".into(),
+        slo_us: 500.0,
+        percentile: 99.0,
+        ..Default::default()
+    };
+    let st = study::study_colocation(&m, std::slice::from_ref(&run));
+    assert!(
+        st.findings
+            .iter()
+            .any(|f| f.contains("in 2 of its 4 violating windows") && f.contains("2.5%")),
+        "{:?}",
+        st.findings
+    );
+    let busy = ColocationRun {
+        windows: vec![mk(Some(900.0), Some(0.3), Some(1.0))],
+        ..run
+    };
+    let st = study::study_colocation(&m, std::slice::from_ref(&busy));
+    assert!(!st.findings.iter().any(|f| f.contains("no BE running")));
+}
+
+#[test]
 fn diurnal_trace_goes_20_90_20() {
     let t = fixture::diurnal(9, 0.2, 0.9);
     assert_eq!(t.len(), 9);

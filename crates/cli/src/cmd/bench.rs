@@ -76,6 +76,10 @@ struct ExperimentFlags {
     /// Run the agent with --dry-run (decide and log, change nothing)
     #[arg(long)]
     dry_run: bool,
+    /// Leave the load generator under the normal scheduler (default: SCHED_FIFO where allowed,
+    /// so the agent sharing its CPU cannot delay its sends)
+    #[arg(long)]
+    no_realtime_loadgen: bool,
 }
 
 /// Builds the recording options from the flags (bad values are usage errors).
@@ -155,6 +159,7 @@ pub(crate) fn experiment_options(
         o.placement.server = cpus(&c, "--server-cpus")?;
     }
     o.dry_run = flags.dry_run;
+    o.realtime_loadgen = !flags.no_realtime_loadgen;
     if !o.dry_run {
         if let Err(why) =
             headroom_bench::capability::agent_can_actuate(std::path::Path::new("/sys/fs/cgroup"))

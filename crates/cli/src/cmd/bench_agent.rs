@@ -6,6 +6,10 @@
 //!   `poll_ms` = 1 and 10: steady state over `--seconds` (default 10) after 2 s of start-up,
 //!   from the run time of its threads (`/proc/<pid>/task/*/schedstat`, ns), and the whole run
 //!   incl. start-up and exit from getrusage(RUSAGE_CHILDREN); as a percentage of one CPU.
+//!   Measured twice: on an idle host, and on a busy one (a nice-19 spinner pinned on every CPU,
+//!   outside the agent's groups), because the cost of a timer wake-up differs — on an idle VM
+//!   it wakes a halted vCPU through the hypervisor, on a colocated host it preempts work. Each
+//!   comes with the wake-up floor: a thread that only sleeps to the same deadlines.
 //! - Reaction time from a load step to the BE shrink: BE spins in its group on CPU 0, the LC
 //!   (an idle process) is pinned on CPU 1. The step is a spinner already in the LC group,
 //!   pinned on CPU 1 and held stopped (SIGSTOP): SIGCONT at t0 makes CPU 1 busy at once, and
@@ -192,24 +196,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             .trim(),
         loadavg()
     );
-    // What waking up every poll interval costs on this machine before the agent does any work:
-    // on a VM each timer wake-up is a hypervisor round trip, and it can be most of the figure.
-    let mut floors = std::collections::BTreeMap::new();
-    let seconds = flags.seconds;
-    for poll_ms in [1u64, 10] {
-        let floor =
-            std::thread::spawn(move || wake_up_floor_pct(Duration::from_millis(poll_ms), seconds))
-                .join()
-                .map_err(|_| anyhow::anyhow!("the wake-up floor thread panicked"))?;
-        println!(
-            "wake-up floor: a thread that only sleeps to absolute {poll_ms:>2} ms deadlines: {floor:.2}% of one CPU"
-        );
-        report.insert(
-            format!("wake_up_floor_pct_poll_{poll_ms}ms"),
-            serde_json::json!(floor),
-        );
-        floors.insert(poll_ms, floor);
-    }
+    let mut sensors = Vec::new();
     for sensor in ["bpf", "proc_stat"] {
         if sensor == "bpf" {
             if let Err(e) = headroom_host::idle_bpf::BpfIdleSampler::attach(Path::new("/")) {
@@ -218,52 +205,28 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
                 continue;
             }
         }
-        for poll_ms in [1u64, 10] {
-            let cfg = write_config(dir.path(), &top, poll_ms, lc_pid, false, sensor);
-            let before = children_cpu_s();
-            let start = Instant::now();
-            let total_s = flags.seconds + WARMUP_S + 1.0;
-            let mut child = Command::new(&bin)
-                .args(["agent", "--config"])
-                .arg(&cfg)
-                .args(["--duration", &total_s.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("running the agent")?;
-            // Steady state: the agent's threads' run time (ns, /proc/<pid>/task/*/schedstat)
-            // over `seconds`, after WARMUP_S of start-up (config, doctor probe, groups, BPF).
-            std::thread::sleep(Duration::from_secs_f64(WARMUP_S));
-            let a = (Instant::now(), process_run_ns(child.id()));
-            std::thread::sleep(Duration::from_secs_f64(flags.seconds));
-            let b = (Instant::now(), process_run_ns(child.id()));
-            let status = child.wait().context("waiting for the agent")?;
-            let wall = start.elapsed().as_secs_f64();
-            let cpu = children_cpu_s() - before;
-            if !status.success() {
-                bail!("agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}");
-            }
-            let steady = match (a.1, b.1) {
-                (Some(x), Some(y)) => {
-                    100.0 * y.saturating_sub(x) as f64 / 1e9 / (b.0 - a.0).as_secs_f64()
-                }
-                _ => bail!("could not read the agent's schedstat"),
-            };
-            let whole = 100.0 * cpu / total_s;
-            println!(
-                "idle sensor {sensor:>9}: cpu use at poll_ms = {poll_ms:>2}: steady {steady:.2}% of one CPU over {:.1} s ({:.2}% above the wake-up floor); whole run incl. start/stop {whole:.2}% ({cpu:.3} s CPU over {wall:.1} s)",
-                flags.seconds,
-                steady - floors[&poll_ms]
-            );
-            report.insert(
-                format!("cpu_pct_poll_{poll_ms}ms_{sensor}"),
-                serde_json::json!(steady),
-            );
-            report.insert(
-                format!("cpu_pct_whole_run_poll_{poll_ms}ms_{sensor}"),
-                serde_json::json!(whole),
-            );
-        }
+        sensors.push(sensor);
+    }
+    for host in [HostState::Idle, HostState::Busy] {
+        // Busy: a nice-19 spinner on every CPU, outside the agent's groups — the colocated host
+        // the agent exists for, where its wake-ups preempt work instead of waking an idle vCPU.
+        let _spinners = match host {
+            HostState::Idle => Spinners(Vec::new()),
+            HostState::Busy => start_spinners()?,
+        };
+        println!("{}:", host.describe());
+        cpu_use(
+            &bin,
+            dir.path(),
+            &top,
+            lc_pid,
+            &flags,
+            host,
+            &sensors,
+            &mut report,
+        )?;
+    }
+    for sensor in sensors.iter().copied() {
         let r = reaction(
             &bin,
             &cgroups,
@@ -323,6 +286,153 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&serde_json::Value::Object(report))?,
         )?;
         println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+/// Whether other work keeps every CPU busy while the agent's CPU use is measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum HostState {
+    Idle,
+    Busy,
+}
+
+impl HostState {
+    fn describe(self) -> &'static str {
+        match self {
+            HostState::Idle => "idle host (nothing else running)",
+            HostState::Busy => {
+                "busy host (a nice-19 spinner on every CPU, outside the agent's groups)"
+            }
+        }
+    }
+
+    /// Suffix of the JSON keys: none for the idle host (the keys earlier runs wrote).
+    fn key_suffix(self) -> &'static str {
+        match self {
+            HostState::Idle => "",
+            HostState::Busy => "_busy_host",
+        }
+    }
+}
+
+/// Processes killed on drop (also when a measurement fails half-way).
+struct Spinners(Vec<Child>);
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One `antagonist spin` per CPU, pinned there at nice 19.
+fn start_spinners() -> anyhow::Result<Spinners> {
+    use std::os::unix::process::CommandExt;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut children = Spinners(Vec::new());
+    for cpu in 0..cpus {
+        let mut cmd = pinned(
+            &["antagonist", "spin", "--threads", "1", "--duration", "600"],
+            cpu,
+        );
+        // SAFETY: setpriority of the child itself before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setpriority(libc::PRIO_PROCESS, 0, 19) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting the spinner on CPU {cpu}"))?;
+        children.0.push(child);
+    }
+    // Let them reach their loops before anything is measured.
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(children)
+}
+
+/// The wake-up floor and the agent's CPU use at poll_ms = 1 and 10 for every idle sensor.
+#[allow(clippy::too_many_arguments)]
+fn cpu_use(
+    bin: &Path,
+    dir: &Path,
+    top: &GroupPath,
+    lc_pid: u32,
+    flags: &Flags,
+    host: HostState,
+    sensors: &[&str],
+    report: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let suffix = host.key_suffix();
+    let mut floors = std::collections::BTreeMap::new();
+    let seconds = flags.seconds;
+    for poll_ms in [1u64, 10] {
+        let floor =
+            std::thread::spawn(move || wake_up_floor_pct(Duration::from_millis(poll_ms), seconds))
+                .join()
+                .map_err(|_| anyhow::anyhow!("the wake-up floor thread panicked"))?;
+        println!(
+            "wake-up floor: a thread that only sleeps to absolute {poll_ms:>2} ms deadlines: {floor:.2}% of one CPU"
+        );
+        report.insert(
+            format!("wake_up_floor_pct_poll_{poll_ms}ms{suffix}"),
+            serde_json::json!(floor),
+        );
+        floors.insert(poll_ms, floor);
+    }
+    for sensor in sensors.iter().copied() {
+        for poll_ms in [1u64, 10] {
+            let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor);
+            let before = children_cpu_s();
+            let start = Instant::now();
+            let total_s = flags.seconds + WARMUP_S + 1.0;
+            let mut child = Command::new(bin)
+                .args(["agent", "--config"])
+                .arg(&cfg)
+                .args(["--duration", &total_s.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("running the agent")?;
+            // Steady state: the agent's threads' run time (ns, /proc/<pid>/task/*/schedstat)
+            // over `seconds`, after WARMUP_S of start-up (config, doctor probe, groups, BPF).
+            std::thread::sleep(Duration::from_secs_f64(WARMUP_S));
+            let a = (Instant::now(), process_run_ns(child.id()));
+            std::thread::sleep(Duration::from_secs_f64(flags.seconds));
+            let b = (Instant::now(), process_run_ns(child.id()));
+            let status = child.wait().context("waiting for the agent")?;
+            let wall = start.elapsed().as_secs_f64();
+            let cpu = children_cpu_s() - before;
+            if !status.success() {
+                bail!("agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}");
+            }
+            let steady = match (a.1, b.1) {
+                (Some(x), Some(y)) => {
+                    100.0 * y.saturating_sub(x) as f64 / 1e9 / (b.0 - a.0).as_secs_f64()
+                }
+                _ => bail!("could not read the agent's schedstat"),
+            };
+            let whole = 100.0 * cpu / total_s;
+            println!(
+                "idle sensor {sensor:>9}: cpu use at poll_ms = {poll_ms:>2}: steady {steady:.2}% of one CPU over {:.1} s ({:.2}% above the wake-up floor); whole run incl. start/stop {whole:.2}% ({cpu:.3} s CPU over {wall:.1} s)",
+                flags.seconds,
+                steady - floors[&poll_ms]
+            );
+            report.insert(
+                format!("cpu_pct_poll_{poll_ms}ms_{sensor}{suffix}"),
+                serde_json::json!(steady),
+            );
+            report.insert(
+                format!("cpu_pct_whole_run_poll_{poll_ms}ms_{sensor}{suffix}"),
+                serde_json::json!(whole),
+            );
+        }
     }
     Ok(())
 }
