@@ -23,6 +23,7 @@ fn machine() -> Machine {
         doctor: Some(json!({"kernel": "6.18.0-fixture", "cgroup_mode": "v1", "cpus": 2})),
         loadgen_cpus: vec![0],
         server_cpus: vec![1],
+        be_cpus: vec![1],
     }
 }
 

@@ -299,6 +299,14 @@ pub fn report_html(m: &Manifest, study: &Study) -> Result<String> {
         ("host", mm.hostname.clone()),
         ("load generator CPUs", cpu_list(&mm.loadgen_cpus)),
         ("LC + BE CPUs", cpu_list(&mm.server_cpus)),
+        (
+            "BE CPUs (antagonists the bench starts)",
+            if mm.be_cpus.is_empty() {
+                cpu_list(&mm.server_cpus)
+            } else {
+                cpu_list(&mm.be_cpus)
+            },
+        ),
     ] {
         let _ = write!(h, "<tr><th>{}</th><td>{}</td></tr>", k, escape(&v));
     }

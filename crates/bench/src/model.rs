@@ -130,6 +130,9 @@ pub struct Machine {
     pub loadgen_cpus: Vec<usize>,
     /// CPUs the LC service and the BE workloads ran on.
     pub server_cpus: Vec<usize>,
+    /// CPUs the BE workloads the bench started ran on (the server CPUs unless `--be-cpus`).
+    #[serde(default)]
+    pub be_cpus: Vec<usize>,
 }
 
 /// The run's parameters and context: written first, completed at the end.

@@ -841,7 +841,7 @@ impl Session<'_> {
                         Vec::new()
                     } else {
                         self.runner.argv(
-                            &self.opts.placement.server,
+                            self.opts.placement.be_cpus(),
                             &be.prefix,
                             &be.args(&progress),
                         )
@@ -1223,8 +1223,11 @@ impl Session<'_> {
                 procs.push(p);
                 Vec::new()
             } else {
-                self.runner
-                    .argv(&self.opts.placement.server, &be.prefix, &be.args(&progress))
+                self.runner.argv(
+                    self.opts.placement.be_cpus(),
+                    &be.prefix,
+                    &be.args(&progress),
+                )
             };
             let config = self.agent_config(&AgentRun {
                 name: format!("coloc-{policy}"),

@@ -158,20 +158,35 @@ pub struct Placement {
     pub loadgen: Vec<usize>,
     /// The LC service and the BE workloads.
     pub server: Vec<usize>,
+    /// The BE workloads, where they differ from `server` (empty: on `server`, sharing the LC's
+    /// CPUs). Heracles Fig. 1 runs antagonists on other cores than the LC, sharing its LLC, memory
+    /// and network but not its CPU time.
+    pub be: Vec<usize>,
 }
 
 impl Placement {
+    /// The CPUs the bench places BE workloads on.
+    pub fn be_cpus(&self) -> &[usize] {
+        if self.be.is_empty() {
+            &self.server
+        } else {
+            &self.be
+        }
+    }
+
     /// CPU 0 for the load generator, the rest for LC and BE; everything on CPU 0 on a 1-CPU box.
     pub fn default_for(cpus: usize) -> Placement {
         if cpus >= 2 {
             Placement {
                 loadgen: vec![0],
                 server: (1..cpus).collect(),
+                be: Vec::new(),
             }
         } else {
             Placement {
                 loadgen: vec![0],
                 server: vec![0],
+                be: Vec::new(),
             }
         }
     }
@@ -521,7 +536,7 @@ impl Runner {
 
     /// Starts an antagonist on the server CPUs.
     pub fn start_antagonist(&self, spec: &BeSpec, progress: &Path) -> Result<Proc> {
-        let argv = self.argv(&self.placement.server, &spec.prefix, &spec.args(progress));
+        let argv = self.argv(self.placement.be_cpus(), &spec.prefix, &spec.args(progress));
         self.spawn(&format!("antagonist-{}", spec.label()), &argv)
     }
 
@@ -655,6 +670,7 @@ pub fn record_machine(runner: &Runner, notes: &mut Vec<String>) -> Machine {
         doctor,
         loadgen_cpus: runner.placement.loadgen.clone(),
         server_cpus: runner.placement.server.clone(),
+        be_cpus: runner.placement.be_cpus().to_vec(),
     }
 }
 

@@ -73,6 +73,11 @@ struct ExperimentFlags {
     /// CPUs for the LC service and the BE work (default: all others)
     #[arg(long)]
     server_cpus: Option<String>,
+    /// CPUs for the BE work only (default: the server CPUs, shared with the LC); e.g. the load
+    /// generator's CPU, to measure interference through the LLC, memory and network without
+    /// time-sharing the LC's CPU (Heracles Fig. 1 places antagonists on other cores)
+    #[arg(long)]
+    be_cpus: Option<String>,
     /// Run the agent with --dry-run (decide and log, change nothing)
     #[arg(long)]
     dry_run: bool,
@@ -157,6 +162,9 @@ pub(crate) fn experiment_options(
     }
     if let Some(c) = flags.server_cpus {
         o.placement.server = cpus(&c, "--server-cpus")?;
+    }
+    if let Some(c) = flags.be_cpus {
+        o.placement.be = cpus(&c, "--be-cpus")?;
     }
     o.dry_run = flags.dry_run;
     o.realtime_loadgen = !flags.no_realtime_loadgen;
@@ -272,4 +280,33 @@ fn split_out(rest: &[String]) -> anyhow::Result<(Option<std::path::PathBuf>, Vec
         }
     }
     Ok((out, kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::experiment_options;
+    use headroom_bench::experiments::Experiment;
+
+    fn opts(args: &[&str]) -> anyhow::Result<headroom_bench::record::Options> {
+        let rest: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        experiment_options(Experiment::Interference, &rest, String::new())
+    }
+
+    #[test]
+    fn be_cpus_default_to_the_server_cpus_and_can_be_moved() {
+        let o = opts(&["--server-cpus", "1"]).unwrap();
+        assert!(o.placement.be.is_empty());
+        assert_eq!(o.placement.be_cpus(), &[1]);
+        let o = opts(&["--server-cpus", "1", "--be-cpus", "0"]).unwrap();
+        assert_eq!(o.placement.be_cpus(), &[0]);
+        assert_eq!(o.placement.server, vec![1]);
+        let e = opts(&["--be-cpus", "zero"]).unwrap_err().to_string();
+        assert!(e.contains("--be-cpus"), "{e}");
+    }
+
+    #[test]
+    fn the_load_generator_is_real_time_unless_told_otherwise() {
+        assert!(opts(&[]).unwrap().realtime_loadgen);
+        assert!(!opts(&["--no-realtime-loadgen"]).unwrap().realtime_loadgen);
+    }
 }
