@@ -2,11 +2,13 @@
 //! means: latency-blind baselines run without the SLO-violation cooldown, the others keep it, and
 //! the prober's rate fills its window with the samples the percentile needs.
 
+mod common;
+
 use std::net::SocketAddr;
 
 use headroom_agent::config::{Config, LatencySource};
 use headroom_bench::experiments::Experiment;
-use headroom_bench::record::{self, AgentRun, Options, Session, LATENCY_BLIND_POLICIES};
+use headroom_bench::record::{self, AgentRun, Options, LATENCY_BLIND_POLICIES};
 
 fn configs_for(percentile: f64, feed: Option<&str>) -> Vec<(String, Config)> {
     let tmp = tempfile::tempdir().unwrap();
@@ -14,14 +16,7 @@ fn configs_for(percentile: f64, feed: Option<&str>) -> Vec<(String, Config)> {
     let mut opts = Options::defaults(Experiment::Isolation, false, bin);
     opts.percentile = percentile;
     let sweep = record::sweep_configs(Experiment::Isolation, &opts, false);
-    let mut progress = |_: &str| {};
-    let s = Session::open(
-        Experiment::Isolation,
-        opts,
-        &tmp.path().join("run"),
-        &mut progress,
-    )
-    .unwrap();
+    let s = common::quiet_session(Experiment::Isolation, opts, &tmp.path().join("run"));
     let addr: SocketAddr = "127.0.0.1:11211".parse().unwrap();
     let mut out = Vec::new();
     for c in sweep {

@@ -3,11 +3,13 @@
 //! `headroom load` command line carries it; where it does not, the command is unchanged and the
 //! manifest names the reason.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use headroom_bench::experiments::Experiment;
-use headroom_bench::record::{Options, Session};
+use headroom_bench::record::Options;
 use headroom_bench::runner::{Placement, Runner, LOADGEN_FIFO_PRIORITY};
 
 fn runner(dir: &std::path::Path) -> Runner {
@@ -63,14 +65,7 @@ fn the_manifest_names_the_load_generators_scheduler() {
             tmp.path().join("no-such-headroom"),
         );
         opts.realtime_loadgen = realtime;
-        let mut progress = |_: &str| {};
-        let s = Session::open(
-            Experiment::Isolation,
-            opts,
-            &tmp.path().join("run"),
-            &mut progress,
-        )
-        .unwrap();
+        let s = common::quiet_session(Experiment::Isolation, opts, &tmp.path().join("run"));
         let fifo = !s.runner.loadgen_prefix.is_empty();
         let note = s
             .manifest

@@ -88,6 +88,15 @@ fn decision_lines_parse_contract_6() {
     assert!(DecisionPoint::from_line("{not json").is_none());
 }
 
+/// A load result that passed its self-checks with this p99.
+fn valid_with_p99(p99_us: f64) -> headroom_bench::model::LoadMetrics {
+    headroom_bench::model::LoadMetrics {
+        p99_us: Some(p99_us),
+        valid: true,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn colocation_summary_from_windows() {
     let m = headroom_bench::model::Manifest {
@@ -104,11 +113,7 @@ fn colocation_summary_from_windows() {
         target_fraction: load,
         lc_load_fraction: load,
         be_fraction: be,
-        load: Some(headroom_bench::model::LoadMetrics {
-            p99_us: Some(tail),
-            valid: true,
-            ..Default::default()
-        }),
+        load: Some(valid_with_p99(tail)),
         ..Default::default()
     };
     let run = ColocationRun {
@@ -136,11 +141,7 @@ fn violating_windows_with_no_be_running_are_told_apart() {
     let mk = |tail: Option<f64>, be: Option<f64>, steal: Option<f64>| Window {
         be_fraction: be,
         steal_pct: steal,
-        load: tail.map(|t| headroom_bench::model::LoadMetrics {
-            p99_us: Some(t),
-            valid: true,
-            ..Default::default()
-        }),
+        load: tail.map(valid_with_p99),
         ..Default::default()
     };
     let run = ColocationRun {
