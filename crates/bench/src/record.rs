@@ -12,7 +12,7 @@ use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
 use crate::model::{ColocationRun, LcBaseline, LoadMetrics, Manifest, Point, SoloBaseline, Window};
 use crate::runner::{
-    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, steal_jiffies, strs,
+    self, cpu_jiffies, idle_pct, now_unix_ms, read_progress, steal_jiffies, steal_pct_since, strs,
     summarize_decisions, BeSpec, DecisionTail, Placement, Proc, Runner, ServeSpec,
 };
 use crate::stats::{self, Spread};
@@ -236,20 +236,21 @@ impl<'a> Session<'a> {
             }
         }
         let mut notes = Vec::new();
-        if opts.realtime_loadgen {
-            notes.push(match runner.realtime_loadgen() {
-                Ok(()) => format!(
-                    "the load generator ran under SCHED_FIFO priority {} (`{}`): the agent and any BE sharing its CPUs cannot delay its sends; its send lag is reported per point",
-                    runner::LOADGEN_FIFO_PRIORITY,
-                    runner.loadgen_prefix.join(" ")
-                ),
-                Err(why) => format!(
-                    "the load generator ran under the normal scheduler ({why}): the agent shares its CPUs and can delay its sends; see the send lag per point"
-                ),
-            });
+        let realtime = if opts.realtime_loadgen {
+            runner.realtime_loadgen()
         } else {
-            notes.push("the load generator ran under the normal scheduler (--no-realtime-loadgen): the agent shares its CPUs and can delay its sends; see the send lag per point".into());
-        }
+            Err("--no-realtime-loadgen".into())
+        };
+        notes.push(match realtime {
+            Ok(()) => format!(
+                "the load generator ran under SCHED_FIFO priority {} (`{}`): the agent and any BE sharing its CPUs cannot delay its sends; its send lag is reported per point",
+                runner::LOADGEN_FIFO_PRIORITY,
+                runner.loadgen_prefix.join(" ")
+            ),
+            Err(why) => format!(
+                "the load generator ran under the normal scheduler ({why}): the agent shares its CPUs and can delay its sends; see the send lag per point"
+            ),
+        });
         let machine = runner::record_machine(&runner, &mut notes);
         let mut manifest = previous.unwrap_or_default();
         manifest.experiment = exp.name().into();
@@ -900,7 +901,7 @@ impl Session<'_> {
                     .run_load_feeding(addr, qps, self.opts.duration_s, &json, feeding);
             let end = now_unix_ms();
             let stat_after = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
-            let steal_after = steal_jiffies(Path::new("/proc/stat"));
+            let steal_pct = steal_pct_since(steal_before, Path::new("/proc/stat"));
             let mut point = Point {
                 id: id.clone(),
                 series: cfg.name.clone(),
@@ -913,9 +914,7 @@ impl Session<'_> {
                 idle_cpu_pct: stat_before
                     .zip(stat_after)
                     .and_then(|(a, b)| idle_pct(a, b)),
-                steal_pct: steal_before
-                    .zip(steal_after)
-                    .and_then(|(a, b)| idle_pct(a, b)),
+                steal_pct,
                 ..Default::default()
             };
             match result {
@@ -1299,15 +1298,12 @@ impl Session<'_> {
                 feeds.then_some(feed.as_path()),
             );
             let end = now_unix_ms();
-            let steal_after = steal_jiffies(Path::new("/proc/stat"));
             let mut w = Window {
                 index: i,
                 start_unix_ms: start,
                 end_unix_ms: end,
                 target_fraction: *target,
-                steal_pct: steal_before
-                    .zip(steal_after)
-                    .and_then(|(a, b)| idle_pct(a, b)),
+                steal_pct: steal_pct_since(steal_before, Path::new("/proc/stat")),
                 ..Default::default()
             };
             match result {

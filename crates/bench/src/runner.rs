@@ -747,6 +747,11 @@ pub fn steal_jiffies(proc_stat: &Path) -> Option<(u64, u64)> {
     Some((f[7], f.iter().take(8).sum()))
 }
 
+/// Steal (percent of all CPU time) since `before`, a [`steal_jiffies`] reading of the same file.
+pub fn steal_pct_since(before: Option<(u64, u64)>, proc_stat: &Path) -> Option<f64> {
+    idle_pct(before?, steal_jiffies(proc_stat)?)
+}
+
 /// Share (percent) of the first count in the second between two readings of ([`cpu_jiffies`]
 /// idle or [`steal_jiffies`] steal, total).
 pub fn idle_pct(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
