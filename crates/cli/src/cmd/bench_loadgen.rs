@@ -3,7 +3,10 @@
 //! points at a mutilate binary (built outside this repository; run in its blocking mode `-B` with
 //! `-i exponential:1`, since bare `exponential` crashes it):
 //! - client CPU time per request at a fixed 20k and 50k QPS (getrusage of the child process),
+//!   user and system apart, next to the CPU per request of a minimal blocking ping-pong client
+//!   (the kernel's share is a floor no socket client gets under),
 //! - the highest open-loop QPS one client thread holds within 1% of target (fixed gaps, 3 s runs),
+//!   with memcached's own CPU share in each run (a run it saturates bounds the server, not the client),
 //! - p50 added over a minimal blocking ping-pong client at a low rate.
 //!
 //! Figures go to stdout and, with `--out DIR`, to DIR/loadgen.json.
@@ -14,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use headroom_load::clock::{children_cpu_split, thread_cpu_split, CpuSplit};
 use serde::Serialize;
 
 /// One client run.
@@ -25,6 +29,12 @@ struct RunFigures {
     requests: u64,
     cpu_s: f64,
     cpu_us_per_request: f64,
+    user_us_per_request: f64,
+    sys_us_per_request: f64,
+    /// The client's CPU over the run (start to exit), % of one CPU.
+    client_cpu_pct: Option<f64>,
+    /// memcached's CPU over the run, % of one CPU (it runs one worker thread).
+    server_cpu_pct: Option<f64>,
     p50_us: Option<f64>,
     /// p50 timed from the actual send (headroom only; mutilate only reports this one).
     p50_uncorrected_us: Option<f64>,
@@ -46,16 +56,28 @@ struct Figures {
     machine: String,
     time_s: u64,
     connections: usize,
+    hold_connections: usize,
     pingpong_p50_us: f64,
+    pingpong_user_us_per_request: f64,
+    pingpong_sys_us_per_request: f64,
     tools: Vec<ToolFigures>,
 }
 
+#[derive(Debug)]
 struct Opts {
     peer: Option<PathBuf>,
     out: Option<PathBuf>,
     time_s: u64,
     connections: usize,
+    hold_connections: usize,
 }
+
+/// Connections for the highest-held-rate search. An open-loop client at depth 1 can have at most
+/// one request per connection in flight, so with c connections and a loopback round trip of
+/// ~50 us the rate is capped near c / 50 us (80 000/s at c = 4) whatever the client costs; 16
+/// lifts that cap above what two CPUs can carry, so the search finds the client's or the
+/// machine's limit rather than Little's law.
+const HOLD_CONNECTIONS: usize = 16;
 
 fn parse(rest: &[String]) -> anyhow::Result<Opts> {
     let mut o = Opts {
@@ -63,6 +85,7 @@ fn parse(rest: &[String]) -> anyhow::Result<Opts> {
         out: None,
         time_s: 5,
         connections: 4,
+        hold_connections: HOLD_CONNECTIONS,
     };
     let mut it = rest.iter();
     while let Some(a) = it.next() {
@@ -74,24 +97,22 @@ fn parse(rest: &[String]) -> anyhow::Result<Opts> {
         match a.as_str() {
             "--peer" => o.peer = Some(PathBuf::from(value("--peer")?)),
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
-            "--time" => {
-                let v = value("--time")?;
-                o.time_s = v.parse().map_err(|_| {
-                    super::super::usage(format!("bench loadgen: invalid --time {v:?}"))
-                })?;
-            }
-            "--connections" => {
-                let v = value("--connections")?;
-                o.connections = v.parse().map_err(|_| {
-                    super::super::usage(format!("bench loadgen: invalid --connections {v:?}"))
-                })?;
+            "--time" => o.time_s = number("--time", &value("--time")?)?,
+            "--connections" => o.connections = number("--connections", &value("--connections")?)?,
+            "--hold-connections" => {
+                o.hold_connections = number("--hold-connections", &value("--hold-connections")?)?
             }
             other => {
                 return Err(super::super::usage(format!(
-                    "bench loadgen: unknown flag {other:?} (expected --peer PATH, --time S, --connections N, --out DIR)"
+                    "bench loadgen: unknown flag {other:?} (expected --peer PATH, --time S, --connections N, --hold-connections N, --out DIR)"
                 )))
             }
         }
+    }
+    if o.time_s == 0 || o.connections == 0 || o.hold_connections == 0 {
+        return Err(super::super::usage(
+            "bench loadgen: --time, --connections and --hold-connections must be at least 1",
+        ));
     }
     if let Some(p) = &o.peer {
         if !p.is_file() {
@@ -104,10 +125,23 @@ fn parse(rest: &[String]) -> anyhow::Result<Opts> {
     Ok(o)
 }
 
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> anyhow::Result<T> {
+    v.parse()
+        .map_err(|_| super::super::usage(format!("bench loadgen: invalid {flag} {v:?}")))
+}
+
 /// A memcached on a free loopback port, killed on drop.
 struct Memcached {
     port: u16,
     child: Child,
+}
+
+impl Memcached {
+    fn cpu_s(&self) -> Option<f64> {
+        headroom_workloads::topology::proc_cpu_time(Path::new("/proc"), self.child.id())
+            .ok()
+            .map(|d| d.as_secs_f64())
+    }
 }
 
 impl Drop for Memcached {
@@ -170,19 +204,15 @@ impl Drop for Scratch {
     }
 }
 
-fn children_cpu_s() -> f64 {
-    headroom_load::clock::children_cpu_s()
-}
-
-/// Runs `cmd` to completion; returns stdout and the CPU seconds it used.
-fn run_measured(cmd: &mut Command) -> anyhow::Result<(String, f64)> {
-    let before = children_cpu_s();
+/// Runs `cmd` to completion; returns stdout and the CPU it used.
+fn run_measured(cmd: &mut Command) -> anyhow::Result<(String, CpuSplit)> {
+    let before = children_cpu_split();
     let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .output()
         .with_context(|| format!("running {cmd:?}"))?;
-    let cpu = children_cpu_s() - before;
+    let cpu = children_cpu_split() - before;
     if !out.status.success() {
         bail!(
             "{cmd:?} failed: {}",
@@ -224,8 +254,12 @@ fn ours(
         target_qps: qps,
         achieved_qps: v["achieved_qps"].as_f64().unwrap_or(0.0),
         requests,
-        cpu_s: cpu,
-        cpu_us_per_request: cpu * 1e6 / requests.max(1) as f64,
+        cpu_s: cpu.total_s(),
+        cpu_us_per_request: cpu.total_s() * 1e6 / requests.max(1) as f64,
+        user_us_per_request: cpu.user_s * 1e6 / requests.max(1) as f64,
+        sys_us_per_request: cpu.sys_s * 1e6 / requests.max(1) as f64,
+        client_cpu_pct: None,
+        server_cpu_pct: None,
         p50_us: v["read"]["p50_us"].as_f64(),
         p50_uncorrected_us: v["read_uncorrected"]["p50_us"].as_f64(),
     })
@@ -276,12 +310,38 @@ fn mutilate(
         target_qps: qps,
         achieved_qps: achieved,
         requests,
-        cpu_s: cpu,
-        cpu_us_per_request: cpu * 1e6 / requests.max(1) as f64,
+        cpu_s: cpu.total_s(),
+        cpu_us_per_request: cpu.total_s() * 1e6 / requests.max(1) as f64,
+        user_us_per_request: cpu.user_s * 1e6 / requests.max(1) as f64,
+        sys_us_per_request: cpu.sys_s * 1e6 / requests.max(1) as f64,
+        client_cpu_pct: None,
+        server_cpu_pct: None,
         p50_us: p50,
         p50_uncorrected_us: p50,
     })
 }
+
+fn achieved(r: &RunFigures) -> String {
+    format!(
+        "achieved {:.0}; {}",
+        r.achieved_qps,
+        cpu_shares(r.client_cpu_pct, r.server_cpu_pct)
+    )
+}
+
+fn cpu_shares(client: Option<f64>, server: Option<f64>) -> String {
+    let pct = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.0}%"));
+    format!(
+        "client at {} of a CPU, memcached at {}",
+        pct(client),
+        pct(server)
+    )
+}
+
+/// The CPU share (of one CPU, over the run) from which a process that falls short of its rate
+/// counts as having saturated its CPU: both are single-threaded here, and the run's wall time
+/// includes start-up and connection set-up.
+const SATURATED_PCT: f64 = 90.0;
 
 /// Highest rate held within 1%: grow by 1.25x until a run falls short, then bisect 3 times.
 fn max_held(
@@ -293,9 +353,10 @@ fn max_held(
     let mut ok = 0u64;
     let mut q = 10_000u64;
     let mut bad = None;
-    for _ in 0..12 {
+    // 1.25^20 x 10 000 = 870 000/s: past what one client thread on loopback can hold.
+    for _ in 0..20 {
         let r = run(q)?;
-        eprintln!("  {} at {q}: achieved {:.0}", r.tool, r.achieved_qps);
+        eprintln!("  {} at {q}: {}", r.tool, achieved(&r));
         let held = holds(&r);
         runs.push(r);
         if held {
@@ -313,7 +374,7 @@ fn max_held(
                 break;
             }
             let r = run(mid)?;
-            eprintln!("  {} at {mid}: achieved {:.0}", r.tool, r.achieved_qps);
+            eprintln!("  {} at {mid}: {}", r.tool, achieved(&r));
             if holds(&r) {
                 ok = mid;
             } else {
@@ -325,8 +386,14 @@ fn max_held(
     Ok((ok, runs))
 }
 
-/// p50 of a blocking one-request-at-a-time GET loop (the floor any client adds to).
-fn pingpong_p50_us(port: u16, requests: usize) -> anyhow::Result<f64> {
+/// A blocking one-request-at-a-time GET loop: the floor any client adds to, in latency and in
+/// CPU (one write and one blocking read per request, nothing else).
+struct PingPong {
+    p50_us: f64,
+    cpu_per_request: CpuSplit,
+}
+
+fn pingpong(port: u16, requests: usize) -> anyhow::Result<PingPong> {
     use std::io::{Read, Write};
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_nodelay(true)?;
@@ -334,6 +401,7 @@ fn pingpong_p50_us(port: u16, requests: usize) -> anyhow::Result<f64> {
     let req = format!("get {key}\r\n");
     let mut buf = [0u8; 4096];
     let mut lat = Vec::with_capacity(requests);
+    let cpu_before = thread_cpu_split();
     for _ in 0..requests {
         let t = Instant::now();
         s.write_all(req.as_bytes())?;
@@ -347,8 +415,16 @@ fn pingpong_p50_us(port: u16, requests: usize) -> anyhow::Result<f64> {
         }
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
+    let cpu = thread_cpu_split() - cpu_before;
     lat.sort_by(f64::total_cmp);
-    Ok(lat[lat.len() / 2])
+    let per = |s: f64| s / requests.max(1) as f64;
+    Ok(PingPong {
+        p50_us: lat[lat.len() / 2],
+        cpu_per_request: CpuSplit {
+            user_s: per(cpu.user_s),
+            sys_s: per(cpu.sys_s),
+        },
+    })
 }
 
 fn machine() -> String {
@@ -376,7 +452,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     run_measured(Command::new(headroom_exe()?).args(["load", "-s", &server, "--loadonly"]))?;
     let machine = machine();
     eprintln!("bench loadgen: memcached on {server}; {machine}");
-    let pingpong = pingpong_p50_us(mc.port, 20_000)?;
+    let floor = pingpong(mc.port, 20_000)?;
     let mut tools = Vec::new();
     let mut which: Vec<(&str, Option<&Path>)> = vec![("headroom", None)];
     if let Some(p) = &o.peer {
@@ -387,9 +463,19 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         // Exponential gaps (mutilate needs the explicit `:1`) for cost and latency; a fixed
         // schedule for the highest held rate, where the count of a random schedule would itself
         // stray by more than 1% in a short run.
-        let run_at = |q: u64, t: u64, c: usize, ia: &str| match peer {
-            None => ours(&server, q, t, c, ia),
-            Some(p) => mutilate(p, &server, q, t, c, ia),
+        let run_at = |q: u64, t: u64, c: usize, ia: &str| {
+            let (server_before, start) = (mc.cpu_s(), Instant::now());
+            let mut r = match peer {
+                None => ours(&server, q, t, c, ia),
+                Some(p) => mutilate(p, &server, q, t, c, ia),
+            }?;
+            let wall = start.elapsed().as_secs_f64();
+            r.client_cpu_pct = (wall > 0.0).then(|| r.cpu_s * 100.0 / wall);
+            r.server_cpu_pct = match (server_before, mc.cpu_s()) {
+                (Some(b), Some(a)) if wall > 0.0 => Some((a - b) * 100.0 / wall),
+                _ => None,
+            };
+            anyhow::Ok(r)
         };
         let mut fixed = Vec::new();
         for q in [20_000u64, 50_000] {
@@ -400,7 +486,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             );
             fixed.push(r);
         }
-        let (held, hold_runs) = max_held(|q| run_at(q, 3, o.connections, "fixed:1"))?;
+        let (held, hold_runs) = max_held(|q| run_at(q, 3, o.hold_connections, "fixed:1"))?;
         let low = run_at(1000, 3, 1, "exponential:1")?;
         tools.push(ToolFigures {
             tool: name.into(),
@@ -408,15 +494,20 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             max_held_qps_one_thread: held,
             hold_runs,
             p50_low_rate_us: low.p50_us,
-            p50_added_over_pingpong_us: low.p50_us.map(|p| p - pingpong),
-            p50_uncorrected_added_over_pingpong_us: low.p50_uncorrected_us.map(|p| p - pingpong),
+            p50_added_over_pingpong_us: low.p50_us.map(|p| p - floor.p50_us),
+            p50_uncorrected_added_over_pingpong_us: low
+                .p50_uncorrected_us
+                .map(|p| p - floor.p50_us),
         });
     }
     let figures = Figures {
         machine,
         time_s: o.time_s,
         connections: o.connections,
-        pingpong_p50_us: pingpong,
+        hold_connections: o.hold_connections,
+        pingpong_p50_us: floor.p50_us,
+        pingpong_user_us_per_request: floor.cpu_per_request.user_s * 1e6,
+        pingpong_sys_us_per_request: floor.cpu_per_request.sys_s * 1e6,
         tools,
     };
     print_figures(&figures);
@@ -433,15 +524,21 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
 fn print_figures(f: &Figures) {
     println!("machine: {}", f.machine);
     println!(
-        "one memcached (-t 1) on loopback; clients: 1 thread, {} connections, {} s per fixed-rate run",
-        f.connections, f.time_s
+        "one memcached (-t 1) on loopback; clients: 1 thread, {} connections, {} s per fixed-rate run; {} connections in the highest-held-rate search",
+        f.connections, f.time_s, f.hold_connections
     );
-    println!("ping-pong client p50: {:.1} us\n", f.pingpong_p50_us);
     println!(
-        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>14} {:>14}",
+        "ping-pong client: p50 {:.1} us, CPU {:.2} us/request (user {:.2} + system {:.2})\n",
+        f.pingpong_p50_us,
+        f.pingpong_user_us_per_request + f.pingpong_sys_us_per_request,
+        f.pingpong_user_us_per_request,
+        f.pingpong_sys_us_per_request
+    );
+    println!(
+        "{:<10} {:>22} {:>22} {:>9} {:>9} {:>13} {:>13} {:>12}",
         "tool",
-        "CPU/req@20k",
-        "CPU/req@50k",
+        "CPU/req@20k (usr+sys)",
+        "CPU/req@50k (usr+sys)",
         "QPS@20k",
         "QPS@50k",
         "max held QPS",
@@ -449,12 +546,18 @@ fn print_figures(f: &Figures) {
         "(from send)"
     );
     for t in &f.tools {
-        let at = |q: u64| t.fixed.iter().find(|r| r.target_qps == q);
-        let cpu = |q: u64| at(q).map_or("-".into(), |r| format!("{:.2} us", r.cpu_us_per_request));
-        let qps = |q: u64| at(q).map_or("-".into(), |r| format!("{:.0}", r.achieved_qps));
+        let cpu = |q: u64| {
+            at(t, q).map_or("-".into(), |r| {
+                format!(
+                    "{:.2} ({:.1}+{:.1}) us",
+                    r.cpu_us_per_request, r.user_us_per_request, r.sys_us_per_request
+                )
+            })
+        };
+        let qps = |q: u64| at(t, q).map_or("-".into(), |r| format!("{:.0}", r.achieved_qps));
         let us = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         println!(
-            "{:<10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>14} {:>14}",
+            "{:<10} {:>22} {:>22} {:>9} {:>9} {:>13} {:>13} {:>12}",
             t.tool,
             cpu(20_000),
             cpu(50_000),
@@ -464,5 +567,150 @@ fn print_figures(f: &Figures) {
             us(t.p50_added_over_pingpong_us),
             us(t.p50_uncorrected_added_over_pingpong_us)
         );
+    }
+    println!();
+    for t in &f.tools {
+        println!("{}: {}", t.tool, held_bound(t));
+    }
+    if let [ours, peer] = &f.tools[..] {
+        for q in [20_000u64, 50_000] {
+            if let (Some(a), Some(b)) = (at(ours, q), at(peer, q)) {
+                println!(
+                    "{} / {} CPU per request at {}k: {:.2}x; {}'s system time alone is {:.2}x of {}'s total",
+                    ours.tool,
+                    peer.tool,
+                    q / 1000,
+                    a.cpu_us_per_request / b.cpu_us_per_request,
+                    ours.tool,
+                    a.sys_us_per_request / b.cpu_us_per_request,
+                    peer.tool
+                );
+            }
+        }
+    }
+}
+
+fn at(t: &ToolFigures, qps: u64) -> Option<&RunFigures> {
+    t.fixed.iter().find(|r| r.target_qps == qps)
+}
+
+/// What bounded the highest held rate: the first run that fell short, and which process, if
+/// either, had saturated its CPU there.
+fn held_bound(t: &ToolFigures) -> String {
+    let short = t
+        .hold_runs
+        .iter()
+        .filter(|r| r.target_qps > t.max_held_qps_one_thread)
+        .min_by_key(|r| r.target_qps);
+    let Some(r) = short else {
+        return format!("held every rate tried, up to {}", t.max_held_qps_one_thread);
+    };
+    let saturated = |v: Option<f64>| v.is_some_and(|v| v >= SATURATED_PCT);
+    let verdict = match (
+        saturated(r.client_cpu_pct),
+        saturated(r.server_cpu_pct),
+    ) {
+        (true, false) => "the client set the highest held rate",
+        (false, true) => "the server, not the client, set the highest held rate",
+        (true, true) => "both were saturated",
+        (false, false) => {
+            "neither saturated a CPU: the two share the machine's CPUs (and the kernel's loopback work)"
+        }
+    };
+    format!(
+        "fell short at {} ({:.0} achieved) with {}: {verdict}",
+        r.target_qps,
+        r.achieved_qps,
+        cpu_shares(r.client_cpu_pct, r.server_cpu_pct)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn run(target: u64, achieved: f64, client: f64, server: f64) -> RunFigures {
+        RunFigures {
+            tool: "headroom".into(),
+            target_qps: target,
+            achieved_qps: achieved,
+            requests: 0,
+            cpu_s: 0.0,
+            cpu_us_per_request: 0.0,
+            user_us_per_request: 0.0,
+            sys_us_per_request: 0.0,
+            client_cpu_pct: Some(client),
+            server_cpu_pct: Some(server),
+            p50_us: None,
+            p50_uncorrected_us: None,
+        }
+    }
+
+    fn tool(held: u64, hold_runs: Vec<RunFigures>) -> ToolFigures {
+        ToolFigures {
+            tool: "headroom".into(),
+            fixed: Vec::new(),
+            max_held_qps_one_thread: held,
+            hold_runs,
+            p50_low_rate_us: None,
+            p50_added_over_pingpong_us: None,
+            p50_uncorrected_added_over_pingpong_us: None,
+        }
+    }
+
+    #[test]
+    fn defaults_and_flags() {
+        let o = parse(&[]).unwrap();
+        assert_eq!((o.time_s, o.connections), (5, 4));
+        assert_eq!(o.hold_connections, HOLD_CONNECTIONS);
+        let o = parse(&args(&[
+            "--time",
+            "2",
+            "--connections",
+            "8",
+            "--hold-connections",
+            "32",
+        ]))
+        .unwrap();
+        assert_eq!((o.time_s, o.connections, o.hold_connections), (2, 8, 32));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = parse(&args(&["--hold-connections", "many"])).unwrap_err();
+        assert!(e.to_string().contains("--hold-connections \"many\""), "{e}");
+        let e = parse(&args(&["--connections", "0"])).unwrap_err();
+        assert!(e.to_string().contains("at least 1"), "{e}");
+        let e = parse(&args(&["--time"])).unwrap_err();
+        assert!(e.to_string().contains("--time needs a value"), "{e}");
+        let e = parse(&args(&["--peer", "/nonexistent/mutilate"])).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/mutilate"), "{e}");
+    }
+
+    #[test]
+    fn held_bound_names_the_first_short_run_and_who_saturated() {
+        // Held 60k; 80k fell short with the server saturated; 70k fell short first.
+        let t = tool(
+            60_000,
+            vec![
+                run(60_000, 60_000.0, 70.0, 60.0),
+                run(80_000, 71_000.0, 80.0, 97.0),
+                run(70_000, 66_000.0, 95.0, 70.0),
+            ],
+        );
+        let s = held_bound(&t);
+        assert!(s.starts_with("fell short at 70000 (66000 achieved)"), "{s}");
+        assert!(s.ends_with("the client set the highest held rate"), "{s}");
+
+        let t = tool(60_000, vec![run(70_000, 66_000.0, 50.0, 95.0)]);
+        assert!(held_bound(&t).ends_with("the server, not the client, set the highest held rate"));
+        let t = tool(60_000, vec![run(70_000, 66_000.0, 50.0, 60.0)]);
+        assert!(held_bound(&t).contains("neither saturated a CPU"));
+        let t = tool(60_000, vec![run(60_000, 60_000.0, 50.0, 60.0)]);
+        assert_eq!(held_bound(&t), "held every rate tried, up to 60000");
     }
 }
