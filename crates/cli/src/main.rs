@@ -21,7 +21,7 @@ enum Command {
     Load(cmd::load::Args),
     /// The latency-critical service: a memcached-compatible server
     Serve(cmd::serve::Args),
-    /// Interference workloads: spin power llc dram square net disk memory ht
+    /// Interference workloads: spin power llc dram mix square net disk memory ht
     Antagonist(cmd::antagonist::Args),
     /// The colocation controller
     Agent(cmd::agent::Args),

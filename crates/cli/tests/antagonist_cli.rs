@@ -198,6 +198,7 @@ fn every_kind_reports_progress_at_a_stable_rate() {
         vec!["power", "--threads", "1"],
         vec!["llc", "--fraction", "0.25", "--threads", "1"],
         vec!["dram", "--mb", "64", "--threads", "1"],
+        vec!["mix", "--mb", "64", "--threads", "1"],
         vec!["square", "--on-ms", "6", "--off-ms", "42"],
         vec!["memory", "--mb", "32", "--rate-mb-s", "40"],
         vec!["disk", "--path", &disk_dir_s, "--file-mb", "4"],

@@ -9,12 +9,12 @@ use std::time::Duration;
 use headroom_workloads::antagonist::{self, AntagonistConfig, AntagonistError, Kind};
 use headroom_workloads::{signal, topology};
 
-const KINDS: &str = "spin, power, llc, dram, square, net, disk, memory, ht";
+const KINDS: &str = "spin, power, llc, dram, mix, square, net, disk, memory, ht";
 
 /// Flags of `headroom antagonist`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// spin | power | llc | dram | square | net | disk | memory | ht
+    /// spin | power | llc | dram | mix | square | net | disk | memory | ht
     pub kind: String,
     /// Seconds to run (default: until SIGTERM/SIGINT)
     #[arg(long, allow_negative_numbers = true)]
@@ -33,7 +33,7 @@ pub struct Args {
     /// llc: stream through this fraction of the LLC (0.25/0.5/1.0 = small/medium/big)
     #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     pub fraction: f64,
-    /// dram: array size in MiB (default 8 × LLC, at least 256); memory: MiB to allocate
+    /// dram, mix: array size in MiB (default 8 × LLC, at least 256); memory: MiB to allocate
     /// (default 256)
     #[arg(long)]
     pub mb: Option<u64>,
@@ -109,6 +109,7 @@ fn kind_from_args(args: &Args) -> anyhow::Result<Kind> {
         "power" => Kind::Power,
         "llc" => Kind::llc(sysfs, args.fraction).map_err(usage_from)?,
         "dram" => Kind::dram(sysfs, args.mb).map_err(usage_from)?,
+        "mix" => Kind::mix(sysfs, args.mb).map_err(usage_from)?,
         "square" => {
             let on = millis("--on-ms", args.on_ms)?;
             let off = millis("--off-ms", args.off_ms)?;

@@ -15,7 +15,7 @@ pub struct Args {
     /// Total colocation time in minutes (split between the two runs)
     #[arg(long, default_value_t = 3.0)]
     pub minutes: f64,
-    /// BE workload: spin or dram
+    /// BE workload: spin, dram or mix (alternating compute and memory phases)
     #[arg(long, default_value = "spin")]
     pub be: String,
     /// The agent policy to compare with no agent
@@ -45,9 +45,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.window
         )));
     }
-    if !matches!(args.be.as_str(), "spin" | "dram") {
+    if !matches!(args.be.as_str(), "spin" | "dram" | "mix") {
         return Err(super::usage(format!(
-            "--be {:?}: the demo runs spin or dram",
+            "--be {:?}: the demo runs spin, dram or mix",
             args.be
         )));
     }

@@ -21,13 +21,23 @@ fn spin_op(seed: u64) -> u64 {
 
 pub struct Spin;
 
-impl Workload for Spin {
-    fn run_thread(&self, index: usize, state: &RunState) -> Result<(), AntagonistError> {
-        let mut x = index as u64 + 1;
-        while !state.stopped() {
+impl Spin {
+    /// Runs `ops` spin ops (None: until the run stops), counting each; returns the chain's value
+    /// to seed the next call.
+    pub(super) fn spin(state: &RunState, ops: Option<u64>, mut x: u64) -> u64 {
+        let mut done = 0u64;
+        while !state.stopped() && ops.is_none_or(|n| done < n) {
             x = spin_op(x);
             state.add(1);
+            done += 1;
         }
+        x
+    }
+}
+
+impl Workload for Spin {
+    fn run_thread(&self, index: usize, state: &RunState) -> Result<(), AntagonistError> {
+        Spin::spin(state, None, index as u64 + 1);
         Ok(())
     }
 }

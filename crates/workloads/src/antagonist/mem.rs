@@ -37,32 +37,41 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Streams through worker `index`'s array from `*pos`, one op per MiB, until `mib` MiB are
+    /// done (None: until the run stops); `*pos` is left where it stopped for the next call.
+    pub(super) fn stream(&self, index: usize, state: &RunState, mib: Option<u64>, pos: &mut usize) {
+        let mut buf = self.arrays[index].lock().unwrap_or_else(|p| p.into_inner());
+        let mut bytes_done = 0u64;
+        let mut counted = 0u64;
+        while !state.stopped() && mib.is_none_or(|m| counted < m) {
+            // Read-modify-write one byte per cache line: every line is loaded and dirtied, so
+            // the array occupies the cache (llc) or saturates DRAM bandwidth (dram).
+            let end = (*pos + MIB as usize).min(buf.len());
+            let mut i = *pos;
+            while i < end {
+                buf[i] = buf[i].wrapping_add(1);
+                i += LINE;
+            }
+            bytes_done += (end - *pos) as u64;
+            *pos = if end == buf.len() { 0 } else { end };
+            if bytes_done >= MIB {
+                state.add(bytes_done / MIB);
+                counted += bytes_done / MIB;
+                bytes_done %= MIB;
+            }
+        }
+        std::hint::black_box(&*buf);
+    }
+}
+
 impl Workload for Stream {
     fn detail(&self) -> String {
         format!("{} KiB array per thread", self.per_thread >> 10)
     }
 
     fn run_thread(&self, index: usize, state: &RunState) -> Result<(), AntagonistError> {
-        let mut buf = self.arrays[index].lock().unwrap_or_else(|p| p.into_inner());
-        let mut bytes_done = 0u64;
-        let mut pos = 0usize;
-        while !state.stopped() {
-            // Read-modify-write one byte per cache line: every line is loaded and dirtied, so
-            // the array occupies the cache (llc) or saturates DRAM bandwidth (dram).
-            let end = (pos + MIB as usize).min(buf.len());
-            let mut i = pos;
-            while i < end {
-                buf[i] = buf[i].wrapping_add(1);
-                i += LINE;
-            }
-            bytes_done += (end - pos) as u64;
-            pos = if end == buf.len() { 0 } else { end };
-            if bytes_done >= MIB {
-                state.add(bytes_done / MIB);
-                bytes_done %= MIB;
-            }
-        }
-        std::hint::black_box(&*buf);
+        self.stream(index, state, None, &mut 0);
         Ok(())
     }
 }

@@ -21,6 +21,7 @@
 mod cpu;
 mod disk;
 mod mem;
+mod mix;
 mod net;
 
 use std::net::SocketAddr;
@@ -48,6 +49,9 @@ pub enum Kind {
     Llc { fraction: f64, llc_bytes: u64 },
     /// Streams through an array far larger than the LLC. Op = 1 MiB streamed.
     Dram { array_bytes: u64 },
+    /// A batch job of alternating phases: `MIX_PHASE_OPS` spin ops, then as many MiB streamed
+    /// through an `array_bytes` (DRAM-sized) array. Op = one spin op or one MiB streamed.
+    Mix { array_bytes: u64 },
     /// Spins `on` of CPU time at the start of every `on + off` period, sleeps the rest
     /// (Leverich Fig. 5). Op = 65,536 spin iterations.
     Square { on: Duration, off: Duration },
@@ -83,6 +87,7 @@ impl Kind {
             Kind::Power => "power",
             Kind::Llc { .. } => "llc",
             Kind::Dram { .. } => "dram",
+            Kind::Mix { .. } => "mix",
             Kind::Square { .. } => "square",
             Kind::Net { .. } => "net",
             Kind::NetSink { .. } => "net-sink",
@@ -98,6 +103,7 @@ impl Kind {
             Kind::Spin | Kind::Square { .. } | Kind::Ht { .. } => "65536 spin iterations",
             Kind::Power => "2^20 FMA vector instructions",
             Kind::Llc { .. } | Kind::Dram { .. } | Kind::Memory { .. } => "MiB",
+            Kind::Mix { .. } => "65536 spin iterations or 1 MiB streamed, in equal phases",
             Kind::Net { .. } | Kind::NetSink { .. } => "messages",
             Kind::Disk { .. } => "I/Os",
         }
@@ -128,15 +134,28 @@ impl Kind {
 
     /// The `dram` kind: `mb` MiB when given, else 8 × LLC (at least 256 MiB).
     pub fn dram(sysfs: &std::path::Path, mb: Option<u64>) -> Result<Kind, AntagonistError> {
-        let array_bytes = match mb {
-            Some(0) => return Err(AntagonistError::Usage("--mb must be at least 1".into())),
-            Some(mb) => mb << 20,
-            None => {
-                let llc = topology::llc_bytes(sysfs).unwrap_or(32 << 20);
-                (8 * llc).max(256 << 20)
-            }
-        };
-        Ok(Kind::Dram { array_bytes })
+        Ok(Kind::Dram {
+            array_bytes: dram_array_bytes(sysfs, mb)?,
+        })
+    }
+
+    /// The `mix` kind: its streaming phases use the `dram` array size.
+    pub fn mix(sysfs: &std::path::Path, mb: Option<u64>) -> Result<Kind, AntagonistError> {
+        Ok(Kind::Mix {
+            array_bytes: dram_array_bytes(sysfs, mb)?,
+        })
+    }
+}
+
+/// `mb` MiB when given, else 8 × LLC (at least 256 MiB): far larger than any cache.
+fn dram_array_bytes(sysfs: &std::path::Path, mb: Option<u64>) -> Result<u64, AntagonistError> {
+    match mb {
+        Some(0) => Err(AntagonistError::Usage("--mb must be at least 1".into())),
+        Some(mb) => Ok(mb << 20),
+        None => {
+            let llc = topology::llc_bytes(sysfs).unwrap_or(32 << 20);
+            Ok((8 * llc).max(256 << 20))
+        }
     }
 }
 
@@ -315,6 +334,7 @@ pub fn run(
             threads,
         )?),
         Kind::Dram { array_bytes } => Arc::new(mem::Stream::new(*array_bytes, threads)?),
+        Kind::Mix { array_bytes } => Arc::new(mix::Mix::new(*array_bytes, threads)?),
         Kind::Memory { mb, rate_mb_s } => Arc::new(mem::Memory::new(*mb, *rate_mb_s, threads)?),
         Kind::Net {
             to,
