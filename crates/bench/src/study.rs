@@ -655,13 +655,17 @@ pub fn colocation_run_summary(run: &ColocationRun, m: &Manifest) -> RunSummary {
 pub const BE_IDLE_FRACTION: f64 = 0.01;
 
 /// What the SLO-violating windows of a colocation run had in common: how many had the BE doing
-/// (almost) no work — the LC missed its SLO on its own there, not because of BE — and the most
-/// CPU time the hypervisor took during one of them.
+/// (almost) no work — the LC missed its SLO on its own there, not because of BE —, in how many
+/// the load generator sent later than the SLO (a stall of client, LC or VM long enough to hold
+/// requests past their send time; latency is timed from the scheduled send, so it counts against
+/// the LC), and the most CPU time the hypervisor took during one of them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ViolationAttribution {
     pub violating: usize,
     /// Violating windows whose BE throughput was below [`BE_IDLE_FRACTION`] of solo.
     pub with_be_idle: usize,
+    /// Violating windows whose load-generator send lag p99 alone exceeded the SLO.
+    pub with_client_late: usize,
     /// Highest steal (% of CPU time) in a violating window.
     pub max_steal_pct: Option<f64>,
 }
@@ -681,6 +685,13 @@ pub fn violation_attribution(
         a.violating += 1;
         if w.be_fraction.is_some_and(|b| b < BE_IDLE_FRACTION) {
             a.with_be_idle += 1;
+        }
+        if w.load
+            .as_ref()
+            .and_then(|l| l.send_lag_p99_us)
+            .is_some_and(|lag| lag > slo_us)
+        {
+            a.with_client_late += 1;
         }
         if let Some(st) = w.steal_pct {
             a.max_steal_pct = Some(a.max_steal_pct.map_or(st, |m: f64| m.max(st)));
@@ -856,6 +867,9 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
             }
         ));
         let a = violation_attribution(run, m.slo_us, p);
+        let steal = a.max_steal_pct.map_or(String::new(), |st| {
+            format!("; the most the hypervisor took in a violating window was {st:.1}% of CPU time")
+        });
         if a.with_be_idle > 0 {
             findings.push(format!(
                 "{}: in {} of its {} violating windows the BE did under {:.0}% of its solo work (frozen or disabled): the LC missed its SLO there with no BE running{}.",
@@ -863,9 +877,17 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
                 a.with_be_idle,
                 a.violating,
                 BE_IDLE_FRACTION * 100.0,
-                a.max_steal_pct.map_or(String::new(), |st| format!(
-                    "; the most the hypervisor took in a violating window was {st:.1}% of CPU time"
-                ))
+                if a.with_client_late > 0 { "" } else { &steal }
+            ));
+        }
+        if a.with_client_late > 0 {
+            findings.push(format!(
+                "{}: in {} of its {} violating windows the load generator sent late by more than the SLO (send lag p99 > {:.0} µs): a stall of the client, of the LC or of the whole VM held requests past their send time (every connection at its depth cap); latency is timed from the scheduled send, so that stall counts against the LC{}.",
+                label(run),
+                a.with_client_late,
+                a.violating,
+                m.slo_us,
+                steal
             ));
         }
     }

@@ -159,6 +159,7 @@ fn violating_windows_with_no_be_running_are_told_apart() {
     let a = study::violation_attribution(&run, 500.0, 99.0);
     assert_eq!(a.violating, 4);
     assert_eq!(a.with_be_idle, 2);
+    assert_eq!(a.with_client_late, 0);
     assert_eq!(a.max_steal_pct, Some(2.5));
 
     // The finding names them; a run whose violations all had BE running gets none.
@@ -182,6 +183,55 @@ fn violating_windows_with_no_be_running_are_told_apart() {
     };
     let st = study::study_colocation(&m, std::slice::from_ref(&busy));
     assert!(!st.findings.iter().any(|f| f.contains("no BE running")));
+    assert!(!st.findings.iter().any(|f| f.contains("load generator")));
+}
+
+#[test]
+fn violating_windows_where_the_load_generator_was_late_are_told_apart() {
+    let mk = |tail: f64, lag: f64, steal: f64| {
+        let mut load = valid_with_p99(tail);
+        load.send_lag_p99_us = Some(lag);
+        Window {
+            be_fraction: Some(0.0),
+            steal_pct: Some(steal),
+            load: Some(load),
+            ..Default::default()
+        }
+    };
+    let run = ColocationRun {
+        policy: "hybrid".into(),
+        be: "spin".into(),
+        windows: vec![
+            mk(400_000.0, 396_000.0, 4.9), // the client stalled for most of the tail
+            mk(900.0, 80.0, 0.2),          // violates, client on time
+            mk(300.0, 900.0, 7.0),         // meets the SLO: not counted
+        ],
+        ..Default::default()
+    };
+    let a = study::violation_attribution(&run, 500.0, 99.0);
+    assert_eq!((a.violating, a.with_client_late), (2, 1));
+    assert_eq!(a.max_steal_pct, Some(4.9));
+    let m = headroom_bench::model::Manifest {
+        experiment: "colocation".into(),
+        slo_us: 500.0,
+        percentile: 99.0,
+        ..Default::default()
+    };
+    let st = study::study_colocation(&m, std::slice::from_ref(&run));
+    let late: Vec<_> = st
+        .findings
+        .iter()
+        .filter(|f| f.contains("load generator sent late"))
+        .collect();
+    assert_eq!(late.len(), 1, "{:?}", st.findings);
+    assert!(late[0].contains("in 1 of its 2 violating windows") && late[0].contains("4.9%"));
+    // The steal figure is said once, with the client's finding.
+    let be_idle = st
+        .findings
+        .iter()
+        .find(|f| f.contains("no BE running"))
+        .unwrap();
+    assert!(!be_idle.contains("hypervisor"), "{be_idle}");
 }
 
 #[test]

@@ -40,6 +40,35 @@ struct RunFigures {
     p50_uncorrected_us: Option<f64>,
 }
 
+impl RunFigures {
+    /// A run's figures from what the client reported and the CPU it used; the CPU shares are
+    /// filled in by the caller, which times the run. `p50` = (corrected, uncorrected).
+    fn new(
+        tool: &str,
+        target_qps: u64,
+        achieved_qps: f64,
+        requests: u64,
+        cpu: CpuSplit,
+        p50: (Option<f64>, Option<f64>),
+    ) -> RunFigures {
+        let per_request = |s: f64| s * 1e6 / requests.max(1) as f64;
+        RunFigures {
+            tool: tool.into(),
+            target_qps,
+            achieved_qps,
+            requests,
+            cpu_s: cpu.total_s(),
+            cpu_us_per_request: per_request(cpu.total_s()),
+            user_us_per_request: per_request(cpu.user_s),
+            sys_us_per_request: per_request(cpu.sys_s),
+            client_cpu_pct: None,
+            server_cpu_pct: None,
+            p50_us: p50.0,
+            p50_uncorrected_us: p50.1,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct ToolFigures {
     tool: String,
@@ -249,20 +278,17 @@ fn ours(
     )?;
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
     let requests = v["completed"].as_u64().unwrap_or(0);
-    Ok(RunFigures {
-        tool: "headroom".into(),
-        target_qps: qps,
-        achieved_qps: v["achieved_qps"].as_f64().unwrap_or(0.0),
+    Ok(RunFigures::new(
+        "headroom",
+        qps,
+        v["achieved_qps"].as_f64().unwrap_or(0.0),
         requests,
-        cpu_s: cpu.total_s(),
-        cpu_us_per_request: cpu.total_s() * 1e6 / requests.max(1) as f64,
-        user_us_per_request: cpu.user_s * 1e6 / requests.max(1) as f64,
-        sys_us_per_request: cpu.sys_s * 1e6 / requests.max(1) as f64,
-        client_cpu_pct: None,
-        server_cpu_pct: None,
-        p50_us: v["read"]["p50_us"].as_f64(),
-        p50_uncorrected_us: v["read_uncorrected"]["p50_us"].as_f64(),
-    })
+        cpu,
+        (
+            v["read"]["p50_us"].as_f64(),
+            v["read_uncorrected"]["p50_us"].as_f64(),
+        ),
+    ))
 }
 
 fn mutilate(
@@ -305,20 +331,14 @@ fn mutilate(
         .collect();
     lat.sort_by(f64::total_cmp);
     let p50 = (!lat.is_empty()).then(|| lat[lat.len() / 2]);
-    Ok(RunFigures {
-        tool: "mutilate".into(),
-        target_qps: qps,
-        achieved_qps: achieved,
+    Ok(RunFigures::new(
+        "mutilate",
+        qps,
+        achieved,
         requests,
-        cpu_s: cpu.total_s(),
-        cpu_us_per_request: cpu.total_s() * 1e6 / requests.max(1) as f64,
-        user_us_per_request: cpu.user_s * 1e6 / requests.max(1) as f64,
-        sys_us_per_request: cpu.sys_s * 1e6 / requests.max(1) as f64,
-        client_cpu_pct: None,
-        server_cpu_pct: None,
-        p50_us: p50,
-        p50_uncorrected_us: p50,
-    })
+        cpu,
+        (p50, p50),
+    ))
 }
 
 fn achieved(r: &RunFigures) -> String {
@@ -634,20 +654,31 @@ mod tests {
     }
 
     fn run(target: u64, achieved: f64, client: f64, server: f64) -> RunFigures {
-        RunFigures {
-            tool: "headroom".into(),
-            target_qps: target,
-            achieved_qps: achieved,
-            requests: 0,
-            cpu_s: 0.0,
-            cpu_us_per_request: 0.0,
-            user_us_per_request: 0.0,
-            sys_us_per_request: 0.0,
-            client_cpu_pct: Some(client),
-            server_cpu_pct: Some(server),
-            p50_us: None,
-            p50_uncorrected_us: None,
-        }
+        let mut r = RunFigures::new(
+            "headroom",
+            target,
+            achieved,
+            0,
+            CpuSplit::default(),
+            (None, None),
+        );
+        r.client_cpu_pct = Some(client);
+        r.server_cpu_pct = Some(server);
+        r
+    }
+
+    #[test]
+    fn per_request_cpu_is_split_over_the_requests() {
+        let cpu = CpuSplit {
+            user_s: 0.5,
+            sys_s: 1.5,
+        };
+        let r = RunFigures::new("x", 1000, 1000.0, 100_000, cpu, (Some(1.0), None));
+        assert_eq!(r.cpu_s, 2.0);
+        assert!((r.cpu_us_per_request - 20.0).abs() < 1e-9);
+        assert!((r.user_us_per_request - 5.0).abs() < 1e-9);
+        assert!((r.sys_us_per_request - 15.0).abs() < 1e-9);
+        assert_eq!((r.p50_us, r.p50_uncorrected_us), (Some(1.0), None));
     }
 
     fn tool(held: u64, hold_runs: Vec<RunFigures>) -> ToolFigures {
