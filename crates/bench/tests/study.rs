@@ -97,14 +97,21 @@ fn valid_with_p99(p99_us: f64) -> headroom_bench::model::LoadMetrics {
     }
 }
 
+/// A colocation manifest with a p99 SLO of `slo_us`.
+fn colocation_manifest(slo_us: f64) -> headroom_bench::model::Manifest {
+    headroom_bench::model::Manifest {
+        experiment: "colocation".into(),
+        slo_us,
+        percentile: 99.0,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn colocation_summary_from_windows() {
     let m = headroom_bench::model::Manifest {
-        experiment: "colocation".into(),
-        slo_us: 500.0,
-        percentile: 99.0,
         peak_qps: Some(100_000.0),
-        ..Default::default()
+        ..colocation_manifest(500.0)
     };
     let mk = |i: usize, load: f64, be: Option<f64>, tail: f64| Window {
         index: i,
@@ -163,12 +170,7 @@ fn violating_windows_with_no_be_running_are_told_apart() {
     assert_eq!(a.max_steal_pct, Some(2.5));
 
     // The finding names them; a run whose violations all had BE running gets none.
-    let m = headroom_bench::model::Manifest {
-        experiment: "colocation".into(),
-        slo_us: 500.0,
-        percentile: 99.0,
-        ..Default::default()
-    };
+    let m = colocation_manifest(500.0);
     let st = study::study_colocation(&m, std::slice::from_ref(&run));
     assert!(
         st.findings
@@ -211,12 +213,7 @@ fn violating_windows_where_the_load_generator_was_late_are_told_apart() {
     let a = study::violation_attribution(&run, 500.0, 99.0);
     assert_eq!((a.violating, a.with_client_late), (2, 1));
     assert_eq!(a.max_steal_pct, Some(4.9));
-    let m = headroom_bench::model::Manifest {
-        experiment: "colocation".into(),
-        slo_us: 500.0,
-        percentile: 99.0,
-        ..Default::default()
-    };
+    let m = colocation_manifest(500.0);
     let st = study::study_colocation(&m, std::slice::from_ref(&run));
     let late: Vec<_> = st
         .findings
