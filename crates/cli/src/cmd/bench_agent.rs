@@ -88,14 +88,6 @@ impl Drop for Cleanup {
     }
 }
 
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn write_config(
     dir: &Path,
     top: &GroupPath,
@@ -389,7 +381,7 @@ fn cpu_use(
     for sensor in sensors.iter().copied() {
         for poll_ms in [1u64, 10] {
             let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor);
-            let before = children_cpu_s();
+            let before = headroom_load::clock::children_cpu_s();
             let start = Instant::now();
             let total_s = flags.seconds + WARMUP_S + 1.0;
             let mut child = Command::new(bin)
@@ -408,7 +400,7 @@ fn cpu_use(
             let b = (Instant::now(), process_run_ns(child.id()));
             let status = child.wait().context("waiting for the agent")?;
             let wall = start.elapsed().as_secs_f64();
-            let cpu = children_cpu_s() - before;
+            let cpu = headroom_load::clock::children_cpu_s() - before;
             if !status.success() {
                 bail!("agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}");
             }

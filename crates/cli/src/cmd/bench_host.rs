@@ -82,18 +82,6 @@ fn time_calls(
     ))
 }
 
-/// User + system CPU time of the calling thread.
-fn thread_cpu() -> Duration {
-    // SAFETY: getrusage only writes into the zeroed struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a rusage struct.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
 pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let o = parse(rest)?;
     let host = LinuxHost::system();
@@ -119,7 +107,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     // The poll loop: sample per-CPU idle at absolute deadlines, like the blind policy's loop.
     let period = Duration::from_secs_f64(1.0 / o.poll_hz);
     let wall = Duration::from_secs_f64(o.poll_seconds);
-    let cpu_before = thread_cpu();
+    let cpu_before = headroom_load::clock::thread_cpu_split();
     let start = Instant::now();
     let mut next = start;
     let mut polls = 0u64;
@@ -138,8 +126,8 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         }
     }
     let elapsed = start.elapsed();
-    let cpu = thread_cpu() - cpu_before;
-    let share = cpu.as_secs_f64() / elapsed.as_secs_f64();
+    let cpu = (headroom_load::clock::thread_cpu_split() - cpu_before).total_s();
+    let share = cpu / elapsed.as_secs_f64();
     let achieved_hz = polls as f64 / elapsed.as_secs_f64();
 
     println!("headroom bench host  (kernel {kernel}, {cpus} CPUs)");
@@ -160,7 +148,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         polls,
         achieved_hz,
-        cpu.as_secs_f64(),
+        cpu,
         share * 100.0
     );
     // Keeps the sampled values observable so the loop cannot be optimised away.
@@ -176,7 +164,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             "idle_sample_ns": {"median": idle_med, "p99": idle_p99},
             "schedstat_read_ns": schedstat.map(|(m, p)| serde_json::json!({"median": m, "p99": p})),
             "poll": {"hz": o.poll_hz, "seconds": elapsed.as_secs_f64(), "polls": polls,
-                     "achieved_hz": achieved_hz, "cpu_s": cpu.as_secs_f64(), "cpu_share": share},
+                     "achieved_hz": achieved_hz, "cpu_s": cpu, "cpu_share": share},
         });
         let path = dir.join("bench-host.json");
         std::fs::write(&path, serde_json::to_string_pretty(&json)?)
