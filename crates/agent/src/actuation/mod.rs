@@ -14,6 +14,8 @@
 pub mod knob;
 pub mod linux;
 pub mod target;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -279,7 +281,7 @@ impl Actuation {
         self.apply_target(node, &target, verify)
     }
 
-    /// The originals of every knob the agent manages or has written (the kill switch's target).
+    /// The originals of every knob the agent manages (the kill switch's target).
     pub fn original_target(&self) -> BTreeMap<Knob, KnobValue> {
         self.original
             .iter()
@@ -288,8 +290,10 @@ impl Actuation {
                 Knob::Cgroup { group, knob } if *group == self.groups.lc => {
                     *knob == CgroupKnob::CpuWeight
                 }
-                Knob::Cgroup { .. } => true,
-                _ => self.current.contains_key(*k) || self.unknown.contains(*k),
+                // Everything else, written by this agent or by one before it (a restart's
+                // originals come from the state file); what already holds its original is
+                // read and left alone.
+                _ => true,
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -435,7 +439,9 @@ impl Actuation {
     /// The LC's own knobs: its cgroup's, and the default resctrl group's mask.
     fn lc_side(&self, k: &Knob) -> bool {
         match k {
-            Knob::Cgroup { group, .. } => *group == self.groups.lc && !self.groups.be.contains(group),
+            Knob::Cgroup { group, .. } => {
+                *group == self.groups.lc && !self.groups.be.contains(group)
+            }
             Knob::Schemata { group } => group.is_empty(),
             _ => false,
         }
@@ -488,7 +494,10 @@ impl Actuation {
             if let Err((_, e)) =
                 self.write_with_retry(node, failed, failed_to, failed_from, &mut ignored)
             {
-                errors.push(format!("{} back to {failed_from}: {e}", node.describe(failed)));
+                errors.push(format!(
+                    "{} back to {failed_from}: {e}",
+                    node.describe(failed)
+                ));
                 self.unknown.insert(failed.clone());
             }
         }
