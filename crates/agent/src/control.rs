@@ -12,51 +12,9 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::lc_signal::StopFlag;
 
-/// A `ctl` request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "snake_case")]
-pub enum Request {
-    Status,
-    Pause,
-    Resume,
-    /// The kill switch: restore the original settings now and stop actuating.
-    Off,
-    Set {
-        key: String,
-        value: String,
-    },
-}
-
-/// The answer: `ok`, a message, and for `status` the agent's status object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Response {
-    pub ok: bool,
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<serde_json::Value>,
-}
-
-impl Response {
-    pub fn ok(message: impl Into<String>) -> Response {
-        Response {
-            ok: true,
-            message: message.into(),
-            status: None,
-        }
-    }
-
-    pub fn error(message: impl Into<String>) -> Response {
-        Response {
-            ok: false,
-            message: message.into(),
-            status: None,
-        }
-    }
-}
+pub use headroom_types::control::{Request, Response};
 
 /// A request waiting for the agent loop, with the channel its answer goes back on.
 pub type Pending = (Request, Sender<Response>);

@@ -775,24 +775,22 @@ pub struct DecisionPoint {
 }
 
 impl DecisionPoint {
+    /// A decision line of the agent's log, read through its contract type (ctl events and
+    /// lines that are not decisions give `None`).
     pub fn from_line(line: &str) -> Option<DecisionPoint> {
-        let v: Value = serde_json::from_str(line).ok()?;
-        let a = v.get("allocation")?;
+        let headroom_types::decision::LogLine::Decision(rec) =
+            headroom_types::decision::LogLine::from_json_line(line).ok()?
+        else {
+            return None;
+        };
+        let a = &rec.allocation;
         Some(DecisionPoint {
-            t_unix_ms: v.get("t_unix_ms")?.as_u64()?,
-            be_enabled: a.get("be_enabled").and_then(Value::as_bool).unwrap_or(true),
-            be_cpus: a.get("be_cpus").and_then(Value::as_array).map(|c| c.len()),
-            be_weight: a.get("be_cpu_weight").and_then(|w| {
-                w.as_f64()
-                    .or_else(|| w.get("shares").and_then(Value::as_f64))
-                    .or_else(|| w.get("weight").and_then(Value::as_f64))
-            }),
-            be_quota_pct: a.get("be_quota_pct").and_then(Value::as_f64),
-            reason: v
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            t_unix_ms: rec.t_unix_ms,
+            be_enabled: a.be_enabled,
+            be_cpus: a.be_cpus.as_ref().map(Vec::len),
+            be_weight: a.be_cpu_weight.map(|w| w.shares as f64),
+            be_quota_pct: a.be_quota_pct,
+            reason: rec.reason.clone(),
         })
     }
 
@@ -830,6 +828,11 @@ impl DecisionTail {
         let Ok(mut f) = std::fs::File::open(&self.path) else {
             return Vec::new();
         };
+        // The agent rotates its log at a size cap: a shorter file is a new one.
+        if f.metadata().is_ok_and(|m| m.len() < self.offset) {
+            self.offset = 0;
+            self.partial.clear();
+        }
         if f.seek(std::io::SeekFrom::Start(self.offset)).is_err() {
             return Vec::new();
         }

@@ -4,6 +4,11 @@
 //! priority is an HTB class id (`1:20` = 0x0001_0020) HTB puts the packet in that class without any
 //! tc filter. It needs only a cgroup2 mount (even one without controllers, as on hybrid hosts),
 //! works in every network namespace, and does not depend on `cls_cgroup` or `net_prio`.
+//!
+//! The program is written with rbpf's instruction builder (readable, and run in rbpf's VM by
+//! the tests) and attached through a `bpf_link` (`BPF_LINK_CREATE`): the kernel detaches it
+//! when the last fd of the link closes — when the agent exits or is killed — so a SIGKILLed
+//! agent leaves nothing attached and restarts never stack programs.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -14,11 +19,9 @@ use std::path::{Path, PathBuf};
 use crate::error::{HostError, IoOp, Result};
 
 const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_PROG_ATTACH: libc::c_long = 8;
-const BPF_PROG_DETACH: libc::c_long = 9;
+const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
 const BPF_CGROUP_INET_EGRESS: u32 = 1;
-const BPF_F_ALLOW_MULTI: u32 = 1 << 1;
 /// `offsetof(struct __sk_buff, priority)`.
 const SK_BUFF_PRIORITY: i16 = 32;
 
@@ -50,48 +53,48 @@ pub(crate) struct ProgLoadAttr {
     pub(crate) _tail: [u64; 8],
 }
 
-/// The `BPF_PROG_ATTACH` / `BPF_PROG_DETACH` part of `union bpf_attr`.
+/// The `BPF_LINK_CREATE` part of `union bpf_attr`.
 #[repr(C)]
-struct AttachAttr {
+struct LinkCreateAttr {
+    prog_fd: u32,
     target_fd: u32,
-    attach_bpf_fd: u32,
     attach_type: u32,
-    attach_flags: u32,
-    replace_bpf_fd: u32,
-    _tail: [u32; 11],
+    flags: u32,
+    _tail: [u64; 8],
 }
 
-fn program(priority: u32) -> [Insn; 4] {
-    [
-        // w2 = priority
-        Insn {
-            code: 0xb4,
-            regs: 0x02,
-            off: 0,
-            imm: priority as i32,
-        },
-        // *(u32 *)(r1 + priority) = w2
-        Insn {
-            code: 0x63,
-            regs: 0x21,
-            off: SK_BUFF_PRIORITY,
-            imm: 0,
-        },
-        // r0 = 1 (let the packet pass)
-        Insn {
-            code: 0xb7,
-            regs: 0x00,
-            off: 0,
-            imm: 1,
-        },
-        // exit
-        Insn {
-            code: 0x95,
-            regs: 0x00,
-            off: 0,
-            imm: 0,
-        },
-    ]
+/// The program, in rbpf's builder: `skb->priority = priority; return 1` (let the packet pass).
+pub fn egress_priority_program(priority: u32) -> Vec<u8> {
+    use rbpf::insn_builder::{Arch, BpfCode, Instruction, IntoBytes, MemSize, Source};
+    let mut code = BpfCode::new();
+    code.mov(Source::Imm, Arch::X32) // w2 = priority
+        .set_dst(2)
+        .set_imm(priority as i32)
+        .push()
+        .store_x(MemSize::Word) // *(u32 *)(r1 + offsetof(__sk_buff, priority)) = w2
+        .set_dst(1)
+        .set_src(2)
+        .set_off(SK_BUFF_PRIORITY)
+        .push()
+        .mov(Source::Imm, Arch::X64) // r0 = 1
+        .set_dst(0)
+        .set_imm(1)
+        .push()
+        .exit()
+        .push();
+    code.into_bytes().to_vec()
+}
+
+fn program(priority: u32) -> Vec<Insn> {
+    egress_priority_program(priority)
+        .chunks_exact(8)
+        .map(|b| Insn {
+            code: b[0],
+            regs: b[1],
+            off: i16::from_le_bytes([b[2], b[3]]),
+            imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        })
+        .collect()
 }
 
 pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
@@ -154,41 +157,44 @@ pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// A program attached to a cgroup; detached on drop.
+/// A program attached to a cgroup through a link: detached when this is dropped, and by the
+/// kernel when the process dies.
 #[derive(Debug)]
 pub struct EgressPriority {
-    program: OwnedFd,
-    cgroup: File,
+    link: OwnedFd,
+    _program: OwnedFd,
     cgroup_dir: PathBuf,
     priority: u32,
 }
 
 impl EgressPriority {
     /// Attaches to `cgroup_dir` (a cgroup v2 directory): packets of sockets created by its
-    /// members get `skb->priority = priority` (use `HtbConfig::be_classid()`, e.g. 0x0001_0020 for HTB 1:20).
+    /// members get `skb->priority = priority` (use `HtbConfig::be_classid()`, e.g. 0x0001_0020
+    /// for HTB 1:20).
     pub fn attach(cgroup_dir: &Path, priority: u32) -> Result<Self> {
         let cgroup =
             File::open(cgroup_dir).map_err(|e| HostError::io(IoOp::Open, cgroup_dir, None, e))?;
         let program = load_egress_priority_program(priority)?;
-        let mut attr = AttachAttr {
+        let mut attr = LinkCreateAttr {
+            prog_fd: program.as_raw_fd() as u32,
             target_fd: cgroup.as_raw_fd() as u32,
-            attach_bpf_fd: program.as_raw_fd() as u32,
             attach_type: BPF_CGROUP_INET_EGRESS,
-            attach_flags: BPF_F_ALLOW_MULTI,
-            replace_bpf_fd: 0,
-            _tail: [0; 11],
+            flags: 0,
+            _tail: [0; 8],
         };
-        if bpf(BPF_PROG_ATTACH, &mut attr) < 0 {
+        let fd = bpf(BPF_LINK_CREATE, &mut attr);
+        if fd < 0 {
             return Err(HostError::Syscall {
-                call: "bpf(BPF_PROG_ATTACH)",
+                call: "bpf(BPF_LINK_CREATE)",
                 target: cgroup_dir.display().to_string(),
                 value: format!("egress priority {priority:#x}"),
                 source: io::Error::last_os_error(),
             });
         }
         Ok(EgressPriority {
-            program,
-            cgroup,
+            // SAFETY: the kernel returned a new file descriptor that nothing else owns.
+            link: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+            _program: program,
             cgroup_dir: cgroup_dir.to_path_buf(),
             priority,
         })
@@ -202,41 +208,91 @@ impl EgressPriority {
         self.priority
     }
 
-    /// Detaches now (also done on drop).
-    pub fn detach(self) -> Result<()> {
-        self.detach_ref()
+    /// The link's fd (`/proc/<pid>/fdinfo` shows its `link_id` and `prog_id`).
+    pub fn link_fd(&self) -> i32 {
+        self.link.as_raw_fd()
     }
 
-    fn detach_ref(&self) -> Result<()> {
-        let mut attr = AttachAttr {
-            target_fd: self.cgroup.as_raw_fd() as u32,
-            attach_bpf_fd: self.program.as_raw_fd() as u32,
-            attach_type: BPF_CGROUP_INET_EGRESS,
-            attach_flags: 0,
-            replace_bpf_fd: 0,
-            _tail: [0; 11],
-        };
-        if bpf(BPF_PROG_DETACH, &mut attr) < 0 {
-            let source = io::Error::last_os_error();
-            // The cgroup is already gone: nothing is attached any more.
-            if source.raw_os_error() == Some(libc::ENOENT) {
-                return Ok(());
-            }
-            return Err(HostError::Syscall {
-                call: "bpf(BPF_PROG_DETACH)",
-                target: self.cgroup_dir.display().to_string(),
-                value: format!("egress priority {:#x}", self.priority),
-                source,
-            });
-        }
+    /// Detaches now (closing the link; also done on drop and by the kernel at exit).
+    pub fn detach(self) -> Result<()> {
+        drop(self);
         Ok(())
     }
 }
 
-impl Drop for EgressPriority {
-    fn drop(&mut self) {
-        if let Err(e) = self.detach_ref() {
-            tracing::warn!("{e}");
-        }
+const BPF_PROG_QUERY: libc::c_long = 16;
+
+/// The `BPF_PROG_QUERY` part of `union bpf_attr`.
+#[repr(C)]
+struct QueryAttr {
+    target_fd: u32,
+    attach_type: u32,
+    query_flags: u32,
+    attach_flags: u32,
+    prog_ids: u64,
+    prog_cnt: u32,
+    _pad: u32,
+    _tail: [u64; 6],
+}
+
+/// How many programs are attached at `BPF_CGROUP_INET_EGRESS` of the cgroup v2 directory
+/// `cgroup_dir` (what `bpftool cgroup show` lists), by any means.
+pub fn attached_egress_programs(cgroup_dir: &Path) -> Result<u32> {
+    let cgroup =
+        File::open(cgroup_dir).map_err(|e| HostError::io(IoOp::Open, cgroup_dir, None, e))?;
+    let mut attr = QueryAttr {
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_type: BPF_CGROUP_INET_EGRESS,
+        query_flags: 0,
+        attach_flags: 0,
+        prog_ids: 0,
+        prog_cnt: 0,
+        _pad: 0,
+        _tail: [0; 6],
+    };
+    if bpf(BPF_PROG_QUERY, &mut attr) < 0 {
+        return Err(HostError::Syscall {
+            call: "bpf(BPF_PROG_QUERY)",
+            target: cgroup_dir.display().to_string(),
+            value: "cgroup_inet_egress".into(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(attr.prog_cnt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The builder writes the four instructions the kernel verified before (the same bytes).
+    #[test]
+    fn the_builder_emits_the_verified_instructions() {
+        let p = program(0x0001_0020);
+        assert_eq!(p.len(), 4);
+        assert_eq!((p[0].code, p[0].regs, p[0].imm), (0xb4, 0x02, 0x0001_0020));
+        assert_eq!(
+            (p[1].code, p[1].regs, p[1].off),
+            (0x63, 0x21, SK_BUFF_PRIORITY)
+        );
+        assert_eq!((p[2].code, p[2].regs, p[2].imm), (0xb7, 0x00, 1));
+        assert_eq!(p[3].code, 0x95);
+    }
+
+    /// Behaviour in rbpf's interpreter: the priority lands at `__sk_buff.priority` and
+    /// nothing else of the buffer changes; the packet passes (1).
+    #[test]
+    fn in_the_vm_the_program_sets_the_priority_and_passes_the_packet() {
+        let bytes = egress_priority_program(0x0001_0020);
+        let vm = rbpf::EbpfVmRaw::new(Some(&bytes)).unwrap();
+        let mut skb = [0xaau8; 64];
+        let ret = vm.execute_program(&mut skb).unwrap();
+        assert_eq!(ret, 1);
+        let off = SK_BUFF_PRIORITY as usize;
+        assert_eq!(
+            u32::from_le_bytes(skb[off..off + 4].try_into().unwrap()),
+            0x0001_0020
+        );
+        assert!(skb[..off].iter().chain(&skb[off + 4..]).all(|&b| b == 0xaa));
     }
 }

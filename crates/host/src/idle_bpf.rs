@@ -499,6 +499,21 @@ mod tests {
         assert!(busy < 0.2, "CPU {cpu} spinning but read {busy:.3} idle");
         // Idle is seen at all: within 3 s some 20 ms window has an online CPU mostly idle (other
         // tests share the machine, hence the retries rather than one fixed window).
+        // /proc/stat's account of the same 3 s tells a tracker that sees no idle from a machine
+        // that had none (other builds and tests filling both CPUs).
+        let machine_idle = || -> (u64, u64) {
+            let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+            let f: Vec<u64> = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (f.get(3).copied().unwrap_or(0), f.iter().sum())
+        };
+        let before = machine_idle();
         let t = Instant::now();
         let mut most_idle = 0.0f64;
         while t.elapsed() < Duration::from_secs(3) && most_idle < 0.5 {
@@ -514,9 +529,19 @@ mod tests {
         eprintln!(
             "cpu {cpu}: idle {busy:.3} while spinning; most idle CPU afterwards {most_idle:.3}"
         );
+        let after = machine_idle();
+        let idle_share = (after.0 - before.0) as f64 / (after.1 - before.1).max(1) as f64;
+        if most_idle < 0.5 && idle_share < 0.25 {
+            eprintln!(
+                "SKIP real_kernel_sees_a_cpu_turn_busy_within_a_sample (idle part): the machine was {:.0}% idle by /proc/stat",
+                idle_share * 100.0
+            );
+            return;
+        }
         assert!(
             most_idle >= 0.5,
-            "no CPU read idle in 3 s: the tracker sees no idle periods"
+            "no CPU read idle in 3 s while /proc/stat counted {:.0}% idle: the tracker sees no idle periods",
+            idle_share * 100.0
         );
     }
 }

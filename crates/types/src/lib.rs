@@ -2,6 +2,10 @@
 //!
 //! Each module belongs to the crate that produces the data; consumers only read it.
 
+pub mod allocation;
+pub mod control;
+pub mod decision;
 pub mod doctor;
 pub mod load_result;
+pub mod observation;
 pub mod summary;

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use headroom_host::doctor::{probe_with, ProbeOptions};
 use headroom_host::{GroupPath, HostError, LinuxHost};
-use serde_json::json;
+use headroom_types::control::{
+    ActuatorsStatus, AgentStatus, BeCommandStatus, DisabledActuator, LcStatus, ReasonAt,
+};
 
 use crate::actuation::linux::LinuxNode;
 use crate::actuation::{ActuationError, ManagedGroups};
@@ -441,7 +443,7 @@ impl Agent {
             Request::Status => Response {
                 ok: true,
                 message: "ok".into(),
-                status: Some(self.status()),
+                status: Some(Box::new(self.status())),
             },
             Request::Pause => {
                 let t_ms = self.t_ms();
@@ -510,51 +512,98 @@ impl Agent {
         report.map(|r| r.writes.len())
     }
 
-    fn status(&self) -> serde_json::Value {
+    fn status(&self) -> AgentStatus {
         let slo = &self.config.lc.slo;
         let blank = crate::observation::Observation::default();
         let obs = self.node.sensors().map_or(&blank, |s| s.last());
         let p = &self.publisher;
-        json!({
-            "policy": self.config.policy.kind.as_str(),
-            "pid": std::process::id(),
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "dry_run": self.options.dry_run,
-            "actuating": self.controller.is_actuating(),
-            "paused": self.controller.policy().is_paused(),
-            "ticks": p.summary.ticks,
-            "writes": p.summary.writes,
-            "write_errors": p.summary.write_errors,
-            "last_write_error": p.last_write_error,
-            "lc": {
-                "group": self.groups.lc.to_string(),
-                "latency_us": obs.lc_latency_us,
-                "latency_age_ms": obs.lc_latency_age_ms,
-                "slo_us": slo.target_us,
-                "percentile": slo.percentile,
-                "slack": obs.slack(slo.target_us),
-                "qps": obs.lc_qps,
-                "load": obs.lc_load,
-                "cpus": obs.lc_cpus,
+        AgentStatus {
+            policy: self.config.policy.kind.as_str().to_string(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            dry_run: self.options.dry_run,
+            actuating: self.controller.is_actuating(),
+            paused: self.controller.policy().is_paused(),
+            ticks: p.summary.ticks,
+            writes: p.summary.writes,
+            write_errors: p.summary.write_errors,
+            last_write_error: p.last_write_error.clone(),
+            lc: LcStatus {
+                group: self.groups.lc.to_string(),
+                latency_us: obs.lc_latency_us,
+                latency_age_ms: obs.lc_latency_age_ms,
+                slo_us: slo.target_us,
+                percentile: slo.percentile,
+                slack: obs.slack(slo.target_us),
+                qps: obs.lc_qps,
+                load: obs.lc_load,
+                cpus: obs.lc_cpus.clone(),
             },
-            "idle_cpus": obs.idle_cpu_count(0.5),
-            "be_groups": self.groups.be.iter().map(|g| g.to_string()).collect::<Vec<_>>(),
-            "be_commands": self.supervised.iter().map(|s| json!({
-                "name": s.name, "pid": s.pid(), "restarts": s.restarts})).collect::<Vec<_>>(),
-            "allocation": p.last_allocation,
-            "last_reasons": p.reasons.iter().rev().map(|(t, r)| json!({"t_ms": t, "reason": r})).collect::<Vec<_>>(),
-            "sensor_errors": self.node.sensors().map(|s| s.errors().clone()),
-            "machine_cpus": self.machine.cpus,
-            "actuators": {
-                "active": self.node.active(),
-                "disabled": self.node.disabled().iter().map(|(n, r)| json!({"actuator": n, "reason": r})).collect::<Vec<_>>(),
-                "applied": self.controller.actuation().map(|a| a.current().iter()
-                    .filter(|(k, _)| !matches!(k, crate::actuation::Knob::Cgroup { .. }))
-                    .map(|(k, v)| (crate::node::Node::describe(&self.node, k), v.to_string()))
-                    .collect::<BTreeMap<_, _>>()),
+            idle_cpus: obs.idle_cpu_count(0.5),
+            be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),
+            be_commands: self
+                .supervised
+                .iter()
+                .map(|s| BeCommandStatus {
+                    name: s.name.clone(),
+                    pid: s.pid(),
+                    restarts: s.restarts,
+                })
+                .collect(),
+            allocation: p.last_allocation.clone(),
+            last_reasons: p
+                .reasons
+                .iter()
+                .rev()
+                .map(|(t, r)| ReasonAt {
+                    t_ms: *t,
+                    reason: r.clone(),
+                })
+                .collect(),
+            sensor_errors: self
+                .node
+                .sensors()
+                .map(|s| {
+                    s.errors()
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            machine_cpus: self.machine.cpus.clone(),
+            actuators: ActuatorsStatus {
+                active: self.node.active().iter().map(|s| s.to_string()).collect(),
+                disabled: self
+                    .node
+                    .disabled()
+                    .iter()
+                    .map(|(n, r)| DisabledActuator {
+                        actuator: n.to_string(),
+                        reason: r.clone(),
+                    })
+                    .collect(),
+                applied: self
+                    .controller
+                    .actuation()
+                    .map(|a| {
+                        a.current()
+                            .iter()
+                            .filter(|(k, _)| !matches!(k, crate::actuation::Knob::Cgroup { .. }))
+                            .map(|(k, v)| {
+                                (crate::node::Node::describe(&self.node, k), v.to_string())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             },
-            "decision_log_lost_lines": p.log.as_ref().map(|l| l.lost),
-        })
+            idle_sensor: self
+                .node
+                .sensors()
+                .and_then(|s| s.idle_source())
+                .unwrap_or("none")
+                .to_string(),
+            decision_log_lost_lines: p.log.as_ref().map(|l| l.lost),
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use headroom_types::control::AgentStatus;
+
 use headroom_agent::control::{request, Request};
 
 /// Flags of `headroom ctl`.
@@ -55,108 +57,92 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_status(s: &serde_json::Value) {
-    let f = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => "-".to_string(),
-        serde_json::Value::Number(n) => match n.as_f64() {
-            Some(x) if x.fract() != 0.0 => format!("{x:.3}"),
-            _ => n.to_string(),
-        },
-        other => other.to_string(),
+fn print_status(s: &AgentStatus) {
+    let f = |v: Option<f64>| {
+        v.map_or("-".to_string(), |x| {
+            if x.fract() != 0.0 {
+                format!("{x:.3}")
+            } else {
+                format!("{x}")
+            }
+        })
     };
-    let lc = &s["lc"];
+    let lc = &s.lc;
     println!(
         "agent pid {}  policy {}  up {:.1}s  ticks {}  {}{}{}",
-        f(&s["pid"]),
-        s["policy"].as_str().unwrap_or("?"),
-        s["uptime_s"].as_f64().unwrap_or(0.0),
-        f(&s["ticks"]),
-        if s["actuating"] == true {
+        s.pid,
+        s.policy,
+        s.uptime_s,
+        s.ticks,
+        if s.actuating {
             "actuating"
         } else {
             "NOT actuating"
         },
-        if s["paused"] == true { ", paused" } else { "" },
-        if s["dry_run"] == true {
-            ", dry run"
-        } else {
-            ""
-        },
+        if s.paused { ", paused" } else { "" },
+        if s.dry_run { ", dry run" } else { "" },
     );
     println!(
         "LC {}: p{} latency {} µs (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",
-        lc["group"].as_str().unwrap_or("?"),
-        f(&lc["percentile"]),
-        f(&lc["latency_us"]),
-        f(&lc["latency_age_ms"]),
-        f(&lc["slo_us"]),
-        f(&lc["slack"]),
-        f(&lc["load"]),
-        f(&lc["qps"]),
-        f(&lc["cpus"]),
+        lc.group,
+        f(Some(lc.percentile)),
+        f(lc.latency_us),
+        lc.latency_age_ms.map_or("-".into(), |a| a.to_string()),
+        f(Some(lc.slo_us)),
+        f(lc.slack),
+        f(lc.load),
+        f(lc.qps),
+        lc.cpus.as_ref().map_or("-".into(), |c| format!("{c:?}")),
     );
-    let a = &s["allocation"];
+    let a = s.allocation.clone().unwrap_or_default();
     println!(
-        "BE {}: enabled {}  cpus {}  weight {}  idle {}  quota {}%  (idle CPUs {})",
-        f(&s["be_groups"]),
-        f(&a["be_enabled"]),
-        f(&a["be_cpus"]),
-        f(&a["be_cpu_weight"]),
-        f(&a["be_cpu_idle"]),
-        f(&a["be_quota_pct"]),
-        f(&s["idle_cpus"]),
+        "BE {:?}: enabled {}  cpus {}  weight {}  idle {}  quota {}%  (idle CPUs {})",
+        s.be_groups,
+        a.be_enabled,
+        a.be_cpus.as_ref().map_or("-".into(), |c| format!("{c:?}")),
+        a.be_cpu_weight
+            .map_or("-".into(), |w| format!("{}/{}", w.shares, w.weight)),
+        a.be_cpu_idle.map_or("-".into(), |i| i.to_string()),
+        f(a.be_quota_pct),
+        f(s.idle_cpus),
     );
     println!(
         "writes {}  failed reconciliations {}{}",
-        f(&s["writes"]),
-        f(&s["write_errors"]),
-        s["last_write_error"]
-            .as_str()
+        s.writes,
+        s.write_errors,
+        s.last_write_error
+            .as_deref()
             .map(|e| format!(" (last: {e})"))
             .unwrap_or_default()
     );
-    let act = &s["actuators"];
-    let names = |v: &serde_json::Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(str::to_string))
-            .collect()
-    };
-    let off: Vec<String> = act["disabled"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|d| {
-            format!(
-                "{} ({})",
-                d["actuator"].as_str().unwrap_or("?"),
-                d["reason"].as_str().unwrap_or("?")
-            )
-        })
+    let off: Vec<String> = s
+        .actuators
+        .disabled
+        .iter()
+        .map(|d| format!("{} ({})", d.actuator, d.reason))
         .collect();
-    if !act.is_null() {
-        let on = names(&act["active"]);
-        println!(
-            "actuators on: {}; off: {}",
-            if on.is_empty() {
-                "cgroups only".to_string()
-            } else {
-                on.join(", ")
-            },
-            if off.is_empty() {
-                "none".to_string()
-            } else {
-                off.join("; ")
-            }
-        );
-    }
+    println!(
+        "actuators on: {}; off: {}",
+        if s.actuators.active.is_empty() {
+            "cgroups only".to_string()
+        } else {
+            s.actuators.active.join(", ")
+        },
+        if off.is_empty() {
+            "none".to_string()
+        } else {
+            off.join("; ")
+        }
+    );
+    println!(
+        "idle sensing: {}",
+        match s.idle_sensor.as_str() {
+            "bpf" => "bpf (idle tracepoint)".to_string(),
+            other => format!("{other} (polling)"),
+        }
+    );
     println!("last reasons:");
-    for r in s["last_reasons"].as_array().into_iter().flatten() {
-        println!(
-            "  t={} ms  {}",
-            f(&r["t_ms"]),
-            r["reason"].as_str().unwrap_or("?")
-        );
+    for r in &s.last_reasons {
+        println!("  t={} ms  {}", r.t_ms, r.reason);
     }
 }

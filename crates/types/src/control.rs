@@ -1,0 +1,130 @@
+//! `headroom ctl` requests and responses (one JSON line each way on the agent's socket).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::Allocation;
+
+/// A `ctl` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    Status,
+    Pause,
+    Resume,
+    /// The kill switch: restore the original settings now and stop actuating.
+    Off,
+    Set {
+        key: String,
+        value: String,
+    },
+}
+
+/// The answer: `ok`, a message, and for `status` the agent's status object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<AgentStatus>>,
+}
+
+impl Response {
+    pub fn ok(message: impl Into<String>) -> Response {
+        Response {
+            ok: true,
+            message: message.into(),
+            status: None,
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> Response {
+        Response {
+            ok: false,
+            message: message.into(),
+            status: None,
+        }
+    }
+}
+
+/// `ctl status`: what the agent is doing now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentStatus {
+    pub policy: String,
+    pub pid: u32,
+    pub uptime_s: f64,
+    pub dry_run: bool,
+    pub actuating: bool,
+    pub paused: bool,
+    pub ticks: u64,
+    pub writes: u64,
+    pub write_errors: u64,
+    pub last_write_error: Option<String>,
+    pub lc: LcStatus,
+    pub idle_cpus: Option<f64>,
+    pub be_groups: Vec<String>,
+    pub be_commands: Vec<BeCommandStatus>,
+    /// The last allocation decided.
+    pub allocation: Option<Allocation>,
+    /// Newest first.
+    pub last_reasons: Vec<ReasonAt>,
+    pub sensor_errors: BTreeMap<String, u64>,
+    pub machine_cpus: Vec<u32>,
+    pub actuators: ActuatorsStatus,
+    /// How per-CPU idle is sensed (`bpf` or `proc_stat`) and why, when not by BPF.
+    pub idle_sensor: String,
+    /// Decision-log lines that could not be written (a full disk).
+    pub decision_log_lost_lines: Option<u64>,
+}
+
+/// The LC as the agent sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LcStatus {
+    pub group: String,
+    pub latency_us: Option<f64>,
+    pub latency_age_ms: Option<u64>,
+    pub slo_us: f64,
+    pub percentile: f64,
+    pub slack: Option<f64>,
+    pub qps: Option<f64>,
+    pub load: Option<f64>,
+    pub cpus: Option<Vec<u32>>,
+}
+
+/// A BE command the agent supervises.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BeCommandStatus {
+    pub name: String,
+    pub pid: Option<u32>,
+    pub restarts: u64,
+}
+
+/// A decision reason and when it first appeared (ms since the agent started).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReasonAt {
+    pub t_ms: u64,
+    pub reason: String,
+}
+
+/// The optional actuators: which run, which do not (and why), and what they hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ActuatorsStatus {
+    pub active: Vec<String>,
+    pub disabled: Vec<DisabledActuator>,
+    /// File (or command) → value last written.
+    pub applied: BTreeMap<String, String>,
+}
+
+/// An actuator that does not run here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DisabledActuator {
+    pub actuator: String,
+    pub reason: String,
+}

@@ -1,0 +1,113 @@
+//! The decision log's records (one JSON line per decision or ctl event): written by the agent,
+//! read by `--replay`, `headroom bench` and `headroom sim` through these types only.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::Allocation;
+use crate::observation::Observation;
+
+/// What a policy decided in one tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub allocation: Allocation,
+    /// Short machine-readable reason, `policy:cause[:action]`, e.g. `heracles:slack<0:disable`.
+    pub reason: String,
+    /// The policy's internal state after the decision (for the log, `ctl status` and replay).
+    pub state: serde_json::Value,
+}
+
+/// One line of the decision log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// Milliseconds since the agent started (the `now` given to the policy).
+    pub t_ms: u64,
+    /// Wall-clock time of the decision, ms since the Unix epoch.
+    pub t_unix_ms: u64,
+    /// `policy.kind`.
+    pub policy: String,
+    pub observation: Observation,
+    pub allocation: Allocation,
+    pub reason: String,
+    pub state: serde_json::Value,
+}
+
+impl DecisionRecord {
+    /// Builds the log record of `decision`, taken at `now` on the agent's monotonic clock.
+    pub fn new(
+        now: Duration,
+        t_unix_ms: u64,
+        policy: &str,
+        observation: &Observation,
+        decision: &Decision,
+    ) -> DecisionRecord {
+        DecisionRecord {
+            t_ms: now.as_millis() as u64,
+            t_unix_ms,
+            policy: policy.to_string(),
+            observation: observation.clone(),
+            allocation: decision.allocation.clone(),
+            reason: decision.reason.clone(),
+            state: decision.state.clone(),
+        }
+    }
+
+    /// Parses one JSON line of the log.
+    pub fn from_json_line(line: &str) -> Result<DecisionRecord, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+
+    /// The JSON line (without newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a decision record always serializes")
+    }
+}
+
+/// A `headroom ctl` command that changed how the policy decides, logged between the decisions
+/// so `--replay` applies it at the same point (`{"event":"set","t_ms":…,"key":…,"value":…}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CtlEvent {
+    Set {
+        t_ms: u64,
+        key: String,
+        value: String,
+    },
+    Pause {
+        t_ms: u64,
+    },
+    Resume {
+        t_ms: u64,
+    },
+    /// The kill switch: actuation stops; the policy keeps deciding (nothing to replay).
+    Off {
+        t_ms: u64,
+    },
+}
+
+impl CtlEvent {
+    /// The JSON line (without newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a ctl event always serializes")
+    }
+}
+
+/// One line of a decision log: a decision, or a ctl event between decisions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LogLine {
+    Event(CtlEvent),
+    Decision(Box<DecisionRecord>),
+}
+
+impl LogLine {
+    /// Parses one JSON line of the log (logs written before ctl events were logged hold only
+    /// decisions and parse the same).
+    pub fn from_json_line(line: &str) -> Result<LogLine, serde_json::Error> {
+        if let Ok(event) = serde_json::from_str::<CtlEvent>(line) {
+            return Ok(LogLine::Event(event));
+        }
+        DecisionRecord::from_json_line(line).map(|r| LogLine::Decision(Box::new(r)))
+    }
+}
