@@ -197,6 +197,15 @@ period_us = 100000' freeze hr2/lc hr2/be "" "$lc"
   start_agent $D || return
   pass "agent restarted after kill -9 (pid $AGENT)"
   wait_knob "restart reconciles be cpu.max" $CG/hr2/be/cpu.max "$quota 100000"
+  # A crash loop (a supervisor restarting an agent that keeps dying): each start adopts the
+  # state file, re-applies its allocation, and keeps the first run's originals.
+  for i in 1 2 3; do
+    stop_agent KILL
+    echo "max 100000" > $CG/hr2/be/cpu.max
+    start_agent $D || return
+    wait_knob "crash loop: restart $i reconciles be cpu.max" $CG/hr2/be/cpu.max "$quota 100000"
+  done
+  expect "crash loop: agent answers after 3 kill -9 + restarts" 0 "$(ctl $D status >/dev/null 2>&1; echo $?)"
   ctl $D off >/dev/null
   wait_knob "ctl off after a restart restores the first run's original cpu.max" \
     $CG/hr2/be/cpu.max "200000 100000"
