@@ -29,8 +29,18 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 # memcached from Debian starts itself as a service; the tests start their own on free loopback ports.
 command -v systemctl >/dev/null 2>&1 && systemctl stop memcached >/dev/null 2>&1 || true
+# The image (scripts/package.sh) and its test: podman, and runc (crun refuses a hybrid host whose
+# cgroup2 has a controller bound).
+command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 || {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc >/dev/null 2>&1
+} || echo "scripts/test.sh: no podman/runc; the image test will skip"
 # The VM kernel: downloaded (apt-get download) and unpacked once into target/vm/kernel.
 bash scripts/vm-test.sh --fetch-kernel || echo "scripts/test.sh: no VM kernel; the VM stage will skip"
+# The .deb and the image (static release binary), which crates/cli/tests/package_deb.rs installs
+# and runs. Built here, not in the test: a cargo build inside `cargo test` would wait on its lock.
+bash scripts/package.sh || echo "scripts/test.sh: scripts/package.sh failed; the package tests will fail"
+export HEADROOM_PACKAGED=1
 
 # Passing tests' output is captured by the test harness; --show-output prints it, so that every
 # SKIP line reaches the log.

@@ -14,7 +14,7 @@
 #
 # Exit status: 0 every check passed in every VM; 1 a check failed or a VM did not finish;
 # 77 the stage cannot run here (the reason is printed as `SKIP vm-test: <reason>`).
-# Console logs: target/vm/out/console-smp<N>.log.
+# Console logs: target/vm/out/console-smp<N>.log; the marker lines: target/vm/out/results-smp<N>.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -153,15 +153,18 @@ for smp in "${smps[@]}"; do
   set -e
   tr -d '\r' <"$log" >"$log.tmp" && mv "$log.tmp" "$log"
   took=$(( $(date +%s) - start ))
-  grep -E '^(VMINFO|VMCHECK|VMOUT)' "$log" | sed "s/^/[smp$smp] /" || true
-  pass=$(grep -c '^VMCHECK PASS' "$log" || true)
-  fail=$(grep -c '^VMCHECK FAIL' "$log" || true)
-  xfail=$(grep -c '^VMCHECK XFAIL' "$log" || true)
+  # The firmware's escape sequences may precede a marker on its line.
+  results=$out_dir/results-smp$smp.txt
+  grep -oE '(VMINFO|VMCHECK|VMOUT) .*' "$log" >"$results" || true
+  sed "s/^/[smp$smp] /" "$results"
+  pass=$(grep -c '^VMCHECK PASS' "$results" || true)
+  fail=$(grep -c '^VMCHECK FAIL' "$results" || true)
+  xfail=$(grep -c '^VMCHECK XFAIL' "$results" || true)
   if [ "$qemu_rc" = 124 ]; then
     echo "vm-test.sh: smp$smp: the VM did not finish within ${boot_timeout_s}s" >&2
     tail -20 "$log" >&2
     status=1
-  elif ! grep -q '^VMCHECK DONE' "$log"; then
+  elif ! grep -q '^VMCHECK DONE' "$results"; then
     echo "vm-test.sh: smp$smp: the checks did not finish (qemu exit $qemu_rc); end of the console:" >&2
     tail -20 "$log" >&2
     status=1

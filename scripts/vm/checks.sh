@@ -255,6 +255,7 @@ doctor() {
   $H doctor --json > /tmp/doctor.json 2>/tmp/doctor.err || fail "doctor --json" "exit $?: $(cat /tmp/doctor.err)"
   j=$(sed 's/^ *//; s/": /":/' /tmp/doctor.json | tr -d '\n')
   echo "VMOUT doctor $j"
+  $H doctor 2>&1 | sed 's/^/VMOUT doctor-text /' 
   field() { echo "$j" | grep -o "\"$1\":{\"available\":[a-z]*" | head -n 1 | sed 's/.*://'; }
   reason() { echo "$j" | grep -o "\"$1\":{\"available\":false,\"reason\":\"[^\"]*" | head -n 1 | sed 's/.*"reason":"//'; }
   expect "doctor cgroup_mode" v2 "$(echo "$j" | grep -o '"cgroup_mode":"[a-z0-9]*"' | sed 's/.*:"//;s/"//')"
