@@ -42,8 +42,8 @@ bash scripts/vm-test.sh --fetch-kernel || echo "scripts/test.sh: no VM kernel; t
 bash scripts/package.sh || echo "scripts/test.sh: scripts/package.sh failed; the package tests will fail"
 export HEADROOM_PACKAGED=1
 
-# Passing tests' output is captured by the test harness; --show-output prints it, so that every
-# SKIP line reaches the log.
+# Every test binary runs (--no-fail-fast), so the counts at the end are whole. Passing tests'
+# output is captured by the test harness; --show-output prints it, so every SKIP line is logged.
 args=("$@")
 has_sep=0
 for a in "${args[@]+"${args[@]}"}"; do [ "$a" = "--" ] && has_sep=1; done
@@ -53,7 +53,7 @@ args+=(--show-output)
 mkdir -p target
 log=target/test.log
 set +e
-cargo test --workspace --all-targets "${args[@]}" 2>&1 | tee "$log"
+cargo test --workspace --all-targets --no-fail-fast "${args[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
