@@ -22,7 +22,9 @@ repo=$(pwd)
 bin=""
 smps=(2 4)
 fetch_only=0
-boot_timeout_s=${HEADROOM_VM_TIMEOUT_S:-240}
+# Per VM; two VMs stay within the stage's 10 minutes. A VM takes 30-45 s on an idle 2-core host
+# and about 130 s with the host's load average at 11.
+boot_timeout_s=${HEADROOM_VM_TIMEOUT_S:-280}
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
@@ -50,11 +52,14 @@ apt_install() {
 
 static_busybox() { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }
 
-# The modules the initramfs loads (virtio disk), in load order.
-modules=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk)
+# The modules the initramfs loads (virtio disk; HTB and the cgroup classifier for doctor's tc
+# probes), in load order.
+modules=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk sch_htb cls_cgroup)
 
 fetch_kernel() {
-  [ -f "$kernel_dir/vmlinuz" ] && [ -f "$kernel_dir/version" ] && return 0
+  local have=1
+  for m in "${modules[@]}"; do [ -f "$kernel_dir/modules/$m.ko" ] || have=0; done
+  [ $have = 1 ] && [ -f "$kernel_dir/vmlinuz" ] && [ -f "$kernel_dir/version" ] && return 0
   command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 || {
     echo "no apt-get/dpkg-deb to fetch Debian's kernel"; return 1; }
   local pkg
@@ -107,7 +112,7 @@ fi
 kver=$(cat "$kernel_dir/version")
 root=$(mktemp -d "$vm_dir/initramfs.XXXXXX")
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,boot,vm,lib/modules,var/lib}
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,usr/local/sbin,proc,sys,dev,tmp,run,etc,boot,vm,lib/modules,var/lib}
 cp /bin/busybox "$root/bin/busybox"
 # The binary without its debug info (a tenth of the size); then every shared library it needs
 # at the path the dynamic loader looks for it.
@@ -116,7 +121,14 @@ if command -v strip >/dev/null 2>&1; then
 else
   cp "$bin" "$root/bin/headroom"
 fi
-ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
+# iproute2's ip and tc where the host has them (doctor's HTB and cgroup-BPF probes; busybox's
+# ip has no netns), in /usr/local/sbin, first in the VM's PATH.
+extra=()
+for tool in ip tc; do
+  path=$(command -v "$tool" 2>/dev/null || true)
+  [ -n "$path" ] && ldd "$path" >/dev/null 2>&1 && { cp -L "$path" "$root/usr/local/sbin/$tool"; extra+=("$path"); }
+done
+ldd "$bin" "${extra[@]}" 2>/dev/null | grep -o '/[^ ]*' | grep -v ':$' | sort -u | while read -r lib; do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done

@@ -277,6 +277,12 @@ doctor() {
     esac
   fi
   expect "doctor psi" true "$(field psi)"
+  # With iproute2's ip and tc in the initramfs: HTB and the cgroup BPF egress classifier on v2.
+  # (By path: busybox sh runs its own `tc` applet whatever PATH says.)
+  if [ -x /usr/local/sbin/tc ] && /usr/local/sbin/tc -V >/dev/null 2>&1; then
+    expect "doctor tc_htb (sch_htb loaded)" true "$(field tc_htb)"
+    expect "doctor cgroup_bpf (cgroup_skb program on cgroup2)" true "$(field cgroup_bpf)"
+  fi
 }
 
 # 5./6. The kubelet layouts: BE = the BestEffort QoS parent, pods are sleeps in pod groups that
