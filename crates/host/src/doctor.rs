@@ -111,9 +111,9 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
             schedstat: probe_schedstat(host, &config),
             psi: match host.psi(PsiResource::Cpu) {
                 Ok(_) => Availability::yes("/proc/pressure/{cpu,memory,io}"),
-                Err(e) if e.is_not_found() => platform::psi_missing(&config, false),
+                Err(e) if e.is_not_found() => platform::psi_missing(host, &config, false),
                 Err(e) if e.errno() == Some(nix::errno::Errno::EOPNOTSUPP) => {
-                    platform::psi_missing(&config, true)
+                    platform::psi_missing(host, &config, true)
                 }
                 Err(e) => Availability::no(e.to_string()),
             },

@@ -203,13 +203,33 @@ fn psi_kernel_lacks_it() {
 }
 
 #[test]
-fn psi_kernel_has_it_but_it_is_off_at_boot() {
+fn psi_kernel_has_it_but_it_is_off_by_default() {
     let f = fake(FLAGS_NO_RDT);
     boot_config(&f, "CONFIG_PSI=y\nCONFIG_PSI_DEFAULT_DISABLED=y\n");
+    f.write(
+        "/proc/cmdline",
+        "BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro quiet\n",
+    );
     let r = reason(&probe(&f).sensors.psi).to_owned();
-    assert!(r.contains("kernel has CONFIG_PSI=y"), "{r}");
-    assert!(r.contains("psi=0"), "{r}");
+    assert!(r.starts_with("kernel has CONFIG_PSI=y"), "{r}");
+    assert!(
+        r.contains("(CONFIG_PSI_DEFAULT_DISABLED=y): add psi=1"),
+        "{r}"
+    );
     assert!(!r.contains("kernel lacks"), "{r}");
+}
+
+#[test]
+fn psi_kernel_has_it_but_the_command_line_turns_it_off() {
+    let f = fake(FLAGS_NO_RDT);
+    boot_config(&f, "CONFIG_PSI=y\n");
+    f.write("/proc/cmdline", "root=/dev/vda1 psi=0 quiet\n");
+    let r = reason(&probe(&f).sensors.psi).to_owned();
+    assert!(r.starts_with("kernel has CONFIG_PSI=y"), "{r}");
+    assert!(
+        r.contains("turned off by psi=0 on the kernel command line"),
+        "{r}"
+    );
 }
 
 #[test]

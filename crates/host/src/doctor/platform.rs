@@ -223,19 +223,33 @@ pub(super) fn probe_cpufreq(host: &LinuxHost, root_user: bool, config: &Config) 
     }
 }
 
-/// `/proc/pressure` is there unless the kernel lacks PSI or it is turned off at boot.
-pub(super) fn psi_missing(config: &Config, not_supported: bool) -> Availability {
+/// `/proc/pressure` is there unless the kernel lacks PSI or it is turned off at boot: by `psi=0`
+/// on the command line, or by CONFIG_PSI_DEFAULT_DISABLED without `psi=1`. Both are read, not
+/// assumed.
+pub(super) fn psi_missing(host: &LinuxHost, config: &Config, not_supported: bool) -> Availability {
     let (has, kernel) = kernel_part(config, "CONFIG_PSI");
-    match (has, not_supported) {
-        (Some(false), _) => Availability::no(format!("{kernel}: no /proc/pressure")),
-        (_, true) => Availability::no(format!(
-            "PSI turned off at boot (add psi=1 to the kernel command line); {kernel}"
-        )),
-        (Some(true), false) => Availability::no(format!(
-            "{kernel} but /proc/pressure is missing (psi=0 on the kernel command line?)"
-        )),
-        (None, false) => Availability::no(format!("/proc/pressure missing; {kernel}")),
+    if has == Some(false) {
+        return Availability::no(format!("{kernel}: no /proc/pressure"));
     }
+    let cmdline = std::fs::read_to_string(host.path("/proc/cmdline")).ok();
+    let arg = |a: &str| {
+        cmdline
+            .as_deref()
+            .map(|c| c.split_whitespace().any(|w| w == a))
+    };
+    let default_off =
+        matches!(config, Ok(c) if c.setting("CONFIG_PSI_DEFAULT_DISABLED") != Setting::Off);
+    let cause = if arg("psi=0") == Some(true) {
+        "turned off by psi=0 on the kernel command line".to_owned()
+    } else if default_off && arg("psi=1") != Some(true) {
+        "off by default (CONFIG_PSI_DEFAULT_DISABLED=y): add psi=1 to the kernel command line"
+            .to_owned()
+    } else if not_supported {
+        "turned off at boot (add psi=1 to the kernel command line)".to_owned()
+    } else {
+        "/proc/pressure is missing".to_owned()
+    };
+    Availability::no(format!("{kernel}, but PSI is {cause}"))
 }
 
 pub(super) fn schedstat_missing(config: &Config) -> Availability {
