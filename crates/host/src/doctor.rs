@@ -6,6 +6,9 @@
 //! loopback device of a scratch network namespace that is deleted afterwards. Nothing is left
 //! behind.
 
+mod kernel_config;
+mod platform;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -15,6 +18,8 @@ use crate::cgroup::{Backend, Cgroups, Controller};
 use crate::group_path::GroupPath;
 use crate::host::LinuxHost;
 use crate::sensors::PsiResource;
+
+pub use kernel_config::{KernelConfig, NoKernelConfig, Setting};
 
 /// Which probes may touch the live system (syscalls on the calling thread, network namespaces);
 /// file-system probes always stay below the host root.
@@ -57,11 +62,12 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
     let cgroup_mode = cgroups
         .as_ref()
         .map_or("none".to_owned(), |c| c.mode().as_str().to_owned());
+    let config = platform::load_config(host);
     let cg = match &cgroups {
-        Ok(c) => CgroupProbe::run(c, options.scratch_cgroup, root_user),
+        Ok(c) => CgroupProbe::run(c, options.scratch_cgroup, root_user, &config),
         Err(e) => CgroupProbe::failed(&format!("cannot read the cgroup mounts: {e}")),
     };
-    let (resctrl_l3, resctrl_mba, resctrl_mon) = probe_resctrl(host);
+    let (resctrl_l3, resctrl_mba, resctrl_mon) = platform::probe_resctrl(host, &config);
     let cpus = topology.as_ref().map_or(0, |t| t.cpus_online.len());
     let tc = probe_tc(options.tc_netns, root_user);
     Doctor {
@@ -85,8 +91,8 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
             sched_attr: probe_sched_attr(host, options.sched_syscalls),
             resctrl_l3,
             resctrl_mba,
-            rapl: probe_rapl(host, root_user),
-            cpufreq: probe_cpufreq(host, root_user),
+            rapl: platform::probe_rapl(host, root_user, &config),
+            cpufreq: platform::probe_cpufreq(host, root_user, &config),
             tc_htb: tc.htb.clone(),
             net_cls: Some(classifier(host, &cg.net_cls, "net_cls", &tc.cls_cgroup)),
             net_prio: Some(classifier(host, &cg.net_prio, "net_prio", &tc.htb)),
@@ -102,14 +108,12 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
                 Ok(n) => Availability::yes(format!("/proc/stat ({n} CPUs)")),
                 Err(e) => Availability::no(e.to_string()),
             },
-            schedstat: probe_schedstat(host),
+            schedstat: probe_schedstat(host, &config),
             psi: match host.psi(PsiResource::Cpu) {
                 Ok(_) => Availability::yes("/proc/pressure/{cpu,memory,io}"),
-                Err(e) if e.is_not_found() => {
-                    Availability::no("kernel lacks PSI (/proc/pressure missing: CONFIG_PSI off)")
-                }
+                Err(e) if e.is_not_found() => platform::psi_missing(host, &config, false),
                 Err(e) if e.errno() == Some(nix::errno::Errno::EOPNOTSUPP) => {
-                    Availability::no("PSI disabled at boot (add psi=1 to the kernel command line)")
+                    platform::psi_missing(host, &config, true)
                 }
                 Err(e) => Availability::no(e.to_string()),
             },
@@ -163,7 +167,7 @@ impl CgroupProbe {
         }
     }
 
-    fn run(cgroups: &Cgroups, scratch: bool, root_user: bool) -> Self {
+    fn run(cgroups: &Cgroups, scratch: bool, root_user: bool, config: &platform::Config) -> Self {
         // Unique per probe: agents may probe from several threads of one process.
         static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -192,7 +196,18 @@ impl CgroupProbe {
         let knob = |controller: Controller, v1: &str, v2: &str, write_back: bool| -> Availability {
             let backend = match cgroups.backend(controller) {
                 Ok(b) => b,
-                Err(_) => return Availability::no(cgroups.layout().missing_reason(controller)),
+                Err(_) => {
+                    let missing = cgroups.layout().missing_reason(controller);
+                    return match platform::knob_option(v2).or(platform::knob_option(v1)) {
+                        Some(option) if matches!(config, Ok(c) if c.setting(option) == Setting::Off) => {
+                            Availability::no(format!(
+                                "{missing}; {}",
+                                platform::knob_missing_note(config, v2)
+                            ))
+                        }
+                        _ => Availability::no(missing),
+                    };
+                }
             };
             let (file, version) = match backend {
                 Backend::V1(_) => (v1, "v1"),
@@ -211,10 +226,12 @@ impl CgroupProbe {
             }
             let path = group.dir_in(backend.mount()).join(file);
             if !path.exists() {
-                return Availability::no(format!(
-                    "kernel lacks it: {} missing in a new group",
-                    path.display()
-                ));
+                let note = platform::knob_missing_note(config, file);
+                return Availability::no(if note.is_empty() {
+                    format!("kernel lacks it: {} missing in a new group", path.display())
+                } else {
+                    format!("{} missing in a new group: {note}", path.display())
+                });
             }
             if write_back {
                 let result = std::fs::read_to_string(&path).and_then(|v| {
@@ -298,138 +315,14 @@ fn kernel_at_least(host: &LinuxHost, major: u32, minor: u32) -> Option<bool> {
     Some((ma, mi) >= (major, minor))
 }
 
-fn cpu_flags(host: &LinuxHost) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(host.path("/proc/cpuinfo")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("flags"))?;
-    Some(
-        line.split(':')
-            .nth(1)?
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect(),
-    )
-}
-
-fn probe_resctrl(host: &LinuxHost) -> (Availability, Availability, Availability) {
-    let resctrl = host.resctrl();
-    let flags = cpu_flags(host);
-    let has_flag = |f: &str| flags.as_ref().map(|v| v.iter().any(|x| x == f));
-    match resctrl.info() {
-        Ok(info) => {
-            let l3 = match &info.l3 {
-                Some(l3) => Availability::yes(format!(
-                    "resctrl L3 ({} ways, {} CLOSIDs)",
-                    l3.ways(),
-                    l3.num_closids
-                )),
-                None => Availability::no("hardware lacks L3 CAT (no info/L3 in resctrl)"),
-            };
-            let mb = match &info.mb {
-                Some(mb) => Availability::yes(format!(
-                    "resctrl MB (min {}%, step {}%)",
-                    mb.min_bandwidth, mb.bandwidth_gran
-                )),
-                None => Availability::no("hardware lacks MBA (no info/MB in resctrl)"),
-            };
-            let mon = match &info.mon {
-                Some(m) => {
-                    Availability::yes(format!("resctrl mon_data ({})", m.mon_features.join(" ")))
-                }
-                None => Availability::no("hardware lacks L3 monitoring (no info/L3_MON)"),
-            };
-            (l3, mb, mon)
-        }
-        Err(_) => {
-            let fs = std::fs::read_to_string(host.path("/proc/filesystems")).unwrap_or_default();
-            let in_kernel = fs
-                .lines()
-                .any(|l| l.split_whitespace().last() == Some("resctrl"));
-            let reason = |flag: &str, what: &str| -> String {
-                if !in_kernel {
-                    format!("kernel lacks resctrl (not in /proc/filesystems: CONFIG_X86_CPU_RESCTRL off){}", match has_flag(flag) {
-                        Some(false) => format!("; hardware lacks {what} too (no `{flag}` CPU flag)"),
-                        _ => String::new(),
-                    })
-                } else if has_flag(flag) == Some(false) {
-                    format!("hardware lacks {what} (no `{flag}` CPU flag)")
-                } else {
-                    "resctrl not mounted (mount -t resctrl resctrl /sys/fs/resctrl)".to_owned()
-                }
-            };
-            (
-                Availability::no(reason("cat_l3", "L3 CAT")),
-                Availability::no(reason("mba", "MBA")),
-                Availability::no(reason("cqm_llc", "cache monitoring")),
-            )
-        }
-    }
-}
-
-fn probe_rapl(host: &LinuxHost, root_user: bool) -> Availability {
-    let rapl = host.rapl();
-    match rapl.zones() {
-        Ok(zones) => {
-            let first = &zones[0];
-            match rapl.energy_uj(first) {
-                Ok(_) => Availability::yes(format!(
-                    "powercap {} ({} zones)",
-                    zones
-                        .iter()
-                        .map(|z| z.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    zones.len()
-                )),
-                Err(e) if e.is_permission() && !root_user => {
-                    Availability::no(format!("not root: energy_uj is root-only ({e})"))
-                }
-                Err(e) => Availability::no(e.to_string()),
-            }
-        }
-        Err(_) => {
-            if !host.path("/sys/class/powercap").is_dir() {
-                Availability::no("kernel lacks powercap (/sys/class/powercap missing: CONFIG_POWERCAP / intel_rapl off)")
-            } else {
-                Availability::no("hardware lacks RAPL (no intel-rapl zone; common in VMs)")
-            }
-        }
-    }
-}
-
-fn probe_cpufreq(host: &LinuxHost, root_user: bool) -> Availability {
-    let cpufreq = host.cpufreq();
-    let cpu = host
-        .topology()
-        .ok()
-        .and_then(|t| t.cpus_online.iter().next())
-        .unwrap_or(0);
-    match cpufreq.info(cpu) {
-        Ok(info) if root_user => Availability::yes(format!(
-            "cpufreq scaling_max_freq ({}..{} MHz)",
-            info.cpuinfo_min_khz / 1000,
-            info.cpuinfo_max_khz / 1000
-        )),
-        Ok(_) => Availability::no("not root: scaling_max_freq is root-writable only"),
-        Err(_) => {
-            if host.path("/sys/devices/system/cpu/cpufreq").is_dir() {
-                Availability::no(format!(
-                    "no cpufreq policy for CPU {cpu}: no scaling driver loaded (common in VMs)"
-                ))
-            } else {
-                Availability::no("kernel lacks cpufreq (CONFIG_CPU_FREQ off) or the hardware/VM exposes no frequency control")
-            }
-        }
-    }
-}
-
-fn probe_schedstat(host: &LinuxHost) -> Availability {
+fn probe_schedstat(host: &LinuxHost, config: &platform::Config) -> Availability {
     let pid = std::process::id() as i32;
     let tid = nix::unistd::gettid().as_raw();
     let path = host.path(&format!("/proc/{pid}/task/{tid}/schedstat"));
     if !path.exists() {
         let self_path = host.path("/proc/self/schedstat");
         if !self_path.exists() {
-            return Availability::no("kernel lacks schedstat (CONFIG_SCHED_INFO off)");
+            return platform::schedstat_missing(config);
         }
     }
     Availability::yes("/proc/<pid>/task/<tid>/schedstat")
@@ -439,10 +332,15 @@ fn probe_schedstat(host: &LinuxHost) -> Availability {
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
     match Command::new(program).args(args).output() {
         Ok(o) if o.status.success() => Ok(()),
+        // The first line: a tool that lacks a subcommand prints its whole usage after it.
         Ok(o) => Err(format!(
             "`{program} {}` failed: {}",
             args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
         )),
         Err(e) => Err(format!("cannot run {program}: {e}")),
     }
