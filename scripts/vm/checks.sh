@@ -46,8 +46,8 @@ wait_grep() {
 }
 
 # restored_cpuset NAME FILE ORIGINAL: waits until FILE leaves the BE allocation ($LAST), then
-# compares it with ORIGINAL. Known bug (expected failure, printed with its reason): an original
-# v2 cpuset.cpus of "" (inherit the parent's CPUs) comes back as the parent's effective list.
+# compares it with ORIGINAL. An original v2 cpuset.cpus of "" (inherit the parent's CPUs) must
+# come back as "", not as the list the parent had then.
 restored_cpuset() {
   _n=100
   while [ "$_n" -gt 0 ] && [ "$(knob "$2")" = "$LAST" ] && [ "$LAST" != "$3" ]; do sleep 0.1; _n=$((_n - 1)); done
@@ -55,7 +55,7 @@ restored_cpuset() {
   if [ "$_got" = "$3" ]; then
     pass "$1 = '$_got'"
   elif [ -z "$3" ] && [ "$_got" = "$(knob "${2%/*}/cpuset.cpus.effective")" ] && [ "$_got" != "$LAST" ]; then
-    echo "VMCHECK XFAIL $1: want '' (v2: inherit the parent's CPUs), got '$_got': the agent reads an empty v2 cpuset.cpus as the effective set (crates/agent/src/reconcile.rs read_knob) and writes that list back, so the group stops following its parent's cpuset"
+    fail "$1" "want '' (v2: inherit the parent's CPUs), got the parent's list '$_got': the group would stop following its parent's cpuset"
   else
     fail "$1" "want '$3', got '$_got'"
   fi

@@ -32,6 +32,10 @@ pub struct Metrics {
     pub lc_load: F64Gauge,
     pub lc_qps: F64Gauge,
     pub idle_cpus: F64Gauge,
+    /// Measured CPU use of the LC and BE groups (CPUs), and the machine's CPU count.
+    pub lc_cpu_usage: F64Gauge,
+    pub be_cpu_usage: F64Gauge,
+    pub cpus: F64Gauge,
     pub be_enabled: F64Gauge,
     pub be_cpus: F64Gauge,
     pub be_cpu_weight: F64Gauge,
@@ -59,7 +63,7 @@ struct TickCache {
     reason: Option<(String, Counter)>,
     /// The bits last stored into the observation gauges (`lc_latency_us`, `lc_slo_us`,
     /// `lc_slack`, `lc_load`, `lc_qps`, `idle_cpus`); `None` = store them all.
-    obs_gauges: Option<[u64; 6]>,
+    obs_gauges: Option<[u64; 8]>,
 }
 
 impl Metrics {
@@ -76,6 +80,9 @@ impl Metrics {
             idle_cpus: g(),
             be_enabled: g(),
             be_cpus: g(),
+            lc_cpu_usage: g(),
+            be_cpu_usage: g(),
+            cpus: g(),
             be_cpu_weight: g(),
             be_cpu_idle: g(),
             be_quota_pct: g(),
@@ -114,6 +121,17 @@ impl Metrics {
             "Idle CPUs seen by the last tick",
             m.idle_cpus.clone(),
         );
+        r.register(
+            "lc_cpu_usage_cpus",
+            "CPU used by the LC group, in CPUs (measured)",
+            m.lc_cpu_usage.clone(),
+        );
+        r.register(
+            "be_cpu_usage_cpus",
+            "CPU used by the BE groups, in CPUs (measured)",
+            m.be_cpu_usage.clone(),
+        );
+        r.register("cpus", "Online CPUs of this machine", m.cpus.clone());
         r.register(
             "be_enabled",
             "1 when BE may run, 0 when frozen",
@@ -214,6 +232,8 @@ impl Metrics {
             opt(obs.lc_load),
             opt(obs.lc_qps),
             opt(obs.idle_cpu_count(0.5)),
+            opt(obs.lc_cpu_usage),
+            opt(obs.be_cpu_usage),
         ];
         let gauges = [
             &self.lc_latency_us,
@@ -222,6 +242,8 @@ impl Metrics {
             &self.lc_load,
             &self.lc_qps,
             &self.idle_cpus,
+            &self.lc_cpu_usage,
+            &self.be_cpu_usage,
         ];
         let mut last = self.last.lock().expect("metrics lock");
         let bits = values.map(f64::to_bits);

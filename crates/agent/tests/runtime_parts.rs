@@ -271,3 +271,60 @@ fn the_prober_times_a_memcache_server_open_loop() {
     assert_eq!(cell.errors(), 0, "{:?}", cell.last_error());
     drop(server);
 }
+
+/// Defect 11: idle clients cannot hold up a scrape (each is served in its own thread).
+#[test]
+fn idle_clients_do_not_delay_a_scrape() {
+    let (_m, registry) = headroom_agent::metrics::Metrics::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, handle) =
+        headroom_agent::metrics::serve("127.0.0.1:0".parse().unwrap(), registry, stop.clone())
+            .unwrap();
+    let idle: Vec<_> = (0..20)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    let body = headroom_agent::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
+    // served before the idle clients' 1 s read timeouts run out (serially it took 20 s)
+    assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
+    assert!(body.contains("headroom_writes_total"));
+    drop(idle);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    handle.join().unwrap();
+}
+
+/// Defect 11: a request line longer than the cap is refused, not read whole or echoed back;
+/// an idle client does not hold up the next one.
+#[test]
+fn the_control_socket_bounds_requests_and_serves_clients_concurrently() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let loop_ = std::thread::spawn(move || {
+        while let Ok((_, reply)) = rx.recv_timeout(Duration::from_secs(3)) {
+            let _ = reply.send(Response::ok("status"));
+        }
+    });
+    let _idle = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let t = Instant::now();
+    let resp = control::request(&sock, &Request::Status).unwrap();
+    assert!(resp.ok && t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let mut big = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let chunk = vec![b'x'; 1 << 16];
+    for _ in 0..4 {
+        if big.write_all(&chunk).is_err() {
+            break; // the agent closed it already
+        }
+    }
+    let _ = big.shutdown(std::net::Shutdown::Write);
+    let mut answer = String::new();
+    std::io::BufReader::new(&big).read_line(&mut answer).unwrap();
+    assert!(answer.contains("longer than 65536 bytes"), "{answer:.200}");
+    assert!(answer.len() < 1000, "the request was echoed back: {} bytes", answer.len());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    handle.join().unwrap();
+    loop_.join().unwrap();
+}

@@ -830,6 +830,21 @@ impl Cgroups {
         self.knobs.write(&path, &cpus.to_list())
     }
 
+    /// Clears a v2 `cpuset.cpus` back to "inherit the parent's CPUs" (an empty value); v1 has no
+    /// such state (an empty v1 cpuset runs nothing), so it is refused there.
+    pub fn inherit_cpuset_cpus(&self, group: &GroupPath) -> Result<()> {
+        let (v2, path) = self.knob(Controller::Cpuset, group, "cpuset.cpus", "cpuset.cpus")?;
+        if !v2 {
+            return Err(HostError::invalid(
+                "cpuset",
+                "",
+                "v1 has no inherited cpuset: an empty one runs nothing",
+            ));
+        }
+        // A newline, not "": an empty write_all makes no write(2) at all.
+        self.knobs.write(&path, "\n")
+    }
+
     /// `cpuset.cpus` as configured (v2: empty means inherited).
     pub fn cpuset_cpus(&self, group: &GroupPath) -> Result<CpuSet> {
         let (_, path) = self.knob(Controller::Cpuset, group, "cpuset.cpus", "cpuset.cpus")?;

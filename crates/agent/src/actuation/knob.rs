@@ -172,6 +172,9 @@ pub fn phase(lc_side: bool, from: &KnobValue, to: &KnobValue) -> Phase {
 pub fn narrows(from: &KnobValue, to: &KnobValue) -> bool {
     let less = |a: Option<u64>, b: Option<u64>| b.unwrap_or(u64::MAX) < a.unwrap_or(u64::MAX);
     match (from, to) {
+        // "" is a v2 cpuset inheriting every CPU of its parent: any list narrows it.
+        (KnobValue::Cpus(_), KnobValue::Cpus(b)) if b.is_empty() => false,
+        (KnobValue::Cpus(a), KnobValue::Cpus(_)) if a.is_empty() => true,
         (KnobValue::Cpus(a), KnobValue::Cpus(b)) => {
             let (a, b) = (cpus(a), cpus(b));
             !a.iter().all(|c| b.contains(c))

@@ -369,16 +369,10 @@ impl LinuxNode {
     fn read_cgroup(&self, group: &GroupPath, knob: CgroupKnob) -> Result<KnobValue, HostError> {
         let cg = &self.cgroups;
         Ok(match knob {
-            CgroupKnob::CpusetCpus => {
-                let cpus = cg.cpuset_cpus(group)?;
-                // v2 shows an empty cpuset.cpus for "inherited": the effective set is the value.
-                let cpus = if cpus.is_empty() {
-                    cg.cpuset_effective_cpus(group)?
-                } else {
-                    cpus
-                };
-                KnobValue::Cpus(cpus.to_list())
-            }
+            // v2 shows an empty cpuset.cpus for "inherit the parent's CPUs" (kubelet's QoS
+            // parents): kept as "" so a restore gives the group back its inheritance, not the
+            // list the parent had at the time.
+            CgroupKnob::CpusetCpus => KnobValue::Cpus(cg.cpuset_cpus(group)?.to_list()),
             CgroupKnob::CpuWeight => KnobValue::Weight(cg.cpu_weight(group)?),
             CgroupKnob::CpuIdle => KnobValue::Idle(cg.cpu_idle(group)?),
             CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
@@ -390,6 +384,7 @@ impl LinuxNode {
     fn write_cgroup(&self, group: &GroupPath, value: &KnobValue) -> Result<(), HostError> {
         let cg = &self.cgroups;
         match value {
+            KnobValue::Cpus(list) if list.is_empty() => cg.inherit_cpuset_cpus(group),
             KnobValue::Cpus(list) => cg.set_cpuset_cpus(group, &CpuSet::parse_list(list)?),
             // Natively, without the host's v1→v2 mapping: the value is already native.
             KnobValue::Weight(w) => cg.set_cpu_weight(group, *w).map(|_| ()),

@@ -277,6 +277,7 @@ impl Agent {
         let started_at = Instant::now();
         node.set_sensors(sensors, started_at);
         metrics.actuating.set(if dry { 0.0 } else { 1.0 });
+        metrics.cpus.set(machine.cpus.len() as f64);
         let mut publisher = Publisher {
             log,
             metrics,
