@@ -767,7 +767,7 @@ pub const MAX_WINDOW_S: f64 = 3600.0;
 /// The prober's rate cap, Hz, whatever the LC's peak.
 pub const MAX_PROBE_HZ: f64 = 10_000.0;
 /// The prober's rate cap as a share of `lc.load.peak_qps`.
-pub const MAX_PROBE_SHARE: f64 = 0.01;
+pub const MAX_PROBE_SHARE: f64 = 0.05;
 
 /// Keys `set KEY=VALUE` may change while the agent runs.
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];

@@ -189,27 +189,29 @@ pub fn http_get(url: &str) -> Result<String, String> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| format!("url {url:?}: only http:// is supported"))?;
-    let (hostport, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
+    let hostport = rest.split('/').next().unwrap_or(rest);
     let addr = resolve(hostport)?;
     if !is_loopback(addr.ip()) {
         return Err(format!(
             "url {url:?}: the agent scrapes loopback addresses only"
         ));
     }
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
-    let text = request(hostport, req.as_bytes(), b"\0never")?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{url}: no HTTP header end"))?;
-    let status = head.lines().next().unwrap_or("");
-    if !status.contains(" 200") {
-        return Err(format!("{url}: {status}"));
-    }
-    Ok(body.to_string())
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .redirects(0)
+        .build();
+    let response = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    let mut body = String::new();
+    response
+        .into_reader()
+        .take(MAX_BODY_BYTES)
+        .read_to_string(&mut body)
+        .map_err(|e| format!("{url}: reading the body: {e}"))?;
+    Ok(body)
 }
+
+/// The largest scrape body read (a bigger one is cut, and fails to parse where it matters).
+const MAX_BODY_BYTES: u64 = 16 << 20;
 
 fn is_loopback(ip: IpAddr) -> bool {
     ip.is_loopback()
@@ -228,60 +230,44 @@ fn unit_to_us(metric: &str) -> f64 {
     }
 }
 
-/// Splits `name{labels} value` into (name, labels, value).
-fn sample_line(line: &str) -> Option<(&str, &str, &str)> {
-    let line = line.trim();
-    if line.is_empty() || line.starts_with('#') {
-        return None;
-    }
-    let (name_labels, value) = match line.find('}') {
-        Some(i) => (&line[..=i], line[i + 1..].split_whitespace().next()?),
-        None => {
-            let mut f = line.split_whitespace();
-            (f.next()?, f.next()?)
-        }
-    };
-    match name_labels.find('{') {
-        Some(i) => Some((
-            &name_labels[..i],
-            &name_labels[i + 1..name_labels.len() - 1],
-            value,
-        )),
-        None => Some((name_labels, "", value)),
-    }
-}
-
-fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
-    labels.split(',').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        (k.trim() == key).then(|| v.trim().trim_matches('"'))
-    })
-}
-
-fn parse_value(v: &str) -> Result<f64, String> {
-    match v {
-        "+Inf" => Ok(f64::INFINITY),
-        "-Inf" => Ok(f64::NEG_INFINITY),
-        _ => v.parse().map_err(|_| format!("bad sample value {v:?}")),
-    }
+/// The exposition parsed by `prometheus-parse` (text format 0.0.4 and OpenMetrics' text).
+fn parse_exposition(text: &str) -> Result<prometheus_parse::Scrape, String> {
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .map_err(|e| format!("parsing the scrape: {e}"))
 }
 
 /// Cumulative buckets `(le, count)` of histogram `metric`, summed over label sets, sorted by le.
+/// A `# TYPE … histogram` family and bare `…_bucket{le=…}` samples are both read.
 pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, String> {
+    use prometheus_parse::Value;
+    let scrape = parse_exposition(text)?;
     let want = format!("{metric}_bucket");
     let mut out: Vec<(f64, f64)> = Vec::new();
-    for line in text.lines() {
-        let Some((name, labels, value)) = sample_line(line) else {
-            continue;
-        };
-        if name != want {
-            continue;
-        }
-        let le = parse_value(label(labels, "le").ok_or_else(|| format!("{line:?}: no le label"))?)?;
-        let v = parse_value(value)?;
-        match out.iter_mut().find(|(l, _)| *l == le) {
-            Some((_, c)) => *c += v,
-            None => out.push((le, v)),
+    let mut add = |le: f64, v: f64| match out.iter_mut().find(|(l, _)| *l == le) {
+        Some((_, c)) => *c += v,
+        None => out.push((le, v)),
+    };
+    for s in &scrape.samples {
+        match &s.value {
+            Value::Histogram(buckets) if s.metric == metric => {
+                for b in buckets {
+                    add(b.less_than, b.count);
+                }
+            }
+            Value::Untyped(v) | Value::Counter(v) | Value::Gauge(v) if s.metric == want => {
+                let le = s
+                    .labels
+                    .get("le")
+                    .ok_or_else(|| format!("{want} sample without an le label"))?;
+                let le = match le {
+                    "+Inf" => f64::INFINITY,
+                    other => other
+                        .parse()
+                        .map_err(|_| format!("{want}: bad le {other:?}"))?,
+                };
+                add(le, *v);
+            }
+            _ => {}
         }
     }
     if out.is_empty() {
@@ -293,13 +279,16 @@ pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, St
 
 /// Value of counter `metric` (or `metric_total`), summed over label sets.
 pub fn counter_value(text: &str, metric: &str) -> Result<f64, String> {
+    use prometheus_parse::Value;
+    let scrape = parse_exposition(text)?;
     let total = format!("{metric}_total");
     let mut sum = None::<f64>;
-    for line in text.lines() {
-        if let Some((name, _, value)) = sample_line(line) {
-            if name == metric || name == total {
-                *sum.get_or_insert(0.0) += parse_value(value)?;
-            }
+    for s in &scrape.samples {
+        if s.metric != metric && s.metric != total {
+            continue;
+        }
+        if let Value::Counter(v) | Value::Untyped(v) | Value::Gauge(v) = s.value {
+            *sum.get_or_insert(0.0) += v;
         }
     }
     sum.ok_or_else(|| format!("no {metric} samples in the scrape"))

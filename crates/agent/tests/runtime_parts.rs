@@ -287,7 +287,11 @@ fn idle_clients_do_not_delay_a_scrape() {
     let t = Instant::now();
     let body = headroom_agent::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
     // served before the idle clients' 1 s read timeouts run out (serially it took 20 s)
-    assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
     assert!(body.contains("headroom_writes_total"));
     drop(idle);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -311,7 +315,11 @@ fn the_control_socket_bounds_requests_and_serves_clients_concurrently() {
     let _idle = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     let t = Instant::now();
     let resp = control::request(&sock, &Request::Status).unwrap();
-    assert!(resp.ok && t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(
+        resp.ok && t.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        t.elapsed()
+    );
     let mut big = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     let chunk = vec![b'x'; 1 << 16];
     for _ in 0..4 {
@@ -321,9 +329,15 @@ fn the_control_socket_bounds_requests_and_serves_clients_concurrently() {
     }
     let _ = big.shutdown(std::net::Shutdown::Write);
     let mut answer = String::new();
-    std::io::BufReader::new(&big).read_line(&mut answer).unwrap();
+    std::io::BufReader::new(&big)
+        .read_line(&mut answer)
+        .unwrap();
     assert!(answer.contains("longer than 65536 bytes"), "{answer:.200}");
-    assert!(answer.len() < 1000, "the request was echoed back: {} bytes", answer.len());
+    assert!(
+        answer.len() < 1000,
+        "the request was echoed back: {} bytes",
+        answer.len()
+    );
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     handle.join().unwrap();
     loop_.join().unwrap();

@@ -384,7 +384,18 @@ impl LinuxNode {
     fn write_cgroup(&self, group: &GroupPath, value: &KnobValue) -> Result<(), HostError> {
         let cg = &self.cgroups;
         match value {
-            KnobValue::Cpus(list) if list.is_empty() => cg.inherit_cpuset_cpus(group),
+            KnobValue::Cpus(list) if list.is_empty() => match cg.inherit_cpuset_cpus(group) {
+                // Kernels before 6.x refuse to empty a populated v2 cpuset (ENOSPC): the
+                // nearest thing is the parent's CPUs now, said loudly.
+                Err(e) if e.errno() == Some(nix::errno::Errno::ENOSPC) => {
+                    let parent = group.parent().unwrap_or_else(GroupPath::root);
+                    let cpus = cg.cpuset_effective_cpus(&parent)?;
+                    tracing::warn!(group = %group, cpus = %cpus.to_list(),
+                        "the kernel refuses an empty cpuset.cpus for a populated group (ENOSPC): restored the parent's CPUs instead of inheriting them");
+                    cg.set_cpuset_cpus(group, &cpus)
+                }
+                other => other,
+            },
             KnobValue::Cpus(list) => cg.set_cpuset_cpus(group, &CpuSet::parse_list(list)?),
             // Natively, without the host's v1→v2 mapping: the value is already native.
             KnobValue::Weight(w) => cg.set_cpu_weight(group, *w).map(|_| ()),

@@ -201,9 +201,11 @@ impl Actuation {
         if let Some(range) = &facts.freq_range {
             for &cpu in range.keys() {
                 let key = Knob::MaxFreq { cpu };
-                if !self.original.contains_key(&key) {
+                if let std::collections::btree_map::Entry::Vacant(slot) =
+                    self.original.entry(key.clone())
+                {
                     let v = node.read(&key).map_err(|e| read_error(node, &key, e))?;
-                    self.original.insert(key, v);
+                    slot.insert(v);
                 }
             }
         }
@@ -353,9 +355,10 @@ impl Actuation {
         let mut report = ApplyReport::default();
         // First sight of a knob (a block device named for the first time): its original.
         for k in target.keys() {
-            if !self.original.contains_key(k) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.original.entry(k.clone())
+            {
                 let v = node.read(k).map_err(|e| read_error(node, k, e))?;
-                self.original.insert(k.clone(), v);
+                slot.insert(v);
             }
         }
         let mut before: BTreeMap<Knob, KnobValue> = BTreeMap::new();

@@ -173,7 +173,7 @@ impl Agent {
                 // LC's own groups.
                 plan_groups(&cgroups, &groups, &mut steps);
                 plan_lc_moves(&options.root, &cgroups, &config, &groups.lc, &mut steps);
-                let mut intent = recorded.clone().unwrap_or_else(|| AgentState::empty());
+                let mut intent = recorded.clone().unwrap_or_else(AgentState::empty);
                 intent.pid = std::process::id();
                 intent.written_unix_ms = unix_ms();
                 intent.created_groups =
