@@ -1,0 +1,14 @@
+//! headroom-sim: `SimHost`, a modelled server the real policies run against in simulated time;
+//! fleets of them (`headroom sim fleet`); calibration from bench results and validation against
+//! real runs (`headroom sim calibrate | validate`); and Leverich & Kozyrakis' TCO model
+//! (`headroom plan`).
+
+pub mod des;
+pub mod error;
+pub mod host;
+pub mod model;
+pub mod queue;
+pub mod run;
+pub mod trace;
+
+pub use error::SimError;
