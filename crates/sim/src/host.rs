@@ -224,7 +224,7 @@ impl SimHost {
                 } else {
                     m.lc.threads as f64
                 };
-                let speed = (k_eff / n).min(1.0).max(1e-3);
+                let speed = (k_eff / n).clamp(1e-3, 1.0);
                 let per = service.stretched(1.0 / speed);
                 ResponseTail::mgk(1.0, lambda / n, per)
                     .unwrap_or_else(|| ResponseTail::saturated(1.0, lambda / n, per, self.tick_us))

@@ -3,12 +3,17 @@
 //! real runs (`headroom sim calibrate | validate`); and Leverich & Kozyrakis' TCO model
 //! (`headroom plan`).
 
+pub mod calibrate;
 pub mod des;
 pub mod error;
+pub mod fleet;
 pub mod host;
 pub mod model;
 pub mod queue;
+pub mod report;
 pub mod run;
+pub mod tco;
 pub mod trace;
+pub mod validate;
 
 pub use error::SimError;

@@ -110,6 +110,8 @@ pub struct SimSetup {
     pub tick_s: f64,
     /// Extra agent TOML for every policy.
     pub agent_extra: String,
+    /// The SLO window (`lc.slo.window_s`), s: a multiple of `tick_s`.
+    pub window_s: f64,
 }
 
 impl SimSetup {
@@ -123,6 +125,7 @@ impl SimSetup {
             noise_sd: 0.03,
             tick_s: 5.0,
             agent_extra: String::new(),
+            window_s: 15.0,
         }
     }
 }
@@ -171,6 +174,8 @@ pub struct ServerOutcome {
     /// Policy calls.
     pub decisions: u64,
     pub records: Vec<WindowRecord>,
+    /// Per window: (EMU, violating).
+    pub window_emu: Vec<(f64, bool)>,
 }
 
 impl ServerOutcome {
@@ -330,6 +335,7 @@ pub fn run_server(
             out.windows += 1;
             out.violations += u64::from(violating);
             out.emu_sum += emu;
+            out.window_emu.push((emu, violating));
             out.emu_min = out.emu_min.min(emu);
             out.be_norm_sum += w_be / n;
             out.lc_load_sum += w_load / n;
@@ -364,7 +370,7 @@ fn account_tick(s: &TickState, load: f64, emu: &mut f64, be: &mut f64, lc: &mut 
     *lc += load;
 }
 
-/// The SLO window the agent config uses (the agent's default, 15 s).
-pub fn model_window_s(_setup: &SimSetup) -> f64 {
-    15.0
+/// The SLO window the agent config uses (default the agent's 15 s).
+pub fn model_window_s(setup: &SimSetup) -> f64 {
+    setup.window_s
 }
