@@ -741,6 +741,14 @@ pub struct ApiConfig {
     /// Decision log file (one JSON line per decision); absent = none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision_log: Option<String>,
+    /// The decision log's size cap in MiB: past it the log is renamed `<log>.1` and started
+    /// anew (at a 1 ms poll it grows ~1.5 MB/s; unbounded it would fill a disk in a day).
+    #[serde(default = "default_decision_log_max_mb")]
+    pub decision_log_max_mb: u64,
+}
+
+fn default_decision_log_max_mb() -> u64 {
+    256
 }
 
 impl Default for ApiConfig {
@@ -749,9 +757,17 @@ impl Default for ApiConfig {
             socket: "/run/headroom.sock".to_string(),
             metrics: Some("127.0.0.1:9464".to_string()),
             decision_log: None,
+            decision_log_max_mb: default_decision_log_max_mb(),
         }
     }
 }
+
+/// The longest latency window the agent accepts, seconds.
+pub const MAX_WINDOW_S: f64 = 3600.0;
+/// The prober's rate cap, Hz, whatever the LC's peak.
+pub const MAX_PROBE_HZ: f64 = 10_000.0;
+/// The prober's rate cap as a share of `lc.load.peak_qps`.
+pub const MAX_PROBE_SHARE: f64 = 0.01;
 
 /// Keys `set KEY=VALUE` may change while the agent runs.
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];
@@ -831,6 +847,41 @@ impl Config {
     }
 
     /// Checks values and paths; the error names the key, the value and the reason.
+    /// The checks that need the machine: CPU ids that exist, buffers smaller than the machine.
+    pub fn validate_on(&self, cpus: &[u32]) -> Result<(), ConfigError> {
+        let missing = |list: &[u32]| list.iter().find(|c| !cpus.contains(c)).copied();
+        let online = crate::allocation::format_cpulist(cpus);
+        for (key, list) in [
+            ("lc.threads.cpus", &self.lc.threads.cpus),
+            ("policy.static-cores.cpus", &self.policy.static_cores.cpus),
+        ] {
+            if let Some(c) = missing(list) {
+                return Err(invalid(
+                    key,
+                    format!("{list:?}"),
+                    format!("CPU {c} is not online here (online: {online})"),
+                ));
+            }
+        }
+        let n = cpus.len() as f64;
+        let b = self.policy.blind.buffer_cores;
+        if !cpus.is_empty() && b >= n {
+            return Err(invalid(
+                "policy.blind.buffer_cores",
+                b,
+                format!("this machine has {n} CPUs: a buffer of {b} idle cores would never let BE run"),
+            ));
+        }
+        if !cpus.is_empty() && self.policy.static_cores.cores as f64 > n {
+            return Err(invalid(
+                "policy.static-cores.cores",
+                self.policy.static_cores.cores,
+                format!("this machine has {n} CPUs"),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.lc.name.trim().is_empty() {
             return Err(invalid("lc.name", &self.lc.name, "must not be empty"));
@@ -856,6 +907,13 @@ impl Config {
         }
         positive("lc.slo.target_us", slo.target_us)?;
         positive("lc.slo.window_s", slo.window_s)?;
+        if slo.window_s > MAX_WINDOW_S {
+            return Err(invalid(
+                "lc.slo.window_s",
+                slo.window_s,
+                format!("above {MAX_WINDOW_S} s: a latency that old cannot steer BE (Heracles uses 15 s)"),
+            ));
+        }
         if slo.min_samples == Some(0) {
             return Err(invalid("lc.slo.min_samples", 0, "must be at least 1"));
         }
@@ -879,6 +937,25 @@ impl Config {
                 LatencySource::Feed => {}
             }
             positive("lc.latency.rate_hz", lat.rate_hz)?;
+            // The prober is load on the LC: bounded absolutely and, where the LC's peak is
+            // known, to a small fraction of it (a 1e9 Hz prober pushed p99 from 200 µs to 4 ms).
+            if lat.source == LatencySource::Probe {
+                let cap = self
+                    .lc
+                    .load
+                    .as_ref()
+                    .map_or(MAX_PROBE_HZ, |l| (l.peak_qps * MAX_PROBE_SHARE).min(MAX_PROBE_HZ));
+                if lat.rate_hz > cap {
+                    return Err(invalid(
+                        "lc.latency.rate_hz",
+                        lat.rate_hz,
+                        format!(
+                            "above {cap:.0} Hz: the prober may add at most {:.0}% of lc.load.peak_qps and {MAX_PROBE_HZ:.0} Hz of load to the LC",
+                            MAX_PROBE_SHARE * 100.0
+                        ),
+                    ));
+                }
+            }
             // A prober that cannot fill its window never yields a latency, and the agent would
             // run blind until the stale rule disables BE: refuse it at start instead.
             let probes_per_window = lat.rate_hz * slo.window_s;
@@ -990,6 +1067,20 @@ impl Config {
             }
             names.push(&be.name);
             validate_cgroup_path(&format!("be[{i}].cgroup"), &be.cgroup)?;
+            if let Some((j, other)) = self.be[..i]
+                .iter()
+                .enumerate()
+                .find(|(_, o)| same_or_nested(&o.cgroup, &be.cgroup))
+            {
+                return Err(invalid(
+                    &format!("be[{i}].cgroup"),
+                    &be.cgroup,
+                    format!(
+                        "overlaps be[{j}].cgroup {:?}: each BE needs a group of its own, neither inside the other",
+                        other.cgroup
+                    ),
+                ));
+            }
             if same_or_nested(&be.cgroup, &self.lc.cgroup) {
                 return Err(invalid(
                     &format!("be[{i}].cgroup"),
@@ -1304,6 +1395,10 @@ pub fn validate_cgroup_path(key: &str, path: &str) -> Result<(), ConfigError> {
     }
     if !p.components().any(|c| matches!(c, Component::Normal(_))) {
         return Err(invalid(key, path, "names the cgroup root itself"));
+    }
+    // What the agent will use: a GroupPath (`./x`, `a//b` and `a/` are refused here, not at start).
+    if let Err(e) = headroom_host::GroupPath::new(path) {
+        return Err(invalid(key, path, e.to_string()));
     }
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! headroom-agent: the colocation controller (sensors → Observation → Policy → Allocation →
 //! Reconciler → Host).
 
-pub mod actuators;
+pub mod actuation;
 pub mod allocation;
 pub mod config;
+pub mod controller;
 pub mod decision;
 pub mod observation;
 pub mod policy;
@@ -13,8 +14,8 @@ pub mod feed;
 pub mod lc_signal;
 pub mod lc_threads;
 pub mod metrics;
+pub mod node;
 pub mod probe;
-pub mod reconcile;
 pub mod runtime;
 pub mod scrape;
 pub mod sensors;

@@ -9,11 +9,24 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::actuation::{CgroupKnob, Knob, KnobValue};
 use crate::allocation::Allocation;
-use crate::reconcile::GroupSettings;
 
-/// Version of the state-file format.
-pub const STATE_VERSION: u32 = 1;
+/// Version of the state-file format (1: cgroup originals only, by group; still read).
+pub const STATE_VERSION: u32 = 2;
+
+/// One knob's value before the agent's first write to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OriginalValue {
+    pub knob: Knob,
+    pub value: KnobValue,
+}
+
+/// Version 1's originals: group path → cgroup knob → value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LegacyGroupSettings {
+    pub values: BTreeMap<CgroupKnob, KnobValue>,
+}
 
 /// What survives an agent restart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,8 +35,13 @@ pub struct AgentState {
     /// Pid of the agent that wrote it.
     pub pid: u32,
     pub written_unix_ms: u64,
-    /// Group path → settings before the agent's first write.
-    pub original: BTreeMap<String, GroupSettings>,
+    /// Every knob's value before the agent's first write to it (cgroup knobs, resctrl,
+    /// frequency caps, egress, io throttles).
+    #[serde(default)]
+    pub originals: Vec<OriginalValue>,
+    /// Version 1's cgroup originals (read, converted into `originals`, never written).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub original: BTreeMap<String, LegacyGroupSettings>,
     /// The last allocation applied completely (a safe state to return to).
     pub last_allocation: Option<Allocation>,
     /// BE commands the agent launched: BE name → pid (adopted, not relaunched, on restart).
@@ -36,6 +54,46 @@ pub struct AgentState {
     /// removed on exit once empty.
     #[serde(default)]
     pub created_groups: Vec<String>,
+    /// LC processes the agent moved into its LC group: pid → the group directory it was in, per
+    /// hierarchy, before the move (moved back on restore).
+    #[serde(default)]
+    pub lc_origins: BTreeMap<u32, Vec<String>>,
+}
+
+impl AgentState {
+    /// The originals as the write path keeps them.
+    pub fn original_map(&self) -> BTreeMap<Knob, KnobValue> {
+        let mut out: BTreeMap<Knob, KnobValue> = self
+            .originals
+            .iter()
+            .map(|o| (o.knob.clone(), o.value.clone()))
+            .collect();
+        for (group, settings) in &self.original {
+            let Ok(group) = headroom_host::GroupPath::new(group) else {
+                continue;
+            };
+            for (k, v) in &settings.values {
+                out.entry(Knob::cgroup(&group, *k)).or_insert_with(|| v.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether the state names every group of `groups` (the same agent configuration).
+    pub fn manages(&self, groups: &crate::actuation::ManagedGroups) -> bool {
+        let named: std::collections::BTreeSet<&headroom_host::GroupPath> = self
+            .originals
+            .iter()
+            .filter_map(|o| match &o.knob {
+                Knob::Cgroup { group, .. } => Some(group),
+                _ => None,
+            })
+            .collect();
+        let has = |g: &headroom_host::GroupPath| {
+            named.contains(g) || self.original.contains_key(g.as_str())
+        };
+        has(&groups.lc) && groups.be.iter().all(has)
+    }
 }
 
 /// Errors reading or writing the state file, naming the path.
@@ -69,7 +127,7 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    if state.version != STATE_VERSION {
+    if state.version != STATE_VERSION && state.version != 1 {
         return Err(StateError::Invalid {
             path: path.to_path_buf(),
             reason: format!(
@@ -122,5 +180,66 @@ pub fn remove(path: &Path) -> Result<(), StateError> {
             path: path.to_path_buf(),
             source,
         }),
+    }
+}
+
+/// An exclusive hold on a state file: one agent manages one set of groups. Held for the
+/// agent's life (a `flock` on `<state>.lock`, released by the kernel when the agent dies, even
+/// by SIGKILL); the holder's pid is written into the lock file for the error message.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl StateLock {
+    /// Takes the lock of `state_file`, or says which agent holds it.
+    pub fn acquire(state_file: &Path) -> Result<StateLock, StateError> {
+        use std::os::fd::AsRawFd;
+        let mut name = state_file.as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let io = |op: &'static str| {
+            let p = path.clone();
+            move |source| StateError::Io {
+                op,
+                path: p,
+                source,
+            }
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io("creating the directory of"))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("opening"))?;
+        // SAFETY: flock on an fd this function owns.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                return Err(StateError::Invalid {
+                    path: state_file.to_path_buf(),
+                    reason: format!(
+                        "another agent (pid {}) manages these groups: its lock {} is held",
+                        holder.trim(),
+                        path.display()
+                    ),
+                });
+            }
+            return Err(io("locking")(err));
+        }
+        file.set_len(0).map_err(io("truncating"))?;
+        writeln!(file, "{}", std::process::id()).map_err(io("writing"))?;
+        Ok(StateLock { _file: file, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }

@@ -155,22 +155,57 @@ impl Supervised {
         }
     }
 
-    /// Stops the command (SIGTERM, then SIGKILL after `grace`); used when the agent owns it and
-    /// is asked to clean up.
-    pub fn stop(&mut self, grace: Duration) {
+    /// Stops the command and everything it started — launched by this agent or adopted from
+    /// an earlier one: SIGTERM to its process group (the command leads its own), then, after
+    /// `grace`, SIGKILL to every process left in its group and the groups below (`cgroup.kill`
+    /// on v2). A BE group with a `command` is the agent's own, so a process someone else put
+    /// there goes too. Returns how many processes had to be killed.
+    pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> usize {
         self.restart_at = None;
-        if let Some(mut child) = self.child.take() {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let end = Instant::now() + grace;
-            while Instant::now() < end {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
+        let Some(pid) = self.pid() else {
+            return 0;
+        };
+        // A frozen process takes no signal until it is thawed.
+        if cgroups
+            .freeze_state(&self.group)
+            .is_ok_and(|st| st != headroom_host::FreezeState::Thawed)
+        {
+            let _ = cgroups.thaw(&self.group);
+        }
+        let leader = nix::unistd::Pid::from_raw(pid as i32);
+        if nix::sys::signal::killpg(leader, nix::sys::signal::Signal::SIGTERM).is_err() {
+            let _ = nix::sys::signal::kill(leader, nix::sys::signal::Signal::SIGTERM);
+        }
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            let gone = match self.child.as_mut() {
+                Some(child) => matches!(child.try_wait(), Ok(Some(_))),
+                None => nix::sys::signal::kill(leader, None).is_err(),
+            };
+            let group_empty = cgroups.procs(&self.group).is_ok_and(|p| p.is_empty());
+            if gone && group_empty {
+                break;
             }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let killed = kill_group(cgroups, &self.group);
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        self.adopted = None;
+        tracing::info!(name = %self.name, pid, killed, "stopped");
+        killed
+    }
+}
+
+/// Kills every process of `group` and below (see [`Cgroups::kill_all`]); returns how many.
+pub fn kill_group(cgroups: &Cgroups, group: &GroupPath) -> usize {
+    match cgroups.kill_all(group) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!(group = %group, error = %e, "killing the processes of a BE group");
+            0
         }
     }
 }

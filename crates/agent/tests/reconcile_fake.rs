@@ -5,18 +5,18 @@
 mod support;
 
 use headroom_agent::allocation::{Allocation, CpuWeight, LcTreatment};
-use headroom_agent::reconcile::{Knob, ManagedGroups, ReconcileError, Reconciler, RollbackOutcome};
+use headroom_agent::actuation::{ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome};
 use headroom_host::GroupPath;
-use support::Fake;
+use support::{Fake, Plan};
 
-fn setup(fake: &Fake) -> Reconciler {
+fn setup(fake: &Fake) -> Plan {
     let cgroups = fake.host().cgroups().unwrap();
     let lc = GroupPath::new("hr/lc").unwrap();
     let be = GroupPath::new("hr/be").unwrap();
     cgroups.create(&lc).unwrap();
     cgroups.create(&be).unwrap();
     fake.io.take_writes();
-    Reconciler::attach(cgroups, ManagedGroups { lc, be: vec![be] }).unwrap()
+    Plan::attach(&fake.host(), ManagedGroups { lc, be: vec![be] })
 }
 
 fn files(writes: &[(String, String)]) -> Vec<String> {
@@ -108,7 +108,7 @@ fn drift_is_repaired_on_a_verifying_pass() {
     );
     let verified = r.apply(&a, true).unwrap();
     assert_eq!(verified.drift.len(), 1);
-    assert_eq!(verified.drift[0].knob, Knob::CpusetCpus);
+    assert!(matches!(verified.drift[0].knob, Knob::Cgroup { knob: CgroupKnob::CpusetCpus, .. }));
     assert_eq!(
         files(&fake.io.take_writes()),
         vec!["cpuset/hr/be/cpuset.cpus=2-3"]
@@ -138,8 +138,8 @@ fn a_half_failed_change_is_rolled_back() {
     let err = r.apply(&change, true).unwrap_err();
     let msg = err.to_string();
     match &err {
-        ReconcileError::Write(f) => {
-            assert_eq!(f.knob, Knob::CpuQuota);
+        ActuationError::Write(f) => {
+            assert!(matches!(f.knob, Knob::Cgroup { knob: CgroupKnob::CpuQuota, .. }));
             assert_eq!(f.attempts, 3);
             assert_eq!(f.rollback, RollbackOutcome::RolledBack(2), "{msg}");
         }
@@ -168,7 +168,7 @@ fn restore_original_brings_back_what_was_there() {
     cgroups.create(&lc).unwrap();
     cgroups.create(&be).unwrap();
     fake.set_knob("cpu", "hr/be", "cpu.shares", "512\n");
-    let mut r = Reconciler::attach(cgroups, ManagedGroups { lc, be: vec![be] }).unwrap();
+    let mut r = Plan::attach(&fake.host(), ManagedGroups { lc, be: vec![be] });
     r.apply(
         &Allocation {
             be_enabled: false,

@@ -3,8 +3,10 @@
 //! that read everything back neither "repair" it nor fail on it.
 
 use headroom_agent::allocation::{Allocation, CpuWeight};
-use headroom_agent::reconcile::{ManagedGroups, Reconciler};
+use headroom_agent::actuation::ManagedGroups;
 use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+
+mod support;
 
 const TEST: &str = "an_idle_be_group_keeps_reconciling_on_the_real_kernel";
 
@@ -39,14 +41,13 @@ fn an_idle_be_group_keeps_reconciling_on_the_real_kernel() {
         return eprintln!("SKIP {TEST}: no cpu.idle on this kernel");
     }
     let original = cgroups.cpu_weight(&be).unwrap();
-    let mut r = Reconciler::attach(
-        cgroups.clone(),
+    let mut r = support::Plan::attach(
+        &LinuxHost::system(),
         ManagedGroups {
             lc,
             be: vec![be.clone()],
         },
-    )
-    .unwrap();
+    );
     let weighted = |shares, weight| Allocation {
         be_enabled: true,
         be_cpu_idle: Some(false),

@@ -11,7 +11,8 @@ use headroom_agent::allocation::Allocation;
 use headroom_agent::config::Config;
 use headroom_agent::control::{self, Request, Response};
 use headroom_agent::lc_signal::SignalCell;
-use headroom_agent::reconcile::{GroupSettings, Knob, KnobValue};
+use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue};
+use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};
 
 fn repo_file(rel: &str) -> String {
@@ -41,22 +42,43 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sub/state.json");
     assert!(state::load(&path).unwrap().is_none());
-    let mut values = std::collections::BTreeMap::new();
-    values.insert(Knob::CpusetCpus, KnobValue::Cpus("0-1".into()));
-    values.insert(Knob::CpuWeight, KnobValue::Weight(512));
+    let be = headroom_host::GroupPath::new("hr/be").unwrap();
     let st = AgentState {
         version: STATE_VERSION,
         pid: 42,
         written_unix_ms: 1,
-        original: [("hr/be".to_string(), GroupSettings { values })].into(),
+        originals: vec![
+            OriginalValue {
+                knob: Knob::cgroup(&be, CgroupKnob::CpusetCpus),
+                value: KnobValue::Cpus("0-1".into()),
+            },
+            OriginalValue {
+                knob: Knob::MaxFreq { cpu: 1 },
+                value: KnobValue::Khz(3_000_000),
+            },
+        ],
+        original: Default::default(),
         last_allocation: Some(Allocation::default().disabled()),
         owned_pids: [("spin".to_string(), 7)].into(),
         lc_threads: Default::default(),
         created_groups: vec!["hr".into(), "hr/be".into()],
+        lc_origins: [(9, vec!["/sys/fs/cgroup/cpu/system.slice".to_string()])].into(),
     };
     state::store(&path, &st).unwrap();
     assert_eq!(state::load(&path).unwrap().unwrap(), st);
     assert!(!dir.path().join("sub/state.json.tmp").exists());
+    // A version-1 file (cgroup originals by group) is read and converted.
+    std::fs::write(
+        &path,
+        r#"{"version": 1, "pid": 1, "written_unix_ms": 1, "last_allocation": null,
+            "original": {"hr/be": {"values": {"cpu_weight": {"weight": 512}}}}}"#,
+    )
+    .unwrap();
+    let old = state::load(&path).unwrap().unwrap();
+    assert_eq!(
+        old.original_map().get(&Knob::cgroup(&be, CgroupKnob::CpuWeight)),
+        Some(&KnobValue::Weight(512))
+    );
     std::fs::write(&path, "{\"version\": 99}").unwrap();
     let err = state::load(&path).unwrap_err().to_string();
     assert!(err.contains("state.json"), "{err}");

@@ -6,7 +6,7 @@
 //! function of the group's directory in the hierarchy that owns its controller, so a hybrid host
 //! (v1 controllers plus a cgroup2 mount) resolves every controller on its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,6 +18,26 @@ use crate::error::{HostError, Result};
 use crate::group_path::GroupPath;
 use crate::knob_io::{under, Knobs};
 use crate::sensors::{parse_psi, Psi, PsiResource};
+
+/// How long [`Cgroups::kill_all`] waits for killed processes to leave their groups.
+pub const KILL_SETTLE: Duration = Duration::from_secs(5);
+
+/// `dir` and every directory below it (a group and its descendants).
+fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(rd) = std::fs::read_dir(&out[i]) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(e.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
 
 /// How cgroups are mounted on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -714,6 +734,44 @@ impl Cgroups {
         Ok(())
     }
 
+    /// Where a process is in each hierarchy `group` spans — the directories, below each
+    /// mount, that the lines of its `/proc/<pid>/cgroup` (`proc_cgroup`) name. A hierarchy
+    /// the text does not mention is left out.
+    pub fn process_dirs(&self, group: &GroupPath, proc_cgroup: &str) -> Vec<PathBuf> {
+        let lines: Vec<(&str, &str)> = proc_cgroup
+            .lines()
+            .filter_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let _id = parts.next()?;
+                Some((parts.next()?, parts.next()?))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (backend, _) in self.group_dirs(group) {
+            let path = match &backend {
+                Backend::V2(_) => lines.iter().find(|(c, _)| c.is_empty()).map(|(_, p)| *p),
+                Backend::V1(mount) => Controller::ALL
+                    .iter()
+                    .find(|c| self.layout.backend(**c).as_ref().is_some_and(|b| b.mount() == mount))
+                    .and_then(|c| {
+                        lines
+                            .iter()
+                            .find(|(list, _)| list.split(',').any(|n| n == c.v1_name()))
+                            .map(|(_, p)| *p)
+                    }),
+            };
+            if let Some(p) = path {
+                out.push(backend.mount().join(p.trim_start_matches('/')));
+            }
+        }
+        out
+    }
+
+    /// Moves a process into the group directory `dir` (one of [`Cgroups::process_dirs`]).
+    pub fn move_process_to_dir(&self, dir: &Path, pid: i32) -> Result<()> {
+        self.knobs.write(&dir.join("cgroup.procs"), &pid.to_string())
+    }
+
     /// Moves one thread into `group` (v1 `tasks` in every hierarchy; v2 `cgroup.threads`, which
     /// only works inside threaded subtrees).
     pub fn move_thread(&self, group: &GroupPath, tid: i32) -> Result<()> {
@@ -963,6 +1021,70 @@ impl Cgroups {
     /// Freezes the group and waits until the kernel reports it frozen.
     pub fn freeze(&self, group: &GroupPath) -> Result<()> {
         self.set_frozen(group, true)
+    }
+
+    /// Kills every process of `group` and of the groups below it, in every hierarchy: v2
+    /// `cgroup.kill` where the kernel has it (5.14+), else SIGKILL to each process (forked
+    /// children too), thawing a frozen group so the signals are delivered, until the groups are
+    /// empty or [`KILL_SETTLE`] has passed. Returns how many processes were found to kill.
+    pub fn kill_all(&self, group: &GroupPath) -> Result<usize> {
+        let dirs: Vec<PathBuf> = self
+            .group_dirs(group)
+            .into_iter()
+            .map(|(_, d)| d)
+            .filter(|d| d.is_dir())
+            .collect();
+        let pids = |dirs: &[PathBuf]| -> BTreeSet<i32> {
+            let mut out = BTreeSet::new();
+            for d in dirs {
+                for sub in walk_dirs(d) {
+                    if let Ok(p) = self.read_pids(&sub.join("cgroup.procs")) {
+                        out.extend(p);
+                    }
+                }
+            }
+            out
+        };
+        let found = pids(&dirs);
+        if found.is_empty() {
+            return Ok(0);
+        }
+        if let Some(kill) = dirs
+            .iter()
+            .map(|d| d.join("cgroup.kill"))
+            .find(|p| p.exists())
+        {
+            self.knobs.write(&kill, "1")?;
+        }
+        let start = Instant::now();
+        loop {
+            let left = pids(&dirs);
+            if left.is_empty() {
+                return Ok(found.len());
+            }
+            for &pid in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            // A frozen task takes SIGKILL only once thawed.
+            if self
+                .freeze_state(group)
+                .is_ok_and(|st| st != FreezeState::Thawed)
+            {
+                let _ = self.thaw(group);
+            }
+            if start.elapsed() > KILL_SETTLE {
+                return Err(HostError::Timeout {
+                    path: dirs[0].join("cgroup.procs"),
+                    expected: "no process".into(),
+                    last: format!("{} left: {left:?}", left.len()),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Thaws the group and waits until the kernel reports it thawed.

@@ -134,3 +134,17 @@ impl TryFrom<&str> for GroupPath {
         GroupPath::new(s)
     }
 }
+
+impl serde::Serialize for GroupPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// Read back validated: a state file cannot smuggle in a path that climbs out of the root.
+impl<'de> serde::Deserialize<'de> for GroupPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        GroupPath::new(&s).map_err(serde::de::Error::custom)
+    }
+}

@@ -176,3 +176,36 @@ impl Fake {
             .join(file)
     }
 }
+
+/// The one write path over a fake host's cgroups (no resctrl, cpufreq or egress there).
+#[allow(dead_code)]
+pub struct Plan {
+    pub node: headroom_agent::actuation::linux::LinuxNode,
+    pub act: headroom_agent::actuation::Actuation,
+}
+
+#[allow(dead_code)]
+impl Plan {
+    pub fn attach(host: &LinuxHost, groups: headroom_agent::actuation::ManagedGroups) -> Plan {
+        let cgroups = host.cgroups().unwrap();
+        let mut node = headroom_agent::actuation::linux::LinuxNode::probe(host, cgroups, &[]);
+        let act = headroom_agent::actuation::Actuation::attach(&mut node, groups).unwrap();
+        Plan { node, act }
+    }
+
+    pub fn apply(
+        &mut self,
+        a: &headroom_agent::allocation::Allocation,
+        verify: bool,
+    ) -> Result<headroom_agent::actuation::ApplyReport, headroom_agent::actuation::ActuationError>
+    {
+        self.act.apply(&mut self.node, a, &[], verify)
+    }
+
+    pub fn restore_original(
+        &mut self,
+    ) -> Result<headroom_agent::actuation::ApplyReport, headroom_agent::actuation::ActuationError>
+    {
+        self.act.restore_original(&mut self.node)
+    }
+}

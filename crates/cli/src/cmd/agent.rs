@@ -89,7 +89,17 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
                 "headroom agent: no {}; replaying with this host's description",
                 side.display()
             );
-            machine_info(&headroom_host::LinuxHost::system())
+            let host = headroom_host::LinuxHost::system();
+            let cpus: Vec<u32> = host
+                .topology()
+                .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+                .unwrap_or_default();
+            let cgroups = host.cgroups()?;
+            let node = headroom_agent::actuation::linux::LinuxNode::from_config(
+                &host, cgroups, config, &cpus,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            machine_info(&host, &node)
         }
     };
     let mismatches = replay_log(config, &machine, &records);

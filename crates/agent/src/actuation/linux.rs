@@ -1,0 +1,597 @@
+//! The real host behind the [`Node`] seam: cgroup knobs (v1 or v2), block-I/O throttles,
+//! resctrl (Intel RDT, Heracles Alg. 2), the BE CPUs' `scaling_max_freq` (Alg. 3) and the
+//! egress HTB tree (Alg. 4), each only where its mechanism exists and `[actuators]` leaves it
+//! on; the others are listed with the reason ([`LinuxNode::disabled`]) and the policies' parts
+//! for them stay off ([`LinuxNode::limit_mechanisms`]).
+//!
+//! resctrl layout: BE threads go into one control group, `headroom-be`, whose L3 mask holds the
+//! BE's ways (the top ones, Heracles' partition); the LC keeps the default group, whose mask is
+//! set to the complementary low ways. MB throttles only the BE group. BE threads come and go,
+//! so the runtime re-assigns them ([`LinuxNode::assign_be_tasks`]) every slow pass.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use headroom_host::power::CpuFreq;
+use headroom_host::resctrl::{Resctrl, ResctrlGroup};
+use headroom_host::tc::{Egress, HtbConfig, SystemTc, TcRunner};
+use headroom_host::{
+    Cgroups, Controller, CpuSet, FreezeState, GroupPath, HostError, LinuxHost,
+};
+
+use super::knob::{CgroupKnob, Knob, KnobValue};
+use super::target::BE_RESCTRL_GROUP;
+use crate::config::Config;
+use crate::node::{Node, NodeError, NodeFacts};
+use crate::observation::Observation;
+use crate::policy::Mechanisms;
+use crate::sensors::Sensors;
+
+/// Mechanism names of the optional actuators (the `doctor` / [`Mechanisms`] names).
+pub const RESCTRL_L3: &str = "resctrl_l3";
+pub const RESCTRL_MBA: &str = "resctrl_mba";
+pub const CPUFREQ: &str = "cpufreq";
+pub const TC_HTB: &str = "tc_htb";
+pub const IO: &str = "io";
+
+/// Pause between attempts of a failing write (EBUSY during a migration settles quickly).
+const RETRY_PAUSE: Duration = Duration::from_micros(500);
+
+/// A `tc` runner shared with whoever made it (tests keep a handle to read its calls).
+#[derive(Debug, Clone)]
+struct SharedTc(Arc<dyn TcRunner>);
+
+impl TcRunner for SharedTc {
+    fn run(&self, args: &[String]) -> Result<String, HostError> {
+        self.0.run(args)
+    }
+}
+
+struct EgressPart {
+    egress: Egress<SharedTc>,
+    htb: HtbConfig,
+    /// The BE class ceil the tree holds (`None`: no tree): tc state is not read back.
+    installed: Option<u64>,
+}
+
+/// A Linux host under the agent's control.
+pub struct LinuxNode {
+    cgroups: Cgroups,
+    resctrl: Option<Resctrl>,
+    cpufreq: Option<CpuFreq>,
+    egress: Option<EgressPart>,
+    io_v1: bool,
+    facts: NodeFacts,
+    /// Optional actuators that do not run here, with the reason.
+    disabled: Vec<(&'static str, String)>,
+    sensors: Option<Sensors>,
+    started: Instant,
+    blank: Observation,
+}
+
+impl std::fmt::Debug for LinuxNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinuxNode")
+            .field("facts", &self.facts)
+            .field("disabled", &self.disabled)
+            .finish()
+    }
+}
+
+impl LinuxNode {
+    /// The cgroup knobs of `cgroups`, and which of resctrl and cpufreq `host` offers for `cpus`
+    /// (egress and io are added by [`LinuxNode::with_egress`] / [`LinuxNode::with_io`]).
+    /// Never fails and writes nothing: a missing mechanism disables its part only.
+    pub fn probe(host: &LinuxHost, cgroups: Cgroups, cpus: &[u32]) -> LinuxNode {
+        let mut disabled: Vec<(&'static str, String)> = Vec::new();
+        let mut facts = NodeFacts {
+            v2_weights: cgroups.backend(Controller::Cpu).is_ok_and(|b| b.is_v2()),
+            ..NodeFacts::default()
+        };
+        let resctrl = host.resctrl();
+        let resctrl = match resctrl.info() {
+            Ok(info) if info.l3.is_some() || info.mb.is_some() => {
+                if info.l3.is_none() {
+                    disabled.push((RESCTRL_L3, "no L3 allocation (CAT) in resctrl/info".into()));
+                }
+                if info.mb.is_none() {
+                    disabled.push((RESCTRL_MBA, "no MB allocation (MBA) in resctrl/info".into()));
+                }
+                facts.l3 = info.l3;
+                facts.mb = info.mb;
+                facts.resctrl_leftover = resctrl.dir().join(BE_RESCTRL_GROUP).is_dir();
+                Some(resctrl)
+            }
+            Ok(_) => {
+                let reason = "resctrl offers neither L3 nor MB allocation".to_string();
+                disabled.push((RESCTRL_L3, reason.clone()));
+                disabled.push((RESCTRL_MBA, reason));
+                None
+            }
+            Err(e) => {
+                disabled.push((RESCTRL_L3, e.to_string()));
+                disabled.push((RESCTRL_MBA, e.to_string()));
+                None
+            }
+        };
+        let cpufreq = host.cpufreq();
+        let mut range = BTreeMap::new();
+        let mut missing = cpus.is_empty().then(|| "no CPUs".to_string());
+        for &cpu in cpus {
+            match cpufreq.info(cpu as usize) {
+                Ok(info) if cpufreq.available(cpu as usize) => {
+                    range.insert(cpu, (info.cpuinfo_min_khz, info.cpuinfo_max_khz));
+                }
+                _ => {
+                    missing = Some(format!(
+                        "{} missing (no cpufreq driver: common in VMs)",
+                        cpufreq
+                            .cpu_dir()
+                            .join(format!("cpu{cpu}/cpufreq/scaling_max_freq"))
+                            .display()
+                    ));
+                    break;
+                }
+            }
+        }
+        let cpufreq = match missing {
+            None => {
+                facts.freq_range = Some(range);
+                Some(cpufreq)
+            }
+            Some(reason) => {
+                disabled.push((CPUFREQ, reason));
+                None
+            }
+        };
+        LinuxNode {
+            cgroups,
+            resctrl,
+            cpufreq,
+            egress: None,
+            io_v1: false,
+            facts,
+            disabled,
+            sensors: None,
+            started: Instant::now(),
+            blank: Observation::default(),
+        }
+    }
+
+    /// Everything the agent's config asks for, on what `host` offers: `[actuators]` turns
+    /// optional actuators off, `[egress] device` turns egress on. Each reason an actuator does
+    /// not run is logged once, here. Fails only on a bad `[egress]` (device or link rate).
+    pub fn from_config(
+        host: &LinuxHost,
+        cgroups: Cgroups,
+        config: &Config,
+        cpus: &[u32],
+    ) -> Result<LinuxNode, NodeError> {
+        let mut n = LinuxNode::probe(host, cgroups, cpus);
+        let switches = &config.actuators;
+        if !switches.resctrl && n.resctrl.is_some() {
+            n.resctrl = None;
+            n.facts.l3 = None;
+            n.facts.mb = None;
+            n.disable(RESCTRL_L3, "turned off by actuators.resctrl = false");
+            n.disable(RESCTRL_MBA, "turned off by actuators.resctrl = false");
+        }
+        if !switches.cpufreq && n.cpufreq.is_some() {
+            n.cpufreq = None;
+            n.facts.freq_range = None;
+            n.disable(CPUFREQ, "turned off by actuators.cpufreq = false");
+        }
+        if switches.io {
+            n = n.with_io();
+        } else {
+            n.disable(IO, "turned off by actuators.io = false");
+        }
+        if config.egress.device.is_empty() {
+            n.disable(TC_HTB, "no [egress] device configured");
+        } else {
+            n = n.with_egress(host, &config.egress.device, config.egress.link_mbit)?;
+        }
+        for (name, reason) in &n.disabled {
+            tracing::info!(actuator = name, reason = %reason, "actuator not available here");
+        }
+        for name in n.active() {
+            tracing::info!(actuator = name, "actuator on");
+        }
+        Ok(n)
+    }
+
+    fn disable(&mut self, name: &'static str, reason: &str) {
+        self.disabled.retain(|(n, _)| *n != name);
+        self.disabled.push((name, reason.to_string()));
+    }
+
+    /// Throttles the BE groups' block I/O (`be_io_limits`) where the io controller exists.
+    pub fn with_io(mut self) -> Self {
+        match self.cgroups.backend(Controller::Io) {
+            Ok(backend) => {
+                self.disabled.retain(|(n, _)| *n != IO);
+                self.io_v1 = !backend.is_v2();
+                self.facts.io = true;
+            }
+            Err(e) => self.disable(IO, &e.to_string()),
+        }
+        self
+    }
+
+    /// Takes over egress shaping of `device`; `link_mbit` 0 = `/sys/class/net/<device>/speed`.
+    pub fn with_egress(
+        self,
+        host: &LinuxHost,
+        device: &str,
+        link_mbit: u64,
+    ) -> Result<Self, NodeError> {
+        let mbit = if link_mbit > 0 {
+            link_mbit
+        } else {
+            let path = host.root().join(format!("sys/class/net/{device}/speed"));
+            let what = format!("egress.link_mbit = 0 and {}", path.display());
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| NodeError::new(&what, format!("{e}: set egress.link_mbit")))?;
+            match text.trim().parse::<i64>() {
+                Ok(v) if v > 0 => v as u64,
+                _ => {
+                    return Err(NodeError::new(
+                        format!("{what} = {:?}", text.trim()),
+                        "no link speed (virtual device?): set egress.link_mbit",
+                    ))
+                }
+            }
+        };
+        self.with_egress_runner(
+            Arc::new(SystemTc::new()),
+            device,
+            mbit.saturating_mul(1_000_000),
+        )
+    }
+
+    /// Egress shaping of `device` through `runner` (a namespace's `tc`, or a test double).
+    pub fn with_egress_runner(
+        mut self,
+        runner: Arc<dyn TcRunner>,
+        device: &str,
+        link_bits_per_s: u64,
+    ) -> Result<Self, NodeError> {
+        let egress = Egress::new(SharedTc(runner), device)
+            .map_err(|e| NodeError::new(format!("egress.device = {device:?}"), e.to_string()))?;
+        if link_bits_per_s == 0 {
+            return Err(NodeError::new(
+                "egress.link_mbit = 0",
+                "the link rate must be positive",
+            ));
+        }
+        self.disabled.retain(|(n, _)| *n != TC_HTB);
+        self.facts.egress_link_bits = Some(link_bits_per_s);
+        self.egress = Some(EgressPart {
+            egress,
+            htb: HtbConfig::new(link_bits_per_s, link_bits_per_s),
+            installed: None,
+        });
+        Ok(self)
+    }
+
+    /// Senses through `sensors` from now on (time zero: `started`).
+    pub fn set_sensors(&mut self, sensors: Sensors, started: Instant) {
+        self.sensors = Some(sensors);
+        self.started = started;
+    }
+
+    pub fn sensors(&self) -> Option<&Sensors> {
+        self.sensors.as_ref()
+    }
+
+    pub fn sensors_mut(&mut self) -> Option<&mut Sensors> {
+        self.sensors.as_mut()
+    }
+
+    pub fn cgroups(&self) -> &Cgroups {
+        &self.cgroups
+    }
+
+    /// The BE HTB class id when egress is shaped (for the BE groups' BPF classifier).
+    pub fn egress_be_classid(&self) -> Option<u32> {
+        self.egress.as_ref().map(|e| e.htb.be_classid())
+    }
+
+    /// The egress link rate in bits/s (0 where egress is not shaped).
+    pub fn facts_link_bits(&self) -> u64 {
+        self.facts.egress_link_bits.unwrap_or(0)
+    }
+
+    /// Names of the optional actuators that run.
+    pub fn active(&self) -> Vec<&'static str> {
+        [
+            (RESCTRL_L3, self.facts.l3.is_some()),
+            (RESCTRL_MBA, self.facts.mb.is_some()),
+            (CPUFREQ, self.cpufreq.is_some()),
+            (TC_HTB, self.egress.is_some()),
+            (IO, self.facts.io),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| n)
+        .collect()
+    }
+
+    /// Optional actuators that do not run here, with the reason.
+    pub fn disabled(&self) -> &[(&'static str, String)] {
+        &self.disabled
+    }
+
+    /// Turns off the policies' parts for mechanisms this node does not drive.
+    pub fn limit_mechanisms(&self, m: &mut Mechanisms) {
+        m.resctrl_l3 &= self.facts.l3.is_some();
+        m.resctrl_mba &= self.facts.mb.is_some();
+        m.cpufreq &= self.cpufreq.is_some();
+        m.tc_htb &= self.egress.is_some();
+        m.io &= self.facts.io;
+    }
+
+    /// The LLC's ways (for the policies' `MachineInfo::llc_ways`).
+    pub fn llc_ways(&self) -> Option<u32> {
+        self.facts.l3.as_ref().map(|l3| l3.ways())
+    }
+
+    /// Moves the BE threads `tids` into the BE resctrl group (they appear over time); returns
+    /// how many were moved. A thread that exited meanwhile is skipped. Nothing happens before
+    /// the group exists (the first allocation with ways or MBA makes it).
+    pub fn assign_be_tasks(&mut self, tids: &[i32]) -> Result<usize, NodeError> {
+        let Some(r) = self.resctrl.as_ref() else {
+            return Ok(0);
+        };
+        let group = be_resctrl_group();
+        let tasks = r.dir().join(BE_RESCTRL_GROUP).join("tasks");
+        if !r.dir().join(BE_RESCTRL_GROUP).is_dir() {
+            return Ok(0);
+        }
+        let what = || tasks.display().to_string();
+        let present = r
+            .tasks(&group)
+            .map_err(|e| NodeError::new(what(), e.to_string()))?;
+        let mut moved = 0;
+        for &tid in tids.iter().filter(|t| !present.contains(t)) {
+            match r.add_task(&group, tid) {
+                Ok(()) => moved += 1,
+                Err(e) if e.errno() == Some(nix::errno::Errno::ESRCH) => {}
+                Err(e) => return Err(NodeError::new(what(), format!("adding {tid}: {e}"))),
+            }
+        }
+        Ok(moved)
+    }
+
+    fn unsupported(&self, knob: &Knob) -> NodeError {
+        NodeError::new(self.describe(knob), "not driven on this host")
+    }
+
+    fn read_cgroup(&self, group: &GroupPath, knob: CgroupKnob) -> Result<KnobValue, HostError> {
+        let cg = &self.cgroups;
+        Ok(match knob {
+            CgroupKnob::CpusetCpus => {
+                let cpus = cg.cpuset_cpus(group)?;
+                // v2 shows an empty cpuset.cpus for "inherited": the effective set is the value.
+                let cpus = if cpus.is_empty() {
+                    cg.cpuset_effective_cpus(group)?
+                } else {
+                    cpus
+                };
+                KnobValue::Cpus(cpus.to_list())
+            }
+            CgroupKnob::CpuWeight => KnobValue::Weight(cg.cpu_weight(group)?),
+            CgroupKnob::CpuIdle => KnobValue::Idle(cg.cpu_idle(group)?),
+            CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
+            CgroupKnob::Frozen => {
+                KnobValue::Frozen(cg.freeze_state(group)? != FreezeState::Thawed)
+            }
+            CgroupKnob::MemoryMax => KnobValue::MemoryMax(cg.memory_max(group)?),
+        })
+    }
+
+    fn write_cgroup(&self, group: &GroupPath, value: &KnobValue) -> Result<(), HostError> {
+        let cg = &self.cgroups;
+        match value {
+            KnobValue::Cpus(list) => cg.set_cpuset_cpus(group, &CpuSet::parse_list(list)?),
+            // Natively, without the host's v1→v2 mapping: the value is already native.
+            KnobValue::Weight(w) => cg.set_cpu_weight(group, *w).map(|_| ()),
+            KnobValue::Idle(i) => cg.set_cpu_idle(group, *i),
+            KnobValue::Quota(q) => cg.set_cpu_quota(group, *q),
+            KnobValue::Frozen(true) => cg.freeze(group),
+            KnobValue::Frozen(false) => cg.thaw(group),
+            KnobValue::MemoryMax(b) => cg.set_memory_max(group, *b),
+            other => Err(HostError::invalid(
+                "cgroup knob value",
+                other.to_string(),
+                "not a cgroup value",
+            )),
+        }
+    }
+}
+
+fn be_resctrl_group() -> ResctrlGroup {
+    ResctrlGroup::new(BE_RESCTRL_GROUP).expect("a valid resctrl group name")
+}
+
+fn resctrl_group(name: &str) -> ResctrlGroup {
+    if name.is_empty() {
+        ResctrlGroup::default_group()
+    } else {
+        be_resctrl_group()
+    }
+}
+
+impl Node for LinuxNode {
+    fn facts(&self) -> &NodeFacts {
+        &self.facts
+    }
+
+    fn sense(&mut self, t: Duration) -> &Observation {
+        match self.sensors.as_mut() {
+            Some(s) => s.sample(self.started + t),
+            None => &self.blank,
+        }
+    }
+
+    fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
+        let with_what = |e: HostError| NodeError {
+            not_found: e.is_not_found(),
+            what: self.describe(knob),
+            reason: e.to_string(),
+        };
+        match knob {
+            Knob::Cgroup { group, knob: k } => self.read_cgroup(group, *k).map_err(with_what),
+            Knob::Io { group, device } if self.facts.io => self
+                .cgroups
+                .io_limits(group, *device)
+                .map(KnobValue::Io)
+                .map_err(with_what),
+            Knob::Schemata { group } => {
+                let r = self.resctrl.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                if !group.is_empty() && !r.dir().join(group).is_dir() {
+                    return Ok(KnobValue::NoGroup);
+                }
+                r.schemata(&resctrl_group(group))
+                    .map(KnobValue::Schemata)
+                    .map_err(with_what)
+            }
+            Knob::MaxFreq { cpu } => {
+                let f = self.cpufreq.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                f.max_khz(*cpu as usize).map(KnobValue::Khz).map_err(with_what)
+            }
+            Knob::Egress => {
+                let e = self.egress.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                Ok(KnobValue::Htb(e.installed))
+            }
+            Knob::Io { .. } => Err(self.unsupported(knob)),
+        }
+    }
+
+    fn write(&mut self, knob: &Knob, from: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
+        let what = self.describe(knob);
+        let with_what = |e: HostError| NodeError {
+            not_found: e.is_not_found(),
+            what: what.clone(),
+            reason: e.to_string(),
+        };
+        match (knob, to) {
+            (Knob::Cgroup { group, .. }, v) => self.write_cgroup(group, v).map_err(with_what),
+            (Knob::Io { group, device }, KnobValue::Io(limits)) if self.facts.io => self
+                .cgroups
+                .set_io_limits(group, *device, *limits)
+                .map_err(with_what),
+            (Knob::Schemata { group }, value) => {
+                let r = self.resctrl.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                let g = resctrl_group(group);
+                match value {
+                    KnobValue::NoGroup if !group.is_empty() => {
+                        r.remove_group(&g).map_err(with_what)
+                    }
+                    KnobValue::Schemata(s) => {
+                        r.create_group(&g).map_err(with_what)?;
+                        r.set_schemata(&g, s).map_err(with_what)
+                    }
+                    _ => Err(self.unsupported(knob)),
+                }
+            }
+            (Knob::MaxFreq { cpu }, KnobValue::Khz(khz)) => {
+                let f = self.cpufreq.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                f.set_max_khz(*cpu as usize, *khz).map_err(with_what)
+            }
+            (Knob::Egress, KnobValue::Htb(ceil)) => {
+                let e = self.egress.as_mut().ok_or_else(|| NodeError::new(&what, "no egress"))?;
+                let result = match (from, ceil) {
+                    (_, None) => e.egress.teardown(),
+                    (KnobValue::Htb(Some(_)), Some(bits)) => e.egress.set_be_ceil(&e.htb, *bits),
+                    (_, Some(bits)) => {
+                        let mut htb = e.htb;
+                        htb.be_ceil_bits_per_s = *bits;
+                        e.egress.setup(&htb)
+                    }
+                };
+                result.map_err(with_what)?;
+                e.installed = *ceil;
+                Ok(())
+            }
+            _ => Err(self.unsupported(knob)),
+        }
+    }
+
+    fn retry_pause(&mut self) {
+        std::thread::sleep(RETRY_PAUSE);
+    }
+
+    /// SIGKILLs every process of the BE groups, thawing frozen ones so the signal is delivered.
+    fn kill_be(&mut self, groups: &[GroupPath]) -> usize {
+        let mut killed = 0;
+        for g in groups {
+            let procs = self.cgroups.procs(g).unwrap_or_default();
+            if procs.is_empty() {
+                continue;
+            }
+            tracing::warn!(group = %g, processes = procs.len(), "be_kill: killing BE processes");
+            killed += crate::supervisor::kill_group(&self.cgroups, g);
+        }
+        killed
+    }
+
+    fn describe(&self, knob: &Knob) -> String {
+        match knob {
+            Knob::Cgroup { group, knob } => {
+                let dirs = self.cgroups.group_dirs(group);
+                let file = match knob {
+                    CgroupKnob::CpusetCpus => "cpuset.cpus",
+                    CgroupKnob::CpuWeight if self.facts.v2_weights => "cpu.weight",
+                    CgroupKnob::CpuWeight => "cpu.shares",
+                    CgroupKnob::CpuIdle => "cpu.idle",
+                    CgroupKnob::CpuQuota if self.facts.v2_weights => "cpu.max",
+                    CgroupKnob::CpuQuota => "cpu.cfs_quota_us",
+                    CgroupKnob::Frozen if self.facts.v2_weights => "cgroup.freeze",
+                    CgroupKnob::Frozen => "freezer.state",
+                    CgroupKnob::MemoryMax if self.facts.v2_weights => "memory.max",
+                    CgroupKnob::MemoryMax => "memory.limit_in_bytes",
+                };
+                let controller = knob.controller();
+                let dir = self
+                    .cgroups
+                    .backend(controller)
+                    .ok()
+                    .and_then(|b| {
+                        dirs.iter()
+                            .find(|(d, _)| d.mount() == b.mount())
+                            .map(|(_, p)| p.join(file))
+                    });
+                match dir {
+                    Some(p) => p.display().to_string(),
+                    None => format!("{file} of {group}"),
+                }
+            }
+            Knob::Io { group, device } => {
+                let file = if self.io_v1 {
+                    "blkio.throttle.*_device"
+                } else {
+                    "io.max"
+                };
+                format!("{file} of {group} for device {device}")
+            }
+            Knob::Schemata { group } => match &self.resctrl {
+                Some(r) => r.dir().join(group).join("schemata").display().to_string(),
+                None => knob.to_string(),
+            },
+            Knob::MaxFreq { cpu } => match &self.cpufreq {
+                Some(f) => f
+                    .cpu_dir()
+                    .join(format!("cpu{cpu}/cpufreq/scaling_max_freq"))
+                    .display()
+                    .to_string(),
+                None => knob.to_string(),
+            },
+            Knob::Egress => match &self.egress {
+                Some(e) => format!("tc HTB on dev {}", e.egress.device()),
+                None => knob.to_string(),
+            },
+        }
+    }
+}

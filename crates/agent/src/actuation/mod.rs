@@ -1,0 +1,525 @@
+//! The one write path: every knob of every resource (cgroup knobs, block-I/O throttles, resctrl
+//! schemata, frequency caps, the egress HTB) goes through [`Actuation::apply`], on a real host
+//! or a simulated one ([`Node`]).
+//!
+//! An allocation becomes one plan: the knob values it asks for ([`target`]), minus what the
+//! node already holds (what was last applied; on a verifying pass, what is read back, so drift
+//! made by others is found and repaired), ordered by [`knob::phase`] — freeze first, everything
+//! BE loses, what the LC gains, what BE gains, thaw last. A write that keeps failing after
+//! [`WRITE_ATTEMPTS`] tries stops the plan and the writes already made are undone newest first,
+//! so the node is never left half-way between two allocations. Each knob's original value is
+//! read before the agent's first write to it; [`Actuation::restore_original`] puts them all
+//! back (`ctl off`, `on_exit = "restore"`) and they survive a restart in the state file.
+
+pub mod knob;
+pub mod linux;
+pub mod target;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::allocation::Allocation;
+use crate::node::{Node, NodeError};
+pub use knob::{CgroupKnob, Knob, KnobValue, Phase};
+pub use target::{ManagedGroups, TargetError, BE_RESCTRL_GROUP};
+
+/// How often a failing write is tried before the plan is rolled back.
+pub const WRITE_ATTEMPTS: u32 = 3;
+
+/// A write that was made (or found: drift).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Write {
+    pub knob: Knob,
+    pub from: Option<KnobValue>,
+    pub to: KnobValue,
+}
+
+/// The outcome of one successful plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ApplyReport {
+    /// Writes in the order they were made.
+    pub writes: Vec<Write>,
+    /// Knobs found changed by someone else (and rewritten).
+    pub drift: Vec<Write>,
+    /// Write attempts that failed but succeeded on a retry.
+    pub retries: u32,
+}
+
+/// Why a plan was not carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum ActuationError {
+    #[error("{0}")]
+    Write(Box<WriteFailure>),
+    /// A value could not be read (nothing was written).
+    #[error("reading {what}: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: NodeError,
+    },
+    /// The allocation asks for something this node cannot take (nothing was written).
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// Some originals could not be put back (each named); the others were.
+    #[error("restoring originals: {}", .0.join("; "))]
+    Restore(Vec<String>),
+}
+
+/// A write that kept failing, and what happened to the writes made before it.
+#[derive(Debug, thiserror::Error)]
+#[error("setting {what} to {value} failed after {attempts} attempts: {source}; {rollback}")]
+pub struct WriteFailure {
+    pub knob: Knob,
+    /// The file or command (`/sys/fs/cgroup/cpuset/hr/be/cpuset.cpus`, `tc HTB on dev eth0`).
+    pub what: String,
+    pub value: KnobValue,
+    pub attempts: u32,
+    #[source]
+    pub source: NodeError,
+    pub rollback: RollbackOutcome,
+}
+
+/// How a rollback went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollbackOutcome {
+    /// Nothing had been written yet.
+    NothingToUndo,
+    /// Every earlier write was undone.
+    RolledBack(usize),
+    /// Some undo writes failed too (named).
+    Incomplete(Vec<String>),
+}
+
+impl fmt::Display for RollbackOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RollbackOutcome::NothingToUndo => f.write_str("nothing had been written"),
+            RollbackOutcome::RolledBack(n) => write!(f, "rolled back {n} earlier write(s)"),
+            RollbackOutcome::Incomplete(e) => write!(f, "rollback INCOMPLETE: {}", e.join("; ")),
+        }
+    }
+}
+
+/// The write path's memory of one node: originals, what it holds, what is unknown.
+#[derive(Debug, Clone)]
+pub struct Actuation {
+    groups: ManagedGroups,
+    /// Each knob's value before the agent's first write to it.
+    original: BTreeMap<Knob, KnobValue>,
+    /// What the node holds, as far as the write path knows (last applied or read back).
+    current: BTreeMap<Knob, KnobValue>,
+    /// Knobs whose value is unknown (an undo failed): read back and rewritten next time.
+    unknown: BTreeSet<Knob>,
+    /// Write attempts that failed and then succeeded.
+    retries: u64,
+}
+
+impl Actuation {
+    /// Reads the originals of every knob the node has for the managed groups (a first start).
+    pub fn attach(node: &mut dyn Node, groups: ManagedGroups) -> Result<Actuation, ActuationError> {
+        Actuation::resume(node, groups, BTreeMap::new())
+    }
+
+    /// Takes originals captured by an earlier agent (its state file) and reads those it lacks.
+    pub fn resume(
+        node: &mut dyn Node,
+        groups: ManagedGroups,
+        original: BTreeMap<Knob, KnobValue>,
+    ) -> Result<Actuation, ActuationError> {
+        let mut a = Actuation {
+            groups,
+            original,
+            current: BTreeMap::new(),
+            unknown: BTreeSet::new(),
+            retries: 0,
+        };
+        a.read_missing_originals(node)?;
+        Ok(a)
+    }
+
+    fn read_missing_originals(&mut self, node: &mut dyn Node) -> Result<(), ActuationError> {
+        let mut groups = vec![self.groups.lc.clone()];
+        groups.extend(self.groups.be.iter().cloned());
+        for g in &groups {
+            for &k in CgroupKnob::ALL {
+                let key = Knob::cgroup(g, k);
+                if self.original.contains_key(&key) {
+                    continue;
+                }
+                match node.read(&key) {
+                    Ok(v) => {
+                        self.original.insert(key, v);
+                    }
+                    // a knob file the node does not have (cpu.idle before 5.15) is not managed
+                    Err(e) if e.not_found => {}
+                    Err(source) => return Err(read_error(node, &key, source)),
+                }
+            }
+        }
+        let facts = node.facts().clone();
+        if facts.l3.is_some() || facts.mb.is_some() {
+            let default = Knob::Schemata {
+                group: String::new(),
+            };
+            let be = Knob::Schemata {
+                group: BE_RESCTRL_GROUP.to_string(),
+            };
+            if !self.original.contains_key(&default) {
+                let read = match node.read(&default) {
+                    Ok(KnobValue::Schemata(s)) => s,
+                    Ok(other) => {
+                        let reason = format!("unexpected value {other}");
+                        return Err(read_error(node, &default, NodeError::new("", reason)));
+                    }
+                    Err(e) => return Err(read_error(node, &default, e)),
+                };
+                // Left by an agent that crashed: the default group's mask is not the original,
+                // the whole cache and bandwidth are (resources not driven keep what they hold).
+                let original = if facts.resctrl_leftover {
+                    let mut full = target::unrestricted(&facts, &read);
+                    if facts.l3.is_none() {
+                        full.l3 = read.l3.clone();
+                    }
+                    if facts.mb.is_none() {
+                        full.mb = read.mb.clone();
+                    }
+                    tracing::warn!("resctrl group {BE_RESCTRL_GROUP} left by an earlier agent: adopted; the default group's original is taken as the whole cache");
+                    self.unknown.insert(be.clone());
+                    self.unknown.insert(default.clone());
+                    full
+                } else {
+                    read
+                };
+                self.original.insert(default, KnobValue::Schemata(original));
+            }
+            self.original.entry(be).or_insert(KnobValue::NoGroup);
+        }
+        if let Some(range) = &facts.freq_range {
+            for &cpu in range.keys() {
+                let key = Knob::MaxFreq { cpu };
+                if !self.original.contains_key(&key) {
+                    let v = node.read(&key).map_err(|e| read_error(node, &key, e))?;
+                    self.original.insert(key, v);
+                }
+            }
+        }
+        if facts.egress_link_bits.is_some() {
+            self.original
+                .entry(Knob::Egress)
+                .or_insert(KnobValue::Htb(None));
+        }
+        Ok(())
+    }
+
+    pub fn groups(&self) -> &ManagedGroups {
+        &self.groups
+    }
+
+    /// Each knob's value before the agent's first write to it.
+    pub fn original(&self) -> &BTreeMap<Knob, KnobValue> {
+        &self.original
+    }
+
+    /// What the write path believes the node holds.
+    pub fn current(&self) -> &BTreeMap<Knob, KnobValue> {
+        &self.current
+    }
+
+    /// Write attempts that failed and then succeeded, since start.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// The knob values `allocation` asks for on `node` (`be_cpus`: where BE may run).
+    pub fn target(
+        &self,
+        node: &dyn Node,
+        allocation: &Allocation,
+        be_cpus: &[u32],
+    ) -> Result<BTreeMap<Knob, KnobValue>, ActuationError> {
+        let current = |k: &Knob| self.current.get(k).cloned();
+        let inputs = target::TargetInputs {
+            groups: &self.groups,
+            facts: node.facts(),
+            original: &self.original,
+            current: &current,
+            be_cpus,
+        };
+        let mut t = target::target(allocation, &inputs)?;
+        // A host-wide knob written earlier and not named now goes back to its original (a CPU
+        // that left BE keeps no frequency cap). Cgroup knobs are always named, but for an idle
+        // group's weight, which belongs to the kernel while the group is idle.
+        let leaving: Vec<Knob> = self
+            .current
+            .keys()
+            .chain(self.unknown.iter())
+            .filter(|k| !matches!(k, Knob::Cgroup { .. }) && !t.contains_key(*k))
+            .cloned()
+            .collect();
+        for k in leaving {
+            if let Some(orig) = self.original.get(&k) {
+                t.insert(k, orig.clone());
+            }
+        }
+        Ok(t)
+    }
+
+    /// Brings the node to `allocation`. With `verify`, every knob is read back first and drift
+    /// is repaired; without, only differences from the last applied values are written.
+    pub fn apply(
+        &mut self,
+        node: &mut dyn Node,
+        allocation: &Allocation,
+        be_cpus: &[u32],
+        verify: bool,
+    ) -> Result<ApplyReport, ActuationError> {
+        let target = self.target(node, allocation, be_cpus)?;
+        self.apply_target(node, &target, verify)
+    }
+
+    /// The originals of every knob the agent manages or has written (the kill switch's target).
+    pub fn original_target(&self) -> BTreeMap<Knob, KnobValue> {
+        self.original
+            .iter()
+            .filter(|(k, _)| match k {
+                // The LC only ever had its weight raised.
+                Knob::Cgroup { group, knob } if *group == self.groups.lc => {
+                    *knob == CgroupKnob::CpuWeight
+                }
+                Knob::Cgroup { .. } => true,
+                _ => self.current.contains_key(*k) || self.unknown.contains(*k),
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Restores every managed knob to its original value, in the plan's order. Best effort: a
+    /// knob that cannot be restored does not stop the others; each failure is named.
+    pub fn restore_original(&mut self, node: &mut dyn Node) -> Result<ApplyReport, ActuationError> {
+        let target = self.original_target();
+        let mut report = ApplyReport::default();
+        let mut failures = Vec::new();
+        let mut changes = Vec::new();
+        for (k, to) in &target {
+            match node.read(k) {
+                Ok(from) if from == *to && !self.unknown.contains(k) => {
+                    self.current.insert(k.clone(), from);
+                }
+                Ok(from) => changes.push((k.clone(), from, to.clone())),
+                Err(e) if e.not_found => {}
+                Err(e) => failures.push(format!("reading {}: {e}", node.describe(k))),
+            }
+        }
+        self.sort(&mut changes);
+        for (k, from, to) in changes {
+            match self.write_with_retry(node, &k, &from, &to, &mut report.retries) {
+                Ok(()) => {
+                    tracing::info!(knob = %node.describe(&k), value = %to, "restored");
+                    self.unknown.remove(&k);
+                    self.current.insert(k.clone(), to.clone());
+                    report.writes.push(Write {
+                        knob: k,
+                        from: Some(from),
+                        to,
+                    });
+                }
+                Err((_, e)) => {
+                    failures.push(format!("{} to {to}: {e}", node.describe(&k)));
+                    self.unknown.insert(k.clone());
+                    self.current.remove(&k);
+                }
+            }
+        }
+        if failures.is_empty() {
+            Ok(report)
+        } else {
+            Err(ActuationError::Restore(failures))
+        }
+    }
+
+    /// Carries out the plan that brings the node from what it holds to `target`.
+    pub fn apply_target(
+        &mut self,
+        node: &mut dyn Node,
+        target: &BTreeMap<Knob, KnobValue>,
+        verify: bool,
+    ) -> Result<ApplyReport, ActuationError> {
+        let mut report = ApplyReport::default();
+        // First sight of a knob (a block device named for the first time): its original.
+        for k in target.keys() {
+            if !self.original.contains_key(k) {
+                let v = node.read(k).map_err(|e| read_error(node, k, e))?;
+                self.original.insert(k.clone(), v);
+            }
+        }
+        let mut before: BTreeMap<Knob, KnobValue> = BTreeMap::new();
+        for key in target.keys() {
+            let believed = self.current.get(key).cloned();
+            let actual = match (&believed, verify || self.unknown.contains(key)) {
+                (Some(v), false) => v.clone(),
+                _ => node.read(key).map_err(|e| read_error(node, key, e))?,
+            };
+            if let Some(b) = believed.filter(|b| *b != actual) {
+                tracing::warn!(knob = %node.describe(key), expected = %b, found = %actual,
+                    "drift: changed by someone else; repairing");
+                report.drift.push(Write {
+                    knob: key.clone(),
+                    from: Some(b),
+                    to: actual.clone(),
+                });
+            }
+            before.insert(key.clone(), actual);
+        }
+        let mut changes: Vec<(Knob, KnobValue, KnobValue)> = target
+            .iter()
+            .filter(|(k, v)| before.get(*k) != Some(*v) || self.unknown.contains(*k))
+            .map(|(k, v)| (k.clone(), before[k].clone(), v.clone()))
+            .collect();
+        self.sort(&mut changes);
+
+        let mut done: Vec<(Knob, KnobValue, KnobValue)> = Vec::new();
+        for (key, from, to) in changes {
+            match self.write_with_retry(node, &key, &from, &to, &mut report.retries) {
+                Ok(()) => {
+                    tracing::info!(knob = %node.describe(&key), from = %from, to = %to, "write");
+                    self.unknown.remove(&key);
+                    report.writes.push(Write {
+                        knob: key.clone(),
+                        from: Some(from.clone()),
+                        to: to.clone(),
+                    });
+                    done.push((key, from, to));
+                }
+                Err((attempts, source)) => {
+                    let rollback = self.roll_back(node, &key, &from, &to, &done);
+                    // What the node holds now: the values before this plan where the rollback
+                    // worked; knobs whose undo failed are unknown and read back next time.
+                    for (k, v) in before {
+                        if !self.unknown.contains(&k) {
+                            self.current.insert(k, v);
+                        }
+                    }
+                    let failure = WriteFailure {
+                        what: node.describe(&key),
+                        knob: key,
+                        value: to,
+                        attempts,
+                        source,
+                        rollback,
+                    };
+                    tracing::error!(error = %failure, "write failed");
+                    return Err(ActuationError::Write(Box::new(failure)));
+                }
+            }
+        }
+        // A cgroup knob left out of this target (an idle group's weight) may be changed by the
+        // kernel meanwhile: forget it, so the next target holding it reads it back first.
+        self.current
+            .retain(|k, _| target.contains_key(k) || !matches!(k, Knob::Cgroup { .. }));
+        for (k, v) in target {
+            self.current.insert(k.clone(), v.clone());
+        }
+        Ok(report)
+    }
+
+    /// Orders a plan: by phase, then the LC's side before BE's within a phase, then by knob.
+    fn sort(&self, changes: &mut [(Knob, KnobValue, KnobValue)]) {
+        changes.sort_by_cached_key(|(k, from, to)| {
+            let lc = self.lc_side(k);
+            (knob::phase(lc, from, to), !lc, k.clone())
+        });
+    }
+
+    /// The LC's own knobs: its cgroup's, and the default resctrl group's mask.
+    fn lc_side(&self, k: &Knob) -> bool {
+        match k {
+            Knob::Cgroup { group, .. } => *group == self.groups.lc && !self.groups.be.contains(group),
+            Knob::Schemata { group } => group.is_empty(),
+            _ => false,
+        }
+    }
+
+    fn write_with_retry(
+        &mut self,
+        node: &mut dyn Node,
+        key: &Knob,
+        from: &KnobValue,
+        to: &KnobValue,
+        retries: &mut u32,
+    ) -> Result<(), (u32, NodeError)> {
+        let mut attempt = 1;
+        loop {
+            match node.write(key, from, to) {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt >= WRITE_ATTEMPTS => return Err((attempt, e)),
+                Err(e) => {
+                    tracing::warn!(knob = %node.describe(key), value = %to, error = %e, attempt,
+                        "write failed; retrying");
+                    *retries += 1;
+                    self.retries += 1;
+                    attempt += 1;
+                    node.retry_pause();
+                }
+            }
+        }
+    }
+
+    /// Undoes `done` newest first, and the failed write itself where it can be half-made (two
+    /// schemata lines, four v1 throttle files, a partly built HTB tree).
+    fn roll_back(
+        &mut self,
+        node: &mut dyn Node,
+        failed: &Knob,
+        failed_from: &KnobValue,
+        failed_to: &KnobValue,
+        done: &[(Knob, KnobValue, KnobValue)],
+    ) -> RollbackOutcome {
+        let mut errors = Vec::new();
+        let mut ignored = 0;
+        let half_made = match (failed, failed_to) {
+            (Knob::Schemata { .. }, KnobValue::Schemata(v)) => !v.l3.is_empty() && !v.mb.is_empty(),
+            (Knob::Io { .. }, _) => true,
+            (Knob::Egress, _) => matches!(failed_from, KnobValue::Htb(None)),
+            _ => false,
+        };
+        if half_made {
+            if let Err((_, e)) =
+                self.write_with_retry(node, failed, failed_to, failed_from, &mut ignored)
+            {
+                errors.push(format!("{} back to {failed_from}: {e}", node.describe(failed)));
+                self.unknown.insert(failed.clone());
+            }
+        }
+        for (k, from, to) in done.iter().rev() {
+            match self.write_with_retry(node, k, to, from, &mut ignored) {
+                Ok(()) => tracing::info!(knob = %node.describe(k), to = %from, "rolled back"),
+                Err((_, e)) => {
+                    errors.push(format!("{} back to {from}: {e}", node.describe(k)));
+                    self.unknown.insert(k.clone());
+                    self.current.remove(k);
+                }
+            }
+        }
+        if !errors.is_empty() {
+            RollbackOutcome::Incomplete(errors)
+        } else if done.is_empty() {
+            RollbackOutcome::NothingToUndo
+        } else {
+            RollbackOutcome::RolledBack(done.len())
+        }
+    }
+
+    /// Forgets what was applied: the next pass reads every knob back.
+    pub fn invalidate(&mut self) {
+        self.current.clear();
+    }
+}
+
+fn read_error(node: &dyn Node, key: &Knob, source: NodeError) -> ActuationError {
+    ActuationError::Read {
+        what: node.describe(key),
+        source,
+    }
+}

@@ -1,0 +1,244 @@
+//! An [`Allocation`] in the kernel's terms: the value every knob should hold, on every
+//! resource (cgroup knobs of the LC and BE groups, block-I/O throttles, resctrl schemata, the BE
+//! CPUs' frequency caps, the egress HTB ceil). Pure: what the node holds comes in as arguments.
+
+use std::collections::BTreeMap;
+
+use headroom_host::resctrl::{top_ways_mask, Schemata};
+use headroom_host::{CpuQuota, DeviceId, GroupPath, IoLimits};
+
+use super::knob::{CgroupKnob, Knob, KnobValue};
+use crate::allocation::{format_cpulist, Allocation, CpuWeight};
+use crate::node::NodeFacts;
+
+/// The resctrl control group BE runs in.
+pub const BE_RESCTRL_GROUP: &str = "headroom-be";
+
+/// What the LC and BE groups are (paths validated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedGroups {
+    pub lc: GroupPath,
+    pub be: Vec<GroupPath>,
+}
+
+/// An allocation value this node cannot take (nothing was written).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{what}: {reason}")]
+pub struct TargetError {
+    pub what: String,
+    pub reason: String,
+}
+
+/// Everything `target` needs besides the allocation.
+pub struct TargetInputs<'a> {
+    pub groups: &'a ManagedGroups,
+    pub facts: &'a NodeFacts,
+    /// Each knob's value before the agent's first write (cgroup knobs: those the node has).
+    pub original: &'a BTreeMap<Knob, KnobValue>,
+    /// What the node holds, as far as the write path knows.
+    pub current: &'a dyn Fn(&Knob) -> Option<KnobValue>,
+    /// CPUs BE may run on (frequency caps apply to these).
+    pub be_cpus: &'a [u32],
+}
+
+/// The knob values `allocation` asks for. A knob named here whose original is unknown (a block
+/// device named for the first time) is read, as its original, before anything is written.
+pub fn target(
+    allocation: &Allocation,
+    inputs: &TargetInputs<'_>,
+) -> Result<BTreeMap<Knob, KnobValue>, TargetError> {
+    let mut out = BTreeMap::new();
+    cgroup_knobs(allocation, inputs, &mut out);
+    io_limits(allocation, inputs, &mut out)?;
+    schemata(allocation, inputs, &mut out)?;
+    max_freq(allocation, inputs, &mut out);
+    egress(allocation, inputs, &mut out);
+    Ok(out)
+}
+
+fn native_weight(facts: &NodeFacts, w: CpuWeight) -> KnobValue {
+    KnobValue::Weight(if facts.v2_weights { w.weight } else { w.shares })
+}
+
+fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, KnobValue>) {
+    for g in &i.groups.be {
+        for &knob in CgroupKnob::ALL {
+            let key = Knob::cgroup(g, knob);
+            let Some(orig) = i.original.get(&key) else {
+                continue; // the node lacks it: not managed
+            };
+            let value = match knob {
+                CgroupKnob::CpusetCpus => a
+                    .be_cpus
+                    .as_ref()
+                    .map(|cpus| KnobValue::Cpus(format_cpulist(cpus))),
+                CgroupKnob::CpuWeight => a.be_cpu_weight.map(|w| native_weight(i.facts, w)),
+                CgroupKnob::CpuIdle => a.be_cpu_idle.map(KnobValue::Idle),
+                CgroupKnob::CpuQuota => a.be_quota_pct.map(|pct| {
+                    let period = a.be_quota_period_us.unwrap_or(CpuQuota::DEFAULT_PERIOD_US);
+                    let quota = (pct / 100.0 * period as f64).round().max(1000.0) as u64;
+                    KnobValue::Quota(CpuQuota {
+                        quota_us: Some(quota),
+                        period_us: period,
+                    })
+                }),
+                CgroupKnob::Frozen => (!a.be_enabled).then_some(KnobValue::Frozen(true)),
+                CgroupKnob::MemoryMax => a
+                    .be_memory_limit_bytes
+                    .map(|b| KnobValue::MemoryMax(Some(b))),
+            };
+            out.insert(key, value.unwrap_or_else(|| orig.clone()));
+        }
+        // An idle group's weight is the kernel's: it holds it at the minimum (v1 cpu.shares
+        // reads 3) and refuses writes (EINVAL), and clearing idle resets it to the default.
+        // So the weight is managed only while the group is not idle.
+        if out.get(&Knob::cgroup(g, CgroupKnob::CpuIdle)) == Some(&KnobValue::Idle(true)) {
+            out.remove(&Knob::cgroup(g, CgroupKnob::CpuWeight));
+        }
+    }
+    // The LC only ever gains: its weight, when the policy raises it.
+    let lc = Knob::cgroup(&i.groups.lc, CgroupKnob::CpuWeight);
+    if let Some(orig) = i.original.get(&lc) {
+        let value = a
+            .lc
+            .cpu_weight
+            .map_or_else(|| orig.clone(), |w| native_weight(i.facts, w));
+        out.insert(lc, value);
+    }
+}
+
+fn io_limits(
+    a: &Allocation,
+    i: &TargetInputs<'_>,
+    out: &mut BTreeMap<Knob, KnobValue>,
+) -> Result<(), TargetError> {
+    if !i.facts.io {
+        return Ok(());
+    }
+    for (n, limit) in a.be_io_limits.iter().enumerate() {
+        let device: DeviceId = limit.device.parse().map_err(|e: headroom_host::HostError| {
+            TargetError {
+                what: format!("be_io_limits[{n}].device = {:?}", limit.device),
+                reason: e.to_string(),
+            }
+        })?;
+        let value = IoLimits {
+            read_bps: limit.read_bps,
+            write_bps: limit.write_bps,
+            read_iops: limit.read_iops,
+            write_iops: limit.write_iops,
+        };
+        for g in &i.groups.be {
+            out.insert(
+                Knob::Io {
+                    group: g.clone(),
+                    device,
+                },
+                KnobValue::Io(value),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn schemata(
+    a: &Allocation,
+    i: &TargetInputs<'_>,
+    out: &mut BTreeMap<Knob, KnobValue>,
+) -> Result<(), TargetError> {
+    let (l3, mb) = (i.facts.l3.as_ref(), i.facts.mb.as_ref());
+    if l3.is_none() && mb.is_none() {
+        return Ok(());
+    }
+    let ways = a.be_llc_ways.filter(|_| a.be_enabled && l3.is_some());
+    let mba = a.be_mba_pct.filter(|_| a.be_enabled && mb.is_some());
+    let default_key = Knob::Schemata {
+        group: String::new(),
+    };
+    let be_key = Knob::Schemata {
+        group: BE_RESCTRL_GROUP.to_string(),
+    };
+    let be_exists = matches!((i.current)(&be_key), Some(KnobValue::Schemata(_)));
+    if ways.is_none() && mba.is_none() && !be_exists {
+        return Ok(());
+    }
+    if let Some((w, l3)) = ways.zip(l3) {
+        let total = l3.ways();
+        if w == 0 || w >= total {
+            return Err(TargetError {
+                what: format!("be_llc_ways = {w}"),
+                reason: format!("BE needs 1..{total} of the {total} ways: the LC keeps at least one"),
+            });
+        }
+    }
+    // Read at attach (the whole cache where an earlier agent's group was left behind).
+    let Some(KnobValue::Schemata(original)) = i.original.get(&default_key).cloned() else {
+        return Ok(());
+    };
+    let mut be = unrestricted(i.facts, &original);
+    let mut lc = original.clone();
+    if let Some((w, l3)) = ways.zip(l3) {
+        let be_mask = top_ways_mask(l3, w);
+        for d in original.l3.keys() {
+            be.l3.insert(*d, be_mask);
+            lc.l3.insert(*d, l3.cbm_mask & !be_mask);
+        }
+    }
+    if let Some((pct, mb)) = mba.zip(mb) {
+        let pct = pct.clamp(mb.min_bandwidth, 100);
+        for d in original.mb.keys() {
+            be.mb.insert(*d, pct);
+        }
+    }
+    out.insert(default_key, KnobValue::Schemata(lc));
+    out.insert(be_key, KnobValue::Schemata(be));
+    Ok(())
+}
+
+/// The schemata of a group that restricts nothing, over the domains of `domains`.
+pub fn unrestricted(facts: &NodeFacts, domains: &Schemata) -> Schemata {
+    let mut s = Schemata::default();
+    if let Some(l3) = &facts.l3 {
+        for &d in domains.l3.keys() {
+            s.l3.insert(d, l3.cbm_mask);
+        }
+    }
+    if facts.mb.is_some() {
+        for &d in domains.mb.keys() {
+            s.mb.insert(d, 100);
+        }
+    }
+    s
+}
+
+fn max_freq(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, KnobValue>) {
+    let Some(range) = &i.facts.freq_range else {
+        return;
+    };
+    let Some(khz) = a.be_freq_khz.filter(|_| a.be_enabled) else {
+        return;
+    };
+    for &cpu in i.be_cpus {
+        if let Some(&(lo, hi)) = range.get(&cpu) {
+            out.insert(Knob::MaxFreq { cpu }, KnobValue::Khz(khz.clamp(lo, hi)));
+        }
+    }
+}
+
+fn egress(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, KnobValue>) {
+    let Some(link) = i.facts.egress_link_bits else {
+        return;
+    };
+    let installed = matches!((i.current)(&Knob::Egress), Some(KnobValue::Htb(Some(_))));
+    match a.be_egress_ceil_bytes_per_s {
+        Some(bytes) => {
+            let bits = bytes.saturating_mul(8).clamp(8, link);
+            out.insert(Knob::Egress, KnobValue::Htb(Some(bits)));
+        }
+        // the tree stays once installed: "no limit" is the whole link
+        None if installed => {
+            out.insert(Knob::Egress, KnobValue::Htb(Some(link)));
+        }
+        None => {}
+    }
+}

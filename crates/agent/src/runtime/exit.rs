@@ -1,0 +1,114 @@
+//! The exit action (`safety.on_exit`), run on a stop signal or at the end of `run_for` —
+//! also after `ctl off`: the kill switch restored the originals, but a BE left running with no
+//! agent watching it is what the exit action exists to prevent.
+//!
+//! - `freeze`: BE frozen; its groups, the originals and the state file stay for the next start.
+//! - `restore`: every original back, the BE commands (launched or adopted, with everything they
+//!   forked) stopped, the LC moved back into its own groups, the groups the agent made removed,
+//!   the state file removed.
+//! - `leave`: the allocation as it is; the state file stays.
+//!
+//! When the exit action does not complete, the state file is kept (the next start finishes the
+//! job) and the agent exits non-zero.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::start::{move_lc_back, remove_created_groups};
+use super::{Agent, AgentError, RunSummary};
+use crate::config::OnExit;
+use crate::state;
+
+impl Agent {
+    pub(super) fn shutdown(mut self) -> Result<RunSummary, AgentError> {
+        let action = self.config.safety.on_exit;
+        let mut failures: Vec<String> = Vec::new();
+        let exit_action = if self.options.dry_run {
+            "none (dry run)".to_string()
+        } else {
+            let done = match action {
+                OnExit::Freeze => self.freeze_be(&mut failures),
+                OnExit::Restore => self.restore_all(&mut failures),
+                OnExit::Leave => "leave: allocation left as is".into(),
+            };
+            // The LC's pinning, policy and real-time budgets go back unless told to leave all.
+            if action != OnExit::Leave {
+                let n = self.lc_threads.restore(Some(self.node.cgroups()));
+                if n > 0 {
+                    tracing::info!(threads = n, "LC threads' affinity and policy restored");
+                }
+            }
+            if action == OnExit::Restore && failures.is_empty() {
+                if let Err(e) = state::remove(Path::new(&self.config.safety.state_file)) {
+                    failures.push(e.to_string());
+                }
+            } else if let Err(e) = self.write_state() {
+                failures.push(format!("writing the state file: {e}"));
+            }
+            done
+        };
+        let exit_action = if failures.is_empty() {
+            exit_action
+        } else {
+            format!("{exit_action} FAILED: {}", failures.join("; "))
+        };
+        tracing::info!(action = %exit_action, "exit action");
+        if let Some(mut child) = self.lc_child.take() {
+            // The LC command stays running: the agent never stops the LC service.
+            tracing::info!(pid = child.id(), "leaving the LC command running");
+            let _ = child.try_wait();
+        }
+        if let Some(log) = &mut self.publisher.log {
+            log.flush();
+        }
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.requests = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.publisher.summary.exit_action = exit_action.clone();
+        if failures.is_empty() {
+            Ok(self.publisher.summary.clone())
+        } else {
+            Err(AgentError::Exit(exit_action))
+        }
+    }
+
+    /// `on_exit = "freeze"`: BE frozen (its groups kept); other groups the agent made may go.
+    fn freeze_be(&mut self, failures: &mut Vec<String>) -> String {
+        let mut a = self
+            .controller
+            .last_applied()
+            .cloned()
+            .unwrap_or_default();
+        a.be_enabled = false;
+        a.be_kill = false;
+        if self.controller.actuation().is_some() {
+            if let Err(e) = self.controller.apply_now(&mut self.node, &a) {
+                failures.push(format!("freezing BE: {e}"));
+            }
+        }
+        let keep = self.groups.be.clone();
+        let cg = self.node.cgroups().clone();
+        remove_created_groups(&cg, &mut self.created_groups, &keep);
+        "freeze: BE frozen".into()
+    }
+
+    /// `on_exit = "restore"`: originals back, BE commands stopped, LC moved back, groups gone.
+    fn restore_all(&mut self, failures: &mut Vec<String>) -> String {
+        // BE commands stop while still confined (stopping thaws a frozen group to deliver
+        // the signal); only then do the groups get their originals back.
+        let cg = self.node.cgroups().clone();
+        for s in &mut self.supervised {
+            s.stop(&cg, Duration::from_secs(2));
+        }
+        self.supervised.clear();
+        if let Err(e) = self.restore_originals() {
+            failures.push(e.to_string());
+        }
+        move_lc_back(&cg, &self.lc_origins);
+        self.lc_origins.clear();
+        remove_created_groups(&cg, &mut self.created_groups, &[]);
+        "restore: original settings restored".into()
+    }
+}
