@@ -412,7 +412,10 @@ fn agent_e2e() {
     assert!(st.success(), "agent exit status {st}");
     // The kill switch restored the originals, but the exit action still runs: a BE left
     // running unconfined with no agent watching it is what on_exit = "freeze" prevents.
-    assert!(frozen(), "after ctl off, SIGTERM still runs on_exit = \"freeze\"");
+    assert!(
+        frozen(),
+        "after ctl off, SIGTERM still runs on_exit = \"freeze\""
+    );
 
     // 3. SIGTERM with on_exit = "freeze" leaves BE frozen.
     let _ = std::fs::remove_file(dir.join("state.json"));

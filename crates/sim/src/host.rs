@@ -4,7 +4,8 @@
 //! response-time distribution, CPU use, BE progress, power and DRAM traffic, and
 //! [`SimHost::observation`] turns that into the `Observation` the real policy reads.
 
-use headroom_agent::allocation::Allocation;
+use headroom_agent::allocation::{format_cpulist, Allocation};
+use headroom_agent::node::NodeFacts;
 use headroom_agent::observation::Observation;
 
 use crate::model::{BeKind, Dispatch, ServerModel};
@@ -67,6 +68,18 @@ pub struct SimHost {
     applied: Applied,
     /// Tick length the saturated-queue approximation uses, µs.
     tick_us: f64,
+    // ---- the Node side (crate::node) ----
+    pub(crate) facts: NodeFacts,
+    /// Maximum frequency of each CPU, kHz.
+    pub(crate) cpu_khz: Vec<u64>,
+    pub(crate) be_memory_max: Option<u64>,
+    /// (LC arrivals per s, latency source's tail, peak) for the next `sense`.
+    pub(crate) inputs: (f64, Option<f64>, f64),
+    pub(crate) obs: Observation,
+    /// The state the last `sense` computed.
+    pub(crate) last: Option<TickState>,
+    /// A knob or an input changed since the last `sense` (else `sense` returns what it had).
+    pub(crate) dirty: bool,
 }
 
 fn mask_of(cpus: &[u32], all: u128) -> u128 {
@@ -104,7 +117,55 @@ impl SimHost {
                 lc_cpus: all,
             },
             tick_us: tick_s * 1e6,
+            facts: crate::node::sim_facts(cores, model.server.freq_max_mhz),
+            cpu_khz: vec![(model.server.freq_max_mhz * 1000.0) as u64; cores as usize],
+            be_memory_max: None,
+            inputs: (0.0, None, 1.0),
+            obs: Observation::default(),
+            last: None,
+            dirty: true,
         }
+    }
+
+    pub(crate) fn applied_mut(&mut self) -> &mut Applied {
+        self.dirty = true;
+        &mut self.applied
+    }
+
+    /// The state the last `sense` computed (after the writes that followed it, call `sense`
+    /// again or [`SimHost::evaluate`]).
+    pub fn last_state(&self) -> Option<&TickState> {
+        self.last.as_ref()
+    }
+
+    pub(crate) fn cpulist(&self, mask: u128) -> String {
+        let cpus: Vec<u32> = (0..self.cores)
+            .filter(|c| mask & (1u128 << c) != 0)
+            .collect();
+        format_cpulist(&cpus)
+    }
+
+    pub(crate) fn set_be_cpus(&mut self, cpus: &[u32]) {
+        self.dirty = true;
+        self.applied.be_cpus = mask_of(cpus, self.all);
+        self.refresh_be_freq();
+    }
+
+    /// BE's frequency: the mean cap of its CPUs over the nominal frequency.
+    pub(crate) fn refresh_be_freq(&mut self) {
+        self.dirty = true;
+        let fmax = self.model.server.freq_max_mhz * 1000.0;
+        let set = self.applied.be_cpus;
+        let (sum, n) = (0..self.cores)
+            .filter(|c| set & (1u128 << c) != 0)
+            .fold((0.0, 0u32), |(s, n), c| {
+                (s + self.cpu_khz[c as usize] as f64, n + 1)
+            });
+        self.applied.be_freq_frac = if n == 0 {
+            1.0
+        } else {
+            (sum / n as f64 / fmax).clamp(0.1, 1.0)
+        };
     }
 
     pub fn cores(&self) -> u32 {
@@ -117,10 +178,13 @@ impl SimHost {
 
     /// Switches the BE job (a new one from the pool started).
     pub fn set_be_kind(&mut self, be: &BeKind) {
+        self.dirty = true;
         self.be = be.clone();
     }
 
-    /// Writes an allocation: every knob the model reads, nothing else. The one write path.
+    /// Sets every knob from an allocation at once, bypassing the agent's write path: for the
+    /// model's own tests and the LC-alone peak search. The simulation writes through
+    /// `Controller::step` (`impl Node for SimHost`).
     pub fn apply(&mut self, a: &Allocation) {
         let s = &mut self.applied;
         s.be_enabled = a.be_enabled && !a.be_kill;

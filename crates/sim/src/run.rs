@@ -11,8 +11,10 @@
 
 use std::time::Duration;
 
+use headroom_agent::actuation::Actuation;
 use headroom_agent::allocation::Allocation;
 use headroom_agent::config::{Config, PolicyKind};
+use headroom_agent::controller::{Controller, Discard};
 use headroom_agent::policy::{self, MachineInfo};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -20,6 +22,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::SimError;
 use crate::host::{SimHost, TickState};
 use crate::model::{BeKind, ServerModel};
+use crate::node::sim_groups;
 use crate::queue::{quantile_of_mix, ResponseTail};
 use crate::trace::{LoadTrace, ServerLoad};
 
@@ -237,7 +240,8 @@ pub fn run_server(
     )?;
     let machine = MachineInfo::with_cpus(spec.cores);
     let mut policy = policy::build(&config, &machine);
-    policy.set_explain(false);
+    policy.set_explain(record);
+    let poll = policy.poll_interval();
     let kinds: Vec<&BeKind> = setup
         .be_pool
         .iter()
@@ -252,7 +256,6 @@ pub fn run_server(
     let total_ticks = (spec.duration_s / setup.tick_s).round() as usize;
     let q = model.lc.percentile / 100.0;
     let slo = model.lc.slo_us;
-    let poll = policy.poll_interval();
     let fast = poll < Duration::from_millis(100);
     let pace = Duration::from_millis(
         config
@@ -264,8 +267,18 @@ pub fn run_server(
     );
     let tick = Duration::from_secs_f64(setup.tick_s);
 
+    // the agent's tick over the model: sense → decide (policy + safety) → actuate (the one
+    // ordered write path, through `impl Node for SimHost`)
+    let actuation = Actuation::attach(&mut host, sim_groups()).map_err(|e| SimError::Invalid {
+        file: None,
+        key: "SimHost".into(),
+        value: "attach".into(),
+        reason: e.to_string(),
+    })?;
+    // read every knob back once an hour of ticks (the model never drifts, the cost is the plan)
+    let mut controller = Controller::new(policy, Some(actuation), machine.cpus.clone(), 720);
     let mut applied = Allocation::default();
-    host.apply(&applied);
+    let mut sink = Discard;
     let mut out = ServerOutcome {
         emu_min: f64::INFINITY,
         ..ServerOutcome::default()
@@ -285,27 +298,32 @@ pub fn run_server(
         }
         let load = load_gen.next(&setup.trace, spec.start_s + t_s);
         let qps = load * peak_qps;
-        let mut state = host.evaluate(qps);
         // the latency source's window: the last window_s of requests, current at the tick
         let latency = if recent.is_empty() {
             None
         } else {
             Some(quantile_of_mix(&recent, q))
         };
+        host.set_inputs(qps, latency, peak_qps);
         let mut t = t0;
         loop {
-            let obs = host.observation(&state, latency, peak_qps);
-            let d = policy.decide(&obs, t);
+            let outcome = controller.step(&mut host, t, &mut sink);
+            if let Some(Err(e)) = &outcome.actuation {
+                return Err(SimError::Invalid {
+                    file: None,
+                    key: "SimHost".into(),
+                    value: kind.as_str().into(),
+                    reason: format!("the write path failed on the model: {e}"),
+                });
+            }
             out.decisions += 1;
-            let changed = d.allocation != applied;
+            let changed = outcome.decision.allocation != applied;
             if changed {
-                host.apply(&d.allocation);
-                applied = d.allocation;
-                state = host.evaluate(qps);
+                applied = outcome.decision.allocation;
                 out.writes += 1;
             }
             if record {
-                last_reason = d.reason;
+                last_reason = outcome.decision.reason;
             }
             let step = if fast {
                 if !changed {
@@ -320,6 +338,7 @@ pub fn run_server(
                 break;
             }
         }
+        let state = *host.last_state().expect("sensed this tick");
         account_tick(&state, load, &mut w_emu, &mut w_be, &mut w_load);
         let weight = qps.max(1e-9);
         if recent.len() == ticks_per_window {
