@@ -869,7 +869,9 @@ impl Config {
             return Err(invalid(
                 "policy.blind.buffer_cores",
                 b,
-                format!("this machine has {n} CPUs: a buffer of {b} idle cores would never let BE run"),
+                format!(
+                    "this machine has {n} CPUs: a buffer of {b} idle cores would never let BE run"
+                ),
             ));
         }
         if !cpus.is_empty() && self.policy.static_cores.cores as f64 > n {
@@ -940,11 +942,9 @@ impl Config {
             // The prober is load on the LC: bounded absolutely and, where the LC's peak is
             // known, to a small fraction of it (a 1e9 Hz prober pushed p99 from 200 µs to 4 ms).
             if lat.source == LatencySource::Probe {
-                let cap = self
-                    .lc
-                    .load
-                    .as_ref()
-                    .map_or(MAX_PROBE_HZ, |l| (l.peak_qps * MAX_PROBE_SHARE).min(MAX_PROBE_HZ));
+                let cap = self.lc.load.as_ref().map_or(MAX_PROBE_HZ, |l| {
+                    (l.peak_qps * MAX_PROBE_SHARE).min(MAX_PROBE_HZ)
+                });
                 if lat.rate_hz > cap {
                     return Err(invalid(
                         "lc.latency.rate_hz",

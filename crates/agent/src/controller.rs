@@ -77,7 +77,12 @@ impl Controller {
     }
 
     /// One tick at `t` since start.
-    pub fn step(&mut self, node: &mut dyn Node, t: Duration, sink: &mut dyn TickSink) -> TickOutcome {
+    pub fn step(
+        &mut self,
+        node: &mut dyn Node,
+        t: Duration,
+        sink: &mut dyn TickSink,
+    ) -> TickOutcome {
         // sense + decide + record, while the observation is borrowed from the node
         let decision = {
             let obs = node.sense(t);

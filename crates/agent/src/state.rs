@@ -73,7 +73,8 @@ impl AgentState {
                 continue;
             };
             for (k, v) in &settings.values {
-                out.entry(Knob::cgroup(&group, *k)).or_insert_with(|| v.clone());
+                out.entry(Knob::cgroup(&group, *k))
+                    .or_insert_with(|| v.clone());
             }
         }
         out

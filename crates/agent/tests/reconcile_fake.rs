@@ -4,8 +4,8 @@
 
 mod support;
 
-use headroom_agent::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_agent::actuation::{ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome};
+use headroom_agent::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_host::GroupPath;
 use support::{Fake, Plan};
 
@@ -108,7 +108,13 @@ fn drift_is_repaired_on_a_verifying_pass() {
     );
     let verified = r.apply(&a, true).unwrap();
     assert_eq!(verified.drift.len(), 1);
-    assert!(matches!(verified.drift[0].knob, Knob::Cgroup { knob: CgroupKnob::CpusetCpus, .. }));
+    assert!(matches!(
+        verified.drift[0].knob,
+        Knob::Cgroup {
+            knob: CgroupKnob::CpusetCpus,
+            ..
+        }
+    ));
     assert_eq!(
         files(&fake.io.take_writes()),
         vec!["cpuset/hr/be/cpuset.cpus=2-3"]
@@ -139,7 +145,13 @@ fn a_half_failed_change_is_rolled_back() {
     let msg = err.to_string();
     match &err {
         ActuationError::Write(f) => {
-            assert!(matches!(f.knob, Knob::Cgroup { knob: CgroupKnob::CpuQuota, .. }));
+            assert!(matches!(
+                f.knob,
+                Knob::Cgroup {
+                    knob: CgroupKnob::CpuQuota,
+                    ..
+                }
+            ));
             assert_eq!(f.attempts, 3);
             assert_eq!(f.rollback, RollbackOutcome::RolledBack(2), "{msg}");
         }

@@ -7,11 +7,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue};
 use headroom_agent::allocation::Allocation;
 use headroom_agent::config::Config;
 use headroom_agent::control::{self, Request, Response};
 use headroom_agent::lc_signal::SignalCell;
-use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue};
 use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};
 
@@ -76,7 +76,8 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
     .unwrap();
     let old = state::load(&path).unwrap().unwrap();
     assert_eq!(
-        old.original_map().get(&Knob::cgroup(&be, CgroupKnob::CpuWeight)),
+        old.original_map()
+            .get(&Knob::cgroup(&be, CgroupKnob::CpuWeight)),
         Some(&KnobValue::Weight(512))
     );
     std::fs::write(&path, "{\"version\": 99}").unwrap();

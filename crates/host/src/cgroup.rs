@@ -752,7 +752,12 @@ impl Cgroups {
                 Backend::V2(_) => lines.iter().find(|(c, _)| c.is_empty()).map(|(_, p)| *p),
                 Backend::V1(mount) => Controller::ALL
                     .iter()
-                    .find(|c| self.layout.backend(**c).as_ref().is_some_and(|b| b.mount() == mount))
+                    .find(|c| {
+                        self.layout
+                            .backend(**c)
+                            .as_ref()
+                            .is_some_and(|b| b.mount() == mount)
+                    })
                     .and_then(|c| {
                         lines
                             .iter()
@@ -769,7 +774,8 @@ impl Cgroups {
 
     /// Moves a process into the group directory `dir` (one of [`Cgroups::process_dirs`]).
     pub fn move_process_to_dir(&self, dir: &Path, pid: i32) -> Result<()> {
-        self.knobs.write(&dir.join("cgroup.procs"), &pid.to_string())
+        self.knobs
+            .write(&dir.join("cgroup.procs"), &pid.to_string())
     }
 
     /// Moves one thread into `group` (v1 `tasks` in every hierarchy; v2 `cgroup.threads`, which

@@ -46,10 +46,7 @@ impl CgroupKnob {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Knob {
     /// A cgroup knob of a managed group.
-    Cgroup {
-        group: GroupPath,
-        knob: CgroupKnob,
-    },
+    Cgroup { group: GroupPath, knob: CgroupKnob },
     /// One BE group's throttles of one block device (`io.max`, `blkio.throttle.*`).
     Io { group: GroupPath, device: DeviceId },
     /// A resctrl group's schemata by name (`""` = the default group, where the LC runs).
@@ -189,11 +186,12 @@ pub fn narrows(from: &KnobValue, to: &KnobValue) -> bool {
                 || less(a.write_iops, b.write_iops)
         }
         (KnobValue::Schemata(a), KnobValue::Schemata(b)) => {
-            let fewer_ways = a
-                .l3
-                .iter()
-                .any(|(d, old)| b.l3.get(d).is_some_and(|m| old & !m != 0));
-            let less_bw = b.mb.iter().any(|(d, p)| a.mb.get(d).is_some_and(|old| p < old));
+            let fewer_ways =
+                a.l3.iter()
+                    .any(|(d, old)| b.l3.get(d).is_some_and(|m| old & !m != 0));
+            let less_bw =
+                b.mb.iter()
+                    .any(|(d, p)| a.mb.get(d).is_some_and(|old| p < old));
             fewer_ways || less_bw
         }
         // A group made from nothing gives; a group removed takes (its tasks fall back to

@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use headroom_host::power::CpuFreq;
 use headroom_host::resctrl::{Resctrl, ResctrlGroup};
 use headroom_host::tc::{Egress, HtbConfig, SystemTc, TcRunner};
-use headroom_host::{
-    Cgroups, Controller, CpuSet, FreezeState, GroupPath, HostError, LinuxHost,
-};
+use headroom_host::{Cgroups, Controller, CpuSet, FreezeState, GroupPath, HostError, LinuxHost};
 
 use super::knob::{CgroupKnob, Knob, KnobValue};
 use super::target::BE_RESCTRL_GROUP;
@@ -384,9 +382,7 @@ impl LinuxNode {
             CgroupKnob::CpuWeight => KnobValue::Weight(cg.cpu_weight(group)?),
             CgroupKnob::CpuIdle => KnobValue::Idle(cg.cpu_idle(group)?),
             CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
-            CgroupKnob::Frozen => {
-                KnobValue::Frozen(cg.freeze_state(group)? != FreezeState::Thawed)
-            }
+            CgroupKnob::Frozen => KnobValue::Frozen(cg.freeze_state(group)? != FreezeState::Thawed),
             CgroupKnob::MemoryMax => KnobValue::MemoryMax(cg.memory_max(group)?),
         })
     }
@@ -449,7 +445,10 @@ impl Node for LinuxNode {
                 .map(KnobValue::Io)
                 .map_err(with_what),
             Knob::Schemata { group } => {
-                let r = self.resctrl.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                let r = self
+                    .resctrl
+                    .as_ref()
+                    .ok_or_else(|| self.unsupported(knob))?;
                 if !group.is_empty() && !r.dir().join(group).is_dir() {
                     return Ok(KnobValue::NoGroup);
                 }
@@ -458,8 +457,13 @@ impl Node for LinuxNode {
                     .map_err(with_what)
             }
             Knob::MaxFreq { cpu } => {
-                let f = self.cpufreq.as_ref().ok_or_else(|| self.unsupported(knob))?;
-                f.max_khz(*cpu as usize).map(KnobValue::Khz).map_err(with_what)
+                let f = self
+                    .cpufreq
+                    .as_ref()
+                    .ok_or_else(|| self.unsupported(knob))?;
+                f.max_khz(*cpu as usize)
+                    .map(KnobValue::Khz)
+                    .map_err(with_what)
             }
             Knob::Egress => {
                 let e = self.egress.as_ref().ok_or_else(|| self.unsupported(knob))?;
@@ -483,7 +487,10 @@ impl Node for LinuxNode {
                 .set_io_limits(group, *device, *limits)
                 .map_err(with_what),
             (Knob::Schemata { group }, value) => {
-                let r = self.resctrl.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                let r = self
+                    .resctrl
+                    .as_ref()
+                    .ok_or_else(|| self.unsupported(knob))?;
                 let g = resctrl_group(group);
                 match value {
                     KnobValue::NoGroup if !group.is_empty() => {
@@ -497,11 +504,17 @@ impl Node for LinuxNode {
                 }
             }
             (Knob::MaxFreq { cpu }, KnobValue::Khz(khz)) => {
-                let f = self.cpufreq.as_ref().ok_or_else(|| self.unsupported(knob))?;
+                let f = self
+                    .cpufreq
+                    .as_ref()
+                    .ok_or_else(|| self.unsupported(knob))?;
                 f.set_max_khz(*cpu as usize, *khz).map_err(with_what)
             }
             (Knob::Egress, KnobValue::Htb(ceil)) => {
-                let e = self.egress.as_mut().ok_or_else(|| NodeError::new(&what, "no egress"))?;
+                let e = self
+                    .egress
+                    .as_mut()
+                    .ok_or_else(|| NodeError::new(&what, "no egress"))?;
                 let result = match (from, ceil) {
                     (_, None) => e.egress.teardown(),
                     (KnobValue::Htb(Some(_)), Some(bits)) => e.egress.set_be_ceil(&e.htb, *bits),
@@ -554,15 +567,11 @@ impl Node for LinuxNode {
                     CgroupKnob::MemoryMax => "memory.limit_in_bytes",
                 };
                 let controller = knob.controller();
-                let dir = self
-                    .cgroups
-                    .backend(controller)
-                    .ok()
-                    .and_then(|b| {
-                        dirs.iter()
-                            .find(|(d, _)| d.mount() == b.mount())
-                            .map(|(_, p)| p.join(file))
-                    });
+                let dir = self.cgroups.backend(controller).ok().and_then(|b| {
+                    dirs.iter()
+                        .find(|(d, _)| d.mount() == b.mount())
+                        .map(|(_, p)| p.join(file))
+                });
                 match dir {
                     Some(p) => p.display().to_string(),
                     None => format!("{file} of {group}"),

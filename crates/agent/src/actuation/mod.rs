@@ -435,7 +435,9 @@ impl Actuation {
     /// The LC's own knobs: its cgroup's, and the default resctrl group's mask.
     fn lc_side(&self, k: &Knob) -> bool {
         match k {
-            Knob::Cgroup { group, .. } => *group == self.groups.lc && !self.groups.be.contains(group),
+            Knob::Cgroup { group, .. } => {
+                *group == self.groups.lc && !self.groups.be.contains(group)
+            }
             Knob::Schemata { group } => group.is_empty(),
             _ => false,
         }
@@ -488,7 +490,10 @@ impl Actuation {
             if let Err((_, e)) =
                 self.write_with_retry(node, failed, failed_to, failed_from, &mut ignored)
             {
-                errors.push(format!("{} back to {failed_from}: {e}", node.describe(failed)));
+                errors.push(format!(
+                    "{} back to {failed_from}: {e}",
+                    node.describe(failed)
+                ));
                 self.unknown.insert(failed.clone());
             }
         }

@@ -99,10 +99,9 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
     // The LC only ever gains: its weight, when the policy raises it.
     let lc = Knob::cgroup(&i.groups.lc, CgroupKnob::CpuWeight);
     if let Some(orig) = i.original.get(&lc) {
-        let value = a
-            .lc
-            .cpu_weight
-            .map_or_else(|| orig.clone(), |w| native_weight(i.facts, w));
+        let value =
+            a.lc.cpu_weight
+                .map_or_else(|| orig.clone(), |w| native_weight(i.facts, w));
         out.insert(lc, value);
     }
 }
@@ -116,12 +115,13 @@ fn io_limits(
         return Ok(());
     }
     for (n, limit) in a.be_io_limits.iter().enumerate() {
-        let device: DeviceId = limit.device.parse().map_err(|e: headroom_host::HostError| {
-            TargetError {
+        let device: DeviceId = limit
+            .device
+            .parse()
+            .map_err(|e: headroom_host::HostError| TargetError {
                 what: format!("be_io_limits[{n}].device = {:?}", limit.device),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let value = IoLimits {
             read_bps: limit.read_bps,
             write_bps: limit.write_bps,
@@ -167,7 +167,9 @@ fn schemata(
         if w == 0 || w >= total {
             return Err(TargetError {
                 what: format!("be_llc_ways = {w}"),
-                reason: format!("BE needs 1..{total} of the {total} ways: the LC keeps at least one"),
+                reason: format!(
+                    "BE needs 1..{total} of the {total} ways: the LC keeps at least one"
+                ),
             });
         }
     }

@@ -76,11 +76,7 @@ impl Agent {
 
     /// `on_exit = "freeze"`: BE frozen (its groups kept); other groups the agent made may go.
     fn freeze_be(&mut self, failures: &mut Vec<String>) -> String {
-        let mut a = self
-            .controller
-            .last_applied()
-            .cloned()
-            .unwrap_or_default();
+        let mut a = self.controller.last_applied().cloned().unwrap_or_default();
         a.be_enabled = false;
         a.be_kill = false;
         if self.controller.actuation().is_some() {

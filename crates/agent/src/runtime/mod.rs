@@ -337,7 +337,10 @@ impl Agent {
             if self.lc_threads.apply(&cg, &self.groups.lc, &a.lc) > 0 {
                 self.publisher.state_dirty = true;
             }
-            let be_cpus = a.be_cpus.clone().unwrap_or_else(|| self.machine.cpus.clone());
+            let be_cpus = a
+                .be_cpus
+                .clone()
+                .unwrap_or_else(|| self.machine.cpus.clone());
             if let Some(s) = self.node.sensors_mut() {
                 s.set_be_cpus(&be_cpus);
             }
@@ -360,7 +363,9 @@ impl Agent {
             }
         }
         for (name, cell) in &self.signal_cells {
-            self.publisher.metrics.sensor_errors_total(name, cell.errors());
+            self.publisher
+                .metrics
+                .sensor_errors_total(name, cell.errors());
         }
         let state_due = self
             .state_written

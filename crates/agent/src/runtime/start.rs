@@ -98,8 +98,7 @@ impl Agent {
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let started = (|| {
             let log = open_log(&options, &config, &machine)?;
-            let (requests, t) =
-                crate::control::serve(Path::new(&config.api.socket), stop.clone())?;
+            let (requests, t) = crate::control::serve(Path::new(&config.api.socket), stop.clone())?;
             threads.push(t);
             let (metrics, registry) = Metrics::new();
             let mut metrics_addr = None;
@@ -111,13 +110,14 @@ impl Agent {
                         reason: "expected IP:PORT".into(),
                     })
                 })?;
-                let (bound, t) = crate::metrics::serve(addr, registry, stop.clone()).map_err(
-                    |source| AgentError::Io {
-                        what: "binding the metrics endpoint",
-                        path: PathBuf::from(addr.to_string()),
-                        source,
-                    },
-                )?;
+                let (bound, t) =
+                    crate::metrics::serve(addr, registry, stop.clone()).map_err(|source| {
+                        AgentError::Io {
+                            what: "binding the metrics endpoint",
+                            path: PathBuf::from(addr.to_string()),
+                            source,
+                        }
+                    })?;
                 threads.push(t);
                 metrics_addr = Some(bound);
             }
@@ -228,7 +228,13 @@ impl Agent {
         ) {
             Ok(s) => s,
             Err(e) => {
-                undo(&mut steps, &cgroups, Some(&mut controller), &mut node, &state_path);
+                undo(
+                    &mut steps,
+                    &cgroups,
+                    Some(&mut controller),
+                    &mut node,
+                    &state_path,
+                );
                 stop_threads(&stop, threads);
                 return Err(e.into());
             }
@@ -239,7 +245,13 @@ impl Agent {
             match crate::sensors::EgressSensor::new(&config.egress.device, link) {
                 Ok(s) => sensors.set_egress(s),
                 Err(e) => {
-                    undo(&mut steps, &cgroups, Some(&mut controller), &mut node, &state_path);
+                    undo(
+                        &mut steps,
+                        &cgroups,
+                        Some(&mut controller),
+                        &mut node,
+                        &state_path,
+                    );
                     stop_threads(&stop, threads);
                     return Err(e.into());
                 }
@@ -429,7 +441,9 @@ fn create_groups(
         let mut at = Some(g.clone());
         while let Some(p) = at.filter(|p| !p.is_root()) {
             // a group that exists in only some hierarchies is not the agent's to remove
-            if !cg.group_dirs(&p).iter().any(|(_, d)| d.is_dir()) && !steps.created_groups.contains(&p) {
+            if !cg.group_dirs(&p).iter().any(|(_, d)| d.is_dir())
+                && !steps.created_groups.contains(&p)
+            {
                 missing.push(p.clone());
             }
             at = p.parent();
@@ -473,7 +487,9 @@ pub(super) fn move_lc_back(cg: &Cgroups, origins: &BTreeMap<u32, Vec<String>>) {
             match cg.move_process_to_dir(Path::new(dir), *pid as i32) {
                 Ok(()) => tracing::info!(pid, group = %dir, "LC process moved back"),
                 Err(e) if e.errno() == Some(nix::errno::Errno::ESRCH) => {}
-                Err(e) => tracing::warn!(pid, group = %dir, error = %e, "moving the LC process back"),
+                Err(e) => {
+                    tracing::warn!(pid, group = %dir, error = %e, "moving the LC process back")
+                }
             }
         }
     }
@@ -481,7 +497,11 @@ pub(super) fn move_lc_back(cg: &Cgroups, origins: &BTreeMap<u32, Vec<String>>) {
 
 /// Removes the groups in `created` (ancestors first), deepest first, each only when neither it
 /// nor a child holds a process, except `keep` and their ancestors; keeps the rest listed.
-pub(super) fn remove_created_groups(cg: &Cgroups, created: &mut Vec<GroupPath>, keep: &[GroupPath]) {
+pub(super) fn remove_created_groups(
+    cg: &Cgroups,
+    created: &mut Vec<GroupPath>,
+    keep: &[GroupPath],
+) {
     let mut left = Vec::new();
     for g in created.iter().rev() {
         let kept = keep
@@ -680,7 +700,9 @@ fn has_realtime_thread(root: &Path, pid: i32) -> bool {
         .into_iter()
         .any(|tid| {
             matches!(
-                headroom_host::sched::sched(tid).ok().and_then(|a| a.policy()),
+                headroom_host::sched::sched(tid)
+                    .ok()
+                    .and_then(|a| a.policy()),
                 Some(SchedPolicy::Fifo { .. } | SchedPolicy::RoundRobin { .. })
             )
         })

@@ -89,6 +89,9 @@ pub struct ValidateArgs {
     /// Print the comparison as JSON
     #[arg(long)]
     pub json: bool,
+    /// Use the model outside the load/size range its calibration covered
+    #[arg(long)]
+    pub allow_extrapolation: bool,
 }
 
 /// Bad input (file, line, value) → exit 2; anything else → 1.
@@ -249,7 +252,11 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
 }
 
 fn validate(a: ValidateArgs) -> anyhow::Result<()> {
-    let model = ServerModel::from_file(&a.model).map_err(classify)?;
+    let mut model = ServerModel::from_file(&a.model).map_err(classify)?;
+    if a.allow_extrapolation {
+        model.calibration.cores_range = None;
+        model.calibration.load_range = None;
+    }
     let v = headroom_sim::validate::validate(&model, &a.run_dir).map_err(classify)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
