@@ -11,18 +11,21 @@ use headroom_sim::run::{SimSetup, ALL_POLICIES};
 use headroom_sim::trace::LoadTrace;
 
 fn main() {
+    // `cargo test --all-targets` runs this without `--bench`: a smoke run, no figures
+    let measuring = std::env::args().any(|a| a == "--bench");
     let servers: usize = std::env::var("HEADROOM_SIM_BENCH_SERVERS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(if measuring { 40 } else { 2 });
+    let hours = if measuring { 24.0 } else { 0.5 };
     let setup = SimSetup::new(ServerModel::default(), LoadTrace::default());
     let threads = rayon::current_num_threads();
-    println!("fleet_throughput: {servers} servers × 24 h, 16 CPUs each, {threads} rayon threads");
+    println!("fleet_throughput: {servers} servers × {hours} h, 16 CPUs each, {threads} rayon threads");
     let mut total_cpu = 0.0;
     for kind in ALL_POLICIES {
         let spec = FleetSpec {
             servers,
-            hours: 24.0,
+            hours,
             cores: vec![16],
             seed: 1,
             policies: vec![kind],
@@ -31,7 +34,7 @@ fn main() {
         let r = run_fleet(&setup, &spec, &|_, _| {}).expect("fleet runs");
         let (wall, cpu) = (wall0.elapsed().as_secs_f64(), process_cpu_s() - cpu0);
         total_cpu += cpu;
-        let sh = servers as f64 * 24.0;
+        let sh = servers as f64 * hours;
         println!(
             "  {:<14} {:>8.0} server-hours in {:>6.2} s wall, {:>6.2} CPU-s: {:>7.0} server-hours/CPU-s; 1000 × 24 h ≈ {:>5.0} CPU-s ({} decisions)",
             kind.as_str(),
@@ -43,7 +46,10 @@ fn main() {
             r[0].decisions
         );
     }
-    let sh_all = servers as f64 * 24.0 * ALL_POLICIES.len() as f64;
+    if !measuring {
+        return;
+    }
+    let sh_all = servers as f64 * hours * ALL_POLICIES.len() as f64;
     println!(
         "all {} policies: {:.0} server-hours per CPU-second; 1000 servers × 24 h × every policy ≈ {:.0} CPU-s ≈ {:.0} s wall on {threads} threads",
         ALL_POLICIES.len(),
