@@ -20,7 +20,9 @@ fn main() {
     let hours = if measuring { 24.0 } else { 0.5 };
     let setup = SimSetup::new(ServerModel::default(), LoadTrace::default());
     let threads = rayon::current_num_threads();
-    println!("fleet_throughput: {servers} servers × {hours} h, 16 CPUs each, {threads} rayon threads");
+    println!(
+        "fleet_throughput: {servers} servers × {hours} h, 16 CPUs each, {threads} rayon threads"
+    );
     let mut total_cpu = 0.0;
     for kind in ALL_POLICIES {
         let spec = FleetSpec {

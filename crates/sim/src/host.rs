@@ -324,7 +324,9 @@ impl SimHost {
             be_norm,
             be_ops_per_s: be_norm * c * self.be.ops_per_cpu_s,
             power_w: m.server.static_w
-                + m.server.core_w * f_scale * (lc_busy + be_busy * self.be.power_factor),
+                + m.server.core_w
+                    * f_scale
+                    * (lc_busy + be_busy * self.be.power_factor * s.be_freq_frac.powi(2)),
             lc_freq_mhz: m.server.freq_max_mhz * f_scale,
             be_freq_mhz: m.server.freq_max_mhz * f_scale * s.be_freq_frac,
             dram_bytes_per_s: lc_bw + be_bw,
