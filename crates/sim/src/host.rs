@@ -254,7 +254,19 @@ impl SimHost {
         let be_bw = be_bw_demand.min((peak_bw - lc_bw).max(0.0));
         let dram_util = ((lc_bw + be_bw) / peak_bw).min(1.0);
         let stretch_dram = 1.0 + m.lc.dram_sensitivity * ((dram_util - 0.7).max(0.0) / 0.3);
-        let base_stretch = stretch_llc * stretch_dram;
+        // SMT: an LC CPU whose sibling BE keeps busy runs the LC slower
+        let stretch_smt = if m.server.smt && self.cores >= 2 {
+            let half = self.cores / 2;
+            let lc_only = s.lc_cpus & !be_set;
+            let sibling_busy = (0..self.cores)
+                .filter(|c| lc_only & (1u128 << c) != 0)
+                .filter(|c| be_set & (1u128 << ((c + half) % self.cores)) != 0)
+                .count() as f64;
+            1.0 + m.server.smt_penalty * b * sibling_busy / n_dedicated.max(1.0)
+        } else {
+            1.0
+        };
+        let base_stretch = stretch_llc * stretch_dram * stretch_smt;
 
         // power: above TDP every CPU slows (what Heracles' power controller prevents)
         let lc_busy_guess = lambda * self.service.mean_us() * base_stretch;

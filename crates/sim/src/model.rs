@@ -39,6 +39,11 @@ pub struct ServerParams {
     pub static_w: f64,
     /// Power per fully busy CPU at full frequency, W.
     pub core_w: f64,
+    /// Logical CPUs come in SMT sibling pairs (CPU i and i + cores/2, Linux's numbering).
+    pub smt: bool,
+    /// How much an LC request slows when BE keeps its CPU's sibling busy (Heracles' HT
+    /// antagonist), fraction of its service time.
+    pub smt_penalty: f64,
 }
 
 impl Default for ServerParams {
@@ -51,6 +56,8 @@ impl Default for ServerParams {
             tdp_w: 145.0,
             static_w: 45.0,
             core_w: 5.5,
+            smt: false,
+            smt_penalty: 0.3,
         }
     }
 }
@@ -284,6 +291,20 @@ impl ServerModel {
         )?;
         positive("server.tdp_w", self.server.tdp_w)?;
         positive("server.core_w", self.server.core_w)?;
+        if !(self.server.smt_penalty >= 0.0 && self.server.smt_penalty <= 2.0) {
+            return Err(SimError::invalid(
+                "server.smt_penalty",
+                self.server.smt_penalty,
+                "must be in 0..=2",
+            ));
+        }
+        if self.server.smt && self.server.cores % 2 == 1 {
+            return Err(SimError::invalid(
+                "server.cores",
+                self.server.cores,
+                "must be even with server.smt = true",
+            ));
+        }
         if self.server.llc_ways == 0 {
             return Err(SimError::invalid("server.llc_ways", 0, "must be > 0"));
         }

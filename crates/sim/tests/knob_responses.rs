@@ -138,3 +138,31 @@ fn dram_be_hurts_the_lc_more_than_spin() {
     );
     assert!(b.dram_bytes_per_s > a.dram_bytes_per_s);
 }
+
+#[test]
+fn smt_siblings_running_be_slow_the_lc() {
+    let mut m = ServerModel::default();
+    m.server.smt = true;
+    let spin = m.be_kind("spin").unwrap().clone();
+    let mut h = SimHost::new(&m, CORES, &spin, 5.0);
+    // BE on CPUs 8-15: the siblings of the LC's CPUs 0-7
+    set(
+        &mut h,
+        be(CgroupKnob::CpusetCpus),
+        KnobValue::Cpus("8-15".into()),
+    );
+    let pairs = state(&mut h, 0.3);
+    let mut plain = host("spin");
+    set(
+        &mut plain,
+        be(CgroupKnob::CpusetCpus),
+        KnobValue::Cpus("8-15".into()),
+    );
+    let no_smt = state(&mut plain, 0.3);
+    assert!(
+        (pairs.stretch / no_smt.stretch - 1.3).abs() < 1e-9,
+        "{} vs {}",
+        pairs.stretch,
+        no_smt.stretch
+    );
+}
