@@ -103,6 +103,11 @@ fn classify(e: SimError) -> anyhow::Error {
     }
 }
 
+/// A file the user named could not be read or parsed: exit 2.
+fn input(e: SimError) -> anyhow::Error {
+    super::usage(format!("headroom sim: {e}"))
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         SimCommand::Fleet(a) => fleet(a),
@@ -128,7 +133,7 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         )));
     }
     let mut model = match &a.model {
-        Some(p) => ServerModel::from_file(p).map_err(classify)?,
+        Some(p) => ServerModel::from_file(p).map_err(input)?,
         None => ServerModel::default(),
     };
     if a.allow_extrapolation {
@@ -136,7 +141,7 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         model.calibration.load_range = None;
     }
     let trace = match &a.trace {
-        Some(p) => LoadTrace::from_csv_file(p).map_err(classify)?,
+        Some(p) => LoadTrace::from_csv_file(p).map_err(input)?,
         None => LoadTrace::default(),
     };
     let mut setup = SimSetup::new(model, trace);
@@ -252,7 +257,7 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
 }
 
 fn validate(a: ValidateArgs) -> anyhow::Result<()> {
-    let mut model = ServerModel::from_file(&a.model).map_err(classify)?;
+    let mut model = ServerModel::from_file(&a.model).map_err(input)?;
     if a.allow_extrapolation {
         model.calibration.cores_range = None;
         model.calibration.load_range = None;
