@@ -266,3 +266,12 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
     assert_eq!(run["windows"].as_array().unwrap().len(), 12, "{run}");
     assert!(run["p99_median_abs_rel_error"].as_f64().is_some());
 }
+
+#[test]
+fn sim_model_prints_the_default_model_as_valid_toml() {
+    let o = headroom(&["sim", "model"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = headroom_sim::model::ServerModel::from_toml_str(&String::from_utf8_lossy(&o.stdout))
+        .unwrap();
+    assert_eq!(m, headroom_sim::model::ServerModel::default());
+}

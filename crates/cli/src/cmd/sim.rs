@@ -27,6 +27,8 @@ pub enum SimCommand {
     Calibrate(CalibrateArgs),
     /// Replay a real `bench colocation` / `demo` run on a model: predicted vs measured per window
     Validate(ValidateArgs),
+    /// Print the built-in server model as TOML (every key with its default)
+    Model,
 }
 
 #[derive(clap::Args, Debug)]
@@ -113,6 +115,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         SimCommand::Fleet(a) => fleet(a),
         SimCommand::Calibrate(a) => calibrate(a),
         SimCommand::Validate(a) => validate(a),
+        SimCommand::Model => {
+            print!("{}", ServerModel::default().to_toml());
+            Ok(())
+        }
     }
 }
 
