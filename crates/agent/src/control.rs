@@ -117,43 +117,28 @@ pub fn serve(
 
 fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: StopFlag) {
     let me = nix::unistd::geteuid().as_raw();
+    let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
-            Ok((mut stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let allowed = match nix::sys::socket::getsockopt(
-                    &stream,
-                    nix::sys::socket::sockopt::PeerCredentials,
-                ) {
-                    Ok(cred) => cred.uid() == me || cred.uid() == 0,
-                    Err(_) => false,
-                };
-                if !allowed {
-                    tracing::warn!("ctl: refused a peer with another uid");
-                    let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
+            Ok((stream, _)) => {
+                // Each client in its own thread (an idle one must not hold up the next), at
+                // most MAX_CLIENTS at once; requests still reach the agent loop one by one.
+                if active.load(Ordering::Relaxed) >= MAX_CLIENTS {
+                    let mut stream = stream;
+                    let _ = reply(&mut stream, &Response::error("busy: too many ctl clients"));
                     continue;
                 }
-                let mut line = String::new();
-                let read = BufReader::new(&stream).read_line(&mut line);
-                let response = match read {
-                    Err(e) => Response::error(format!("reading the request: {e}")),
-                    Ok(_) => match serde_json::from_str::<Request>(line.trim()) {
-                        Err(e) => Response::error(format!("bad request {:?}: {e}", line.trim())),
-                        Ok(req) => {
-                            let (rtx, rrx) = mpsc::channel();
-                            if tx.send((req, rtx)).is_err() {
-                                Response::error("agent is shutting down")
-                            } else {
-                                rrx.recv_timeout(Duration::from_secs(10))
-                                    .unwrap_or_else(|_| {
-                                        Response::error("agent did not answer within 10 s")
-                                    })
-                            }
-                        }
-                    },
-                };
-                let _ = reply(&mut stream, &response);
+                active.fetch_add(1, Ordering::Relaxed);
+                let (tx, active) = (tx.clone(), active.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("headroom-ctl-client".into())
+                    .spawn(move || {
+                        serve_client(stream, me, &tx);
+                        active.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if spawned.is_err() {
+                    tracing::warn!("ctl: could not start a client thread");
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 // Sleep until a client connects (or 200 ms, to see `stop`): polling the
@@ -173,6 +158,57 @@ fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: S
         }
     }
     let _ = std::fs::remove_file(path);
+}
+
+/// Clients served at once.
+const MAX_CLIENTS: usize = 16;
+/// The longest request line accepted (a `set` with a long value fits many times over).
+pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+/// How long a client may take to send its request.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Checks the peer, reads one bounded request line, hands it to the agent loop, replies.
+fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
+    let allowed =
+        match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+            Ok(cred) => cred.uid() == me || cred.uid() == 0,
+            Err(_) => false,
+        };
+    if !allowed {
+        tracing::warn!("ctl: refused a peer with another uid");
+        let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
+        return;
+    }
+    let mut line = String::new();
+    let read = {
+        use std::io::Read;
+        BufReader::new((&stream).take(MAX_REQUEST_BYTES + 1)).read_line(&mut line)
+    };
+    let response = match read {
+        Err(e) => Response::error(format!("reading the request: {e}")),
+        Ok(_) if line.len() as u64 > MAX_REQUEST_BYTES => Response::error(format!(
+            "request longer than {MAX_REQUEST_BYTES} bytes: refused"
+        )),
+        Ok(_) => match serde_json::from_str::<Request>(line.trim()) {
+            Err(e) => {
+                let shown: String = line.trim().chars().take(200).collect();
+                Response::error(format!("bad request {shown:?}: {e}"))
+            }
+            Ok(req) => {
+                let (rtx, rrx) = mpsc::channel();
+                if tx.send((req, rtx)).is_err() {
+                    Response::error("agent is shutting down")
+                } else {
+                    rrx.recv_timeout(Duration::from_secs(10))
+                        .unwrap_or_else(|_| Response::error("agent did not answer within 10 s"))
+                }
+            }
+        },
+    };
+    let _ = reply(&mut stream, &response);
 }
 
 fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {

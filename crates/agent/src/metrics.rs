@@ -320,30 +320,32 @@ pub fn serve(
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     let scrapes = Arc::new(AtomicU64::new(0));
+    let active = Arc::new(AtomicU64::new(0));
+    let registry = Arc::new(registry);
     let handle = std::thread::Builder::new()
         .name("headroom-metrics".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                        let mut buf = [0u8; 2048];
-                        let mut got = Vec::new();
-                        while !got.windows(4).any(|w| w == b"\r\n\r\n") && got.len() < 16384 {
-                            match s.read(&mut buf) {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => got.extend_from_slice(&buf[..n]),
-                            }
+                    Ok((s, _)) => {
+                        // Each scrape in its own thread (a slow or idle client must not hold up
+                        // the next scrape), at most MAX_SCRAPERS at once.
+                        if active.load(Ordering::Relaxed) >= MAX_SCRAPERS {
+                            drop(s);
+                            continue;
                         }
-                        scrapes.fetch_add(1, Ordering::Relaxed);
-                        let body = render(&registry);
-                        let head = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                            body.len()
-                        );
-                        let _ = s.write_all(head.as_bytes());
-                        let _ = s.write_all(body.as_bytes());
+                        active.fetch_add(1, Ordering::Relaxed);
+                        let (active, scrapes, registry) =
+                            (active.clone(), scrapes.clone(), registry.clone());
+                        let spawned = std::thread::Builder::new()
+                            .name("headroom-scrape".into())
+                            .spawn(move || {
+                                answer_scrape(s, &registry, &scrapes);
+                                active.fetch_sub(1, Ordering::Relaxed);
+                            });
+                        if spawned.is_err() {
+                            tracing::warn!("metrics: could not start a scrape thread");
+                        }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         // Sleep until a scrape connects (or 200 ms, to see `stop`).
@@ -360,4 +362,33 @@ pub fn serve(
             }
         })?;
     Ok((bound, handle))
+}
+
+/// Scrapes served at once; more connections are closed at once.
+const MAX_SCRAPERS: u64 = 32;
+
+/// Reads one HTTP request (at most 16 KiB, 1 s) and answers it with the exposition.
+fn answer_scrape(mut s: std::net::TcpStream, registry: &Registry, scrapes: &AtomicU64) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; 2048];
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") && got.len() < 16384 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    if got.is_empty() {
+        return;
+    }
+    scrapes.fetch_add(1, Ordering::Relaxed);
+    let body = render(registry);
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = s.write_all(head.as_bytes());
+    let _ = s.write_all(body.as_bytes());
 }

@@ -61,6 +61,22 @@ pub struct AgentState {
 }
 
 impl AgentState {
+    /// A state that records nothing yet (before a first start has read any original).
+    pub fn empty() -> AgentState {
+        AgentState {
+            version: STATE_VERSION,
+            pid: std::process::id(),
+            written_unix_ms: 0,
+            originals: Vec::new(),
+            original: BTreeMap::new(),
+            last_allocation: None,
+            owned_pids: BTreeMap::new(),
+            lc_threads: Default::default(),
+            created_groups: Vec::new(),
+            lc_origins: BTreeMap::new(),
+        }
+    }
+
     /// The originals as the write path keeps them.
     pub fn original_map(&self) -> BTreeMap<Knob, KnobValue> {
         let mut out: BTreeMap<Knob, KnobValue> = self

@@ -1,7 +1,11 @@
 //! Commands the agent launches in their groups (`[[be]] command`, `[lc] command`), restarted
 //! with exponential backoff when they die.
 //!
-//! A child joins its group's v1 hierarchies (all but the freezer) in `pre_exec`, before it runs
+//! A BE command is forked behind a gate ([`launch_gated`]): the agent moves the child into
+//! every hierarchy of its group — a frozen freezer included — while it waits, and only then lets
+//! it exec, so no BE instruction runs outside its groups, and a child whose agent dies before
+//! opening the gate exits without running. The LC command ([`launch_in_group`]) instead
+//! joins its group's v1 hierarchies (all but the freezer) in `pre_exec`, before it runs
 //! a single instruction of the command; the freezer (and a v2 group, where freezing is part of
 //! the one hierarchy) is joined right after spawn — joining a frozen group inside `pre_exec`
 //! would block the spawn until BE is thawed.
@@ -47,7 +51,8 @@ pub struct Supervised {
     backoff_initial: Duration,
     backoff_max: Duration,
     backoff: Duration,
-    child: Option<Child>,
+    /// A BE command this agent launched (reaped with waitpid).
+    child: Option<i32>,
     /// A process started by an earlier agent (from the state file): watched, not reaped.
     adopted: Option<u32>,
     started: Option<Instant>,
@@ -82,7 +87,7 @@ impl Supervised {
 
     /// The running process's pid.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id).or(self.adopted)
+        self.child.map(|p| p as u32).or(self.adopted)
     }
 
     /// Watches a process an earlier agent started (if it is still alive and in the group).
@@ -101,8 +106,8 @@ impl Supervised {
 
     /// Starts the command in its group.
     pub fn start(&mut self, cgroups: &Cgroups) -> Result<u32, LaunchError> {
-        let child = launch_in_group(cgroups, &self.name, &self.command, &self.group)?;
-        let pid = child.id();
+        let pid = launch_gated(cgroups, &self.name, &self.command, &self.group)?;
+        let child = pid as i32;
         tracing::info!(name = %self.name, pid, group = %self.group, command = ?self.command, "started");
         self.child = Some(child);
         self.adopted = None;
@@ -114,11 +119,7 @@ impl Supervised {
     /// Reaps a dead command and restarts it when its backoff has passed.
     pub fn check(&mut self, cgroups: &Cgroups, now: Instant) {
         let died = match (&mut self.child, self.adopted) {
-            (Some(child), _) => match child.try_wait() {
-                Ok(Some(status)) => Some(status.to_string()),
-                Ok(None) => None,
-                Err(e) => Some(format!("wait failed: {e}")),
-            },
+            (Some(pid), _) => reap(*pid),
             (None, Some(pid)) => {
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
                     .is_err()
@@ -178,8 +179,8 @@ impl Supervised {
         }
         let end = Instant::now() + grace;
         while Instant::now() < end {
-            let gone = match self.child.as_mut() {
-                Some(child) => matches!(child.try_wait(), Ok(Some(_))),
+            let gone = match self.child {
+                Some(pid) => reap(pid).is_some(),
                 None => nix::sys::signal::kill(leader, None).is_err(),
             };
             let group_empty = cgroups.procs(&self.group).is_ok_and(|p| p.is_empty());
@@ -189,9 +190,12 @@ impl Supervised {
             std::thread::sleep(Duration::from_millis(10));
         }
         let killed = kill_group(cgroups, &self.group);
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(pid) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
         }
         self.adopted = None;
         tracing::info!(name = %self.name, pid, killed, "stopped");
@@ -271,4 +275,106 @@ pub fn launch_in_group(
         });
     }
     Ok(child)
+}
+
+/// How a launched child ended, if it has (reaped); `None` while it runs.
+fn reap(pid: i32) -> Option<String> {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    match waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::StillAlive) => None,
+        Ok(WaitStatus::Exited(_, code)) => Some(format!("exit status: {code}")),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some(format!("signal: {sig}")),
+        Ok(_) => None,
+        Err(e) => Some(format!("wait failed: {e}")),
+    }
+}
+
+/// Forks `command` behind a gate: the child leads its own process group and waits on a pipe;
+/// the parent moves it into every hierarchy of `group` (a frozen group freezes it where it
+/// waits) and then opens the gate, and the child execs. If the parent dies first, the pipe
+/// closes empty and the child exits without running the command. Returns the child's pid.
+pub fn launch_gated(
+    cgroups: &Cgroups,
+    name: &str,
+    command: &[String],
+    group: &GroupPath,
+) -> Result<u32, LaunchError> {
+    let spawn_err = |source: std::io::Error| LaunchError::Spawn {
+        name: name.to_string(),
+        command: command.to_vec(),
+        group: group.to_string(),
+        source,
+    };
+    if command.is_empty() {
+        return Err(LaunchError::Empty {
+            name: name.to_string(),
+        });
+    }
+    let args: Vec<CString> = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| spawn_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let devnull = CString::new("/dev/null").expect("no NUL");
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(spawn_err(std::io::Error::last_os_error()));
+    }
+    let (gate_r, gate_w) = (fds[0], fds[1]);
+    // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
+    // close, execvp, _exit) on data prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closing the two fds made above.
+        unsafe {
+            libc::close(gate_r);
+            libc::close(gate_w);
+        }
+        return Err(spawn_err(e));
+    }
+    if pid == 0 {
+        // SAFETY: see above; nothing here allocates or takes a lock.
+        unsafe {
+            libc::setpgid(0, 0);
+            libc::close(gate_w);
+            let mut byte = 0u8;
+            let n = libc::read(gate_r, (&mut byte as *mut u8).cast(), 1);
+            if n != 1 {
+                libc::_exit(1); // the agent died before placing us: do not run
+            }
+            let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                libc::dup2(null, 0);
+            }
+            libc::execvp(argv[0], argv.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: the parent's copy of the read end is not used.
+    unsafe { libc::close(gate_r) };
+    let close_gate = |open: bool| {
+        // SAFETY: one byte from a live buffer, then closing the fd this function owns.
+        unsafe {
+            if open {
+                libc::write(gate_w, b"g".as_ptr().cast(), 1);
+            }
+            libc::close(gate_w);
+        }
+    };
+    if let Err(source) = cgroups.move_process(group, pid) {
+        close_gate(false);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        return Err(LaunchError::Move {
+            name: name.to_string(),
+            pid: pid as u32,
+            group: group.to_string(),
+            source: Box::new(source),
+        });
+    }
+    close_gate(true);
+    Ok(pid as u32)
 }

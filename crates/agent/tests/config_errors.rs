@@ -308,3 +308,64 @@ fn a_prober_too_slow_for_its_percentile_is_refused() {
     let zero = refuse(&format!("{GOOD}[lc.slo]\nmin_samples = 0\n"));
     assert!(zero.contains("lc.slo.min_samples"), "{zero}");
 }
+
+/// Values an SRE once got accepted and then hurt by (agent issue, defects 5 and 12).
+#[test]
+fn out_of_range_values_that_used_to_pass_are_refused() {
+    let msg = refused_with(
+        "[lc.latency]",
+        "[lc.slo]\nwindow_s = 1e308\n[lc.latency]",
+        "lc.slo.window_s",
+    );
+    assert!(msg.contains("3600"), "{msg}");
+    // the prober is load on the LC: 1e9 Hz pushed its p99 from ~200 µs to 3-4 ms
+    let msg = refused_with(
+        "address = \"127.0.0.1:11211\"\n[lc.load]",
+        "address = \"127.0.0.1:11211\"\nrate_hz = 1e9\n[lc.load]",
+        "lc.latency.rate_hz",
+    );
+    assert!(msg.contains("1000 Hz"), "1% of the 100k peak: {msg}");
+    // `./x` is not a group the agent can use: refused before start, not at it
+    refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"./be\"",
+        "be[0].cgroup",
+    );
+}
+
+#[test]
+fn be_groups_must_be_distinct_and_not_nested() {
+    let two = |second: &str| {
+        GOOD.replace(
+            "[policy]",
+            &format!("[[be]]\nname = \"other\"\ncgroup = \"{second}\"\n[policy]"),
+        )
+    };
+    let msg = refuse(&two("headroom/be"));
+    assert!(
+        msg.contains("be[1].cgroup") && msg.contains("overlaps be[0]"),
+        "{msg}"
+    );
+    let msg = refuse(&two("headroom/be/inner"));
+    assert!(msg.contains("be[1].cgroup"), "{msg}");
+}
+
+#[test]
+fn machine_checks_name_the_cpu_or_the_size() {
+    let cfg = Config::from_toml_str(GOOD).unwrap();
+    let mut big = cfg.clone();
+    big.policy.blind.buffer_cores = 1000.0;
+    let msg = big.validate_on(&[0, 1]).unwrap_err().to_string();
+    assert!(
+        msg.contains("policy.blind.buffer_cores") && msg.contains("2 CPUs"),
+        "{msg}"
+    );
+    let mut pinned = cfg.clone();
+    pinned.lc.threads.cpus = vec![7];
+    let msg = pinned.validate_on(&[0, 1]).unwrap_err().to_string();
+    assert!(
+        msg.contains("lc.threads.cpus") && msg.contains("CPU 7"),
+        "{msg}"
+    );
+    cfg.validate_on(&[0, 1]).unwrap();
+}

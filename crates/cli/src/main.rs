@@ -50,6 +50,18 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Commands that only print (`headroom ctl status | head`) end quietly on a closed pipe, as
+    // Unix tools do; those that serve sockets keep SIGPIPE ignored (a peer hanging up must
+    // not kill the agent or the server).
+    if matches!(
+        cli.command,
+        Command::Ctl(_) | Command::Doctor(_) | Command::Report(_)
+    ) {
+        // SAFETY: setting a signal's disposition to its default before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Load(a) => cmd::load::run(a),
         Command::Serve(a) => cmd::serve::run(a),

@@ -438,6 +438,11 @@ impl Node for LinuxNode {
             reason: e.to_string(),
         };
         match knob {
+            // A controller this host lacks: the knob is not managed (as a missing file).
+            Knob::Cgroup { knob: k, .. } if !self.cgroups.has(k.controller()) => Err(NodeError {
+                not_found: true,
+                ..self.unsupported(knob)
+            }),
             Knob::Cgroup { group, knob: k } => self.read_cgroup(group, *k).map_err(with_what),
             Knob::Io { group, device } if self.facts.io => self
                 .cgroups

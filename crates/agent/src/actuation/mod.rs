@@ -14,6 +14,8 @@
 pub mod knob;
 pub mod linux;
 pub mod target;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -279,7 +281,7 @@ impl Actuation {
         self.apply_target(node, &target, verify)
     }
 
-    /// The originals of every knob the agent manages or has written (the kill switch's target).
+    /// The originals of every knob the agent manages (the kill switch's target).
     pub fn original_target(&self) -> BTreeMap<Knob, KnobValue> {
         self.original
             .iter()
@@ -288,8 +290,10 @@ impl Actuation {
                 Knob::Cgroup { group, knob } if *group == self.groups.lc => {
                     *knob == CgroupKnob::CpuWeight
                 }
-                Knob::Cgroup { .. } => true,
-                _ => self.current.contains_key(*k) || self.unknown.contains(*k),
+                // Everything else, written by this agent or by one before it (a restart's
+                // originals come from the state file); what already holds its original is
+                // read and left alone.
+                _ => true,
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()

@@ -193,3 +193,44 @@ impl TickSink for Publisher {
         self.summary.ticks += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DecisionLog;
+
+    /// At 1 ms a log grows ~1.5 MB/s: past its cap it is rotated once, so the disk holds at
+    /// most twice the cap however long the agent runs.
+    #[test]
+    fn the_decision_log_is_capped_and_rotated_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        let mut log = DecisionLog::open(&path, 8192).unwrap();
+        let line = format!("{{\"t_ms\":1,\"pad\":\"{}\"}}", "x".repeat(100));
+        for _ in 0..10_000 {
+            log.write_line(&line);
+        }
+        log.flush();
+        let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        let rotated = dir.path().join("decisions.jsonl.1");
+        assert!(size(&path) <= 8192, "{}", size(&path));
+        assert!(size(&rotated) <= 8192 && size(&rotated) > 0);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        // every line kept is whole
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.lines().all(|l| l == line));
+        assert_eq!(log.lost, 0);
+    }
+
+    /// A log on a full disk loses lines (counted) and says so once, not every tick.
+    #[test]
+    fn a_full_disk_is_counted_not_fatal() {
+        if !std::path::Path::new("/dev/full").exists() {
+            return eprintln!("SKIP a_full_disk_is_counted_not_fatal: no /dev/full");
+        }
+        let mut log = DecisionLog::open(std::path::Path::new("/dev/full"), 1 << 30).unwrap();
+        for _ in 0..100 {
+            log.write_line(&"y".repeat(70_000));
+        }
+        assert!(log.lost > 0);
+    }
+}

@@ -92,8 +92,10 @@ impl Agent {
         } else {
             Some(StateLock::acquire(&state_path)?)
         };
-        let previous = if dry { None } else { state::load(&state_path)? };
-        let previous = previous.filter(|p| p.manages(&groups));
+        let recorded = if dry { None } else { state::load(&state_path)? };
+        // Originals and BE pids come from a state file of these groups; the groups and LC
+        // origins an interrupted start recorded (before its originals) are taken in any case.
+        let previous = recorded.clone().filter(|p| p.manages(&groups));
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let started = (|| {
@@ -145,7 +147,7 @@ impl Agent {
         // ---- steps that touch the host, each undone on failure ----
         let mut steps = HostSteps {
             had_state: previous.is_some(),
-            created_groups: previous
+            created_groups: recorded
                 .as_ref()
                 .map(|p| {
                     p.created_groups
@@ -154,7 +156,7 @@ impl Agent {
                         .collect()
                 })
                 .unwrap_or_default(),
-            lc_moved: previous
+            lc_moved: recorded
                 .as_ref()
                 .map(|p| p.lc_origins.clone())
                 .unwrap_or_default(),
@@ -166,7 +168,20 @@ impl Agent {
             Ok(())
         } else {
             (|| {
-                create_groups(&cgroups, &groups, &mut steps)?;
+                // What this start is about to create and move is recorded first: a kill -9
+                // between here and the full state file must not leak a group or lose the
+                // LC's own groups.
+                plan_groups(&cgroups, &groups, &mut steps);
+                plan_lc_moves(&options.root, &cgroups, &config, &groups.lc, &mut steps);
+                let mut intent = recorded.clone().unwrap_or_else(|| AgentState::empty());
+                intent.pid = std::process::id();
+                intent.written_unix_ms = unix_ms();
+                intent.created_groups =
+                    steps.created_groups.iter().map(|g| g.to_string()).collect();
+                intent.lc_origins = steps.lc_moved.clone();
+                state::store(&state_path, &intent)?;
+                steps.state_written = true;
+                create_groups(&cgroups, &groups, &steps)?;
                 // BE traffic is classified by a cgroup-BPF program on the BE groups' cgroup2
                 // directories (on hybrid hosts made for it): skb->priority = the BE HTB class.
                 if let Some(classid) = node.egress_be_classid() {
@@ -186,7 +201,9 @@ impl Agent {
                 {
                     lc_threads.ensure_rt_budget(&cgroups, &groups.lc)?;
                 }
-                move_lc(&options.root, &cgroups, &config, &groups.lc, &mut steps)?;
+                for &pid in &config.lc.pids {
+                    cgroups.move_process(&groups.lc, pid as i32)?;
+                }
                 if !config.lc.command.is_empty() {
                     steps.lc_child = Some(crate::supervisor::launch_in_group(
                         &cgroups,
@@ -417,10 +434,10 @@ fn undo(
         let _ = child.wait();
     }
     remove_created_groups(cgroups, &mut steps.created_groups, &[]);
-    if restored && steps.created_groups.is_empty() && !steps.had_state {
+    if restored && steps.created_groups.is_empty() && !steps.had_state && steps.state_written {
         let _ = state::remove(state_path);
     }
-    let _ = (steps.actuation_applied, steps.state_written);
+    let _ = steps.actuation_applied;
 }
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
@@ -430,12 +447,8 @@ fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Creates the LC and BE groups, noting the ones (and ancestors) that did not exist.
-fn create_groups(
-    cg: &Cgroups,
-    groups: &ManagedGroups,
-    steps: &mut HostSteps,
-) -> Result<(), AgentError> {
+/// Notes the groups (and ancestors) that do not exist yet: this start will create them.
+fn plan_groups(cg: &Cgroups, groups: &ManagedGroups, steps: &mut HostSteps) {
     for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
         let mut missing = Vec::new();
         let mut at = Some(g.clone());
@@ -448,36 +461,40 @@ fn create_groups(
             }
             at = p.parent();
         }
-        // recorded before creating: a failure half-way still removes what was made
         steps.created_groups.extend(missing.into_iter().rev());
+    }
+}
+
+/// Creates the LC and BE groups.
+fn create_groups(cg: &Cgroups, groups: &ManagedGroups, _: &HostSteps) -> Result<(), AgentError> {
+    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
         cg.create(g)?;
     }
     Ok(())
 }
 
-/// Moves `lc.pids` into the LC group, recording where each was in every hierarchy.
-fn move_lc(
+/// Notes where each of `lc.pids` is in every hierarchy (unless a state file already did).
+fn plan_lc_moves(
     root: &Path,
     cg: &Cgroups,
     config: &Config,
     lc: &GroupPath,
     steps: &mut HostSteps,
-) -> Result<(), AgentError> {
+) {
     for &pid in &config.lc.pids {
-        if !steps.lc_moved.contains_key(&pid) {
-            let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
-                .unwrap_or_default();
-            let dirs = cg
-                .process_dirs(lc, &text)
-                .into_iter()
-                .filter(|d| !d.ends_with(lc.as_str()))
-                .map(|d| d.display().to_string())
-                .collect();
-            steps.lc_moved.insert(pid, dirs);
+        if steps.lc_moved.contains_key(&pid) {
+            continue;
         }
-        cg.move_process(lc, pid as i32)?;
+        let text =
+            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default();
+        let dirs = cg
+            .process_dirs(lc, &text)
+            .into_iter()
+            .filter(|d| !d.ends_with(lc.as_str()))
+            .map(|d| d.display().to_string())
+            .collect();
+        steps.lc_moved.insert(pid, dirs);
     }
-    Ok(())
 }
 
 /// Moves LC processes back into the groups they were in before the agent moved them.

@@ -1,0 +1,449 @@
+//! The agent tried as an SRE would (agent issue, "reliability defects"): kill -9 at random
+//! moments of start-up and running, restarts, a second agent, a start that fails, stray
+//! signals, a closed pipe. After each, no BE process runs outside the groups the agent records,
+//! none is left frozen without an agent once it exits, no group leaks, and the LC is back where
+//! it was. Real kernel (root, a writable cgroup v1 or v2 with cpuset, cpu and freezer); each
+//! test skips with a printed reason elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_agent::control::{request, Request};
+use headroom_host::{Cgroups, Controller, FreezeState, GroupPath, LinuxHost};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+
+struct Env {
+    dir: tempfile::TempDir,
+    top: GroupPath,
+    cgroups: Cgroups,
+    children: Vec<Child>,
+    /// A unique `sleep` argument: the BE command's processes carry it (and only they do).
+    marker: String,
+    lc: Child,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.lc.kill();
+        let _ = self.lc.wait();
+        for pid in procs_with(&self.marker) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        for g in ["be", "lc"] {
+            if let Ok(g) = self.top.join(g) {
+                let _ = self.cgroups.kill_all(&g);
+                let _ = self.cgroups.remove(&g);
+            }
+        }
+        let _ = self.cgroups.remove(&self.top);
+    }
+}
+
+fn setup(test: &str) -> Option<Env> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {test}: not root");
+        return None;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("SKIP {test}: no cgroups: {e}");
+            return None;
+        }
+    };
+    for c in [Controller::Cpuset, Controller::Cpu, Controller::Freezer] {
+        if cgroups.backend(c).is_err() {
+            eprintln!("SKIP {test}: no {c} controller");
+            return None;
+        }
+    }
+    let probe = GroupPath::new(&format!("headroom-probe-{}", std::process::id())).unwrap();
+    if let Err(e) = cgroups.create(&probe) {
+        eprintln!("SKIP {test}: cgroupfs not writable: {e}");
+        return None;
+    }
+    let _ = cgroups.remove(&probe);
+    let id = std::process::id() % 100_000;
+    let n = test.len() as u32;
+    let top = GroupPath::new(&format!("headroom-faults-{id}-{n}")).unwrap();
+    let lc = Command::new("sleep")
+        .arg("600")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    Some(Env {
+        dir: tempfile::tempdir().unwrap(),
+        top,
+        cgroups,
+        children: Vec::new(),
+        marker: format!("{}.{:03}{}", 7000 + id % 1000, n, id),
+        lc,
+    })
+}
+
+impl Env {
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("ctl.sock")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state.json")
+    }
+
+    fn be(&self) -> GroupPath {
+        self.top.join("be").unwrap()
+    }
+
+    /// A config whose BE command forks: a background `sleep MARKER` and a foreground one.
+    fn config(&self, name: &str, on_exit: &str, metrics: &str, socket: &Path) -> PathBuf {
+        let d = self.dir.path().display();
+        let m = &self.marker;
+        let text = format!(
+            r#"
+[lc]
+name = "lc"
+cgroup = "{top}/lc"
+pids = [{lc}]
+
+[[be]]
+name = "forker"
+cgroup = "{top}/be"
+command = ["sh", "-c", "sleep {m} & exec sleep {m}"]
+restart_backoff_ms = 50
+
+[policy]
+kind = "static-cores"
+[policy.static-cores]
+cores = 1
+
+[safety]
+on_exit = "{on_exit}"
+state_file = "{d}/state.json"
+
+[api]
+socket = "{socket}"
+metrics = "{metrics}"
+"#,
+            top = self.top,
+            lc = self.lc.id(),
+            socket = socket.display(),
+        );
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn spawn(&mut self, config: &Path, log: &str) -> usize {
+        let stderr = std::fs::File::create(self.dir.path().join(log)).unwrap();
+        let child = Command::new(BIN)
+            .args(["agent", "--config"])
+            .arg(config)
+            .env("HEADROOM_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    fn wait_up(&mut self, socket: &Path, log: &str) {
+        let up = wait_for(Duration::from_secs(20), || {
+            request(socket, &Request::Status).is_ok_and(|r| r.ok)
+        });
+        assert!(up, "agent did not come up; log:\n{}", self.log(log));
+    }
+
+    fn signal(&mut self, idx: usize, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.children[idx].id() as i32);
+        let _ = nix::sys::signal::kill(pid, sig);
+    }
+
+    fn wait_exit(&mut self, idx: usize) -> std::process::ExitStatus {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.children[idx].try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < end, "agent did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Every BE process is inside the BE group (in every hierarchy): never unconfined.
+    fn assert_be_confined(&self, when: &str) {
+        let be = self.be();
+        for pid in procs_with(&self.marker) {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            if text.is_empty() {
+                continue; // exited meanwhile
+            }
+            for line in text.lines() {
+                let mut parts = line.splitn(3, ':');
+                let (_, ctrls, path) = (
+                    parts.next(),
+                    parts.next().unwrap_or(""),
+                    parts.next().unwrap_or(""),
+                );
+                let managed = ctrls.is_empty()
+                    && self
+                        .cgroups
+                        .backend(Controller::Cpu)
+                        .is_ok_and(|b| b.is_v2())
+                    || ["cpuset", "cpu", "freezer"]
+                        .iter()
+                        .any(|c| ctrls.split(',').any(|x| x == *c));
+                if managed {
+                    assert!(
+                        path.trim_start_matches('/').starts_with(be.as_str()),
+                        "{when}: BE process {pid} outside {be}: {line}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn lc_groups(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/cgroup", self.lc.id())).unwrap()
+    }
+
+    fn leaked(&self) -> Vec<PathBuf> {
+        self.cgroups
+            .group_dirs(&self.top)
+            .into_iter()
+            .map(|(_, d)| d)
+            .filter(|d| d.is_dir())
+            .collect()
+    }
+}
+
+fn wait_for(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Processes whose command line holds `marker`.
+fn procs_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        // zombies have an empty cmdline; `sh -c "…marker…"` is the BE's own shell
+        if cmd.contains(marker) && !cmd.starts_with("sh ") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The issue's check: kill -9 at random moments (the first 20 ms included) in a loop of 20
+/// restarts; after a final SIGTERM with `restore`: no BE process left, none frozen, no group
+/// leaked, the LC back in its original groups, no state file.
+#[test]
+fn kill_9_at_random_moments_leaves_no_be_unconfined_and_restore_cleans_up() {
+    let Some(mut env) = setup("kill_9_at_random_moments") else {
+        return;
+    };
+    let lc_before = env.lc_groups();
+    let socket = env.socket();
+    let cfg = env.config("a.toml", "restore", "", &socket);
+    // Deterministic "random" moments: 0..150 ms, several inside the first 20 ms.
+    let mut x: u64 = 0x9e37_79b9;
+    for i in 0..20 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let after_ms = if i % 4 == 0 {
+            (x >> 33) % 20
+        } else {
+            (x >> 33) % 150
+        };
+        let idx = env.spawn(&cfg, &format!("crash{i}.log"));
+        std::thread::sleep(Duration::from_millis(after_ms));
+        env.signal(idx, nix::sys::signal::Signal::SIGKILL);
+        env.wait_exit(idx);
+        env.assert_be_confined(&format!("after kill -9 at {after_ms} ms (round {i})"));
+        // at most one BE command's worth of processes (2: the background and the exec'd sleep)
+        let n = procs_with(&env.marker).len();
+        assert!(
+            n <= 2,
+            "round {i}: {n} BE processes: a second BE was started"
+        );
+    }
+    let idx = env.spawn(&cfg, "final.log");
+    env.wait_up(&socket, "final.log");
+    env.assert_be_confined("final agent running");
+    env.signal(idx, nix::sys::signal::Signal::SIGTERM);
+    let st = env.wait_exit(idx);
+    assert!(st.success(), "exit {st}; log:\n{}", env.log("final.log"));
+    assert!(
+        wait_for(Duration::from_secs(5), || procs_with(&env.marker)
+            .is_empty()),
+        "BE processes outlived restore: {:?}",
+        procs_with(&env.marker)
+    );
+    assert_eq!(
+        env.lc_groups(),
+        lc_before,
+        "the LC is back in its original groups"
+    );
+    assert!(env.leaked().is_empty(), "leaked groups: {:?}", env.leaked());
+    assert!(
+        !env.state().exists(),
+        "state file removed after a clean restore"
+    );
+}
+
+/// Defects 1 and 2: a BE adopted from a killed agent is stopped by `restore`, with everything
+/// it forked; no second BE is started on the restart.
+#[test]
+fn restore_stops_an_adopted_be_and_everything_it_forked() {
+    let Some(mut env) = setup("restore_stops_an_adopted_be") else {
+        return;
+    };
+    let socket = env.socket();
+    let cfg = env.config("a.toml", "restore", "", &socket);
+    let first = env.spawn(&cfg, "first.log");
+    env.wait_up(&socket, "first.log");
+    assert!(
+        wait_for(Duration::from_secs(10), || procs_with(&env.marker).len()
+            == 2),
+        "the BE command and its child run: {:?}",
+        procs_with(&env.marker)
+    );
+    let be_pids = procs_with(&env.marker);
+    env.signal(first, nix::sys::signal::Signal::SIGKILL);
+    env.wait_exit(first);
+    let second = env.spawn(&cfg, "second.log");
+    env.wait_up(&socket, "second.log");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        procs_with(&env.marker),
+        be_pids,
+        "adopted, not started again"
+    );
+    env.signal(second, nix::sys::signal::Signal::SIGTERM);
+    let st = env.wait_exit(second);
+    assert!(st.success(), "exit {st}; log:\n{}", env.log("second.log"));
+    assert!(
+        wait_for(Duration::from_secs(5), || procs_with(&env.marker)
+            .is_empty()),
+        "outlived restore: {:?}",
+        procs_with(&env.marker)
+    );
+    assert!(!env.state().exists());
+    assert!(env.leaked().is_empty(), "leaked groups: {:?}", env.leaked());
+}
+
+/// Defects 3 and 10: a start that fails (the metrics port is taken) launches no BE, creates no
+/// group and writes no state file.
+#[test]
+fn a_start_that_fails_leaves_nothing_behind() {
+    let Some(mut env) = setup("a_start_that_fails") else {
+        return;
+    };
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let socket = env.socket();
+    let cfg = env.config("a.toml", "restore", &addr, &socket);
+    let idx = env.spawn(&cfg, "fail.log");
+    let st = env.wait_exit(idx);
+    assert!(!st.success());
+    assert!(
+        env.log("fail.log").contains("metrics"),
+        "{}",
+        env.log("fail.log")
+    );
+    assert!(procs_with(&env.marker).is_empty(), "a BE was launched");
+    assert!(env.leaked().is_empty(), "leaked groups: {:?}", env.leaked());
+    assert!(!env.state().exists());
+}
+
+/// Defect 7: a second agent on the same state file (another socket) is refused, naming the
+/// first one; the first keeps running.
+#[test]
+fn a_second_agent_on_the_same_groups_is_refused() {
+    let Some(mut env) = setup("a_second_agent") else {
+        return;
+    };
+    let socket = env.socket();
+    let cfg = env.config("a.toml", "restore", "", &socket);
+    let first = env.spawn(&cfg, "first.log");
+    env.wait_up(&socket, "first.log");
+    let other = env.dir.path().join("other.sock");
+    let cfg2 = env.config("b.toml", "restore", "", &other);
+    let second = env.spawn(&cfg2, "second.log");
+    let st = env.wait_exit(second);
+    assert!(!st.success());
+    let log = env.log("second.log");
+    assert!(log.contains("another agent"), "{log}");
+    assert!(request(&socket, &Request::Status).is_ok_and(|r| r.ok));
+    env.signal(first, nix::sys::signal::Signal::SIGTERM);
+    assert!(env.wait_exit(first).success());
+    assert!(env.leaked().is_empty());
+}
+
+/// Defects 4 and 12: HUP and USR1 do not kill the agent; `ctl status` into a closed pipe does
+/// not panic; `ctl off` then SIGTERM still runs the exit action (here `freeze`).
+#[test]
+fn stray_signals_a_closed_pipe_and_off_then_sigterm() {
+    let Some(mut env) = setup("stray_signals") else {
+        return;
+    };
+    let socket = env.socket();
+    let cfg = env.config("a.toml", "freeze", "", &socket);
+    let idx = env.spawn(&cfg, "a.log");
+    env.wait_up(&socket, "a.log");
+    env.signal(idx, nix::sys::signal::Signal::SIGHUP);
+    env.signal(idx, nix::sys::signal::Signal::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        env.children[idx].try_wait().unwrap().is_none(),
+        "HUP/USR1 killed the agent"
+    );
+    assert!(request(&socket, &Request::Status).is_ok_and(|r| r.ok));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{BIN} ctl --socket {} status | true",
+            socket.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    let off = request(&socket, &Request::Off).unwrap();
+    assert!(off.ok, "{}", off.message);
+    env.signal(idx, nix::sys::signal::Signal::SIGTERM);
+    assert!(env.wait_exit(idx).success(), "{}", env.log("a.log"));
+    assert_eq!(
+        env.cgroups.freeze_state(&env.be()).unwrap(),
+        FreezeState::Frozen,
+        "after ctl off, SIGTERM still freezes BE; log:\n{}",
+        env.log("a.log")
+    );
+}
