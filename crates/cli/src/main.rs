@@ -35,6 +35,10 @@ enum Command {
     Report(cmd::report::Args),
     /// The end-to-end colocation demo
     Demo(cmd::demo::Args),
+    /// The real policies on modelled servers and fleets; calibrate and validate the model
+    Sim(cmd::sim::Args),
+    /// TCO planner (Leverich & Kozyrakis): servers and cost with and without colocation
+    Plan(cmd::plan::Args),
 }
 
 fn main() {
@@ -68,6 +72,8 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Sim(a) => cmd::sim::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
     };
     if let Err(err) = result {
         eprintln!("headroom: error: {err:#}");

@@ -7,8 +7,10 @@ pub mod ctl;
 pub mod demo;
 pub mod doctor;
 pub mod load;
+pub mod plan;
 pub mod report;
 pub mod serve;
+pub mod sim;
 
 /// Bad input from the user (a malformed flag value, a bad config): exit code 2, like clap's own
 /// usage errors, so scripts can tell "you asked wrongly" from "it failed".

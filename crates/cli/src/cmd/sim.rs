@@ -1,0 +1,278 @@
+//! `headroom sim`: the real policies on modelled servers (`fleet`), the model fitted from bench
+//! results (`calibrate`) and checked against a real run (`validate`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use headroom_sim::fleet::{run_fleet, FleetSpec};
+use headroom_sim::model::ServerModel;
+use headroom_sim::report::write_fleet_report;
+use headroom_sim::run::{parse_policy, SimSetup, ALL_POLICIES};
+use headroom_sim::trace::LoadTrace;
+use headroom_sim::SimError;
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SimCommand {
+    /// M servers over a diurnal day under every policy: fleet EMU, SLO violations, BE work, fan-out tail
+    Fleet(FleetArgs),
+    /// Fit the server model from `headroom bench` result directories; writes a TOML model
+    Calibrate(CalibrateArgs),
+    /// Replay a real `bench colocation` / `demo` run on a model: predicted vs measured per window
+    Validate(ValidateArgs),
+    /// Print the built-in server model as TOML (every key with its default)
+    Model,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FleetArgs {
+    /// Number of servers
+    #[arg(long, default_value_t = 100)]
+    pub servers: usize,
+    /// Simulated hours
+    #[arg(long, default_value_t = 24.0)]
+    pub hours: f64,
+    /// CPUs per server; a comma list assigns sizes round-robin (e.g. 16,32)
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    pub cores: Vec<u32>,
+    /// Policies to compare (comma list); default every policy
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Seed of every random draw (load noise, BE jobs)
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// LC load trace CSV (`t_s,load` header, load as a fraction of peak); default the built-in
+    /// Heracles-style day (20% at 04:00, 90% at 16:00, 3% noise)
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Server model TOML (from `headroom sim calibrate`); default the built-in model
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Extra agent config TOML appended to every simulated agent's config (e.g. [policy.blind])
+    #[arg(long)]
+    pub agent_config: Option<PathBuf>,
+    /// BE kinds the job pool draws from (comma list of the model's `[be.NAME]`); default all
+    #[arg(long, value_delimiter = ',')]
+    pub be: Vec<String>,
+    /// Use the model outside the load/size range its calibration covered
+    #[arg(long)]
+    pub allow_extrapolation: bool,
+    /// Output directory (report.html, summary.json, figures/, servers.csv)
+    #[arg(long)]
+    pub out: PathBuf,
+    /// No progress line
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CalibrateArgs {
+    /// `headroom bench` result directories (latency-vs-load, interference, scheduling, isolation)
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Where to write the model TOML
+    #[arg(long, default_value = "model.toml")]
+    pub out: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ValidateArgs {
+    /// Model TOML
+    pub model: PathBuf,
+    /// A `headroom bench colocation` or `headroom demo` run directory not used for fitting
+    pub run_dir: PathBuf,
+    /// Print the comparison as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Use the model outside the load/size range its calibration covered
+    #[arg(long)]
+    pub allow_extrapolation: bool,
+}
+
+/// Bad input (file, line, value) → exit 2; anything else → 1.
+fn classify(e: SimError) -> anyhow::Error {
+    if e.is_bad_input() {
+        super::usage(format!("headroom sim: {e}"))
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// A file the user named could not be read or parsed: exit 2.
+fn input(e: SimError) -> anyhow::Error {
+    super::usage(format!("headroom sim: {e}"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        SimCommand::Fleet(a) => fleet(a),
+        SimCommand::Calibrate(a) => calibrate(a),
+        SimCommand::Validate(a) => validate(a),
+        SimCommand::Model => {
+            print!("{}", ServerModel::default().to_toml());
+            Ok(())
+        }
+    }
+}
+
+fn fleet(a: FleetArgs) -> anyhow::Result<()> {
+    if a.servers == 0 || !(a.hours > 0.0 && a.hours <= 24.0 * 366.0) {
+        return Err(super::usage(format!(
+            "headroom sim fleet: --servers {} --hours {}: need at least 1 server and 0 < hours <= 8784",
+            a.servers, a.hours
+        )));
+    }
+    if let Some(c) = a
+        .cores
+        .iter()
+        .find(|c| **c == 0 || **c > headroom_sim::host::MAX_CORES)
+    {
+        return Err(super::usage(format!(
+            "headroom sim fleet: --cores {c}: must be in 1..=128"
+        )));
+    }
+    let mut model = match &a.model {
+        Some(p) => ServerModel::from_file(p).map_err(input)?,
+        None => ServerModel::default(),
+    };
+    if a.allow_extrapolation {
+        model.calibration.cores_range = None;
+        model.calibration.load_range = None;
+    }
+    let trace = match &a.trace {
+        Some(p) => LoadTrace::from_csv_file(p).map_err(input)?,
+        None => LoadTrace::default(),
+    };
+    let mut setup = SimSetup::new(model, trace);
+    if !a.be.is_empty() {
+        for b in &a.be {
+            setup.model.be_kind(b).map_err(classify)?;
+        }
+        setup.be_pool = a.be.clone();
+    }
+    if let Some(p) = &a.agent_config {
+        setup.agent_extra =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    }
+    let policies = if a.policies.is_empty() {
+        ALL_POLICIES.to_vec()
+    } else {
+        a.policies
+            .iter()
+            .map(|p| parse_policy(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(classify)?
+    };
+    let spec = FleetSpec {
+        servers: a.servers,
+        hours: a.hours,
+        cores: a.cores.clone(),
+        seed: a.seed,
+        policies,
+    };
+    let total = (spec.servers * spec.policies.len()) as u64;
+    let bar = if a.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total).with_style(
+            ProgressStyle::with_template(
+                "{spinner} sim fleet [{elapsed_precise}] {bar:30} {pos}/{len} server-days ({per_sec}, eta {eta}) {msg}",
+            )
+            .expect("template"),
+        )
+    };
+    let started = Instant::now();
+    let cpu_before = headroom_load::clock::process_cpu_s();
+    let results = run_fleet(&setup, &spec, &|done, _| bar.set_position(done)).map_err(classify)?;
+    bar.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = headroom_load::clock::process_cpu_s() - cpu_before;
+    let invocation = std::env::args().collect::<Vec<_>>().join(" ");
+    let files =
+        write_fleet_report(&a.out, &setup, &spec, &results, &invocation).map_err(classify)?;
+    let server_hours = spec.servers as f64 * spec.hours * spec.policies.len() as f64;
+    println!(
+        "{} servers × {} h × {} policies, SLO p{} ≤ {} µs per 15 s window",
+        spec.servers,
+        spec.hours,
+        spec.policies.len(),
+        setup.model.lc.percentile,
+        setup.model.lc.slo_us
+    );
+    println!(
+        "{:<14} {:>10} {:>8} {:>9} {:>8} {:>8} {:>10} {:>12} {:>12}",
+        "policy",
+        "violating",
+        "windows",
+        "servers",
+        "EMU",
+        "EMU p5",
+        "BE norm",
+        "k=10 p99 µs",
+        "k=100 p99 µs"
+    );
+    for f in &results {
+        println!(
+            "{:<14} {:>10} {:>8} {:>9} {:>7.1}% {:>7.1}% {:>10.3} {:>12.0} {:>12.0}",
+            f.policy.as_str(),
+            f.total_violations(),
+            f.total_windows(),
+            f.violating_servers(),
+            100.0 * f.emu_mean(),
+            100.0 * f.emu_p5(),
+            f.be_norm_mean(),
+            f.fanout_quantile(0, 0.5),
+            f.fanout_quantile(1, 0.5)
+        );
+    }
+    println!(
+        "simulated {server_hours:.0} server-hours in {wall:.1} s wall, {cpu:.1} CPU-s: {:.0} server-hours per CPU-second",
+        server_hours / cpu.max(1e-9)
+    );
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
+    let fit = headroom_sim::calibrate::calibrate(&a.dirs).map_err(classify)?;
+    std::fs::write(&a.out, fit.model.to_toml())
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    for p in &fit.model.calibration.params {
+        println!(
+            "{:<28} {:>12.3}  fit error {:>5.1}%  from {}",
+            p.key,
+            p.value,
+            100.0 * p.fit_error,
+            p.source
+        );
+    }
+    for r in &fit.refused {
+        println!("refused: {r}");
+    }
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
+fn validate(a: ValidateArgs) -> anyhow::Result<()> {
+    let mut model = ServerModel::from_file(&a.model).map_err(input)?;
+    if a.allow_extrapolation {
+        model.calibration.cores_range = None;
+        model.calibration.load_range = None;
+    }
+    let v = headroom_sim::validate::validate(&model, &a.run_dir).map_err(classify)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", v.render());
+    }
+    Ok(())
+}

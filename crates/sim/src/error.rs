@@ -1,0 +1,93 @@
+//! Errors of the simulator, planner and calibration: each names the file, line or key, and value.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Malformed input (TOML, CSV): the file, the line when known, and why.
+    #[error("{}", where_(file.as_deref(), *line, reason))]
+    Parse {
+        file: Option<PathBuf>,
+        line: Option<usize>,
+        reason: String,
+    },
+    /// A value out of range: the key, the value, why.
+    #[error("{}{key} = {value}: {reason}", file.as_ref().map_or(String::new(), |f| format!("{}: ", f.display())))]
+    Invalid {
+        file: Option<PathBuf>,
+        key: String,
+        value: String,
+        reason: String,
+    },
+    /// The model's calibration data do not cover what was asked.
+    #[error("not covered by the model's calibration: {0}")]
+    NotCovered(String),
+    /// Bench data that cannot be fitted (all points failed their self-checks, nothing usable).
+    #[error("calibration refused: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Bench(#[from] headroom_bench::BenchError),
+}
+
+fn where_(file: Option<&Path>, line: Option<usize>, reason: &str) -> String {
+    match (file, line) {
+        (Some(f), Some(l)) => format!("{}: line {l}: {reason}", f.display()),
+        (Some(f), None) => format!("{}: {reason}", f.display()),
+        (None, Some(l)) => format!("line {l}: {reason}"),
+        (None, None) => reason.to_string(),
+    }
+}
+
+impl SimError {
+    pub fn io(path: &Path, source: std::io::Error) -> SimError {
+        SimError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub fn invalid(key: &str, value: impl std::fmt::Display, reason: &str) -> SimError {
+        SimError::Invalid {
+            file: None,
+            key: key.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Attaches the file an error came from.
+    pub fn in_file(self, path: &Path) -> SimError {
+        match self {
+            SimError::Parse { line, reason, .. } => SimError::Parse {
+                file: Some(path.to_path_buf()),
+                line,
+                reason,
+            },
+            SimError::Invalid {
+                key, value, reason, ..
+            } => SimError::Invalid {
+                file: Some(path.to_path_buf()),
+                key,
+                value,
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// True for errors in what the user gave (exit code 2).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            SimError::Parse { .. }
+                | SimError::Invalid { .. }
+                | SimError::NotCovered(_)
+                | SimError::Refused(_)
+        )
+    }
+}

@@ -1,0 +1,281 @@
+//! The LC's queue in closed form: Erlang C for the chance of waiting, an exponential waiting time
+//! (exact for M/M/k, the Allen–Cunneen scaling for M/G/k), and a service-time distribution that is
+//! a shift plus a mix of exponentials, so the response-time tail `P(T > t)` is a sum of
+//! exponentials and a percentile is a bisection. Per-request simulation of every server of a
+//! fleet would be far too slow; [`crate::des`] checks these formulas against an exact simulation.
+
+/// Probability that an arrival waits in an M/M/k queue (Erlang C), `k` servers, offered load `a`
+/// (= λ·E[S], in servers). 1.0 when `a >= k` (the queue is unstable).
+pub fn erlang_c(k: u32, a: f64) -> f64 {
+    if k == 0 || a >= k as f64 {
+        return 1.0;
+    }
+    if a <= 0.0 {
+        return 0.0;
+    }
+    // Erlang B by its stable recurrence, then C from B.
+    let mut b = 1.0;
+    for i in 1..=k {
+        b = a * b / (i as f64 + a * b);
+    }
+    let rho = a / k as f64;
+    b / (1.0 - rho + rho * b)
+}
+
+/// A service time: `shift_us` plus an exponential phase chosen with probability `p` (at most two
+/// phases: one for 0 < cv ≤ 1, a balanced hyperexponential for cv > 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServiceDist {
+    pub shift_us: f64,
+    /// (probability, rate per µs) of each phase; unused phases have probability 0.
+    pub phases: [(f64, f64); 2],
+}
+
+impl ServiceDist {
+    /// The distribution with mean `mean_us` and coefficient of variation `cv`.
+    pub fn with_mean_cv(mean_us: f64, cv: f64) -> ServiceDist {
+        let mean = mean_us.max(1e-9);
+        if cv <= 1.0 {
+            // shifted exponential: the exponential part has mean cv·mean, std cv·mean
+            let cv = cv.max(1e-3);
+            ServiceDist {
+                shift_us: mean * (1.0 - cv),
+                phases: [(1.0, 1.0 / (cv * mean)), (0.0, 1.0)],
+            }
+        } else {
+            // balanced-means H2
+            let c2 = cv * cv;
+            let p1 = 0.5 * (1.0 + ((c2 - 1.0) / (c2 + 1.0)).sqrt());
+            ServiceDist {
+                shift_us: 0.0,
+                phases: [(p1, 2.0 * p1 / mean), (1.0 - p1, 2.0 * (1.0 - p1) / mean)],
+            }
+        }
+    }
+
+    pub fn mean_us(&self) -> f64 {
+        self.shift_us
+            + self
+                .phases
+                .iter()
+                .filter(|(p, _)| *p > 0.0)
+                .map(|(p, r)| p / r)
+                .sum::<f64>()
+    }
+
+    /// The same shape, every time multiplied by `factor` (a slower core).
+    pub fn stretched(&self, factor: f64) -> ServiceDist {
+        ServiceDist {
+            shift_us: self.shift_us * factor,
+            phases: [
+                (self.phases[0].0, self.phases[0].1 / factor),
+                (self.phases[1].0, self.phases[1].1 / factor),
+            ],
+        }
+    }
+
+    /// Squared coefficient of variation.
+    pub fn scv(&self) -> f64 {
+        let m = self.mean_us();
+        let second: f64 = self
+            .phases
+            .iter()
+            .filter(|(p, _)| *p > 0.0)
+            .map(|(p, r)| {
+                // E[(d + X)^2] for X ~ Exp(r)
+                let d = self.shift_us;
+                p * (d * d + 2.0 * d / r + 2.0 / (r * r))
+            })
+            .sum();
+        ((second - m * m) / (m * m)).max(0.0)
+    }
+}
+
+/// `P(X + Y > x)` for independent `X ~ Exp(a)`, `Y ~ Exp(b)`.
+fn hypo_tail(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    if ((a - b) / a).abs() < 1e-9 {
+        return (1.0 + a * x) * (-a * x).exp(); // Erlang-2
+    }
+    (b * (-a * x).exp() - a * (-b * x).exp()) / (b - a)
+}
+
+/// The response-time distribution of one LC queue over one tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ResponseTail {
+    /// Probability of waiting for a server.
+    pub p_wait: f64,
+    /// Rate of the (exponential) waiting time given a wait, per µs.
+    pub wait_rate: f64,
+    pub service: ServiceDist,
+    /// Requests that also meet a scheduling delay (woken on a core BE holds) ...
+    pub p_delay: f64,
+    /// ... of this many µs (Leverich's scheduling-delay effect).
+    pub delay_us: f64,
+}
+
+impl ResponseTail {
+    /// A queue of `k` identical servers (fractional k interpolates between ⌊k⌋ and ⌈k⌉) with
+    /// Poisson arrivals at `lambda_per_us` and service `service`. `None` when the queue is
+    /// unstable (offered load ≥ k).
+    pub fn mgk(k: f64, lambda_per_us: f64, service: ServiceDist) -> Option<ResponseTail> {
+        let mean = service.mean_us();
+        let a = lambda_per_us * mean;
+        if k <= 0.0 || a >= k {
+            return None;
+        }
+        let lo = k.floor().max(1.0);
+        let frac = (k - k.floor()).clamp(0.0, 1.0);
+        let c_lo = if (lo as u32) as f64 > a {
+            erlang_c(lo as u32, a)
+        } else {
+            1.0
+        };
+        let c_hi = erlang_c(lo as u32 + 1, a);
+        let p_wait = if k < 1.0 {
+            1.0f64.min(a / k)
+        } else {
+            c_lo + frac * (c_hi - c_lo)
+        };
+        // Allen–Cunneen: M/G/k waits scale with (1 + cv²)/2 of the M/M/k wait.
+        let ac = (1.0 + service.scv()) / 2.0;
+        let wait_rate = (k / mean - lambda_per_us) / ac;
+        Some(ResponseTail {
+            p_wait,
+            wait_rate,
+            service,
+            p_delay: 0.0,
+            delay_us: 0.0,
+        })
+    }
+
+    /// A queue that cannot keep up over a tick of `tick_us`: everyone waits, on average half of
+    /// the backlog built over the tick (the model carries no backlog across ticks).
+    pub fn saturated(k: f64, lambda_per_us: f64, service: ServiceDist, tick_us: f64) -> Self {
+        let capacity = k.max(1e-3) / service.mean_us();
+        let excess = (lambda_per_us - capacity).max(capacity * 0.01);
+        let mean_wait = (excess / capacity * tick_us / 2.0).max(service.mean_us());
+        ResponseTail {
+            p_wait: 1.0,
+            wait_rate: 1.0 / mean_wait,
+            service,
+            p_delay: 0.0,
+            delay_us: 0.0,
+        }
+    }
+
+    /// With a fraction `p` of requests delayed by `delay_us` more.
+    pub fn with_delay(mut self, p: f64, delay_us: f64) -> Self {
+        self.p_delay = p.clamp(0.0, 1.0);
+        self.delay_us = delay_us.max(0.0);
+        self
+    }
+
+    fn tail_undelayed(&self, t_us: f64) -> f64 {
+        let x = t_us - self.service.shift_us;
+        if x <= 0.0 {
+            return 1.0;
+        }
+        let mut out = 0.0;
+        for &(p, r) in &self.service.phases {
+            if p <= 0.0 {
+                continue;
+            }
+            let no_wait = (-r * x).exp();
+            let waited = hypo_tail(r, self.wait_rate, x);
+            out += p * ((1.0 - self.p_wait) * no_wait + self.p_wait * waited);
+        }
+        out.clamp(0.0, 1.0)
+    }
+
+    /// `P(T > t)`.
+    pub fn survival(&self, t_us: f64) -> f64 {
+        let plain = self.tail_undelayed(t_us);
+        if self.p_delay <= 0.0 {
+            return plain;
+        }
+        (1.0 - self.p_delay) * plain + self.p_delay * self.tail_undelayed(t_us - self.delay_us)
+    }
+
+    /// Mean response time, µs.
+    pub fn mean_us(&self) -> f64 {
+        self.service.mean_us() + self.p_wait / self.wait_rate + self.p_delay * self.delay_us
+    }
+
+    /// The `q`-quantile (0.99 = p99), µs.
+    pub fn quantile(&self, q: f64) -> f64 {
+        quantile_of_mix(&[(1.0, *self)], q)
+    }
+}
+
+/// The `q`-quantile of a request-weighted mix of response-time distributions (the ticks of a
+/// window), µs.
+pub fn quantile_of_mix(mix: &[(f64, ResponseTail)], q: f64) -> f64 {
+    let total: f64 = mix.iter().map(|(w, _)| w).sum();
+    if total <= 0.0 {
+        return 0.0;
+    }
+    let target = 1.0 - q;
+    let survival = |t: f64| mix.iter().map(|(w, r)| w * r.survival(t)).sum::<f64>() / total;
+    let mut hi = mix.iter().map(|(_, r)| r.mean_us()).fold(1.0f64, f64::max);
+    while survival(hi) > target && hi < 1e12 {
+        hi *= 2.0;
+    }
+    let mut lo = 0.0;
+    // relative precision 1e-4 is far below the model's own error
+    for _ in 0..60 {
+        if hi - lo <= hi * 1e-4 {
+            break;
+        }
+        let mid = 0.5 * (lo + hi);
+        if survival(mid) > target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erlang_c_known_values() {
+        // one server: P(wait) = ρ
+        assert!((erlang_c(1, 0.7) - 0.7).abs() < 1e-12);
+        // k = 2, a = 1: C = 1/3
+        assert!((erlang_c(2, 1.0) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(erlang_c(4, 4.0), 1.0);
+    }
+
+    #[test]
+    fn mm1_p99_is_the_closed_form() {
+        // M/M/1: T ~ Exp(μ − λ)
+        let mu = 1.0 / 100.0;
+        let lambda = 0.7 * mu;
+        let r = ResponseTail::mgk(1.0, lambda, ServiceDist::with_mean_cv(100.0, 1.0)).unwrap();
+        let want = (100.0f64).ln() / (mu - lambda);
+        assert!(
+            (r.quantile(0.99) - want).abs() / want < 1e-3,
+            "{}",
+            r.quantile(0.99)
+        );
+    }
+
+    #[test]
+    fn service_shapes_keep_their_mean_and_cv() {
+        for cv in [0.3, 1.0, 2.0] {
+            let s = ServiceDist::with_mean_cv(50.0, cv);
+            assert!((s.mean_us() - 50.0).abs() < 1e-9);
+            assert!(
+                (s.scv().sqrt() - cv).abs() < 1e-6,
+                "cv {cv}: {}",
+                s.scv().sqrt()
+            );
+        }
+    }
+}

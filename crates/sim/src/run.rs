@@ -1,0 +1,395 @@
+//! One server, one policy, one stretch of simulated time: the closed loop
+//! trace → SimHost → Observation → the real policy (inside its real safety wrapper) → Allocation →
+//! SimHost. Simulated time only; the same seed gives the same numbers.
+//!
+//! Time advances in model ticks (`tick_s`, 5 s by default): within a tick the load is constant and
+//! the model is in steady state. The policy is called at its own poll period when that is ≥ 100 ms
+//! (Heracles' 2 s sub-controllers, its 15 s top level, `weights`); a fast poller (`blind`, the
+//! inner loop of `hybrid`, 1 ms) is called at the tick's start and again, one growth pacing
+//! interval later, for as long as its allocation keeps changing: between model changes its input
+//! is constant, so the polls skipped would have decided the same (event-exact up to the tick).
+
+use std::time::Duration;
+
+use headroom_agent::actuation::Actuation;
+use headroom_agent::allocation::Allocation;
+use headroom_agent::config::{Config, PolicyKind};
+use headroom_agent::controller::{Controller, Discard};
+use headroom_agent::policy::{self, MachineInfo};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::SimError;
+use crate::host::{SimHost, TickState};
+use crate::model::{BeKind, ServerModel};
+use crate::node::sim_groups;
+use crate::queue::{quantile_of_mix, ResponseTail};
+use crate::trace::{LoadTrace, ServerLoad};
+
+/// Every policy, in report order.
+pub const ALL_POLICIES: [PolicyKind; 7] = [
+    PolicyKind::None,
+    PolicyKind::StaticCores,
+    PolicyKind::StaticCycles,
+    PolicyKind::Weights,
+    PolicyKind::Blind,
+    PolicyKind::Heracles,
+    PolicyKind::Hybrid,
+];
+
+/// Parses a policy name as `policy.kind` spells it.
+pub fn parse_policy(name: &str) -> Result<PolicyKind, SimError> {
+    ALL_POLICIES
+        .iter()
+        .copied()
+        .find(|k| k.as_str() == name)
+        .ok_or_else(|| {
+            SimError::invalid(
+                "--policies",
+                name,
+                "unknown policy; one of none, static-cores, static-cycles, weights, blind, heracles, hybrid",
+            )
+        })
+}
+
+/// The agent config a simulated server runs: the LC's SLO and peak from the model, the latency
+/// and load from a feed (the simulator), the static baselines at a quarter of the machine.
+/// `extra` is TOML appended verbatim (e.g. `[policy.blind]` keys) and validated by the agent.
+pub fn agent_config(
+    kind: PolicyKind,
+    model: &ServerModel,
+    cores: u32,
+    peak_qps: f64,
+    window_s: f64,
+    extra: &str,
+) -> Result<Config, SimError> {
+    let text = format!(
+        r#"
+[lc]
+name = "lc"
+cgroup = "headroom/lc"
+[lc.slo]
+target_us = {slo}
+percentile = {pct}
+window_s = {window_s}
+[lc.latency]
+source = "feed"
+[lc.load]
+source = "feed"
+peak_qps = {peak}
+[policy]
+kind = "{kind}"
+[policy.static-cores]
+cores = {quarter}
+[policy.static-cycles]
+percent = 25
+{extra}
+"#,
+        slo = model.lc.slo_us,
+        pct = model.lc.percentile,
+        peak = peak_qps.max(1.0).round(),
+        kind = kind.as_str(),
+        quarter = (cores / 4).max(1),
+    );
+    Config::from_toml_str(&text).map_err(|e| SimError::Invalid {
+        file: None,
+        key: "agent config".to_string(),
+        value: kind.as_str().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// What is simulated for every server.
+#[derive(Debug, Clone)]
+pub struct SimSetup {
+    pub model: ServerModel,
+    pub trace: LoadTrace,
+    /// BE kinds the job pool draws from (names in `model.be`).
+    pub be_pool: Vec<String>,
+    /// Mean length of a BE job, s (exponential).
+    pub be_job_mean_s: f64,
+    /// Per-server AR(1) load noise, fraction of peak.
+    pub noise_sd: f64,
+    pub tick_s: f64,
+    /// Extra agent TOML for every policy.
+    pub agent_extra: String,
+    /// The SLO window (`lc.slo.window_s`), s: a multiple of `tick_s`.
+    pub window_s: f64,
+}
+
+impl SimSetup {
+    pub fn new(model: ServerModel, trace: LoadTrace) -> SimSetup {
+        let be_pool = model.be.keys().cloned().collect();
+        SimSetup {
+            model,
+            trace,
+            be_pool,
+            be_job_mean_s: 2.0 * 3600.0,
+            noise_sd: 0.03,
+            tick_s: 5.0,
+            agent_extra: String::new(),
+            window_s: 15.0,
+        }
+    }
+}
+
+/// One server of the fleet.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerSpec {
+    pub cores: u32,
+    pub seed: u64,
+    /// Simulated seconds from `start_s` (seconds since midnight).
+    pub start_s: f64,
+    pub duration_s: f64,
+}
+
+/// One SLO window of one server.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WindowRecord {
+    /// Window start, seconds since the run started.
+    pub t_s: f64,
+    /// Mean LC load, fraction of peak.
+    pub load: f64,
+    pub p99_us: f64,
+    pub be_norm: f64,
+    pub emu: f64,
+    pub violating: bool,
+    /// BE CPU capacity the policy allowed at the window's end.
+    pub be_cpus: f64,
+    /// The BE kind running.
+    pub be: String,
+    /// The last decision reason of the window.
+    pub reason: String,
+}
+
+/// A server's result under one policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerOutcome {
+    pub windows: u64,
+    pub violations: u64,
+    pub emu_sum: f64,
+    pub emu_min: f64,
+    pub be_norm_sum: f64,
+    pub lc_load_sum: f64,
+    pub p99_max: f64,
+    /// Allocation changes written.
+    pub writes: u64,
+    /// Policy calls.
+    pub decisions: u64,
+    pub records: Vec<WindowRecord>,
+    /// Per window: (EMU, violating).
+    pub window_emu: Vec<(f64, bool)>,
+}
+
+impl ServerOutcome {
+    pub fn emu_mean(&self) -> f64 {
+        self.emu_sum / self.windows.max(1) as f64
+    }
+}
+
+/// The BE job schedule of a server: which kind runs when (the same under every policy).
+struct BeJobs {
+    rng: ChaCha8Rng,
+    until_s: f64,
+    current: usize,
+}
+
+impl BeJobs {
+    fn new(seed: u64, pool: usize) -> BeJobs {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xbe_b0b);
+        let current = rng.random_range(0..pool.max(1));
+        BeJobs {
+            rng,
+            until_s: 0.0,
+            current,
+        }
+    }
+
+    /// The pool index running at `t_s` (call with increasing t).
+    fn at(&mut self, t_s: f64, pool: usize, mean_s: f64) -> usize {
+        while t_s >= self.until_s {
+            if self.until_s > 0.0 {
+                self.current = self.rng.random_range(0..pool.max(1));
+            }
+            let u: f64 = self.rng.random::<f64>().max(1e-12);
+            self.until_s += -u.ln() * mean_s;
+        }
+        self.current
+    }
+}
+
+/// Simulates one server under one policy. `on_window(index, ticks)` gets each closed window's
+/// tick distributions with their request weights (for the fleet's fan-out view).
+pub fn run_server(
+    setup: &SimSetup,
+    spec: &ServerSpec,
+    kind: PolicyKind,
+    peak_qps: f64,
+    record: bool,
+    mut on_window: impl FnMut(usize, &[(f64, ResponseTail)]),
+) -> Result<ServerOutcome, SimError> {
+    let model = &setup.model;
+    let window_s = model_window_s(setup);
+    let config = agent_config(
+        kind,
+        model,
+        spec.cores,
+        peak_qps,
+        window_s,
+        &setup.agent_extra,
+    )?;
+    let machine = MachineInfo::with_cpus(spec.cores);
+    let mut policy = policy::build(&config, &machine);
+    policy.set_explain(record);
+    let poll = policy.poll_interval();
+    let kinds: Vec<&BeKind> = setup
+        .be_pool
+        .iter()
+        .map(|n| model.be_kind(n))
+        .collect::<Result<_, _>>()?;
+    let mut host = SimHost::new(model, spec.cores, kinds[0], setup.tick_s);
+    let mut load_gen = ServerLoad::new(spec.seed, setup.noise_sd, setup.tick_s);
+    let mut jobs = BeJobs::new(spec.seed, kinds.len());
+    let mut current_kind = usize::MAX;
+
+    let ticks_per_window = (window_s / setup.tick_s).round().max(1.0) as usize;
+    let total_ticks = (spec.duration_s / setup.tick_s).round() as usize;
+    let q = model.lc.percentile / 100.0;
+    let slo = model.lc.slo_us;
+    let fast = poll < Duration::from_millis(100);
+    let pace = Duration::from_millis(
+        config
+            .policy
+            .blind
+            .grow_interval_ms
+            .max(config.safety.grow_interval_ms)
+            .max(poll.as_millis() as u64),
+    );
+    let tick = Duration::from_secs_f64(setup.tick_s);
+
+    // the agent's tick over the model: sense → decide (policy + safety) → actuate (the one
+    // ordered write path, through `impl Node for SimHost`)
+    let actuation = Actuation::attach(&mut host, sim_groups()).map_err(|e| SimError::Invalid {
+        file: None,
+        key: "SimHost".into(),
+        value: "attach".into(),
+        reason: e.to_string(),
+    })?;
+    // read every knob back once an hour of ticks (the model never drifts, the cost is the plan)
+    let mut controller = Controller::new(policy, Some(actuation), machine.cpus.clone(), 720);
+    let mut applied = Allocation::default();
+    let mut sink = Discard;
+    let mut out = ServerOutcome {
+        emu_min: f64::INFINITY,
+        ..ServerOutcome::default()
+    };
+    // the last `ticks_per_window` ticks: (request weight, distribution)
+    let mut recent: Vec<(f64, ResponseTail)> = Vec::with_capacity(ticks_per_window);
+    let mut window: Vec<(f64, ResponseTail)> = Vec::with_capacity(ticks_per_window);
+    let (mut w_emu, mut w_be, mut w_load) = (0.0, 0.0, 0.0);
+    let mut last_reason = String::new();
+    for i in 0..total_ticks {
+        let t0 = tick * i as u32;
+        let t_s = t0.as_secs_f64();
+        let job = jobs.at(t_s, kinds.len(), setup.be_job_mean_s);
+        if job != current_kind {
+            current_kind = job;
+            host.set_be_kind(kinds[job]);
+        }
+        let load = load_gen.next(&setup.trace, spec.start_s + t_s);
+        let qps = load * peak_qps;
+        // the latency source's window: the last window_s of requests, current at the tick
+        let latency = if recent.is_empty() {
+            None
+        } else {
+            Some(quantile_of_mix(&recent, q))
+        };
+        host.set_inputs(qps, latency, peak_qps);
+        let mut t = t0;
+        loop {
+            let outcome = controller.step(&mut host, t, &mut sink);
+            if let Some(Err(e)) = &outcome.actuation {
+                return Err(SimError::Invalid {
+                    file: None,
+                    key: "SimHost".into(),
+                    value: kind.as_str().into(),
+                    reason: format!("the write path failed on the model: {e}"),
+                });
+            }
+            out.decisions += 1;
+            let changed = outcome.decision.allocation != applied;
+            if changed {
+                applied = outcome.decision.allocation;
+                out.writes += 1;
+            }
+            if record {
+                last_reason = outcome.decision.reason;
+            }
+            let step = if fast {
+                if !changed {
+                    break;
+                }
+                pace
+            } else {
+                poll
+            };
+            t += step;
+            if t >= t0 + tick {
+                break;
+            }
+        }
+        let state = *host.last_state().expect("sensed this tick");
+        account_tick(&state, load, &mut w_emu, &mut w_be, &mut w_load);
+        let weight = qps.max(1e-9);
+        if recent.len() == ticks_per_window {
+            recent.remove(0);
+        }
+        recent.push((weight, state.tail));
+        window.push((weight, state.tail));
+        if window.len() == ticks_per_window || i + 1 == total_ticks {
+            let n = window.len() as f64;
+            let p99 = quantile_of_mix(&window, q);
+            let emu = w_emu / n;
+            let violating = p99 > slo;
+            out.windows += 1;
+            out.violations += u64::from(violating);
+            out.emu_sum += emu;
+            out.window_emu.push((emu, violating));
+            out.emu_min = out.emu_min.min(emu);
+            out.be_norm_sum += w_be / n;
+            out.lc_load_sum += w_load / n;
+            out.p99_max = out.p99_max.max(p99);
+            on_window(out.windows as usize - 1, &window);
+            if record {
+                out.records.push(WindowRecord {
+                    t_s: t_s - setup.tick_s * (n - 1.0),
+                    load: w_load / n,
+                    p99_us: p99,
+                    be_norm: w_be / n,
+                    emu,
+                    violating,
+                    be_cpus: applied.be_cpu_capacity(spec.cores as usize),
+                    be: setup.be_pool[current_kind].clone(),
+                    reason: last_reason.clone(),
+                });
+            }
+            window.clear();
+            (w_emu, w_be, w_load) = (0.0, 0.0, 0.0);
+        }
+    }
+    if out.windows == 0 {
+        out.emu_min = 0.0;
+    }
+    Ok(out)
+}
+
+fn account_tick(s: &TickState, load: f64, emu: &mut f64, be: &mut f64, lc: &mut f64) {
+    *emu += load + s.be_norm;
+    *be += s.be_norm;
+    *lc += load;
+}
+
+/// The SLO window the agent config uses (default the agent's 15 s).
+pub fn model_window_s(setup: &SimSetup) -> f64 {
+    setup.window_s
+}
