@@ -24,13 +24,16 @@ use crate::error::LoadError;
 use crate::keys::KeyChooser;
 use crate::protocol::{Op, Protocol};
 use crate::results::{Counters, OpHists, MAX_IA_SAMPLES};
-use crate::stats::LatencyHist;
+use crate::stats::{BlockHists, LatencyHist};
 
 /// Length of one progress interval.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
 const TIMER_TOKEN: Token = Token(usize::MAX);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const RECONNECT_BACKOFF_NS: u64 = 10_000_000;
+/// Reconnect back-off after a connection fails again before answering anything: doubles from
+/// the first to the last (the first fault of a working connection reconnects at once).
+const RECONNECT_BACKOFF_FIRST_NS: u64 = 1_000_000;
+const RECONNECT_BACKOFF_MAX_NS: u64 = 500_000_000;
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Settings every worker reads (immutable once the run starts).
@@ -49,7 +52,19 @@ pub struct WorkerShared {
     pub spin_ns: u64,
     /// Keep (scheduled, latency) of every measured request of the reported class.
     pub save: bool,
+    /// `-S`: a connection more than 5 ms behind at its depth cap skips sends (mutilate's rule).
+    pub skip: bool,
+    /// `--moderate`: no send within 250 µs of the connection's last reply (mutilate's rule).
+    pub moderate: bool,
+    /// TCP_NODELAY on the connections (off with `--no_nodelay`).
+    pub nodelay: bool,
 }
+
+/// `-S`: skip when this far behind, down to [`SKIP_TO_NS`] behind (mutilate: 5 ms, 4 ms).
+const SKIP_BEHIND_NS: u64 = 5_000_000;
+const SKIP_TO_NS: u64 = 4_000_000;
+/// `--moderate`: least gap between a reply and the next send on a connection (mutilate: 0.25 ms).
+const MODERATE_NS: u64 = 250_000;
 
 /// One connection a worker opens.
 #[derive(Clone, Debug)]
@@ -114,6 +129,9 @@ struct Conn {
     plan: ConnPlan,
     stream: Option<TcpStream>,
     reconnect_at: u64,
+    /// Delay before the next reconnect; 0 while the connection last worked (a reply arrived
+    /// since it was opened).
+    backoff_ns: u64,
     next_sched: u64,
     /// The request due at `next_sched` has already been counted late.
     late_marked: bool,
@@ -125,6 +143,8 @@ struct Conn {
     rpos: usize,
     rend: usize,
     last_sent: Option<u64>,
+    /// When the last reply arrived (for `--moderate`).
+    last_rx: u64,
 }
 
 struct Worker<'a> {
@@ -144,7 +164,7 @@ struct Worker<'a> {
 }
 
 /// Opens a blocking connection with a timeout and hands it to mio (TCP_NODELAY on).
-pub fn connect(addr: SocketAddr) -> Result<TcpStream, LoadError> {
+pub fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, LoadError> {
     let std_stream =
         std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
             LoadError::Connect {
@@ -152,7 +172,7 @@ pub fn connect(addr: SocketAddr) -> Result<TcpStream, LoadError> {
                 source,
             }
         })?;
-    let _ = std_stream.set_nodelay(true);
+    let _ = std_stream.set_nodelay(nodelay);
     std_stream
         .set_nonblocking(true)
         .map_err(|e| LoadError::system(format!("making the socket to {addr} non-blocking"), e))?;
@@ -184,7 +204,7 @@ pub fn run_worker(
     let mut rng = SmallRng::seed_from_u64(plan.seed);
     let mut conns = Vec::with_capacity(plan.conns.len());
     for (i, cp) in plan.conns.into_iter().enumerate() {
-        let mut stream = connect(cp.addr)?;
+        let mut stream = connect(cp.addr, shared.nodelay)?;
         poll.registry()
             .register(
                 &mut stream,
@@ -201,6 +221,7 @@ pub fn run_worker(
             plan: cp,
             stream: Some(stream),
             reconnect_at: 0,
+            backoff_ns: 0,
             next_sched: first,
             late_marked: false,
             done_sending: false,
@@ -211,6 +232,7 @@ pub fn run_worker(
             rpos: 0,
             rend: 0,
             last_sent: None,
+            last_rx: 0,
         });
     }
     let mut w = Worker {
@@ -338,7 +360,12 @@ impl Worker<'_> {
             if c.done_sending || c.plan.ia.is_none() || c.inflight.len() >= c.plan.depth {
                 continue;
             }
-            wake = wake.min(c.next_sched);
+            let due = if self.shared.moderate {
+                c.next_sched.max(c.last_rx + MODERATE_NS)
+            } else {
+                c.next_sched
+            };
+            wake = wake.min(due);
         }
         wake.max(now)
     }
@@ -377,7 +404,7 @@ impl Worker<'_> {
                 continue;
             }
             let addr = self.conns[i].plan.addr;
-            match connect(addr) {
+            match connect(addr, self.shared.nodelay) {
                 Ok(mut s) => {
                     if self
                         .poll
@@ -388,12 +415,12 @@ impl Worker<'_> {
                         self.conns[i].stream = Some(s);
                         self.out.counters.reconnects += 1;
                     } else {
-                        self.conns[i].reconnect_at = now + RECONNECT_BACKOFF_NS;
+                        self.conns[i].back_off(now);
                     }
                 }
                 Err(e) => {
                     tracing::debug!("reconnecting: {e}");
-                    self.conns[i].reconnect_at = now + RECONNECT_BACKOFF_NS;
+                    self.conns[i].back_off(now);
                 }
             }
         }
@@ -430,6 +457,9 @@ impl Worker<'_> {
                         self.out.counters.late += 1;
                     }
                 }
+                break;
+            }
+            if sh.moderate && now < c.last_rx + MODERATE_NS {
                 break;
             }
             // Issue the request due at `sched`.
@@ -474,6 +504,18 @@ impl Worker<'_> {
                 }
                 c.last_sent = Some(now);
                 c.next_sched = sched + secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                if sh.skip
+                    && now > c.next_sched + SKIP_BEHIND_NS
+                    && c.inflight.len() >= c.plan.depth
+                {
+                    while c.next_sched + SKIP_TO_NS < now && c.next_sched < sh.end {
+                        if c.next_sched >= sh.warm_end {
+                            self.out.counters.skipped += 1;
+                            self.out.counters.scheduled += 1;
+                        }
+                        c.next_sched += secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                    }
+                }
             }
             c.late_marked = false;
             issued = true;
@@ -573,6 +615,8 @@ impl Worker<'_> {
                 Ok(Some(reply)) => {
                     c.rpos += reply.consumed;
                     let req = c.inflight.pop_front().expect("front exists");
+                    c.backoff_ns = 0;
+                    c.last_rx = now;
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.complete(req, reply.hit, measure, reported, now);
@@ -608,12 +652,18 @@ impl Worker<'_> {
             &mut self.out.load
         };
         let is_set = matches!(req.op, Op::Set);
+        let block = BlockHists::block_of(
+            req.sched - self.shared.warm_end,
+            self.shared.end - self.shared.warm_end,
+        );
         if is_set {
             hists.update.record_ns(corrected);
+            hists.update_blocks.record_ns(block, corrected);
             hists.update_uncorrected.record_ns(uncorrected);
             self.out.counters.sets += 1;
         } else {
             hists.read.record_ns(corrected);
+            hists.read_blocks.record_ns(block, corrected);
             hists.read_uncorrected.record_ns(uncorrected);
             self.out.counters.gets += 1;
             if !hit {
@@ -646,6 +696,19 @@ impl Worker<'_> {
         if let Some(mut s) = c.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
-        c.reconnect_at = now;
+        c.back_off(now);
+    }
+}
+
+impl Conn {
+    /// Schedules the next reconnect: at once after a connection that worked, then 1 ms, 2 ms, …
+    /// up to 0.5 s while it keeps failing (a server that accepts and closes is not hammered).
+    fn back_off(&mut self, now: u64) {
+        self.reconnect_at = now + self.backoff_ns;
+        self.backoff_ns = if self.backoff_ns == 0 {
+            RECONNECT_BACKOFF_FIRST_NS
+        } else {
+            (self.backoff_ns * 2).min(RECONNECT_BACKOFF_MAX_NS)
+        };
     }
 }

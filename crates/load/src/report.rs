@@ -10,6 +10,7 @@ use headroom_types::load_result::{ClientStats, LatencyStats, LoadResult, LOAD_RE
 use crate::checks::{achieved_qps, run_checks};
 use crate::dist::Dist;
 use crate::results::RawResults;
+use crate::stats::summary_blocked;
 
 /// The result JSON: the contract keys of [`LoadResult`] (flattened) plus headroom's extras.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,6 +25,9 @@ pub struct LoadReport {
     pub sent: u64,
     pub completed: u64,
     pub reconnects: u64,
+    /// Sends skipped by `-S` (due, never sent).
+    #[serde(default)]
+    pub skipped: u64,
     pub bytes_tx: u64,
     pub bytes_rx: u64,
     /// Seconds measured (warmup excluded).
@@ -48,9 +52,9 @@ pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Lo
             achieved_qps: achieved_qps(raw),
             valid: checks.iter().all(|c| c.ok),
             checks,
-            read: hists.read.summary(),
+            read: summary_blocked(&hists.read, &hists.read_blocks),
             read_uncorrected: hists.read_uncorrected.summary(),
-            update: hists.update.summary(),
+            update: summary_blocked(&hists.update, &hists.update_blocks),
             late: c.late,
             errors: c.errors,
             misses: c.misses,
@@ -64,6 +68,7 @@ pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Lo
         sent: c.sent,
         completed: c.completed,
         reconnects: c.reconnects,
+        skipped: c.skipped,
         bytes_tx: c.bytes_tx,
         bytes_rx: c.bytes_rx,
         measured_s: raw.measured_s,
@@ -147,6 +152,14 @@ pub fn format_table(r: &LoadReport) -> String {
         res.errors,
         r.reconnects
     );
+    if r.skipped > 0 {
+        let _ = writeln!(
+            out,
+            "Skipped TXs = {} ({:.1}%)",
+            r.skipped,
+            r.skipped as f64 * 100.0 / (r.sent + r.skipped).max(1) as f64
+        );
+    }
     let secs = r.measured_s.max(1e-9);
     let _ = writeln!(
         out,

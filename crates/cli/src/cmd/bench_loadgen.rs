@@ -272,6 +272,8 @@ fn ours(
             .args([
                 "load", "-s", server, "--noload", "--quiet", "-T", "1", "-i", iadist,
             ])
+            // An invalid run is still a figure here (its validity is judged from the JSON).
+            .args(["--invalid-exit-code", "0"])
             .args(["-c", &conns.to_string(), "-q", &qps.to_string()])
             .args(["-t", &time_s.to_string(), "--json"])
             .arg(&json),
