@@ -37,8 +37,11 @@ struct Args {
     connections: usize,
     /// Runs whose fixture replied later than this (µs) past a modelled completion are not M/M/1
     /// (the VM descheduled the server) and are left out of the table, counted apart.
-    #[arg(long, default_value_t = 2000.0)]
+    #[arg(long, default_value_t = 20_000.0)]
     max_fixture_late_us: f64,
+    /// Also write one CSV row per run (rho, run, n, p50, its CIs, p99, …, fixture lateness) here.
+    #[arg(long)]
+    rows: Option<std::path::PathBuf>,
     /// Client busy-waits the last N µs before a send (this VM's timer wake-up is ~35 µs late).
     #[arg(long, default_value_t = 80)]
     spin_us: u64,
@@ -139,6 +142,24 @@ fn main() {
                     }
                     let stats = summary_blocked(&raw.load.read, &raw.load.read_blocks);
                     let n = raw.load.read.count();
+                    if let Some(path) = &args.rows {
+                        use std::io::Write as _;
+                        let iid50 = raw.load.read.percentile_ci_us(50.0);
+                        let iid99 = raw.load.read.percentile_ci_us(99.0);
+                        let line = format!(
+                            "{rho},{mu},{run},{n},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{late_mean:.1},{late_max:.0},{all_ok}\n",
+                            stats.p50_us, stats.p50_ci_us[0], stats.p50_ci_us[1], iid50[0], iid50[1],
+                            stats.p99_us, stats.p99_ci_us[0], stats.p99_ci_us[1], iid99[0], iid99[1],
+                            stats.p999_us, stats.p999_ci_us[0], stats.p999_ci_us[1],
+                            stats.p50_variance_inflation, stats.p99_variance_inflation,
+                        );
+                        let mut f = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)
+                            .expect("opening --rows");
+                        let _ = f.write_all(line.as_bytes());
+                    }
                     let mut t = tallies.lock().unwrap();
                     for (i, p) in pcts.iter().enumerate() {
                         let truth = mm1_quantile_us(lambda, mu, p / 100.0);

@@ -49,7 +49,7 @@ pub fn run_checks(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Vec<
 fn cpu_utilisation(raw: &RawResults) -> f64 {
     let capacity = raw.wall_s * raw.threads.max(1) as f64;
     if capacity > 0.0 {
-        raw.cpu_s / capacity
+        (raw.cpu_s - raw.busy_poll_s).max(0.0) / capacity
     } else {
         0.0
     }
@@ -315,11 +315,12 @@ fn saturation_check(raw: &RawResults) -> Check {
         name: "client_cpu".into(),
         ok: util < CPU_SATURATED,
         detail: format!(
-            "client used {:.2} CPU-s in {:.2} s over {} threads ({:.0}%){}",
+            "client used {:.2} CPU-s in {:.2} s over {} threads ({:.0}% without {:.2} s of busy-polling for send times){}",
             raw.cpu_s,
             raw.wall_s,
             raw.threads,
             util * 100.0,
+            raw.busy_poll_s,
             if util < CPU_SATURATED {
                 ""
             } else {

@@ -17,7 +17,7 @@ use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer};
+use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer, WakeLead};
 use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::error::LoadError;
@@ -50,6 +50,8 @@ pub struct WorkerShared {
     pub end: u64,
     pub drain_end: u64,
     pub spin_ns: u64,
+    /// Wake early by the timer's measured lateness and busy-poll the rest (off: `--sleep-only`).
+    pub adaptive_lead: bool,
     /// Keep (scheduled, latency) of every measured request of the reported class.
     pub save: bool,
     /// `-S`: a connection more than 5 ms behind at its depth cap skips sends (mutilate's rule).
@@ -117,6 +119,8 @@ pub struct WorkerOut {
     pub counters: Counters,
     pub ia_samples: Vec<f64>,
     pub saved: Vec<SavedSample>,
+    /// Time spent busy-polling with nothing to do, waiting for a send to fall due.
+    pub busy_poll_ns: u64,
 }
 
 struct Inflight {
@@ -161,6 +165,7 @@ struct Worker<'a> {
     interval_index: u64,
     interval_tx: mpsc::Sender<IntervalMsg>,
     ia_seen: u64,
+    lead: WakeLead,
 }
 
 /// Opens a blocking connection with a timeout and hands it to mio (TCP_NODELAY on).
@@ -249,6 +254,7 @@ pub fn run_worker(
         interval_index: 0,
         interval_tx,
         ia_seen: 0,
+        lead: WakeLead::new(),
     };
     w.event_loop()?;
     Ok(w.out)
@@ -285,26 +291,36 @@ impl Worker<'_> {
             if wake <= now {
                 continue;
             }
-            if wake - now <= self.shared.spin_ns {
-                while now_ns() < wake {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            self.timer
-                .arm(wake - self.shared.spin_ns)
-                .map_err(|e| LoadError::system("arming the send timer", e))?;
-            match self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(200)))
-            {
+            let lead = if self.shared.adaptive_lead {
+                self.shared.spin_ns.max(self.lead.ns())
+            } else {
+                self.shared.spin_ns
+            };
+            // The last `lead` before something is due is busy-polled (epoll with a zero timeout:
+            // replies keep being read and timestamped); before that the thread sleeps on the
+            // timer, armed `lead` early because its wake-ups come late.
+            let busy = wake - now <= lead;
+            let timeout = if busy {
+                Duration::ZERO
+            } else {
+                self.timer
+                    .arm(wake - lead)
+                    .map_err(|e| LoadError::system("arming the send timer", e))?;
+                Duration::from_millis(200)
+            };
+            match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(LoadError::system("waiting on epoll", e)),
             }
+            if busy && events.is_empty() {
+                // Polling for precision, not work: kept apart from the load's CPU.
+                self.out.busy_poll_ns += now_ns() - now;
+            }
             let now = now_ns();
             for ev in events.iter() {
                 if ev.token() == TIMER_TOKEN {
+                    self.lead.observe(self.timer.armed_at(), now);
                     self.timer.fired();
                     continue;
                 }

@@ -253,6 +253,10 @@ pub struct LoadOptions {
     /// `--no_nodelay`: leave Nagle's algorithm on.
     #[serde(default)]
     pub no_nodelay: bool,
+    /// `--sleep-only`: never busy-poll before a send (sleep on the timer to the send's time; the
+    /// cheapest in CPU, the sends late by the timer's wake-up).
+    #[serde(default)]
+    pub sleep_only: bool,
     /// `-l/--lambda_mul`: this client's weight in the split of the rate among clients.
     #[serde(default = "one")]
     pub lambda_mul: u64,
@@ -297,6 +301,7 @@ impl Default for LoadOptions {
             skip: false,
             moderate: false,
             no_nodelay: false,
+            sleep_only: false,
             lambda_mul: 1,
         }
     }

@@ -107,6 +107,8 @@ pub struct RawResults {
     pub measured_s: f64,
     /// CPU seconds the client processes spent while the load ran.
     pub cpu_s: f64,
+    /// Of `cpu_s`, seconds spent busy-polling for a send to fall due (precision, not load).
+    pub busy_poll_s: f64,
     /// Wall seconds the load ran (warmup included), per client.
     pub wall_s: f64,
     /// Load threads of all clients together.
@@ -137,6 +139,7 @@ impl RawResults {
         self.target_qps += o.target_qps;
         self.measured_s = self.measured_s.max(o.measured_s);
         self.cpu_s += o.cpu_s;
+        self.busy_poll_s += o.busy_poll_s;
         self.wall_s = self.wall_s.max(o.wall_s);
         self.threads += o.threads;
         self.clients += o.clients;
@@ -167,6 +170,7 @@ impl RawResults {
             target_qps: self.target_qps,
             measured_s: self.measured_s,
             cpu_s: self.cpu_s,
+            busy_poll_s: self.busy_poll_s,
             wall_s: self.wall_s,
             threads: self.threads,
             ia_samples: self.ia_samples.clone(),
@@ -206,6 +210,7 @@ impl RawResults {
             target_qps: w.target_qps,
             measured_s: w.measured_s,
             cpu_s: w.cpu_s,
+            busy_poll_s: w.busy_poll_s,
             wall_s: w.wall_s,
             threads: w.threads,
             ia_samples: w.ia_samples.clone(),
@@ -238,6 +243,8 @@ pub struct WireResults {
     pub target_qps: f64,
     pub measured_s: f64,
     pub cpu_s: f64,
+    #[serde(default)]
+    pub busy_poll_s: f64,
     pub wall_s: f64,
     pub threads: usize,
     pub ia_samples: Vec<f64>,

@@ -253,6 +253,7 @@ pub fn run_local(
         end,
         drain_end: end + opts.drain_ms * 1_000_000,
         spin_ns: opts.spin_us * 1000,
+        adaptive_lead: !opts.sleep_only,
         save: opts.save.is_some(),
         skip: opts.skip,
         moderate: opts.moderate,
@@ -319,6 +320,7 @@ pub fn run_local(
         raw.measure.merge(&out.measure);
         raw.send_lag.merge(&out.send_lag);
         raw.counters.add(&out.counters);
+        raw.busy_poll_s += out.busy_poll_ns as f64 * 1e-9;
         let room = MAX_IA_SAMPLES.saturating_sub(raw.ia_samples.len());
         raw.ia_samples
             .extend(out.ia_samples.iter().take(room).copied());

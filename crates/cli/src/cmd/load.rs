@@ -174,9 +174,14 @@ pub struct Extra {
     /// Key popularity: uniform | zipf:S
     #[arg(long, default_value = "uniform")]
     pub popularity: String,
-    /// Busy-wait this many µs before each send instead of sleeping (precision vs client CPU)
+    /// Busy-poll at least this many µs before each send (the default lead is the timer's
+    /// measured wake-up lateness)
     #[arg(long = "spin-us", default_value_t = 0)]
     pub spin_us: u64,
+    /// Never busy-poll: sleep on the timer until each send (least CPU; sends late by the timer's
+    /// wake-up, tens of µs on a VM)
+    #[arg(long = "sleep-only")]
+    pub sleep_only: bool,
     /// Address the agent listens on (with -A)
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: String,
@@ -279,6 +284,7 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         seed: args.extra.seed,
         popularity,
         spin_us: args.extra.spin_us,
+        sleep_only: args.extra.sleep_only,
         roundrobin: args.compat.roundrobin,
         skip: args.compat.skip,
         moderate: args.compat.moderate,

@@ -335,7 +335,7 @@ mod batch_means {
         // lengths at which the independence check starts trusting p99.
         for (mu, rho, span) in [(1000.0, 0.5, 10.0), (4000.0, 0.9, 45.0)] {
             for q in [0.5, 0.99] {
-                let (batch, iid) = coverage(mu, rho, span, q, 30, 42);
+                let (batch, iid) = coverage(mu, rho, span, q, 60, 42);
                 eprintln!("rho {rho} q {q}: batch-means coverage {batch:.2}, independent {iid:.2}");
                 assert!(
                     batch >= 0.8,
