@@ -9,8 +9,9 @@
 //! trip, its own send lag and the timer's wake-up, tens of µs: keep 1/(μ − λ) in milliseconds.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -21,7 +22,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, tighten_timer_slack, Timer};
+use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX);
@@ -39,6 +40,12 @@ pub struct Mm1Server {
 impl Mm1Server {
     /// Starts serving on 127.0.0.1 (a free port) with service rate `mu` per second.
     pub fn start(mu: f64, seed: u64) -> std::io::Result<Mm1Server> {
+        Mm1Server::start_on(mu, seed, None)
+    }
+
+    /// [`Mm1Server::start`] with the server thread pinned to `cpu` (keeps it off the client's CPU:
+    /// two busy-polling threads at one real-time priority on one CPU would wait for each other).
+    pub fn start_on(mu: f64, seed: u64, cpu: Option<usize>) -> std::io::Result<Mm1Server> {
         if !(mu.is_finite() && mu > 0.0) {
             return Err(std::io::Error::new(
                 ErrorKind::InvalidInput,
@@ -53,6 +60,11 @@ impl Mm1Server {
         let thread = std::thread::Builder::new()
             .name("mm1-server".into())
             .spawn(move || {
+                if let Some(cpu) = cpu {
+                    if let Err(e) = pin_current_thread(cpu) {
+                        tracing::warn!("pinning the M/M/1 server to CPU {cpu}: {e}");
+                    }
+                }
                 if let Err(e) = serve(listener, mu, seed, &flag, &late) {
                     tracing::warn!("M/M/1 server: {e}");
                 }
@@ -154,15 +166,9 @@ fn serve(
     let mut events = Events::with_capacity(256);
     let mut chunk = vec![0u8; 64 * 1024];
     while !stop.load(Ordering::Relaxed) {
-        // Send every reply whose completion time has come (spinning the last few µs).
-        while let Some(front) = queue.front() {
-            let now = now_ns();
-            if front.at > now + SPIN_NS {
-                break;
-            }
-            while now_ns() < front.at {
-                std::hint::spin_loop();
-            }
+        // Send every reply whose completion time has come.
+        let now = now_ns();
+        while queue.front().is_some_and(|f| f.at <= now) {
             let due = queue.pop_front().expect("front exists");
             let late = now_ns().saturating_sub(due.at);
             lateness.count.fetch_add(1, Ordering::Relaxed);
@@ -173,7 +179,10 @@ fn serve(
                 flush(c);
             }
         }
+        // The last stretch before a completion is busy-polled (requests arriving meanwhile are
+        // still read at once); before it the thread sleeps on the timer, armed early.
         let timeout = match queue.front() {
+            Some(front) if front.at <= now + SPIN_NS => Duration::ZERO,
             Some(front) => {
                 timer.arm(front.at - SPIN_NS)?;
                 Duration::from_millis(50)
@@ -192,6 +201,7 @@ fn serve(
                     match listener.accept() {
                         Ok((mut stream, _)) => {
                             let _ = stream.set_nodelay(true);
+                            enable_rx_timestamps(stream.as_raw_fd());
                             let id = clients.len();
                             poll.registry().register(
                                 &mut stream,
@@ -216,13 +226,17 @@ fn serve(
                         flush(c);
                     }
                     let mut closed = false;
+                    let mut arrival = None;
                     loop {
-                        match c.stream.read(&mut chunk) {
-                            Ok(0) => {
+                        match read_stamped(c.stream.as_raw_fd(), &mut chunk) {
+                            Ok((0, _)) => {
                                 closed = true;
                                 break;
                             }
-                            Ok(n) => c.rbuf.extend_from_slice(&chunk[..n]),
+                            Ok((n, stamp)) => {
+                                c.rbuf.extend_from_slice(&chunk[..n]);
+                                arrival = arrival.or(stamp);
+                            }
                             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                             Err(_) => {
@@ -231,8 +245,10 @@ fn serve(
                             }
                         }
                     }
-                    // Arrival = when the request is read; FIFO over every connection.
-                    let arrival = now_ns();
+                    // Arrival = when the kernel received the request (SO_TIMESTAMPNS, so the
+                    // server's own wake-up is not part of the model), else when it was read;
+                    // FIFO over every connection.
+                    let arrival = arrival.map_or_else(now_ns, |a| a.min(now_ns()));
                     let mut used = 0;
                     while let Some((reply, len)) = parse_request(&c.rbuf[used..]) {
                         used += len;
@@ -254,6 +270,69 @@ fn serve(
         }
     }
     Ok(())
+}
+
+/// Asks the kernel to stamp received data (SO_TIMESTAMPNS, CLOCK_REALTIME).
+fn enable_rx_timestamps(fd: RawFd) {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a socket we own, with a pointer to a live c_int of the given size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// One `recvmsg` into `buf`: bytes read and, when the kernel stamped them, their receive time
+/// converted to CLOCK_MONOTONIC ns (the realtime stamp minus the realtime − monotonic offset now).
+fn read_stamped(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<u64>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one cmsg carrying a timespec (u64 words keep it aligned).
+    let mut control = [0u64; 8];
+    // SAFETY: zeroed msghdr is a valid empty header; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: fd is an open socket; msg points at live buffers of the stated sizes.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut stamp = None;
+    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG helpers.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+                stamp = Some(real);
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    let mono = stamp.and_then(|real| {
+        let offset = realtime_ns() - now_ns() as i128;
+        u64::try_from(real - offset).ok()
+    });
+    Ok((n as usize, mono))
+}
+
+fn realtime_ns() -> i128 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    d.as_nanos() as i128
 }
 
 fn flush(c: &mut Client) {

@@ -53,6 +53,9 @@ pub struct ClientStats {
     pub cpu_s: f64,
     /// 99th percentile of (actual send − scheduled send), µs.
     pub send_lag_p99_us: f64,
+    /// Of `cpu_s`, seconds spent busy-polling for sends to fall due (precision, not load).
+    #[serde(default)]
+    pub busy_poll_s: f64,
 }
 
 /// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).
