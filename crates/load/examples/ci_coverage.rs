@@ -39,6 +39,13 @@ struct Args {
     /// (the VM descheduled the server) and are left out of the table, counted apart.
     #[arg(long, default_value_t = 20_000.0)]
     max_fixture_late_us: f64,
+    /// Only tally the rows of an earlier `--rows` file (with the overhead calibrated now at
+    /// `--calibrate-qps`), no runs.
+    #[arg(long)]
+    summarize: Option<std::path::PathBuf>,
+    /// Rate of the overhead calibration for `--summarize`.
+    #[arg(long, default_value_t = 500.0)]
+    calibrate_qps: f64,
     /// Pin the client's load thread to CPU 0 and the fixture to the last CPU.
     #[arg(long)]
     pin: bool,
@@ -80,19 +87,56 @@ fn server_cpu(args: &Args) -> Option<usize> {
         .then(|| headroom_load::clock::online_cpus().saturating_sub(1))
 }
 
-/// The client's overhead at rate `qps`: the median latency against the fixture with a service
-/// time of 0.1 µs (no queue) less the fixture's own reply lateness: loopback, the client's send
-/// lag and wake-up on the reply. What a client measures on top of the modelled response time.
+/// The client's overhead at rate `qps`: the median latency against the fixture in its no-queue
+/// mode (every reply exactly 1 ms after its request arrived) less that 1 ms: loopback, the
+/// client's send lag and its wake-up for the reply. What a client measures on top of the modelled
+/// response time.
 fn overhead_p50_us(args: &Args, qps: f64) -> f64 {
-    let server =
-        Mm1Server::start_on(1e7, 7, server_cpu(args)).expect("starting the calibration server");
+    let server = Mm1Server::start_delay(std::time::Duration::from_millis(1), server_cpu(args))
+        .expect("starting the calibration server");
     let opts = load_opts(args, server.addr(), qps, 3.0, 7);
     let raw = headroom_load::run_raw(&opts, &mut |_| {}).expect("calibration run");
-    // With no queue the server replies when it wakes for the arrival; in the M/M/1 runs it replies
-    // at the modelled time (its wake-up is not part of the model), so its lateness here is not
-    // part of the overhead those runs carry.
-    let (server_late_us, _, _) = server.lateness_us();
-    raw.load.read.percentile_us(50.0) - server_late_us
+    raw.load.read.percentile_us(50.0) - 1000.0
+}
+
+/// Coverage of the rows a previous run wrote (`--rows`), against the analytic values and against
+/// them plus `overhead` µs: the table without re-running.
+fn summarize_rows(path: &std::path::Path, overhead: f64) {
+    let text = std::fs::read_to_string(path).expect("reading --summarize");
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .map(|l| {
+            l.split(',')
+                .map(|v| v.parse::<f64>().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .filter(|r: &Vec<f64>| r.len() >= 22)
+        .collect();
+    let mut cases: Vec<(f64, f64)> = rows.iter().map(|r| (r[0], r[1])).collect();
+    cases.dedup();
+    println!(
+        "{:>5} {:>6} {:>5} {:>5} {:>9} {:>9} {:>9}",
+        "rho", "mu", "pct", "runs", "cov", "cov+ovh", "iid cov"
+    );
+    for (rho, mu) in cases {
+        let rs: Vec<&Vec<f64>> = rows.iter().filter(|r| r[0] == rho && r[1] == mu).collect();
+        // Columns: p50 at 4, its CI at 5–6, iid CI at 7–8; p99 at 9, CI 10–11, iid 12–13.
+        for (p, lo, hi, ilo, ihi) in [(0.5, 5, 6, 7, 8), (0.99, 10, 11, 12, 13)] {
+            let truth = mm1_quantile_us(rho * mu, mu, p);
+            let n = rs.len() as f64;
+            let cov = |t: f64, a: usize, b: usize| {
+                rs.iter().filter(|r| r[a] <= t && t <= r[b]).count() as f64 / n
+            };
+            println!(
+                "{rho:>5} {mu:>6} {:>5} {:>5} {:>9.3} {:>9.3} {:>9.3}",
+                format!("p{}", p * 100.0),
+                rs.len(),
+                cov(truth, lo, hi),
+                cov(truth + overhead, lo, hi),
+                cov(truth, ilo, ihi)
+            );
+        }
+    }
 }
 
 #[derive(Default, Clone)]
@@ -108,6 +152,15 @@ struct Tally {
 
 fn main() {
     let args = Args::parse();
+    if let Some(path) = &args.summarize {
+        let overhead = overhead_p50_us(&args, args.calibrate_qps);
+        println!(
+            "client overhead (p50 beyond a fixed 1 ms reply, at {} QPS): {overhead:.1} us",
+            args.calibrate_qps
+        );
+        summarize_rows(path, overhead);
+        return;
+    }
     println!(
         "M/M/1 FIFO server (timer-driven, memcached ASCII), {} runs per case of {} s after {} s warmup, {} connections",
         args.runs, args.time, args.warmup, args.connections

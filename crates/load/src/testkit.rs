@@ -52,6 +52,23 @@ impl Mm1Server {
                 format!("M/M/1 service rate {mu}: must be a positive number"),
             ));
         }
+        Mm1Server::spawn(Model::Queue { mu }, seed, cpu)
+    }
+
+    /// The same server without a queue: every reply leaves exactly `delay` after its request
+    /// arrived (M/D/∞). What a client measures beyond `delay` is its own overhead (loopback,
+    /// send lag, its wake-up for the reply), the calibration of the M/M/1 figures.
+    pub fn start_delay(delay: Duration, cpu: Option<usize>) -> std::io::Result<Mm1Server> {
+        Mm1Server::spawn(
+            Model::Delay {
+                ns: delay.as_nanos() as u64,
+            },
+            0,
+            cpu,
+        )
+    }
+
+    fn spawn(model: Model, seed: u64, cpu: Option<usize>) -> std::io::Result<Mm1Server> {
         let listener = TcpListener::bind("127.0.0.1:0".parse().expect("literal address"))?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -65,7 +82,7 @@ impl Mm1Server {
                         tracing::warn!("pinning the M/M/1 server to CPU {cpu}: {e}");
                     }
                 }
-                if let Err(e) = serve(listener, mu, seed, &flag, &late) {
+                if let Err(e) = serve(listener, model, seed, &flag, &late) {
                     tracing::warn!("M/M/1 server: {e}");
                 }
             })?;
@@ -89,6 +106,15 @@ impl Mm1Server {
         let max = self.lateness.max_ns.load(Ordering::Relaxed);
         (sum as f64 / n.max(1) as f64 / 1e3, max as f64 / 1e3, n)
     }
+}
+
+/// When a request's reply leaves.
+#[derive(Clone, Copy, Debug)]
+enum Model {
+    /// One FIFO server with Exp(mu) service times.
+    Queue { mu: f64 },
+    /// No queue: a fixed delay after the arrival.
+    Delay { ns: u64 },
 }
 
 /// Reply lateness totals, written by the server thread.
@@ -147,7 +173,7 @@ fn parse_request(buf: &[u8]) -> Option<(&'static [u8], usize)> {
 
 fn serve(
     mut listener: TcpListener,
-    mu: f64,
+    model: Model,
     seed: u64,
     stop: &AtomicBool,
     lateness: &Lateness,
@@ -252,9 +278,14 @@ fn serve(
                     let mut used = 0;
                     while let Some((reply, len)) = parse_request(&c.rbuf[used..]) {
                         used += len;
-                        let u: f64 = rng.random();
-                        let service = (-(1.0 - u).ln() / mu * 1e9) as u64;
-                        last_departure = last_departure.max(arrival) + service;
+                        last_departure = match model {
+                            Model::Queue { mu } => {
+                                let u: f64 = rng.random();
+                                let service = (-(1.0 - u).ln() / mu * 1e9) as u64;
+                                last_departure.max(arrival) + service
+                            }
+                            Model::Delay { ns } => (arrival + ns).max(last_departure),
+                        };
                         queue.push_back(Due {
                             at: last_departure,
                             conn: id,
