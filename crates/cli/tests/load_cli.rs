@@ -152,6 +152,10 @@ fn a_real_run_writes_json_and_csv() {
         json.to_str().unwrap(),
         "--csv",
         csv.to_str().unwrap(),
+        // This test is about the outputs; 1000 samples sit at p99's threshold, so the checks
+        // may fail on a busy machine (their exit status has its own test).
+        "--invalid-exit-code",
+        "0",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let table = String::from_utf8_lossy(&o.stdout);
@@ -222,8 +226,93 @@ fn agent_subcommand_serves_a_master() {
     std::thread::sleep(Duration::from_millis(300));
     let server = format!("127.0.0.1:{}", mc.port);
     let agent_spec = format!("127.0.0.1:{port}");
-    let o = headroom(&["-s", &server, "-q", "600", "-t", "1", "-a", &agent_spec]);
+    let o = headroom(&[
+        "-s",
+        &server,
+        "-q",
+        "600",
+        "-t",
+        "1",
+        "-a",
+        &agent_spec,
+        "--invalid-exit-code",
+        "0",
+    ]);
     drop(agent);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("2 client(s)"));
+}
+
+#[test]
+fn failed_self_checks_exit_3_unless_told_otherwise() {
+    // A server that accepts and closes every connection: every request is lost, the errors
+    // check fails, the result is printed and the exit status says it is not valid.
+    let server = headroom_load::testkit::ClosingServer::start().expect("start");
+    let addr = server.addr().to_string();
+    let base = ["-s", &addr, "-q", "200", "-t", "1", "--noload", "--quiet"];
+    let out = headroom(&base);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stdout {text} stderr {}",
+        stderr(&out)
+    );
+    assert!(text.contains("[FAIL] errors"), "{text}");
+    assert!(
+        stderr(&out).contains("self-checks failed"),
+        "{}",
+        stderr(&out)
+    );
+    let mut zero = base.to_vec();
+    zero.extend(["--invalid-exit-code", "0"]);
+    let out = headroom(&zero);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn mutilate_flags_parse_with_their_meaning_or_a_clear_refusal() {
+    let server = headroom_load::testkit::Mm1Server::start(20_000.0, 1).expect("start");
+    let addr = server.addr().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let o = headroom(&[
+        "-s",
+        &addr,
+        "-q",
+        "200",
+        "-t",
+        "0.5",
+        "--noload",
+        "--quiet",
+        "-B",
+        "-R",
+        "-S",
+        "--moderate",
+        "--no_nodelay",
+        "-W",
+        "0.2",
+        "-l",
+        "2",
+        "--invalid-exit-code",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["skipped"].is_u64(), "{v}");
+    for (args, want) in [
+        (vec!["-U", "me"], "not supported: SASL"),
+        (vec!["-P", "secret"], "not supported: SASL"),
+        (vec!["-l", "0"], "-l/--lambda_mul"),
+        (vec!["--wait=-1"], "-W/--wait"),
+    ] {
+        let mut all = vec!["-s", addr.as_str(), "-q", "100", "-t", "0.2", "--noload"];
+        all.extend(args.iter().copied());
+        let o = headroom(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
 }

@@ -32,10 +32,29 @@ pub const AGENT_PROTOCOL_VERSION: u32 = 1;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentMessage {
-    Hello { version: u32 },
-    Run { options: Box<LoadOptions> },
-    Results { results: Box<WireResults> },
-    Error { message: String },
+    Hello {
+        version: u32,
+        /// The agent's `-l/--lambda_mul`: its weight in the split of the rate (1 when absent).
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        lambda_mul: u64,
+    },
+    Run {
+        options: Box<LoadOptions>,
+    },
+    Results {
+        results: Box<WireResults>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(v: &u64) -> bool {
+    *v == 1
 }
 
 fn send(stream: &mut TcpStream, msg: &AgentMessage) -> std::io::Result<()> {
@@ -61,6 +80,16 @@ fn recv(reader: &mut BufReader<TcpStream>) -> Result<AgentMessage, String> {
 /// Serves masters one after another on `listener`; stops after `max_sessions` when given.
 /// A failed session is reported to its master and logged; the agent goes on serving.
 pub fn serve(listener: TcpListener, max_sessions: Option<usize>) -> Result<(), LoadError> {
+    serve_weighted(listener, max_sessions, 1)
+}
+
+/// [`serve`] for an agent started with `-l/--lambda_mul N`: masters give it N shares of the rate
+/// for every share of a client with weight 1 (mutilate's lambda multiplier).
+pub fn serve_weighted(
+    listener: TcpListener,
+    max_sessions: Option<usize>,
+    lambda_mul: u64,
+) -> Result<(), LoadError> {
     let local = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -78,7 +107,7 @@ pub fn serve(listener: TcpListener, max_sessions: Option<usize>) -> Result<(), L
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
-        if let Err(e) = session(stream, &peer) {
+        if let Err(e) = session(stream, &peer, lambda_mul.max(1)) {
             tracing::error!("agent on {local}: {e}");
             eprintln!("headroom load agent: {e}");
         }
@@ -90,14 +119,14 @@ pub fn serve(listener: TcpListener, max_sessions: Option<usize>) -> Result<(), L
     Ok(())
 }
 
-fn session(mut stream: TcpStream, peer: &str) -> Result<(), LoadError> {
+fn session(mut stream: TcpStream, peer: &str, lambda_mul: u64) -> Result<(), LoadError> {
     let io = |e: std::io::Error| LoadError::agent(format!("master {peer}"), e.to_string());
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
-        AgentMessage::Hello { version } if version == AGENT_PROTOCOL_VERSION => {}
-        AgentMessage::Hello { version } => {
+        AgentMessage::Hello { version, .. } if version == AGENT_PROTOCOL_VERSION => {}
+        AgentMessage::Hello { version, .. } => {
             let message = format!(
                 "version mismatch: agent speaks protocol version {AGENT_PROTOCOL_VERSION}, master sent {version}"
             );
@@ -124,6 +153,7 @@ fn session(mut stream: TcpStream, peer: &str) -> Result<(), LoadError> {
         &mut stream,
         &AgentMessage::Hello {
             version: AGENT_PROTOCOL_VERSION,
+            lambda_mul,
         },
     )
     .map_err(io)?;
@@ -161,6 +191,8 @@ fn session(mut stream: TcpStream, peer: &str) -> Result<(), LoadError> {
 /// The master's handle on one agent between hello and results.
 pub struct AgentLink {
     peer: String,
+    /// The agent's weight in the rate split (its `-l`).
+    pub lambda_mul: u64,
     stream: TcpStream,
     reader: BufReader<TcpStream>,
 }
@@ -192,17 +224,25 @@ impl AgentLink {
             &mut stream,
             &AgentMessage::Hello {
                 version: AGENT_PROTOCOL_VERSION,
+                lambda_mul: 1,
             },
         )
         .map_err(|e| LoadError::agent(&peer, format!("sending hello: {e}")))?;
         let mut link = AgentLink {
             peer,
+            lambda_mul: 1,
             stream,
             reader,
         };
         match link.recv()? {
-            AgentMessage::Hello { version } if version == AGENT_PROTOCOL_VERSION => Ok(link),
-            AgentMessage::Hello { version } => {
+            AgentMessage::Hello {
+                version,
+                lambda_mul,
+            } if version == AGENT_PROTOCOL_VERSION => {
+                link.lambda_mul = lambda_mul.max(1);
+                Ok(link)
+            }
+            AgentMessage::Hello { version, .. } => {
                 let message = format!(
                     "version mismatch: master speaks protocol version {AGENT_PROTOCOL_VERSION}, agent {version}"
                 );
@@ -254,6 +294,30 @@ impl AgentLink {
     }
 }
 
+/// Splits `total` in proportion to `weights`, in integers that sum exactly to `total` (the
+/// remainder goes one by one to the first clients with a weight).
+pub fn weighted_split(total: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u64 = weights.iter().sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let mut out: Vec<u64> = weights
+        .iter()
+        .map(|w| (total as u128 * *w as u128 / sum as u128) as u64)
+        .collect();
+    let mut left = total - out.iter().sum::<u64>();
+    for (o, w) in out.iter_mut().zip(weights) {
+        if left == 0 {
+            break;
+        }
+        if *w > 0 {
+            *o += 1;
+            left -= 1;
+        }
+    }
+    out
+}
+
 /// Runs `opts` with its agents: the master preloads, splits the load rate among the clients that
 /// carry load (the agents, plus the master itself unless it runs the measurement connections),
 /// runs its part and merges everyone's histograms.
@@ -266,18 +330,19 @@ pub fn run_distributed(
         crate::runner::preload(opts, &v)?;
     }
     let master_measures = v.measure_connections > 0;
-    let load_clients = opts.agents.len() as u64 + if master_measures { 0 } else { 1 };
-    let share = |i: u64| -> u64 {
-        // Integer split that sums exactly to the load rate.
-        if v.load_qps == 0 {
-            return 0;
-        }
-        v.load_qps / load_clients + u64::from(i < v.load_qps % load_clients)
-    };
     let mut links = Vec::new();
     for a in &opts.agents {
         links.push(AgentLink::connect(a, opts.agent_port)?);
     }
+    // Client i's weight: agents first, then the master (weight 0 when it only measures).
+    let mut weights: Vec<u64> = links.iter().map(|l| l.lambda_mul).collect();
+    weights.push(if master_measures {
+        0
+    } else {
+        opts.lambda_mul.max(1)
+    });
+    let shares = weighted_split(v.load_qps, &weights);
+    let share = |i: u64| -> u64 { shares[i as usize] };
     for (i, link) in links.iter_mut().enumerate() {
         let agent_opts = LoadOptions {
             qps: share(i as u64),

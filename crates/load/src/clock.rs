@@ -83,6 +83,11 @@ impl Timer {
         Ok(())
     }
 
+    /// The absolute time the timer was last armed for (0 after it fired).
+    pub fn armed_at(&self) -> u64 {
+        self.armed_at
+    }
+
     /// Forget the armed time so the next `arm` re-arms (after the timer fired).
     pub fn fired(&mut self) {
         self.armed_at = 0;
@@ -90,6 +95,59 @@ impl Timer {
 
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// How early to wake before a send: a running estimate of the timer's wake-up lateness.
+///
+/// On this VM a timerfd expiry reaches the thread 20–60 µs late, more than the gap between sends
+/// at tens of thousands of QPS; waking that much early and busy-polling (epoll with a zero
+/// timeout, so replies keep being read and timestamped) the rest puts sends on their schedule.
+/// The estimate tracks the 90th percentile of observed lateness (stochastic approximation: up by
+/// 0.9·step when a wake-up was later than the estimate, down by 0.1·step otherwise), so one wake-up
+/// in ten comes late by its excess and the busy-poll per wake-up averages the gap between the
+/// 90th percentile and the actual lateness, a few µs.
+#[derive(Clone, Copy, Debug)]
+pub struct WakeLead {
+    estimate_ns: f64,
+}
+
+impl WakeLead {
+    /// Target quantile of the lateness.
+    const QUANTILE: f64 = 0.9;
+    /// Step of the estimate per observation (ns).
+    const STEP_NS: f64 = 2_000.0;
+    /// Largest lead: beyond it the machine is stalling, and polling longer would not help.
+    pub const MAX_NS: u64 = 150_000;
+    /// Starting lead (the typical lateness seen here).
+    const INITIAL_NS: f64 = 40_000.0;
+
+    pub fn new() -> WakeLead {
+        WakeLead {
+            estimate_ns: Self::INITIAL_NS,
+        }
+    }
+
+    /// A timer armed for `armed_ns` was seen to expire at `now_ns`.
+    pub fn observe(&mut self, armed_ns: u64, now_ns: u64) {
+        let late = now_ns.saturating_sub(armed_ns) as f64;
+        if late > self.estimate_ns {
+            self.estimate_ns += Self::STEP_NS * Self::QUANTILE;
+        } else {
+            self.estimate_ns -= Self::STEP_NS * (1.0 - Self::QUANTILE);
+        }
+        self.estimate_ns = self.estimate_ns.clamp(0.0, Self::MAX_NS as f64);
+    }
+
+    /// Current lead in ns.
+    pub fn ns(&self) -> u64 {
+        self.estimate_ns as u64
+    }
+}
+
+impl Default for WakeLead {
+    fn default() -> Self {
+        WakeLead::new()
     }
 }
 
@@ -234,5 +292,26 @@ mod tests {
             spent.user_s > 0.0,
             "a user-space loop shows as user time: {spent:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod wake_lead_tests {
+    use super::WakeLead;
+
+    #[test]
+    fn lead_tracks_the_90th_percentile_of_lateness() {
+        // Lateness cycling 10, 20, …, 100 µs: the 90th percentile is 90–100 µs.
+        let mut lead = WakeLead::new();
+        for i in 0..20_000u64 {
+            let late = (i % 10 + 1) * 10_000;
+            lead.observe(1_000_000, 1_000_000 + late);
+        }
+        assert!((85_000..=102_000).contains(&lead.ns()), "{}", lead.ns());
+        // A stalling machine does not push it past the cap.
+        for _ in 0..10_000 {
+            lead.observe(0, 10_000_000);
+        }
+        assert_eq!(lead.ns(), WakeLead::MAX_NS);
     }
 }

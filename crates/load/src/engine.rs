@@ -17,20 +17,23 @@ use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer};
+use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer, WakeLead};
 use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::error::LoadError;
 use crate::keys::KeyChooser;
 use crate::protocol::{Op, Protocol};
 use crate::results::{Counters, OpHists, MAX_IA_SAMPLES};
-use crate::stats::LatencyHist;
+use crate::stats::{BlockHists, LatencyHist};
 
 /// Length of one progress interval.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
 const TIMER_TOKEN: Token = Token(usize::MAX);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const RECONNECT_BACKOFF_NS: u64 = 10_000_000;
+/// Reconnect back-off after a connection fails again before answering anything: doubles from
+/// the first to the last (the first fault of a working connection reconnects at once).
+const RECONNECT_BACKOFF_FIRST_NS: u64 = 1_000_000;
+const RECONNECT_BACKOFF_MAX_NS: u64 = 500_000_000;
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Settings every worker reads (immutable once the run starts).
@@ -47,9 +50,23 @@ pub struct WorkerShared {
     pub end: u64,
     pub drain_end: u64,
     pub spin_ns: u64,
+    /// Wake early by the timer's measured lateness and busy-poll the rest (off: `--sleep-only`).
+    pub adaptive_lead: bool,
     /// Keep (scheduled, latency) of every measured request of the reported class.
     pub save: bool,
+    /// `-S`: a connection more than 5 ms behind at its depth cap skips sends (mutilate's rule).
+    pub skip: bool,
+    /// `--moderate`: no send within 250 µs of the connection's last reply (mutilate's rule).
+    pub moderate: bool,
+    /// TCP_NODELAY on the connections (off with `--no_nodelay`).
+    pub nodelay: bool,
 }
+
+/// `-S`: skip when this far behind, down to [`SKIP_TO_NS`] behind (mutilate: 5 ms, 4 ms).
+const SKIP_BEHIND_NS: u64 = 5_000_000;
+const SKIP_TO_NS: u64 = 4_000_000;
+/// `--moderate`: least gap between a reply and the next send on a connection (mutilate: 0.25 ms).
+const MODERATE_NS: u64 = 250_000;
 
 /// One connection a worker opens.
 #[derive(Clone, Debug)]
@@ -102,6 +119,8 @@ pub struct WorkerOut {
     pub counters: Counters,
     pub ia_samples: Vec<f64>,
     pub saved: Vec<SavedSample>,
+    /// Time spent busy-polling with nothing to do, waiting for a send to fall due.
+    pub busy_poll_ns: u64,
 }
 
 struct Inflight {
@@ -114,6 +133,9 @@ struct Conn {
     plan: ConnPlan,
     stream: Option<TcpStream>,
     reconnect_at: u64,
+    /// Delay before the next reconnect; 0 while the connection last worked (a reply arrived
+    /// since it was opened).
+    backoff_ns: u64,
     next_sched: u64,
     /// The request due at `next_sched` has already been counted late.
     late_marked: bool,
@@ -125,6 +147,8 @@ struct Conn {
     rpos: usize,
     rend: usize,
     last_sent: Option<u64>,
+    /// When the last reply arrived (for `--moderate`).
+    last_rx: u64,
 }
 
 struct Worker<'a> {
@@ -141,10 +165,11 @@ struct Worker<'a> {
     interval_index: u64,
     interval_tx: mpsc::Sender<IntervalMsg>,
     ia_seen: u64,
+    lead: WakeLead,
 }
 
 /// Opens a blocking connection with a timeout and hands it to mio (TCP_NODELAY on).
-pub fn connect(addr: SocketAddr) -> Result<TcpStream, LoadError> {
+pub fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, LoadError> {
     let std_stream =
         std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
             LoadError::Connect {
@@ -152,7 +177,7 @@ pub fn connect(addr: SocketAddr) -> Result<TcpStream, LoadError> {
                 source,
             }
         })?;
-    let _ = std_stream.set_nodelay(true);
+    let _ = std_stream.set_nodelay(nodelay);
     std_stream
         .set_nonblocking(true)
         .map_err(|e| LoadError::system(format!("making the socket to {addr} non-blocking"), e))?;
@@ -184,7 +209,7 @@ pub fn run_worker(
     let mut rng = SmallRng::seed_from_u64(plan.seed);
     let mut conns = Vec::with_capacity(plan.conns.len());
     for (i, cp) in plan.conns.into_iter().enumerate() {
-        let mut stream = connect(cp.addr)?;
+        let mut stream = connect(cp.addr, shared.nodelay)?;
         poll.registry()
             .register(
                 &mut stream,
@@ -201,6 +226,7 @@ pub fn run_worker(
             plan: cp,
             stream: Some(stream),
             reconnect_at: 0,
+            backoff_ns: 0,
             next_sched: first,
             late_marked: false,
             done_sending: false,
@@ -211,6 +237,7 @@ pub fn run_worker(
             rpos: 0,
             rend: 0,
             last_sent: None,
+            last_rx: 0,
         });
     }
     let mut w = Worker {
@@ -227,6 +254,7 @@ pub fn run_worker(
         interval_index: 0,
         interval_tx,
         ia_seen: 0,
+        lead: WakeLead::new(),
     };
     w.event_loop()?;
     Ok(w.out)
@@ -263,26 +291,36 @@ impl Worker<'_> {
             if wake <= now {
                 continue;
             }
-            if wake - now <= self.shared.spin_ns {
-                while now_ns() < wake {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            self.timer
-                .arm(wake - self.shared.spin_ns)
-                .map_err(|e| LoadError::system("arming the send timer", e))?;
-            match self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(200)))
-            {
+            let lead = if self.shared.adaptive_lead {
+                self.shared.spin_ns.max(self.lead.ns())
+            } else {
+                self.shared.spin_ns
+            };
+            // The last `lead` before something is due is busy-polled (epoll with a zero timeout:
+            // replies keep being read and timestamped); before that the thread sleeps on the
+            // timer, armed `lead` early because its wake-ups come late.
+            let busy = wake - now <= lead;
+            let timeout = if busy {
+                Duration::ZERO
+            } else {
+                self.timer
+                    .arm(wake - lead)
+                    .map_err(|e| LoadError::system("arming the send timer", e))?;
+                Duration::from_millis(200)
+            };
+            match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(LoadError::system("waiting on epoll", e)),
             }
+            if busy && events.is_empty() {
+                // Polling for precision, not work: kept apart from the load's CPU.
+                self.out.busy_poll_ns += now_ns() - now;
+            }
             let now = now_ns();
             for ev in events.iter() {
                 if ev.token() == TIMER_TOKEN {
+                    self.lead.observe(self.timer.armed_at(), now);
                     self.timer.fired();
                     continue;
                 }
@@ -338,7 +376,12 @@ impl Worker<'_> {
             if c.done_sending || c.plan.ia.is_none() || c.inflight.len() >= c.plan.depth {
                 continue;
             }
-            wake = wake.min(c.next_sched);
+            let due = if self.shared.moderate {
+                c.next_sched.max(c.last_rx + MODERATE_NS)
+            } else {
+                c.next_sched
+            };
+            wake = wake.min(due);
         }
         wake.max(now)
     }
@@ -377,7 +420,7 @@ impl Worker<'_> {
                 continue;
             }
             let addr = self.conns[i].plan.addr;
-            match connect(addr) {
+            match connect(addr, self.shared.nodelay) {
                 Ok(mut s) => {
                     if self
                         .poll
@@ -388,12 +431,12 @@ impl Worker<'_> {
                         self.conns[i].stream = Some(s);
                         self.out.counters.reconnects += 1;
                     } else {
-                        self.conns[i].reconnect_at = now + RECONNECT_BACKOFF_NS;
+                        self.conns[i].back_off(now);
                     }
                 }
                 Err(e) => {
                     tracing::debug!("reconnecting: {e}");
-                    self.conns[i].reconnect_at = now + RECONNECT_BACKOFF_NS;
+                    self.conns[i].back_off(now);
                 }
             }
         }
@@ -430,6 +473,9 @@ impl Worker<'_> {
                         self.out.counters.late += 1;
                     }
                 }
+                break;
+            }
+            if sh.moderate && now < c.last_rx + MODERATE_NS {
                 break;
             }
             // Issue the request due at `sched`.
@@ -474,6 +520,18 @@ impl Worker<'_> {
                 }
                 c.last_sent = Some(now);
                 c.next_sched = sched + secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                if sh.skip
+                    && now > c.next_sched + SKIP_BEHIND_NS
+                    && c.inflight.len() >= c.plan.depth
+                {
+                    while c.next_sched + SKIP_TO_NS < now && c.next_sched < sh.end {
+                        if c.next_sched >= sh.warm_end {
+                            self.out.counters.skipped += 1;
+                            self.out.counters.scheduled += 1;
+                        }
+                        c.next_sched += secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                    }
+                }
             }
             c.late_marked = false;
             issued = true;
@@ -573,6 +631,8 @@ impl Worker<'_> {
                 Ok(Some(reply)) => {
                     c.rpos += reply.consumed;
                     let req = c.inflight.pop_front().expect("front exists");
+                    c.backoff_ns = 0;
+                    c.last_rx = now;
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.complete(req, reply.hit, measure, reported, now);
@@ -608,12 +668,18 @@ impl Worker<'_> {
             &mut self.out.load
         };
         let is_set = matches!(req.op, Op::Set);
+        let block = BlockHists::block_of(
+            req.sched - self.shared.warm_end,
+            self.shared.end - self.shared.warm_end,
+        );
         if is_set {
             hists.update.record_ns(corrected);
+            hists.update_blocks.record_ns(block, corrected);
             hists.update_uncorrected.record_ns(uncorrected);
             self.out.counters.sets += 1;
         } else {
             hists.read.record_ns(corrected);
+            hists.read_blocks.record_ns(block, corrected);
             hists.read_uncorrected.record_ns(uncorrected);
             self.out.counters.gets += 1;
             if !hit {
@@ -646,6 +712,19 @@ impl Worker<'_> {
         if let Some(mut s) = c.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
-        c.reconnect_at = now;
+        c.back_off(now);
+    }
+}
+
+impl Conn {
+    /// Schedules the next reconnect: at once after a connection that worked, then 1 ms, 2 ms, …
+    /// up to 0.5 s while it keeps failing (a server that accepts and closes is not hammered).
+    fn back_off(&mut self, now: u64) {
+        self.reconnect_at = now + self.backoff_ns;
+        self.backoff_ns = if self.backoff_ns == 0 {
+            RECONNECT_BACKOFF_FIRST_NS
+        } else {
+            (self.backoff_ns * 2).min(RECONNECT_BACKOFF_MAX_NS)
+        };
     }
 }

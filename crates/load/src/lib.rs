@@ -20,6 +20,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod sweep;
+pub mod testkit;
 
 pub use error::LoadError;
 pub use options::{LoadOptions, Popularity, ProtocolKind, ScanSpec, SearchSpec};

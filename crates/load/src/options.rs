@@ -240,6 +240,30 @@ pub struct LoadOptions {
     pub spin_us: u64,
     /// After the end, how long to wait for outstanding replies (they count as errors after it).
     pub drain_ms: u64,
+    /// `-R/--roundrobin`: thread t connects only to servers t, t + T, … (mutilate's assignment)
+    /// instead of every thread to every server.
+    #[serde(default)]
+    pub roundrobin: bool,
+    /// `-S/--skip`: a connection more than 5 ms behind at its depth cap skips sends.
+    #[serde(default)]
+    pub skip: bool,
+    /// `--moderate`: no send within 250 µs of the connection's last reply.
+    #[serde(default)]
+    pub moderate: bool,
+    /// `--no_nodelay`: leave Nagle's algorithm on.
+    #[serde(default)]
+    pub no_nodelay: bool,
+    /// `--sleep-only`: never busy-poll before a send (sleep on the timer to the send's time; the
+    /// cheapest in CPU, the sends late by the timer's wake-up).
+    #[serde(default)]
+    pub sleep_only: bool,
+    /// `-l/--lambda_mul`: this client's weight in the split of the rate among clients.
+    #[serde(default = "one")]
+    pub lambda_mul: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Default for LoadOptions {
@@ -273,6 +297,12 @@ impl Default for LoadOptions {
             popularity: Popularity::Uniform,
             spin_us: 0,
             drain_ms: 1000,
+            roundrobin: false,
+            skip: false,
+            moderate: false,
+            no_nodelay: false,
+            sleep_only: false,
+            lambda_mul: 1,
         }
     }
 }

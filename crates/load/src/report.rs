@@ -10,6 +10,7 @@ use headroom_types::load_result::{ClientStats, LatencyStats, LoadResult, LOAD_RE
 use crate::checks::{achieved_qps, run_checks};
 use crate::dist::Dist;
 use crate::results::RawResults;
+use crate::stats::summary_blocked;
 
 /// The result JSON: the contract keys of [`LoadResult`] (flattened) plus headroom's extras.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,6 +25,9 @@ pub struct LoadReport {
     pub sent: u64,
     pub completed: u64,
     pub reconnects: u64,
+    /// Sends skipped by `-S` (due, never sent).
+    #[serde(default)]
+    pub skipped: u64,
     pub bytes_tx: u64,
     pub bytes_rx: u64,
     /// Seconds measured (warmup excluded).
@@ -48,15 +52,16 @@ pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Lo
             achieved_qps: achieved_qps(raw),
             valid: checks.iter().all(|c| c.ok),
             checks,
-            read: hists.read.summary(),
+            read: summary_blocked(&hists.read, &hists.read_blocks),
             read_uncorrected: hists.read_uncorrected.summary(),
-            update: hists.update.summary(),
+            update: summary_blocked(&hists.update, &hists.update_blocks),
             late: c.late,
             errors: c.errors,
             misses: c.misses,
             client: ClientStats {
                 cpu_s: raw.cpu_s,
                 send_lag_p99_us: raw.send_lag.percentile_us(99.0),
+                busy_poll_s: raw.busy_poll_s,
             },
         },
         update_uncorrected: hists.update_uncorrected.summary(),
@@ -64,6 +69,7 @@ pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Lo
         sent: c.sent,
         completed: c.completed,
         reconnects: c.reconnects,
+        skipped: c.skipped,
         bytes_tx: c.bytes_tx,
         bytes_rx: c.bytes_rx,
         measured_s: raw.measured_s,
@@ -114,9 +120,21 @@ pub fn format_table(r: &LoadReport) -> String {
         if s.count > 0 {
             let _ = writeln!(
                 out,
-                "{name} p99 = {:.1} us (95% CI {:.1}..{:.1}), p99.9 = {:.1} us (95% CI {:.1}..{:.1})",
+                "{name} p50 = {:.1} us (95% CI {:.1}..{:.1}), p99 = {:.1} us (95% CI {:.1}..{:.1}), p99.9 = {:.1} us (95% CI {:.1}..{:.1})",
+                s.p50_us, s.p50_ci_us[0], s.p50_ci_us[1],
                 s.p99_us, s.p99_ci_us[0], s.p99_ci_us[1], s.p999_us, s.p999_ci_us[0], s.p999_ci_us[1]
             );
+            if s.ci_batches > 0 {
+                let _ = writeln!(
+                    out,
+                    "{:width$} (batch means over {} time batches; variance ×{:.1} at p50, ×{:.1} at p99 that of independent samples)",
+                    "",
+                    s.ci_batches,
+                    s.p50_variance_inflation,
+                    s.p99_variance_inflation,
+                    width = name.len()
+                );
+            }
         }
     }
     if r.measurement_connections {
@@ -147,6 +165,14 @@ pub fn format_table(r: &LoadReport) -> String {
         res.errors,
         r.reconnects
     );
+    if r.skipped > 0 {
+        let _ = writeln!(
+            out,
+            "Skipped TXs = {} ({:.1}%)",
+            r.skipped,
+            r.skipped as f64 * 100.0 / (r.sent + r.skipped).max(1) as f64
+        );
+    }
     let secs = r.measured_s.max(1e-9);
     let _ = writeln!(
         out,
@@ -162,8 +188,8 @@ pub fn format_table(r: &LoadReport) -> String {
     );
     let _ = writeln!(
         out,
-        "\nClient: {:.2} CPU-s, send lag p99 {:.1} us, {} threads, {} client(s)",
-        res.client.cpu_s, res.client.send_lag_p99_us, r.threads, r.clients
+        "\nClient: {:.2} CPU-s ({:.2} s busy-polling for send times), send lag p99 {:.1} us, {} threads, {} client(s)",
+        res.client.cpu_s, res.client.busy_poll_s, res.client.send_lag_p99_us, r.threads, r.clients
     );
     out.push_str(&format_checks(res));
     out

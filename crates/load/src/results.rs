@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::LoadError;
-use crate::stats::LatencyHist;
+use crate::stats::{BlockHists, LatencyHist};
 
 /// Latency histograms of one class of connections (load or measurement).
 #[derive(Clone, Debug, Default)]
@@ -17,6 +17,10 @@ pub struct OpHists {
     pub update: LatencyHist,
     /// SETs, sent → done.
     pub update_uncorrected: LatencyHist,
+    /// GETs, scheduled → done, per time block of the measured interval (for batch-means CIs).
+    pub read_blocks: BlockHists,
+    /// SETs, likewise.
+    pub update_blocks: BlockHists,
 }
 
 impl OpHists {
@@ -25,6 +29,17 @@ impl OpHists {
         self.read_uncorrected.merge(&other.read_uncorrected);
         self.update.merge(&other.update);
         self.update_uncorrected.merge(&other.update_uncorrected);
+        self.read_blocks.merge(&other.read_blocks);
+        self.update_blocks.merge(&other.update_blocks);
+    }
+
+    /// GETs and SETs together (scheduled → done) with their time blocks: what the checks judge.
+    pub fn all_corrected(&self) -> (LatencyHist, BlockHists) {
+        let mut all = self.read.clone();
+        all.merge(&self.update);
+        let mut blocks = self.read_blocks.clone();
+        blocks.merge(&self.update_blocks);
+        (all, blocks)
     }
 }
 
@@ -48,6 +63,9 @@ pub struct Counters {
     pub late: u64,
     /// Connections re-opened after a fault.
     pub reconnects: u64,
+    /// Sends skipped by `-S` (due, never sent; counted in `scheduled`).
+    #[serde(default)]
+    pub skipped: u64,
     pub bytes_tx: u64,
     pub bytes_rx: u64,
 }
@@ -63,6 +81,7 @@ impl Counters {
         self.errors += o.errors;
         self.late += o.late;
         self.reconnects += o.reconnects;
+        self.skipped += o.skipped;
         self.bytes_tx += o.bytes_tx;
         self.bytes_rx += o.bytes_rx;
     }
@@ -88,6 +107,8 @@ pub struct RawResults {
     pub measured_s: f64,
     /// CPU seconds the client processes spent while the load ran.
     pub cpu_s: f64,
+    /// Of `cpu_s`, seconds spent busy-polling for a send to fall due (precision, not load).
+    pub busy_poll_s: f64,
     /// Wall seconds the load ran (warmup included), per client.
     pub wall_s: f64,
     /// Load threads of all clients together.
@@ -118,6 +139,7 @@ impl RawResults {
         self.target_qps += o.target_qps;
         self.measured_s = self.measured_s.max(o.measured_s);
         self.cpu_s += o.cpu_s;
+        self.busy_poll_s += o.busy_poll_s;
         self.wall_s = self.wall_s.max(o.wall_s);
         self.threads += o.threads;
         self.clients += o.clients;
@@ -133,6 +155,8 @@ impl RawResults {
             read_uncorrected: x.read_uncorrected.to_base64(),
             update: x.update.to_base64(),
             update_uncorrected: x.update_uncorrected.to_base64(),
+            read_blocks: x.read_blocks.to_base64(),
+            update_blocks: x.update_blocks.to_base64(),
         };
         WireResults {
             load: h(&self.load),
@@ -146,6 +170,7 @@ impl RawResults {
             target_qps: self.target_qps,
             measured_s: self.measured_s,
             cpu_s: self.cpu_s,
+            busy_poll_s: self.busy_poll_s,
             wall_s: self.wall_s,
             threads: self.threads,
             ia_samples: self.ia_samples.clone(),
@@ -159,12 +184,18 @@ impl RawResults {
             LatencyHist::from_base64(s)
                 .map_err(|e| LoadError::agent(peer, format!("undecodable {name} histogram: {e}")))
         };
+        let dec_blocks = |name: &str, s: &[String]| {
+            BlockHists::from_base64(s)
+                .map_err(|e| LoadError::agent(peer, format!("undecodable {name} histograms: {e}")))
+        };
         let h = |x: &WireHists| -> Result<OpHists, LoadError> {
             Ok(OpHists {
                 read: dec("read", &x.read)?,
                 read_uncorrected: dec("read_uncorrected", &x.read_uncorrected)?,
                 update: dec("update", &x.update)?,
                 update_uncorrected: dec("update_uncorrected", &x.update_uncorrected)?,
+                read_blocks: dec_blocks("read_blocks", &x.read_blocks)?,
+                update_blocks: dec_blocks("update_blocks", &x.update_blocks)?,
             })
         };
         Ok(RawResults {
@@ -179,6 +210,7 @@ impl RawResults {
             target_qps: w.target_qps,
             measured_s: w.measured_s,
             cpu_s: w.cpu_s,
+            busy_poll_s: w.busy_poll_s,
             wall_s: w.wall_s,
             threads: w.threads,
             ia_samples: w.ia_samples.clone(),
@@ -194,6 +226,11 @@ pub struct WireHists {
     pub read_uncorrected: String,
     pub update: String,
     pub update_uncorrected: String,
+    /// Per-time-block histograms (absent from agents before they were added: no batching then).
+    #[serde(default)]
+    pub read_blocks: Vec<String>,
+    #[serde(default)]
+    pub update_blocks: Vec<String>,
 }
 
 /// [`RawResults`] on the wire (agent → master).
@@ -206,6 +243,8 @@ pub struct WireResults {
     pub target_qps: f64,
     pub measured_s: f64,
     pub cpu_s: f64,
+    #[serde(default)]
+    pub busy_poll_s: f64,
     pub wall_s: f64,
     pub threads: usize,
     pub ia_samples: Vec<f64>,

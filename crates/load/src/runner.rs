@@ -136,7 +136,21 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
     let servers: Vec<SocketAddr> = v.servers.iter().map(|(_, a)| *a).collect();
     let ncpu = online_cpus();
     let has_measure = v.measure_connections > 0;
-    let load_conns = opts.threads * servers.len() * opts.connections;
+    // -R: thread t takes servers t, t + T, … (each server once overall when T ≤ servers, thread
+    // t the server t mod S otherwise), as mutilate assigns them.
+    let servers_of = |t: usize| -> Vec<SocketAddr> {
+        if opts.roundrobin {
+            (t % servers.len()..servers.len())
+                .step_by(opts.threads)
+                .map(|i| servers[i])
+                .collect()
+        } else {
+            servers.clone()
+        }
+    };
+    let load_conns: usize = (0..opts.threads)
+        .map(|t| servers_of(t).len() * opts.connections)
+        .sum();
     let load_rate = if v.load_qps > 0 {
         v.load_qps as f64 / load_conns as f64
     } else {
@@ -155,7 +169,7 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
     if load_rate > 0.0 || load_peak {
         for t in 0..opts.threads {
             let mut conns = Vec::new();
-            for addr in &servers {
+            for addr in &servers_of(t) {
                 for _ in 0..opts.connections {
                     conns.push(ConnPlan {
                         addr: *addr,
@@ -239,7 +253,11 @@ pub fn run_local(
         end,
         drain_end: end + opts.drain_ms * 1_000_000,
         spin_ns: opts.spin_us * 1000,
+        adaptive_lead: !opts.sleep_only,
         save: opts.save.is_some(),
+        skip: opts.skip,
+        moderate: opts.moderate,
+        nodelay: !opts.no_nodelay,
     };
     let nworkers = plans.len();
     let cpu_before = process_cpu_s();
@@ -302,6 +320,7 @@ pub fn run_local(
         raw.measure.merge(&out.measure);
         raw.send_lag.merge(&out.send_lag);
         raw.counters.add(&out.counters);
+        raw.busy_poll_s += out.busy_poll_ns as f64 * 1e-9;
         let room = MAX_IA_SAMPLES.saturating_sub(raw.ia_samples.len());
         raw.ia_samples
             .extend(out.ia_samples.iter().take(room).copied());
@@ -439,5 +458,65 @@ impl IntervalMerger {
             Some(last) => self.take_upto(last, Some(now)),
             None => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn servers_per_thread(threads: usize, nservers: usize, roundrobin: bool) -> Vec<Vec<u16>> {
+        let opts = LoadOptions {
+            servers: (0..nservers)
+                .map(|i| format!("127.0.0.1:{}", 1000 + i))
+                .collect(),
+            threads,
+            connections: 1,
+            qps: 1200,
+            roundrobin,
+            ..LoadOptions::default()
+        };
+        let v = opts.validate().unwrap();
+        plan_workers(&opts, &v, 1)
+            .iter()
+            .map(|p| p.conns.iter().map(|c| c.addr.port() - 1000).collect())
+            .collect()
+    }
+
+    #[test]
+    fn roundrobin_assigns_servers_as_mutilate_does() {
+        // Without -R every thread connects to every server.
+        assert_eq!(
+            servers_per_thread(2, 2, false),
+            vec![vec![0, 1], vec![0, 1]]
+        );
+        // With -R: thread t takes t, t + T, … ; more threads than servers wrap around.
+        assert_eq!(servers_per_thread(2, 2, true), vec![vec![0], vec![1]]);
+        assert_eq!(
+            servers_per_thread(2, 5, true),
+            vec![vec![0, 2, 4], vec![1, 3]]
+        );
+        assert_eq!(
+            servers_per_thread(3, 2, true),
+            vec![vec![0], vec![1], vec![0]]
+        );
+    }
+
+    #[test]
+    fn roundrobin_keeps_the_aggregate_rate() {
+        let opts = LoadOptions {
+            servers: vec!["127.0.0.1:1000".into(), "127.0.0.1:1001".into()],
+            threads: 3,
+            connections: 2,
+            qps: 1200,
+            roundrobin: true,
+            ..LoadOptions::default()
+        };
+        let v = opts.validate().unwrap();
+        let total: f64 = plan_workers(&opts, &v, 1)
+            .iter()
+            .flat_map(|p| p.conns.iter().map(|c| c.rate))
+            .sum();
+        assert!((total - 1200.0).abs() < 1e-6, "{total}");
     }
 }

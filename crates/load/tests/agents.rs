@@ -75,6 +75,7 @@ fn agent_refuses_a_master_of_another_version() {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let hello = serde_json::to_string(&AgentMessage::Hello {
         version: AGENT_PROTOCOL_VERSION + 1,
+        lambda_mul: 1,
     })
     .unwrap();
     s.write_all(format!("{hello}\n").as_bytes()).unwrap();

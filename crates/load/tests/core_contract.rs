@@ -85,6 +85,7 @@ fn histogram_contract_and_result_json() {
         client: ClientStats {
             cpu_s: 0.5,
             send_lag_p99_us: 2.0,
+            busy_poll_s: 0.0,
         },
     };
     let json = serde_json::to_value(&result).unwrap();

@@ -53,6 +53,9 @@ pub struct ClientStats {
     pub cpu_s: f64,
     /// 99th percentile of (actual send − scheduled send), µs.
     pub send_lag_p99_us: f64,
+    /// Of `cpu_s`, seconds spent busy-polling for sends to fall due (precision, not load).
+    #[serde(default)]
+    pub busy_poll_s: f64,
 }
 
 /// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).
@@ -70,11 +73,26 @@ pub struct LatencyStats {
     pub p99_us: f64,
     pub p999_us: f64,
     pub p9999_us: f64,
-    /// 95% confidence interval of `p99_us` (order-statistic ranks mapped through the histogram).
+    /// 95% confidence interval of `p99_us` (ranks mapped through the histogram; their spread from
+    /// batch means over time blocks when `ci_batches` > 0).
     pub p99_ci_us: [f64; 2],
     /// 95% confidence interval of `p999_us`.
     #[serde(default)]
     pub p999_ci_us: [f64; 2],
+    /// 95% confidence interval of `p50_us`.
+    #[serde(default)]
+    pub p50_ci_us: [f64; 2],
+    /// Time batches the intervals come from (batch means, valid for autocorrelated latencies);
+    /// 0 = order statistics of independent samples (no time blocks were recorded).
+    #[serde(default)]
+    pub ci_batches: u32,
+    /// Variance of the p50 estimate over what independent samples would give (batch means):
+    /// ≈ how many of these samples are worth one independent one. 0 when not measured.
+    #[serde(default)]
+    pub p50_variance_inflation: f64,
+    /// Likewise for p99 (noisier: tail samples are few and cluster).
+    #[serde(default)]
+    pub p99_variance_inflation: f64,
 }
 
 #[cfg(test)]

@@ -96,6 +96,9 @@ pub struct Args {
     /// Agent port
     #[arg(short = 'p', long = "agent_port", alias = "agent-port", default_value_t = DEFAULT_AGENT_PORT)]
     pub agent_port: u16,
+    /// mutilate's remaining flags (boxed: keeps the CLI's command enum small).
+    #[command(flatten)]
+    pub compat: Box<Compat>,
     /// More output (one progress line per second even when stderr is not a terminal)
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -105,6 +108,46 @@ pub struct Args {
     /// Outputs and headroom's own extensions (boxed: keeps the CLI's command enum small).
     #[command(flatten)]
     pub extra: Box<Extra>,
+}
+
+/// mutilate's scheduling, socket and agent flags beyond the basic ones.
+#[derive(clap::Args, Debug)]
+pub struct Compat {
+    /// Assign threads to servers round-robin (thread t: servers t, t+T, …) instead of every
+    /// thread to every server
+    #[arg(short = 'R', long)]
+    pub roundrobin: bool,
+    /// Skip sends on a connection more than 5 ms behind at its depth cap (counted, and the rate
+    /// check says so)
+    #[arg(short = 'S', long)]
+    pub skip: bool,
+    /// Keep at least 250 µs between a connection's last reply and its next send
+    #[arg(long)]
+    pub moderate: bool,
+    /// Blocking epoll (mutilate's -B): headroom's loop always blocks in epoll, so this changes
+    /// nothing; accepted for mutilate command lines
+    #[arg(short = 'B', long)]
+    pub blocking: bool,
+    /// Leave Nagle's algorithm on (no TCP_NODELAY)
+    #[arg(long = "no_nodelay", alias = "no-nodelay")]
+    pub no_nodelay: bool,
+    /// Seconds after startup before the run starts (mutilate's -W)
+    #[arg(short = 'W', long = "wait", value_name = "S")]
+    pub wait: Option<f64>,
+    /// This client's weight in the split of the rate among clients (agents send theirs)
+    #[arg(
+        short = 'l',
+        long = "lambda_mul",
+        alias = "lambda-mul",
+        default_value_t = 1
+    )]
+    pub lambda_mul: u64,
+    /// SASL username (mutilate's -U): not supported
+    #[arg(short = 'U', long)]
+    pub username: Option<String>,
+    /// SASL password (mutilate's -P): not supported
+    #[arg(short = 'P', long)]
+    pub password: Option<String>,
 }
 
 /// `headroom load` flags beyond mutilate's run settings: outputs and extensions.
@@ -131,12 +174,38 @@ pub struct Extra {
     /// Key popularity: uniform | zipf:S
     #[arg(long, default_value = "uniform")]
     pub popularity: String,
-    /// Busy-wait this many µs before each send instead of sleeping (precision vs client CPU)
+    /// Busy-poll at least this many µs before each send (the default lead is the timer's
+    /// measured wake-up lateness)
     #[arg(long = "spin-us", default_value_t = 0)]
     pub spin_us: u64,
+    /// Never busy-poll: sleep on the timer until each send (least CPU; sends late by the timer's
+    /// wake-up, tens of µs on a VM)
+    #[arg(long = "sleep-only")]
+    pub sleep_only: bool,
     /// Address the agent listens on (with -A)
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: String,
+    /// Exit status when a self-check failed (the result is still printed and written); 0 makes
+    /// invalid runs exit like valid ones
+    #[arg(long = "invalid-exit-code", value_name = "N", default_value_t = CHECKS_FAILED_EXIT)]
+    pub invalid_exit_code: i32,
+}
+
+/// Default exit status of a run (or a scan with a row, or a search whose answer) that failed its
+/// self-checks: distinct from 1 (error) and 2 (usage) so scripts notice.
+pub const CHECKS_FAILED_EXIT: i32 = 3;
+
+/// Ends the process with `--invalid-exit-code` when the results were not valid (after the output
+/// was flushed).
+fn exit_if_invalid(args: &Args, valid: bool) {
+    if !valid && args.extra.invalid_exit_code != 0 {
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "headroom: self-checks failed (result not valid): exit {}",
+            args.extra.invalid_exit_code
+        );
+        std::process::exit(args.extra.invalid_exit_code);
+    }
 }
 
 /// `headroom load agent`.
@@ -153,6 +222,14 @@ pub enum Sub {
         /// Exit after serving this many masters (default: serve forever)
         #[arg(long)]
         sessions: Option<usize>,
+        /// This agent's weight in the master's split of the rate (mutilate's -l)
+        #[arg(
+            short = 'l',
+            long = "lambda_mul",
+            alias = "lambda-mul",
+            default_value_t = 1
+        )]
+        lambda_mul: u64,
     },
 }
 
@@ -207,24 +284,56 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         seed: args.extra.seed,
         popularity,
         spin_us: args.extra.spin_us,
+        sleep_only: args.extra.sleep_only,
+        roundrobin: args.compat.roundrobin,
+        skip: args.compat.skip,
+        moderate: args.compat.moderate,
+        no_nodelay: args.compat.no_nodelay,
+        lambda_mul: args.compat.lambda_mul,
         ..LoadOptions::default()
     };
     Ok(opts)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
     if let Some(Sub::Agent {
         port,
         bind,
         sessions,
+        lambda_mul,
     }) = &args.sub
     {
-        return run_agent(bind, *port, *sessions);
+        return run_agent(bind, *port, *sessions, *lambda_mul);
+    }
+    if args.compat.username.is_some() || args.compat.password.is_some() {
+        return Err(super::usage(
+            "-U/--username, -P/--password: not supported: SASL authentication (mutilate's binary-protocol SASL PLAIN) is not implemented; run against a server without authentication",
+        ));
+    }
+    if args.compat.lambda_mul == 0 {
+        return Err(super::usage(
+            "invalid value \"0\" for -l/--lambda_mul: must be at least 1",
+        ));
     }
     if args.agentmode {
-        return run_agent(&args.extra.bind, args.agent_port, None);
+        return run_agent(
+            &args.extra.bind,
+            args.agent_port,
+            None,
+            args.compat.lambda_mul,
+        );
     }
     let opts = options_from(&args)?;
+    let wait = match args.compat.wait {
+        Some(w) if !(w >= 0.0 && w.is_finite()) => {
+            return Err(super::usage(format!(
+                "invalid value \"{w}\" for -W/--wait: must be zero or positive seconds"
+            )));
+        }
+        Some(w) => Some(std::time::Duration::from_secs_f64(w)),
+        None => None,
+    };
     let scan = args
         .scan
         .as_deref()
@@ -250,6 +359,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // -W: the run starts W seconds after startup (the preload counts towards it).
+    if let Some(w) = wait {
+        if let Some(left) = w.checked_sub(started.elapsed()) {
+            std::thread::sleep(left);
+        }
+    }
     if let Some(spec) = scan {
         return run_scan(&args, &opts, &spec);
     }
@@ -266,10 +381,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(p) = &args.extra.csv {
         write_file(p, &format!("{}\n{}\n", csv_header(), csv_row(&report)))?;
     }
+    exit_if_invalid(&args, report.result.valid);
     Ok(())
 }
 
-fn run_agent(bind: &str, port: u16, sessions: Option<usize>) -> anyhow::Result<()> {
+fn run_agent(
+    bind: &str,
+    port: u16,
+    sessions: Option<usize>,
+    lambda_mul: u64,
+) -> anyhow::Result<()> {
     let addr = format!("{bind}:{port}");
     let listener = std::net::TcpListener::bind(&addr)
         .with_context(|| format!("listening for load masters on {addr}"))?;
@@ -278,7 +399,7 @@ fn run_agent(bind: &str, port: u16, sessions: Option<usize>) -> anyhow::Result<(
         listener.local_addr().map(|a| a.to_string()).unwrap_or(addr),
         headroom_load::agent::AGENT_PROTOCOL_VERSION
     );
-    headroom_load::agent::serve(listener, sessions).map_err(lib_err)
+    headroom_load::agent::serve_weighted(listener, sessions, lambda_mul.max(1)).map_err(lib_err)
 }
 
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -346,7 +467,9 @@ fn run_scan(args: &Args, opts: &LoadOptions, spec: &headroom_load::ScanSpec) -> 
     .map_err(lib_err)?;
     let reports: Vec<&LoadReport> = rows.iter().map(|r| &r.report).collect();
     let json = serde_json::to_value(&reports)?;
-    write_sweep_outputs(args, &reports, json)
+    write_sweep_outputs(args, &reports, json)?;
+    exit_if_invalid(args, reports.iter().all(|r| r.result.valid));
+    Ok(())
 }
 
 fn run_search(
@@ -418,7 +541,12 @@ fn run_search(
         "best": outcome.best.as_ref().map(|b| &b.report),
         "curve": reports,
     });
-    write_sweep_outputs(args, &reports, json)
+    write_sweep_outputs(args, &reports, json)?;
+    exit_if_invalid(
+        args,
+        outcome.best.as_ref().is_none_or(|b| b.report.result.valid),
+    );
+    Ok(())
 }
 
 /// One-line progress on stderr: rewritten in place on a terminal, a line per second with -v.

@@ -1,8 +1,11 @@
 //! Latency statistics: mergeable HDR histograms in nanoseconds, their summary (mutilate's table
 //! plus order-statistic confidence intervals), their wire form, and goodness-of-fit tests.
 
+pub mod batch;
+pub mod blocks;
 pub mod gof;
 
+pub use blocks::{summary_blocked, BlockHists};
 pub use gof::{anderson_darling, ks_test, GofResult};
 
 use std::io::Cursor;
@@ -225,6 +228,10 @@ impl LatencyHist {
             p9999_us: self.percentile_us(99.99),
             p99_ci_us: self.percentile_ci_us(99.0),
             p999_ci_us: self.percentile_ci_us(99.9),
+            p50_ci_us: self.percentile_ci_us(50.0),
+            ci_batches: 0,
+            p50_variance_inflation: 0.0,
+            p99_variance_inflation: 0.0,
         }
     }
 
