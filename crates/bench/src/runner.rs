@@ -474,6 +474,9 @@ impl Runner {
                 format!("{}", seconds.round().max(1.0) as u64),
                 "--noload".into(),
                 "--quiet".into(),
+                // The bench records invalid runs and judges them from the JSON's checks.
+                "--invalid-exit-code".into(),
+                "0".into(),
                 "--json".into(),
                 json.display().to_string(),
             ],
