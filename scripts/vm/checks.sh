@@ -336,8 +336,81 @@ cores = 1' freeze "$lcpod" "$parent" "" ""
   kill "$lc" "$p1" "$p3" 2>/dev/null
 }
 
+# 6. The agent issue's check, on v2: kill -9 at random moments (a quarter of them inside the
+#    first 20 ms) in a loop of 20 restarts, with a BE command that forks; every BE process stays
+#    inside hr6/be throughout, no round leaves two BEs; then a start and SIGTERM with
+#    on_exit = "restore" leave no BE process, no group, and the LC back in its own group.
+be_pids() {
+  for d in /proc/[0-9]*; do
+    c=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)
+    case "$c" in "sleep 7777 "*|"sleep 7778 "*) echo "${d#/proc/}" ;; esac
+  done
+}
+
+kill9_loop() {
+  D=/tmp/kill9; mkdir -p $D
+  lc=$(sleeper "")
+  lc_before=$(cat "/proc/$lc/cgroup")
+  cat > "$D/agent.toml" <<EOT
+[lc]
+name = "lc"
+cgroup = "hr6/lc"
+pids = [$lc]
+
+[[be]]
+name = "forker"
+cgroup = "hr6/be"
+command = ["/bin/sh", "-c", "sleep 7777 & exec sleep 7778"]
+restart_backoff_ms = 50
+
+[policy]
+kind = "static-cores"
+[policy.static-cores]
+cores = 1
+
+[safety]
+on_exit = "restore"
+state_file = "$D/state.json"
+
+[api]
+socket = "$D/ctl.sock"
+metrics = ""
+EOT
+  bad=0; i=0
+  while [ "$i" -lt 20 ]; do
+    if [ $((i % 4)) -eq 0 ]; then ms=$((RANDOM % 20)); else ms=$((RANDOM % 150)); fi
+    $H agent --config "$D/agent.toml" >/dev/null 2>>"$D/agent.log" &
+    a=$!
+    usleep $((ms * 1000))
+    kill -9 "$a" 2>/dev/null; wait "$a" 2>/dev/null
+    n=0
+    for p in $(be_pids); do
+      g=$(cat "/proc/$p/cgroup" 2>/dev/null)
+      [ -n "$g" ] || continue
+      n=$((n + 1))
+      if [ "$g" != "0::/hr6/be" ]; then
+        fail "kill -9 loop round $i (${ms} ms)" "BE process $p outside hr6/be: '$g'"; bad=1
+      fi
+    done
+    if [ "$n" -gt 2 ]; then fail "kill -9 loop round $i (${ms} ms)" "$n BE processes: a second BE"; bad=1; fi
+    i=$((i + 1))
+  done
+  [ "$bad" = 0 ] && pass "kill -9 loop: 20 rounds, every BE process inside hr6/be, never a second BE"
+  start_agent $D || return
+  stop_agent TERM; rc=$?
+  expect "kill -9 loop: final SIGTERM (on_exit restore) exit status" 0 "$rc"
+  _n=50
+  while [ "$_n" -gt 0 ] && [ -n "$(be_pids)" ]; do sleep 0.1; _n=$((_n - 1)); done
+  expect "kill -9 loop: BE processes left after restore" "" "$(be_pids | tr '\n' ' ')"
+  if [ -d "$CG/hr6" ]; then fail "kill -9 loop: groups" "hr6 left: $(ls "$CG/hr6")"
+  else pass "kill -9 loop: no group left"; fi
+  expect "kill -9 loop: the LC is back in its own group" "$lc_before" "$(cat "/proc/$lc/cgroup")"
+  kill "$lc" 2>/dev/null
+}
+
 lifecycle
 crash_restart
+kill9_loop
 weights
 doctor
 kubelet systemd kubepods.slice/kubepods-pod0c0c0c0c_0000.slice \
