@@ -134,6 +134,33 @@ impl Agent {
             }
         };
 
+        // The sensors (a BPF idle tracker, the egress counters) touch nothing either.
+        let sensors = (|| -> Result<Sensors, AgentError> {
+            let mut sensors = Sensors::new(
+                &host,
+                cgroups.clone(),
+                groups.lc.clone(),
+                groups.be.clone(),
+                signals,
+                config.sensors.idle,
+            )?;
+            if node.egress_be_classid().is_some() {
+                let link = node.facts_link_bits();
+                sensors.set_egress(crate::sensors::EgressSensor::new(
+                    &config.egress.device,
+                    link,
+                )?);
+            }
+            Ok(sensors)
+        })();
+        let sensors = match sensors {
+            Ok(s) => s,
+            Err(e) => {
+                stop_threads(&stop, threads);
+                return Err(e);
+            }
+        };
+
         let policy = policy::build(&config, &machine);
         let interval = policy.poll_interval();
         let mut node = node;
@@ -235,45 +262,6 @@ impl Agent {
             super::verify_every(interval),
         );
 
-        let sensors = match Sensors::new(
-            &host,
-            cgroups.clone(),
-            groups.lc.clone(),
-            groups.be.clone(),
-            signals,
-            config.sensors.idle,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                undo(
-                    &mut steps,
-                    &cgroups,
-                    Some(&mut controller),
-                    &mut node,
-                    &state_path,
-                );
-                stop_threads(&stop, threads);
-                return Err(e.into());
-            }
-        };
-        let mut sensors = sensors;
-        if node.egress_be_classid().is_some() {
-            let link = node.facts_link_bits();
-            match crate::sensors::EgressSensor::new(&config.egress.device, link) {
-                Ok(s) => sensors.set_egress(s),
-                Err(e) => {
-                    undo(
-                        &mut steps,
-                        &cgroups,
-                        Some(&mut controller),
-                        &mut node,
-                        &state_path,
-                    );
-                    stop_threads(&stop, threads);
-                    return Err(e.into());
-                }
-            }
-        }
         let started_at = Instant::now();
         node.set_sensors(sensors, started_at);
         metrics.actuating.set(if dry { 0.0 } else { 1.0 });
