@@ -213,6 +213,19 @@ pub struct LatencyConfig {
     /// Unix socket a `headroom load --feed` connects to (`source = "feed"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// The prober refuses a window whose own send lag p99 exceeds this, µs (its CPU was busy:
+    /// the window would measure the prober, not the LC). Default: 20% of the SLO target, at
+    /// least 100 µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_send_lag_us: Option<f64>,
+}
+
+impl LatencyConfig {
+    /// The prober's send-lag bound for an SLO target of `target_us`.
+    pub fn send_lag_bound_us(&self, target_us: f64) -> f64 {
+        self.max_send_lag_us
+            .unwrap_or_else(|| (0.2 * target_us).max(100.0))
+    }
 }
 
 fn default_protocol() -> ProbeProtocol {
@@ -939,6 +952,9 @@ impl Config {
                 LatencySource::Feed => {}
             }
             positive("lc.latency.rate_hz", lat.rate_hz)?;
+            if let Some(b) = lat.max_send_lag_us {
+                positive("lc.latency.max_send_lag_us", b)?;
+            }
             // The prober is load on the LC: bounded absolutely and, where the LC's peak is
             // known, to a small fraction of it (a 1e9 Hz prober pushed p99 from 200 µs to 4 ms).
             if lat.source == LatencySource::Probe {

@@ -2,6 +2,13 @@
 //! scheduled times (`rate_hz`), each latency timed from its *scheduled* send (so a stalled server
 //! shows its queueing, as in the load generator), kept in per-second HDR histograms over a
 //! sliding window of `lc.slo.window_s`. The window's percentile is published once per second.
+//!
+//! So that it measures the LC and not itself: replies are timed from the kernel's software
+//! receive timestamp (`SO_TIMESTAMPING`; where the kernel refuses it, from user space, said once
+//! as a sensor note), each latency runs from the request's actual send, and the prober's own
+//! lateness (actual send − scheduled send) is kept per window: a window whose send lag p99
+//! exceeds `max_send_lag_us` is refused — stale, not a slow LC. The thread asks for SCHED_FIFO
+//! (reset on fork) so a BE filling its CPU cannot delay it; nice -20 where FIFO is refused.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -43,6 +50,10 @@ pub struct ProbeSpec {
     pub window_s: f64,
     /// Samples the window needs before its percentile is published.
     pub min_samples: u64,
+    /// A window whose prober send lag p99 exceeds this (µs) is refused.
+    pub max_send_lag_us: f64,
+    /// SCHED_FIFO priority of the prober thread (0: leave its scheduling alone).
+    pub fifo_priority: u8,
 }
 
 impl ProbeSpec {
@@ -81,6 +92,8 @@ impl ProbeSpec {
             percentile,
             window_s,
             min_samples: headroom_load::stats::min_samples_for(percentile),
+            max_send_lag_us: f64::INFINITY,
+            fifo_priority: 0,
         }
     }
 }
@@ -97,10 +110,13 @@ pub fn spawn(
 }
 
 fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
+    raise_priority(spec.fifo_priority);
     let interval = Duration::from_secs_f64(1.0 / spec.rate_hz.max(0.001));
     let epoch = Instant::now();
     let mut window = LatencyWindow::new(spec.window_s, spec.min_samples);
+    let mut lag = LatencyWindow::new(spec.window_s, 1);
     let mut published_sec = 0u64;
+    let mut kernel_stamps_noted = false;
     let mut request = Vec::new();
     match &spec.wire {
         ProbeWire::Kv(p) => p.encode(Op::Get, PROBE_KEY, 0, &mut request),
@@ -118,8 +134,15 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 continue;
             }
         };
+        let kernel_stamps = enable_rx_timestamps(&conn);
+        if let (Err(e), false) = (&kernel_stamps, kernel_stamps_noted) {
+            kernel_stamps_noted = true;
+            tracing::warn!(error = %e, "prober: no kernel receive timestamps; timing replies in user space");
+        }
+        let kernel_stamps = kernel_stamps.is_ok();
         let mut next_send = Instant::now();
-        let mut in_flight: VecDeque<Instant> = VecDeque::new();
+        // (scheduled, actual) send times of the requests in flight
+        let mut in_flight: VecDeque<(Instant, Instant)> = VecDeque::new();
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut chunk = [0u8; 4096];
         let outcome: Result<(), String> = loop {
@@ -131,35 +154,56 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
             let sec = now.duration_since(epoch).as_secs();
             if sec > published_sec {
                 published_sec = sec;
-                if let Some(p) = window.percentile_us(sec.saturating_sub(1), spec.percentile) {
-                    cell.publish(p, epoch + Duration::from_secs(sec));
+                let last = sec.saturating_sub(1);
+                let send_lag = lag.percentile_us(last, 99.0);
+                match (window.percentile_us(last, spec.percentile), send_lag) {
+                    (Some(_), Some(l)) if l > spec.max_send_lag_us => cell.error(
+                        "probe",
+                        format!(
+                            "window refused: the prober's own send lag p99 {l:.0} µs exceeds {:.0} µs (its CPU is busy): stale, not a slow LC",
+                            spec.max_send_lag_us
+                        ),
+                    ),
+                    (Some(p), _) => cell.publish(p, epoch + Duration::from_secs(sec)),
+                    (None, _) => {}
                 }
             }
             if now >= next_send {
                 if in_flight.len() >= MAX_IN_FLIGHT {
                     break Err(format!("{} requests unanswered", in_flight.len()));
                 }
+                let sent = Instant::now();
                 if let Err(e) = conn.write_all(&request) {
                     break Err(format!("sending: {e}"));
                 }
-                in_flight.push_back(next_send);
+                let s = next_send.saturating_duration_since(epoch).as_secs();
+                lag.slot(s)
+                    .record_ns(sent.saturating_duration_since(next_send).as_nanos() as u64);
+                in_flight.push_back((next_send, sent));
                 next_send += interval;
                 continue;
             }
             if !wait_readable(&conn, next_send - now) {
                 continue;
             }
-            match conn.read(&mut chunk) {
-                Ok(0) => break Err("server closed the connection".into()),
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            let received = if kernel_stamps {
+                recv_stamped(&conn, &mut chunk)
+            } else {
+                conn.read(&mut chunk).map(|n| (n, Instant::now()))
+            };
+            let done = match received {
+                Ok((0, _)) => break Err("server closed the connection".into()),
+                Ok((n, at)) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    at
+                }
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
                 {
                     continue
                 }
                 Err(e) => break Err(format!("receiving: {e}")),
-            }
-            let done = Instant::now();
+            };
             let mut failed = None;
             loop {
                 let parsed = match &spec.wire {
@@ -172,8 +216,8 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 match parsed {
                     Ok(Some(consumed)) => {
                         buf.drain(..consumed);
-                        if let Some(scheduled) = in_flight.pop_front() {
-                            let ns = done.saturating_duration_since(scheduled).as_nanos() as u64;
+                        if let Some((scheduled, sent)) = in_flight.pop_front() {
+                            let ns = done.saturating_duration_since(sent).as_nanos() as u64;
                             let s = scheduled.saturating_duration_since(epoch).as_secs();
                             window.slot(s).record_ns(ns);
                         }
@@ -192,6 +236,68 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
         if let Err(e) = outcome {
             cell.error("probe", format!("{}: {e}", spec.address));
             sleep_unless_stopped(Duration::from_millis(100), stop);
+        }
+    }
+}
+
+/// Asks the kernel to stamp every received packet in software (`SO_TIMESTAMPING`).
+fn enable_rx_timestamps(conn: &TcpStream) -> nix::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt::Timestamping, TimestampingFlag};
+    setsockopt(
+        conn,
+        Timestamping,
+        &(TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE
+            | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE),
+    )
+}
+
+/// Reads into `chunk`; returns the bytes and when the kernel received them (the software
+/// stamp, CLOCK_REALTIME, carried over to the monotonic clock by its age now).
+fn recv_stamped(conn: &TcpStream, chunk: &mut [u8]) -> std::io::Result<(usize, Instant)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
+    let mut cmsg = nix::cmsg_space!(nix::sys::socket::Timestamps);
+    let mut iov = [std::io::IoSliceMut::new(chunk)];
+    let msg = recvmsg::<SockaddrStorage>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    let now = Instant::now();
+    let mut at = now;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampsns(t) = c {
+                let stamp = Duration::new(t.system.tv_sec() as u64, t.system.tv_nsec() as u32);
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                if !stamp.is_zero() {
+                    at = now.checked_sub(wall.saturating_sub(stamp)).unwrap_or(now);
+                }
+            }
+        }
+    }
+    Ok((msg.bytes, at))
+}
+
+/// SCHED_FIFO at `priority` for this thread, reset on fork; nice -20 where FIFO is refused.
+fn raise_priority(priority: u8) {
+    use headroom_host::sched::{set_sched_reset_on_fork, SchedPolicy};
+    if priority == 0 {
+        return;
+    }
+    let fifo = SchedPolicy::Fifo {
+        priority: u32::from(priority),
+    };
+    if let Err(e) = set_sched_reset_on_fork(0, fifo) {
+        let nice = SchedPolicy::Other {
+            nice: -20,
+            slice_ns: None,
+        };
+        if set_sched_reset_on_fork(0, nice).is_err() {
+            tracing::warn!(error = %e, "prober: neither SCHED_FIFO nor nice -20; BE may delay its sends (windows with a late prober are refused)");
         }
     }
 }

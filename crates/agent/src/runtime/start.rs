@@ -629,6 +629,8 @@ fn lc_signals(
                     slo.window_s,
                 );
                 spec.min_samples = slo.min_samples();
+                spec.max_send_lag_us = lat.send_lag_bound_us(slo.target_us);
+                spec.fifo_priority = config.safety.agent_fifo_priority;
                 let t = crate::probe::spawn(spec, cell.clone(), stop.clone())
                     .map_err(spawn_err("starting the prober"))?;
                 threads.push(t);
