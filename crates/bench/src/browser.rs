@@ -44,10 +44,13 @@ fn base_args(profile: &Path) -> Vec<String> {
 
 /// Runs chromium with `extra` args on `html`, with a time limit; returns stdout.
 fn run_chromium(chromium: &Path, html: &Path, extra: &[String], limit: Duration) -> Result<String> {
+    // One profile per run: chromium refuses a profile another instance holds (tests render
+    // in parallel threads of one process, so the pid alone does not separate them).
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let profile = std::env::temp_dir().join(format!(
         "headroom-chromium-{}-{}",
         std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let html = std::fs::canonicalize(html).map_err(|e| BenchError::io("resolving", html, e))?;
     let mut cmd = Command::new(chromium);
