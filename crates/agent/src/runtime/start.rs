@@ -36,7 +36,6 @@ struct HostSteps {
     /// LC pids moved, with the directories they came from.
     lc_moved: BTreeMap<u32, Vec<String>>,
     lc_child: Option<std::process::Child>,
-    actuation_applied: bool,
     supervised: Vec<Supervised>,
     state_written: bool,
     /// The state file existed before this start (a restart keeps it on failure).
@@ -377,7 +376,6 @@ impl Agent {
             created_groups: std::mem::take(&mut self.created_groups),
             lc_moved: std::mem::take(&mut self.lc_origins),
             lc_child: self.lc_child.take(),
-            actuation_applied: true,
             supervised: std::mem::take(&mut self.supervised),
             state_written: true,
             had_state,
@@ -426,7 +424,6 @@ fn undo(
     if restored && steps.created_groups.is_empty() && !steps.had_state && steps.state_written {
         let _ = state::remove(state_path);
     }
-    let _ = steps.actuation_applied;
 }
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
