@@ -9,7 +9,7 @@
 //!   with memcached's own CPU share in each run (a run it saturates bounds the server, not the client),
 //! - p50 added over a minimal blocking ping-pong client at a low rate.
 //!
-//! Figures go to stdout and, with `--out DIR`, to DIR/loadgen.json.
+//! Figures go to stdout and, with `--out DIR`, to DIR/loadgen.json. Flags: `--help`.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -92,12 +92,28 @@ struct Figures {
     tools: Vec<ToolFigures>,
 }
 
-#[derive(Debug)]
+/// `headroom bench loadgen` flags.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "headroom bench loadgen",
+    no_binary_name = true,
+    about = "The load generator's CPU per request, highest held rate and added latency against one loopback memcached, side by side with mutilate (--peer)"
+)]
 struct Opts {
+    /// A mutilate binary (built outside this repository) to run side by side, in its -B mode
+    #[arg(long, value_name = "PATH", value_parser = existing_file)]
     peer: Option<PathBuf>,
+    /// Directory for loadgen.json (overrides the global --out)
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Seconds of each fixed-rate run
+    #[arg(long = "time", value_name = "S", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     time_s: u64,
+    /// Connections of the fixed-rate runs
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = at_least_one)]
     connections: usize,
+    /// Connections of the highest-held-rate search
+    #[arg(long, value_name = "N", default_value_t = HOLD_CONNECTIONS, value_parser = at_least_one)]
     hold_connections: usize,
 }
 
@@ -108,55 +124,34 @@ struct Opts {
 /// machine's limit rather than Little's law.
 const HOLD_CONNECTIONS: usize = 16;
 
-fn parse(rest: &[String]) -> anyhow::Result<Opts> {
-    let mut o = Opts {
-        peer: None,
-        out: None,
-        time_s: 5,
-        connections: 4,
-        hold_connections: HOLD_CONNECTIONS,
-    };
-    let mut it = rest.iter();
-    while let Some(a) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| super::super::usage(format!("bench loadgen: {flag} needs a value")))
-        };
-        match a.as_str() {
-            "--peer" => o.peer = Some(PathBuf::from(value("--peer")?)),
-            "--out" => o.out = Some(PathBuf::from(value("--out")?)),
-            "--time" => o.time_s = number("--time", &value("--time")?)?,
-            "--connections" => o.connections = number("--connections", &value("--connections")?)?,
-            "--hold-connections" => {
-                o.hold_connections = number("--hold-connections", &value("--hold-connections")?)?
-            }
-            other => {
-                return Err(super::super::usage(format!(
-                    "bench loadgen: unknown flag {other:?} (expected --peer PATH, --time S, --connections N, --hold-connections N, --out DIR)"
-                )))
-            }
-        }
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(e) => Err(format!("{v:?} is not a count: {e}")),
     }
-    if o.time_s == 0 || o.connections == 0 || o.hold_connections == 0 {
-        return Err(super::super::usage(
-            "bench loadgen: --time, --connections and --hold-connections must be at least 1",
-        ));
-    }
-    if let Some(p) = &o.peer {
-        if !p.is_file() {
-            return Err(super::super::usage(format!(
-                "bench loadgen: --peer {} is not a file",
-                p.display()
-            )));
-        }
-    }
-    Ok(o)
 }
 
-fn number<T: std::str::FromStr>(flag: &str, v: &str) -> anyhow::Result<T> {
-    v.parse()
-        .map_err(|_| super::super::usage(format!("bench loadgen: invalid {flag} {v:?}")))
+fn existing_file(v: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(v);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("{v} is not a file"))
+    }
+}
+
+/// The flags, or None when `--help` was asked for (and printed).
+fn parse(rest: &[String]) -> anyhow::Result<Option<Opts>> {
+    use clap::Parser;
+    match Opts::try_parse_from(rest) {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            print!("{e}");
+            Ok(None)
+        }
+        Err(e) => Err(super::super::usage(e.to_string())),
+    }
 }
 
 /// A memcached on a free loopback port, killed on drop.
@@ -469,7 +464,9 @@ fn machine() -> String {
 }
 
 pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let o = parse(rest)?;
+    let Some(o) = parse(rest)? else {
+        return Ok(());
+    };
     let out = o.out.clone().or(out);
     let mc = start_memcached()?;
     let server = format!("127.0.0.1:{}", mc.port);
@@ -698,33 +695,46 @@ mod tests {
         }
     }
 
+    fn flags(a: &[&str]) -> anyhow::Result<Opts> {
+        parse(&args(a)).map(|o| o.expect("not --help"))
+    }
+
     #[test]
     fn defaults_and_flags() {
-        let o = parse(&[]).unwrap();
+        let o = flags(&[]).unwrap();
         assert_eq!((o.time_s, o.connections), (5, 4));
         assert_eq!(o.hold_connections, HOLD_CONNECTIONS);
-        let o = parse(&args(&[
+        let o = flags(&[
             "--time",
             "2",
             "--connections",
             "8",
             "--hold-connections",
             "32",
-        ]))
+        ])
         .unwrap();
         assert_eq!((o.time_s, o.connections, o.hold_connections), (2, 8, 32));
+        assert!(parse(&args(&["--help"])).unwrap().is_none());
     }
 
     #[test]
     fn bad_values_are_named() {
-        let e = parse(&args(&["--hold-connections", "many"])).unwrap_err();
-        assert!(e.to_string().contains("--hold-connections \"many\""), "{e}");
-        let e = parse(&args(&["--connections", "0"])).unwrap_err();
+        let usage = |e: &anyhow::Error| super::super::super::exit_code(e) == 2;
+        let e = flags(&["--hold-connections", "many"]).unwrap_err();
+        assert!(e.to_string().contains("--hold-connections"), "{e}");
+        assert!(e.to_string().contains("\"many\""), "{e}");
+        assert!(usage(&e));
+        let e = flags(&["--connections", "0"]).unwrap_err();
         assert!(e.to_string().contains("at least 1"), "{e}");
-        let e = parse(&args(&["--time"])).unwrap_err();
-        assert!(e.to_string().contains("--time needs a value"), "{e}");
-        let e = parse(&args(&["--peer", "/nonexistent/mutilate"])).unwrap_err();
+        let e = flags(&["--time", "0"]).unwrap_err();
+        assert!(e.to_string().contains("--time"), "{e}");
+        let e = flags(&["--time"]).unwrap_err();
+        assert!(e.to_string().contains("--time"), "{e}");
+        let e = flags(&["--peer", "/nonexistent/mutilate"]).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/mutilate"), "{e}");
+        let e = flags(&["--frobnicate"]).unwrap_err();
+        assert!(e.to_string().contains("--frobnicate"), "{e}");
+        assert!(usage(&e));
     }
 
     #[test]
