@@ -14,8 +14,8 @@ use crate::clock::{now_ns, online_cpus, process_cpu_s};
 use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::engine::{
-    run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan, WorkerShared,
-    INTERVAL_NS,
+    choose_engine, run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan,
+    WorkerShared, INTERVAL_NS,
 };
 use crate::error::LoadError;
 use crate::feed::FeedWriter;
@@ -220,6 +220,10 @@ pub fn run_local(
     progress: &mut dyn FnMut(&Interval),
 ) -> Result<RawResults, LoadError> {
     let v = opts.validate()?;
+    let engine = choose_engine(opts.engine)?;
+    if let Some(reason) = &engine.fallback_reason {
+        tracing::warn!("{reason}; using epoll");
+    }
     if !opts.noload {
         preload(opts, &v)?;
     }
@@ -258,6 +262,7 @@ pub fn run_local(
         skip: opts.skip,
         moderate: opts.moderate,
         nodelay: !opts.no_nodelay,
+        engine: engine.kind,
     };
     let nworkers = plans.len();
     let cpu_before = process_cpu_s();
@@ -311,6 +316,8 @@ pub fn run_local(
         wall_s,
         threads: nworkers,
         clients: 1,
+        engine: engine.kind.name().to_string(),
+        engine_fallback_reason: engine.fallback_reason.clone(),
         ..RawResults::default()
     };
     let mut saved: Vec<SavedSample> = Vec::new();
