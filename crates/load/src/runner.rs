@@ -113,9 +113,13 @@ pub fn preload(opts: &LoadOptions, v: &Validated) -> Result<PreloadStats, LoadEr
                 if end == buf.len() {
                     buf.resize(buf.len() * 2, 0);
                 }
-                let n = s
-                    .read(&mut buf[end..])
-                    .map_err(|e| err(format!("reading SET replies: {e}")))?;
+                let n = match s.read(&mut buf[end..]) {
+                    Ok(n) => n,
+                    // A read with a timeout returns EINTR where it would otherwise restart (the
+                    // io_uring probe's ring teardown runs task work on this thread, for one).
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(err(format!("reading SET replies: {e}"))),
+                };
                 if n == 0 {
                     return Err(err("server closed the connection".into()));
                 }
