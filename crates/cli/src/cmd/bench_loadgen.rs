@@ -38,6 +38,11 @@ struct RunFigures {
     p50_us: Option<f64>,
     /// p50 timed from the actual send (headroom only; mutilate only reports this one).
     p50_uncorrected_us: Option<f64>,
+    /// headroom only: the event loop that ran, its send lag p99 and whether its self-checks
+    /// passed.
+    engine: Option<String>,
+    send_lag_p99_us: Option<f64>,
+    valid: Option<bool>,
 }
 
 impl RunFigures {
@@ -65,6 +70,9 @@ impl RunFigures {
             server_cpu_pct: None,
             p50_us: p50.0,
             p50_uncorrected_us: p50.1,
+            engine: None,
+            send_lag_p99_us: None,
+            valid: None,
         }
     }
 }
@@ -78,6 +86,9 @@ struct ToolFigures {
     p50_low_rate_us: Option<f64>,
     p50_added_over_pingpong_us: Option<f64>,
     p50_uncorrected_added_over_pingpong_us: Option<f64>,
+    /// headroom only: 50k/s from one thread in its default mode (busy-polling the last stretch
+    /// before each send), for the send lag.
+    on_time_50k: Option<RunFigures>,
 }
 
 #[derive(Debug, Serialize)]
@@ -115,6 +126,9 @@ struct Opts {
     /// Connections of the highest-held-rate search
     #[arg(long, value_name = "N", default_value_t = HOLD_CONNECTIONS, value_parser = at_least_one)]
     hold_connections: usize,
+    /// headroom's event loop (passed to `headroom load --engine`)
+    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "auto")]
+    engine: String,
 }
 
 /// Connections for the highest-held-rate search. An open-loop client at depth 1 can have at most
@@ -253,12 +267,21 @@ fn headroom_exe() -> anyhow::Result<PathBuf> {
     }
 }
 
+/// How headroom runs: its engine, and whether it sleeps to each send (the frugal mode set
+/// against mutilate's -B) or busy-polls the last stretch (its default, for on-time sends).
+#[derive(Clone, Copy, Debug)]
+struct OurMode<'a> {
+    engine: &'a str,
+    sleep_only: bool,
+}
+
 fn ours(
     server: &str,
     qps: u64,
     time_s: u64,
     conns: usize,
     iadist: &str,
+    mode: OurMode,
 ) -> anyhow::Result<RunFigures> {
     let dir = Scratch::new()?;
     let json = dir.path().join("r.json");
@@ -271,14 +294,15 @@ fn ours(
             .args(["--invalid-exit-code", "0"])
             // Frugal mode against mutilate's -B: sleep on the timer, no busy-polling for send
             // times (the default buys on-time sends with CPU; see docs/load.md "Timers").
-            .arg("--sleep-only")
+            .args(mode.sleep_only.then_some("--sleep-only"))
+            .args(["--engine", mode.engine])
             .args(["-c", &conns.to_string(), "-q", &qps.to_string()])
             .args(["-t", &time_s.to_string(), "--json"])
             .arg(&json),
     )?;
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
     let requests = v["completed"].as_u64().unwrap_or(0);
-    Ok(RunFigures::new(
+    let mut r = RunFigures::new(
         "headroom",
         qps,
         v["achieved_qps"].as_f64().unwrap_or(0.0),
@@ -288,7 +312,11 @@ fn ours(
             v["read"]["p50_us"].as_f64(),
             v["read_uncorrected"]["p50_us"].as_f64(),
         ),
-    ))
+    );
+    r.engine = v["client"]["engine"].as_str().map(String::from);
+    r.send_lag_p99_us = v["client"]["send_lag_p99_us"].as_f64();
+    r.valid = v["valid"].as_bool();
+    Ok(r)
 }
 
 fn mutilate(
@@ -485,10 +513,14 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         // Exponential gaps (mutilate needs the explicit `:1`) for cost and latency; a fixed
         // schedule for the highest held rate, where the count of a random schedule would itself
         // stray by more than 1% in a short run.
-        let run_at = |q: u64, t: u64, c: usize, ia: &str| {
+        let frugal = OurMode {
+            engine: &o.engine,
+            sleep_only: true,
+        };
+        let run_mode = |q: u64, t: u64, c: usize, ia: &str, mode: OurMode| {
             let (server_before, start) = (mc.cpu_s(), Instant::now());
             let mut r = match peer {
-                None => ours(&server, q, t, c, ia),
+                None => ours(&server, q, t, c, ia, mode),
                 Some(p) => mutilate(p, &server, q, t, c, ia),
             }?;
             let wall = start.elapsed().as_secs_f64();
@@ -499,6 +531,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             };
             anyhow::Ok(r)
         };
+        let run_at = |q: u64, t: u64, c: usize, ia: &str| run_mode(q, t, c, ia, frugal);
         let mut fixed = Vec::new();
         for q in [20_000u64, 50_000] {
             let r = run_at(q, o.time_s, o.connections, "exponential:1")?;
@@ -510,6 +543,22 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         }
         let (held, hold_runs) = max_held(|q| run_at(q, 3, o.hold_connections, "fixed:1"))?;
         let low = run_at(1000, 3, 1, "exponential:1")?;
+        let on_time_50k = match peer {
+            None => {
+                let mode = OurMode {
+                    engine: &o.engine,
+                    sleep_only: false,
+                };
+                let r = run_mode(50_000, o.time_s, o.connections, "exponential:1", mode)?;
+                eprintln!(
+                    "  {name} at 50000, busy-polling before sends: send lag p99 {:.1} us, self-checks {}",
+                    r.send_lag_p99_us.unwrap_or(f64::NAN),
+                    if r.valid == Some(true) { "passed" } else { "failed" }
+                );
+                Some(r)
+            }
+            Some(_) => None,
+        };
         tools.push(ToolFigures {
             tool: name.into(),
             fixed,
@@ -520,6 +569,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             p50_uncorrected_added_over_pingpong_us: low
                 .p50_uncorrected_us
                 .map(|p| p - floor.p50_us),
+            on_time_50k,
         });
     }
     let figures = Figures {
@@ -593,6 +643,23 @@ fn print_figures(f: &Figures) {
     println!();
     for t in &f.tools {
         println!("{}: {}", t.tool, held_bound(t));
+        if let Some(engine) = t.fixed.first().and_then(|r| r.engine.as_deref()) {
+            println!(
+                "{}: engine {engine} (sleeping to each send in the runs above)",
+                t.tool
+            );
+        }
+        if let Some(r) = &t.on_time_50k {
+            println!(
+                "{} at 50k from one thread, busy-polling before sends: send lag p99 {:.1} us, self-checks {}, {:.2} us CPU/request ({:.1}+{:.1})",
+                t.tool,
+                r.send_lag_p99_us.unwrap_or(f64::NAN),
+                if r.valid == Some(true) { "passed" } else { "FAILED" },
+                r.cpu_us_per_request,
+                r.user_us_per_request,
+                r.sys_us_per_request
+            );
+        }
     }
     if let [ours, peer] = &f.tools[..] {
         for q in [20_000u64, 50_000] {
@@ -692,6 +759,7 @@ mod tests {
             p50_low_rate_us: None,
             p50_added_over_pingpong_us: None,
             p50_uncorrected_added_over_pingpong_us: None,
+            on_time_50k: None,
         }
     }
 

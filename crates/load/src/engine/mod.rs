@@ -8,6 +8,7 @@
 
 mod choice;
 mod epoll;
+mod rx_stamp;
 mod uring;
 
 pub use choice::{choose_engine, EngineChoice, EngineKind, EngineSelection};

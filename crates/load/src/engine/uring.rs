@@ -9,14 +9,18 @@
 //! per request: each connection has two send buffers that swap (one being filled by due
 //! requests, one owned by the kernel while its SEND is in flight).
 //!
-//! Timestamps: a reply is stamped with CLOCK_MONOTONIC when its completion is reaped, as the
-//! epoll engine stamps it when its `read` returns; with DEFER_TASKRUN the completion is posted
-//! inside our own `io_uring_enter`, so the stamp follows the kernel's receive by the time that
-//! call takes to return. Send times and latencies are from the schedule, exactly as with epoll.
+//! Timestamps: the receive is a multishot `recvmsg` on sockets with SO_TIMESTAMPNS, so each
+//! completion carries the kernel's software receive timestamp (CLOCK_REALTIME, mapped onto
+//! CLOCK_MONOTONIC by the offset read when the worker starts; a reply is never stamped later than
+//! when it was reaped). The epoll engine stamps a reply when its `read` returns. Because the stamp
+//! does not depend on when the thread looks, a sleep towards the next send ignores replies (one
+//! wake-up per send, not one per send and one per reply) whenever no send waits on a reply (see
+//! `replies_can_wait`). Send times and latencies are from the schedule, exactly as with epoll.
 
-use io_uring::types::{BufRingEntry, Fd, SubmitArgs, Timespec};
+use io_uring::types::{BufRingEntry, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
+use super::rx_stamp::{realtime_offset_ns, rx_timestamp_ns};
 use super::{Io, Worker};
 use crate::clock::now_ns;
 use crate::error::LoadError;
@@ -29,6 +33,12 @@ const BUFFER_LEN: usize = 16 * 1024;
 const BUFFER_GROUP: u16 = 0;
 /// Longest single wait (the loop re-checks the interval boundary and the end at least this often).
 const MAX_WAIT_NS: u64 = 200_000_000;
+/// Room for one control message in each received buffer: a SCM_TIMESTAMPNS (cmsghdr + timespec).
+pub(super) const CONTROL_LEN: usize = 32;
+/// A wait that should not end for replies asks for this many completions (the kernel caps it at
+/// the completion queue's size); its timeout, the next send's time, ends it.
+const WAIT_FOR_TIMER: usize = 1 << 16;
+
 /// How long the end of the run waits for cancelled receives to hand their buffers back.
 const CANCEL_DRAIN_NS: u64 = 100_000_000;
 
@@ -66,6 +76,8 @@ pub(super) struct ConnRing {
     /// The bytes of the SEND in flight, and how many of them the kernel has taken.
     sbuf: Vec<u8>,
     sent: usize,
+    /// The socket gives kernel receive timestamps (SO_TIMESTAMPNS).
+    rx_stamps: bool,
 }
 
 /// A worker's ring and its provided buffers.
@@ -79,6 +91,11 @@ pub(super) struct UringIo {
     /// Receives cancelled (their socket replaced or closed) whose last completion has not come:
     /// the kernel may still write into a provided buffer for them.
     stale_recvs: usize,
+    /// The receive's message header (no name, room for one control message): the kernel reads
+    /// its lengths when each multishot receive is armed.
+    msghdr: Box<libc::msghdr>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC (ns), to map kernel receive timestamps onto our clock.
+    realtime_offset_ns: i64,
 }
 
 /// Page-aligned memory for the buffer ring's entries.
@@ -165,7 +182,11 @@ impl UringIo {
             buffers: vec![0; usize::from(BUFFERS) * BUFFER_LEN],
             tail: 0,
             stale_recvs: 0,
+            // SAFETY: msghdr is plain data; all-zero is a valid (empty) header.
+            msghdr: Box::new(unsafe { std::mem::zeroed() }),
+            realtime_offset_ns: realtime_offset_ns(),
         };
+        io.msghdr.msg_controllen = CONTROL_LEN as _;
         // SAFETY: the entries stay allocated (and the buffers too) until after the ring closes.
         unsafe {
             io.ring.submitter().register_buf_ring_with_flags(
@@ -236,12 +257,28 @@ impl Worker<'_> {
             return Ok(());
         };
         use std::os::fd::AsRawFd;
-        let entry = opcode::RecvMulti::new(Fd(stream.as_raw_fd()), BUFFER_GROUP)
-            .build()
-            .user_data(user_data(KIND_RECV, c.ring.generation, i));
+        let fd = stream.as_raw_fd();
+        // Kernel receive timestamps: a reply's time is when the kernel took it in, not when this
+        // thread got round to it (so replies can wait for the next send's wake-up).
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt with a valid fd and an int option value we own.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                &on as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        c.ring.rx_stamps = rc == 0;
+        let generation = c.ring.generation;
         c.ring.recv_armed = true;
-        self.uring()
-            .push(&entry)
+        let u = self.uring();
+        let entry = opcode::RecvMsgMulti::new(Fd(fd), &*u.msghdr, BUFFER_GROUP)
+            .build()
+            .user_data(user_data(KIND_RECV, generation, i));
+        u.push(&entry)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         // A reconnect may find requests buffered while the connection was down.
         self.uring_queue_send(i);
@@ -316,9 +353,14 @@ impl Worker<'_> {
             } else {
                 let target = wake - lead;
                 let capped = target > now + MAX_WAIT_NS;
-                let timed_out = self.enter(Some(target.min(now + MAX_WAIT_NS) - now))?;
+                let want = if self.replies_can_wait() {
+                    WAIT_FOR_TIMER
+                } else {
+                    1
+                };
+                self.enter_waiting(target.min(now + MAX_WAIT_NS) - now, want)?;
                 // Only a wait for the due time itself tells how late the timer wakes us.
-                (timed_out && !capped).then_some(target)
+                (!capped && now_ns() >= target).then_some(target)
             };
             let reaped = self.reap()?;
             if let Some(target) = woke_at {
@@ -331,6 +373,42 @@ impl Worker<'_> {
         }
         self.uring_shutdown();
         Ok(())
+    }
+
+    /// Whether the sleep to the next send can ignore replies: every connection's replies carry
+    /// kernel timestamps and none is needed to send (no connection at its depth cap or in
+    /// closed-loop mode, no `--moderate`, still sending). Replies are then read at the next
+    /// wake-up, one wake-up per send instead of one per send and one per reply.
+    fn replies_can_wait(&self) -> bool {
+        !self.shared.moderate
+            && self.conns.iter().all(|c| {
+                c.ring.rx_stamps
+                    && c.stream.is_some()
+                    && !c.done_sending
+                    && c.plan.ia.is_some()
+                    && c.inflight.len() < c.plan.depth
+            })
+    }
+
+    /// Submits what is queued and sleeps until `want` completions or `wait_ns`.
+    fn enter_waiting(&mut self, wait_ns: u64, want: usize) -> Result<(), LoadError> {
+        let ring = &mut self.uring().ring;
+        let ts = Timespec::new()
+            .sec(wait_ns / 1_000_000_000)
+            .nsec((wait_ns % 1_000_000_000) as u32);
+        let args = SubmitArgs::new().timespec(&ts);
+        match ring.submitter().submit_with_args(want, &args) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(LoadError::system("io_uring_enter", e)),
+        }
     }
 
     /// One io_uring_enter: submits what is queued and, with a timeout, waits for a completion or
@@ -393,14 +471,25 @@ impl Worker<'_> {
         };
         let bid = cqueue::buffer_select(flags);
         let current = i < self.conns.len() && self.conns[i].ring.generation == generation;
+        // Payload bytes copied into the connection's reply buffer, and their kernel timestamp.
+        let mut got = 0usize;
+        let mut stamp = now;
         if current && result > 0 {
             let bid = bid.expect("a receive with data names its buffer");
-            let len = result as usize;
             let start = usize::from(bid) * BUFFER_LEN;
-            let c = &mut self.conns[i];
-            c.make_room(len);
-            c.rbuf[c.rend..c.rend + len].copy_from_slice(&u.buffers[start..start + len]);
-            c.rend += len;
+            let raw = &u.buffers[start..start + result as usize];
+            if let Ok(out) = RecvMsgOut::parse(raw, &u.msghdr) {
+                let payload = out.payload_data();
+                got = payload.len();
+                let c = &mut self.conns[i];
+                c.make_room(got);
+                c.rbuf[c.rend..c.rend + got].copy_from_slice(payload);
+                c.rend += got;
+                if let Some(t) = rx_timestamp_ns(out.control_data(), u.realtime_offset_ns) {
+                    // Never later than now; never before the clock the stamps are mapped to.
+                    stamp = t.min(now);
+                }
+            }
         }
         if let Some(bid) = bid {
             // Copied out (or stale): straight back to the kernel.
@@ -416,14 +505,14 @@ impl Worker<'_> {
         if !more {
             self.conns[i].ring.recv_armed = false;
         }
-        if result > 0 {
+        if got > 0 {
             if now >= self.shared.warm_end {
-                self.out.counters.bytes_rx += result as u64;
+                self.out.counters.bytes_rx += got as u64;
             }
-            if !self.parse_replies(i, now) {
+            if !self.parse_replies(i, stamp) {
                 return;
             }
-        } else if result == 0 {
+        } else if result >= 0 {
             self.fault(i, now, "server closed the connection");
             return;
         } else if result != -libc::ENOBUFS {
