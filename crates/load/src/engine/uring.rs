@@ -353,7 +353,7 @@ impl Worker<'_> {
             } else {
                 let target = wake - lead;
                 let capped = target > now + MAX_WAIT_NS;
-                let want = if self.replies_can_wait() {
+                let want = if self.replies_can_wait(target) {
                     WAIT_FOR_TIMER
                 } else {
                     1
@@ -375,18 +375,19 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Whether the sleep to the next send can ignore replies: every connection's replies carry
-    /// kernel timestamps and none is needed to send (no connection at its depth cap or in
-    /// closed-loop mode, no `--moderate`, still sending). Replies are then read at the next
-    /// wake-up, one wake-up per send instead of one per send and one per reply.
-    fn replies_can_wait(&self) -> bool {
+    /// Whether a sleep until `until` can ignore replies: every connection's replies carry kernel
+    /// timestamps and none is needed for a send due before then (no connection at its depth cap
+    /// with a send due earlier, none in closed-loop mode, no `--moderate`, still sending). Replies
+    /// are then read at the next wake-up: one wake-up per send instead of one per send and one
+    /// per reply.
+    fn replies_can_wait(&self, until: u64) -> bool {
         !self.shared.moderate
             && self.conns.iter().all(|c| {
                 c.ring.rx_stamps
                     && c.stream.is_some()
                     && !c.done_sending
                     && c.plan.ia.is_some()
-                    && c.inflight.len() < c.plan.depth
+                    && (c.inflight.len() < c.plan.depth || c.next_sched >= until)
             })
     }
 
