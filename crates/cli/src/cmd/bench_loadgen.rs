@@ -164,7 +164,11 @@ fn parse(rest: &[String]) -> anyhow::Result<Option<Opts>> {
             print!("{e}");
             Ok(None)
         }
-        Err(e) => Err(super::super::usage(e.to_string())),
+        // clap's message starts with its own "error: "; the caller prints one already.
+        Err(e) => Err(super::super::usage(format!(
+            "bench loadgen: {}",
+            e.to_string().trim_start_matches("error: ").trim_end()
+        ))),
     }
 }
 
@@ -803,6 +807,11 @@ mod tests {
         let e = flags(&["--frobnicate"]).unwrap_err();
         assert!(e.to_string().contains("--frobnicate"), "{e}");
         assert!(usage(&e));
+        assert!(
+            e.to_string()
+                .starts_with("bench loadgen: unexpected argument"),
+            "{e}"
+        );
     }
 
     #[test]
