@@ -379,7 +379,9 @@ impl Worker<'_> {
     /// timestamps and none is needed for a send due before then (no connection at its depth cap
     /// with a send due earlier, none in closed-loop mode, no `--moderate`, still sending). Replies
     /// are then read at the next wake-up: one wake-up per send instead of one per send and one
-    /// per reply.
+    /// per reply. Only while each connection has at most one request in flight: TCP gives one
+    /// timestamp per read (its last segment's), so replies left to pile up in a socket would all
+    /// get the last one's time.
     fn replies_can_wait(&self, until: u64) -> bool {
         !self.shared.moderate
             && self.conns.iter().all(|c| {
@@ -387,6 +389,7 @@ impl Worker<'_> {
                     && c.stream.is_some()
                     && !c.done_sending
                     && c.plan.ia.is_some()
+                    && c.inflight.len() <= 1
                     && (c.inflight.len() < c.plan.depth || c.next_sched >= until)
             })
     }
