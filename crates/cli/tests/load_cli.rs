@@ -316,3 +316,124 @@ fn mutilate_flags_parse_with_their_meaning_or_a_clear_refusal() {
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// `headroom serve` on a free loopback port (its first stdout line names the address).
+fn serve() -> (Guard, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["serve", "--port", "0", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn headroom serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (Guard(child), addr.to_string())
+}
+
+/// One 2 s run at 2000/s against `server` with `--engine engine`; the result JSON and stderr
+/// (None when io_uring was asked for and this kernel or sandbox refuses it).
+fn engine_run(
+    server: &str,
+    engine: &str,
+    env: Option<(&str, &str)>,
+) -> Option<(serde_json::Value, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    cmd.args([
+        "load", "-s", server, "-q", "2000", "-t", "2", "-c", "4", "--quiet",
+    ])
+    .args([
+        "--seed",
+        "3",
+        "--engine",
+        engine,
+        "--invalid-exit-code",
+        "0",
+        "--json",
+    ])
+    .arg(&json)
+    .stdin(Stdio::null());
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run headroom load");
+    if engine == "io_uring" && stderr(&out).contains("io_uring unavailable") {
+        return None;
+    }
+    assert!(out.status.success(), "{engine}: {}", stderr(&out));
+    let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    Some((v, stderr(&out)))
+}
+
+#[test]
+fn both_engines_measure_headroom_serve_alike() {
+    let (_guard, server) = serve();
+    let (epoll, _) = engine_run(&server, "epoll", None).expect("epoll runs everywhere");
+    let Some((uring, _)) = engine_run(&server, "io_uring", None) else {
+        eprintln!("SKIP both_engines_measure_headroom_serve_alike: io_uring unavailable here");
+        return;
+    };
+    let p50 = |v: &serde_json::Value| v["read"]["p50_us"].as_f64().unwrap();
+    let qps = |v: &serde_json::Value| v["achieved_qps"].as_f64().unwrap();
+    eprintln!(
+        "headroom serve at 2000/s: epoll p50 {:.1} us, {:.0}/s; io_uring p50 {:.1} us, {:.0}/s",
+        p50(&epoll),
+        qps(&epoll),
+        p50(&uring),
+        qps(&uring)
+    );
+    assert_eq!(epoll["client"]["engine"], "epoll");
+    assert_eq!(uring["client"]["engine"], "io_uring");
+    for v in [&epoll, &uring] {
+        assert_eq!(v["errors"], 0, "{v}");
+        assert!((qps(v) - 2000.0).abs() < 100.0, "{v}");
+        assert!(v["client"].get("engine_fallback_reason").is_none(), "{v}");
+    }
+    // The same server, the same schedule: medians within a factor 2 (both are tens of µs).
+    let (a, b) = (p50(&epoll), p50(&uring));
+    assert!(
+        a.max(b) < 2.0 * a.min(b) + 20.0,
+        "epoll {a} us vs io_uring {b} us"
+    );
+}
+
+#[test]
+fn io_uring_refused_falls_back_to_epoll_with_the_reason() {
+    let (_guard, server) = serve();
+    let env = ("HEADROOM_LOAD_SIMULATE_IO_URING_ERROR", "EPERM");
+    let (v, err) = engine_run(&server, "auto", Some(env)).expect("auto falls back");
+    assert_eq!(v["client"]["engine"], "epoll", "{v}");
+    let reason = v["client"]["engine_fallback_reason"].as_str().unwrap();
+    assert!(reason.contains("io_uring unavailable"), "{reason}");
+    assert!(reason.contains("Operation not permitted"), "{reason}");
+    assert!(err.contains(reason), "the reason is printed: {err}");
+    assert!(err.contains("using epoll"), "{err}");
+    assert!(
+        v["completed"].as_u64().unwrap() > 3000,
+        "the run worked: {v}"
+    );
+    // Asked for by name, io_uring that cannot run is an error naming the flag, not a fallback.
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "load", "-s", &server, "-q", "100", "-t", "1", "--engine", "io_uring",
+        ])
+        .env(env.0, env.1)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--engine"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("io_uring unavailable"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -55,6 +55,9 @@ struct Args {
     /// Client busy-waits the last N µs before a send (this VM's timer wake-up is ~35 µs late).
     #[arg(long, default_value_t = 80)]
     spin_us: u64,
+    /// Client event loop: auto, io_uring or epoll.
+    #[arg(long, default_value = "auto")]
+    engine: headroom_load::engine::EngineChoice,
 }
 
 /// The client side of every run: `connections` × depth 256 (arrivals are never held back).
@@ -78,6 +81,7 @@ fn load_opts(
         spin_us: args.spin_us,
         // The client thread on CPU 0, the fixture on the last CPU (see Mm1Server::start_on).
         affinity: args.pin,
+        engine: args.engine,
         ..LoadOptions::default()
     }
 }

@@ -260,6 +260,9 @@ pub struct LoadOptions {
     /// `-l/--lambda_mul`: this client's weight in the split of the rate among clients.
     #[serde(default = "one")]
     pub lambda_mul: u64,
+    /// `--engine auto|io_uring|epoll`: the event loop (auto: io_uring where the kernel allows it).
+    #[serde(default)]
+    pub engine: crate::engine::EngineChoice,
 }
 
 fn one() -> u64 {
@@ -303,6 +306,7 @@ impl Default for LoadOptions {
             no_nodelay: false,
             sleep_only: false,
             lambda_mul: 1,
+            engine: crate::engine::EngineChoice::Auto,
         }
     }
 }

@@ -62,6 +62,8 @@ pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Lo
                 cpu_s: raw.cpu_s,
                 send_lag_p99_us: raw.send_lag.percentile_us(99.0),
                 busy_poll_s: raw.busy_poll_s,
+                engine: (!raw.engine.is_empty()).then(|| raw.engine.clone()),
+                engine_fallback_reason: raw.engine_fallback_reason.clone(),
             },
         },
         update_uncorrected: hists.update_uncorrected.summary(),
@@ -191,6 +193,12 @@ pub fn format_table(r: &LoadReport) -> String {
         "\nClient: {:.2} CPU-s ({:.2} s busy-polling for send times), send lag p99 {:.1} us, {} threads, {} client(s)",
         res.client.cpu_s, res.client.busy_poll_s, res.client.send_lag_p99_us, r.threads, r.clients
     );
+    if let Some(engine) = &res.client.engine {
+        let _ = writeln!(out, "Engine: {engine}");
+    }
+    if let Some(reason) = &res.client.engine_fallback_reason {
+        let _ = writeln!(out, "Engine fallback: {reason}");
+    }
     out.push_str(&format_checks(res));
     out
 }

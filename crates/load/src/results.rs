@@ -117,6 +117,11 @@ pub struct RawResults {
     pub ia_samples: Vec<f64>,
     /// Clients merged into this (1 + agents).
     pub clients: usize,
+    /// The event loop this client ran ("io_uring" or "epoll"; empty when unknown, e.g. an agent
+    /// of an older version).
+    pub engine: String,
+    /// Why this client runs epoll when io_uring was wanted (None when it was not wanted or ran).
+    pub engine_fallback_reason: Option<String>,
 }
 
 impl RawResults {
@@ -143,6 +148,18 @@ impl RawResults {
         self.wall_s = self.wall_s.max(o.wall_s);
         self.threads += o.threads;
         self.clients += o.clients;
+        // Clients on different engines are listed, each once ("io_uring, epoll").
+        for name in o.engine.split(", ").filter(|n| !n.is_empty()) {
+            if !self.engine.split(", ").any(|n| n == name) {
+                if !self.engine.is_empty() {
+                    self.engine.push_str(", ");
+                }
+                self.engine.push_str(name);
+            }
+        }
+        if self.engine_fallback_reason.is_none() {
+            self.engine_fallback_reason = o.engine_fallback_reason.clone();
+        }
         let room = MAX_IA_SAMPLES.saturating_sub(self.ia_samples.len());
         self.ia_samples
             .extend(o.ia_samples.iter().take(room).copied());
@@ -175,6 +192,8 @@ impl RawResults {
             threads: self.threads,
             ia_samples: self.ia_samples.clone(),
             clients: self.clients,
+            engine: self.engine.clone(),
+            engine_fallback_reason: self.engine_fallback_reason.clone(),
         }
     }
 
@@ -215,6 +234,8 @@ impl RawResults {
             threads: w.threads,
             ia_samples: w.ia_samples.clone(),
             clients: w.clients,
+            engine: w.engine.clone(),
+            engine_fallback_reason: w.engine_fallback_reason.clone(),
         })
     }
 }
@@ -249,4 +270,9 @@ pub struct WireResults {
     pub threads: usize,
     pub ia_samples: Vec<f64>,
     pub clients: usize,
+    /// The agent's event loop (absent from agents before io_uring).
+    #[serde(default)]
+    pub engine: String,
+    #[serde(default)]
+    pub engine_fallback_reason: Option<String>,
 }

@@ -14,8 +14,8 @@ use crate::clock::{now_ns, online_cpus, process_cpu_s};
 use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::engine::{
-    run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan, WorkerShared,
-    INTERVAL_NS,
+    choose_engine, run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan,
+    WorkerShared, INTERVAL_NS,
 };
 use crate::error::LoadError;
 use crate::feed::FeedWriter;
@@ -113,9 +113,13 @@ pub fn preload(opts: &LoadOptions, v: &Validated) -> Result<PreloadStats, LoadEr
                 if end == buf.len() {
                     buf.resize(buf.len() * 2, 0);
                 }
-                let n = s
-                    .read(&mut buf[end..])
-                    .map_err(|e| err(format!("reading SET replies: {e}")))?;
+                let n = match s.read(&mut buf[end..]) {
+                    Ok(n) => n,
+                    // A read with a timeout returns EINTR where it would otherwise restart (the
+                    // io_uring probe's ring teardown runs task work on this thread, for one).
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(err(format!("reading SET replies: {e}"))),
+                };
                 if n == 0 {
                     return Err(err("server closed the connection".into()));
                 }
@@ -220,6 +224,10 @@ pub fn run_local(
     progress: &mut dyn FnMut(&Interval),
 ) -> Result<RawResults, LoadError> {
     let v = opts.validate()?;
+    let engine = choose_engine(opts.engine)?;
+    if let Some(reason) = &engine.fallback_reason {
+        tracing::warn!("{reason}; using epoll");
+    }
     if !opts.noload {
         preload(opts, &v)?;
     }
@@ -258,6 +266,7 @@ pub fn run_local(
         skip: opts.skip,
         moderate: opts.moderate,
         nodelay: !opts.no_nodelay,
+        engine: engine.kind,
     };
     let nworkers = plans.len();
     let cpu_before = process_cpu_s();
@@ -311,6 +320,8 @@ pub fn run_local(
         wall_s,
         threads: nworkers,
         clients: 1,
+        engine: engine.kind.name().to_string(),
+        engine_fallback_reason: engine.fallback_reason.clone(),
         ..RawResults::default()
     };
     let mut saved: Vec<SavedSample> = Vec::new();

@@ -86,10 +86,18 @@ fn histogram_contract_and_result_json() {
             cpu_s: 0.5,
             send_lag_p99_us: 2.0,
             busy_poll_s: 0.0,
+            engine: Some("io_uring".into()),
+            engine_fallback_reason: None,
         },
     };
     let json = serde_json::to_value(&result).unwrap();
     assert_eq!(json["read"]["count"], 10_000);
     assert!(json["read"]["p99_ci_us"].as_array().unwrap().len() == 2);
     assert_eq!(json["update"]["count"], 0);
+    assert_eq!(json["client"]["engine"], "io_uring");
+    // Additive: absent when unset, and a result without them still parses.
+    assert!(json["client"].get("engine_fallback_reason").is_none());
+    let old = r#"{"cpu_s": 1.0, "send_lag_p99_us": 3.0}"#;
+    let c: ClientStats = serde_json::from_str(old).unwrap();
+    assert_eq!((c.engine, c.engine_fallback_reason), (None, None));
 }

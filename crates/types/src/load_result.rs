@@ -56,6 +56,12 @@ pub struct ClientStats {
     /// Of `cpu_s`, seconds spent busy-polling for sends to fall due (precision, not load).
     #[serde(default)]
     pub busy_poll_s: f64,
+    /// The event loop that ran: "io_uring" or "epoll" (absent from results before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// Why epoll ran where io_uring was wanted (io_uring disabled, refused by seccomp, too old).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_fallback_reason: Option<String>,
 }
 
 /// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).

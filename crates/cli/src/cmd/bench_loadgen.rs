@@ -9,7 +9,7 @@
 //!   with memcached's own CPU share in each run (a run it saturates bounds the server, not the client),
 //! - p50 added over a minimal blocking ping-pong client at a low rate.
 //!
-//! Figures go to stdout and, with `--out DIR`, to DIR/loadgen.json.
+//! Figures go to stdout and, with `--out DIR`, to DIR/loadgen.json. Flags: `--help`.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -38,6 +38,11 @@ struct RunFigures {
     p50_us: Option<f64>,
     /// p50 timed from the actual send (headroom only; mutilate only reports this one).
     p50_uncorrected_us: Option<f64>,
+    /// headroom only: the event loop that ran, its send lag p99 and whether its self-checks
+    /// passed.
+    engine: Option<String>,
+    send_lag_p99_us: Option<f64>,
+    valid: Option<bool>,
 }
 
 impl RunFigures {
@@ -65,6 +70,9 @@ impl RunFigures {
             server_cpu_pct: None,
             p50_us: p50.0,
             p50_uncorrected_us: p50.1,
+            engine: None,
+            send_lag_p99_us: None,
+            valid: None,
         }
     }
 }
@@ -78,6 +86,9 @@ struct ToolFigures {
     p50_low_rate_us: Option<f64>,
     p50_added_over_pingpong_us: Option<f64>,
     p50_uncorrected_added_over_pingpong_us: Option<f64>,
+    /// headroom only: 50k/s from one thread in its default mode (busy-polling the last stretch
+    /// before each send), for the send lag.
+    on_time_50k: Option<RunFigures>,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,13 +103,32 @@ struct Figures {
     tools: Vec<ToolFigures>,
 }
 
-#[derive(Debug)]
+/// `headroom bench loadgen` flags.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "headroom bench loadgen",
+    no_binary_name = true,
+    about = "The load generator's CPU per request, highest held rate and added latency against one loopback memcached, side by side with mutilate (--peer)"
+)]
 struct Opts {
+    /// A mutilate binary (built outside this repository) to run side by side, in its -B mode
+    #[arg(long, value_name = "PATH", value_parser = existing_file)]
     peer: Option<PathBuf>,
+    /// Directory for loadgen.json (overrides the global --out)
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Seconds of each fixed-rate run
+    #[arg(long = "time", value_name = "S", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     time_s: u64,
+    /// Connections of the fixed-rate runs
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = at_least_one)]
     connections: usize,
+    /// Connections of the highest-held-rate search
+    #[arg(long, value_name = "N", default_value_t = HOLD_CONNECTIONS, value_parser = at_least_one)]
     hold_connections: usize,
+    /// headroom's event loop (passed to `headroom load --engine`)
+    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "auto")]
+    engine: String,
 }
 
 /// Connections for the highest-held-rate search. An open-loop client at depth 1 can have at most
@@ -108,55 +138,38 @@ struct Opts {
 /// machine's limit rather than Little's law.
 const HOLD_CONNECTIONS: usize = 16;
 
-fn parse(rest: &[String]) -> anyhow::Result<Opts> {
-    let mut o = Opts {
-        peer: None,
-        out: None,
-        time_s: 5,
-        connections: 4,
-        hold_connections: HOLD_CONNECTIONS,
-    };
-    let mut it = rest.iter();
-    while let Some(a) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| super::super::usage(format!("bench loadgen: {flag} needs a value")))
-        };
-        match a.as_str() {
-            "--peer" => o.peer = Some(PathBuf::from(value("--peer")?)),
-            "--out" => o.out = Some(PathBuf::from(value("--out")?)),
-            "--time" => o.time_s = number("--time", &value("--time")?)?,
-            "--connections" => o.connections = number("--connections", &value("--connections")?)?,
-            "--hold-connections" => {
-                o.hold_connections = number("--hold-connections", &value("--hold-connections")?)?
-            }
-            other => {
-                return Err(super::super::usage(format!(
-                    "bench loadgen: unknown flag {other:?} (expected --peer PATH, --time S, --connections N, --hold-connections N, --out DIR)"
-                )))
-            }
-        }
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(e) => Err(format!("{v:?} is not a count: {e}")),
     }
-    if o.time_s == 0 || o.connections == 0 || o.hold_connections == 0 {
-        return Err(super::super::usage(
-            "bench loadgen: --time, --connections and --hold-connections must be at least 1",
-        ));
-    }
-    if let Some(p) = &o.peer {
-        if !p.is_file() {
-            return Err(super::super::usage(format!(
-                "bench loadgen: --peer {} is not a file",
-                p.display()
-            )));
-        }
-    }
-    Ok(o)
 }
 
-fn number<T: std::str::FromStr>(flag: &str, v: &str) -> anyhow::Result<T> {
-    v.parse()
-        .map_err(|_| super::super::usage(format!("bench loadgen: invalid {flag} {v:?}")))
+fn existing_file(v: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(v);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("{v} is not a file"))
+    }
+}
+
+/// The flags, or None when `--help` was asked for (and printed).
+fn parse(rest: &[String]) -> anyhow::Result<Option<Opts>> {
+    use clap::Parser;
+    match Opts::try_parse_from(rest) {
+        Ok(o) => Ok(Some(o)),
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            print!("{e}");
+            Ok(None)
+        }
+        // clap's message starts with its own "error: "; the caller prints one already.
+        Err(e) => Err(super::super::usage(format!(
+            "bench loadgen: {}",
+            e.to_string().trim_start_matches("error: ").trim_end()
+        ))),
+    }
 }
 
 /// A memcached on a free loopback port, killed on drop.
@@ -258,12 +271,21 @@ fn headroom_exe() -> anyhow::Result<PathBuf> {
     }
 }
 
+/// How headroom runs: its engine, and whether it sleeps to each send (the frugal mode set
+/// against mutilate's -B) or busy-polls the last stretch (its default, for on-time sends).
+#[derive(Clone, Copy, Debug)]
+struct OurMode<'a> {
+    engine: &'a str,
+    sleep_only: bool,
+}
+
 fn ours(
     server: &str,
     qps: u64,
     time_s: u64,
     conns: usize,
     iadist: &str,
+    mode: OurMode,
 ) -> anyhow::Result<RunFigures> {
     let dir = Scratch::new()?;
     let json = dir.path().join("r.json");
@@ -276,14 +298,15 @@ fn ours(
             .args(["--invalid-exit-code", "0"])
             // Frugal mode against mutilate's -B: sleep on the timer, no busy-polling for send
             // times (the default buys on-time sends with CPU; see docs/load.md "Timers").
-            .arg("--sleep-only")
+            .args(mode.sleep_only.then_some("--sleep-only"))
+            .args(["--engine", mode.engine])
             .args(["-c", &conns.to_string(), "-q", &qps.to_string()])
             .args(["-t", &time_s.to_string(), "--json"])
             .arg(&json),
     )?;
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
     let requests = v["completed"].as_u64().unwrap_or(0);
-    Ok(RunFigures::new(
+    let mut r = RunFigures::new(
         "headroom",
         qps,
         v["achieved_qps"].as_f64().unwrap_or(0.0),
@@ -293,7 +316,11 @@ fn ours(
             v["read"]["p50_us"].as_f64(),
             v["read_uncorrected"]["p50_us"].as_f64(),
         ),
-    ))
+    );
+    r.engine = v["client"]["engine"].as_str().map(String::from);
+    r.send_lag_p99_us = v["client"]["send_lag_p99_us"].as_f64();
+    r.valid = v["valid"].as_bool();
+    Ok(r)
 }
 
 fn mutilate(
@@ -469,7 +496,9 @@ fn machine() -> String {
 }
 
 pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let o = parse(rest)?;
+    let Some(o) = parse(rest)? else {
+        return Ok(());
+    };
     let out = o.out.clone().or(out);
     let mc = start_memcached()?;
     let server = format!("127.0.0.1:{}", mc.port);
@@ -488,10 +517,14 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         // Exponential gaps (mutilate needs the explicit `:1`) for cost and latency; a fixed
         // schedule for the highest held rate, where the count of a random schedule would itself
         // stray by more than 1% in a short run.
-        let run_at = |q: u64, t: u64, c: usize, ia: &str| {
+        let frugal = OurMode {
+            engine: &o.engine,
+            sleep_only: true,
+        };
+        let run_mode = |q: u64, t: u64, c: usize, ia: &str, mode: OurMode| {
             let (server_before, start) = (mc.cpu_s(), Instant::now());
             let mut r = match peer {
-                None => ours(&server, q, t, c, ia),
+                None => ours(&server, q, t, c, ia, mode),
                 Some(p) => mutilate(p, &server, q, t, c, ia),
             }?;
             let wall = start.elapsed().as_secs_f64();
@@ -502,6 +535,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             };
             anyhow::Ok(r)
         };
+        let run_at = |q: u64, t: u64, c: usize, ia: &str| run_mode(q, t, c, ia, frugal);
         let mut fixed = Vec::new();
         for q in [20_000u64, 50_000] {
             let r = run_at(q, o.time_s, o.connections, "exponential:1")?;
@@ -513,6 +547,22 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         }
         let (held, hold_runs) = max_held(|q| run_at(q, 3, o.hold_connections, "fixed:1"))?;
         let low = run_at(1000, 3, 1, "exponential:1")?;
+        let on_time_50k = match peer {
+            None => {
+                let mode = OurMode {
+                    engine: &o.engine,
+                    sleep_only: false,
+                };
+                let r = run_mode(50_000, o.time_s, o.connections, "exponential:1", mode)?;
+                eprintln!(
+                    "  {name} at 50000, busy-polling before sends: send lag p99 {:.1} us, self-checks {}",
+                    r.send_lag_p99_us.unwrap_or(f64::NAN),
+                    if r.valid == Some(true) { "passed" } else { "failed" }
+                );
+                Some(r)
+            }
+            Some(_) => None,
+        };
         tools.push(ToolFigures {
             tool: name.into(),
             fixed,
@@ -523,6 +573,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             p50_uncorrected_added_over_pingpong_us: low
                 .p50_uncorrected_us
                 .map(|p| p - floor.p50_us),
+            on_time_50k,
         });
     }
     let figures = Figures {
@@ -596,6 +647,23 @@ fn print_figures(f: &Figures) {
     println!();
     for t in &f.tools {
         println!("{}: {}", t.tool, held_bound(t));
+        if let Some(engine) = t.fixed.first().and_then(|r| r.engine.as_deref()) {
+            println!(
+                "{}: engine {engine} (sleeping to each send in the runs above)",
+                t.tool
+            );
+        }
+        if let Some(r) = &t.on_time_50k {
+            println!(
+                "{} at 50k from one thread, busy-polling before sends: send lag p99 {:.1} us, self-checks {}, {:.2} us CPU/request ({:.1}+{:.1})",
+                t.tool,
+                r.send_lag_p99_us.unwrap_or(f64::NAN),
+                if r.valid == Some(true) { "passed" } else { "FAILED" },
+                r.cpu_us_per_request,
+                r.user_us_per_request,
+                r.sys_us_per_request
+            );
+        }
     }
     if let [ours, peer] = &f.tools[..] {
         for q in [20_000u64, 50_000] {
@@ -695,36 +763,55 @@ mod tests {
             p50_low_rate_us: None,
             p50_added_over_pingpong_us: None,
             p50_uncorrected_added_over_pingpong_us: None,
+            on_time_50k: None,
         }
+    }
+
+    fn flags(a: &[&str]) -> anyhow::Result<Opts> {
+        parse(&args(a)).map(|o| o.expect("not --help"))
     }
 
     #[test]
     fn defaults_and_flags() {
-        let o = parse(&[]).unwrap();
+        let o = flags(&[]).unwrap();
         assert_eq!((o.time_s, o.connections), (5, 4));
         assert_eq!(o.hold_connections, HOLD_CONNECTIONS);
-        let o = parse(&args(&[
+        let o = flags(&[
             "--time",
             "2",
             "--connections",
             "8",
             "--hold-connections",
             "32",
-        ]))
+        ])
         .unwrap();
         assert_eq!((o.time_s, o.connections, o.hold_connections), (2, 8, 32));
+        assert!(parse(&args(&["--help"])).unwrap().is_none());
     }
 
     #[test]
     fn bad_values_are_named() {
-        let e = parse(&args(&["--hold-connections", "many"])).unwrap_err();
-        assert!(e.to_string().contains("--hold-connections \"many\""), "{e}");
-        let e = parse(&args(&["--connections", "0"])).unwrap_err();
+        let usage = |e: &anyhow::Error| super::super::super::exit_code(e) == 2;
+        let e = flags(&["--hold-connections", "many"]).unwrap_err();
+        assert!(e.to_string().contains("--hold-connections"), "{e}");
+        assert!(e.to_string().contains("\"many\""), "{e}");
+        assert!(usage(&e));
+        let e = flags(&["--connections", "0"]).unwrap_err();
         assert!(e.to_string().contains("at least 1"), "{e}");
-        let e = parse(&args(&["--time"])).unwrap_err();
-        assert!(e.to_string().contains("--time needs a value"), "{e}");
-        let e = parse(&args(&["--peer", "/nonexistent/mutilate"])).unwrap_err();
+        let e = flags(&["--time", "0"]).unwrap_err();
+        assert!(e.to_string().contains("--time"), "{e}");
+        let e = flags(&["--time"]).unwrap_err();
+        assert!(e.to_string().contains("--time"), "{e}");
+        let e = flags(&["--peer", "/nonexistent/mutilate"]).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/mutilate"), "{e}");
+        let e = flags(&["--frobnicate"]).unwrap_err();
+        assert!(e.to_string().contains("--frobnicate"), "{e}");
+        assert!(usage(&e));
+        assert!(
+            e.to_string()
+                .starts_with("bench loadgen: unexpected argument"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -182,6 +182,10 @@ pub struct Extra {
     /// wake-up, tens of µs on a VM)
     #[arg(long = "sleep-only")]
     pub sleep_only: bool,
+    /// Event loop: auto (io_uring where the kernel allows it, else epoll with the reason
+    /// printed), io_uring, or epoll
+    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "auto")]
+    pub engine: String,
     /// Address the agent listens on (with -A)
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: String,
@@ -285,6 +289,7 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         popularity,
         spin_us: args.extra.spin_us,
         sleep_only: args.extra.sleep_only,
+        engine: args.extra.engine.parse().map_err(lib_err)?,
         roundrobin: args.compat.roundrobin,
         skip: args.compat.skip,
         moderate: args.compat.moderate,
@@ -351,6 +356,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // Every value (distributions included) is checked before anything connects.
     let validated = opts.validate().map_err(lib_err)?;
+    let engine = headroom_load::engine::choose_engine(opts.engine).map_err(lib_err)?;
+    if let Some(reason) = &engine.fallback_reason {
+        eprintln!("headroom load: {reason}; using epoll");
+    }
     if opts.loadonly {
         let stats = headroom_load::preload(&opts, &validated).map_err(lib_err)?;
         println!(

@@ -1,23 +1,28 @@
-//! The open-loop engine: one thread per core, each with its own mio poll loop over its own
-//! connections. Each connection draws its send times ahead (absolute, from the inter-arrival
+//! The open-loop engine: one thread per core, each with its own event loop over its own
+//! connections (io_uring, [`uring`], where the kernel allows it; epoll, [`epoll`], otherwise:
+//! the choice is [`EngineKind`], probed by [`choose_engine`]). Each connection draws its send times ahead (absolute, from the inter-arrival
 //! distribution at its share of the rate); a request due while the connection is at its depth cap
 //! waits, is counted late and keeps its scheduled time, so its latency includes the wait
 //! (coordinated-omission corrected). Threads share nothing mutable; they hand back their
 //! histograms at the end and one interval histogram per second (off the hot path).
 
+mod choice;
+mod epoll;
+mod rx_stamp;
+mod uring;
+
+pub use choice::{choose_engine, EngineChoice, EngineKind, EngineSelection};
+
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use mio::net::TcpStream;
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer, WakeLead};
+use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, WakeLead};
 use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::error::LoadError;
@@ -28,7 +33,6 @@ use crate::stats::{BlockHists, LatencyHist};
 
 /// Length of one progress interval.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
-const TIMER_TOKEN: Token = Token(usize::MAX);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Reconnect back-off after a connection fails again before answering anything: doubles from
 /// the first to the last (the first fault of a working connection reconnects at once).
@@ -60,6 +64,8 @@ pub struct WorkerShared {
     pub moderate: bool,
     /// TCP_NODELAY on the connections (off with `--no_nodelay`).
     pub nodelay: bool,
+    /// The event loop every worker runs.
+    pub engine: EngineKind,
 }
 
 /// `-S`: skip when this far behind, down to [`SKIP_TO_NS`] behind (mutilate: 5 ms, 4 ms).
@@ -149,13 +155,14 @@ struct Conn {
     last_sent: Option<u64>,
     /// When the last reply arrived (for `--moderate`).
     last_rx: u64,
+    /// The io_uring engine's send and receive state (unused by epoll).
+    ring: uring::ConnRing,
 }
 
 struct Worker<'a> {
     id: usize,
     shared: &'a WorkerShared,
-    poll: Poll,
-    timer: Timer,
+    io: Io,
     conns: Vec<Conn>,
     rng: SmallRng,
     out: WorkerOut,
@@ -168,7 +175,13 @@ struct Worker<'a> {
     lead: WakeLead,
 }
 
-/// Opens a blocking connection with a timeout and hands it to mio (TCP_NODELAY on).
+/// The worker's event loop and what it owns.
+enum Io {
+    Epoll(epoll::EpollIo),
+    Uring(Box<uring::UringIo>),
+}
+
+/// Opens a blocking connection with a timeout and makes it non-blocking (TCP_NODELAY as asked).
 pub fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, LoadError> {
     let std_stream =
         std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
@@ -197,26 +210,14 @@ pub fn run_worker(
             tracing::warn!("pinning load thread {id} to CPU {cpu}: {e}");
         }
     }
-    let poll = Poll::new().map_err(|e| LoadError::system("creating the epoll instance", e))?;
-    let timer = Timer::new().map_err(|e| LoadError::system("creating a timerfd", e))?;
-    poll.registry()
-        .register(
-            &mut SourceFd(&timer.raw_fd()),
-            TIMER_TOKEN,
-            Interest::READABLE,
-        )
-        .map_err(|e| LoadError::system("registering the timerfd", e))?;
+    let io = match shared.engine {
+        EngineKind::Epoll => Io::Epoll(epoll::EpollIo::new()?),
+        EngineKind::IoUring => Io::Uring(Box::new(uring::UringIo::new(plan.conns.len())?)),
+    };
     let mut rng = SmallRng::seed_from_u64(plan.seed);
     let mut conns = Vec::with_capacity(plan.conns.len());
-    for (i, cp) in plan.conns.into_iter().enumerate() {
-        let mut stream = connect(cp.addr, shared.nodelay)?;
-        poll.registry()
-            .register(
-                &mut stream,
-                Token(i),
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .map_err(|e| LoadError::system(format!("registering the socket to {}", cp.addr), e))?;
+    for cp in plan.conns {
+        let stream = connect(cp.addr, shared.nodelay)?;
         // A random first gap spreads connections over the first interval instead of a burst.
         let first = match &cp.ia {
             Some(ia) => shared.t0 + secs_to_ns(ia.sample(&mut rng)),
@@ -238,13 +239,13 @@ pub fn run_worker(
             rend: 0,
             last_sent: None,
             last_rx: 0,
+            ring: uring::ConnRing::default(),
         });
     }
     let mut w = Worker {
         id,
         shared,
-        poll,
-        timer,
+        io,
         conns,
         rng,
         out: WorkerOut::default(),
@@ -256,7 +257,19 @@ pub fn run_worker(
         ia_seen: 0,
         lead: WakeLead::new(),
     };
-    w.event_loop()?;
+    for i in 0..w.conns.len() {
+        w.attach(i).map_err(|e| {
+            LoadError::system(
+                format!("watching the socket to {}", w.conns[i].plan.addr),
+                e,
+            )
+        })?;
+    }
+    match w.io {
+        Io::Epoll(_) => w.epoll_loop()?,
+        Io::Uring(_) => w.uring_loop()?,
+    }
+    w.finish();
     Ok(w.out)
 }
 
@@ -270,72 +283,51 @@ fn secs_to_ns(s: f64) -> u64 {
 }
 
 impl Worker<'_> {
-    fn event_loop(&mut self) -> Result<(), LoadError> {
-        let mut events = Events::with_capacity(1024);
-        loop {
-            let now = now_ns();
-            self.flush_interval_if_due(now);
-            self.reconnect_due(now);
-            for i in 0..self.conns.len() {
-                self.pump(i, now);
-            }
-            let sending = self.conns.iter().any(|c| !c.done_sending);
-            let waiting = self.conns.iter().any(|c| !c.inflight.is_empty());
-            if !sending && (!waiting || now >= self.shared.drain_end) {
-                break;
-            }
-            if now >= self.shared.drain_end {
-                break;
-            }
-            let wake = self.next_wake(now);
-            if wake <= now {
-                continue;
-            }
-            let lead = if self.shared.adaptive_lead {
-                self.shared.spin_ns.max(self.lead.ns())
-            } else {
-                self.shared.spin_ns
-            };
-            // The last `lead` before something is due is busy-polled (epoll with a zero timeout:
-            // replies keep being read and timestamped); before that the thread sleeps on the
-            // timer, armed `lead` early because its wake-ups come late.
-            let busy = wake - now <= lead;
-            let timeout = if busy {
-                Duration::ZERO
-            } else {
-                self.timer
-                    .arm(wake - lead)
-                    .map_err(|e| LoadError::system("arming the send timer", e))?;
-                Duration::from_millis(200)
-            };
-            match self.poll.poll(&mut events, Some(timeout)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(LoadError::system("waiting on epoll", e)),
-            }
-            if busy && events.is_empty() {
-                // Polling for precision, not work: kept apart from the load's CPU.
-                self.out.busy_poll_ns += now_ns() - now;
-            }
-            let now = now_ns();
-            for ev in events.iter() {
-                if ev.token() == TIMER_TOKEN {
-                    self.lead.observe(self.timer.armed_at(), now);
-                    self.timer.fired();
-                    continue;
-                }
-                let i = ev.token().0;
-                if i >= self.conns.len() {
-                    continue;
-                }
-                if ev.is_writable() {
-                    self.flush(i, now);
-                }
-                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    self.on_readable(i);
-                }
-            }
+    /// Watches connection `i`'s (new) socket.
+    fn attach(&mut self, i: usize) -> std::io::Result<()> {
+        match self.io {
+            Io::Epoll(_) => self.epoll_attach(i),
+            Io::Uring(_) => self.uring_attach(i),
         }
+    }
+
+    /// Sends what is buffered for connection `i` (at once with epoll; queued for the next
+    /// submission with io_uring).
+    fn flush(&mut self, i: usize, now: u64) {
+        match self.io {
+            Io::Epoll(_) => self.epoll_write(i, now),
+            Io::Uring(_) => self.uring_queue_send(i),
+        }
+    }
+
+    /// What every loop does before it waits: intervals, reconnects, due sends. None when the run
+    /// is over, else the earliest time something falls due.
+    fn step(&mut self, now: u64) -> Option<u64> {
+        self.flush_interval_if_due(now);
+        self.reconnect_due(now);
+        for i in 0..self.conns.len() {
+            self.pump(i, now);
+        }
+        let sending = self.conns.iter().any(|c| !c.done_sending);
+        let waiting = self.conns.iter().any(|c| !c.inflight.is_empty());
+        if (!sending && !waiting) || now >= self.shared.drain_end {
+            return None;
+        }
+        Some(self.next_wake(now))
+    }
+
+    /// How long before a due time the loop stops sleeping and busy-polls: the timer's measured
+    /// lateness (unless `--sleep-only`), at least `spin_us`.
+    fn lead_ns(&self) -> u64 {
+        if self.shared.adaptive_lead {
+            self.shared.spin_ns.max(self.lead.ns())
+        } else {
+            self.shared.spin_ns
+        }
+    }
+
+    /// After the loop: requests due but never sent, and replies that never came.
+    fn finish(&mut self) {
         // Requests still due but never sent (a backlog at the end) were scheduled all the same.
         for i in 0..self.conns.len() {
             let c = &mut self.conns[i];
@@ -360,7 +352,6 @@ impl Worker<'_> {
             self.out.counters.errors += lost;
         }
         self.flush_interval(now, true);
-        Ok(())
     }
 
     /// Earliest time something is due: a send, a reconnect, an interval boundary, the end.
@@ -421,16 +412,12 @@ impl Worker<'_> {
             }
             let addr = self.conns[i].plan.addr;
             match connect(addr, self.shared.nodelay) {
-                Ok(mut s) => {
-                    if self
-                        .poll
-                        .registry()
-                        .register(&mut s, Token(i), Interest::READABLE | Interest::WRITABLE)
-                        .is_ok()
-                    {
-                        self.conns[i].stream = Some(s);
+                Ok(s) => {
+                    self.conns[i].stream = Some(s);
+                    if self.attach(i).is_ok() {
                         self.out.counters.reconnects += 1;
                     } else {
+                        self.conns[i].stream = None;
                         self.conns[i].back_off(now);
                     }
                 }
@@ -541,80 +528,6 @@ impl Worker<'_> {
         }
     }
 
-    /// Writes what is buffered for connection `i`.
-    fn flush(&mut self, i: usize, now: u64) {
-        let c = &mut self.conns[i];
-        let Some(stream) = c.stream.as_mut() else {
-            return;
-        };
-        while c.wpos < c.wbuf.len() {
-            match stream.write(&c.wbuf[c.wpos..]) {
-                Ok(0) => {
-                    self.fault(i, now, "server closed the connection");
-                    return;
-                }
-                Ok(n) => c.wpos += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.fault(i, now, &format!("write failed: {e}"));
-                    return;
-                }
-            }
-        }
-        c.wbuf.clear();
-        c.wpos = 0;
-    }
-
-    /// Reads and parses replies of connection `i`, completing requests in order.
-    fn on_readable(&mut self, i: usize) {
-        let sh = self.shared;
-        loop {
-            let c = &mut self.conns[i];
-            let Some(stream) = c.stream.as_mut() else {
-                return;
-            };
-            if c.rend == c.rbuf.len() {
-                if c.rpos > 0 {
-                    c.rbuf.copy_within(c.rpos..c.rend, 0);
-                    c.rend -= c.rpos;
-                    c.rpos = 0;
-                } else {
-                    let n = c.rbuf.len();
-                    c.rbuf.resize(n * 2, 0);
-                }
-            }
-            let rend = c.rend;
-            match stream.read(&mut c.rbuf[rend..]) {
-                Ok(0) => {
-                    let now = now_ns();
-                    self.fault(i, now, "server closed the connection");
-                    return;
-                }
-                Ok(n) => {
-                    // A read that did not fill the buffer drained the socket: with edge-triggered
-                    // epoll, later bytes raise a new event, so skip the read that would say EAGAIN.
-                    let drained = rend + n < c.rbuf.len();
-                    c.rend += n;
-                    let now = now_ns();
-                    if now >= sh.warm_end {
-                        self.out.counters.bytes_rx += n as u64;
-                    }
-                    if !self.parse_replies(i, now) || drained {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let now = now_ns();
-                    self.fault(i, now, &format!("read failed: {e}"));
-                    return;
-                }
-            }
-        }
-    }
-
     /// Completes every whole reply in the buffer. False when the connection was faulted.
     fn parse_replies(&mut self, i: usize, now: u64) -> bool {
         let sh = self.shared;
@@ -709,14 +622,31 @@ impl Worker<'_> {
         c.wpos = 0;
         c.rpos = 0;
         c.rend = 0;
-        if let Some(mut s) = c.stream.take() {
-            let _ = self.poll.registry().deregister(&mut s);
-        }
         c.back_off(now);
+        match self.io {
+            Io::Epoll(_) => self.epoll_detach(i),
+            Io::Uring(_) => self.uring_detach(i),
+        }
     }
 }
 
 impl Conn {
+    /// Makes room for `len` more bytes after `rend` in the reply buffer (compacting, then growing).
+    fn make_room(&mut self, len: usize) {
+        if self.rbuf.len() - self.rend >= len {
+            return;
+        }
+        if self.rpos > 0 {
+            self.rbuf.copy_within(self.rpos..self.rend, 0);
+            self.rend -= self.rpos;
+            self.rpos = 0;
+        }
+        if self.rbuf.len() - self.rend < len {
+            let want = (self.rend + len).next_power_of_two();
+            self.rbuf.resize(want, 0);
+        }
+    }
+
     /// Schedules the next reconnect: at once after a connection that worked, then 1 ms, 2 ms, …
     /// up to 0.5 s while it keeps failing (a server that accepts and closes is not hammered).
     fn back_off(&mut self, now: u64) {
