@@ -40,6 +40,13 @@ impl ReactionLog {
         }
     }
 
+    /// The idle program's counters at the end: `counters <events> <suppressed> <overruns>`.
+    pub fn record_counters(&mut self, events: u64, suppressed: u64, overruns: u64) {
+        if let Some(f) = self.file.as_mut() {
+            let _ = writeln!(f, "counters {events} {suppressed} {overruns}");
+        }
+    }
+
     pub fn flush(&mut self) {
         if let Some(f) = self.file.as_mut() {
             let _ = f.flush();

@@ -298,6 +298,9 @@ pub struct Sensors {
     idle_overruns: u64,
     /// How idle changes are sensed and, when polling, why (`ctl status`).
     idle_sensing: String,
+    /// The idle count the kernel computed at the latest crossing drained, for the next
+    /// observation (taken once).
+    idle_event_count: Option<i64>,
 }
 
 impl Sensors {
@@ -346,6 +349,7 @@ impl Sensors {
             idle_events: false,
             idle_overruns: 0,
             idle_sensing: "poll".to_owned(),
+            idle_event_count: None,
         })
     }
 
@@ -486,13 +490,14 @@ impl Sensors {
             }
             None => obs.cpu_idle = None,
         }
-        // Event-driven: the kernel's count of idle CPUs now, the number the thresholds and the
-        // policy compare with the buffer.
-        obs.idle_cpus = match self.idle.as_ref() {
-            Some(IdleSource::Bpf(s)) if self.idle_events => {
-                Some(s.tracker().program().idle_count().max(0) as f64)
-            }
-            _ => None,
+        // Event-driven: a tick woken by a crossing sees the count the kernel computed at the
+        // crossing — not the count now, which the agent's own wake-up lowers by the CPU it
+        // runs on (a rise to the high threshold would read as one CPU short). A periodic tick
+        // uses the idle fractions since the last tick, as polling does.
+        obs.idle_cpus = if self.idle_events {
+            self.idle_event_count.take().map(|c| c.max(0) as f64)
+        } else {
+            None
         };
         obs.lc_latency_us = None;
         obs.lc_latency_age_ms = None;
@@ -682,22 +687,28 @@ impl IdleEventSource for Sensors {
             return Drained::default();
         };
         let mut d = Drained::default();
+        let mut last_count = None;
         s.tracker_mut().program_mut().ring().drain(|e| {
             d.events += 1;
             d.first_ktime_ns.get_or_insert(e.ktime_ns);
             if e.direction == headroom_host::idle_bpf::Direction::Low {
                 d.first_low_ktime_ns.get_or_insert(e.ktime_ns);
             }
+            last_count = Some(e.idle_count);
         });
         let p = s.tracker().program();
         let overruns = p.counters().overruns;
         if overruns != self.idle_overruns {
             self.idle_overruns = overruns;
             d.overrun = true;
-            // the full re-read: the side of the thresholds from the count now
+            // the full re-read: the count now, and the thresholds' side from it
+            last_count = Some(p.idle_count());
             if let Some((low, high)) = p.thresholds() {
                 p.set_thresholds(low, high);
             }
+        }
+        if last_count.is_some() {
+            self.idle_event_count = last_count;
         }
         d
     }

@@ -290,6 +290,9 @@ impl Agent {
         } else {
             self.run_polling(interval, deadline, &mut reactions);
         }
+        if let Some(c) = self.node.sensors().and_then(|s| s.idle_event_counters()) {
+            reactions.record_counters(c.events, c.suppressed, c.overruns);
+        }
         reactions.flush();
         self.shutdown()
     }
