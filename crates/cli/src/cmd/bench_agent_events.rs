@@ -150,8 +150,12 @@ impl Histogram {
     }
 }
 
-/// The reaction log's lines: (mode, crossing, awake, written) ns; and the final counters.
-fn read_log(path: &Path) -> (Vec<(u64, u64, u64)>, Option<(u64, u64, u64)>) {
+/// Three numbers of a reaction-log line: (crossing, awake, written) ns, or the final
+/// (events, suppressed, overruns).
+type Triple = (u64, u64, u64);
+
+/// The reaction log's lines and the final counters.
+fn read_log(path: &Path) -> (Vec<Triple>, Option<Triple>) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut rows = Vec::new();
     let mut counters = None;
