@@ -9,6 +9,8 @@
 //! is fractional on small machines — is given as ceil(S) CPUs in the cpuset plus a CFS quota of
 //! S CPUs.
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;

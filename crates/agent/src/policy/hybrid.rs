@@ -8,6 +8,8 @@
 //! B shrinks by `buffer_step_cores` (BE may grow); slack below it → BE may not grow; slack below
 //! `slack_shrink` → B widens by a step, so the inner loop gives cores back at its next poll.
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;
