@@ -378,7 +378,7 @@ pub(super) fn churn(
         rows.len()
     );
     println!(
-        "  independent tracker on CPU 1, no hysteresis: {} crossings read ({lows} busy), {} overruns, directions {}; flips without a busy crossing: {lost} (a flip shorter than a wake-up from idle never idles the CPU)",
+        "  independent tracker on CPU 1, no hysteresis: {} crossings read ({lows} busy), {} overruns, directions {}; flips that never idled CPU 1 (BE or other work ran in the sleep): {lost}",
         seen.len(),
         own_counters.overruns,
         if alternating { "alternate (none lost)" } else { "DO NOT alternate (a crossing was lost)" }
