@@ -402,7 +402,9 @@ impl Agent {
             }
             let other_due = deadline.map_or(slow_due, |d| d.min(slow_due));
             let Some(source) = self.node.sensors_mut().and_then(|s| s.idle_event_source()) else {
-                break;
+                // never a silent stop of sensing
+                tracing::error!("idle events unavailable; polling from now on");
+                return self.run_polling(interval, deadline, reactions);
             };
             let (cause, drained) = schedule.wait_on(source, now, other_due, Instant::now);
             let awake = monotonic_ns();
