@@ -11,11 +11,13 @@ pub mod policy;
 
 pub mod control;
 pub mod feed;
+pub mod idle_wake;
 pub mod lc_signal;
 pub mod lc_threads;
 pub mod metrics;
 pub mod node;
 pub mod probe;
+pub mod reaction_log;
 pub mod runtime;
 pub mod scrape;
 pub mod sensors;

@@ -14,6 +14,7 @@ use headroom_host::idle_bpf::BpfIdleSampler;
 use headroom_host::{Cgroups, CpuIdleSampler, GroupPath, LinuxHost, PsiResource};
 
 use crate::config::IdleSensor;
+use crate::idle_wake::{Drained, IdleEventSource};
 
 use crate::lc_signal::SignalCell;
 use crate::observation::Observation;
@@ -291,6 +292,15 @@ pub struct Sensors {
     egress: Option<EgressSensor>,
     /// CPUs BE may use now (for its frequency reading), set by the runtime.
     be_cpus: Vec<u32>,
+    /// Event-driven: each observation carries the kernel's idle count (`idle_cpus`).
+    idle_events: bool,
+    /// The BPF program's overrun counter at the last drain.
+    idle_overruns: u64,
+    /// How idle changes are sensed and, when polling, why (`ctl status`).
+    idle_sensing: String,
+    /// The idle count the kernel computed at the latest crossing drained, for the next
+    /// observation (taken once).
+    idle_event_count: Option<i64>,
 }
 
 impl Sensors {
@@ -336,7 +346,80 @@ impl Sensors {
             dram: DramSensor::open(host),
             egress: None,
             be_cpus: Vec::new(),
+            idle_events: false,
+            idle_overruns: 0,
+            idle_sensing: "poll".to_owned(),
+            idle_event_count: None,
         })
+    }
+
+    /// Turns event-driven idle sensing on with the thresholds `(low, high)` on the idle count
+    /// of the watched (online) CPUs; `Err(reason)` when the idle sensor has no events (not BPF).
+    pub fn enable_idle_events(&mut self, low: i64, high: i64) -> Result<(), String> {
+        self.arm_idle_thresholds(low, high)?;
+        self.idle_events = true;
+        self.idle_sensing = format!("events (BPF ring buffer; idle count < {low} or >= {high})");
+        Ok(())
+    }
+
+    /// Records why the agent polls (`ctl status`, the log).
+    pub fn set_idle_polling(&mut self, reason: &str) {
+        self.idle_events = false;
+        self.idle_sensing = format!("poll: {reason}");
+    }
+
+    /// How idle changes are sensed: `events (…)` or `poll: <why>`.
+    pub fn idle_sensing(&self) -> &str {
+        &self.idle_sensing
+    }
+
+    /// Sets the BPF program's thresholds without making the loop event-driven (a polling
+    /// agent whose crossings are still timestamped, for `bench agent`).
+    pub fn arm_idle_thresholds(&mut self, low: i64, high: i64) -> Result<(), String> {
+        match self.idle.as_mut() {
+            Some(IdleSource::Bpf(s)) => {
+                let p = s.tracker().program();
+                p.set_thresholds(low, high);
+                self.idle_overruns = p.counters().overruns;
+                Ok(())
+            }
+            Some(IdleSource::ProcStat(_)) => Err(
+                "the idle sensor is /proc/stat (the BPF idle program did not load): no events"
+                    .to_owned(),
+            ),
+            None => Err("no per-CPU idle sensor".to_owned()),
+        }
+    }
+
+    /// Whether observations come from idle events (see [`Sensors::enable_idle_events`]).
+    pub fn idle_events_enabled(&self) -> bool {
+        self.idle_events
+    }
+
+    /// Sets new thresholds when they differ from the current ones (a `ctl set` of the buffer).
+    pub fn set_idle_thresholds(&mut self, low: i64, high: i64) {
+        if let Some(IdleSource::Bpf(s)) = self.idle.as_ref() {
+            let p = s.tracker().program();
+            if p.thresholds() != Some((low, high.max(low))) {
+                p.set_thresholds(low, high);
+            }
+        }
+    }
+
+    /// The BPF program's event counters (events, suppressed crossings, overruns).
+    pub fn idle_event_counters(&self) -> Option<headroom_host::idle_bpf::EventCounters> {
+        match self.idle.as_ref() {
+            Some(IdleSource::Bpf(s)) => Some(s.tracker().program().counters()),
+            _ => None,
+        }
+    }
+
+    /// The idle-event source (the BPF ring buffer) while event-driven.
+    pub fn idle_event_source(&mut self) -> Option<&mut dyn IdleEventSource> {
+        if !self.idle_events {
+            return None;
+        }
+        Some(self as &mut dyn IdleEventSource)
     }
 
     /// Tells the sensors which CPUs BE may use now (its frequency is read there).
@@ -407,6 +490,15 @@ impl Sensors {
             }
             None => obs.cpu_idle = None,
         }
+        // Event-driven: a tick woken by a crossing sees the count the kernel computed at the
+        // crossing — not the count now, which the agent's own wake-up lowers by the CPU it
+        // runs on (a rise to the high threshold would read as one CPU short). A periodic tick
+        // uses the idle fractions since the last tick, as polling does.
+        obs.idle_cpus = if self.idle_events {
+            self.idle_event_count.take().map(|c| c.max(0) as f64)
+        } else {
+            None
+        };
         obs.lc_latency_us = None;
         obs.lc_latency_age_ms = None;
         if let Some(cell) = &self.signals.latency {
@@ -570,6 +662,55 @@ impl Sensors {
             Err(e) => self.count_error("be_memory", &e),
         }
         self.slow = o;
+    }
+}
+
+impl IdleEventSource for Sensors {
+    fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        let Some(IdleSource::Bpf(s)) = self.idle.as_ref() else {
+            std::thread::sleep(timeout);
+            return false;
+        };
+        match s.tracker().wait(Some(timeout)) {
+            Ok(woken) => woken,
+            Err(e) => {
+                // epoll failing is not expected; count it and sleep the period rather than spin
+                self.count_error("idle_events", &e);
+                std::thread::sleep(timeout);
+                false
+            }
+        }
+    }
+
+    fn drain(&mut self) -> Drained {
+        let Some(IdleSource::Bpf(s)) = self.idle.as_mut() else {
+            return Drained::default();
+        };
+        let mut d = Drained::default();
+        let mut last_count = None;
+        s.tracker_mut().program_mut().ring().drain(|e| {
+            d.events += 1;
+            d.first_ktime_ns.get_or_insert(e.ktime_ns);
+            if e.direction == headroom_host::idle_bpf::Direction::Low {
+                d.first_low_ktime_ns.get_or_insert(e.ktime_ns);
+            }
+            last_count = Some(e.idle_count);
+        });
+        let p = s.tracker().program();
+        let overruns = p.counters().overruns;
+        if overruns != self.idle_overruns {
+            self.idle_overruns = overruns;
+            d.overrun = true;
+            // the full re-read: the count now, and the thresholds' side from it
+            last_count = Some(p.idle_count());
+            if let Some((low, high)) = p.thresholds() {
+                p.set_thresholds(low, high);
+            }
+        }
+        if last_count.is_some() {
+            self.idle_event_count = last_count;
+        }
+        d
     }
 }
 

@@ -127,6 +127,7 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
                 Err(e) => Availability::no(e.to_string()),
             }),
             cgroup_cpu_usage: Some(cg.cpu_usage),
+            idle_events: Some(probe_idle_events(root_user, options.sched_syscalls)),
         },
         topology: topology.map(|t| TopologyInfo {
             cpus_online: t.cpus_online.to_list(),
@@ -432,6 +433,23 @@ fn classifier(
             None => Availability::no(format!("kernel lacks the {name} cgroup controller")),
         },
         Err(e) => Availability::no(e.to_string()),
+    }
+}
+
+/// Event-driven idle sensing needs the idle program to load (root, BPF atomics and ring
+/// buffer: Linux 5.12+); the agent polls otherwise.
+fn probe_idle_events(root_user: bool, live: bool) -> Availability {
+    let via = "BPF ring buffer events from power:cpu_idle on idle-count crossings";
+    if !root_user {
+        return Availability::no("not root: loading BPF programs needs CAP_BPF (the agent polls)");
+    }
+    if !live {
+        return Availability::yes(format!("{via} (not probed)"));
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match crate::idle_bpf::IdleProgram::load(cpus, &[]) {
+        Ok(_) => Availability::yes(via),
+        Err(e) => Availability::no(format!("the agent polls: {e}")),
     }
 }
 

@@ -75,6 +75,8 @@ pub struct AgentStatus {
     pub actuators: ActuatorsStatus,
     /// How per-CPU idle is sensed (`bpf` or `proc_stat`) and why, when not by BPF.
     pub idle_sensor: String,
+    /// How idle changes wake the agent: `events (…)` (BPF ring buffer) or `poll: <why>`.
+    pub idle_sensing: String,
     /// Decision-log lines that could not be written (a full disk).
     pub decision_log_lost_lines: Option<u64>,
 }

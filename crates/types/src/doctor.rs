@@ -121,6 +121,10 @@ pub struct Sensors {
     /// Per-group CPU time (cpuacct.usage / cpu.stat); extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_cpu_usage: Option<Availability>,
+    /// Event-driven idle sensing (the BPF idle program's threshold events); when absent or
+    /// unavailable the agent polls; extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_events: Option<Availability>,
 }
 
 /// CPU topology details; extension.

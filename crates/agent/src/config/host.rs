@@ -53,12 +53,40 @@ pub enum IdleSensor {
     ProcStat,
 }
 
+/// How the agent learns that the idle-CPU count changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleSensing {
+    /// Woken by the BPF idle program's threshold-crossing events wherever it loads (blind and
+    /// hybrid policies), sleeping in between; polling at the policy's interval elsewhere.
+    #[default]
+    Events,
+    /// Poll at the policy's interval.
+    Poll,
+}
+
 /// `[sensors]`: how the machine is read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct SensorsConfig {
     /// `"auto"` (default), `"bpf"` (refuse to start without it) or `"proc_stat"`.
     pub idle: IdleSensor,
+    /// `"events"` (default) or `"poll"`.
+    pub idle_sensing: IdleSensing,
+}
+
+impl SensorsConfig {
+    /// Refuses idle events without the BPF sensor they come from.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.idle == IdleSensor::ProcStat && self.idle_sensing == IdleSensing::Events {
+            return Err(invalid(
+                "sensors.idle_sensing",
+                "events",
+                "idle events come from the BPF idle sensor, which sensors.idle = \"proc_stat\" turns off: set idle_sensing = \"poll\"",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl EgressConfig {

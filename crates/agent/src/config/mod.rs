@@ -200,6 +200,7 @@ impl Config {
         self.lc.validate()?;
         validate_be(&self.be, &self.lc.cgroup)?;
         self.egress.validate()?;
+        self.sensors.validate()?;
         if !self.actuators.io && !self.safety.be_io_limits.is_empty() {
             return Err(invalid(
                 "actuators.io",

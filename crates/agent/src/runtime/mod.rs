@@ -23,16 +23,20 @@ use headroom_types::control::{
 
 use crate::actuation::linux::LinuxNode;
 use crate::actuation::{ActuationError, ManagedGroups};
+use crate::config::IdleSensing;
 use crate::config::{Config, ConfigError};
 use crate::control::{ControlError, Pending, Request, Response};
 use crate::controller::Controller;
 use crate::decision::{tick_time, CtlEvent};
+use crate::idle_wake::{self, Cause, EventSchedule, IdleEventSource};
 use crate::lc_signal::{SignalCell, StopFlag};
 use crate::node::NodeError;
 use crate::policy::{MachineInfo, Mechanism};
+use crate::reaction_log::ReactionLog;
 use crate::sensors::SLOW_PERIOD;
 use crate::state::{self, AgentState, OriginalValue, StateError, StateLock, STATE_VERSION};
 use crate::supervisor::{LaunchError, Supervised};
+use headroom_host::idle_bpf::monotonic_ns;
 
 pub use publish::DecisionLog;
 use publish::Publisher;
@@ -267,7 +271,9 @@ impl Agent {
         self.metrics_addr
     }
 
-    /// Runs until a stop signal (or `run_for`), then performs the exit action.
+    /// Runs until a stop signal (or `run_for`), then performs the exit action. Woken by the
+    /// BPF idle program's threshold crossings where it works (see [`crate::idle_wake`]),
+    /// polling at the policy's interval otherwise.
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
         let interval = self
             .controller
@@ -275,10 +281,69 @@ impl Agent {
             .poll_interval()
             .max(Duration::from_micros(100));
         let deadline = self.options.run_for.map(|d| Instant::now() + d);
-        let mut next = Instant::now();
-        let mut slow_due = Instant::now();
         set_timer_slack_ns(1000);
         raise_control_loop_priority(self.config.safety.agent_fifo_priority);
+        let mut reactions = ReactionLog::from_env();
+        if self.start_idle_sensing(&reactions) {
+            self.run_on_events(interval, deadline, &mut reactions);
+        } else {
+            self.run_polling(interval, deadline, &mut reactions);
+        }
+        if let Some(c) = self.node.sensors().and_then(|s| s.idle_event_counters()) {
+            reactions.record_counters(c.events, c.suppressed, c.overruns);
+        }
+        reactions.flush();
+        self.shutdown()
+    }
+
+    /// Event-driven where configured and possible; says which and why (log, `ctl status`).
+    fn start_idle_sensing(&mut self, reactions: &ReactionLog) -> bool {
+        let want = self.config.sensors.idle_sensing;
+        let thresholds = idle_wake::thresholds(&self.config);
+        let policy = self.config.policy.kind.as_str();
+        let Some(sensors) = self.node.sensors_mut() else {
+            return false;
+        };
+        let reason = match (want, thresholds) {
+            (IdleSensing::Poll, Some((low, high))) => {
+                if reactions.enabled() {
+                    // still timestamp the crossings, for the benchmark's side-by-side figures
+                    let _ = sensors.arm_idle_thresholds(low, high);
+                }
+                "sensors.idle_sensing = \"poll\"".to_owned()
+            }
+            (IdleSensing::Poll, None) => "sensors.idle_sensing = \"poll\"".to_owned(),
+            (IdleSensing::Events, None) => {
+                format!("policy {policy} does not decide on the idle-CPU count")
+            }
+            (IdleSensing::Events, Some((low, high))) => {
+                match sensors.enable_idle_events(low, high) {
+                    Ok(()) => {
+                        tracing::info!(low, high, "idle sensing: events (BPF ring buffer)");
+                        return true;
+                    }
+                    Err(why) => why,
+                }
+            }
+        };
+        if want == IdleSensing::Events && thresholds.is_some() {
+            tracing::warn!(reason = %reason, "idle sensing falls back to polling");
+        } else {
+            tracing::info!(reason = %reason, "idle sensing: polling");
+        }
+        sensors.set_idle_polling(&reason);
+        false
+    }
+
+    /// The polling loop: a tick every `interval`.
+    fn run_polling(
+        &mut self,
+        interval: Duration,
+        deadline: Option<Instant>,
+        reactions: &mut ReactionLog,
+    ) {
+        let mut next = Instant::now();
+        let mut slow_due = Instant::now();
         loop {
             if self.signals.as_ref().is_some_and(Signals::stop_requested) {
                 break;
@@ -295,23 +360,88 @@ impl Agent {
             if next < now {
                 next = now + interval;
             }
-            self.tick(now);
+            let crossed = match self.node.sensors_mut() {
+                Some(s) if reactions.enabled() => s.drain().first_low_ktime_ns,
+                _ => None,
+            };
+            let awake = monotonic_ns();
+            if self.tick(now) {
+                if let Some(k) = crossed {
+                    reactions.record("poll", k, awake, monotonic_ns());
+                }
+            }
             if now >= slow_due {
                 slow_due = now + SLOW_PERIOD;
                 self.slow_work(now);
             }
             self.handle_requests();
         }
-        self.shutdown()
     }
 
-    fn tick(&mut self, now: Instant) {
+    /// The event-driven loop: asleep in `epoll_wait` until a crossing or the next periodic
+    /// duty (the policy's interval, at least [`idle_wake::EVENT_PERIOD`]; slow work).
+    fn run_on_events(
+        &mut self,
+        interval: Duration,
+        deadline: Option<Instant>,
+        reactions: &mut ReactionLog,
+    ) {
+        let mut schedule = EventSchedule::new(interval, Instant::now());
+        let mut slow_due = Instant::now();
+        tracing::info!(
+            period_ms = schedule.period().as_millis() as u64,
+            "event-driven loop"
+        );
+        loop {
+            if self.signals.as_ref().is_some_and(Signals::stop_requested) {
+                break;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let other_due = deadline.map_or(slow_due, |d| d.min(slow_due));
+            let Some(source) = self.node.sensors_mut().and_then(|s| s.idle_event_source()) else {
+                // never a silent stop of sensing
+                tracing::error!("idle events unavailable; polling from now on");
+                return self.run_polling(interval, deadline, reactions);
+            };
+            let (cause, drained) = schedule.wait_on(source, now, other_due, Instant::now);
+            let awake = monotonic_ns();
+            let now = Instant::now();
+            if let Some(cause) = cause {
+                if drained.overrun {
+                    tracing::warn!("idle events lost (ring buffer full): re-read the idle count");
+                }
+                if self.tick(now) && cause == Cause::Event {
+                    if let Some(k) = drained.first_low_ktime_ns {
+                        reactions.record("events", k, awake, monotonic_ns());
+                    }
+                }
+            }
+            if now >= slow_due {
+                slow_due = now + SLOW_PERIOD;
+                self.slow_work(now);
+                // a `ctl set` of the buffer moves the thresholds
+                if let (Some((low, high)), Some(s)) =
+                    (idle_wake::thresholds(&self.config), self.node.sensors_mut())
+                {
+                    s.set_idle_thresholds(low, high);
+                }
+            }
+            self.handle_requests();
+        }
+    }
+
+    /// One tick; true when it wrote a knob.
+    fn tick(&mut self, now: Instant) -> bool {
         let t = tick_time(now.saturating_duration_since(self.started));
-        self.controller.step(&mut self.node, t, &mut self.publisher);
+        let outcome = self.controller.step(&mut self.node, t, &mut self.publisher);
         self.publisher
             .metrics
             .loop_seconds
             .observe(now.elapsed().as_secs_f64());
+        matches!(&outcome.actuation, Some(Ok(r)) if !r.writes.is_empty())
     }
 
     fn slow_work(&mut self, now: Instant) {
@@ -600,6 +730,11 @@ impl Agent {
                 .sensors()
                 .and_then(|s| s.idle_source())
                 .unwrap_or("none")
+                .to_string(),
+            idle_sensing: self
+                .node
+                .sensors()
+                .map_or("poll: no sensors", |s| s.idle_sensing())
                 .to_string(),
             decision_log_lost_lines: p.log.as_ref().map(|l| l.lost),
         }

@@ -5,6 +5,8 @@
 
 #[path = "bench_agent.rs"]
 mod bench_agent;
+#[path = "bench_agent_events.rs"]
+mod bench_agent_events;
 #[path = "bench_host.rs"]
 mod bench_host;
 #[path = "bench_loadgen.rs"]

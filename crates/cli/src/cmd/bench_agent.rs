@@ -1,7 +1,9 @@
 //! `headroom bench agent`: the agent's own cost and speed.
 //!
 //! Each measurement is taken once per idle sensor (`[sensors] idle = "bpf"`, then
-//! `"proc_stat"`; BPF is skipped with the reason when it cannot load).
+//! `"proc_stat"`; BPF is skipped with the reason when it cannot load), polling, and with BPF
+//! also event-driven (`idle_sensing = "events"`, listed as sensor `events`); the per-event
+//! reaction histograms and the churn run are in `bench_agent_events`.
 //! - CPU use of a running `headroom agent` (blind, B = 1, no BE command, no decision log) at
 //!   `poll_ms` = 1 and 10: steady state over `--seconds` (default 10) after 2 s of start-up,
 //!   from the run time of its threads (`/proc/<pid>/task/*/schedstat`, ns), and the whole run
@@ -54,10 +56,10 @@ impl Drop for ScratchDir {
     }
 }
 
-struct Cleanup {
+pub(super) struct Cleanup {
     cgroups: Cgroups,
     top: GroupPath,
-    children: Vec<Child>,
+    pub(super) children: Vec<Child>,
 }
 
 impl Drop for Cleanup {
@@ -109,15 +111,17 @@ fn write_config(
         "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n[[be]]\nname = \"be\"\ncgroup = \"{top}/be\"\n{be_cmd}\n\n\
          [policy]\nkind = \"blind\"\n[policy.blind]\nbuffer_cores = 1\npoll_ms = {poll_ms}\ngrow_interval_ms = {poll_ms}\n\n\
          [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\n\n\
-         [sensors]\nidle = \"{sensor}\"\n",
-        d = dir.display()
+         [sensors]\nidle = \"{idle}\"\nidle_sensing = \"{sensing}\"\n",
+        d = dir.display(),
+        idle = if sensor == "events" { "bpf" } else { sensor },
+        sensing = if sensor == "events" { "events" } else { "poll" },
     );
     let path = dir.join(format!("agent-{poll_ms}ms-{sensor}.toml"));
     std::fs::write(&path, text).expect("writing the bench config");
     path
 }
 
-fn pinned(args: &[&str], cpu: usize) -> Command {
+pub(super) fn pinned(args: &[&str], cpu: usize) -> Command {
     let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("headroom"));
     let mut cmd = Command::new(bin);
     cmd.args(args)
@@ -199,6 +203,11 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         }
         sensors.push(sensor);
     }
+    // event-driven sensing (BPF ring buffer) where BPF loads
+    let events = sensors.contains(&"bpf");
+    if events {
+        sensors.insert(0, "events");
+    }
     for host in [HostState::Idle, HostState::Busy] {
         // Busy: a nice-19 spinner on every CPU, outside the agent's groups — the colocated host
         // the agent exists for, where its wake-ups preempt work instead of waking an idle vCPU.
@@ -218,7 +227,28 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             &mut report,
         )?;
     }
-    for sensor in sensors.iter().copied() {
+    if events {
+        super::bench_agent_events::reactions(
+            &bin,
+            &cgroups,
+            &top,
+            dir.path(),
+            lc_pid,
+            flags.steps,
+            &mut clean,
+            &mut report,
+        )?;
+        super::bench_agent_events::churn(
+            &bin,
+            &top,
+            dir.path(),
+            lc_pid,
+            flags.seconds,
+            &mut clean,
+            &mut report,
+        )?;
+    }
+    for sensor in sensors.iter().copied().filter(|s| *s != "events") {
         let r = reaction(
             &bin,
             &cgroups,
@@ -379,7 +409,9 @@ fn cpu_use(
         floors.insert(poll_ms, floor);
     }
     for sensor in sensors.iter().copied() {
-        for poll_ms in [1u64, 10] {
+        // event-driven: the periodic duty is 100 ms whatever poll_ms says
+        let polls: &[u64] = if sensor == "events" { &[1] } else { &[1, 10] };
+        for &poll_ms in polls {
             let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor);
             let before = headroom_load::clock::children_cpu_s();
             let start = Instant::now();
@@ -473,7 +505,7 @@ fn wake_up_floor_pct(period: Duration, seconds: f64) -> f64 {
 const WARMUP_S: f64 = 2.0;
 
 /// Sum of the run time of every thread of `pid`, ns.
-fn process_run_ns(pid: u32) -> Option<u64> {
+pub(super) fn process_run_ns(pid: u32) -> Option<u64> {
     let mut total = 0u64;
     for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
         let path = entry.ok()?.path().join("schedstat");
@@ -483,7 +515,7 @@ fn process_run_ns(pid: u32) -> Option<u64> {
     Some(total)
 }
 
-fn loadavg() -> String {
+pub(super) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()
@@ -509,13 +541,13 @@ impl Reactions {
     }
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
+pub(super) fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) on the benchmark's own child.
     unsafe { libc::kill(pid as i32, sig) };
 }
 
 /// Waits (≤ 1 s) until `pid` is in state `want` ('T' stopped, 'R' running) per /proc.
-fn wait_state(pid: u32, want: char) -> bool {
+pub(super) fn wait_state(pid: u32, want: char) -> bool {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(1) {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -135,10 +135,15 @@ fn print_status(s: &AgentStatus) {
         }
     );
     println!(
-        "idle sensing: {}",
+        "idle sensor: {}; idle sensing: {}",
         match s.idle_sensor.as_str() {
-            "bpf" => "bpf (idle tracepoint)".to_string(),
-            other => format!("{other} (polling)"),
+            "bpf" => "bpf (idle tracepoint)",
+            other => other,
+        },
+        if s.idle_sensing.is_empty() {
+            "poll (agent predates event sensing)"
+        } else {
+            s.idle_sensing.as_str()
         }
     );
     println!("last reasons:");

@@ -66,6 +66,10 @@ const USES: &[(&str, &str)] = &[
     ("cgroup_psi", "per-group pressure"),
     ("meminfo", "MemAvailable for the memory guard"),
     ("cgroup_cpu_usage", "BE/LC CPU usage"),
+    (
+        "idle_events",
+        "blind/hybrid: woken on idle-count crossings instead of polling",
+    ),
 ];
 
 fn uses(name: &str) -> &'static str {
@@ -125,6 +129,7 @@ pub fn render(d: &Doctor) -> String {
         ("cgroup_psi", s.cgroup_psi.as_ref()),
         ("meminfo", s.meminfo.as_ref()),
         ("cgroup_cpu_usage", s.cgroup_cpu_usage.as_ref()),
+        ("idle_events", s.idle_events.as_ref()),
     ] {
         if let Some(a) = a {
             row(&mut out, name, a);

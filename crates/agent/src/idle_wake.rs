@@ -1,0 +1,264 @@
+//! When the agent's loop wakes: on an idle-count event, on its periodic duty, or (polling) at
+//! the policy's interval — pure scheduling, no clock or file read here.
+//!
+//! Event-driven sensing (PerfIso's blind isolation without the poll): the BPF idle program
+//! counts the idle CPUs and writes an event only when the count crosses the policy's
+//! thresholds; the loop sleeps in `epoll_wait` with a timeout that is its next periodic duty
+//! (the Heracles outer loop and hybrid's latency check at the policy's interval, never more
+//! often than [`EVENT_PERIOD`]; slow sensors; control requests), and runs the same
+//! `Controller::step` on either. An overrun (events lost) triggers a re-read: the kernel's
+//! count is current whatever was lost, and the thresholds' side is re-derived from it.
+
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, PolicyKind};
+
+/// The shortest periodic duty while sensing by events: a steady host costs one wake-up per
+/// this (the slow sensors' period).
+pub const EVENT_PERIOD: Duration = crate::sensors::SLOW_PERIOD;
+
+/// What a drain of the event ring buffer found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Events read.
+    pub events: usize,
+    /// Kernel timestamp (CLOCK_MONOTONIC ns) of the first event read.
+    pub first_ktime_ns: Option<u64>,
+    /// ... and of the first fall below the low threshold (LC needs CPUs back).
+    pub first_low_ktime_ns: Option<u64>,
+    /// Events were lost since the last drain (ring buffer full): re-read everything.
+    pub overrun: bool,
+}
+
+/// A source of idle-count events (the BPF ring buffer; a scripted fake in tests).
+pub trait IdleEventSource {
+    /// Sleeps until an event waits or `timeout` passes; true when woken by an event.
+    fn wait(&mut self, timeout: Duration) -> bool;
+    /// Reads every waiting event.
+    fn drain(&mut self) -> Drained;
+}
+
+/// Why the loop runs a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A threshold crossing (or an overrun, which forces a re-read).
+    Event,
+    /// The periodic duty.
+    Periodic,
+}
+
+/// The event-driven loop's schedule.
+#[derive(Debug, Clone)]
+pub struct EventSchedule {
+    period: Duration,
+    next_periodic: Instant,
+}
+
+impl EventSchedule {
+    /// Periodic ticks every `poll_interval` of the policy, but no more often than
+    /// [`EVENT_PERIOD`]: events replace the fast poll.
+    pub fn new(poll_interval: Duration, now: Instant) -> EventSchedule {
+        EventSchedule {
+            period: poll_interval.max(EVENT_PERIOD),
+            next_periodic: now,
+        }
+    }
+
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// How long to sleep from `now`: until the periodic tick or `other_due` (slow work, the
+    /// run's end), whichever is first.
+    pub fn timeout(&self, now: Instant, other_due: Instant) -> Duration {
+        self.next_periodic
+            .min(other_due)
+            .saturating_duration_since(now)
+    }
+
+    /// After a wait: whether to tick, and why. A tick for an event also counts as the
+    /// periodic one when that is due.
+    pub fn after_wait(&mut self, now: Instant, drained: &Drained) -> Option<Cause> {
+        let periodic = now >= self.next_periodic;
+        if periodic {
+            self.next_periodic += self.period;
+            if self.next_periodic < now {
+                self.next_periodic = now + self.period;
+            }
+        }
+        if drained.events > 0 || drained.overrun {
+            Some(Cause::Event)
+        } else if periodic {
+            Some(Cause::Periodic)
+        } else {
+            None
+        }
+    }
+
+    /// One wait of the loop on `source`: sleeps, drains, decides.
+    pub fn wait_on(
+        &mut self,
+        source: &mut dyn IdleEventSource,
+        now: Instant,
+        other_due: Instant,
+        clock: impl Fn() -> Instant,
+    ) -> (Option<Cause>, Drained) {
+        let woken = source.wait(self.timeout(now, other_due));
+        let drained = if woken {
+            source.drain()
+        } else {
+            Drained::default()
+        };
+        let after = clock();
+        (self.after_wait(after, &drained), drained)
+    }
+}
+
+/// The idle-count thresholds `(low, high)` of blind isolation (and hybrid's inner loop) on the
+/// integer count of idle CPUs: the policy shrinks BE when `I < B - tolerance` — for an integer
+/// count, `I < ceil(B - tolerance)` — and may grow it when
+/// `I >= B + step + hysteresis - tolerance`. `None` for policies that do not decide on the
+/// idle count (they keep polling).
+///
+/// Hybrid moves its buffer with the latency slack inside the policy; the thresholds here use
+/// the configured buffer, and hybrid's periodic tick (its own interval) covers the rest.
+pub fn thresholds(config: &Config) -> Option<(i64, i64)> {
+    if !matches!(config.policy.kind, PolicyKind::Blind | PolicyKind::Hybrid) {
+        return None;
+    }
+    let b = &config.policy.blind;
+    let frac = b.buffer_cores - b.buffer_cores.floor();
+    // as `Blind::step`: B's fractional part is the step when B is fractional
+    let step = if (0.1..b.grow_step_cpus).contains(&frac) {
+        frac
+    } else {
+        b.grow_step_cpus
+    };
+    let low = (b.buffer_cores - b.idle_tolerance_cpus).ceil() as i64;
+    let high =
+        (b.buffer_cores + step + b.hysteresis_cpus - b.idle_tolerance_cpus - 1e-9).ceil() as i64;
+    Some((low.max(0), high.max(low)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::collections::VecDeque;
+    use std::rc::Rc;
+
+    /// A scripted event source on a virtual clock: `wait` advances the clock to the next
+    /// scripted event (if it comes before the timeout) or by the whole timeout.
+    struct Fake {
+        clock: Rc<Cell<Instant>>,
+        /// (when, events, overrun)
+        script: VecDeque<(Instant, usize, bool)>,
+        waits: Vec<Duration>,
+    }
+
+    impl IdleEventSource for Fake {
+        fn wait(&mut self, timeout: Duration) -> bool {
+            self.waits.push(timeout);
+            let now = self.clock.get();
+            match self.script.front() {
+                Some(&(at, ..)) if at <= now + timeout => {
+                    self.clock.set(at.max(now));
+                    true
+                }
+                _ => {
+                    self.clock.set(now + timeout);
+                    false
+                }
+            }
+        }
+        fn drain(&mut self) -> Drained {
+            let Some((at, events, overrun)) = self.script.pop_front() else {
+                return Drained::default();
+            };
+            Drained {
+                events,
+                first_ktime_ns: Some(at.elapsed().as_nanos() as u64),
+                first_low_ktime_ns: None,
+                overrun,
+            }
+        }
+    }
+
+    /// Fed by a fake source over one virtual second: the loop ticks once per event, once per
+    /// period otherwise, sleeps in between (no poll), and an overrun also ticks.
+    #[test]
+    fn the_loop_ticks_on_events_and_its_period_only() {
+        let t0 = Instant::now();
+        let clock = Rc::new(Cell::new(t0));
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut fake = Fake {
+            clock: clock.clone(),
+            script: VecDeque::from([
+                (ms(5), 1, false),
+                (ms(7), 2, false),
+                (ms(250), 0, true), // overrun: events lost, re-read
+            ]),
+            waits: Vec::new(),
+        };
+        let mut s = EventSchedule::new(Duration::from_millis(1), t0);
+        assert_eq!(s.period(), EVENT_PERIOD, "events replace the 1 ms poll");
+        let end = ms(1000);
+        let (mut events, mut periodic, mut wakes) = (0, 0, 0);
+        while clock.get() < end {
+            let c = clock.clone();
+            let (cause, _) = s.wait_on(&mut fake, clock.get(), end, move || c.get());
+            wakes += 1;
+            match cause {
+                Some(Cause::Event) => events += 1,
+                Some(Cause::Periodic) => periodic += 1,
+                None => {}
+            }
+        }
+        assert_eq!(
+            events, 3,
+            "one tick per event wake-up, the overrun included"
+        );
+        // t = 0, 100, ..., 1000 ms (the last wait ends at the run's end, which is also due)
+        assert_eq!(periodic, 11);
+        assert!(
+            wakes <= 14,
+            "{wakes} wake-ups: the loop sleeps between duties"
+        );
+        assert!(fake.waits.iter().all(|w| *w <= EVENT_PERIOD));
+        assert!(fake.waits.iter().any(|w| *w >= Duration::from_millis(90)));
+    }
+
+    /// A slow policy (Heracles' outer loop, 2 s) keeps its own period.
+    #[test]
+    fn a_slower_policy_keeps_its_period() {
+        let t0 = Instant::now();
+        let s = EventSchedule::new(Duration::from_secs(2), t0);
+        assert_eq!(s.period(), Duration::from_secs(2));
+        let mut s2 = s.clone();
+        let none = Drained::default();
+        assert_eq!(s2.after_wait(t0, &none), Some(Cause::Periodic));
+        assert_eq!(s2.after_wait(t0 + Duration::from_secs(1), &none), None);
+        assert_eq!(
+            s2.timeout(t0 + Duration::from_secs(1), t0 + Duration::from_secs(60)),
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn thresholds_follow_the_blind_rules_on_an_integer_count() {
+        let mut c: Config =
+            toml::from_str("[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[policy]\nkind = \"blind\"\n")
+                .unwrap();
+        // B = 1, tolerance 0.1, step 1: shrink at 0 idle, grow at 2
+        assert_eq!(thresholds(&c), Some((1, 2)));
+        c.policy.blind.buffer_cores = 2.0;
+        c.policy.blind.hysteresis_cpus = 1.0;
+        assert_eq!(thresholds(&c), Some((2, 4)));
+        // fractional B: the fraction is the step
+        c.policy.blind.buffer_cores = 1.5;
+        c.policy.blind.hysteresis_cpus = 0.0;
+        assert_eq!(thresholds(&c), Some((2, 2)));
+        c.policy.kind = PolicyKind::Heracles;
+        assert_eq!(thresholds(&c), None);
+    }
+}

@@ -1,0 +1,397 @@
+//! `headroom bench agent`, event-driven sensing: reaction per event and churn.
+//!
+//! - Reaction per event, from the kernel's timestamp of the idle count falling below the
+//!   buffer (the BPF idle program's event) to the BE write done (CLOCK_MONOTONIC after the
+//!   tick's cpuset/freezer/quota writes returned), and sensing alone (crossing → agent awake),
+//!   as histograms, for event-driven sensing and 1 ms / 10 ms polling side by side (every mode
+//!   runs the BPF idle program, so every crossing has a kernel timestamp; the agent writes one
+//!   line per answered crossing to `HEADROOM_REACTION_LOG`). The LC is pinned on CPU 1, BE
+//!   spins on the rest; a step is a stopped spinner in the LC group on CPU 1 let run for
+//!   30 ms, then stopped and BE allowed to grow back; B = 0.5 (see [`BUFFER_CORES`]); every
+//!   crossing the agent answered with a write is one sample. On an idle host, and on a busy one: a
+//!   nice-19 thread outside the agent's groups busy 10 ms of every 20 ms on CPU 0.
+//! - Churn: an LC thread flipping CPU 1 between busy and idle at 1 kHz (0.5 ms each) for
+//!   `--seconds`: the agent's CPU use, its program's counters (events, crossings held back by
+//!   the hysteresis, overruns), and an independent tracker with no hysteresis on the same
+//!   flips: every crossing read or counted as an overrun, directions alternating (none lost).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use headroom_host::idle_bpf::{BpfIdleTracker, Direction};
+use headroom_host::{Cgroups, FreezeState, GroupPath};
+
+use super::bench_agent::{loadavg, pinned, process_run_ns, signal, wait_state, Cleanup};
+
+/// B of the reaction and churn runs. Half a CPU: on 2 CPUs the thresholds are "no CPU idle"
+/// (shrink by half a CPU, a quota write) and "one CPU idle" (grow), so BE runs and is shrunk
+/// even while other work keeps one CPU busy; with B = 1 BE grows only when both CPUs are
+/// idle at once, which a host with other work on it rarely offers.
+const BUFFER_CORES: f64 = 0.5;
+
+/// How the agent senses, for one measurement.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mode {
+    pub name: &'static str,
+    pub sensing: &'static str,
+    pub poll_ms: u64,
+}
+
+pub(super) const MODES: [Mode; 3] = [
+    Mode {
+        name: "events",
+        sensing: "events",
+        poll_ms: 1,
+    },
+    Mode {
+        name: "poll_1ms",
+        sensing: "poll",
+        poll_ms: 1,
+    },
+    Mode {
+        name: "poll_10ms",
+        sensing: "poll",
+        poll_ms: 10,
+    },
+];
+
+fn write_config(
+    dir: &Path,
+    top: &GroupPath,
+    lc_pid: u32,
+    mode: Mode,
+    tag: &str,
+) -> std::path::PathBuf {
+    let bin = std::env::current_exe().unwrap_or_else(|_| "headroom".into());
+    let text = format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n[[be]]\nname = \"be\"\ncgroup = \"{top}/be\"\n\
+         command = [\"{bin}\", \"antagonist\", \"spin\", \"--threads\", \"2\", \"--duration\", \"600\"]\n\n\
+         [policy]\nkind = \"blind\"\n[policy.blind]\nbuffer_cores = {buffer}\npoll_ms = {poll}\ngrow_interval_ms = 50\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\n\n\
+         [sensors]\nidle = \"bpf\"\nidle_sensing = \"{sensing}\"\n",
+        bin = bin.display(),
+        buffer = BUFFER_CORES,
+        poll = mode.poll_ms,
+        sensing = mode.sensing,
+        d = dir.display()
+    );
+    let path = dir.join(format!("agent-{}-{tag}.toml", mode.name));
+    std::fs::write(&path, text).expect("writing the bench config");
+    path
+}
+
+/// A thread pinned on `cpu` at `nice`, busy `on` then asleep `off`, until `stop` or `limit`.
+fn duty_thread(
+    cpu: usize,
+    on: Duration,
+    off: Duration,
+    nice: i32,
+    stop: Arc<AtomicBool>,
+    limit: Duration,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        // SAFETY: affinity and priority of this thread only (tid 0 = the caller).
+        unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+        }
+        let end = Instant::now() + limit;
+        let mut flips = 0u64;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+            let busy_until = Instant::now() + on;
+            while Instant::now() < busy_until {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(off);
+            flips += 1;
+        }
+        flips
+    })
+}
+
+/// Quantiles of a sample, µs.
+pub(super) struct Histogram(Vec<f64>);
+
+impl Histogram {
+    fn new(mut v: Vec<f64>) -> Histogram {
+        v.sort_by(f64::total_cmp);
+        Histogram(v)
+    }
+    fn q(&self, q: f64) -> Option<f64> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.0
+            .get(((self.0.len() - 1) as f64 * q).round() as usize)
+            .copied()
+    }
+    fn line(&self) -> String {
+        let f = |q: f64| self.q(q).map_or("-".into(), |v| format!("{v:.0}"));
+        format!(
+            "n {:>3}  p50 {:>6} µs  p90 {:>6} µs  p99 {:>6} µs  max {:>6} µs",
+            self.0.len(),
+            f(0.5),
+            f(0.9),
+            f(0.99),
+            f(1.0)
+        )
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "n": self.0.len(), "p50_us": self.q(0.5), "p90_us": self.q(0.9),
+            "p99_us": self.q(0.99), "max_us": self.q(1.0)
+        })
+    }
+}
+
+/// Three numbers of a reaction-log line: (crossing, awake, written) ns, or the final
+/// (events, suppressed, overruns).
+type Triple = (u64, u64, u64);
+
+/// The reaction log's lines and the final counters.
+fn read_log(path: &Path) -> (Vec<Triple>, Option<Triple>) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut rows = Vec::new();
+    let mut counters = None;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        match (f.first(), n(1), n(2), n(3)) {
+            (Some(&"counters"), Some(a), Some(b), Some(c)) => counters = Some((a, b, c)),
+            (Some(_), Some(a), Some(b), Some(c)) => rows.push((a, b, c)),
+            _ => {}
+        }
+    }
+    (rows, counters)
+}
+
+fn stop_agent(clean: &mut Cleanup, pid: u32) {
+    signal(pid, libc::SIGTERM);
+    for c in clean.children.iter_mut().filter(|c| c.id() == pid) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if c.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    clean.children.retain(|c| c.id() != pid);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn_agent(bin: &Path, cfg: &Path, log: &Path, clean: &mut Cleanup) -> anyhow::Result<u32> {
+    let _ = std::fs::remove_file(log);
+    let agent = Command::new(bin)
+        .args(["agent", "--config"])
+        .arg(cfg)
+        .env(headroom_agent::reaction_log::ENV, log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running the agent")?;
+    let pid = agent.id();
+    clean.children.push(agent);
+    Ok(pid)
+}
+
+/// Reaction per event for every mode, on an idle and a busy host.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reactions(
+    bin: &Path,
+    cgroups: &Cgroups,
+    top: &GroupPath,
+    dir: &Path,
+    lc_pid: u32,
+    steps: usize,
+    clean: &mut Cleanup,
+    report: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let be = top.join("be")?;
+    let lc_group = top.join("lc")?;
+    for busy in [false, true] {
+        println!(
+            "reaction per event, kernel crossing → BE write done ({}):",
+            if busy {
+                "busy host: a nice-19 thread busy 10 ms of every 20 ms on CPU 0"
+            } else {
+                "idle host"
+            }
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let background = busy.then(|| {
+            duty_thread(
+                0,
+                Duration::from_millis(10),
+                Duration::from_millis(10),
+                19,
+                stop.clone(),
+                Duration::from_secs(600),
+            )
+        });
+        for mode in MODES {
+            let tag = if busy { "busy" } else { "idle" };
+            let cfg = write_config(dir, top, lc_pid, mode, tag);
+            let log = dir.join(format!("reactions-{}-{tag}.log", mode.name));
+            let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
+            std::thread::sleep(Duration::from_secs(2));
+            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1).spawn()?;
+            let step_pid = step.id();
+            clean.children.push(step);
+            signal(step_pid, libc::SIGSTOP);
+            if !wait_state(step_pid, 'T') {
+                bail!("the step spinner {step_pid} did not stop");
+            }
+            cgroups
+                .move_process(&lc_group, step_pid as i32)
+                .context("moving the step spinner into the LC group")?;
+            let be_running = || {
+                cgroups
+                    .freeze_state(&be)
+                    .map(|s| s == FreezeState::Thawed)
+                    .unwrap_or(false)
+                    && cgroups
+                        .cpuset_cpus(&be)
+                        .map(|c| !c.is_empty())
+                        .unwrap_or(false)
+            };
+            let mut skipped = 0;
+            for _ in 0..steps {
+                let t = Instant::now();
+                while !be_running() && t.elapsed() < Duration::from_millis(500) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if !be_running() {
+                    skipped += 1;
+                    continue;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                signal(step_pid, libc::SIGCONT);
+                std::thread::sleep(Duration::from_millis(30));
+                signal(step_pid, libc::SIGSTOP);
+                wait_state(step_pid, 'T');
+                std::thread::sleep(Duration::from_millis(60));
+            }
+            stop_agent(clean, agent_pid);
+            signal(step_pid, libc::SIGKILL);
+            signal(step_pid, libc::SIGCONT);
+            for c in clean.children.iter_mut().filter(|c| c.id() == step_pid) {
+                let _ = c.wait();
+            }
+            clean.children.retain(|c| c.id() != step_pid);
+            let (rows, _) = read_log(&log);
+            let us = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1000.0;
+            let reaction = Histogram::new(rows.iter().map(|r| us(r.0, r.2)).collect());
+            let sensing = Histogram::new(rows.iter().map(|r| us(r.0, r.1)).collect());
+            println!("  {:>9} reaction {}", mode.name, reaction.line());
+            println!("  {:>9} sensing  {}", "", sensing.line());
+            if skipped > 0 {
+                println!(
+                    "  {:>9} {skipped} of {steps} steps skipped: BE was not running 0.5 s after the previous step (load average {})",
+                    "",
+                    loadavg()
+                );
+            }
+            report.insert(
+                format!("event_reaction_{}_{tag}_host", mode.name),
+                serde_json::json!({
+                    "reaction": reaction.json(), "sensing": sensing.json(),
+                    "steps": steps, "steps_skipped": skipped,
+                }),
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        if let Some(b) = background {
+            let _ = b.join();
+        }
+    }
+    Ok(())
+}
+
+/// The agent under an LC that flips CPU 1 busy/idle at 1 kHz for `seconds`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn churn(
+    bin: &Path,
+    top: &GroupPath,
+    dir: &Path,
+    lc_pid: u32,
+    seconds: f64,
+    clean: &mut Cleanup,
+    report: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let mode = MODES[0];
+    let cfg = write_config(dir, top, lc_pid, mode, "churn");
+    let log = dir.join("reactions-churn.log");
+    let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
+    std::thread::sleep(Duration::from_secs(2));
+    // an independent tracker watching CPU 1 alone, no hysteresis: every flip is a crossing
+    let mut own = BpfIdleTracker::attach_watching(Path::new("/"), Some(&[1]))
+        .context("the bench's idle tracker")?;
+    own.program().set_thresholds(1, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = duty_thread(
+        1,
+        Duration::from_micros(500),
+        Duration::from_micros(500),
+        0,
+        stop.clone(),
+        Duration::from_secs_f64(seconds + 1.0),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let before = (Instant::now(), process_run_ns(agent_pid));
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut seen = Vec::new();
+    while Instant::now() < end {
+        own.wait(Some(Duration::from_millis(100)))?;
+        own.program_mut().ring().drain(|e| seen.push(e.direction));
+    }
+    let after = (Instant::now(), process_run_ns(agent_pid));
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap_or(0);
+    own.program_mut().ring().drain(|e| seen.push(e.direction));
+    let own_counters = own.program().counters();
+    drop(own);
+    stop_agent(clean, agent_pid);
+    let cpu_pct = match (before.1, after.1) {
+        (Some(a), Some(b)) => {
+            100.0 * b.saturating_sub(a) as f64 / 1e9 / (after.0 - before.0).as_secs_f64()
+        }
+        _ => bail!("could not read the agent's schedstat during churn"),
+    };
+    let (rows, counters) = read_log(&log);
+    let alternating = seen.windows(2).all(|w| w[0] != w[1]);
+    let lows = seen.iter().filter(|d| **d == Direction::Low).count();
+    let lost = flips.saturating_sub(lows as u64 + own_counters.overruns / 2);
+    println!(
+        "churn (CPU 1 flipped busy/idle at 1 kHz, {flips} flips in {seconds:.0} s): agent CPU {cpu_pct:.2}% of one CPU; agent's program: {}; {} reactions logged",
+        counters.map_or("no counters".into(), |(e, s, o)| format!(
+            "{e} events, {s} crossings held back by hysteresis, {o} overruns"
+        )),
+        rows.len()
+    );
+    println!(
+        "  independent tracker on CPU 1, no hysteresis: {} crossings read ({lows} busy), {} overruns, directions {}; flips that never idled CPU 1 (BE or other work ran in the sleep): {lost}",
+        seen.len(),
+        own_counters.overruns,
+        if alternating { "alternate (none lost)" } else { "DO NOT alternate (a crossing was lost)" }
+    );
+    report.insert(
+        "churn".into(),
+        serde_json::json!({
+            "seconds": seconds, "flips": flips, "agent_cpu_pct": cpu_pct,
+            "agent_events": counters.map(|c| c.0), "agent_suppressed": counters.map(|c| c.1),
+            "agent_overruns": counters.map(|c| c.2),
+            "tracker_crossings_read": seen.len(), "tracker_overruns": own_counters.overruns,
+            "tracker_directions_alternate": alternating, "flips_without_busy_crossing": lost,
+        }),
+    );
+    Ok(())
+}
