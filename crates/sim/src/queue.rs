@@ -4,6 +4,21 @@
 //! exponentials and a percentile is a bisection. Per-request simulation of every server of a
 //! fleet would be far too slow; [`crate::des`] checks these formulas against an exact simulation.
 
+/// Probability that an arrival finds all `k` servers busy in a loss system (Erlang B), offered
+/// load `a` (= λ·E[S], in servers); in an overflow system (arrivals that find the `k` busy go
+/// elsewhere instead of queueing) it is the overflow fraction, and `a·B` the overflow traffic —
+/// Erlang's and Wilkinson's overflow model. Defined for every `a ≥ 0`, also `a ≥ k`.
+pub fn erlang_b(k: u32, a: f64) -> f64 {
+    if a <= 0.0 {
+        return if k == 0 { 1.0 } else { 0.0 };
+    }
+    let mut b = 1.0;
+    for i in 1..=k {
+        b = a * b / (i as f64 + a * b);
+    }
+    b
+}
+
 /// Probability that an arrival waits in an M/M/k queue (Erlang C), `k` servers, offered load `a`
 /// (= λ·E[S], in servers). 1.0 when `a >= k` (the queue is unstable).
 pub fn erlang_c(k: u32, a: f64) -> f64 {
