@@ -17,6 +17,8 @@
 //! to the LC at every wake-up; with the LC pinned away from BE's CPUs nothing is shared and BE
 //! keeps its weight.
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;

@@ -11,6 +11,8 @@
 //! or load is unknown the top level changes nothing and looks again after 1 s instead of a full
 //! period.
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;

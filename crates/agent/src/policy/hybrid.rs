@@ -10,6 +10,8 @@
 //! step that re-enables BE after a violation keeps the step the violation added (its slack was
 //! measured without BE).
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;

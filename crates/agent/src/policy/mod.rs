@@ -3,12 +3,12 @@
 //! No policy reads files or clocks; every constant is a config key. [`build`] returns the
 //! configured policy wrapped in the safety rules ([`Guarded`]), which override every policy.
 
-mod blind;
-mod heracles;
-mod hybrid;
+pub(crate) mod blind;
+pub(crate) mod heracles;
+pub(crate) mod hybrid;
 mod safety;
-mod simple;
-mod weights;
+pub(crate) mod simple;
+pub(crate) mod weights;
 
 use std::time::Duration;
 

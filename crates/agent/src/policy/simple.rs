@@ -1,6 +1,8 @@
 //! PerfIso's baselines: `none` (BE unrestricted), `static-cores` (BE confined to N cores) and
 //! `static-cycles` (BE limited to X% of the machine's CPU time).
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;

@@ -10,6 +10,8 @@
 //! groups' RT_sla; isolation mode gives a group over its agreed maximum load RT_sla = ∞ (a
 //! million seconds, as in the paper), so its weight falls to about W^min.
 
+pub mod config;
+
 use std::time::Duration;
 
 use serde_json::json;

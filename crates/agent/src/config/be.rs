@@ -1,0 +1,85 @@
+//! `[[be]]`: the best-effort groups.
+
+use crate::config::checks::*;
+use crate::config::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+
+/// `[[be]]`: one best-effort group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeConfig {
+    pub name: String,
+    pub cgroup: String,
+    /// Optional command the agent launches in the group and owns.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Restart the command when it dies, with exponential backoff.
+    #[serde(default = "default_true")]
+    pub restart: bool,
+    #[serde(default = "default_backoff_ms")]
+    pub restart_backoff_ms: u64,
+    #[serde(default = "default_backoff_max_ms")]
+    pub restart_backoff_max_ms: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_backoff_ms() -> u64 {
+    1000
+}
+fn default_backoff_max_ms() -> u64 {
+    60_000
+}
+
+/// Refuses bad BE groups: empty or duplicate names, unsafe paths, groups that overlap each other or the LC's.
+pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &str) -> Result<(), ConfigError> {
+    let mut names = Vec::new();
+    for (i, be) in groups.iter().enumerate() {
+        if be.name.trim().is_empty() {
+            return Err(invalid(
+                &format!("be[{i}].name"),
+                &be.name,
+                "must not be empty",
+            ));
+        }
+        if names.contains(&&be.name) {
+            return Err(invalid(
+                &format!("be[{i}].name"),
+                &be.name,
+                "duplicate BE name",
+            ));
+        }
+        names.push(&be.name);
+        validate_cgroup_path(&format!("be[{i}].cgroup"), &be.cgroup)?;
+        if let Some((j, other)) = groups[..i]
+            .iter()
+            .enumerate()
+            .find(|(_, o)| same_or_nested(&o.cgroup, &be.cgroup))
+        {
+            return Err(invalid(
+                    &format!("be[{i}].cgroup"),
+                    &be.cgroup,
+                    format!(
+                        "overlaps be[{j}].cgroup {:?}: each BE needs a group of its own, neither inside the other",
+                        other.cgroup
+                    ),
+                ));
+        }
+        if same_or_nested(&be.cgroup, lc_cgroup) {
+            return Err(invalid(
+                &format!("be[{i}].cgroup"),
+                &be.cgroup,
+                format!("overlaps the LC group {:?}", lc_cgroup),
+            ));
+        }
+        if be.restart_backoff_ms == 0 || be.restart_backoff_max_ms < be.restart_backoff_ms {
+            return Err(invalid(
+                &format!("be[{i}].restart_backoff_max_ms"),
+                be.restart_backoff_max_ms,
+                "backoffs must be > 0 with max >= restart_backoff_ms",
+            ));
+        }
+    }
+    Ok(())
+}

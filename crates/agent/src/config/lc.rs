@@ -1,0 +1,315 @@
+//! `[lc]`: the latency-critical service, its SLO and where its latency and load come from.
+
+use crate::config::checks::*;
+use crate::config::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+
+/// `[lc]`: the latency-critical service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LcConfig {
+    pub name: String,
+    /// Relative to the cgroup root; created if missing.
+    pub cgroup: String,
+    /// Processes to move into the LC group.
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    /// A command the agent launches in the LC group (instead of `pids`).
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub slo: SloConfig,
+    /// Where the tail latency comes from; required by latency-driven policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyConfig>,
+    /// Where the load comes from; required by load-driven policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadConfig>,
+    /// LC thread treatment (mainline stand-ins for BVT warp).
+    #[serde(default)]
+    pub threads: LcThreadsConfig,
+}
+
+/// `[lc.slo]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SloConfig {
+    pub percentile: f64,
+    pub target_us: f64,
+    pub window_s: f64,
+    /// Samples a latency window needs before its percentile counts (default 10 / (1 − p):
+    /// 1000 for p99, so that 10 samples lie beyond it — the load generator's own rule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_samples: Option<u64>,
+}
+
+impl Default for SloConfig {
+    fn default() -> Self {
+        SloConfig {
+            percentile: 99.0,
+            target_us: 500.0,
+            window_s: 15.0,
+            min_samples: None,
+        }
+    }
+}
+
+impl SloConfig {
+    /// `min_samples`, or the default for the percentile.
+    pub fn min_samples(&self) -> u64 {
+        self.min_samples
+            .unwrap_or_else(|| headroom_load::stats::min_samples_for(self.percentile))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LatencySource {
+    Probe,
+    Prometheus,
+    Feed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeProtocol {
+    Memcache,
+    Redis,
+    Http,
+}
+
+/// `[lc.latency]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyConfig {
+    pub source: LatencySource,
+    /// Probe protocol (`source = "probe"`).
+    #[serde(default = "default_protocol")]
+    pub protocol: ProbeProtocol,
+    /// `host:port` of the service to probe (`source = "probe"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Probe requests per second.
+    #[serde(default = "default_rate_hz")]
+    pub rate_hz: f64,
+    /// Prometheus endpoint URL (`source = "prometheus"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Prometheus histogram metric name (`source = "prometheus"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// Unix socket a `headroom load --feed` connects to (`source = "feed"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// The prober refuses a window whose own send lag p99 exceeds this, µs (its CPU was busy:
+    /// the window would measure the prober, not the LC). Default: 20% of the SLO target, at
+    /// least 100 µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_send_lag_us: Option<f64>,
+}
+
+impl LatencyConfig {
+    /// The prober's send-lag bound for an SLO target of `target_us`.
+    pub fn send_lag_bound_us(&self, target_us: f64) -> f64 {
+        self.max_send_lag_us
+            .unwrap_or_else(|| (0.2 * target_us).max(100.0))
+    }
+}
+
+fn default_protocol() -> ProbeProtocol {
+    ProbeProtocol::Memcache
+}
+fn default_rate_hz() -> f64 {
+    1000.0
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadSource {
+    MemcacheStats,
+    RedisInfo,
+    Prometheus,
+    Feed,
+}
+
+/// `[lc.load]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadConfig {
+    pub source: LoadSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The LC's peak load on this server; load fractions are relative to it.
+    pub peak_qps: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Prometheus counter metric name (`source = "prometheus"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+}
+
+/// `[lc.threads]`: how LC threads are treated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LcThreadsConfig {
+    /// Pin LC threads to distinct CPUs (Blagodurov §IV.E, Leverich & Kozyrakis).
+    pub pin: bool,
+    /// CPUs to pin onto; empty = the agent uses the lowest-numbered CPUs.
+    pub cpus: Vec<u32>,
+    /// EEVDF slice request for LC threads, µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slice_us: Option<u64>,
+    /// Run LC threads SCHED_FIFO at this priority (1..99).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fifo_priority: Option<u8>,
+}
+
+/// The longest latency window the agent accepts, seconds.
+pub const MAX_WINDOW_S: f64 = 3600.0;
+/// The prober's rate cap, Hz, whatever the LC's peak.
+pub const MAX_PROBE_HZ: f64 = 10_000.0;
+/// The prober's rate cap as a share of `lc.load.peak_qps`.
+pub const MAX_PROBE_SHARE: f64 = 0.05;
+
+impl LcConfig {
+    /// Refuses bad values; the error names the key, the value and the reason.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(invalid("lc.name", &self.name, "must not be empty"));
+        }
+        validate_cgroup_path("lc.cgroup", &self.cgroup)?;
+        if !self.pids.is_empty() && !self.command.is_empty() {
+            return Err(invalid(
+                "lc.command",
+                &self.command,
+                "give either lc.pids or lc.command, not both",
+            ));
+        }
+        if self.pids.contains(&0) {
+            return Err(invalid("lc.pids", &self.pids, "pid 0 is not a process"));
+        }
+        let slo = &self.slo;
+        if !(slo.percentile > 0.0 && slo.percentile < 100.0) {
+            return Err(invalid(
+                "lc.slo.percentile",
+                slo.percentile,
+                "must be in (0, 100)",
+            ));
+        }
+        positive("lc.slo.target_us", slo.target_us)?;
+        positive("lc.slo.window_s", slo.window_s)?;
+        if slo.window_s > MAX_WINDOW_S {
+            return Err(invalid(
+                "lc.slo.window_s",
+                slo.window_s,
+                format!("above {MAX_WINDOW_S} s: a latency that old cannot steer BE (Heracles uses 15 s)"),
+            ));
+        }
+        if slo.min_samples == Some(0) {
+            return Err(invalid("lc.slo.min_samples", 0, "must be at least 1"));
+        }
+        if let Some(lat) = &self.latency {
+            match lat.source {
+                LatencySource::Probe => {
+                    require_address("lc.latency.address", lat.address.as_deref())?
+                }
+                LatencySource::Prometheus => {
+                    require_some(
+                        "lc.latency.url",
+                        lat.url.as_deref(),
+                        "source = \"prometheus\"",
+                    )?;
+                    require_some(
+                        "lc.latency.metric",
+                        lat.metric.as_deref(),
+                        "source = \"prometheus\"",
+                    )?;
+                }
+                LatencySource::Feed => {}
+            }
+            positive("lc.latency.rate_hz", lat.rate_hz)?;
+            if let Some(b) = lat.max_send_lag_us {
+                positive("lc.latency.max_send_lag_us", b)?;
+            }
+            // The prober is load on the LC: bounded absolutely and, where the LC's peak is
+            // known, to a small fraction of it (a 1e9 Hz prober pushed p99 from 200 µs to 4 ms).
+            if lat.source == LatencySource::Probe {
+                let cap = self.load.as_ref().map_or(MAX_PROBE_HZ, |l| {
+                    (l.peak_qps * MAX_PROBE_SHARE).min(MAX_PROBE_HZ)
+                });
+                if lat.rate_hz > cap {
+                    return Err(invalid(
+                        "lc.latency.rate_hz",
+                        lat.rate_hz,
+                        format!(
+                            "above {cap:.0} Hz: the prober may add at most {:.0}% of lc.load.peak_qps and {MAX_PROBE_HZ:.0} Hz of load to the LC",
+                            MAX_PROBE_SHARE * 100.0
+                        ),
+                    ));
+                }
+            }
+            // A prober that cannot fill its window never yields a latency, and the agent would
+            // run blind until the stale rule disables BE: refuse it at start instead.
+            let probes_per_window = lat.rate_hz * slo.window_s;
+            if lat.source == LatencySource::Probe && probes_per_window < slo.min_samples() as f64 {
+                return Err(invalid(
+                    "lc.latency.rate_hz",
+                    lat.rate_hz,
+                    format!(
+                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than the {} the p{} needs (lc.slo.min_samples); raise the rate or the window",
+                        slo.window_s,
+                        slo.min_samples(),
+                        slo.percentile
+                    ),
+                ));
+            }
+        }
+        if let Some(load) = &self.load {
+            positive("lc.load.peak_qps", load.peak_qps)?;
+            match load.source {
+                LoadSource::MemcacheStats | LoadSource::RedisInfo => {
+                    require_address("lc.load.address", load.address.as_deref())?
+                }
+                LoadSource::Prometheus => {
+                    require_some(
+                        "lc.load.url",
+                        load.url.as_deref(),
+                        "source = \"prometheus\"",
+                    )?;
+                    require_some(
+                        "lc.load.metric",
+                        load.metric.as_deref(),
+                        "source = \"prometheus\"",
+                    )?;
+                }
+                LoadSource::Feed => {}
+            }
+        }
+        let threads = &self.threads;
+        if let Some(p) = threads.fifo_priority {
+            if !(1..=99).contains(&p) {
+                return Err(invalid("lc.threads.fifo_priority", p, "must be in 1..=99"));
+            }
+            if threads.slice_us.is_some() {
+                return Err(invalid(
+                    "lc.threads.slice_us",
+                    threads.slice_us,
+                    "a slice request has no effect under SCHED_FIFO; give one of the two",
+                ));
+            }
+        }
+        if let Some(s) = threads.slice_us {
+            if !(100..=100_000).contains(&s) {
+                return Err(invalid(
+                    "lc.threads.slice_us",
+                    s,
+                    "EEVDF accepts 100..=100000 µs",
+                ));
+            }
+        }
+        distinct("lc.threads.cpus", &threads.cpus)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,62 @@
+//! `[policy]`: which policy runs; each policy's own section lives beside it in `crate::policy`.
+
+use crate::config::{
+    BlindConfig, HeraclesConfig, HybridConfig, StaticCoresConfig, StaticCyclesConfig, WeightsConfig,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    None,
+    StaticCores,
+    StaticCycles,
+    Weights,
+    Blind,
+    Heracles,
+    Hybrid,
+}
+
+impl PolicyKind {
+    /// The config spelling (`policy.kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::None => "none",
+            PolicyKind::StaticCores => "static-cores",
+            PolicyKind::StaticCycles => "static-cycles",
+            PolicyKind::Weights => "weights",
+            PolicyKind::Blind => "blind",
+            PolicyKind::Heracles => "heracles",
+            PolicyKind::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// `[policy]`: which policy runs, and every policy's constants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    pub kind: PolicyKind,
+    #[serde(rename = "static-cores")]
+    pub static_cores: StaticCoresConfig,
+    #[serde(rename = "static-cycles")]
+    pub static_cycles: StaticCyclesConfig,
+    pub weights: WeightsConfig,
+    pub blind: BlindConfig,
+    pub heracles: HeraclesConfig,
+    pub hybrid: HybridConfig,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            kind: PolicyKind::Hybrid,
+            static_cores: StaticCoresConfig::default(),
+            static_cycles: StaticCyclesConfig::default(),
+            weights: WeightsConfig::default(),
+            blind: BlindConfig::default(),
+            heracles: HeraclesConfig::default(),
+            hybrid: HybridConfig::default(),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! `[safety]`: rules that override every policy.
+
+use crate::allocation::IoLimit;
+use crate::config::checks::*;
+use crate::config::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnExit {
+    Freeze,
+    Restore,
+    Leave,
+}
+
+/// `[safety]`: rules that override every policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SafetyConfig {
+    pub on_exit: OnExit,
+    pub state_file: String,
+    /// LC latency older than this is stale, ms.
+    pub latency_max_age_ms: u64,
+    /// BE disabled after this many consecutive ticks with unknown/stale latency (0 = by time only).
+    pub stale_disable_ticks: u64,
+    /// BE disabled after unknown/stale latency for this long, ms (0 = by ticks only).
+    pub stale_disable_ms: u64,
+    /// BE disabled for this long after an SLO violation, s (0 = off).
+    pub violation_cooldown_s: f64,
+    /// BE grows at most once per this many ms, whatever the policy wants (grow slowly).
+    pub grow_interval_ms: u64,
+    /// No BE growth for this many ms after any shrink (hysteresis against flapping).
+    pub grow_after_shrink_ms: u64,
+    /// BE disabled while MemAvailable is below this, bytes (PerfIso's low-memory kill switch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_mem_available_bytes: Option<u64>,
+    /// BE killed while memory PSI "full" avg10 is above this, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_memory_psi_full: Option<f64>,
+    /// Memory limit of the BE groups, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub be_memory_limit_bytes: Option<u64>,
+    /// Disk throttles of the BE groups (PerfIso's static I/O limits).
+    pub be_io_limits: Vec<IoLimit>,
+    /// The control loop runs SCHED_FIFO at this priority so no BE (or LC) thread can delay a
+    /// shrink by a scheduler slice; 0 leaves its scheduling alone. Where FIFO is refused (not
+    /// root, or a cgroup-v1 cpu group without an RT budget) it falls back to nice -20.
+    pub agent_fifo_priority: u8,
+}
+
+impl Default for SafetyConfig {
+    fn default() -> Self {
+        SafetyConfig {
+            on_exit: OnExit::Freeze,
+            state_file: "/var/lib/headroom/state.json".to_string(),
+            latency_max_age_ms: 5000,
+            stale_disable_ticks: 0,
+            stale_disable_ms: 30_000,
+            violation_cooldown_s: 300.0,
+            grow_interval_ms: 20,
+            grow_after_shrink_ms: 100,
+            min_mem_available_bytes: None,
+            max_memory_psi_full: None,
+            be_memory_limit_bytes: None,
+            be_io_limits: Vec::new(),
+            agent_fifo_priority: 1,
+        }
+    }
+}
+
+impl SafetyConfig {
+    /// Refuses bad values; the error names the key, the value and the reason.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.agent_fifo_priority > 99 {
+            return Err(invalid(
+                "safety.agent_fifo_priority",
+                self.agent_fifo_priority,
+                "must be in 0..=99 (0 = leave the agent's scheduling alone)",
+            ));
+        }
+        if self.state_file.trim().is_empty() {
+            return Err(invalid(
+                "safety.state_file",
+                &self.state_file,
+                "must not be empty",
+            ));
+        }
+        if self.latency_max_age_ms == 0 {
+            return Err(invalid("safety.latency_max_age_ms", 0, "must be > 0"));
+        }
+        if self.stale_disable_ticks == 0 && self.stale_disable_ms == 0 {
+            return Err(invalid(
+                "safety.stale_disable_ms",
+                0,
+                "stale_disable_ticks and stale_disable_ms cannot both be 0",
+            ));
+        }
+        non_negative("safety.violation_cooldown_s", self.violation_cooldown_s)?;
+        if let Some(p) = self.max_memory_psi_full {
+            if !(0.0..=100.0).contains(&p) {
+                return Err(invalid(
+                    "safety.max_memory_psi_full",
+                    p,
+                    "PSI is a percentage in [0, 100]",
+                ));
+            }
+        }
+        if self.grow_interval_ms > 3_600_000 || self.grow_after_shrink_ms > 3_600_000 {
+            return Err(invalid(
+                "safety.grow_interval_ms",
+                self.grow_interval_ms.max(self.grow_after_shrink_ms),
+                "growth pacing above one hour would stop BE growing",
+            ));
+        }
+        for (i, io) in self.be_io_limits.iter().enumerate() {
+            let ok = io
+                .device
+                .split_once(':')
+                .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
+            if !ok {
+                return Err(invalid(
+                    &format!("safety.be_io_limits[{i}].device"),
+                    &io.device,
+                    "expected MAJOR:MINOR, e.g. \"8:0\"",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
