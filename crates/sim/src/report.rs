@@ -308,10 +308,11 @@ pub fn rerender_fleet_report(dir: &Path) -> Result<headroom_bench::format::Repor
     let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
     let study_path = dir.join(STUDY_JSON);
     if !study_path.is_file() {
-        return Err(SimError::Refused(format!(
-            "{}: missing: the directory was written by a `sim fleet` that kept no study; run it again",
-            study_path.display()
-        )));
+        return Err(SimError::Parse {
+            file: Some(study_path),
+            line: None,
+            reason: "missing: written by a `sim fleet` that kept no study (before re-rendering existed); run it again".into(),
+        });
     }
     let study: Study = read_json(&study_path)?;
     let fleet: Vec<Value> = read_json(&dir.join(FLEET_JSON))?;
