@@ -341,6 +341,10 @@ pub fn launch_gated(
         unsafe {
             libc::setpgid(0, 0);
             libc::close(gate_w);
+            // Drop every fd inherited from the agent but the gate: a child that the agent left
+            // frozen behind the gate (killed mid-launch) must not keep the state lock, the
+            // control socket or the metrics port, or the next agent could not start.
+            close_inherited_fds(gate_r);
             let mut byte = 0u8;
             let n = libc::read(gate_r, (&mut byte as *mut u8).cast(), 1);
             if n != 1 {
@@ -377,4 +381,69 @@ pub fn launch_gated(
     }
     close_gate(true);
     Ok(pid as u32)
+}
+
+/// Closes every fd from 3 up except `keep` (async-signal-safe: raw `close_range(2)`, with a
+/// bounded `close` loop where the kernel predates it, 5.9).
+fn close_inherited_fds(keep: libc::c_int) {
+    let range = |first: libc::c_uint, last: libc::c_uint| {
+        // SAFETY: close_range only closes fds of this (forked) process.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+        if rc != 0 {
+            for fd in first..=last.min(4095) {
+                // SAFETY: as above.
+                unsafe { libc::close(fd as libc::c_int) };
+            }
+        }
+    };
+    let keep = keep as libc::c_uint;
+    if keep > 3 {
+        range(3, keep - 1);
+    }
+    range(keep.max(2) + 1, libc::c_uint::MAX);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gated child must not hold the agent's fds (its state lock above all) while it waits.
+    #[test]
+    fn a_gated_child_keeps_only_its_gate_fd() {
+        let lock = std::fs::File::open("/proc/self/stat").expect("open");
+        let held = std::os::fd::AsRawFd::as_raw_fd(&lock);
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the child only calls close/fcntl/_exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            close_inherited_fds(fds[0]);
+            // SAFETY: fcntl on fd numbers; EBADF is the expected answer for closed ones.
+            let code = unsafe {
+                let gate_open = libc::fcntl(fds[0], libc::F_GETFD) >= 0;
+                let lock_closed = libc::fcntl(held, libc::F_GETFD) < 0;
+                let other_closed = libc::fcntl(fds[1], libc::F_GETFD) < 0;
+                let stdio_open = libc::fcntl(2, libc::F_GETFD) >= 0;
+                u8::from(gate_open)
+                    | u8::from(lock_closed) << 1
+                    | u8::from(other_closed) << 2
+                    | u8::from(stdio_open) << 3
+            };
+            // SAFETY: leaving the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code as libc::c_int) };
+        }
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).expect("wait");
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0b1111),
+            "bits: gate open, lock closed, other fd closed, stdio open"
+        );
+        // SAFETY: closing the test's own pipe.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
 }

@@ -251,7 +251,8 @@ fn alg2_cores_that_would_saturate_dram_switch_to_grow_llc() {
 #[test]
 fn alg2_without_resctrl_grows_cores_only_and_says_why() {
     let mut m = MachineInfo::with_cpus(8);
-    m.mechanisms.resctrl_l3 = false;
+    m.mechanisms
+        .set(headroom_agent::policy::Mechanism::ResctrlL3, false);
     let mut h = Heracles::new(&config(""), &m);
     let mut last = None;
     for t in 0..12 {
@@ -348,7 +349,8 @@ fn alg3_disabled_without_guaranteed_frequency_or_rapl() {
         .unwrap()
         .contains("guaranteed_freq_mhz"));
     let mut m = MachineInfo::with_cpus(8);
-    m.mechanisms.rapl = false;
+    m.mechanisms
+        .set(headroom_agent::policy::Mechanism::Rapl, false);
     let cfg = config("[policy.heracles]\nguaranteed_freq_mhz = 2200\n");
     let mut h = Heracles::new(&cfg, &m);
     let d = h.decide(&power(obs(0.5, 0.5), 95.0, 2000.0), at(0.0));
@@ -387,7 +389,8 @@ fn alg4_be_ceiling_is_link_minus_lc_minus_headroom_every_second() {
 #[test]
 fn alg4_disabled_without_tc_or_rates_while_others_run() {
     let mut m = MachineInfo::with_cpus(8);
-    m.mechanisms.tc_htb = false;
+    m.mechanisms
+        .set(headroom_agent::policy::Mechanism::TcHtb, false);
     let mut h = Heracles::new(&config(""), &m);
     let d = h.decide(&net(obs(0.5, 0.5), 100e6), at(0.0));
     assert_eq!(d.allocation.be_egress_ceil_bytes_per_s, None);

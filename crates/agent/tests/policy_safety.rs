@@ -197,8 +197,10 @@ fn lc_is_never_restricted_and_missing_mechanisms_are_dropped() {
     let text = "[lc]\nname = \"svc\"\ncgroup = \"headroom/lc\"\n[lc.threads]\npin = true\ncpus = [0, 1]\nslice_us = 100\n[policy]\nkind = \"blind\"\n";
     let config = cfg(text);
     let mut m = MachineInfo::with_cpus(8);
-    m.mechanisms.resctrl_l3 = false;
-    m.mechanisms.cpu_idle = false;
+    m.mechanisms
+        .set(headroom_agent::policy::Mechanism::ResctrlL3, false);
+    m.mechanisms
+        .set(headroom_agent::policy::Mechanism::CpuIdle, false);
     let mut p = Guarded::wrap(&config, &m, Box::new(Rogue));
     let o = Observation {
         lc_cpus: Some(vec![2]),

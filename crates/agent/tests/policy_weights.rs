@@ -105,7 +105,8 @@ fn static_with_be_as_cpu_idle() {
     assert_eq!(d.allocation.be_cpu_weight, None);
     // a host without cpu.idle falls back to weight 2 and says so
     let mut m = machine();
-    m.mechanisms.cpu_idle = false;
+    m.mechanisms
+        .set(headroom_agent::policy::Mechanism::CpuIdle, false);
     let mut w = Weights::new(&cfg, &m);
     let d = w.decide(&Observation::default(), Duration::ZERO);
     assert_eq!(d.allocation.be_cpu_idle, None);

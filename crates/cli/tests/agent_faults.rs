@@ -447,3 +447,104 @@ fn stray_signals_a_closed_pipe_and_off_then_sigterm() {
         env.log("a.log")
     );
 }
+
+/// Defect 8 on a real kernel: a restore the kernel refuses exits non-zero and keeps the state
+/// file, and the next start (once the cause is gone) finishes it from the recorded originals.
+/// The fault: the BE group's parent loses a CPU while the agent runs, so v1 refuses to give
+/// the BE group its original (wider) cpuset back (EINVAL: not a subset of the parent's).
+#[test]
+fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it() {
+    let test = "a_restore_the_kernel_refuses";
+    let Some(mut env) = setup(test) else {
+        return;
+    };
+    if env
+        .cgroups
+        .backend(Controller::Cpuset)
+        .is_ok_and(|b| b.is_v2())
+    {
+        eprintln!("SKIP {test}: cgroup v2 accepts a cpuset beyond the parent's (it only narrows the effective set): this fault needs v1");
+        return;
+    }
+    let online = env.cgroups.cpuset_cpus(&GroupPath::root()).unwrap();
+    if online.len() < 2 {
+        eprintln!(
+            "SKIP {test}: needs 2 CPUs, this machine has {}",
+            online.len()
+        );
+        return;
+    }
+    // BE group `top/be/job` exists before the agent, with every CPU: that is its original.
+    let parent = env.be();
+    let job = parent.join("job").unwrap();
+    let mems = env.cgroups.cpuset_mems(&GroupPath::root()).unwrap();
+    for g in [&env.top, &parent, &job] {
+        env.cgroups.create(g).unwrap();
+        env.cgroups.set_cpuset_mems(g, &mems).unwrap();
+        env.cgroups.set_cpuset_cpus(g, &online).unwrap();
+    }
+    let socket = env.socket();
+    let cfg = env.config("a.toml", "restore", "", &socket);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace(
+            &format!("cgroup = \"{parent}\""),
+            &format!("cgroup = \"{job}\""),
+        ),
+    )
+    .unwrap();
+    let first = env.spawn(&cfg, "first.log");
+    env.wait_up(&socket, "first.log");
+    let narrowed = wait_for(Duration::from_secs(10), || {
+        env.cgroups.cpuset_cpus(&job).is_ok_and(|c| c.len() == 1)
+    });
+    assert!(
+        narrowed,
+        "static-cores never gave BE one CPU; log:\n{}",
+        env.log("first.log")
+    );
+    let be_cpu = env.cgroups.cpuset_cpus(&job).unwrap();
+    // The fault: the parent shrinks to BE's one CPU while the agent runs.
+    env.cgroups.set_cpuset_cpus(&parent, &be_cpu).unwrap();
+    env.signal(first, nix::sys::signal::Signal::SIGTERM);
+    let st = env.wait_exit(first);
+    let log = env.log("first.log");
+    assert!(
+        !st.success(),
+        "a refused restore must exit non-zero; log:\n{log}"
+    );
+    assert!(
+        log.contains("FAILED"),
+        "the failure is reported; log:\n{log}"
+    );
+    assert!(
+        env.state().exists(),
+        "the state file is kept for the next start"
+    );
+    assert_eq!(env.cgroups.cpuset_cpus(&job).unwrap(), be_cpu);
+    // The cause goes away; the next agent restores from the recorded originals, not from
+    // what it finds (the narrowed cpuset).
+    env.cgroups.set_cpuset_cpus(&parent, &online).unwrap();
+    let second = env.spawn(&cfg, "second.log");
+    env.wait_up(&socket, "second.log");
+    env.signal(second, nix::sys::signal::Signal::SIGTERM);
+    let st = env.wait_exit(second);
+    assert!(st.success(), "exit {st}; log:\n{}", env.log("second.log"));
+    assert_eq!(
+        env.cgroups.cpuset_cpus(&job).unwrap(),
+        online,
+        "the original cpuset is back"
+    );
+    assert!(
+        !env.state().exists(),
+        "state file removed after the restore completed"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || procs_with(&env.marker)
+            .is_empty()),
+        "BE processes outlived restore: {:?}",
+        procs_with(&env.marker)
+    );
+    let _ = env.cgroups.remove(&job);
+}

@@ -64,6 +64,47 @@ pub struct Mechanisms {
     pub cgroup_bpf: Option<Availability>,
 }
 
+impl Mechanisms {
+    /// The availability of `m` (`None`: an extension this output does not carry).
+    pub fn get(&self, m: crate::mechanism::Mechanism) -> Option<&Availability> {
+        use crate::mechanism::Mechanism as M;
+        match m {
+            M::Cpuset => Some(&self.cpuset),
+            M::CpuWeight => Some(&self.cpu_weight),
+            M::CpuIdle => Some(&self.cpu_idle),
+            M::CpuQuota => Some(&self.cpu_quota),
+            M::Freeze => Some(&self.freeze),
+            M::Memory => Some(&self.memory),
+            M::Io => Some(&self.io),
+            M::SchedAttr => Some(&self.sched_attr),
+            M::ResctrlL3 => Some(&self.resctrl_l3),
+            M::ResctrlMba => Some(&self.resctrl_mba),
+            M::Rapl => Some(&self.rapl),
+            M::Cpufreq => Some(&self.cpufreq),
+            M::TcHtb => Some(&self.tc_htb),
+            M::NetCls => self.net_cls.as_ref(),
+            M::NetPrio => self.net_prio.as_ref(),
+            M::CgroupBpf => self.cgroup_bpf.as_ref(),
+        }
+    }
+
+    /// Every mechanism this output carries, in [`Mechanism::ALL`](crate::mechanism::Mechanism::ALL) order.
+    pub fn iter(&self) -> impl Iterator<Item = (crate::mechanism::Mechanism, &Availability)> {
+        crate::mechanism::Mechanism::ALL
+            .into_iter()
+            .filter_map(|m| self.get(m).map(|a| (m, a)))
+    }
+
+    /// The mechanisms available here, as the set the policies read.
+    pub fn available(&self) -> crate::mechanism::MechanismSet {
+        let mut set = crate::mechanism::MechanismSet::none();
+        for (m, a) in self.iter() {
+            set.set(m, a.available);
+        }
+        set
+    }
+}
+
 /// The sensors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sensors {

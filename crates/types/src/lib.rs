@@ -7,5 +7,6 @@ pub mod control;
 pub mod decision;
 pub mod doctor;
 pub mod load_result;
+pub mod mechanism;
 pub mod observation;
 pub mod summary;

@@ -23,15 +23,8 @@ use super::target::BE_RESCTRL_GROUP;
 use crate::config::Config;
 use crate::node::{Node, NodeError, NodeFacts};
 use crate::observation::Observation;
-use crate::policy::Mechanisms;
+use crate::policy::{Mechanism, Mechanisms};
 use crate::sensors::Sensors;
-
-/// Mechanism names of the optional actuators (the `doctor` / [`Mechanisms`] names).
-pub const RESCTRL_L3: &str = "resctrl_l3";
-pub const RESCTRL_MBA: &str = "resctrl_mba";
-pub const CPUFREQ: &str = "cpufreq";
-pub const TC_HTB: &str = "tc_htb";
-pub const IO: &str = "io";
 
 /// Pause between attempts of a failing write (EBUSY during a migration settles quickly).
 const RETRY_PAUSE: Duration = Duration::from_micros(500);
@@ -62,7 +55,7 @@ pub struct LinuxNode {
     io_v1: bool,
     facts: NodeFacts,
     /// Optional actuators that do not run here, with the reason.
-    disabled: Vec<(&'static str, String)>,
+    disabled: Vec<(Mechanism, String)>,
     sensors: Option<Sensors>,
     started: Instant,
     blank: Observation,
@@ -82,7 +75,7 @@ impl LinuxNode {
     /// (egress and io are added by [`LinuxNode::with_egress`] / [`LinuxNode::with_io`]).
     /// Never fails and writes nothing: a missing mechanism disables its part only.
     pub fn probe(host: &LinuxHost, cgroups: Cgroups, cpus: &[u32]) -> LinuxNode {
-        let mut disabled: Vec<(&'static str, String)> = Vec::new();
+        let mut disabled: Vec<(Mechanism, String)> = Vec::new();
         let mut facts = NodeFacts {
             v2_weights: cgroups.backend(Controller::Cpu).is_ok_and(|b| b.is_v2()),
             ..NodeFacts::default()
@@ -91,10 +84,16 @@ impl LinuxNode {
         let resctrl = match resctrl.info() {
             Ok(info) if info.l3.is_some() || info.mb.is_some() => {
                 if info.l3.is_none() {
-                    disabled.push((RESCTRL_L3, "no L3 allocation (CAT) in resctrl/info".into()));
+                    disabled.push((
+                        Mechanism::ResctrlL3,
+                        "no L3 allocation (CAT) in resctrl/info".into(),
+                    ));
                 }
                 if info.mb.is_none() {
-                    disabled.push((RESCTRL_MBA, "no MB allocation (MBA) in resctrl/info".into()));
+                    disabled.push((
+                        Mechanism::ResctrlMba,
+                        "no MB allocation (MBA) in resctrl/info".into(),
+                    ));
                 }
                 facts.l3 = info.l3;
                 facts.mb = info.mb;
@@ -103,13 +102,13 @@ impl LinuxNode {
             }
             Ok(_) => {
                 let reason = "resctrl offers neither L3 nor MB allocation".to_string();
-                disabled.push((RESCTRL_L3, reason.clone()));
-                disabled.push((RESCTRL_MBA, reason));
+                disabled.push((Mechanism::ResctrlL3, reason.clone()));
+                disabled.push((Mechanism::ResctrlMba, reason));
                 None
             }
             Err(e) => {
-                disabled.push((RESCTRL_L3, e.to_string()));
-                disabled.push((RESCTRL_MBA, e.to_string()));
+                disabled.push((Mechanism::ResctrlL3, e.to_string()));
+                disabled.push((Mechanism::ResctrlMba, e.to_string()));
                 None
             }
         };
@@ -139,7 +138,7 @@ impl LinuxNode {
                 Some(cpufreq)
             }
             Some(reason) => {
-                disabled.push((CPUFREQ, reason));
+                disabled.push((Mechanism::Cpufreq, reason));
                 None
             }
         };
@@ -172,34 +171,43 @@ impl LinuxNode {
             n.resctrl = None;
             n.facts.l3 = None;
             n.facts.mb = None;
-            n.disable(RESCTRL_L3, "turned off by actuators.resctrl = false");
-            n.disable(RESCTRL_MBA, "turned off by actuators.resctrl = false");
+            n.disable(
+                Mechanism::ResctrlL3,
+                "turned off by actuators.resctrl = false",
+            );
+            n.disable(
+                Mechanism::ResctrlMba,
+                "turned off by actuators.resctrl = false",
+            );
         }
         if !switches.cpufreq && n.cpufreq.is_some() {
             n.cpufreq = None;
             n.facts.freq_range = None;
-            n.disable(CPUFREQ, "turned off by actuators.cpufreq = false");
+            n.disable(
+                Mechanism::Cpufreq,
+                "turned off by actuators.cpufreq = false",
+            );
         }
         if switches.io {
             n = n.with_io();
         } else {
-            n.disable(IO, "turned off by actuators.io = false");
+            n.disable(Mechanism::Io, "turned off by actuators.io = false");
         }
         if config.egress.device.is_empty() {
-            n.disable(TC_HTB, "no [egress] device configured");
+            n.disable(Mechanism::TcHtb, "no [egress] device configured");
         } else {
             n = n.with_egress(host, &config.egress.device, config.egress.link_mbit)?;
         }
         for (name, reason) in &n.disabled {
-            tracing::info!(actuator = name, reason = %reason, "actuator not available here");
+            tracing::info!(actuator = name.name(), reason = %reason, "actuator not available here");
         }
         for name in n.active() {
-            tracing::info!(actuator = name, "actuator on");
+            tracing::info!(actuator = name.name(), "actuator on");
         }
         Ok(n)
     }
 
-    fn disable(&mut self, name: &'static str, reason: &str) {
+    fn disable(&mut self, name: Mechanism, reason: &str) {
         self.disabled.retain(|(n, _)| *n != name);
         self.disabled.push((name, reason.to_string()));
     }
@@ -208,11 +216,11 @@ impl LinuxNode {
     pub fn with_io(mut self) -> Self {
         match self.cgroups.backend(Controller::Io) {
             Ok(backend) => {
-                self.disabled.retain(|(n, _)| *n != IO);
+                self.disabled.retain(|(n, _)| *n != Mechanism::Io);
                 self.io_v1 = !backend.is_v2();
                 self.facts.io = true;
             }
-            Err(e) => self.disable(IO, &e.to_string()),
+            Err(e) => self.disable(Mechanism::Io, &e.to_string()),
         }
         self
     }
@@ -263,7 +271,7 @@ impl LinuxNode {
                 "the link rate must be positive",
             ));
         }
-        self.disabled.retain(|(n, _)| *n != TC_HTB);
+        self.disabled.retain(|(n, _)| *n != Mechanism::TcHtb);
         self.facts.egress_link_bits = Some(link_bits_per_s);
         self.egress = Some(EgressPart {
             egress,
@@ -302,32 +310,35 @@ impl LinuxNode {
     }
 
     /// Names of the optional actuators that run.
-    pub fn active(&self) -> Vec<&'static str> {
+    pub fn active(&self) -> Vec<Mechanism> {
+        self.active_flags()
+            .into_iter()
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// Each optional actuator and whether it runs here.
+    fn active_flags(&self) -> [(Mechanism, bool); 5] {
         [
-            (RESCTRL_L3, self.facts.l3.is_some()),
-            (RESCTRL_MBA, self.facts.mb.is_some()),
-            (CPUFREQ, self.cpufreq.is_some()),
-            (TC_HTB, self.egress.is_some()),
-            (IO, self.facts.io),
+            (Mechanism::ResctrlL3, self.facts.l3.is_some()),
+            (Mechanism::ResctrlMba, self.facts.mb.is_some()),
+            (Mechanism::Cpufreq, self.cpufreq.is_some()),
+            (Mechanism::TcHtb, self.egress.is_some()),
+            (Mechanism::Io, self.facts.io),
         ]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(n, _)| n)
-        .collect()
     }
 
     /// Optional actuators that do not run here, with the reason.
-    pub fn disabled(&self) -> &[(&'static str, String)] {
+    pub fn disabled(&self) -> &[(Mechanism, String)] {
         &self.disabled
     }
 
     /// Turns off the policies' parts for mechanisms this node does not drive.
     pub fn limit_mechanisms(&self, m: &mut Mechanisms) {
-        m.resctrl_l3 &= self.facts.l3.is_some();
-        m.resctrl_mba &= self.facts.mb.is_some();
-        m.cpufreq &= self.cpufreq.is_some();
-        m.tc_htb &= self.egress.is_some();
-        m.io &= self.facts.io;
+        for (mechanism, runs) in self.active_flags() {
+            m.limit(mechanism, runs);
+        }
     }
 
     /// The LLC's ways (for the policies' `MachineInfo::llc_ways`).

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use headroom_host::tc::RecordingTc;
 use headroom_host::{GroupPath, KnobIo, LinuxHost, RealIo};
 
-use super::linux::{LinuxNode, CPUFREQ, IO, RESCTRL_L3, RESCTRL_MBA, TC_HTB};
+use super::linux::LinuxNode;
 use super::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
 use crate::allocation::{Allocation, IoLimit};
+use crate::policy::Mechanism;
 
 /// A temp-dir stand-in for the kernel's files: schemata and v1 throttle files keep one
 /// line per resource / device (as the kernel does), a resctrl `tasks` write adds a task,
@@ -288,7 +289,13 @@ fn every_resource_is_written_once_then_only_what_changes() {
     let (mut node, mut act) = m.node();
     assert_eq!(
         node.active(),
-        [RESCTRL_L3, RESCTRL_MBA, CPUFREQ, TC_HTB, IO],
+        [
+            Mechanism::ResctrlL3,
+            Mechanism::ResctrlMba,
+            Mechanism::Cpufreq,
+            Mechanism::TcHtb,
+            Mechanism::Io,
+        ],
         "{:?}",
         node.disabled()
     );

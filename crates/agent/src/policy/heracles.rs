@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{be_candidate_cpus, secs, take_top_cpus, MachineInfo, Policy};
+use super::{be_candidate_cpus, secs, take_top_cpus, MachineInfo, Mechanism, Policy};
 use crate::allocation::Allocation;
 use crate::config::{Config, HeraclesConfig, LowSlackAction};
 use crate::decision::Decision;
@@ -230,7 +230,7 @@ impl Heracles {
     }
 
     fn llc_total(&self) -> Option<u32> {
-        if self.machine.mechanisms.resctrl_l3 {
+        if self.machine.mechanisms.has(Mechanism::ResctrlL3) {
             self.machine.llc_ways.filter(|w| *w >= 2)
         } else {
             None
@@ -389,11 +389,11 @@ impl Heracles {
             h.guaranteed_freq_mhz,
         );
         let (power, tdp, lc_freq, guaranteed) = match inputs {
-            _ if !mech.rapl => {
+            _ if !mech.has(Mechanism::Rapl) => {
                 self.power_status = "disabled: RAPL missing".into();
                 return None;
             }
-            _ if !mech.cpufreq => {
+            _ if !mech.has(Mechanism::Cpufreq) => {
                 self.power_status = "disabled: cpufreq missing".into();
                 return None;
             }
@@ -424,7 +424,7 @@ impl Heracles {
     /// Alg. 4, one period.
     fn network(&mut self, obs: &Observation) -> Option<String> {
         let h = self.h().clone();
-        if !self.machine.mechanisms.tc_htb {
+        if !self.machine.mechanisms.has(Mechanism::TcHtb) {
             self.net_status = "disabled: tc HTB missing".into();
             self.egress_ceil = None;
             return None;

@@ -71,67 +71,10 @@ pub trait Policy: Send {
     fn set_explain(&mut self, _on: bool) {}
 }
 
-/// Which isolation mechanisms this host offers (from `headroom doctor`). A policy part whose
+pub use headroom_types::mechanism::{Mechanism, MechanismSet};
+/// The mechanisms a policy may use (the shared [`MechanismSet`]); a policy part whose
 /// mechanism is missing is disabled with a reason in the decision state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Mechanisms {
-    pub cpuset: bool,
-    pub cpu_weight: bool,
-    pub cpu_idle: bool,
-    pub cpu_quota: bool,
-    pub freeze: bool,
-    pub memory: bool,
-    pub io: bool,
-    pub sched_attr: bool,
-    pub resctrl_l3: bool,
-    pub resctrl_mba: bool,
-    pub rapl: bool,
-    pub cpufreq: bool,
-    pub tc_htb: bool,
-}
-
-impl Default for Mechanisms {
-    /// Everything available (tests and simulation); the runtime fills it from `doctor`.
-    fn default() -> Self {
-        Mechanisms {
-            cpuset: true,
-            cpu_weight: true,
-            cpu_idle: true,
-            cpu_quota: true,
-            freeze: true,
-            memory: true,
-            io: true,
-            sched_attr: true,
-            resctrl_l3: true,
-            resctrl_mba: true,
-            rapl: true,
-            cpufreq: true,
-            tc_htb: true,
-        }
-    }
-}
-
-impl Mechanisms {
-    /// Nothing available: start from this and switch on what `doctor` found.
-    pub fn none() -> Self {
-        Mechanisms {
-            cpuset: false,
-            cpu_weight: false,
-            cpu_idle: false,
-            cpu_quota: false,
-            freeze: false,
-            memory: false,
-            io: false,
-            sched_attr: false,
-            resctrl_l3: false,
-            resctrl_mba: false,
-            rapl: false,
-            cpufreq: false,
-            tc_htb: false,
-        }
-    }
-}
+pub type Mechanisms = MechanismSet;
 
 /// The machine a policy runs on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

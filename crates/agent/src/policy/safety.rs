@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Policy};
+use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Mechanism, Policy};
 use crate::allocation::{Allocation, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
 use crate::decision::Decision;
@@ -104,38 +104,38 @@ impl Guarded {
     fn drop_missing_mechanisms(&self, a: &mut Allocation) -> Vec<&'static str> {
         let m = self.machine.mechanisms;
         let mut dropped = Vec::new();
-        let mut drop = |present: bool, is_set: bool, name: &'static str| {
-            if !present && is_set {
-                dropped.push(name);
+        let mut drop = |mechanism: Mechanism, is_set: bool| {
+            if !m.has(mechanism) && is_set {
+                dropped.push(mechanism.name());
                 true
             } else {
                 false
             }
         };
-        if drop(m.cpu_idle, a.be_cpu_idle == Some(true), "cpu_idle") {
+        if drop(Mechanism::CpuIdle, a.be_cpu_idle == Some(true)) {
             a.be_cpu_idle = None;
             a.be_cpu_weight.get_or_insert(CpuWeight::BATCH);
         }
-        if drop(m.cpu_quota, a.be_quota_pct.is_some(), "cpu_quota") {
+        if drop(Mechanism::CpuQuota, a.be_quota_pct.is_some()) {
             a.be_quota_pct = None;
             a.be_quota_period_us = None;
         }
-        if drop(m.resctrl_l3, a.be_llc_ways.is_some(), "resctrl_l3") {
+        if drop(Mechanism::ResctrlL3, a.be_llc_ways.is_some()) {
             a.be_llc_ways = None;
         }
-        if drop(m.resctrl_mba, a.be_mba_pct.is_some(), "resctrl_mba") {
+        if drop(Mechanism::ResctrlMba, a.be_mba_pct.is_some()) {
             a.be_mba_pct = None;
         }
-        if drop(m.cpufreq, a.be_freq_khz.is_some(), "cpufreq") {
+        if drop(Mechanism::Cpufreq, a.be_freq_khz.is_some()) {
             a.be_freq_khz = None;
         }
-        if drop(m.tc_htb, a.be_egress_ceil_bytes_per_s.is_some(), "tc_htb") {
+        if drop(Mechanism::TcHtb, a.be_egress_ceil_bytes_per_s.is_some()) {
             a.be_egress_ceil_bytes_per_s = None;
         }
-        if drop(m.memory, a.be_memory_limit_bytes.is_some(), "memory") {
+        if drop(Mechanism::Memory, a.be_memory_limit_bytes.is_some()) {
             a.be_memory_limit_bytes = None;
         }
-        if drop(m.io, !a.be_io_limits.is_empty(), "io") {
+        if drop(Mechanism::Io, !a.be_io_limits.is_empty()) {
             a.be_io_limits.clear();
         }
         dropped
@@ -180,7 +180,8 @@ impl Policy for Guarded {
         // Exception: BE in the `cpu.idle` class may share the LC's CPUs (hybrid's
         // `share_lc_cpus` on small machines): the idle class yields to the LC at every wake-up,
         // the mainline successor of BVT warp, so it does not restrict the LC.
-        let shares_as_idle = a.be_cpu_idle == Some(true) && self.machine.mechanisms.cpu_idle;
+        let shares_as_idle =
+            a.be_cpu_idle == Some(true) && self.machine.mechanisms.has(Mechanism::CpuIdle);
         if let (Some(cpus), false) = (&mut a.be_cpus, shares_as_idle) {
             cpus.retain(|c| !lc_cpus.contains(c));
             if cpus.is_empty() {

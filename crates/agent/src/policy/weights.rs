@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{secs, MachineInfo, Policy};
+use super::{secs, MachineInfo, Mechanism, Policy};
 use crate::allocation::{Allocation, CpuWeight, LcGroupWeight};
 use crate::config::{Config, WeightsMode};
 use crate::decision::Decision;
@@ -206,17 +206,18 @@ impl Policy for Weights {
         } else {
             format!("{}:hold", self.last_reason.trim_end_matches(":hold"))
         };
-        let (be_weight, be_idle) = if p.be_cpu_idle && self.machine.mechanisms.cpu_idle {
-            (None, Some(true))
-        } else {
-            (
-                Some(CpuWeight {
-                    shares: p.be_shares,
-                    weight: p.be_weight_v2,
-                }),
-                None,
-            )
-        };
+        let (be_weight, be_idle) =
+            if p.be_cpu_idle && self.machine.mechanisms.has(Mechanism::CpuIdle) {
+                (None, Some(true))
+            } else {
+                (
+                    Some(CpuWeight {
+                        shares: p.be_shares,
+                        weight: p.be_weight_v2,
+                    }),
+                    None,
+                )
+            };
         let mut allocation = Allocation {
             be_cpu_weight: be_weight,
             be_cpu_idle: be_idle,
@@ -251,7 +252,7 @@ impl Policy for Weights {
             })
             .collect();
         let mut state = json!({ "mode": mode_name(p.mode), "groups": groups });
-        if p.be_cpu_idle && !self.machine.mechanisms.cpu_idle {
+        if p.be_cpu_idle && !self.machine.mechanisms.has(Mechanism::CpuIdle) {
             state["be_cpu_idle"] = json!("unavailable: cpu.idle missing, using be_shares");
         }
         Decision {

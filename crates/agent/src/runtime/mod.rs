@@ -29,7 +29,7 @@ use crate::controller::Controller;
 use crate::decision::{tick_time, CtlEvent};
 use crate::lc_signal::{SignalCell, StopFlag};
 use crate::node::NodeError;
-use crate::policy::{MachineInfo, Mechanisms};
+use crate::policy::{MachineInfo, Mechanism};
 use crate::sensors::SLOW_PERIOD;
 use crate::state::{self, AgentState, OriginalValue, StateError, StateLock, STATE_VERSION};
 use crate::supervisor::{LaunchError, Supervised};
@@ -230,22 +230,21 @@ pub fn machine_info(host: &LinuxHost, node: &LinuxNode) -> MachineInfo {
             scratch_cgroup: false,
         },
     );
-    let m = &doctor.mechanisms;
-    let mut mechanisms = Mechanisms {
-        cpuset: m.cpuset.available,
-        cpu_weight: m.cpu_weight.available,
-        cpu_idle: m.cpu_idle.available,
-        cpu_quota: m.cpu_quota.available,
-        freeze: m.freeze.available,
-        memory: m.memory.available,
-        io: m.io.available,
-        sched_attr: m.sched_attr.available,
-        resctrl_l3: true,
-        resctrl_mba: true,
-        rapl: crate::sensors::PowerSensor::open(host).is_some(),
-        cpufreq: true,
-        tc_htb: true,
-    };
+    // What doctor found, with the optional actuators' parts left for the node to narrow
+    // (it knows whether each one runs) and RAPL only where the power sensor opens.
+    let mut mechanisms = doctor.mechanisms.available();
+    for m in [
+        Mechanism::ResctrlL3,
+        Mechanism::ResctrlMba,
+        Mechanism::Cpufreq,
+        Mechanism::TcHtb,
+    ] {
+        mechanisms.set(m, true);
+    }
+    mechanisms.set(
+        Mechanism::Rapl,
+        crate::sensors::PowerSensor::open(host).is_some(),
+    );
     node.limit_mechanisms(&mut mechanisms);
     MachineInfo {
         cpus,

@@ -10,26 +10,81 @@ mod bench_host;
 #[path = "bench_loadgen.rs"]
 mod bench_loadgen;
 
-/// Flags of `headroom bench`.
+/// Flags of `headroom bench`: one subcommand per experiment or benchmark, each parsing its own
+/// flags with clap (`headroom bench NAME --help` lists them).
 #[derive(clap::Args, Debug)]
+#[command(subcommand_value_name = "NAME")]
 pub struct Args {
-    /// Experiment or benchmark: latency-vs-load interference scheduling imbalance isolation colocation
-    /// | loadgen host agent
-    pub name: String,
-    /// Output directory
+    /// Output directory (also accepted after NAME)
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
-    /// Further flags for the chosen benchmark
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    #[command(subcommand)]
+    pub which: Which,
+}
+
+/// The experiments (papers' figures) and the tools' own benchmarks.
+#[derive(clap::Subcommand, Debug)]
+pub enum Which {
+    /// LC tail latency against load, alone (Heracles Fig. 1 baseline)
+    #[command(disable_help_flag = true)]
+    LatencyVsLoad(Rest),
+    /// LC tail latency against load beside each antagonist (Heracles Fig. 1)
+    #[command(disable_help_flag = true)]
+    Interference(Rest),
+    /// Scheduling-delay effect of BE sharing the LC's CPUs (Leverich & Kozyrakis)
+    #[command(disable_help_flag = true)]
+    Scheduling(Rest),
+    /// Load imbalance across LC threads
+    #[command(disable_help_flag = true)]
+    Imbalance(Rest),
+    /// Isolation mechanisms side by side (PerfIso's comparison)
+    #[command(disable_help_flag = true)]
+    Isolation(Rest),
+    /// A diurnal colocation trace under each policy (Heracles Fig. 7-style EMU and SLO)
+    #[command(disable_help_flag = true)]
+    Colocation(Rest),
+    /// The load generator against itself and mutilate
+    #[command(disable_help_flag = true)]
+    Loadgen(Rest),
+    /// What the host layer's hot sensors cost
+    #[command(disable_help_flag = true)]
+    Host(Rest),
+    /// The agent's CPU use and reaction time
+    #[command(disable_help_flag = true)]
+    Agent(Rest),
+}
+
+/// The chosen benchmark's own flags, parsed by its own clap parser (`--help` included).
+#[derive(clap::Args, Debug)]
+pub struct Rest {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "FLAGS"
+    )]
+    pub args: Vec<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    match args.name.as_str() {
-        "loadgen" => bench_loadgen::run(args.out, &args.rest),
-        "host" => bench_host::run(args.out, &args.rest),
-        "agent" => bench_agent::run(args.out, &args.rest),
-        other => experiments(other, args.out, &args.rest),
+    let (name, rest) = match &args.which {
+        Which::LatencyVsLoad(r) => ("latency-vs-load", r),
+        Which::Interference(r) => ("interference", r),
+        Which::Scheduling(r) => ("scheduling", r),
+        Which::Imbalance(r) => ("imbalance", r),
+        Which::Isolation(r) => ("isolation", r),
+        Which::Colocation(r) => ("colocation", r),
+        Which::Loadgen(r) => ("loadgen", r),
+        Which::Host(r) => ("host", r),
+        Which::Agent(r) => ("agent", r),
+    };
+    // `--out` may also come after NAME (it is then among the benchmark's flags).
+    let (late_out, rest) = split_out(&rest.args)?;
+    let out = args.out.or(late_out);
+    match name {
+        "loadgen" => bench_loadgen::run(out, &rest),
+        "host" => bench_host::run(out, &rest),
+        "agent" => bench_agent::run(out, &rest),
+        other => experiments(other, out, &rest),
     }
 }
 
@@ -93,8 +148,7 @@ pub(crate) fn experiment_options(
     rest: &[String],
     invocation: String,
 ) -> anyhow::Result<headroom_bench::record::Options> {
-    use clap::Parser;
-    let flags = ExperimentFlags::try_parse_from(rest).map_err(|e| super::usage(e.to_string()))?;
+    let flags: ExperimentFlags = super::parse_flags(rest)?;
     let bin = match std::env::var_os("HEADROOM_BIN") {
         Some(p) => std::path::PathBuf::from(p),
         None => std::env::current_exe()?,
@@ -191,12 +245,7 @@ fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> 
             "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent"
         ))
     })?;
-    // `--out` may also come after the experiment's own flags (clap leaves it in `rest` then).
-    let (late_out, rest) = split_out(rest)?;
-    let out = out
-        .or(late_out)
-        .unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));
-    let rest = &rest[..];
+    let out = out.unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));
     let invocation = std::iter::once("headroom".to_string())
         .chain(std::env::args().skip(1))
         .map(|a| headroom_bench::runner::shell_quote(&a))

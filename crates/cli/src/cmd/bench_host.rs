@@ -10,55 +10,40 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use headroom_host::LinuxHost;
 
+/// Flags of `headroom bench host`.
+#[derive(clap::Parser, Debug)]
+#[command(name = "headroom bench host", no_binary_name = true)]
 struct Options {
-    reads: usize,
+    /// Reads per timed reader (median and p99 are reported)
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    reads: u64,
+    /// Seconds of the poll-loop CPU measurement
+    #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
     poll_seconds: f64,
+    /// Poll frequency of the poll loop, Hz (at most 100000)
+    #[arg(long, default_value_t = 1000.0, value_parser = poll_hz)]
     poll_hz: f64,
 }
 
-fn parse(rest: &[String]) -> anyhow::Result<Options> {
-    let mut o = Options {
-        reads: 20_000,
-        poll_seconds: 10.0,
-        poll_hz: 1000.0,
-    };
-    let mut it = rest.iter();
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| -> anyhow::Result<String> {
-            it.next().cloned().ok_or_else(|| {
-                crate::cmd::usage(format!("headroom bench host: {name} needs a value"))
-            })
-        };
-        let bad = |name: &str, v: &str| {
-            crate::cmd::usage(format!(
-                "headroom bench host: {name} {v:?} is not a positive number"
-            ))
-        };
-        match flag.as_str() {
-            "--reads" => {
-                let v = value("--reads")?;
-                o.reads = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| bad("--reads", &v))?;
-            }
-            "--poll-seconds" => {
-                let v = value("--poll-seconds")?;
-                o.poll_seconds = v.parse().ok().filter(|n: &f64| *n > 0.0).ok_or_else(|| bad("--poll-seconds", &v))?;
-            }
-            "--poll-hz" => {
-                let v = value("--poll-hz")?;
-                o.poll_hz = v
-                    .parse()
-                    .ok()
-                    .filter(|n: &f64| *n > 0.0 && *n <= 100_000.0)
-                    .ok_or_else(|| bad("--poll-hz", &v))?;
-            }
-            other => {
-                return Err(crate::cmd::usage(format!(
-                    "headroom bench host: unknown flag {other:?} (expected --reads N, --poll-seconds S, --poll-hz HZ)"
-                )))
-            }
-        }
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
     }
-    Ok(o)
+}
+
+fn poll_hz(s: &str) -> Result<f64, String> {
+    positive_f64(s).and_then(|v| {
+        if v <= 100_000.0 {
+            Ok(v)
+        } else {
+            Err(format!("{s:?} is above 100000 Hz"))
+        }
+    })
+}
+
+fn parse(rest: &[String]) -> anyhow::Result<Options> {
+    crate::cmd::parse_flags(rest)
 }
 
 /// (median, p99) of per-call durations in ns.
@@ -89,16 +74,18 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let kernel = host.kernel_release().unwrap_or_default();
 
     let mut reader = host.proc_stat().context("opening /proc/stat")?;
-    let (stat_med, stat_p99) =
-        time_calls(o.reads, || reader.read().map(|_| ()).map_err(Into::into))?;
+    let (stat_med, stat_p99) = time_calls(o.reads as usize, || {
+        reader.read().map(|_| ()).map_err(Into::into)
+    })?;
     let mut sampler = host.idle_sampler().context("opening /proc/stat")?;
-    let (idle_med, idle_p99) =
-        time_calls(o.reads, || sampler.sample().map(|_| ()).map_err(Into::into))?;
+    let (idle_med, idle_p99) = time_calls(o.reads as usize, || {
+        sampler.sample().map(|_| ()).map_err(Into::into)
+    })?;
     let pid = std::process::id() as i32;
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let schedstat = match host.schedstat(pid, tid) {
-        Ok(mut r) => Some(time_calls(o.reads, || {
+        Ok(mut r) => Some(time_calls(o.reads as usize, || {
             r.read().map(|_| ()).map_err(Into::into)
         })?),
         Err(_) => None,

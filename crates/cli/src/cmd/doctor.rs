@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use headroom_types::doctor::{Availability, Doctor};
+use headroom_types::mechanism::Mechanism;
 
 /// Flags of `headroom doctor`.
 #[derive(clap::Args, Debug)]
@@ -111,32 +112,8 @@ pub fn render(d: &Doctor) -> String {
             .unwrap_or_else(|| "unknown".to_owned())
     ));
     out.push_str("\nmechanisms\n");
-    let m = &d.mechanisms;
-    for (name, a) in [
-        ("cpuset", &m.cpuset),
-        ("cpu_weight", &m.cpu_weight),
-        ("cpu_idle", &m.cpu_idle),
-        ("cpu_quota", &m.cpu_quota),
-        ("freeze", &m.freeze),
-        ("memory", &m.memory),
-        ("io", &m.io),
-        ("sched_attr", &m.sched_attr),
-        ("resctrl_l3", &m.resctrl_l3),
-        ("resctrl_mba", &m.resctrl_mba),
-        ("rapl", &m.rapl),
-        ("cpufreq", &m.cpufreq),
-        ("tc_htb", &m.tc_htb),
-    ] {
-        row(&mut out, name, a);
-    }
-    for (name, a) in [
-        ("net_cls", &m.net_cls),
-        ("net_prio", &m.net_prio),
-        ("cgroup_bpf", &m.cgroup_bpf),
-    ] {
-        if let Some(a) = a {
-            row(&mut out, name, a);
-        }
+    for (m, a) in d.mechanisms.iter() {
+        row(&mut out, m.name(), a);
     }
     out.push_str("\nsensors\n");
     let s = &d.sensors;
@@ -153,19 +130,20 @@ pub fn render(d: &Doctor) -> String {
             row(&mut out, name, a);
         }
     }
+    // The mechanisms some policy part needs (the rest are alternatives of one another).
     let missing: Vec<&str> = [
-        ("resctrl_l3", &m.resctrl_l3),
-        ("resctrl_mba", &m.resctrl_mba),
-        ("rapl", &m.rapl),
-        ("cpufreq", &m.cpufreq),
-        ("tc_htb", &m.tc_htb),
-        ("cpuset", &m.cpuset),
-        ("cpu_quota", &m.cpu_quota),
-        ("freeze", &m.freeze),
+        Mechanism::ResctrlL3,
+        Mechanism::ResctrlMba,
+        Mechanism::Rapl,
+        Mechanism::Cpufreq,
+        Mechanism::TcHtb,
+        Mechanism::Cpuset,
+        Mechanism::CpuQuota,
+        Mechanism::Freeze,
     ]
-    .iter()
-    .filter(|(_, a)| !a.available)
-    .map(|(n, _)| *n)
+    .into_iter()
+    .filter(|m| d.mechanisms.get(*m).is_some_and(|a| !a.available))
+    .map(Mechanism::name)
     .collect();
     if !missing.is_empty() {
         out.push_str(&format!(

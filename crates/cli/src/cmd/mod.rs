@@ -30,6 +30,20 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
+/// Parses a subcommand's trailing flags with its clap parser: `--help` prints and exits 0, a
+/// bad flag is a usage error (exit 2) carrying clap's message.
+pub fn parse_flags<T: clap::Parser>(args: &[String]) -> anyhow::Result<T> {
+    T::try_parse_from(args).map_err(|e| match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => e.exit(),
+        _ => usage(
+            e.to_string()
+                .trim_start_matches("error: ")
+                .trim_end()
+                .to_string(),
+        ),
+    })
+}
+
 /// 2 for usage errors anywhere in the chain, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err

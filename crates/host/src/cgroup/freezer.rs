@@ -1,0 +1,158 @@
+//! The freezer: freeze, thaw, and kill every process of a group.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::error::{HostError, Result};
+use crate::group_path::GroupPath;
+
+use super::{
+    stat_field, walk_dirs, Cgroups, Controller, KnobFile, EVENTS, KILL, KILL_SETTLE, PROCS,
+};
+
+pub(super) const FREEZE: KnobFile =
+    KnobFile::both(Controller::Freezer, "freezer.state", "cgroup.freeze");
+
+/// How long freeze/thaw waits for the state to settle.
+const FREEZE_SETTLE: Duration = Duration::from_secs(2);
+
+/// Freezer state read back from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FreezeState {
+    Thawed,
+    Freezing,
+    Frozen,
+}
+
+impl Cgroups {
+    /// Freezes the group and waits until the kernel reports it frozen.
+    pub fn freeze(&self, group: &GroupPath) -> Result<()> {
+        self.set_frozen(group, true)
+    }
+
+    /// Kills every process of `group` and of the groups below it, in every hierarchy: v2
+    /// `cgroup.kill` where the kernel has it (5.14+), else SIGKILL to each process (forked
+    /// children too), thawing a frozen group so the signals are delivered, until the groups are
+    /// empty or [`KILL_SETTLE`] has passed. Returns how many processes were found to kill.
+    pub fn kill_all(&self, group: &GroupPath) -> Result<usize> {
+        let dirs: Vec<PathBuf> = self
+            .group_dirs(group)
+            .into_iter()
+            .map(|(_, d)| d)
+            .filter(|d| d.is_dir())
+            .collect();
+        let pids = |dirs: &[PathBuf]| -> BTreeSet<i32> {
+            let mut out = BTreeSet::new();
+            for d in dirs {
+                for sub in walk_dirs(d) {
+                    if let Ok(p) = self.read_pids(&sub.join(PROCS)) {
+                        out.extend(p);
+                    }
+                }
+            }
+            out
+        };
+        let found = pids(&dirs);
+        if found.is_empty() {
+            return Ok(0);
+        }
+        if let Some(kill) = dirs.iter().map(|d| d.join(KILL)).find(|p| p.exists()) {
+            self.knobs.write(&kill, "1")?;
+        }
+        let start = Instant::now();
+        loop {
+            let left = pids(&dirs);
+            if left.is_empty() {
+                return Ok(found.len());
+            }
+            for &pid in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            // A frozen task takes SIGKILL only once thawed.
+            if self
+                .freeze_state(group)
+                .is_ok_and(|st| st != FreezeState::Thawed)
+            {
+                let _ = self.thaw(group);
+            }
+            if start.elapsed() > KILL_SETTLE {
+                return Err(HostError::Timeout {
+                    path: dirs[0].join(PROCS),
+                    expected: "no process".into(),
+                    last: format!("{} left: {left:?}", left.len()),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Thaws the group and waits until the kernel reports it thawed.
+    pub fn thaw(&self, group: &GroupPath) -> Result<()> {
+        self.set_frozen(group, false)
+    }
+
+    fn set_frozen(&self, group: &GroupPath, frozen: bool) -> Result<()> {
+        let (v2, path) = self.knob(&FREEZE, group)?;
+        let value = match (v2, frozen) {
+            (true, true) => "1",
+            (true, false) => "0",
+            (false, true) => "FROZEN",
+            (false, false) => "THAWED",
+        };
+        self.knobs.write(&path, value)?;
+        let want = if frozen {
+            FreezeState::Frozen
+        } else {
+            FreezeState::Thawed
+        };
+        let start = Instant::now();
+        loop {
+            let state = self.freeze_state(group)?;
+            if state == want {
+                return Ok(());
+            }
+            if start.elapsed() > FREEZE_SETTLE {
+                return Err(HostError::Timeout {
+                    path,
+                    expected: format!("{want:?}"),
+                    last: format!("{state:?}"),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The freezer state (v1 `freezer.state`; v2 `cgroup.freeze` + `cgroup.events frozen`).
+    pub fn freeze_state(&self, group: &GroupPath) -> Result<FreezeState> {
+        let (v2, path) = self.knob(&FREEZE, group)?;
+        if v2 {
+            let wanted = self.knobs.read_u64(&path)? != 0;
+            let events_path = path.with_file_name(EVENTS);
+            let events = self.knobs.read(&events_path)?;
+            let frozen = stat_field(&events_path, &events, "frozen")? != 0;
+            Ok(match (wanted, frozen) {
+                (true, true) => FreezeState::Frozen,
+                (true, false) => FreezeState::Freezing,
+                (false, _) => FreezeState::Thawed,
+            })
+        } else {
+            let text = self.knobs.read(&path)?;
+            match text.trim() {
+                "THAWED" => Ok(FreezeState::Thawed),
+                "FREEZING" => Ok(FreezeState::Freezing),
+                "FROZEN" => Ok(FreezeState::Frozen),
+                _ => Err(HostError::parse(
+                    &path,
+                    &text,
+                    "expected THAWED, FREEZING or FROZEN",
+                )),
+            }
+        }
+    }
+}
