@@ -86,6 +86,29 @@ fn fleet_writes_the_bench_report_with_fleet_fields() {
     let csv = std::fs::read_to_string(out.join("servers.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 4 * 7);
     assert!(out.join("figures/fanout-k100.csv").is_file());
+
+    // `headroom report DIR` re-renders it without re-simulating: same summary (fleet fields
+    // included), the report and figures written again
+    let before = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    std::fs::remove_dir_all(out.join("figures")).unwrap();
+    let o = headroom(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(out.join("summary.json")).unwrap(),
+        before
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.matches("<svg").count() >= 4,
+        "plots missing after re-render"
+    );
+    assert!(out.join("figures/fanout-k100.csv").is_file());
+    // a directory without the kept study says what is missing (exit 2)
+    std::fs::remove_file(out.join("study.json")).unwrap();
+    let o = headroom(&["report", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("study.json: missing"), "{}", text(&o));
 }
 
 fn write(dir: &Path, name: &str, body: &str) -> String {

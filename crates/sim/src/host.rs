@@ -9,7 +9,7 @@ use headroom_agent::node::NodeFacts;
 use headroom_agent::observation::Observation;
 
 use crate::model::{BeKind, Dispatch, ServerModel};
-use crate::queue::{erlang_c, ResponseTail, ServiceDist};
+use crate::queue::{erlang_b, ResponseTail, ServiceDist};
 
 /// The most CPUs a modelled server may have (CPU sets are bit masks).
 pub const MAX_CORES: u32 = 128;
@@ -44,7 +44,8 @@ pub struct TickState {
     /// CPUs BE keeps busy.
     pub be_busy: f64,
     pub idle: f64,
-    /// BE throughput normalised to the BE kind alone on every CPU of this server.
+    /// BE throughput normalised to the BE kind alone on every CPU of this server (Heracles'
+    /// EMU: BE throughput over BE-alone throughput).
     pub be_norm: f64,
     pub be_ops_per_s: f64,
     pub power_w: f64,
@@ -64,6 +65,9 @@ pub struct SimHost {
     cores: u32,
     all: u128,
     be: BeKind,
+    /// The BE kind's throughput alone on every CPU of this server, in CPUs at full speed (its
+    /// own DRAM saturation and power cap included): the denominator of `be_norm`.
+    be_alone_cpus: f64,
     service: ServiceDist,
     applied: Applied,
     /// Tick length the saturated-queue approximation uses, µs.
@@ -98,11 +102,12 @@ impl SimHost {
         } else {
             (1u128 << cores) - 1
         };
-        SimHost {
+        let mut host = SimHost {
             model: model.clone(),
             cores,
             all,
             be: be.clone(),
+            be_alone_cpus: cores as f64,
             service: ServiceDist::with_mean_cv(model.lc.service_us, model.lc.service_cv),
             applied: Applied {
                 be_enabled: true,
@@ -124,7 +129,19 @@ impl SimHost {
             obs: Observation::default(),
             last: None,
             dirty: true,
-        }
+        };
+        host.refresh_be_alone();
+        host
+    }
+
+    /// Recomputes [`SimHost::be_alone_cpus`] for the current BE kind: the kind on every CPU,
+    /// no LC, nothing throttled.
+    fn refresh_be_alone(&mut self) {
+        let mut alone = self.clone();
+        alone.apply(&Allocation::default());
+        alone.be_alone_cpus = self.cores as f64;
+        let t = alone.evaluate(0.0);
+        self.be_alone_cpus = (t.be_norm * self.cores as f64).max(1e-9);
     }
 
     pub(crate) fn applied_mut(&mut self) -> &mut Applied {
@@ -180,6 +197,7 @@ impl SimHost {
     pub fn set_be_kind(&mut self, be: &BeKind) {
         self.dirty = true;
         self.be = be.clone();
+        self.refresh_be_alone();
     }
 
     /// Sets every knob from an allocation at once, bypassing the agent's write path: for the
@@ -242,18 +260,11 @@ impl SimHost {
         // interference on the LC's service time
         let ways = m.server.llc_ways as f64;
         let way_overlap = s.be_llc_ways.map_or(1.0, |w| (w as f64 / ways).min(1.0));
-        let be_busy_guess = be_cap;
-        let llc_pressure = self.be.llc_pressure * (be_busy_guess / c) * way_overlap;
-        let stretch_llc = 1.0 + m.lc.llc_sensitivity * llc_pressure;
         let mba = s
             .be_mba_pct
             .map_or(1.0, |p| (p as f64 / 100.0).clamp(0.1, 1.0));
         let lc_bw = lc_qps * m.lc.dram_bytes_per_request;
-        let be_bw_demand = self.be.dram_bytes_per_cpu_s * be_busy_guess * s.be_freq_frac * mba;
         let peak_bw = m.server.dram_peak_bytes_per_s;
-        let be_bw = be_bw_demand.min((peak_bw - lc_bw).max(0.0));
-        let dram_util = ((lc_bw + be_bw) / peak_bw).min(1.0);
-        let stretch_dram = 1.0 + m.lc.dram_sensitivity * ((dram_util - 0.7).max(0.0) / 0.3);
         // SMT: an LC CPU whose sibling BE keeps busy runs the LC slower
         let stretch_smt = if m.server.smt && self.cores >= 2 {
             let half = self.cores / 2;
@@ -266,30 +277,52 @@ impl SimHost {
         } else {
             1.0
         };
-        let base_stretch = stretch_llc * stretch_dram * stretch_smt;
-
-        // power: above TDP every CPU slows (what Heracles' power controller prevents)
-        let lc_busy_guess = lambda * self.service.mean_us() * base_stretch;
-        let be_power = be_busy_guess * self.be.power_factor * s.be_freq_frac.powi(2);
-        let power = m.server.static_w + m.server.core_w * (lc_busy_guess.min(c) + be_power);
-        let f_scale = if power > m.server.tdp_w {
-            ((m.server.tdp_w - m.server.static_w) / (power - m.server.static_w)).max(0.3)
-        } else {
-            1.0
+        // LLC, DRAM and power pressure come from the CPUs BE actually keeps busy, which depend
+        // on how much of BE's cpuset the (stretched) LC takes: start from BE's cap, then one
+        // more pass from the BE use the first pass found.
+        let pressure = |be_busy: f64| {
+            let llc_pressure = self.be.llc_pressure * (be_busy / c) * way_overlap;
+            let stretch_llc = 1.0 + m.lc.llc_sensitivity * llc_pressure;
+            let be_bw_demand = self.be.dram_bytes_per_cpu_s * be_busy * s.be_freq_frac * mba;
+            let be_bw = be_bw_demand.min((peak_bw - lc_bw).max(0.0));
+            let dram_util = ((lc_bw + be_bw) / peak_bw).min(1.0);
+            let stretch_dram = 1.0 + m.lc.dram_sensitivity * ((dram_util - 0.7).max(0.0) / 0.3);
+            let base_stretch = stretch_llc * stretch_dram * stretch_smt;
+            // power: above TDP every CPU slows (what Heracles' power controller prevents)
+            let lc_busy_guess = lambda * self.service.mean_us() * base_stretch;
+            let be_power = be_busy * self.be.power_factor * s.be_freq_frac.powi(2);
+            let power = m.server.static_w + m.server.core_w * (lc_busy_guess.min(c) + be_power);
+            let f_scale = if power > m.server.tdp_w {
+                ((m.server.tdp_w - m.server.static_w) / (power - m.server.static_w)).max(0.3)
+            } else {
+                1.0
+            };
+            (base_stretch / f_scale, f_scale, be_bw)
         };
-        let stretch = base_stretch / f_scale;
-        let service = self.service.stretched(stretch);
-        let u = lambda * service.mean_us();
-
         let k_eff = n_dedicated + n_shared * share_eff;
-        // the LC spills onto BE's CPUs when its own are busy
-        let p_spill = if n_shared == 0.0 {
-            0.0
-        } else if n_dedicated == 0.0 || u >= n_dedicated {
-            1.0
-        } else {
-            erlang_c(n_dedicated as u32, u)
+        // The LC spills onto BE's CPUs when its own are all busy: a wake-up that finds no idle
+        // CPU of its own is placed on a shared one rather than queued (the scheduler's
+        // wake-up balancing), so the spill is the overflow of a loss system over the
+        // dedicated CPUs — Erlang B, not C — and the dedicated CPUs carry u·(1 − B).
+        let spill = |stretch: f64| {
+            let u = lambda * self.service.mean_us() * stretch;
+            let p_spill = if n_shared == 0.0 {
+                0.0
+            } else {
+                erlang_b(n_dedicated as u32, u)
+            };
+            let lc_on_shared = (u * p_spill).min(n_shared * share_eff);
+            (u, p_spill, (be_cap - lc_on_shared * b).max(0.0))
         };
+        let mut be_busy_guess = be_cap;
+        let (mut stretch, mut f_scale, mut be_bw) = pressure(be_busy_guess);
+        let (mut u, mut p_spill, mut be_busy) = spill(stretch);
+        if be_busy < be_busy_guess - 1e-3 {
+            be_busy_guess = be_busy;
+            (stretch, f_scale, be_bw) = pressure(be_busy_guess);
+            (u, p_spill, be_busy) = spill(stretch);
+        }
+        let service = self.service.stretched(stretch);
         let p_delay = p_spill * b * sc.delayed_fraction;
         let tail = match m.lc.dispatch {
             Dispatch::SharedQueue => ResponseTail::mgk(k_eff, lambda, service)
@@ -309,8 +342,6 @@ impl SimHost {
         .with_delay(p_delay, delay_us);
 
         let lc_busy = u.min(k_eff);
-        let lc_on_shared = (u * p_spill).min(n_shared * share_eff);
-        let be_busy = (be_cap - lc_on_shared * b).max(0.0);
         let idle = (c - lc_busy - be_busy).max(0.0);
         let cache_factor = match s.be_llc_ways {
             Some(w) => 1.0 - self.be.llc_sensitivity * (1.0 - (w as f64 / ways).min(1.0)),
@@ -326,7 +357,7 @@ impl SimHost {
         };
         let dram_factor = 1.0 - dram_bound + dram_bound * bw_ratio;
         let be_speed = s.be_freq_frac * f_scale * cache_factor * dram_factor;
-        let be_norm = be_busy * be_speed / c;
+        let be_norm = be_busy * be_speed / self.be_alone_cpus;
         TickState {
             tail,
             lc_qps,
@@ -334,7 +365,7 @@ impl SimHost {
             be_busy,
             idle,
             be_norm,
-            be_ops_per_s: be_norm * c * self.be.ops_per_cpu_s,
+            be_ops_per_s: be_busy * be_speed * self.be.ops_per_cpu_s,
             power_w: m.server.static_w
                 + m.server.core_w
                     * f_scale

@@ -4,6 +4,21 @@
 //! exponentials and a percentile is a bisection. Per-request simulation of every server of a
 //! fleet would be far too slow; [`crate::des`] checks these formulas against an exact simulation.
 
+/// Probability that an arrival finds all `k` servers busy in a loss system (Erlang B), offered
+/// load `a` (= λ·E[S], in servers); in an overflow system (arrivals that find the `k` busy go
+/// elsewhere instead of queueing) it is the overflow fraction, and `a·B` the overflow traffic —
+/// Erlang's and Wilkinson's overflow model. Defined for every `a ≥ 0`, also `a ≥ k`.
+pub fn erlang_b(k: u32, a: f64) -> f64 {
+    if a <= 0.0 {
+        return if k == 0 { 1.0 } else { 0.0 };
+    }
+    let mut b = 1.0;
+    for i in 1..=k {
+        b = a * b / (i as f64 + a * b);
+    }
+    b
+}
+
 /// Probability that an arrival waits in an M/M/k queue (Erlang C), `k` servers, offered load `a`
 /// (= λ·E[S], in servers). 1.0 when `a >= k` (the queue is unstable).
 pub fn erlang_c(k: u32, a: f64) -> f64 {
@@ -92,14 +107,24 @@ impl ServiceDist {
 }
 
 /// `P(X + Y > x)` for independent `X ~ Exp(a)`, `Y ~ Exp(b)`.
+/// `e^(−y)` for `y ≥ 0`, 0 where it would underflow: libm's underflow path (`xflow`) cost an
+/// eighth of a fleet run's CPU time, for terms that are 0 in every sum they enter.
+fn exp_neg(y: f64) -> f64 {
+    if y > 700.0 {
+        0.0
+    } else {
+        (-y).exp()
+    }
+}
+
 fn hypo_tail(a: f64, b: f64, x: f64) -> f64 {
     if x <= 0.0 {
         return 1.0;
     }
     if ((a - b) / a).abs() < 1e-9 {
-        return (1.0 + a * x) * (-a * x).exp(); // Erlang-2
+        return (1.0 + a * x) * exp_neg(a * x); // Erlang-2
     }
-    (b * (-a * x).exp() - a * (-b * x).exp()) / (b - a)
+    (b * exp_neg(a * x) - a * exp_neg(b * x)) / (b - a)
 }
 
 /// The response-time distribution of one LC queue over one tick.
@@ -183,7 +208,7 @@ impl ResponseTail {
             if p <= 0.0 {
                 continue;
             }
-            let no_wait = (-r * x).exp();
+            let no_wait = exp_neg(r * x);
             let waited = hypo_tail(r, self.wait_rate, x);
             out += p * ((1.0 - self.p_wait) * no_wait + self.p_wait * waited);
         }
@@ -220,23 +245,48 @@ pub fn quantile_of_mix(mix: &[(f64, ResponseTail)], q: f64) -> f64 {
     let target = 1.0 - q;
     let survival = |t: f64| mix.iter().map(|(w, r)| w * r.survival(t)).sum::<f64>() / total;
     let mut hi = mix.iter().map(|(_, r)| r.mean_us()).fold(1.0f64, f64::max);
+    let mut lo = 0.0;
     while survival(hi) > target && hi < 1e12 {
+        lo = hi;
         hi *= 2.0;
     }
-    let mut lo = 0.0;
-    // relative precision 1e-4 is far below the model's own error
-    for _ in 0..60 {
-        if hi - lo <= hi * 1e-4 {
+    // Illinois (regula falsi with halving) on ln P(T > t) − ln(1 − q), which is close to linear
+    // in t (exponential tails): 4–6 evaluations where bisection to the same precision took 15+.
+    let f = |t: f64| survival(t).max(1e-300).ln() - target.ln();
+    let (mut a, mut fa) = (lo, f(lo));
+    let (mut b, mut fb) = (hi, f(hi));
+    if fa <= 0.0 {
+        return 0.0;
+    }
+    let mut side = 0i8;
+    for _ in 0..100 {
+        // relative precision 1e-4 is far below the model's own error
+        if b - a <= b * 1e-4 {
             break;
         }
-        let mid = 0.5 * (lo + hi);
-        if survival(mid) > target {
-            lo = mid;
+        let mut c = (a * fb - b * fa) / (fb - fa);
+        if !(c > a && c < b) {
+            c = 0.5 * (a + b);
+        }
+        let fc = f(c);
+        if fc.abs() < 1e-7 {
+            return c;
+        }
+        if fc > 0.0 {
+            (a, fa) = (c, fc);
+            if side == -1 {
+                fb *= 0.5;
+            }
+            side = -1;
         } else {
-            hi = mid;
+            (b, fb) = (c, fc);
+            if side == 1 {
+                fa *= 0.5;
+            }
+            side = 1;
         }
     }
-    hi
+    b
 }
 
 #[cfg(test)]

@@ -250,6 +250,86 @@ pub fn fleet_manifest(setup: &SimSetup, spec: &FleetSpec, invocation: &str) -> M
     }
 }
 
+/// The fleet study a `sim fleet` directory keeps for re-rendering.
+pub const STUDY_JSON: &str = "study.json";
+/// The fleet fields of each policy, in the study's order.
+pub const FLEET_JSON: &str = "fleet.json";
+
+fn write_json<T: serde::Serialize + ?Sized>(path: &Path, v: &T) -> Result<(), SimError> {
+    let text = serde_json::to_string_pretty(v).expect("json") + "\n";
+    std::fs::write(path, text).map_err(|e| SimError::io(path, e))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, SimError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| SimError::Parse {
+        file: Some(path.to_path_buf()),
+        line: Some(e.line()),
+        reason: e.to_string(),
+    })
+}
+
+/// The bench writer's report, then the fleet fields added to each `summary.json` run entry.
+fn render(
+    dir: &Path,
+    manifest: &Manifest,
+    study: &Study,
+    fleet: &[Value],
+) -> Result<headroom_bench::format::ReportFiles, SimError> {
+    let files = headroom_bench::format::write_report(dir, manifest, study)?;
+    let mut summary = serde_json::to_value(&study.summary).expect("summary serializes");
+    if let Some(runs) = summary.get_mut("runs").and_then(Value::as_array_mut) {
+        for (run, extra) in runs.iter_mut().zip(fleet) {
+            if let (Some(obj), Value::Object(extra)) = (run.as_object_mut(), extra) {
+                obj.extend(extra.clone());
+            }
+        }
+    }
+    write_json(&files.summary_json, &summary)?;
+    Ok(files)
+}
+
+/// Whether `dir` holds a `sim fleet` result (its manifest says so).
+pub fn is_fleet_dir(dir: &Path) -> bool {
+    read_json::<Value>(&dir.join("manifest.json"))
+        .ok()
+        .and_then(|m| {
+            m.get("experiment")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+        .is_some_and(|e| e == "sim-fleet")
+}
+
+/// `headroom report DIR` on a `sim fleet` directory: re-renders `report.html`, `summary.md`,
+/// `figures/` and `summary.json` from the kept study, fleet fields and manifest, without
+/// re-simulating.
+pub fn rerender_fleet_report(dir: &Path) -> Result<headroom_bench::format::ReportFiles, SimError> {
+    let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
+    let study_path = dir.join(STUDY_JSON);
+    if !study_path.is_file() {
+        return Err(SimError::Parse {
+            file: Some(study_path),
+            line: None,
+            reason: "missing: written by a `sim fleet` that kept no study (before re-rendering existed); run it again".into(),
+        });
+    }
+    let study: Study = read_json(&study_path)?;
+    let fleet: Vec<Value> = read_json(&dir.join(FLEET_JSON))?;
+    if fleet.len() != study.summary.runs.len() {
+        return Err(SimError::invalid(
+            FLEET_JSON,
+            fleet.len(),
+            &format!(
+                "one entry per policy expected, the study has {}",
+                study.summary.runs.len()
+            ),
+        )
+        .in_file(&dir.join(FLEET_JSON)));
+    }
+    render(dir, &manifest, &study, &fleet)
+}
+
 /// Writes the report, then adds the fleet fields to `summary.json` and writes `servers.csv`.
 pub fn write_fleet_report(
     dir: &Path,
@@ -261,20 +341,14 @@ pub fn write_fleet_report(
     std::fs::create_dir_all(dir).map_err(|e| SimError::io(dir, e))?;
     let study = fleet_study(setup, spec, results);
     let manifest = fleet_manifest(setup, spec, invocation);
-    let files = headroom_bench::format::write_report(dir, &manifest, &study)?;
-    let mut summary = serde_json::to_value(&study.summary).expect("summary serializes");
-    if let Some(runs) = summary.get_mut("runs").and_then(Value::as_array_mut) {
-        for (run, f) in runs.iter_mut().zip(results) {
-            if let (Some(obj), Value::Object(extra)) = (run.as_object_mut(), fleet_fields(f)) {
-                obj.extend(extra);
-            }
-        }
-    }
-    let text = serde_json::to_string_pretty(&summary).expect("json") + "\n";
-    std::fs::write(&files.summary_json, text).map_err(|e| SimError::io(&files.summary_json, e))?;
+    let fleet: Vec<Value> = results.iter().map(fleet_fields).collect();
+    // what `headroom report DIR` re-renders from: the study (figures, tables, findings) and
+    // the fleet fields, which the per-server results they come from are not kept for
+    write_json(&dir.join(STUDY_JSON), &study)?;
+    write_json(&dir.join(FLEET_JSON), &fleet)?;
+    let files = render(dir, &manifest, &study, &fleet)?;
     let manifest_path = dir.join("manifest.json");
-    let mtext = serde_json::to_string_pretty(&manifest).expect("json") + "\n";
-    std::fs::write(&manifest_path, mtext).map_err(|e| SimError::io(&manifest_path, e))?;
+    write_json(&manifest_path, &manifest)?;
     let mut csv = String::from(
         "policy,server,cores,windows,violations,emu_mean,emu_min,be_norm_mean,lc_load_mean,p99_max_us,be_cpu_hours\n",
     );

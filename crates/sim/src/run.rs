@@ -288,6 +288,8 @@ pub fn run_server(
     let mut window: Vec<(f64, ResponseTail)> = Vec::with_capacity(ticks_per_window);
     let (mut w_emu, mut w_be, mut w_load) = (0.0, 0.0, 0.0);
     let mut last_reason = String::new();
+    // the p99 of the window that closed at the previous tick, when it was a full one
+    let mut closed_window_p99: Option<f64> = None;
     for i in 0..total_ticks {
         let t0 = tick * i as u32;
         let t_s = t0.as_secs_f64();
@@ -302,8 +304,14 @@ pub fn run_server(
         let latency = if recent.is_empty() {
             None
         } else {
-            Some(quantile_of_mix(&recent, q))
+            // right after a full window closed, `recent` holds exactly its ticks
+            Some(
+                closed_window_p99
+                    .take()
+                    .unwrap_or_else(|| quantile_of_mix(&recent, q)),
+            )
         };
+        closed_window_p99 = None;
         host.set_inputs(qps, latency, peak_qps);
         let mut t = t0;
         loop {
@@ -349,6 +357,9 @@ pub fn run_server(
         if window.len() == ticks_per_window || i + 1 == total_ticks {
             let n = window.len() as f64;
             let p99 = quantile_of_mix(&window, q);
+            if window.len() == ticks_per_window {
+                closed_window_p99 = Some(p99);
+            }
             let emu = w_emu / n;
             let violating = p99 > slo;
             out.windows += 1;

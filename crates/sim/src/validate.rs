@@ -99,6 +99,19 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
         .fold(0.0, f64::max);
     model.check_coverage(cores, max_load)?;
     let peak = SimHost::peak_qps(&model, cores);
+    // The run's deployment: the bench pins the LC to its server CPUs; where BE may only use
+    // those same CPUs (a small machine), the agent sees the LC on every CPU BE may use and
+    // `hybrid` shares them as `cpu.idle`. The replay's machine is the server CPUs, so the LC is
+    // pinned to all of them there too.
+    let m = &manifest.machine;
+    let be_on_lc_cpus =
+        !m.be_cpus.is_empty() && m.be_cpus.iter().all(|c| m.server_cpus.contains(c));
+    let deployment = if be_on_lc_cpus {
+        let cpus: Vec<String> = (0..cores).map(|c| c.to_string()).collect();
+        format!("[lc.threads]\npin = true\ncpus = [{}]\n", cpus.join(", "))
+    } else {
+        String::new()
+    };
     let mut out = Validation {
         run_dir: run_dir.display().to_string(),
         slo_us: manifest.slo_us,
@@ -138,6 +151,7 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
         setup.noise_sd = 0.0;
         setup.tick_s = window_s / 3.0;
         setup.window_s = window_s;
+        setup.agent_extra = deployment.clone();
         let spec = ServerSpec {
             cores,
             seed: 1,

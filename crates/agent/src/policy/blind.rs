@@ -8,6 +8,14 @@
 //! pinned to. S = 0 (allowed when `min_be_cpus = 0`) freezes BE. A fractional S — needed when B
 //! is fractional on small machines — is given as ceil(S) CPUs in the cpuset plus a CFS quota of
 //! S CPUs.
+//!
+//! When the LC is not pinned it may run on BE's CPUs too (PerfIso's primary "always runs
+//! unrestricted"); PerfIso then relies on the buffer's idle cores to absorb the LC's wake-ups,
+//! but a wake-up that still lands on a BE CPU waits behind BE at equal CFS weight for a whole
+//! slice (Leverich & Kozyrakis §4: ms-scale p99). So BE runs in the `cpu.idle` class there (the
+//! safety wrapper falls back to the batch weight where the host lacks `cpu.idle`), which yields
+//! to the LC at every wake-up; with the LC pinned away from BE's CPUs nothing is shared and BE
+//! keeps its weight.
 
 pub mod config;
 
@@ -15,7 +23,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{be_candidate_cpus, round6, take_top_cpus, LcCpusMemo, MachineInfo, Policy};
+use super::{
+    be_candidate_cpus, lc_pinned_cpus, round6, take_top_cpus, LcCpusMemo, MachineInfo, Policy,
+};
 use crate::allocation::Allocation;
 use crate::config::Config;
 use crate::decision::Decision;
@@ -39,6 +49,8 @@ pub struct Blind {
     explain: bool,
     /// The BE candidate CPUs (they change only with the LC's pinning or the config).
     candidates: LcCpusMemo,
+    /// The CPUs the LC is pinned to; empty = the LC may run on BE's CPUs.
+    lc_pinned: LcCpusMemo,
 }
 
 impl Blind {
@@ -53,6 +65,7 @@ impl Blind {
             last_cpuset: Vec::new(),
             explain: true,
             candidates: LcCpusMemo::default(),
+            lc_pinned: LcCpusMemo::default(),
         }
     }
 
@@ -104,7 +117,7 @@ impl Blind {
         }
     }
 
-    fn allocation(&mut self, candidates: &[u32]) -> Allocation {
+    fn allocation(&mut self, candidates: &[u32], lc_shares_be_cpus: bool) -> Allocation {
         let p = &self.config.policy.blind;
         let whole = self.be_cpus.ceil() as usize;
         if whole == 0 || candidates.is_empty() {
@@ -126,6 +139,7 @@ impl Blind {
             be_cpus: Some(cpus),
             be_quota_pct: fractional.then(|| round6(self.be_cpus * 100.0)),
             be_quota_period_us: fractional.then_some(p.quota_period_us),
+            be_cpu_idle: lc_shares_be_cpus.then_some(true),
             ..Allocation::default()
         }
     }
@@ -187,7 +201,11 @@ impl Policy for Blind {
             }
             Some(_) => "blind:idle=buffer:steady",
         };
-        let allocation = self.allocation(candidates);
+        let lc_shares_be_cpus = self
+            .lc_pinned
+            .get(obs, || lc_pinned_cpus(&self.machine, &self.config, obs))
+            .is_empty();
+        let allocation = self.allocation(candidates, lc_shares_be_cpus);
         if !self.explain {
             self.candidates = memo;
             return Decision {
@@ -204,6 +222,7 @@ impl Policy for Blind {
             "max_be_cpus": max,
             "growth_allowed": self.growth_allowed,
             "candidates": candidates,
+            "be_cpu_idle": lc_shares_be_cpus,
         });
         self.candidates = memo;
         Decision {
@@ -232,8 +251,60 @@ impl Policy for Blind {
         let old_buffer = self.config.policy.blind.buffer_cores;
         self.config = config.clone();
         self.candidates.clear();
+        self.lc_pinned.clear();
         if config.policy.blind.buffer_cores != old_buffer {
             self.buffer = config.policy.blind.buffer_cores;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blind(extra: &str) -> Blind {
+        let toml = format!(
+            "[lc]\nname = \"svc\"\ncgroup = \"headroom/lc\"\n{extra}\n[policy]\nkind = \"blind\"\n"
+        );
+        Blind::new(
+            &Config::from_toml_str(&toml).expect("valid config"),
+            &MachineInfo::with_cpus(8),
+        )
+    }
+
+    fn idle(i: f64) -> Observation {
+        Observation {
+            idle_cpus: Some(i),
+            ..Observation::default()
+        }
+    }
+
+    /// An unpinned LC may wake up on BE's CPUs: BE must run there in the `cpu.idle` class, not
+    /// at the default weight (a whole CFS slice of wait for the LC). Before the fix BE kept the
+    /// group's original weight (`be_cpu_idle: None`).
+    #[test]
+    fn be_yields_as_cpu_idle_on_cpus_an_unpinned_lc_may_use() {
+        let mut b = blind("");
+        let d = b.decide(&idle(6.0), Duration::ZERO);
+        assert!(d.allocation.be_enabled, "{}", d.reason);
+        assert_eq!(d.allocation.be_cpus, Some(vec![7]));
+        assert_eq!(d.allocation.be_cpu_idle, Some(true));
+    }
+
+    /// With the LC pinned away from BE's CPUs nothing is shared: BE keeps its weight.
+    #[test]
+    fn be_keeps_its_weight_when_the_lc_is_pinned_elsewhere() {
+        let mut b = blind("[lc.threads]\npin = true\ncpus = [0, 1, 2, 3]");
+        let d = b.decide(&idle(6.0), Duration::ZERO);
+        assert_eq!(d.allocation.be_cpus, Some(vec![7]));
+        assert_eq!(d.allocation.be_cpu_idle, None);
+        // the LC's observed affinity counts too
+        let mut b = blind("");
+        let pinned = Observation {
+            lc_cpus: Some(vec![0, 1]),
+            ..idle(6.0)
+        };
+        let d = b.decide(&pinned, Duration::ZERO);
+        assert_eq!(d.allocation.be_cpu_idle, None);
     }
 }

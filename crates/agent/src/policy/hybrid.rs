@@ -6,7 +6,9 @@
 //! also starts the cooldown and widens the buffer); load < `load_enable` enables it. While
 //! enabled, it sets the inner loop's buffer B from the slack: slack ≥ `slack_disallow_growth` →
 //! B shrinks by `buffer_step_cores` (BE may grow); slack below it → BE may not grow; slack below
-//! `slack_shrink` → B widens by a step, so the inner loop gives cores back at its next poll.
+//! `slack_shrink` → B widens by a step, so the inner loop gives cores back at its next poll. The
+//! step that re-enables BE after a violation keeps the step the violation added (its slack was
+//! measured without BE).
 
 pub mod config;
 
@@ -31,6 +33,8 @@ pub struct Hybrid {
     next_top: Option<Duration>,
     inner: Blind,
     last_outcome: Option<TopOutcome>,
+    /// B was widened by a violation and BE has not run since.
+    widened_by_violation: bool,
     explain: bool,
 }
 
@@ -44,6 +48,7 @@ impl Hybrid {
             next_top: None,
             inner: inner.clone(),
             last_outcome: None,
+            widened_by_violation: false,
             explain: true,
         };
         inner.set_buffer(me.clamp_buffer(config.policy.blind.buffer_cores));
@@ -99,13 +104,23 @@ impl Hybrid {
         if self.top.just_enabled {
             self.inner.reset();
         }
+        let hold_buffer = self.top.just_enabled && self.widened_by_violation;
+        if self.top.just_enabled {
+            self.widened_by_violation = false;
+        }
         match outcome {
             TopOutcome::SlackNegative => {
                 self.inner.set_buffer(self.clamp_buffer(b + step));
                 self.inner.reset();
+                self.widened_by_violation = true;
             }
             TopOutcome::LoadHigh => self.inner.reset(),
             TopOutcome::Shrink => self.inner.set_buffer(self.clamp_buffer(b + step)),
+            // The step that re-enables BE after a violation's cooldown saw windows BE did not
+            // run in: their slack says nothing about B, so B keeps the step the violation added
+            // until a window with BE running at that B shows the slack to shrink it. (Taking
+            // it back here re-ran BE at the very buffer that had violated, every cooldown.)
+            TopOutcome::Grow if hold_buffer => {}
             TopOutcome::Grow => self.inner.set_buffer(self.clamp_buffer(b - step)),
             TopOutcome::NoData
             | TopOutcome::Cooldown
@@ -218,5 +233,89 @@ impl Policy for Hybrid {
         self.inner.reconfigure(config);
         let b = self.clamp_buffer(b);
         self.inner.set_buffer(b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 8 CPUs, SLO 500 µs over 15 s windows, B starts at 1 and moves by 0.5 per outer step,
+    /// cooldown 300 s (the defaults the 16-CPU simulation runs with).
+    fn hybrid() -> Hybrid {
+        let toml = r#"
+[lc]
+name = "svc"
+cgroup = "headroom/lc"
+[lc.slo]
+target_us = 500
+window_s = 15
+[lc.latency]
+source = "probe"
+address = "127.0.0.1:11211"
+[lc.load]
+source = "memcache-stats"
+address = "127.0.0.1:11211"
+peak_qps = 100000
+[policy]
+kind = "hybrid"
+"#;
+        Hybrid::new(
+            &Config::from_toml_str(toml).expect("valid config"),
+            &MachineInfo::with_cpus(8),
+        )
+    }
+
+    fn obs(latency_us: f64, load: f64, idle: f64) -> Observation {
+        Observation {
+            lc_latency_us: Some(latency_us),
+            lc_latency_age_ms: Some(0),
+            lc_load: Some(load),
+            lc_load_age_ms: Some(0),
+            idle_cpus: Some(idle),
+            ..Observation::default()
+        }
+    }
+
+    fn s(v: u64) -> Duration {
+        Duration::from_secs(v)
+    }
+
+    /// A violation widens B by a step; the outer step that re-enables BE after the cooldown
+    /// must keep it (its slack was measured with BE off), and only a window with BE running at
+    /// the wider B may shrink it. Before the fix the re-enabling step shrank B straight back to
+    /// the buffer that had just violated.
+    #[test]
+    fn the_re_enabling_step_keeps_the_buffer_the_violation_widened() {
+        let mut h = hybrid();
+        h.decide(&obs(200.0, 0.5, 4.0), s(0));
+        assert!(h.top.enabled);
+        assert_eq!(
+            h.buffer(),
+            1.0,
+            "ample slack at B_min: B stays at its minimum"
+        );
+        // BE ran at B = 1 and the window violated
+        let d = h.decide(&obs(900.0, 0.5, 1.0), s(15));
+        assert!(!d.allocation.be_enabled);
+        assert_eq!(h.buffer(), 1.5, "the violation widened B by one step");
+        // cooldown: the windows without BE have ample slack, nothing changes
+        let mut t = 30;
+        while t < 315 {
+            let d = h.decide(&obs(150.0, 0.5, 5.0), s(t));
+            assert!(!d.allocation.be_enabled, "t {t}: still cooling down");
+            t += 15;
+        }
+        // first step after the cooldown: BE re-enabled, B kept
+        let d = h.decide(&obs(150.0, 0.5, 5.0), s(315));
+        assert!(d.allocation.be_enabled, "re-enabled: {}", d.reason);
+        assert_eq!(
+            h.buffer(),
+            1.5,
+            "re-enabling must not undo the violation's step"
+        );
+        // a window with BE running at B = 1.5 and ample slack: now B may shrink
+        h.decide(&obs(200.0, 0.5, 1.5), s(330));
+        assert_eq!(h.buffer(), 1.0);
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// Flags of `headroom report`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// A run directory written by `headroom bench` or `headroom demo`
+    /// A run directory written by `headroom bench`, `headroom demo` or `headroom sim fleet`
     pub dir: PathBuf,
     /// Also load report.html in headless Chromium and check every plot is there
     #[arg(long)]
@@ -19,7 +19,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.dir.display()
         )));
     }
-    let files = headroom_bench::experiments::report(&args.dir)?;
+    let files = if headroom_sim::report::is_fleet_dir(&args.dir) {
+        headroom_sim::report::rerender_fleet_report(&args.dir).map_err(|e| {
+            if e.is_bad_input() {
+                super::usage(format!("headroom report: {e}"))
+            } else {
+                anyhow::Error::new(e)
+            }
+        })?
+    } else {
+        headroom_bench::experiments::report(&args.dir)?
+    };
     println!("report:  {}", files.html.display());
     println!("summary: {}", files.summary_json.display());
     println!("         {}", files.summary_md.display());
