@@ -45,8 +45,11 @@ pub struct Controller {
     actuation: Option<Actuation>,
     /// Every online CPU (BE's CPUs when an allocation names none).
     machine_cpus: Vec<u32>,
-    /// Ticks between read-backs of every knob.
+    /// Ticks between read-backs of every knob (when no period is set).
     verify_every: u64,
+    /// Time between read-backs: ticks come at uneven intervals when they follow events.
+    verify_period: Option<Duration>,
+    last_verify: Option<Duration>,
     ticks: u64,
     /// Writing (false: dry run or kill switch).
     actuating: bool,
@@ -70,10 +73,20 @@ impl Controller {
             actuation,
             machine_cpus,
             verify_every: verify_every.max(1),
+            verify_period: None,
+            last_verify: None,
             ticks: 0,
             last_applied: None,
             failed: false,
         }
+    }
+
+    /// Reads every knob back at most `period` apart in tick time (the first tick, and then
+    /// the first tick at least `period` after the last read-back), whatever the tick rate: an
+    /// event-driven agent ticks irregularly, and a tick count would stretch the period.
+    pub fn with_verify_period(mut self, period: Duration) -> Controller {
+        self.verify_period = Some(period);
+        self
     }
 
     /// One tick at `t` since start.
@@ -95,7 +108,7 @@ impl Controller {
             actuation: None,
             killed: 0,
         };
-        self.actuate(node, &mut outcome);
+        self.actuate(node, t, &mut outcome);
         self.ticks += 1;
         // publish: the node's last observation (sensing twice would cost a second sample)
         let obs = node.sense(t).clone();
@@ -104,7 +117,7 @@ impl Controller {
     }
 
     /// Phase `actuate`: the one ordered write path.
-    fn actuate(&mut self, node: &mut dyn Node, outcome: &mut TickOutcome) {
+    fn actuate(&mut self, node: &mut dyn Node, t: Duration, outcome: &mut TickOutcome) {
         if !self.actuating {
             return;
         }
@@ -117,7 +130,15 @@ impl Controller {
             act.invalidate();
             self.last_applied = None;
         }
-        let verify = self.ticks.is_multiple_of(self.verify_every);
+        let verify = match self.verify_period {
+            Some(period) => self
+                .last_verify
+                .is_none_or(|last| t.saturating_sub(last) >= period),
+            None => self.ticks.is_multiple_of(self.verify_every),
+        };
+        if verify {
+            self.last_verify = Some(t);
+        }
         let same = self.last_applied.as_ref() == Some(allocation);
         // Between read-backs an unchanged allocation needs no plan at all.
         if same && !verify && !self.failed {

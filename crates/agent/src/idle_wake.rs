@@ -120,23 +120,24 @@ impl EventSchedule {
 /// `I >= B + step + hysteresis - tolerance`. `None` for policies that do not decide on the
 /// idle count (they keep polling).
 ///
-/// Hybrid moves its buffer with the latency slack inside the policy; the thresholds here use
-/// the configured buffer, and hybrid's periodic tick (its own interval) covers the rest.
-pub fn thresholds(config: &Config) -> Option<(i64, i64)> {
+/// `buffer` is the B the policy keeps now ([`crate::policy::Policy::idle_buffer`]: hybrid's
+/// outer loop moves it); `None` falls back to the configured `policy.blind.buffer_cores`.
+pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
     if !matches!(config.policy.kind, PolicyKind::Blind | PolicyKind::Hybrid) {
         return None;
     }
     let b = &config.policy.blind;
-    let frac = b.buffer_cores - b.buffer_cores.floor();
+    let buffer_cores = buffer.unwrap_or(b.buffer_cores);
+    let frac = buffer_cores - buffer_cores.floor();
     // as `Blind::step`: B's fractional part is the step when B is fractional
     let step = if (0.1..b.grow_step_cpus).contains(&frac) {
         frac
     } else {
         b.grow_step_cpus
     };
-    let low = (b.buffer_cores - b.idle_tolerance_cpus).ceil() as i64;
+    let low = (buffer_cores - b.idle_tolerance_cpus).ceil() as i64;
     let high =
-        (b.buffer_cores + step + b.hysteresis_cpus - b.idle_tolerance_cpus - 1e-9).ceil() as i64;
+        (buffer_cores + step + b.hysteresis_cpus - b.idle_tolerance_cpus - 1e-9).ceil() as i64;
     Some((low.max(0), high.max(low)))
 }
 
@@ -250,15 +251,47 @@ mod tests {
             toml::from_str("[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[policy]\nkind = \"blind\"\n")
                 .unwrap();
         // B = 1, tolerance 0.1, step 1: shrink at 0 idle, grow at 2
-        assert_eq!(thresholds(&c), Some((1, 2)));
+        assert_eq!(thresholds(&c, None), Some((1, 2)));
         c.policy.blind.buffer_cores = 2.0;
         c.policy.blind.hysteresis_cpus = 1.0;
-        assert_eq!(thresholds(&c), Some((2, 4)));
+        assert_eq!(thresholds(&c, None), Some((2, 4)));
         // fractional B: the fraction is the step
         c.policy.blind.buffer_cores = 1.5;
         c.policy.blind.hysteresis_cpus = 0.0;
-        assert_eq!(thresholds(&c), Some((2, 2)));
+        assert_eq!(thresholds(&c, None), Some((2, 2)));
         c.policy.kind = PolicyKind::Heracles;
-        assert_eq!(thresholds(&c), None);
+        assert_eq!(thresholds(&c, None), None);
+    }
+
+    /// Hybrid's outer loop widens the buffer after a violation: the thresholds the agent arms
+    /// come from the policy's buffer of the moment, not from the config.
+    #[test]
+    fn thresholds_follow_the_buffer_the_policy_keeps_now() {
+        use crate::policy::{self, MachineInfo};
+        let c = crate::config::Config::from_toml_str(
+            "[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[lc.latency]\nsource = \"feed\"\n\
+             [lc.load]\nsource = \"feed\"\npeak_qps = 1000.0\n[policy]\nkind = \"hybrid\"\n",
+        )
+        .unwrap();
+        let mut p = policy::build(&c, &MachineInfo::with_cpus(8));
+        let b0 = p.idle_buffer().expect("hybrid keeps a buffer");
+        assert_eq!(thresholds(&c, Some(b0)), thresholds(&c, None));
+        // an SLO violation: the outer loop disables BE and widens B by one step
+        let bad = crate::observation::Observation {
+            lc_latency_us: Some(10_000.0),
+            lc_latency_age_ms: Some(0),
+            lc_load: Some(0.3),
+            lc_load_age_ms: Some(0),
+            idle_cpus: Some(4.0),
+            ..Default::default()
+        };
+        for i in 0..40u64 {
+            p.decide(&bad, std::time::Duration::from_secs(i));
+        }
+        let b1 = p.idle_buffer().unwrap();
+        assert!(b1 > b0, "buffer {b0} -> {b1}");
+        let (low0, _) = thresholds(&c, Some(b0)).unwrap();
+        let (low1, _) = thresholds(&c, Some(b1)).unwrap();
+        assert!(low1 > low0, "low threshold {low0} -> {low1}");
     }
 }

@@ -236,6 +236,10 @@ impl Policy for Blind {
         Duration::from_millis(self.config.policy.blind.poll_ms)
     }
 
+    fn idle_buffer(&self) -> Option<f64> {
+        Some(self.buffer)
+    }
+
     fn set_explain(&mut self, on: bool) {
         self.explain = on;
     }

@@ -210,6 +210,10 @@ impl Policy for Hybrid {
         self.inner.poll_interval()
     }
 
+    fn idle_buffer(&self) -> Option<f64> {
+        Some(self.inner.buffer())
+    }
+
     fn set_explain(&mut self, on: bool) {
         self.explain = on;
         self.inner.set_explain(on);

@@ -69,6 +69,13 @@ pub trait Policy: Send {
     /// decision log is written: building the state (a JSON map) would otherwise be most of a
     /// 1 ms poll's cost. Allocations and reasons do not depend on it.
     fn set_explain(&mut self, _on: bool) {}
+
+    /// The idle buffer B this policy keeps now (blind isolation, hybrid's inner loop, whose
+    /// outer loop moves it): an event-driven agent arms the kernel's idle-count thresholds
+    /// from it. `None` for policies that do not decide on the idle count.
+    fn idle_buffer(&self) -> Option<f64> {
+        None
+    }
 }
 
 pub use headroom_types::mechanism::{Mechanism, MechanismSet};

@@ -328,6 +328,10 @@ impl Policy for Guarded {
 
     fn applied(&mut self, _allocation: &Allocation) {}
 
+    fn idle_buffer(&self) -> Option<f64> {
+        self.inner.idle_buffer()
+    }
+
     fn set_explain(&mut self, on: bool) {
         self.explain = on;
         self.inner.set_explain(on);

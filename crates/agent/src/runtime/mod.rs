@@ -299,7 +299,8 @@ impl Agent {
     /// Event-driven where configured and possible; says which and why (log, `ctl status`).
     fn start_idle_sensing(&mut self, reactions: &ReactionLog) -> bool {
         let want = self.config.sensors.idle_sensing;
-        let thresholds = idle_wake::thresholds(&self.config);
+        let thresholds =
+            idle_wake::thresholds(&self.config, self.controller.policy().idle_buffer());
         let policy = self.config.policy.kind.as_str();
         let Some(sensors) = self.node.sensors_mut() else {
             return false;
@@ -422,12 +423,6 @@ impl Agent {
             if now >= slow_due {
                 slow_due = now + SLOW_PERIOD;
                 self.slow_work(now);
-                // a `ctl set` of the buffer moves the thresholds
-                if let (Some((low, high)), Some(s)) =
-                    (idle_wake::thresholds(&self.config), self.node.sensors_mut())
-                {
-                    s.set_idle_thresholds(low, high);
-                }
             }
             self.handle_requests();
         }
@@ -437,6 +432,14 @@ impl Agent {
     fn tick(&mut self, now: Instant) -> bool {
         let t = tick_time(now.saturating_duration_since(self.started));
         let outcome = self.controller.step(&mut self.node, t, &mut self.publisher);
+        // The policy's buffer moves (hybrid's outer loop, a `ctl set`): the kernel's
+        // thresholds follow it (a map write only when they change).
+        if let (Some((low, high)), Some(s)) = (
+            idle_wake::thresholds(&self.config, self.controller.policy().idle_buffer()),
+            self.node.sensors_mut(),
+        ) {
+            s.set_idle_thresholds(low, high);
+        }
         self.publisher
             .metrics
             .loop_seconds
@@ -739,11 +742,6 @@ impl Agent {
             decision_log_lost_lines: p.log.as_ref().map(|l| l.lost),
         }
     }
-}
-
-/// Ticks between read-backs: every tick when ticks are ≥ [`VERIFY_PERIOD`] apart.
-fn verify_every(interval: Duration) -> u64 {
-    (VERIFY_PERIOD.as_nanos() / interval.as_nanos().max(1)).max(1) as u64
 }
 
 /// Lowers this thread's timer slack so 1 ms sleeps end close to their deadline.

@@ -161,7 +161,6 @@ impl Agent {
         };
 
         let policy = policy::build(&config, &machine);
-        let interval = policy.poll_interval();
         let mut node = node;
         let mut lc_threads = crate::lc_threads::LcThreads::from_state(
             previous
@@ -254,12 +253,8 @@ impl Agent {
             stop_threads(&stop, threads);
             return Err(e);
         }
-        let mut controller = Controller::new(
-            policy,
-            actuation,
-            machine.cpus.clone(),
-            super::verify_every(interval),
-        );
+        let mut controller = Controller::new(policy, actuation, machine.cpus.clone(), 1)
+            .with_verify_period(super::VERIFY_PERIOD);
 
         let started_at = Instant::now();
         node.set_sensors(sensors, started_at);

@@ -149,8 +149,7 @@ fn pin_command(cmd: &mut Command, cpu: usize) {
 }
 
 pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    use clap::Parser;
-    let flags = Flags::try_parse_from(rest).map_err(|e| super::super::usage(e.to_string()))?;
+    let flags: Flags = super::super::parse_flags(rest)?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("headroom bench agent needs root (it creates cgroups)");
