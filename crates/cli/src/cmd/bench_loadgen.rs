@@ -127,7 +127,7 @@ struct Opts {
     #[arg(long, value_name = "N", default_value_t = HOLD_CONNECTIONS, value_parser = at_least_one)]
     hold_connections: usize,
     /// headroom's event loop (passed to `headroom load --engine`)
-    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "auto")]
+    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "epoll")]
     engine: String,
 }
 
