@@ -111,17 +111,32 @@ pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
     }
 }
 
-/// Loads the priority-setting program; returns its fd.
-pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
-    let insns = program(priority);
-    let license = CString::new("GPL").unwrap_or_default();
-    let mut log = vec![0u8; 4096];
+/// A program to hand to the verifier.
+pub(crate) struct ProgramToLoad<'a> {
+    pub prog_type: u32,
+    pub expected_attach_type: u32,
+    /// At most 15 bytes (the kernel's name field).
+    pub name: &'a str,
+    pub license: &'a str,
+    pub insns: &'a [Insn],
+    /// What it is, for the error (`cgroup_skb egress program`).
+    pub target: &'a str,
+    /// Its parameters, for the error (`priority 0x10020`).
+    pub value: String,
+}
+
+/// Loads a program (`BPF_PROG_LOAD`); returns its fd. A refusal names the program, its
+/// parameters and the verifier's last lines (they say why).
+pub(crate) fn load_program(p: ProgramToLoad) -> Result<OwnedFd> {
+    let license = CString::new(p.license).unwrap_or_default();
+    let mut log = vec![0u8; 64 * 1024];
     let mut name = [0u8; 16];
-    name[..11].copy_from_slice(b"hr_egr_prio");
+    let n = p.name.len().min(15);
+    name[..n].copy_from_slice(&p.name.as_bytes()[..n]);
     let mut attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_CGROUP_SKB,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
+        prog_type: p.prog_type,
+        insn_cnt: p.insns.len() as u32,
+        insns: p.insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
         log_level: 1,
         log_size: log.len() as u32,
@@ -130,7 +145,7 @@ pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
         prog_flags: 0,
         prog_name: name,
         prog_ifindex: 0,
-        expected_attach_type: BPF_CGROUP_INET_EGRESS,
+        expected_attach_type: p.expected_attach_type,
         _tail: [0; 8],
     };
     let fd = bpf(BPF_PROG_LOAD, &mut attr);
@@ -138,16 +153,21 @@ pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
         let source = io::Error::last_os_error();
         let verifier =
             String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
-                .into_owned();
+                .trim()
+                .to_owned();
+        let tail: Vec<&str> = verifier.lines().rev().take(6).collect();
+        let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" / ");
         return Err(HostError::Syscall {
             call: "bpf(BPF_PROG_LOAD)",
-            target: "cgroup_skb egress program".to_owned(),
+            target: p.target.to_owned(),
             value: format!(
-                "priority {priority:#x}{}",
-                if verifier.is_empty() {
+                "{} instructions, {}{}",
+                p.insns.len(),
+                p.value,
+                if tail.is_empty() {
                     String::new()
                 } else {
-                    format!("; verifier: {verifier}")
+                    format!("; verifier: {tail}")
                 }
             ),
             source,
@@ -155,6 +175,19 @@ pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
     }
     // SAFETY: the kernel returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Loads the priority-setting program; returns its fd.
+pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
+    load_program(ProgramToLoad {
+        prog_type: BPF_PROG_TYPE_CGROUP_SKB,
+        expected_attach_type: BPF_CGROUP_INET_EGRESS,
+        name: "hr_egr_prio",
+        license: "GPL",
+        insns: &program(priority),
+        target: "cgroup_skb egress program",
+        value: format!("priority {priority:#x}"),
+    })
 }
 
 /// A program attached to a cgroup through a link: detached when this is dropped, and by the

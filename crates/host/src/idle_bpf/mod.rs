@@ -26,7 +26,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::bpf::{bpf, ProgLoadAttr};
+use crate::bpf::{bpf, load_program, ProgramToLoad};
 use crate::cpuset::CpuSet;
 use crate::error::{HostError, IoOp, Result};
 
@@ -35,7 +35,6 @@ use ring::Mapping;
 pub use ring::{Direction, IdleEvent, RingReader};
 
 const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
@@ -252,45 +251,17 @@ impl IdleProgram {
             control: control_map.as_raw_fd(),
             ring: ring_map.as_raw_fd(),
         });
-        let license = CString::new("Dual MIT/GPL").unwrap_or_default();
-        let mut log = vec![0u8; 64 * 1024];
-        let mut name = [0u8; 16];
-        name[..7].copy_from_slice(b"hr_idle");
-        let mut attr = ProgLoadAttr {
+        let program = load_program(ProgramToLoad {
             prog_type: BPF_PROG_TYPE_RAW_TRACEPOINT,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: 1,
-            log_size: log.len() as u32,
-            log_buf: log.as_mut_ptr() as u64,
-            kern_version: 0,
-            prog_flags: 0,
-            prog_name: name,
-            prog_ifindex: 0,
             expected_attach_type: 0,
-            _tail: [0; 8],
-        };
-        let prog = bpf(BPF_PROG_LOAD, &mut attr);
-        if prog < 0 {
-            let verifier =
-                String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
-                    .trim()
-                    .to_owned();
-            // the verifier's last lines say why
-            let tail: Vec<&str> = verifier.lines().rev().take(6).collect();
-            return Err(syscall_error(
-                "bpf(BPF_PROG_LOAD)",
-                "raw_tracepoint idle program",
-                format!(
-                    "{} instructions; verifier: {}",
-                    insns.len(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-                ),
-            ));
-        }
+            name: "hr_idle",
+            license: "Dual MIT/GPL",
+            insns: &insns,
+            target: "raw_tracepoint idle program",
+            value: "the idle-count program".to_owned(),
+        })?;
         Ok(IdleProgram {
-            program: owned(prog),
+            program,
             ring,
             slots,
             control,
