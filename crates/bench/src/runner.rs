@@ -790,7 +790,7 @@ impl DecisionPoint {
         Some(DecisionPoint {
             t_unix_ms: rec.t_unix_ms,
             be_enabled: a.be_enabled,
-            be_cpus: a.be_cpus.as_ref().map(Vec::len),
+            be_cpus: a.be_cpus.as_ref().map(|c| c.len()),
             be_weight: a.be_cpu_weight.map(|w| w.shares as f64),
             be_quota_pct: a.be_quota_pct,
             reason: rec.reason.clone(),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{be_candidate_cpus, secs, take_top_cpus, MachineInfo, Mechanism, Policy};
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, CpuSet};
 use crate::config::{Config, HeraclesConfig, LowSlackAction};
 use crate::decision::Decision;
 use crate::observation::Observation;
@@ -454,7 +454,7 @@ impl Policy for Heracles {
         let target = self.config.lc.slo.target_us;
         let candidates = be_candidate_cpus(
             &self.machine,
-            &self.machine.socket_cpus(h.be_socket),
+            &CpuSet::from(self.machine.socket_cpus(h.be_socket)),
             &self.config,
             obs,
         );
