@@ -30,10 +30,19 @@ pub struct Drained {
     pub overrun: bool,
 }
 
+/// What ended a wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Woken {
+    /// Events wait in the ring buffer.
+    pub event: bool,
+    /// A control request waits (the doorbell sharing the epoll set).
+    pub request: bool,
+}
+
 /// A source of idle-count events (the BPF ring buffer; a scripted fake in tests).
 pub trait IdleEventSource {
-    /// Sleeps until an event waits or `timeout` passes; true when woken by an event.
-    fn wait(&mut self, timeout: Duration) -> bool;
+    /// Sleeps until an event or a control request waits, or `timeout` passes.
+    fn wait(&mut self, timeout: Duration) -> Woken;
     /// Reads every waiting event.
     fn drain(&mut self) -> Drained;
 }
@@ -95,22 +104,23 @@ impl EventSchedule {
         }
     }
 
-    /// One wait of the loop on `source`: sleeps, drains, decides.
+    /// One wait of the loop on `source`: sleeps, drains, decides (a request alone ticks
+    /// nothing: the loop answers it and sleeps again).
     pub fn wait_on(
         &mut self,
         source: &mut dyn IdleEventSource,
         now: Instant,
         other_due: Instant,
         clock: impl Fn() -> Instant,
-    ) -> (Option<Cause>, Drained) {
+    ) -> (Option<Cause>, Drained, Woken) {
         let woken = source.wait(self.timeout(now, other_due));
-        let drained = if woken {
+        let drained = if woken.event {
             source.drain()
         } else {
             Drained::default()
         };
         let after = clock();
-        (self.after_wait(after, &drained), drained)
+        (self.after_wait(after, &drained), drained, woken)
     }
 }
 
@@ -158,17 +168,20 @@ mod tests {
     }
 
     impl IdleEventSource for Fake {
-        fn wait(&mut self, timeout: Duration) -> bool {
+        fn wait(&mut self, timeout: Duration) -> Woken {
             self.waits.push(timeout);
             let now = self.clock.get();
             match self.script.front() {
                 Some(&(at, ..)) if at <= now + timeout => {
                     self.clock.set(at.max(now));
-                    true
+                    Woken {
+                        event: true,
+                        request: false,
+                    }
                 }
                 _ => {
                     self.clock.set(now + timeout);
-                    false
+                    Woken::default()
                 }
             }
         }
@@ -207,7 +220,7 @@ mod tests {
         let (mut events, mut periodic, mut wakes) = (0, 0, 0);
         while clock.get() < end {
             let c = clock.clone();
-            let (cause, _) = s.wait_on(&mut fake, clock.get(), end, move || c.get());
+            let (cause, ..) = s.wait_on(&mut fake, clock.get(), end, move || c.get());
             wakes += 1;
             match cause {
                 Some(Cause::Event) => events += 1,

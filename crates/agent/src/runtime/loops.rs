@@ -55,6 +55,12 @@ impl Agent {
                 match sensors.enable_idle_events(low, high) {
                     Ok(()) => {
                         tracing::info!(low, high, "idle sensing: events (BPF ring buffer)");
+                        if let Some(r) = &self.requests {
+                            // without it a request waits for the periodic duty (100 ms)
+                            if let Err(e) = sensors.watch_in_idle_wait(r.wake_fd()) {
+                                tracing::warn!(error = %e, "ctl requests wait for the periodic duty");
+                            }
+                        }
                         return true;
                     }
                     Err(why) => why,
@@ -141,9 +147,15 @@ impl Agent {
                 tracing::error!("idle events unavailable; polling from now on");
                 return self.run_polling(interval, deadline, reactions);
             };
-            let (cause, drained) = schedule.wait_on(source, now, other_due, Instant::now);
+            let (cause, drained, woken) = schedule.wait_on(source, now, other_due, Instant::now);
             let awake = monotonic_ns();
             let now = Instant::now();
+            let wakes = &mut self.publisher.summary.wakes;
+            match woken {
+                Woken { event: true, .. } => wakes.event += 1,
+                Woken { request: true, .. } => wakes.request += 1,
+                _ => wakes.timeout += 1,
+            }
             if let Some(cause) = cause {
                 if drained.overrun {
                     tracing::warn!("idle events lost (ring buffer full): re-read the idle count");

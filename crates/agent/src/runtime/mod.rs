@@ -12,7 +12,6 @@ mod start;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,10 +26,10 @@ use crate::actuation::linux::LinuxNode;
 use crate::actuation::{ActuationError, ManagedGroups};
 use crate::config::IdleSensing;
 use crate::config::{Config, ConfigError};
-use crate::control::{ControlError, Pending, Request, Response};
+use crate::control::{ControlError, Request, Requests, Response};
 use crate::controller::Controller;
 use crate::decision::{tick_time, CtlEvent};
-use crate::idle_wake::{self, Cause, EventSchedule, IdleEventSource};
+use crate::idle_wake::{self, Cause, EventSchedule, IdleEventSource, Woken};
 use crate::lc_signal::{SignalCell, StopFlag};
 use crate::node::NodeError;
 use crate::policy::{MachineInfo, Mechanism};
@@ -152,6 +151,19 @@ pub struct RunSummary {
     pub writes: u64,
     pub write_errors: u64,
     pub exit_action: String,
+    /// Why the event-driven loop woke (all zero when polling).
+    pub wakes: WakeCounts,
+}
+
+/// The event-driven loop's wake-ups by cause: a steady host should see only `periodic`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WakeCounts {
+    /// An idle-count crossing (or an overrun) in the ring buffer.
+    pub event: u64,
+    /// A control request (the doorbell in the same epoll set).
+    pub request: u64,
+    /// The periodic duty (or slow work, or the run's end) was due.
+    pub timeout: u64,
 }
 
 /// Signals the agent answers: TERM, INT and QUIT stop it (running `on_exit`); HUP, USR1 and
@@ -207,7 +219,7 @@ pub struct Agent {
     lc_origins: BTreeMap<u32, Vec<String>>,
     lc_child: Option<std::process::Child>,
     publisher: Publisher,
-    requests: Option<Receiver<Pending>>,
+    requests: Option<Requests>,
     stop: StopFlag,
     signals: Option<Signals>,
     threads: Vec<JoinHandle<()>>,

@@ -5,14 +5,10 @@ use super::*;
 
 impl Agent {
     pub(super) fn handle_requests(&mut self) {
-        let Some(rx) = &self.requests else {
+        let Some(requests) = &self.requests else {
             return;
         };
-        let mut pending = Vec::new();
-        while let Ok(p) = rx.try_recv() {
-            pending.push(p);
-        }
-        for (req, reply) in pending {
+        for (req, reply) in requests.take() {
             let response = self.answer(req);
             let _ = reply.send(response);
         }

@@ -25,7 +25,7 @@ mod tracker;
 
 pub use loaded::{EventCounters, IdleProgram};
 pub use program::{control, slot};
-pub use ring::{Direction, IdleEvent, RingReader};
+pub use ring::{Direction, IdleEvent, Ready, RingReader};
 pub use syscall::program_loaded;
 pub use tracker::{BpfIdleSampler, BpfIdleTracker};
 

@@ -116,6 +116,11 @@ impl BpfIdleTracker {
         self.program.ring.wait(timeout)
     }
 
+    /// Sleeps until an event, a readable fd added with [`super::RingReader::watch`], or `timeout`.
+    pub fn wait_any(&self, timeout: Option<Duration>) -> io::Result<super::Ready> {
+        self.program.ring.wait_any(timeout)
+    }
+
     /// Cumulative idle ns of every possible CPU (index = CPU) up to `now_ns` (CLOCK_MONOTONIC,
     /// see [`monotonic_ns`]), the ongoing idle period included. A CPU not yet seen entering
     /// idle since the attach reads 0.
