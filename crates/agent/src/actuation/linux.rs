@@ -29,6 +29,11 @@ use crate::sensors::Sensors;
 /// Pause between attempts of a failing write (EBUSY during a migration settles quickly).
 const RETRY_PAUSE: Duration = Duration::from_micros(500);
 
+/// How long a group may read FREEZING after the agent's freeze before a read-back counts it as
+/// not frozen (and the plan writes FROZEN again, reported as drift): the freeze write returns
+/// as soon as BE is confined, FROZEN follows once every task is in the refrigerator.
+const FREEZE_VERIFY_GRACE: Duration = Duration::from_secs(1);
+
 /// A `tc` runner shared with whoever made it (tests keep a handle to read its calls).
 #[derive(Debug, Clone)]
 struct SharedTc(Arc<dyn TcRunner>);
@@ -59,6 +64,8 @@ pub struct LinuxNode {
     sensors: Option<Sensors>,
     started: Instant,
     blank: Observation,
+    /// When the agent last started freezing each group (see [`FREEZE_VERIFY_GRACE`]).
+    freezing: std::sync::Mutex<BTreeMap<GroupPath, Instant>>,
 }
 
 impl std::fmt::Debug for LinuxNode {
@@ -153,6 +160,7 @@ impl LinuxNode {
             sensors: None,
             started: Instant::now(),
             blank: Observation::default(),
+            freezing: std::sync::Mutex::default(),
         }
     }
 
@@ -377,6 +385,30 @@ impl LinuxNode {
         NodeError::new(self.describe(knob), "not driven on this host")
     }
 
+    fn freezing_since(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupPath, Instant>> {
+        self.freezing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `group` counts as frozen: FROZEN, or FREEZING within [`FREEZE_VERIFY_GRACE`] of
+    /// the agent's own freeze. FREEZING longer (a task that cannot reach the refrigerator), or
+    /// FREEZING the agent did not start, reads as not frozen, so the plan writes FROZEN again.
+    fn frozen(&self, group: &GroupPath) -> Result<bool, HostError> {
+        let state = self.cgroups.freeze_state(group)?;
+        let mut since = self.freezing_since();
+        if state != FreezeState::Freezing {
+            since.remove(group);
+            return Ok(state == FreezeState::Frozen);
+        }
+        match since.get(group) {
+            Some(t) if t.elapsed() < FREEZE_VERIFY_GRACE => Ok(true),
+            started => {
+                tracing::warn!(group = %group, since_ms = started.map(|t| t.elapsed().as_millis() as u64),
+                    "freezer still FREEZING: freezing again");
+                Ok(false)
+            }
+        }
+    }
+
     fn read_cgroup(&self, group: &GroupPath, knob: CgroupKnob) -> Result<KnobValue, HostError> {
         let cg = &self.cgroups;
         Ok(match knob {
@@ -387,7 +419,7 @@ impl LinuxNode {
             CgroupKnob::CpuWeight => KnobValue::Weight(cg.cpu_weight(group)?),
             CgroupKnob::CpuIdle => KnobValue::Idle(cg.cpu_idle(group)?),
             CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
-            CgroupKnob::Frozen => KnobValue::Frozen(cg.freeze_state(group)? != FreezeState::Thawed),
+            CgroupKnob::Frozen => KnobValue::Frozen(self.frozen(group)?),
             CgroupKnob::MemoryMax => KnobValue::MemoryMax(cg.memory_max(group)?),
         })
     }
@@ -412,7 +444,12 @@ impl LinuxNode {
             KnobValue::Weight(w) => cg.set_cpu_weight(group, *w).map(|_| ()),
             KnobValue::Idle(i) => cg.set_cpu_idle(group, *i),
             KnobValue::Quota(q) => cg.set_cpu_quota(group, *q),
-            KnobValue::Frozen(true) => cg.freeze(group),
+            KnobValue::Frozen(true) => {
+                // Confined once the write returns; FROZEN is verified on the read-backs.
+                cg.start_freeze(group)?;
+                self.freezing_since().insert(group.clone(), Instant::now());
+                Ok(())
+            }
             KnobValue::Frozen(false) => cg.thaw(group),
             KnobValue::MemoryMax(b) => cg.set_memory_max(group, *b),
             other => Err(HostError::invalid(
