@@ -149,6 +149,7 @@ fn accept_loop(
     let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
+            Ok(_) if stop.load(Ordering::Relaxed) => break,
             Ok((stream, _)) => {
                 // Each client in its own thread (an idle one must not hold up the next), at
                 // most MAX_CLIENTS at once; requests still reach the agent loop one by one.
@@ -170,15 +171,16 @@ fn accept_loop(
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Sleep until a client connects (or 200 ms, to see `stop`): polling the
-                // listener every few ms would cost the agent more than its 1 ms control loop.
+                // Sleep until a client connects (or 1 s, to see `stop`; the agent connects
+                // once when it stops, so that is seen at once): polling the listener every
+                // few ms would cost the agent more than its 1 ms control loop.
                 let mut fd = libc::pollfd {
                     fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
                     events: libc::POLLIN,
                     revents: 0,
                 };
                 // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut fd, 1, 200) };
+                unsafe { libc::poll(&mut fd, 1, ACCEPT_WAIT_MS) };
             }
             Err(e) => {
                 tracing::warn!(socket = %path.display(), error = %e, "ctl accept failed");
@@ -188,6 +190,9 @@ fn accept_loop(
     }
     let _ = std::fs::remove_file(path);
 }
+
+/// How long the accept loop sleeps at most without a client (it then looks at `stop`).
+pub const ACCEPT_WAIT_MS: i32 = 1000;
 
 /// Clients served at once.
 const MAX_CLIENTS: usize = 16;

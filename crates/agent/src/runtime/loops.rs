@@ -127,8 +127,11 @@ impl Agent {
         deadline: Option<Instant>,
         reactions: &mut ReactionLog,
     ) {
-        let mut schedule = EventSchedule::new(interval, Instant::now());
-        let mut slow_due = Instant::now();
+        let start = Instant::now();
+        let mut schedule = EventSchedule::new(interval, start);
+        // Slow work keeps the periodic tick's cadence (both 100 ms from the same start), so a
+        // steady host wakes once per period, not twice.
+        let mut slow_due = start;
         tracing::info!(
             period_ms = schedule.period().as_millis() as u64,
             "event-driven loop"
@@ -167,7 +170,10 @@ impl Agent {
                 }
             }
             if now >= slow_due {
-                slow_due = now + SLOW_PERIOD;
+                slow_due += SLOW_PERIOD;
+                if slow_due <= now {
+                    slow_due = now + SLOW_PERIOD;
+                }
                 self.slow_work(now);
             }
             self.handle_requests();
@@ -224,14 +230,23 @@ impl Agent {
             if let Some(s) = self.node.sensors_mut() {
                 s.set_be_cpus(&be_cpus);
             }
-            let tids: Vec<i32> = self
-                .groups
-                .be
+            // BE's thread list only matters to resctrl (reading it costs an open, a read and
+            // a close every pass)
+            let resctrl = self
+                .node
+                .active()
                 .iter()
-                .flat_map(|g| cg.threads(g).unwrap_or_default())
-                .collect();
-            if let Err(e) = self.node.assign_be_tasks(&tids) {
-                tracing::warn!(error = %e, "moving BE threads into their resctrl group");
+                .any(|m| matches!(m, Mechanism::ResctrlL3 | Mechanism::ResctrlMba));
+            if resctrl {
+                let tids: Vec<i32> = self
+                    .groups
+                    .be
+                    .iter()
+                    .flat_map(|g| cg.threads(g).unwrap_or_default())
+                    .collect();
+                if let Err(e) = self.node.assign_be_tasks(&tids) {
+                    tracing::warn!(error = %e, "moving BE threads into their resctrl group");
+                }
             }
         }
         if let Some(log) = &mut self.publisher.log {
