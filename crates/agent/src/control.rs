@@ -67,10 +67,13 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// Every request queued now. The doorbell is cleared first: a request queued after the
-    /// clear rings it again, so none waits for the periodic duty.
-    pub fn take(&self) -> Vec<Pending> {
-        self.bell.clear();
+    /// Every request queued now; with `clear_bell` the doorbell is cleared first (a request
+    /// queued after the clear rings it again, so none waits for the periodic duty). Without,
+    /// no syscall: a loop that was not woken by the bell leaves it for its next wait.
+    pub fn take(&self, clear_bell: bool) -> Vec<Pending> {
+        if clear_bell {
+            self.bell.clear();
+        }
         self.rx.try_iter().collect()
     }
 

@@ -55,6 +55,8 @@ impl Agent {
                 match sensors.enable_idle_events(low, high) {
                     Ok(()) => {
                         tracing::info!(low, high, "idle sensing: events (BPF ring buffer)");
+                        self.controller
+                            .set_verify_period(super::EVENT_VERIFY_PERIOD);
                         if let Some(r) = &self.requests {
                             // without it a request waits for the periodic duty (100 ms)
                             if let Err(e) = sensors.watch_in_idle_wait(r.wake_fd()) {
@@ -115,7 +117,7 @@ impl Agent {
                 slow_due = now + SLOW_PERIOD;
                 self.slow_work(now);
             }
-            self.handle_requests();
+            self.handle_requests(false);
         }
     }
 
@@ -176,7 +178,9 @@ impl Agent {
                 }
                 self.slow_work(now);
             }
-            self.handle_requests();
+            // The doorbell is read (cleared) only when it woke the loop: a request queued while
+            // the loop was busy is answered now and its ring wakes the next wait once more.
+            self.handle_requests(woken.request);
         }
     }
 

@@ -4,11 +4,12 @@
 use super::*;
 
 impl Agent {
-    pub(super) fn handle_requests(&mut self) {
+    /// Answers every queued request; `rung`: the doorbell woke the loop (clear it first).
+    pub(super) fn handle_requests(&mut self, rung: bool) {
         let Some(requests) = &self.requests else {
             return;
         };
-        for (req, reply) in requests.take() {
+        for (req, reply) in requests.take(rung) {
             let response = self.answer(req);
             let _ = reply.send(response);
         }
