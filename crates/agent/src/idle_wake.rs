@@ -130,6 +130,8 @@ impl EventSchedule {
 /// `I >= B + step + hysteresis - tolerance`. `None` for policies that do not decide on the
 /// idle count (they keep polling).
 ///
+/// `high` is at least `low + 1` (see the body: the agent's own wake-up moves the count by one).
+///
 /// `buffer` is the B the policy keeps now ([`crate::policy::Policy::idle_buffer`]: hybrid's
 /// outer loop moves it); `None` falls back to the configured `policy.blind.buffer_cores`.
 pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
@@ -145,10 +147,15 @@ pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
     } else {
         b.grow_step_cpus
     };
-    let low = (buffer_cores - b.idle_tolerance_cpus).ceil() as i64;
+    let low = (buffer_cores - b.idle_tolerance_cpus).ceil().max(0.0) as i64;
     let high =
         (buffer_cores + step + b.hysteresis_cpus - b.idle_tolerance_cpus - 1e-9).ceil() as i64;
-    Some((low.max(0), high.max(low)))
+    // At least one CPU apart: the agent's own wake-up on an idle CPU lowers the count by one
+    // and its sleep raises it back, so with low == high (a fractional B without hysteresis)
+    // every event it answers raises the next one — measured: 49 913 events and 5.1% of a CPU
+    // in 5 s of `bench agent`'s churn at B = 0.5. A rise to `low` alone then waits for the
+    // periodic tick (grow slowly); falls below `low` still wake at once (shrink fast).
+    Some((low, high.max(low + 1)))
 }
 
 #[cfg(test)]
@@ -268,10 +275,13 @@ mod tests {
         c.policy.blind.buffer_cores = 2.0;
         c.policy.blind.hysteresis_cpus = 1.0;
         assert_eq!(thresholds(&c, None), Some((2, 4)));
-        // fractional B: the fraction is the step
+        // fractional B: the fraction is the step; grow at 2 idle by the rule, but the band is
+        // at least one CPU wide (the agent's own wake-up must not cross both thresholds)
         c.policy.blind.buffer_cores = 1.5;
         c.policy.blind.hysteresis_cpus = 0.0;
-        assert_eq!(thresholds(&c, None), Some((2, 2)));
+        assert_eq!(thresholds(&c, None), Some((2, 3)));
+        c.policy.blind.buffer_cores = 0.5;
+        assert_eq!(thresholds(&c, None), Some((1, 2)));
         c.policy.kind = PolicyKind::Heracles;
         assert_eq!(thresholds(&c, None), None);
     }
