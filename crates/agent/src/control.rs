@@ -9,6 +9,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,6 +19,74 @@ pub use headroom_types::control::{Request, Response};
 
 /// A request waiting for the agent loop, with the channel its answer goes back on.
 pub type Pending = (Request, Sender<Response>);
+
+/// An eventfd the client threads ring after queueing a request: the event-driven loop sleeps
+/// on it beside the idle ring buffer, so a request wakes the agent at once instead of waiting
+/// for the periodic duty.
+#[derive(Debug)]
+pub struct Doorbell(std::os::fd::OwnedFd);
+
+impl Doorbell {
+    pub fn new() -> std::io::Result<Doorbell> {
+        // SAFETY: eventfd has no preconditions; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        Ok(Doorbell(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+
+    /// Makes the fd readable (a full counter, EAGAIN, is readable already).
+    pub fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets the counter (not readable until the next ring).
+    pub fn clear(&self) {
+        let mut n: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+        unsafe { libc::read(self.raw_fd(), (&mut n as *mut u64).cast(), 8) };
+    }
+
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+}
+
+/// The agent loop's end of the control socket: the queued requests and the doorbell that says
+/// some wait.
+#[derive(Debug)]
+pub struct Requests {
+    rx: Receiver<Pending>,
+    bell: Arc<Doorbell>,
+}
+
+impl Requests {
+    /// Every request queued now; with `clear_bell` the doorbell is cleared first (a request
+    /// queued after the clear rings it again, so none waits for the periodic duty). Without,
+    /// no syscall: a loop that was not woken by the bell leaves it for its next wait.
+    pub fn take(&self, clear_bell: bool) -> Vec<Pending> {
+        if clear_bell {
+            self.bell.clear();
+        }
+        self.rx.try_iter().collect()
+    }
+
+    /// Waits up to `timeout` for one request (a caller without an epoll loop).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Pending, mpsc::RecvTimeoutError> {
+        self.rx.recv_timeout(timeout)
+    }
+
+    /// The fd that turns readable when a request is queued.
+    pub fn wake_fd(&self) -> std::os::fd::RawFd {
+        self.bell.raw_fd()
+    }
+}
 
 /// Errors of the control socket, naming the socket path.
 #[derive(Debug, thiserror::Error)]
@@ -34,11 +103,8 @@ pub enum ControlError {
 }
 
 /// Binds the socket (replacing a stale one), sets it 0600, and serves it in a thread; requests
-/// arrive on the returned receiver.
-pub fn serve(
-    path: &Path,
-    stop: StopFlag,
-) -> Result<(Receiver<Pending>, JoinHandle<()>), ControlError> {
+/// arrive on the returned [`Requests`].
+pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), ControlError> {
     let io = |what, source| ControlError::Io {
         what,
         path: path.to_path_buf(),
@@ -60,24 +126,33 @@ pub fn serve(
     listener
         .set_nonblocking(true)
         .map_err(|e| io("configuring", e))?;
+    let bell = Arc::new(Doorbell::new().map_err(|e| io("creating the doorbell (eventfd) of", e))?);
     let (tx, rx) = mpsc::channel();
     let path = path.to_path_buf();
+    let client_bell = bell.clone();
     let handle = std::thread::Builder::new()
         .name("headroom-ctl".into())
-        .spawn(move || accept_loop(listener, &path, tx, stop))
+        .spawn(move || accept_loop(listener, &path, tx, &client_bell, stop))
         .map_err(|e| ControlError::Io {
             what: "starting the thread of",
             path: PathBuf::new(),
             source: e,
         })?;
-    Ok((rx, handle))
+    Ok((Requests { rx, bell }, handle))
 }
 
-fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: StopFlag) {
+fn accept_loop(
+    listener: UnixListener,
+    path: &Path,
+    tx: Sender<Pending>,
+    bell: &Arc<Doorbell>,
+    stop: StopFlag,
+) {
     let me = nix::unistd::geteuid().as_raw();
     let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
+            Ok(_) if stop.load(Ordering::Relaxed) => break,
             Ok((stream, _)) => {
                 // Each client in its own thread (an idle one must not hold up the next), at
                 // most MAX_CLIENTS at once; requests still reach the agent loop one by one.
@@ -87,11 +162,11 @@ fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: S
                     continue;
                 }
                 active.fetch_add(1, Ordering::Relaxed);
-                let (tx, active) = (tx.clone(), active.clone());
+                let (tx, active, bell) = (tx.clone(), active.clone(), bell.clone());
                 let spawned = std::thread::Builder::new()
                     .name("headroom-ctl-client".into())
                     .spawn(move || {
-                        serve_client(stream, me, &tx);
+                        serve_client(stream, me, &tx, &bell);
                         active.fetch_sub(1, Ordering::Relaxed);
                     });
                 if spawned.is_err() {
@@ -99,15 +174,16 @@ fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: S
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Sleep until a client connects (or 200 ms, to see `stop`): polling the
-                // listener every few ms would cost the agent more than its 1 ms control loop.
+                // Sleep until a client connects (or 1 s, to see `stop`; the agent connects
+                // once when it stops, so that is seen at once): polling the listener every
+                // few ms would cost the agent more than its 1 ms control loop.
                 let mut fd = libc::pollfd {
                     fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
                     events: libc::POLLIN,
                     revents: 0,
                 };
                 // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut fd, 1, 200) };
+                unsafe { libc::poll(&mut fd, 1, ACCEPT_WAIT_MS) };
             }
             Err(e) => {
                 tracing::warn!(socket = %path.display(), error = %e, "ctl accept failed");
@@ -118,6 +194,9 @@ fn accept_loop(listener: UnixListener, path: &Path, tx: Sender<Pending>, stop: S
     let _ = std::fs::remove_file(path);
 }
 
+/// How long the accept loop sleeps at most without a client (it then looks at `stop`).
+pub const ACCEPT_WAIT_MS: i32 = 1000;
+
 /// Clients served at once.
 const MAX_CLIENTS: usize = 16;
 /// The longest request line accepted (a `set` with a long value fits many times over).
@@ -126,7 +205,7 @@ pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Checks the peer, reads one bounded request line, hands it to the agent loop, replies.
-fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>) {
+fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Doorbell) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
@@ -160,6 +239,7 @@ fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>) {
                 if tx.send((req, rtx)).is_err() {
                     Response::error("agent is shutting down")
                 } else {
+                    bell.ring();
                     rrx.recv_timeout(Duration::from_secs(10))
                         .unwrap_or_else(|_| Response::error("agent did not answer within 10 s"))
                 }

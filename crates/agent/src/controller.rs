@@ -89,6 +89,11 @@ impl Controller {
         self
     }
 
+    /// Changes the read-back period (the event-driven loop's longer one).
+    pub fn set_verify_period(&mut self, period: Duration) {
+        self.verify_period = Some(period);
+    }
+
     /// One tick at `t` since start.
     pub fn step(
         &mut self,

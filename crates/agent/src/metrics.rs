@@ -349,6 +349,7 @@ pub fn serve(
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
+                    Ok(_) if stop.load(Ordering::Relaxed) => break,
                     Ok((s, _)) => {
                         // Each scrape in its own thread (a slow or idle client must not hold up
                         // the next scrape), at most MAX_SCRAPERS at once.
@@ -370,14 +371,15 @@ pub fn serve(
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        // Sleep until a scrape connects (or 200 ms, to see `stop`).
+                        // Sleep until a scrape connects (or 1 s, to see `stop`; the agent
+                        // connects once when it stops, so that is seen at once).
                         let mut fd = libc::pollfd {
                             fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
                             events: libc::POLLIN,
                             revents: 0,
                         };
                         // SAFETY: one valid pollfd for the duration of the call.
-                        unsafe { libc::poll(&mut fd, 1, 200) };
+                        unsafe { libc::poll(&mut fd, 1, crate::control::ACCEPT_WAIT_MS) };
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(100)),
                 }

@@ -14,7 +14,7 @@ use headroom_host::idle_bpf::BpfIdleSampler;
 use headroom_host::{Cgroups, CpuIdleSampler, GroupPath, LinuxHost, PsiResource};
 
 use crate::config::IdleSensor;
-use crate::idle_wake::{Drained, IdleEventSource};
+use crate::idle_wake::{Drained, IdleEventSource, Woken};
 
 use crate::lc_signal::SignalCell;
 use crate::observation::Observation;
@@ -422,6 +422,19 @@ impl Sensors {
         Some(self as &mut dyn IdleEventSource)
     }
 
+    /// Adds `fd` (the control requests' doorbell) to the idle events' epoll set, so a request
+    /// wakes the event-driven loop at once.
+    pub fn watch_in_idle_wait(&mut self, fd: std::os::fd::RawFd) -> Result<(), String> {
+        let Some(IdleSource::Bpf(s)) = self.idle.as_mut() else {
+            return Err("no BPF idle source".into());
+        };
+        s.tracker_mut()
+            .program_mut()
+            .ring()
+            .watch(fd)
+            .map_err(|e| format!("adding fd {fd} to the idle ring buffer's epoll set: {e}"))
+    }
+
     /// Tells the sensors which CPUs BE may use now (its frequency is read there).
     pub fn set_be_cpus(&mut self, cpus: &[u32]) {
         if self.be_cpus != cpus {
@@ -666,18 +679,21 @@ impl Sensors {
 }
 
 impl IdleEventSource for Sensors {
-    fn wait(&mut self, timeout: std::time::Duration) -> bool {
+    fn wait(&mut self, timeout: std::time::Duration) -> Woken {
         let Some(IdleSource::Bpf(s)) = self.idle.as_ref() else {
             std::thread::sleep(timeout);
-            return false;
+            return Woken::default();
         };
-        match s.tracker().wait(Some(timeout)) {
-            Ok(woken) => woken,
+        match s.tracker().wait_any(Some(timeout)) {
+            Ok(ready) => Woken {
+                event: ready.ring,
+                request: ready.watched,
+            },
             Err(e) => {
                 // epoll failing is not expected; count it and sleep the period rather than spin
                 self.count_error("idle_events", &e);
                 std::thread::sleep(timeout);
-                false
+                Woken::default()
             }
         }
     }

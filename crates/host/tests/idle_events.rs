@@ -109,8 +109,9 @@ fn busy_and_idle_cpus_raise_events_through_epoll() {
         return;
     };
     let cpus = t.online().to_vec();
-    t.program().set_thresholds(1, 1);
+    // before arming: an event may come at once (the kernel stamps it after this)
     let start_ns = monotonic_ns();
+    t.program().set_thresholds(1, 1);
     let before = proc_stat_idle();
     let stop = Arc::new(AtomicBool::new(false));
     let busy = Arc::new(AtomicBool::new(false));

@@ -63,6 +63,12 @@ impl Agent {
         }
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.requests = None;
+        // The accept loops sleep up to a second between looks at `stop`: a connection wakes
+        // them now.
+        let _ = std::os::unix::net::UnixStream::connect(&self.config.api.socket);
+        if let Some(addr) = self.metrics_addr {
+            let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100));
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

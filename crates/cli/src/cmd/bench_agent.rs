@@ -415,12 +415,15 @@ fn cpu_use(
             let before = headroom_load::clock::children_cpu_s();
             let start = Instant::now();
             let total_s = flags.seconds + WARMUP_S + 1.0;
+            // the agent's log, shown if it fails
+            let log_path = dir.join(format!("agent-{poll_ms}ms-{sensor}{suffix}.log"));
+            let log = std::fs::File::create(&log_path).context("creating the agent's log")?;
             let mut child = Command::new(bin)
                 .args(["agent", "--config"])
                 .arg(&cfg)
                 .args(["--duration", &total_s.to_string()])
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(log)
                 .spawn()
                 .context("running the agent")?;
             // Steady state: the agent's threads' run time (ns, /proc/<pid>/task/*/schedstat)
@@ -433,7 +436,13 @@ fn cpu_use(
             let wall = start.elapsed().as_secs_f64();
             let cpu = headroom_load::clock::children_cpu_s() - before;
             if !status.success() {
-                bail!("agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}");
+                let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!(
+                    "agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}; the end of its log:\n{}",
+                    tail.join("\n")
+                );
             }
             let steady = match (a.1, b.1) {
                 (Some(x), Some(y)) => {

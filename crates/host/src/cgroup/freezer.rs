@@ -31,6 +31,20 @@ impl Cgroups {
         self.set_frozen(group, true)
     }
 
+    /// Starts freezing the group and returns without waiting for FROZEN: BE is confined once
+    /// this write has returned. The kernel marks every task for freezing during the write (v1
+    /// `freezer.state` FROZEN, v2 `cgroup.freeze` 1) and kicks the running ones; a task then
+    /// enters the refrigerator on its way back to user space and never runs user code again,
+    /// while a sleeping task is frozen when it wakes. The state reads FREEZING until the last
+    /// task is in — that can take a scheduling latency (a woken task waiting for a busy CPU:
+    /// milliseconds), so a caller on the fast path verifies FROZEN later ([`Cgroups::freeze_state`])
+    /// and writes again if it never gets there. The freeze is kernel state: it goes on if the
+    /// caller dies.
+    pub fn start_freeze(&self, group: &GroupPath) -> Result<()> {
+        let (v2, path) = self.knob(&FREEZE, group)?;
+        self.knobs.write(&path, if v2 { "1" } else { "FROZEN" })
+    }
+
     /// Kills every process of `group` and of the groups below it, in every hierarchy: v2
     /// `cgroup.kill` where the kernel has it (5.14+), else SIGKILL to each process (forked
     /// children too), thawing a frozen group so the signals are delivered, until the groups are

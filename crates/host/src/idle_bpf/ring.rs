@@ -105,6 +105,18 @@ impl Drop for Mapping {
 // SAFETY: the mapping is plain shared memory accessed with volatile/atomic operations only.
 unsafe impl Send for Mapping {}
 
+/// The epoll token of a fd added with [`RingReader::watch`] (the ring buffer's is 0).
+const WATCHED_TOKEN: u64 = 1;
+
+/// What woke a [`RingReader::wait_any`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// Records wait in the ring buffer.
+    pub ring: bool,
+    /// The fd added with [`RingReader::watch`] is readable.
+    pub watched: bool,
+}
+
 /// The reader of the idle program's ring buffer.
 #[derive(Debug)]
 pub struct RingReader {
@@ -165,28 +177,60 @@ impl RingReader {
         self.producer_pos().load(Ordering::Acquire) > self.consumer_pos().load(Ordering::Relaxed)
     }
 
+    /// Adds `fd` to the epoll set: [`RingReader::wait_any`] then also wakes when it is
+    /// readable (the agent's control requests share the ring buffer's sleep).
+    pub fn watch(&self, fd: std::os::fd::RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: WATCHED_TOKEN,
+        };
+        // SAFETY: both fds are open (the caller keeps `fd` open while watched); ev is valid.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Sleeps until a record waits or `timeout` passes (`None`: forever); true when woken by
     /// a record. EINTR counts as a timeout.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.wait_any(timeout).map(|r| r.ring)
+    }
+
+    /// Sleeps until a record waits, a watched fd is readable, or `timeout` passes; says which
+    /// woke it. EINTR counts as a timeout.
+    pub fn wait_any(&self, timeout: Option<Duration>) -> io::Result<Ready> {
         if self.pending() {
-            return Ok(true);
+            return Ok(Ready {
+                ring: true,
+                watched: false,
+            });
         }
         let ms = timeout.map_or(-1, |t| {
             // round up: a 0.4 ms timeout must not become a busy 0
             t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
         });
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: one epoll_event of room.
-        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), &mut ev, 1, ms) };
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        // SAFETY: two epoll_events of room.
+        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), evs.as_mut_ptr(), 2, ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
+                Ok(Ready::default())
             } else {
                 Err(e)
             };
         }
-        Ok(n > 0)
+        let mut ready = Ready::default();
+        for ev in &evs[..n as usize] {
+            if ev.u64 == WATCHED_TOKEN {
+                ready.watched = true;
+            } else {
+                ready.ring = true;
+            }
+        }
+        Ok(ready)
     }
 
     /// Reads every complete record, calling `each` on each event; returns how many records

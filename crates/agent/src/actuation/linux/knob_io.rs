@@ -1,12 +1,13 @@
 //! The [`Node`] side of the real host: reading and writing each knob (cgroup files, resctrl
 //! masks, frequency caps, egress classes, io throttles) with the retry pause and BE kill.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use headroom_host::resctrl::ResctrlGroup;
 use headroom_host::{CpuSet, FreezeState, GroupPath, HostError};
 
-use super::{LinuxNode, RETRY_PAUSE};
+use super::{LinuxNode, FREEZE_VERIFY_GRACE, RETRY_PAUSE};
 use crate::actuation::knob::{CgroupKnob, Knob, KnobValue};
 use crate::actuation::target::BE_RESCTRL_GROUP;
 use crate::node::{Node, NodeError, NodeFacts};
@@ -15,6 +16,30 @@ use crate::observation::Observation;
 impl LinuxNode {
     fn unsupported(&self, knob: &Knob) -> NodeError {
         NodeError::new(self.describe(knob), "not driven on this host")
+    }
+
+    fn freezing_since(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupPath, Instant>> {
+        self.freezing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `group` counts as frozen: FROZEN, or FREEZING within [`FREEZE_VERIFY_GRACE`] of
+    /// the agent's own freeze. FREEZING longer (a task that cannot reach the refrigerator), or
+    /// FREEZING the agent did not start, reads as not frozen, so the plan writes FROZEN again.
+    fn frozen(&self, group: &GroupPath) -> Result<bool, HostError> {
+        let state = self.cgroups.freeze_state(group)?;
+        let mut since = self.freezing_since();
+        if state != FreezeState::Freezing {
+            since.remove(group);
+            return Ok(state == FreezeState::Frozen);
+        }
+        match since.get(group) {
+            Some(t) if t.elapsed() < FREEZE_VERIFY_GRACE => Ok(true),
+            started => {
+                tracing::warn!(group = %group, since_ms = started.map(|t| t.elapsed().as_millis() as u64),
+                    "freezer still FREEZING: freezing again");
+                Ok(false)
+            }
+        }
     }
 
     fn read_cgroup(&self, group: &GroupPath, knob: CgroupKnob) -> Result<KnobValue, HostError> {
@@ -27,7 +52,7 @@ impl LinuxNode {
             CgroupKnob::CpuWeight => KnobValue::Weight(cg.cpu_weight(group)?),
             CgroupKnob::CpuIdle => KnobValue::Idle(cg.cpu_idle(group)?),
             CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
-            CgroupKnob::Frozen => KnobValue::Frozen(cg.freeze_state(group)? != FreezeState::Thawed),
+            CgroupKnob::Frozen => KnobValue::Frozen(self.frozen(group)?),
             CgroupKnob::MemoryMax => KnobValue::MemoryMax(cg.memory_max(group)?),
         })
     }
@@ -52,7 +77,12 @@ impl LinuxNode {
             KnobValue::Weight(w) => cg.set_cpu_weight(group, *w).map(|_| ()),
             KnobValue::Idle(i) => cg.set_cpu_idle(group, *i),
             KnobValue::Quota(q) => cg.set_cpu_quota(group, *q),
-            KnobValue::Frozen(true) => cg.freeze(group),
+            KnobValue::Frozen(true) => {
+                // Confined once the write returns; FROZEN is verified on the read-backs.
+                cg.start_freeze(group)?;
+                self.freezing_since().insert(group.clone(), Instant::now());
+                Ok(())
+            }
             KnobValue::Frozen(false) => cg.thaw(group),
             KnobValue::MemoryMax(b) => cg.set_memory_max(group, *b),
             other => Err(HostError::invalid(

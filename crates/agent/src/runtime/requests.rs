@@ -1,0 +1,194 @@
+//! Control requests (`headroom ctl`), answered by the loop between ticks so a command never
+//! races a reconciliation, and the status it reports.
+
+use super::*;
+
+impl Agent {
+    /// Answers every queued request; `rung`: the doorbell woke the loop (clear it first).
+    pub(super) fn handle_requests(&mut self, rung: bool) {
+        let Some(requests) = &self.requests else {
+            return;
+        };
+        for (req, reply) in requests.take(rung) {
+            let response = self.answer(req);
+            let _ = reply.send(response);
+        }
+    }
+
+    fn t_ms(&self) -> u64 {
+        tick_time(self.started.elapsed()).as_millis() as u64
+    }
+
+    fn answer(&mut self, req: Request) -> Response {
+        match req {
+            Request::Status => Response {
+                ok: true,
+                message: "ok".into(),
+                status: Some(Box::new(self.status())),
+            },
+            Request::Pause => {
+                let t_ms = self.t_ms();
+                self.publisher.log_event(&CtlEvent::Pause { t_ms });
+                self.controller.policy_mut().pause();
+                self.publisher.metrics.paused.set(1.0);
+                Response::ok("paused: holding the current allocation (safety rules still apply)")
+            }
+            Request::Resume => {
+                let t_ms = self.t_ms();
+                self.publisher.log_event(&CtlEvent::Resume { t_ms });
+                self.controller.policy_mut().resume();
+                self.publisher.metrics.paused.set(0.0);
+                if !self.controller.is_actuating() && !self.options.dry_run {
+                    self.controller.set_actuating(true);
+                    self.publisher.metrics.actuating.set(1.0);
+                    return Response::ok("resumed: actuating again");
+                }
+                Response::ok("resumed")
+            }
+            Request::Off => {
+                let t_ms = self.t_ms();
+                self.publisher.log_event(&CtlEvent::Off { t_ms });
+                self.controller.set_actuating(false);
+                self.publisher.metrics.actuating.set(0.0);
+                self.lc_threads.restore(Some(self.node.cgroups()));
+                match self.restore_originals() {
+                    Ok(n) => Response::ok(format!(
+                        "off: original settings restored ({n} writes); not actuating until `ctl resume`"
+                    )),
+                    Err(e) => {
+                        Response::error(format!("off: actuation stopped, but restoring failed: {e}"))
+                    }
+                }
+            }
+            Request::Set { key, value } => {
+                let mut updated = self.config.clone();
+                if let Err(e) = updated.set(&key, &value) {
+                    return Response::error(e.to_string());
+                }
+                match self.controller.policy_mut().set_param(&key, &value) {
+                    Ok(()) => {
+                        let t_ms = self.t_ms();
+                        self.publisher.log_event(&CtlEvent::Set {
+                            t_ms,
+                            key: key.clone(),
+                            value: value.clone(),
+                        });
+                        self.config = updated;
+                        Response::ok(format!("{key} = {value}"))
+                    }
+                    Err(e) => Response::error(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Puts every original back (the kill switch, `on_exit = "restore"`); returns the writes.
+    pub(super) fn restore_originals(&mut self) -> Result<usize, ActuationError> {
+        let Some(act) = self.controller.actuation_mut() else {
+            return Ok(0);
+        };
+        let report = act.restore_original(&mut self.node);
+        self.controller.forget_applied();
+        self.publisher.state_dirty = true;
+        report.map(|r| r.writes.len())
+    }
+
+    fn status(&self) -> AgentStatus {
+        let slo = &self.config.lc.slo;
+        let blank = crate::observation::Observation::default();
+        let obs = self.node.sensors().map_or(&blank, |s| s.last());
+        let p = &self.publisher;
+        AgentStatus {
+            policy: self.config.policy.kind.as_str().to_string(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            dry_run: self.options.dry_run,
+            actuating: self.controller.is_actuating(),
+            paused: self.controller.policy().is_paused(),
+            ticks: p.summary.ticks,
+            writes: p.summary.writes,
+            write_errors: p.summary.write_errors,
+            last_write_error: p.last_write_error.clone(),
+            lc: LcStatus {
+                group: self.groups.lc.to_string(),
+                latency_us: obs.lc_latency_us,
+                latency_age_ms: obs.lc_latency_age_ms,
+                slo_us: slo.target_us,
+                percentile: slo.percentile,
+                slack: obs.slack(slo.target_us),
+                qps: obs.lc_qps,
+                load: obs.lc_load,
+                cpus: obs.lc_cpus.clone(),
+            },
+            idle_cpus: obs.idle_cpu_count(0.5),
+            be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),
+            be_commands: self
+                .supervised
+                .iter()
+                .map(|s| BeCommandStatus {
+                    name: s.name.clone(),
+                    pid: s.pid(),
+                    restarts: s.restarts,
+                })
+                .collect(),
+            allocation: p.last_allocation.clone(),
+            last_reasons: p
+                .reasons
+                .iter()
+                .rev()
+                .map(|(t, r)| ReasonAt {
+                    t_ms: *t,
+                    reason: r.clone(),
+                })
+                .collect(),
+            sensor_errors: self
+                .node
+                .sensors()
+                .map(|s| {
+                    s.errors()
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            machine_cpus: self.machine.cpus.clone(),
+            actuators: ActuatorsStatus {
+                active: self.node.active().iter().map(|s| s.to_string()).collect(),
+                disabled: self
+                    .node
+                    .disabled()
+                    .iter()
+                    .map(|(n, r)| DisabledActuator {
+                        actuator: n.to_string(),
+                        reason: r.clone(),
+                    })
+                    .collect(),
+                applied: self
+                    .controller
+                    .actuation()
+                    .map(|a| {
+                        a.current()
+                            .iter()
+                            .filter(|(k, _)| !matches!(k, crate::actuation::Knob::Cgroup { .. }))
+                            .map(|(k, v)| {
+                                (crate::node::Node::describe(&self.node, k), v.to_string())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            idle_sensor: self
+                .node
+                .sensors()
+                .and_then(|s| s.idle_source())
+                .unwrap_or("none")
+                .to_string(),
+            idle_sensing: self
+                .node
+                .sensors()
+                .map_or("poll: no sensors", |s| s.idle_sensing())
+                .to_string(),
+            decision_log_lost_lines: p.log.as_ref().map(|l| l.lost),
+        }
+    }
+}
