@@ -289,10 +289,14 @@ fn reap(pid: i32) -> Option<String> {
     }
 }
 
-/// Forks `command` behind a gate: the child leads its own process group and waits on a pipe;
-/// the parent moves it into every hierarchy of `group` (a frozen group freezes it where it
-/// waits) and then opens the gate, and the child execs. If the parent dies first, the pipe
-/// closes empty and the child exits without running the command. Returns the child's pid.
+/// Forks `command` behind a gate: the child leads its own process group, drops every fd it
+/// inherited, says so, and waits on the gate (one end of a socket pair); the parent waits for
+/// that word, moves it into every hierarchy of `group` (a frozen group freezes it where it
+/// waits) and then opens the gate, and the child execs. Moving it only once it has dropped its
+/// fds matters: a child frozen before it had would hold the agent's state lock for as long as
+/// it stays frozen (a kill -9 of the agent mid-launch then kept the next agent out). If the
+/// parent dies first, the gate closes empty and the child exits without running the command.
+/// Returns the child's pid.
 pub fn launch_gated(
     cgroups: &Cgroups,
     name: &str,
@@ -319,10 +323,19 @@ pub fn launch_gated(
     argv.push(std::ptr::null());
     let devnull = CString::new("/dev/null").expect("no NUL");
     let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    // SAFETY: socketpair fills two fds.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
         return Err(spawn_err(std::io::Error::last_os_error()));
     }
+    // the child's end and the agent's end of the gate
     let (gate_r, gate_w) = (fds[0], fds[1]);
     // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
     // close, execvp, _exit) on data prepared before the fork.
@@ -345,6 +358,9 @@ pub fn launch_gated(
             // frozen behind the gate (killed mid-launch) must not keep the state lock, the
             // control socket or the metrics port, or the next agent could not start.
             close_inherited_fds(gate_r);
+            if libc::write(gate_r, b"r".as_ptr().cast(), 1) != 1 {
+                libc::_exit(1);
+            }
             let mut byte = 0u8;
             let n = libc::read(gate_r, (&mut byte as *mut u8).cast(), 1);
             if n != 1 {
@@ -369,6 +385,26 @@ pub fn launch_gated(
             libc::close(gate_w);
         }
     };
+    // Wait (bounded) for the child to have dropped the agent's fds before it can be frozen.
+    let mut poll = libc::pollfd {
+        fd: gate_w,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let mut word = 0u8;
+    // SAFETY: one pollfd and a one-byte read into a live buffer, on the fd this function owns.
+    let ready = unsafe {
+        libc::poll(&mut poll, 1, 5_000) == 1
+            && libc::read(gate_w, (&mut word as *mut u8).cast(), 1) == 1
+            && word == b'r'
+    };
+    if !ready {
+        let e = std::io::Error::other("the gated child did not get ready within 5 s");
+        close_gate(false);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        return Err(spawn_err(e));
+    }
     if let Err(source) = cgroups.move_process(group, pid) {
         close_gate(false);
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
