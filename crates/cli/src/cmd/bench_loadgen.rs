@@ -169,10 +169,16 @@ fn existing_file(v: &str) -> Result<PathBuf, String> {
 pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let o: Opts = crate::cmd::parse_flags(rest)?;
     let out = o.out.clone().or(out);
+    // Read before pinning: a pinned thread sees one CPU.
+    let machine = machine();
+    let cpus = headroom_load::clock::online_cpus();
     let server_cpu = if o.pin {
+        if cpus < 2 {
+            anyhow::bail!("--pin needs two CPUs, this machine has {cpus}");
+        }
         // Pinned before anything is started: every client this process runs inherits CPU 0.
         headroom_load::clock::pin_current_thread(0).context("pinning the benchmark to CPU 0")?;
-        Some(headroom_load::clock::online_cpus().saturating_sub(1))
+        Some(cpus - 1)
     } else {
         None
     };
@@ -180,7 +186,6 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let server = format!("127.0.0.1:{}", mc.port);
     // Keys loaded once; every run below uses --noload.
     run_measured(Command::new(headroom_exe()?).args(["load", "-s", &server, "--loadonly"]))?;
-    let machine = machine();
     eprintln!("bench loadgen: memcached on {server}; {machine}");
     let floor = pingpong(mc.port, 20_000)?;
     let mut tools = Vec::new();
