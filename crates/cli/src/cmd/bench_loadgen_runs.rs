@@ -128,6 +128,8 @@ pub(super) fn headroom_exe() -> anyhow::Result<PathBuf> {
 pub(super) struct OurMode<'a> {
     pub(super) engine: Option<&'a str>,
     pub(super) sleep_only: bool,
+    /// Requests in flight per connection (`-d`).
+    pub(super) depth: usize,
 }
 
 pub(super) fn ours(
@@ -150,6 +152,7 @@ pub(super) fn ours(
             // Frugal mode against mutilate's -B: sleep on the timer, no busy-polling for send
             // times (the default buys on-time sends with CPU; see docs/load.md "Timers").
             .args(mode.sleep_only.then_some("--sleep-only"))
+            .args(["-d", &mode.depth.to_string()])
             .args(mode.engine.map(|e| ["--engine", e]).into_iter().flatten())
             .args(["-c", &conns.to_string(), "-q", &qps.to_string()])
             .args(["-t", &time_s.to_string(), "--json"])
