@@ -222,7 +222,7 @@ pub struct Agent {
 pub fn machine_info(host: &LinuxHost, node: &LinuxNode) -> MachineInfo {
     let cpus: Vec<u32> = host
         .topology()
-        .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+        .map(|t| t.cpus_online.to_vec())
         .unwrap_or_else(|_| {
             (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect()
         });
@@ -473,8 +473,8 @@ impl Agent {
             }
             let be_cpus = a
                 .be_cpus
-                .clone()
-                .unwrap_or_else(|| self.machine.cpus.clone());
+                .as_ref()
+                .map_or_else(|| self.machine.cpus.clone(), |c| c.to_vec());
             if let Some(s) = self.node.sensors_mut() {
                 s.set_be_cpus(&be_cpus);
             }
@@ -534,7 +534,7 @@ impl Agent {
                 .filter_map(|s| s.pid().map(|p| (s.name.clone(), p)))
                 .collect(),
             lc_threads: self.lc_threads.state().clone(),
-            created_groups: self.created_groups.iter().map(|g| g.to_string()).collect(),
+            created_groups: self.created_groups.clone(),
             lc_origins: self.lc_origins.clone(),
         })
     }

@@ -2,9 +2,9 @@
 //!
 //! * latency-vs-load (LC alone): `lc.service_us` and `lc.service_cv` by least median relative
 //!   error of the model's p99 (M/G/k on the bench's server CPUs) against every valid point.
-//! * scheduling (`spin` BE on the LC's CPU): the wake-up delays `sched.delay_fair_us` (`equal`),
-//!   `sched.delay_low_weight_us` (`weights-10000:2`) and `sched.delay_idle_us` (`be-cpu.idle`):
-//!   the median of measured p99 minus the fitted LC-alone p99 at the same load.
+//! * scheduling, interference and BE-alone points: see [`fits`] (`sched.delayed_fraction` with the
+//!   wake-up delays, `be.KIND.llc_pressure`, `be.KIND.ops_per_cpu_s`), each by replaying the
+//!   point on the model ([`replay`]).
 //!
 //! Points whose load-generator self-checks failed are refused (listed, never fitted); a directory
 //! with nothing valid to fit is an error. The model records the load range and CPU count the data
@@ -13,7 +13,13 @@
 use std::path::{Path, PathBuf};
 
 use headroom_bench::model::{Manifest, Point};
-use headroom_bench::store::{RunDir, POINTS};
+use headroom_bench::store::{RunDir, BASELINES, POINTS};
+
+mod fits;
+pub mod replay;
+
+use fits::Measured;
+use replay::{Placement, Weighting};
 
 use crate::error::SimError;
 use crate::model::{FittedParam, ServerModel};
@@ -47,7 +53,7 @@ pub fn alone_p99(cores: f64, qps: f64, service_us: f64, cv: f64, q: f64) -> f64 
         .map_or(f64::INFINITY, |r| r.quantile(q))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     crate::fleet::pct(v, 0.5)
 }
 
@@ -56,12 +62,28 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
     let mut model = ServerModel::default();
     let mut refused = Vec::new();
     let mut alone: Vec<Obs> = Vec::new();
-    let mut sched: Vec<(String, Obs)> = Vec::new();
+    let mut sched: Vec<(Weighting, Measured)> = Vec::new();
+    let mut interference: Vec<(String, Measured)> = Vec::new();
+    let mut solos: Vec<(String, f64, String)> = Vec::new();
     let mut cores_seen: Vec<u32> = Vec::new();
     let mut manifest_slo: Option<(f64, f64)> = None;
     for dir in dirs {
-        let (manifest, points) = read_dir(dir)?;
+        let (manifest, points, baselines) = read_dir(dir)?;
         let cores = manifest.machine.server_cpus.len().max(1) as u32;
+        let placement =
+            Placement::from_bench(&manifest.machine.server_cpus, &manifest.machine.be_cpus);
+        for b in &baselines {
+            if let (Some(kind), Some(rate)) = (
+                b.get("kind").and_then(|k| k.as_str()),
+                b.get("ops_per_cpu_s").and_then(|r| r.as_f64()),
+            ) {
+                solos.push((
+                    be_kind(kind),
+                    rate,
+                    format!("{}: solo {kind}", dir.display()),
+                ));
+            }
+        }
         let q = manifest.percentile;
         let mut used = 0;
         for p in &points {
@@ -90,13 +112,36 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
                 load: p.load_fraction,
                 source: label.clone(),
             };
+            let tails: Vec<(f64, f64)> = [95.0, 99.0, 99.9]
+                .into_iter()
+                .filter_map(|pc| load.percentile_us(pc).map(|v| (pc / 100.0, v)))
+                .filter(|(_, v)| v.is_finite() && *v > 0.0)
+                .collect();
+            let measured = Measured {
+                qps: load.achieved_qps,
+                tail_us: p99,
+                tails,
+                placement: placement.clone(),
+                source: label.clone(),
+            };
+            let spin = p.be == "spin" || p.series.contains("(spin)");
             match manifest.experiment.as_str() {
                 "latency-vs-load" | "interference" | "isolation" if p.be == "none" => {
                     alone.push(o);
                     used += 1;
                 }
-                "scheduling" if p.be == "spin" || p.series.contains("(spin)") => {
-                    sched.push((p.series.clone(), o));
+                "scheduling" if spin => match Weighting::from_series(&p.series) {
+                    Some(w) => {
+                        sched.push((w, measured));
+                        used += 1;
+                    }
+                    None => refused.push(format!(
+                        "{label}: scheduling series {:?} is not modelled (equal, weights-A:B and be-cpu.idle are)",
+                        p.series
+                    )),
+                },
+                "interference" => {
+                    interference.push((be_kind(&p.be), measured));
                     used += 1;
                 }
                 _ => refused.push(format!(
@@ -151,6 +196,24 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
             }
         }
     }
+    // then finer, around the grid's best: the interference fits below read what is left of each
+    // point's tail after the service time, so a 6% grid step would land in their parameters
+    let (s0, cv0) = best;
+    for i in 0..=40 {
+        let s = s0 * (0.94 + 0.12 * i as f64 / 40.0);
+        for j in 0..=20 {
+            let cv = (cv0 * (0.7 + 0.6 * j as f64 / 20.0)).max(0.05);
+            let mut errs: Vec<f64> = alone
+                .iter()
+                .map(|o| (alone_p99(cores, o.qps, s, cv, q) - o.p99).abs() / o.p99)
+                .collect();
+            let e = median(&mut errs);
+            if e < best_err {
+                best_err = e;
+                best = (s, cv);
+            }
+        }
+    }
     model.lc.service_us = best.0;
     model.lc.service_cv = best.1;
     let src = alone.iter().map(|o| o.source.clone()).collect::<Vec<_>>();
@@ -168,46 +231,12 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
         fit_error: best_err,
     });
 
-    for (pattern, key) in [
-        ("equal", "sched.delay_fair_us"),
-        ("weights", "sched.delay_low_weight_us"),
-        ("cpu.idle", "sched.delay_idle_us"),
-    ] {
-        let pts: Vec<&Obs> = sched
-            .iter()
-            .filter(|(s, _)| {
-                s.starts_with(pattern) || (pattern == "cpu.idle" && s.contains("cpu.idle"))
-            })
-            .map(|(_, o)| o)
-            .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        let mut extra: Vec<f64> = pts
-            .iter()
-            .map(|o| (o.p99 - alone_p99(cores, o.qps, best.0, best.1, q)).max(0.0))
-            .collect();
-        let delay = median(&mut extra);
-        let mut errs: Vec<f64> = pts
-            .iter()
-            .map(|o| {
-                let pred = alone_p99(cores, o.qps, best.0, best.1, q) + delay;
-                (pred - o.p99).abs() / o.p99
-            })
-            .collect();
-        let err = median(&mut errs);
-        match key {
-            "sched.delay_fair_us" => model.sched.delay_fair_us = delay,
-            "sched.delay_low_weight_us" => model.sched.delay_low_weight_us = delay,
-            _ => model.sched.delay_idle_us = delay,
-        }
-        model.calibration.params.push(FittedParam {
-            key: key.into(),
-            value: delay,
-            source: summarize_sources(&pts.iter().map(|o| o.source.clone()).collect::<Vec<_>>()),
-            fit_error: err,
-        });
-    }
+    let params = fits::fit_scheduling(&mut model, &sched, q);
+    model.calibration.params.extend(params);
+    let params = fits::fit_interference(&mut model, &interference, q);
+    model.calibration.params.extend(params);
+    let params = fits::fit_be_speed(&mut model, &solos);
+    model.calibration.params.extend(params);
 
     // below the lowest measured load the queue model only gets more exact; above the highest it
     // extrapolates
@@ -218,7 +247,17 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
     Ok(Fit { model, refused })
 }
 
-fn summarize_sources(s: &[String]) -> String {
+/// The model's BE kind of a bench antagonist name: `llc:0.5`, `llc-0.5` and `llc-os` are `llc`.
+fn be_kind(name: &str) -> String {
+    let base = name.split(':').next().unwrap_or(name);
+    let base = base.strip_suffix("-os").unwrap_or(base);
+    match base.rsplit_once('-') {
+        Some((kind, arg)) if arg.parse::<f64>().is_ok() => kind.to_string(),
+        _ => base.to_string(),
+    }
+}
+
+pub(crate) fn summarize_sources(s: &[String]) -> String {
     match s.len() {
         0 => String::new(),
         1 => s[0].clone(),
@@ -226,7 +265,9 @@ fn summarize_sources(s: &[String]) -> String {
     }
 }
 
-fn read_dir(dir: &Path) -> Result<(Manifest, Vec<Point>), SimError> {
+type BenchDir = (Manifest, Vec<Point>, Vec<serde_json::Value>);
+
+fn read_dir(dir: &Path) -> Result<BenchDir, SimError> {
     if !dir.join("manifest.json").is_file() {
         return Err(SimError::Parse {
             file: Some(dir.to_path_buf()),
@@ -243,5 +284,6 @@ fn read_dir(dir: &Path) -> Result<(Manifest, Vec<Point>), SimError> {
         )));
     }
     let points: Vec<Point> = run.all(POINTS)?;
-    Ok((manifest, points))
+    let baselines: Vec<serde_json::Value> = run.all(BASELINES)?;
+    Ok((manifest, points, baselines))
 }

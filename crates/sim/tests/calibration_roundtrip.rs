@@ -1,0 +1,190 @@
+//! Calibration against a ground truth: bench directories whose tails a known model produced
+//! (through the same replay of each point the fits use) are calibrated, and the fit must give
+//! back that model's parameters — the service time, the wake-up delays with the share of
+//! requests that meet them, an antagonist's LLC pressure and a BE kind's speed.
+
+use std::path::Path;
+
+use headroom_bench::fixture::synthetic_load;
+use headroom_bench::model::{Machine, Manifest, Point, SoloBaseline};
+use headroom_bench::store::{RunDir, BASELINES, POINTS};
+use headroom_sim::calibrate::calibrate;
+use headroom_sim::calibrate::replay::{predicted_tail, Placement, Weighting};
+use headroom_sim::model::{BeKind, ServerModel};
+
+fn truth() -> ServerModel {
+    let mut m = ServerModel::default();
+    m.lc.service_us = 40.0;
+    m.lc.service_cv = 0.7;
+    m.sched.delayed_fraction = 0.03;
+    m.sched.delay_fair_us = 3000.0;
+    m.sched.delay_low_weight_us = 150.0;
+    m.sched.delay_idle_us = 100.0;
+    m.be.get_mut("llc").unwrap().llc_pressure = 0.4;
+    m
+}
+
+fn manifest(exp: &str, be_cpus: Vec<usize>) -> Manifest {
+    Manifest {
+        experiment: exp.into(),
+        machine: Machine {
+            cpus: 3,
+            loadgen_cpus: vec![0],
+            server_cpus: vec![1],
+            be_cpus,
+            ..Machine::default()
+        },
+        slo_us: 2000.0,
+        percentile: 99.0,
+        ..Manifest::default()
+    }
+}
+
+/// One point whose tails are the truth's for the point's placement and weighting.
+fn point(series: &str, be: &str, load: f64, tail: impl Fn(f64) -> f64, qps: f64) -> Point {
+    let mut l = synthetic_load(qps, 10.0, load, true);
+    l.achieved_qps = qps;
+    l.p95_us = Some(tail(0.95));
+    l.p99_us = Some(tail(0.99));
+    l.p999_us = Some(tail(0.999));
+    Point {
+        id: format!("{series}/{load}/0"),
+        series: series.into(),
+        be: be.into(),
+        load_fraction: load,
+        repeat: 0,
+        start_unix_ms: 0,
+        end_unix_ms: 0,
+        load: Some(l),
+        error: None,
+        be_ops_per_s: None,
+        be_norm: None,
+        idle_cpu_pct: None,
+        steal_pct: None,
+        agent: None,
+        commands: vec![],
+        raw_load: None,
+    }
+}
+
+fn write(dir: &Path, m: &Manifest, points: &[Point]) -> RunDir {
+    let run = RunDir::create(dir).unwrap();
+    run.write_manifest(m).unwrap();
+    for p in points {
+        run.save(POINTS, &p.id, p).unwrap();
+    }
+    run
+}
+
+#[test]
+fn calibration_gives_back_the_model_that_made_the_data() {
+    let t = truth();
+    let tmp = tempfile::tempdir().unwrap();
+    let capacity = 1e6 / t.lc.service_us;
+    let loads = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6];
+    let shared = Placement::from_bench(&[1], &[]);
+    let apart = Placement::from_bench(&[1], &[2]);
+
+    let alone: Vec<Point> = loads
+        .iter()
+        .map(|&l| {
+            let qps = l * capacity;
+            let tail = |q| predicted_tail(&t, &shared, None, Weighting::Equal, qps, q);
+            point("alone", "none", l, tail, qps)
+        })
+        .collect();
+    write(
+        &tmp.path().join("lvl"),
+        &manifest("latency-vs-load", vec![]),
+        &alone,
+    );
+
+    let spin = t.be["spin"].clone();
+    let mut sched = Vec::new();
+    for series in ["equal", "weights-10000:2", "be-cpu.idle"] {
+        let w = Weighting::from_series(series).unwrap();
+        for &l in &loads[..4] {
+            let qps = l * capacity;
+            let tail = |q| predicted_tail(&t, &shared, Some(&spin), w, qps, q);
+            sched.push(point(series, "spin", l, tail, qps));
+        }
+    }
+    write(
+        &tmp.path().join("sched"),
+        &manifest("scheduling", vec![]),
+        &sched,
+    );
+
+    let llc: BeKind = t.be["llc"].clone();
+    let mut inter = alone.clone();
+    for &l in &loads {
+        let qps = l * capacity;
+        let tail = |q| predicted_tail(&t, &apart, Some(&llc), Weighting::Equal, qps, q);
+        inter.push(point("llc-0.5", "llc:0.5", l, tail, qps));
+    }
+    let run = write(
+        &tmp.path().join("inter"),
+        &manifest("interference", vec![2]),
+        &inter,
+    );
+    let solo = SoloBaseline {
+        kind: "llc".into(),
+        ops_per_s: 4.0e5,
+        measured_ops_per_s: 4.0e5,
+        ops_per_cpu_s: Some(4.0e5),
+        seconds: 5.0,
+        commands: vec![],
+    };
+    run.save(BASELINES, "solo-llc", &solo).unwrap();
+
+    let dirs = ["lvl", "sched", "inter"].map(|d| tmp.path().join(d));
+    let fit = calibrate(&dirs).unwrap();
+    let m = &fit.model;
+    let close = |got: f64, want: f64, tol: f64, what: &str| {
+        assert!(
+            (got - want).abs() <= tol * want,
+            "{what}: fitted {got}, truth {want} (tolerance {tol})"
+        );
+    };
+    close(m.lc.service_us, 40.0, 0.10, "lc.service_us");
+    // the delay grid steps by 26%: a fitted delay is within one step of the truth
+    close(m.sched.delay_fair_us, 3000.0, 0.3, "sched.delay_fair_us");
+    close(m.sched.delay_idle_us, 100.0, 0.3, "sched.delay_idle_us");
+    close(
+        m.sched.delayed_fraction,
+        0.03,
+        0.5,
+        "sched.delayed_fraction",
+    );
+    close(m.be["llc"].llc_pressure, 0.4, 0.1, "be.llc.llc_pressure");
+    close(
+        m.be["llc"].ops_per_cpu_s,
+        4.0e5,
+        1e-9,
+        "be.llc.ops_per_cpu_s",
+    );
+    for p in &m.calibration.params {
+        assert!(
+            p.fit_error < 0.10,
+            "{} fits its own data to {:.1}%",
+            p.key,
+            p.fit_error * 100.0
+        );
+    }
+    let keys: Vec<&str> = m
+        .calibration
+        .params
+        .iter()
+        .map(|p| p.key.as_str())
+        .collect();
+    for k in [
+        "sched.delay_fair_us",
+        "sched.delay_low_weight_us",
+        "sched.delay_idle_us",
+        "sched.delayed_fraction",
+        "be.llc.llc_pressure",
+        "be.llc.ops_per_cpu_s",
+    ] {
+        assert!(keys.contains(&k), "{k} not in {keys:?}");
+    }
+}
