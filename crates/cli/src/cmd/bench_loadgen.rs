@@ -1,4 +1,4 @@
-//! `headroom bench loadgen [--peer PATH] [--time S] [--connections N]`: the load generator's own
+//! `headroom bench loadgen [--peer PATH] [--time S] [--connections N] [--pin]`: the load generator's own
 //! cost and precision against one memcached on loopback, side by side with mutilate when `--peer`
 //! points at a mutilate binary (built outside this repository; run in its blocking mode `-B` with
 //! `-i exponential:1`, since bare `exponential` crashes it):
@@ -9,7 +9,8 @@
 //!   with memcached's own CPU share in each run (a run it saturates bounds the server, not the client),
 //! - p50 added over a minimal blocking ping-pong client at a low rate.
 //!
-//! Figures go to stdout and, with `--out DIR`, to DIR/loadgen.json. Flags: `--help`.
+//! `--pin` gives the clients CPU 0 and memcached the last CPU. Figures go to stdout and, with
+//! `--out DIR`, to DIR/loadgen.json. Flags: `--help`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
