@@ -337,11 +337,11 @@ fn serve() -> (Guard, String) {
     (Guard(child), addr.to_string())
 }
 
-/// One 2 s run at 2000/s against `server` with `--engine engine`; the result JSON and stderr
-/// (None when io_uring was asked for and this kernel or sandbox refuses it).
+/// One 2 s run at 2000/s against `server` with `--engine engine` (none: the default); the result
+/// JSON and stderr (None when io_uring was asked for and this kernel or sandbox refuses it).
 fn engine_run(
     server: &str,
-    engine: &str,
+    engine: Option<&str>,
     env: Option<(&str, &str)>,
 ) -> Option<(serde_json::Value, String)> {
     let dir = tempfile::tempdir().unwrap();
@@ -350,25 +350,18 @@ fn engine_run(
     cmd.args([
         "load", "-s", server, "-q", "2000", "-t", "2", "-c", "4", "--quiet",
     ])
-    .args([
-        "--seed",
-        "3",
-        "--engine",
-        engine,
-        "--invalid-exit-code",
-        "0",
-        "--json",
-    ])
+    .args(["--seed", "3", "--invalid-exit-code", "0", "--json"])
     .arg(&json)
+    .args(engine.map(|e| ["--engine", e]).into_iter().flatten())
     .stdin(Stdio::null());
     if let Some((k, v)) = env {
         cmd.env(k, v);
     }
     let out = cmd.output().expect("run headroom load");
-    if engine == "io_uring" && stderr(&out).contains("io_uring unavailable") {
+    if engine == Some("io_uring") && stderr(&out).contains("io_uring unavailable") {
         return None;
     }
-    assert!(out.status.success(), "{engine}: {}", stderr(&out));
+    assert!(out.status.success(), "{engine:?}: {}", stderr(&out));
     let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     Some((v, stderr(&out)))
 }
@@ -376,8 +369,8 @@ fn engine_run(
 #[test]
 fn both_engines_measure_headroom_serve_alike() {
     let (_guard, server) = serve();
-    let (epoll, _) = engine_run(&server, "epoll", None).expect("epoll runs everywhere");
-    let Some((uring, _)) = engine_run(&server, "io_uring", None) else {
+    let (epoll, _) = engine_run(&server, Some("epoll"), None).expect("epoll runs everywhere");
+    let Some((uring, _)) = engine_run(&server, Some("io_uring"), None) else {
         eprintln!("SKIP both_engines_measure_headroom_serve_alike: io_uring unavailable here");
         return;
     };
@@ -406,10 +399,26 @@ fn both_engines_measure_headroom_serve_alike() {
 }
 
 #[test]
+fn the_default_engine_is_io_uring_where_the_kernel_allows_it() {
+    let (_guard, server) = serve();
+    let (v, err) = engine_run(&server, None, None).expect("the default always runs");
+    if err.contains("io_uring unavailable") {
+        // This kernel or sandbox refuses io_uring: the default is epoll, with the reason.
+        assert_eq!(v["client"]["engine"], "epoll", "{v}");
+        assert!(v["client"]["engine_fallback_reason"].is_string(), "{v}");
+        eprintln!("SKIP the_default_engine_is_io_uring_where_the_kernel_allows_it: {err}");
+        return;
+    }
+    assert_eq!(v["client"]["engine"], "io_uring", "{v}");
+    assert!(v["client"].get("engine_fallback_reason").is_none(), "{v}");
+}
+
+#[test]
 fn io_uring_refused_falls_back_to_epoll_with_the_reason() {
     let (_guard, server) = serve();
     let env = ("HEADROOM_LOAD_SIMULATE_IO_URING_ERROR", "EPERM");
-    let (v, err) = engine_run(&server, "auto", Some(env)).expect("auto falls back");
+    // The default (auto) falls back.
+    let (v, err) = engine_run(&server, None, Some(env)).expect("the default falls back");
     assert_eq!(v["client"]["engine"], "epoll", "{v}");
     let reason = v["client"]["engine_fallback_reason"].as_str().unwrap();
     assert!(reason.contains("io_uring unavailable"), "{reason}");

@@ -306,7 +306,7 @@ impl Default for LoadOptions {
             no_nodelay: false,
             sleep_only: false,
             lambda_mul: 1,
-            engine: crate::engine::EngineChoice::Epoll,
+            engine: crate::engine::EngineChoice::Auto,
         }
     }
 }

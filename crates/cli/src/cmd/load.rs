@@ -184,7 +184,7 @@ pub struct Extra {
     pub sleep_only: bool,
     /// Event loop: auto (io_uring where the kernel allows it, else epoll with the reason
     /// printed), io_uring, or epoll
-    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "epoll")]
+    #[arg(long, value_name = "auto|io_uring|epoll", default_value = "auto")]
     pub engine: String,
     /// Address the agent listens on (with -A)
     #[arg(long, default_value = "0.0.0.0")]
