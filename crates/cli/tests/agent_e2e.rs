@@ -32,6 +32,7 @@ fn an_lc_already_sched_fifo_joins_its_group() {
             return;
         }
     };
+    let _rt = rt_budget();
     let mut guard = Guard::fresh(&cgroups, "headroom-rtlc");
     let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
     let mut cmd = Command::new("sleep");
@@ -89,6 +90,15 @@ kind = "static-cycles"
 }
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+
+/// The machine's real-time budget (root `cpu.rt_runtime_us`) is one: an agent gives its LC
+/// group chain all that is spare, so two tests whose agents need it would refuse each other
+/// (EINVAL or "no real-time budget left") when the harness runs them at once.
+static RT_BUDGET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rt_budget() -> std::sync::MutexGuard<'static, ()> {
+    RT_BUDGET.lock().unwrap_or_else(|e| e.into_inner())
+}
 const POLL_MS: u64 = 100;
 
 struct Guard {
@@ -467,6 +477,7 @@ fn agent_exit_restores_the_lc_and_removes_its_groups() {
         eprintln!("SKIP agent_exit_restores_the_lc_and_removes_its_groups: not root");
         return;
     }
+    let _rt = rt_budget();
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         eprintln!("SKIP agent_exit_restores_the_lc_and_removes_its_groups: needs 2 CPUs");
         return;

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::start::{move_lc_back, remove_created_groups};
+use super::host_steps::{move_lc_back, remove_created_groups};
 use super::{Agent, AgentError, RunSummary};
 use crate::config::OnExit;
 use crate::state;

@@ -4,6 +4,8 @@
 //! [`exit`], the record/publish phases in [`publish`].
 
 mod exit;
+mod host_steps;
+mod lc_sources;
 mod loops;
 mod publish;
 mod requests;

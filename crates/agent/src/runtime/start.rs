@@ -5,42 +5,29 @@
 //! file has recorded the groups and originals: at no instant does a BE process run outside a
 //! group the state file names.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use headroom_host::{Cgroups, GroupPath, LinuxHost};
+use headroom_host::LinuxHost;
 
+use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSteps};
+use super::lc_sources::{has_realtime_thread, lc_signals};
 use super::publish::{DecisionLog, Publisher};
 use super::{machine_info, machine_sidecar, unix_ms, Agent, AgentError, AgentOptions, Signals};
 use crate::actuation::linux::LinuxNode;
 use crate::actuation::{Actuation, ManagedGroups};
 use crate::allocation::Allocation;
-use crate::config::{Config, ConfigError, LatencySource, LoadSource};
+use crate::config::{Config, ConfigError};
 use crate::controller::Controller;
-use crate::lc_signal::{SignalCell, StopFlag};
+use crate::lc_signal::StopFlag;
 use crate::metrics::Metrics;
 use crate::policy;
-use crate::scrape::PullKind;
-use crate::sensors::{LcSignals, Sensors};
+use crate::sensors::Sensors;
 use crate::state::{self, AgentState, StateLock};
 use crate::supervisor::Supervised;
-
-/// What a start did to the host so far (undone, newest first, if a later step fails).
-#[derive(Default)]
-struct HostSteps {
-    created_groups: Vec<GroupPath>,
-    /// LC pids moved, with the directories they came from.
-    lc_moved: BTreeMap<u32, Vec<String>>,
-    lc_child: Option<std::process::Child>,
-    supervised: Vec<Supervised>,
-    state_written: bool,
-    /// The state file existed before this start (a restart keeps it on failure).
-    had_state: bool,
-}
 
 impl Agent {
     /// Validates, takes the state lock, binds the sockets and opens the log, then creates the
@@ -366,148 +353,11 @@ impl Agent {
     }
 }
 
-/// Undoes `steps` newest first: stops launched BE, restores originals, moves the LC back,
-/// removes the groups this start created, and the state file when there was none before.
-fn undo(
-    steps: &mut HostSteps,
-    cgroups: &Cgroups,
-    controller: Option<&mut Controller>,
-    node: &mut LinuxNode,
-    state_path: &Path,
-) {
-    tracing::warn!("start failed: undoing what it did");
-    for s in &mut steps.supervised {
-        s.stop(cgroups, Duration::from_secs(2));
-    }
-    let mut restored = true;
-    if let Some(c) = controller {
-        if let Some(act) = c.actuation_mut() {
-            if let Err(e) = act.restore_original(node) {
-                tracing::error!(error = %e, "restoring originals after a failed start");
-                restored = false;
-            }
-        }
-    }
-    move_lc_back(cgroups, &steps.lc_moved);
-    if let Some(mut child) = steps.lc_child.take() {
-        // The LC command this start launched: nobody else knows of it.
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    remove_created_groups(cgroups, &mut steps.created_groups, &[]);
-    if restored && steps.created_groups.is_empty() && !steps.had_state && steps.state_written {
-        let _ = state::remove(state_path);
-    }
-}
-
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     for t in threads {
         let _ = t.join();
     }
-}
-
-/// Notes the groups (and ancestors) that do not exist yet: this start will create them.
-fn plan_groups(cg: &Cgroups, groups: &ManagedGroups, steps: &mut HostSteps) {
-    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
-        let mut missing = Vec::new();
-        let mut at = Some(g.clone());
-        while let Some(p) = at.filter(|p| !p.is_root()) {
-            // a group that exists in only some hierarchies is not the agent's to remove
-            if !cg.group_dirs(&p).iter().any(|(_, d)| d.is_dir())
-                && !steps.created_groups.contains(&p)
-            {
-                missing.push(p.clone());
-            }
-            at = p.parent();
-        }
-        steps.created_groups.extend(missing.into_iter().rev());
-    }
-}
-
-/// Creates the LC and BE groups.
-fn create_groups(cg: &Cgroups, groups: &ManagedGroups, _: &HostSteps) -> Result<(), AgentError> {
-    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
-        cg.create(g)?;
-    }
-    Ok(())
-}
-
-/// Notes where each of `lc.pids` is in every hierarchy (unless a state file already did).
-fn plan_lc_moves(
-    root: &Path,
-    cg: &Cgroups,
-    config: &Config,
-    lc: &GroupPath,
-    steps: &mut HostSteps,
-) {
-    for &pid in &config.lc.pids {
-        if steps.lc_moved.contains_key(&pid) {
-            continue;
-        }
-        let text =
-            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default();
-        let dirs = cg
-            .process_dirs(lc, &text)
-            .into_iter()
-            .filter(|d| !d.ends_with(lc.as_str()))
-            .map(|d| d.display().to_string())
-            .collect();
-        steps.lc_moved.insert(pid, dirs);
-    }
-}
-
-/// Moves LC processes back into the groups they were in before the agent moved them.
-pub(super) fn move_lc_back(cg: &Cgroups, origins: &BTreeMap<u32, Vec<String>>) {
-    for (pid, dirs) in origins {
-        for dir in dirs {
-            match cg.move_process_to_dir(Path::new(dir), *pid as i32) {
-                Ok(()) => tracing::info!(pid, group = %dir, "LC process moved back"),
-                Err(e) if e.errno() == Some(nix::errno::Errno::ESRCH) => {}
-                Err(e) => {
-                    tracing::warn!(pid, group = %dir, error = %e, "moving the LC process back")
-                }
-            }
-        }
-    }
-}
-
-/// Removes the groups in `created` (ancestors first), deepest first, each only when neither it
-/// nor a child holds a process, except `keep` and their ancestors; keeps the rest listed.
-pub(super) fn remove_created_groups(
-    cg: &Cgroups,
-    created: &mut Vec<GroupPath>,
-    keep: &[GroupPath],
-) {
-    let mut left = Vec::new();
-    for g in created.iter().rev() {
-        let kept = keep
-            .iter()
-            .any(|k| k == g || k.as_str().starts_with(&format!("{}/", g.as_str())));
-        let exists = cg.group_dirs(g).iter().any(|(_, d)| d.is_dir());
-        if kept || !exists {
-            if kept {
-                left.push(g.clone());
-            }
-            continue;
-        }
-        let busy = cg.procs(g).map_or(true, |p| !p.is_empty())
-            || cg.children(g).map_or(true, |c| !c.is_empty());
-        if busy {
-            tracing::info!(group = %g, "leaving a group the agent created: it still holds processes or groups");
-            left.push(g.clone());
-            continue;
-        }
-        match cg.remove(g) {
-            Ok(()) => tracing::info!(group = %g, "removed the group the agent created"),
-            Err(e) => {
-                tracing::warn!(group = %g, error = %e, "removing a group the agent created failed");
-                left.push(g.clone());
-            }
-        }
-    }
-    left.reverse();
-    *created = left;
 }
 
 /// Opens the decision log (and writes the machine description replay needs beside it).
@@ -540,149 +390,4 @@ fn open_log(
         source,
     })?;
     Ok(Some(log))
-}
-
-type Cells = Vec<(String, Arc<SignalCell>)>;
-
-/// Starts the LC latency and load sources.
-fn lc_signals(
-    config: &Config,
-    stop: &StopFlag,
-    threads: &mut Vec<JoinHandle<()>>,
-) -> Result<(LcSignals, Cells), AgentError> {
-    let mut signals = LcSignals::default();
-    let mut cells = Vec::new();
-    let slo = &config.lc.slo;
-    let mut feeds: BTreeMap<String, crate::feed::FeedCells> = BTreeMap::new();
-    let mut feed_cells = |socket: &str,
-                          threads: &mut Vec<JoinHandle<()>>|
-     -> Result<crate::feed::FeedCells, AgentError> {
-        if let Some(c) = feeds.get(socket) {
-            return Ok(c.clone());
-        }
-        let cells = crate::feed::FeedCells {
-            latency: SignalCell::new(),
-            qps: SignalCell::new(),
-        };
-        let t = crate::feed::spawn(
-            Path::new(socket),
-            slo.percentile,
-            slo.window_s,
-            slo.min_samples(),
-            cells.clone(),
-            stop.clone(),
-        )
-        .map_err(|source| AgentError::Io {
-            what: "binding the feed socket",
-            path: PathBuf::from(socket),
-            source,
-        })?;
-        threads.push(t);
-        feeds.insert(socket.to_string(), cells.clone());
-        Ok(cells)
-    };
-    let spawn_err = |what: &'static str| {
-        move |source| AgentError::Io {
-            what,
-            path: PathBuf::new(),
-            source,
-        }
-    };
-    if let Some(lat) = &config.lc.latency {
-        let cell = match lat.source {
-            LatencySource::Probe => {
-                let cell = SignalCell::new();
-                let mut spec = crate::probe::ProbeSpec::new(
-                    lat.protocol,
-                    lat.address.as_deref().unwrap_or_default(),
-                    lat.rate_hz,
-                    slo.percentile,
-                    slo.window_s,
-                );
-                spec.min_samples = slo.min_samples();
-                spec.max_send_lag_us = lat.send_lag_bound_us(slo.target_us);
-                spec.fifo_priority = config.safety.agent_fifo_priority;
-                let t = crate::probe::spawn(spec, cell.clone(), stop.clone())
-                    .map_err(spawn_err("starting the prober"))?;
-                threads.push(t);
-                cell
-            }
-            LatencySource::Prometheus => {
-                let cell = SignalCell::new();
-                let kind = PullKind::PromHistogram {
-                    url: lat.url.clone().unwrap_or_default(),
-                    metric: lat.metric.clone().unwrap_or_default(),
-                    percentile: slo.percentile,
-                    window_s: slo.window_s,
-                    min_samples: slo.min_samples(),
-                };
-                let t =
-                    crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
-                        .map_err(spawn_err("starting the scraper"))?;
-                threads.push(t);
-                cell
-            }
-            LatencySource::Feed => {
-                let socket = lat
-                    .socket
-                    .clone()
-                    .unwrap_or_else(|| "/run/headroom-feed.sock".to_string());
-                feed_cells(&socket, threads)?.latency
-            }
-        };
-        cells.push(("latency".to_string(), cell.clone()));
-        signals.latency = Some(cell);
-    }
-    if let Some(load) = &config.lc.load {
-        signals.peak_qps = Some(load.peak_qps);
-        let address = load.address.clone().unwrap_or_default();
-        let pull = |kind: PullKind, threads: &mut Vec<JoinHandle<()>>| {
-            let cell = SignalCell::new();
-            crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
-                .map(|t| {
-                    threads.push(t);
-                    cell
-                })
-                .map_err(spawn_err("starting the load source"))
-        };
-        let cell = match load.source {
-            LoadSource::MemcacheStats => pull(PullKind::MemcacheStats { address }, threads)?,
-            LoadSource::RedisInfo => pull(PullKind::RedisInfo { address }, threads)?,
-            LoadSource::Prometheus => pull(
-                PullKind::PromCounter {
-                    url: load.url.clone().unwrap_or_default(),
-                    metric: load.metric.clone().unwrap_or_default(),
-                },
-                threads,
-            )?,
-            LoadSource::Feed => {
-                let socket = load
-                    .socket
-                    .clone()
-                    .or_else(|| config.lc.latency.as_ref().and_then(|l| l.socket.clone()))
-                    .unwrap_or_else(|| "/run/headroom-feed.sock".to_string());
-                feed_cells(&socket, threads)?.qps
-            }
-        };
-        cells.push(("load".to_string(), cell.clone()));
-        signals.qps = Some(cell);
-    }
-    Ok((signals, cells))
-}
-
-/// Whether any thread of `pid` runs SCHED_FIFO or SCHED_RR (procfs under `root`; a process
-/// that cannot be read counts as not real-time, and moving it reports the real error).
-fn has_realtime_thread(root: &Path, pid: i32) -> bool {
-    use headroom_host::sched::SchedPolicy;
-    headroom_host::sched::threads(root, pid)
-        .unwrap_or_default()
-        .into_iter()
-        .any(|tid| {
-            matches!(
-                headroom_host::sched::sched(tid)
-                    .ok()
-                    .and_then(|a| a.policy()),
-                Some(SchedPolicy::Fifo { .. } | SchedPolicy::RoundRobin { .. })
-            )
-        })
 }

@@ -1,0 +1,170 @@
+//! The host steps of a start, and their undo: the groups it creates, the LC processes it moves,
+//! the originals it restores and the state file it removes when a later step fails.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use headroom_host::{Cgroups, GroupPath};
+
+use super::AgentError;
+use crate::actuation::linux::LinuxNode;
+use crate::actuation::ManagedGroups;
+use crate::config::Config;
+use crate::controller::Controller;
+use crate::state::{self};
+use crate::supervisor::Supervised;
+
+/// What a start did to the host so far (undone, newest first, if a later step fails).
+#[derive(Default)]
+pub(super) struct HostSteps {
+    pub(super) created_groups: Vec<GroupPath>,
+    /// LC pids moved, with the directories they came from.
+    pub(super) lc_moved: BTreeMap<u32, Vec<String>>,
+    pub(super) lc_child: Option<std::process::Child>,
+    pub(super) supervised: Vec<Supervised>,
+    pub(super) state_written: bool,
+    /// The state file existed before this start (a restart keeps it on failure).
+    pub(super) had_state: bool,
+}
+
+/// Undoes `steps` newest first: stops launched BE, restores originals, moves the LC back,
+/// removes the groups this start created, and the state file when there was none before.
+pub(super) fn undo(
+    steps: &mut HostSteps,
+    cgroups: &Cgroups,
+    controller: Option<&mut Controller>,
+    node: &mut LinuxNode,
+    state_path: &Path,
+) {
+    tracing::warn!("start failed: undoing what it did");
+    for s in &mut steps.supervised {
+        s.stop(cgroups, Duration::from_secs(2));
+    }
+    let mut restored = true;
+    if let Some(c) = controller {
+        if let Some(act) = c.actuation_mut() {
+            if let Err(e) = act.restore_original(node) {
+                tracing::error!(error = %e, "restoring originals after a failed start");
+                restored = false;
+            }
+        }
+    }
+    move_lc_back(cgroups, &steps.lc_moved);
+    if let Some(mut child) = steps.lc_child.take() {
+        // The LC command this start launched: nobody else knows of it.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    remove_created_groups(cgroups, &mut steps.created_groups, &[]);
+    if restored && steps.created_groups.is_empty() && !steps.had_state && steps.state_written {
+        let _ = state::remove(state_path);
+    }
+}
+
+/// Notes the groups (and ancestors) that do not exist yet: this start will create them.
+pub(super) fn plan_groups(cg: &Cgroups, groups: &ManagedGroups, steps: &mut HostSteps) {
+    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
+        let mut missing = Vec::new();
+        let mut at = Some(g.clone());
+        while let Some(p) = at.filter(|p| !p.is_root()) {
+            // a group that exists in only some hierarchies is not the agent's to remove
+            if !cg.group_dirs(&p).iter().any(|(_, d)| d.is_dir())
+                && !steps.created_groups.contains(&p)
+            {
+                missing.push(p.clone());
+            }
+            at = p.parent();
+        }
+        steps.created_groups.extend(missing.into_iter().rev());
+    }
+}
+
+/// Creates the LC and BE groups.
+pub(super) fn create_groups(
+    cg: &Cgroups,
+    groups: &ManagedGroups,
+    _: &HostSteps,
+) -> Result<(), AgentError> {
+    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
+        cg.create(g)?;
+    }
+    Ok(())
+}
+
+/// Notes where each of `lc.pids` is in every hierarchy (unless a state file already did).
+pub(super) fn plan_lc_moves(
+    root: &Path,
+    cg: &Cgroups,
+    config: &Config,
+    lc: &GroupPath,
+    steps: &mut HostSteps,
+) {
+    for &pid in &config.lc.pids {
+        if steps.lc_moved.contains_key(&pid) {
+            continue;
+        }
+        let text =
+            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default();
+        let dirs = cg
+            .process_dirs(lc, &text)
+            .into_iter()
+            .filter(|d| !d.ends_with(lc.as_str()))
+            .map(|d| d.display().to_string())
+            .collect();
+        steps.lc_moved.insert(pid, dirs);
+    }
+}
+
+/// Moves LC processes back into the groups they were in before the agent moved them.
+pub(super) fn move_lc_back(cg: &Cgroups, origins: &BTreeMap<u32, Vec<String>>) {
+    for (pid, dirs) in origins {
+        for dir in dirs {
+            match cg.move_process_to_dir(Path::new(dir), *pid as i32) {
+                Ok(()) => tracing::info!(pid, group = %dir, "LC process moved back"),
+                Err(e) if e.errno() == Some(nix::errno::Errno::ESRCH) => {}
+                Err(e) => {
+                    tracing::warn!(pid, group = %dir, error = %e, "moving the LC process back")
+                }
+            }
+        }
+    }
+}
+
+/// Removes the groups in `created` (ancestors first), deepest first, each only when neither it
+/// nor a child holds a process, except `keep` and their ancestors; keeps the rest listed.
+pub(super) fn remove_created_groups(
+    cg: &Cgroups,
+    created: &mut Vec<GroupPath>,
+    keep: &[GroupPath],
+) {
+    let mut left = Vec::new();
+    for g in created.iter().rev() {
+        let kept = keep
+            .iter()
+            .any(|k| k == g || k.as_str().starts_with(&format!("{}/", g.as_str())));
+        let exists = cg.group_dirs(g).iter().any(|(_, d)| d.is_dir());
+        if kept || !exists {
+            if kept {
+                left.push(g.clone());
+            }
+            continue;
+        }
+        let busy = cg.procs(g).map_or(true, |p| !p.is_empty())
+            || cg.children(g).map_or(true, |c| !c.is_empty());
+        if busy {
+            tracing::info!(group = %g, "leaving a group the agent created: it still holds processes or groups");
+            left.push(g.clone());
+            continue;
+        }
+        match cg.remove(g) {
+            Ok(()) => tracing::info!(group = %g, "removed the group the agent created"),
+            Err(e) => {
+                tracing::warn!(group = %g, error = %e, "removing a group the agent created failed");
+                left.push(g.clone());
+            }
+        }
+    }
+    left.reverse();
+    *created = left;
+}
