@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::actuation::{Actuation, ActuationError, ApplyReport};
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, CpuSet};
 use crate::decision::Decision;
 use crate::node::Node;
 use crate::observation::Observation;
@@ -149,8 +149,11 @@ impl Controller {
         if same && !verify && !self.failed {
             return;
         }
-        let be_cpus = allocation.be_cpus.as_deref().unwrap_or(&self.machine_cpus);
-        let result = act.apply(node, allocation, be_cpus, verify);
+        let be_cpus = allocation
+            .be_cpus
+            .as_ref()
+            .map_or_else(|| self.machine_cpus.clone(), CpuSet::to_vec);
+        let result = act.apply(node, allocation, &be_cpus, verify);
         self.failed = result.is_err();
         if result.is_ok() && !same {
             self.last_applied = Some(allocation.clone());
@@ -209,8 +212,11 @@ impl Controller {
         let Some(act) = self.actuation.as_mut() else {
             return Ok(ApplyReport::default());
         };
-        let be_cpus = allocation.be_cpus.as_deref().unwrap_or(&self.machine_cpus);
-        let report = act.apply(node, allocation, be_cpus, true)?;
+        let be_cpus = allocation
+            .be_cpus
+            .as_ref()
+            .map_or_else(|| self.machine_cpus.clone(), CpuSet::to_vec);
+        let report = act.apply(node, allocation, &be_cpus, true)?;
         self.last_applied = Some(allocation.clone());
         self.failed = false;
         Ok(report)

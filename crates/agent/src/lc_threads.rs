@@ -20,7 +20,7 @@ use crate::allocation::LcTreatment;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadOriginal {
     /// CPUs it was allowed on.
-    pub cpus: Vec<usize>,
+    pub cpus: CpuSet,
     /// Its scheduling policy (`None`: one the agent cannot set back, e.g. SCHED_DEADLINE —
     /// such threads are never given a new policy).
     pub policy: Option<SchedPolicy>,
@@ -33,7 +33,7 @@ pub struct LcThreadsState {
     /// Thread id → settings before the agent's first change.
     pub originals: BTreeMap<i32, ThreadOriginal>,
     /// cgroup-v1 `cpu.rt_runtime_us` the agent raised: (group, original), ancestors first.
-    pub rt_budgets: Vec<(String, i64)>,
+    pub rt_budgets: Vec<(GroupPath, i64)>,
 }
 
 /// Applies an [`LcTreatment`] to the threads of the LC group.
@@ -92,7 +92,7 @@ impl LcThreads {
             }
             if !self.state.originals.contains_key(&tid) {
                 let cpus = match sched::affinity(tid) {
-                    Ok(set) => set.iter().collect(),
+                    Ok(set) => set,
                     Err(e) => {
                         self.error(tid, "reading the affinity of", &e);
                         continue;
@@ -104,8 +104,8 @@ impl LcThreads {
                     .insert(tid, ThreadOriginal { cpus, policy });
             }
             if let Some(cpus) = treatment.pin_cpus.as_ref().filter(|c| !c.is_empty()) {
-                let cpu = cpus[i % cpus.len()] as usize;
-                let set: CpuSet = [cpu].into_iter().collect();
+                let cpu = cpus.iter().nth(i % cpus.len()).unwrap_or_default();
+                let set = CpuSet::from([cpu]);
                 if let Err(e) = sched::set_affinity(tid, &set) {
                     self.error(tid, "pinning", &e);
                     continue;
@@ -187,7 +187,7 @@ impl LcThreads {
             }
             cgroups.set_rt_runtime_us(&group, spare)?;
             tracing::info!(group = %group, runtime_us = spare, "real-time budget given to the LC group chain");
-            self.state.rt_budgets.push((group.to_string(), current));
+            self.state.rt_budgets.push((group.clone(), current));
         }
         Ok(())
     }
@@ -202,8 +202,7 @@ impl LcThreads {
                 ok &= sched::set_sched(tid, policy).is_ok();
             }
             if !original.cpus.is_empty() {
-                let set: CpuSet = original.cpus.iter().copied().collect();
-                ok &= sched::set_affinity(tid, &set).is_ok();
+                ok &= sched::set_affinity(tid, &original.cpus).is_ok();
             }
             if ok {
                 restored += 1;
@@ -212,10 +211,9 @@ impl LcThreads {
         self.state.originals.clear();
         if let Some(cg) = cgroups {
             for (group, original) in self.state.rt_budgets.drain(..).rev() {
-                let restored =
-                    GroupPath::new(&group).and_then(|g| cg.set_rt_runtime_us(&g, original));
+                let restored = cg.set_rt_runtime_us(&group, original);
                 if let Err(e) = restored {
-                    tracing::warn!(group, original, error = %e, "restoring cpu.rt_runtime_us failed");
+                    tracing::warn!(group = %group, original, error = %e, "restoring cpu.rt_runtime_us failed");
                 }
             }
         }

@@ -568,7 +568,7 @@ impl Sensors {
                 let mut kept = BTreeMap::new();
                 for &tid in &tids {
                     if let Ok(set) = headroom_host::sched::affinity(tid) {
-                        cpus.extend(set.iter().map(|c| c as u32));
+                        cpus.extend(set.iter());
                     }
                     // Readers stay open across samples (one pread each, not an open).
                     let reader = match self.schedstat_readers.remove(&tid) {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::actuation::{CgroupKnob, Knob, KnobValue};
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, GroupPath};
 
 /// Version of the state-file format (1: cgroup originals only, by group; still read).
 pub const STATE_VERSION: u32 = 2;
@@ -41,7 +41,7 @@ pub struct AgentState {
     pub originals: Vec<OriginalValue>,
     /// Version 1's cgroup originals (read, converted into `originals`, never written).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub original: BTreeMap<String, LegacyGroupSettings>,
+    pub original: BTreeMap<GroupPath, LegacyGroupSettings>,
     /// The last allocation applied completely (a safe state to return to).
     pub last_allocation: Option<Allocation>,
     /// BE commands the agent launched: BE name → pid (adopted, not relaunched, on restart).
@@ -53,7 +53,7 @@ pub struct AgentState {
     /// Groups (and ancestors) that did not exist before the agent created them, deepest last;
     /// removed on exit once empty.
     #[serde(default)]
-    pub created_groups: Vec<String>,
+    pub created_groups: Vec<GroupPath>,
     /// LC processes the agent moved into its LC group: pid → the group directory it was in, per
     /// hierarchy, before the move (moved back on restore).
     #[serde(default)]
@@ -85,11 +85,8 @@ impl AgentState {
             .map(|o| (o.knob.clone(), o.value.clone()))
             .collect();
         for (group, settings) in &self.original {
-            let Ok(group) = headroom_host::GroupPath::new(group) else {
-                continue;
-            };
             for (k, v) in &settings.values {
-                out.entry(Knob::cgroup(&group, *k))
+                out.entry(Knob::cgroup(group, *k))
                     .or_insert_with(|| v.clone());
             }
         }
@@ -106,9 +103,7 @@ impl AgentState {
                 _ => None,
             })
             .collect();
-        let has = |g: &headroom_host::GroupPath| {
-            named.contains(g) || self.original.contains_key(g.as_str())
-        };
+        let has = |g: &headroom_host::GroupPath| named.contains(g) || self.original.contains_key(g);
         has(&groups.lc) && groups.be.iter().all(has)
     }
 }

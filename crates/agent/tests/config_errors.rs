@@ -361,11 +361,59 @@ fn machine_checks_name_the_cpu_or_the_size() {
         "{msg}"
     );
     let mut pinned = cfg.clone();
-    pinned.lc.threads.cpus = vec![7];
+    pinned.lc.threads.cpus = [7].into();
     let msg = pinned.validate_on(&[0, 1]).unwrap_err().to_string();
     assert!(
         msg.contains("lc.threads.cpus") && msg.contains("CPU 7"),
         "{msg}"
     );
     cfg.validate_on(&[0, 1]).unwrap();
+}
+
+/// Paths, CPU sets and device numbers are types (`GroupPath`, `CpuSet`, `DeviceId`): a value
+/// the type refuses is refused when the config is read, naming the key, the value and why.
+#[test]
+fn typed_values_are_refused_by_key_when_read() {
+    let msg = refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"a//b\"",
+        "be[0].cgroup",
+    );
+    assert_eq!(msg, "be[0].cgroup = \"a//b\": empty component (`a//b`)");
+    let msg = refused_with("cgroup = \"headroom/lc\"", "cgroup = 7", "lc.cgroup");
+    assert!(
+        msg.contains("lc.cgroup = 7") && msg.contains("cgroup path"),
+        "{msg}"
+    );
+    let msg = refuse(&format!("{GOOD}[policy.blind]\nbe_cpus = [1, 9000]\n"));
+    assert!(
+        msg.starts_with("policy.blind.be_cpus = [1, 9000]:") && msg.contains("CPU 9000"),
+        "{msg}"
+    );
+    let msg = refuse(&format!("{GOOD}[policy.blind]\nbe_cpus = \"3-1\"\n"));
+    assert!(
+        msg.contains("policy.blind.be_cpus") && msg.contains("range"),
+        "{msg}"
+    );
+    let msg = refuse(&format!(
+        "{GOOD}[[policy.weights.groups]]\nname = \"a\"\ncgroup = \"../a\"\nrt_sla_us = 100\n"
+    ));
+    assert_eq!(
+        msg,
+        "policy.weights.groups[0].cgroup = \"../a\": path escapes the cgroup root"
+    );
+}
+
+#[test]
+fn typed_values_read_in_either_spelling() {
+    let cfg = Config::from_toml_str(&format!(
+        "{GOOD}[policy.blind]\nbe_cpus = \"2-3,6\"\n[policy.static-cores]\ncpus = [5, 4]\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.policy.blind.be_cpus.to_vec(), [2, 3, 6]);
+    assert_eq!(cfg.policy.static_cores.cpus.to_vec(), [4, 5]);
+    assert_eq!(cfg.be[0].cgroup.as_str(), "headroom/be");
+    // the TOML form round-trips (what `ctl status` shows and `set` edits)
+    let again = Config::from_toml_str(&cfg.to_toml_string()).unwrap();
+    assert_eq!(again, cfg);
 }

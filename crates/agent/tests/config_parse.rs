@@ -1,6 +1,7 @@
 //! The example config in docs/policies.md parses, defaults are the papers' constants, and the
 //! config survives a TOML round trip and live `set`.
 
+use headroom_agent::allocation::CpuSet;
 use headroom_agent::config::{
     Config, LatencySource, LowSlackAction, OnExit, PolicyKind, WeightsMode,
 };
@@ -138,7 +139,7 @@ fn set_accepts_typed_and_bare_values() {
     c.set("policy.weights.mode", "fair").unwrap();
     assert_eq!(c.policy.weights.mode, WeightsMode::Fair);
     c.set("policy.static-cores.cpus", "[2, 3]").unwrap();
-    assert_eq!(c.policy.static_cores.cpus, vec![2, 3]);
+    assert_eq!(c.policy.static_cores.cpus, CpuSet::from([2, 3]));
     c.set("policy.heracles.guaranteed_freq_mhz", "2200")
         .unwrap();
     assert_eq!(c.policy.heracles.guaranteed_freq_mhz, Some(2200.0));

@@ -51,7 +51,7 @@ fn the_chain_gets_what_each_parent_spares_top_down_and_gets_it_back_children_fir
     );
     assert_eq!(
         threads.state().rt_budgets,
-        vec![("hr".to_string(), 0), ("hr/lc".to_string(), 0)]
+        vec![("hr".parse().unwrap(), 0), ("hr/lc".parse().unwrap(), 0)]
     );
     // a second pass finds the budget in place and writes nothing
     threads.apply(&cg, &lc, &fifo());

@@ -1,6 +1,7 @@
 //! PerfIso CPU blind isolation: grow/shrink with B = 1..4 on 2-, 8- and 16-CPU machines, LC
 //! pinning, minimum S, fractional buffers, polling vs. updating.
 
+use headroom_agent::allocation::CpuSet;
 use std::time::Duration;
 
 use headroom_agent::config::Config;
@@ -80,7 +81,7 @@ fn grows_to_leave_b_idle_and_shrinks_at_once_on_a_load_step() {
             if expected > 0.0 {
                 assert!(d.allocation.be_enabled);
                 assert_eq!(cpus.len() as f64, expected);
-                assert!(cpus.iter().all(|c| *c < n));
+                assert!(cpus.iter().all(|c| c < n));
             } else {
                 assert!(!d.allocation.be_enabled, "S = 0 freezes BE");
             }
@@ -131,7 +132,7 @@ fn never_gives_be_the_lc_pinned_cpus() {
         };
         let d = b.decide(&o, ms(t));
         let cpus = d.allocation.be_cpus.unwrap_or_default();
-        assert!(cpus.iter().all(|c| *c > 2), "BE got an LC CPU: {cpus:?}");
+        assert!(cpus.iter().all(|c| c > 2), "BE got an LC CPU: {cpus:?}");
     }
     assert_eq!(
         b.be_cpus(),
@@ -154,7 +155,7 @@ fn never_gives_be_the_lc_pinned_cpus() {
     for t in 0..20 {
         let d = b.decide(&idle(8.0), ms(t));
         let cpus = d.allocation.be_cpus.unwrap_or_default();
-        assert!(cpus.iter().all(|c| *c < 6), "{cpus:?}");
+        assert!(cpus.iter().all(|c| c < 6), "{cpus:?}");
     }
 }
 
@@ -175,7 +176,7 @@ fn minimum_s_is_kept_and_zero_freezes_be() {
     assert!(!d.allocation.be_enabled, "S = 0 freezes BE");
     assert_eq!(
         d.allocation.be_cpus,
-        Some(vec![2, 3]),
+        Some(CpuSet::from([2, 3])),
         "frozen on its last cpuset"
     );
 }
@@ -199,7 +200,7 @@ fn fractional_buffer_on_a_two_cpu_machine_uses_a_quota() {
     assert_eq!(b.be_cpus(), 0.5);
     assert_eq!(
         d.allocation.be_cpus,
-        Some(vec![1]),
+        Some(CpuSet::from([1])),
         "whole CPUs via the cpuset"
     );
     assert_eq!(

@@ -1,5 +1,6 @@
 //! Heracles (ISCA'15) Alg. 1–4, one scripted observation sequence per rule.
 
+use headroom_agent::allocation::CpuSet;
 use std::time::Duration;
 
 use headroom_agent::config::Config;
@@ -142,7 +143,7 @@ fn alg1_slack_below_5_percent_leaves_be_two_cores() {
     let d = h.decide(&obs(0.03, 0.5), at(next_top));
     assert_eq!(d.reason, "heracles:slack<shrink:shrink");
     assert_eq!(state_u64(&d, "be_cores"), 2, "Remove(Size()-2) keeps 2");
-    assert_eq!(d.allocation.be_cpus.as_ref().map(Vec::len), Some(2));
+    assert_eq!(d.allocation.be_cpus.as_ref().map(|c| c.len()), Some(2));
 }
 
 #[test]
@@ -199,7 +200,7 @@ fn alg2_grow_llc_then_rollback_when_bandwidth_does_not_drop() {
     let d = h.decide(&dram(obs(0.5, 0.5), 29.5e9, 4.5e9, 120.0), at(8.0));
     assert_eq!(d.reason, "heracles:grow-cores");
     assert_eq!(state_u64(&d, "be_cores"), 2);
-    assert_eq!(d.allocation.be_cpus, Some(vec![6, 7]));
+    assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([6, 7])));
 }
 
 #[test]
@@ -283,7 +284,7 @@ fn alg2_keeps_one_cpu_for_lc_and_be_on_one_socket() {
         let d = h.decide(&obs(0.5, 0.5), at(t + i as f64 * 2.0));
         assert_eq!(
             d.allocation.be_cpus,
-            Some(vec![1]),
+            Some(CpuSet::from([1])),
             "2-CPU machine: BE max 1 CPU"
         );
     }
@@ -294,7 +295,7 @@ fn alg2_keeps_one_cpu_for_lc_and_be_on_one_socket() {
     for t in 0..40 {
         let d = h.decide(&obs(0.5, 0.5), at(t as f64));
         if let Some(cpus) = &d.allocation.be_cpus {
-            assert!(cpus.iter().all(|c| *c < 4), "BE left socket 0: {cpus:?}");
+            assert!(cpus.iter().all(|c| c < 4), "BE left socket 0: {cpus:?}");
         }
     }
 }

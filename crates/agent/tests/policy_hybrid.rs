@@ -1,6 +1,7 @@
 //! `hybrid`: Heracles' top level (slack, load) sets blind isolation's buffer and enables or
 //! disables BE; blind isolation runs every poll underneath.
 
+use headroom_agent::allocation::CpuSet;
 use std::time::Duration;
 
 use headroom_agent::config::Config;
@@ -56,7 +57,7 @@ fn hybrid() -> Hybrid {
 
 fn be_cpus(d: &headroom_agent::decision::Decision) -> usize {
     if d.allocation.be_enabled {
-        d.allocation.be_cpus.as_ref().map_or(8, Vec::len)
+        d.allocation.be_cpus.as_ref().map_or(8, |c| c.len())
     } else {
         0
     }
@@ -190,7 +191,7 @@ fn be_shares_the_lc_cpu_as_idle_when_no_other_cpu_is_left() {
     let mut h = small_machine_hybrid(true);
     let d = h.decide(&pinned_obs(0.5, 0.5), ms(0));
     assert!(d.allocation.be_enabled, "healthy slack: BE runs");
-    assert_eq!(d.allocation.be_cpus, Some(vec![1]));
+    assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([1])));
     assert_eq!(d.allocation.be_cpu_idle, Some(true));
     assert_eq!(d.reason, "hybrid:share-lc-cpus:idle");
 
@@ -222,7 +223,7 @@ fn the_safety_wrapper_lets_idle_be_share_the_lc_cpu() {
     let mut p = headroom_agent::policy::build(&config, &MachineInfo::with_cpus(2));
     let d = p.decide(&pinned_obs(0.5, 0.5), ms(0));
     assert!(d.allocation.be_enabled, "reason {}", d.reason);
-    assert_eq!(d.allocation.be_cpus, Some(vec![1]));
+    assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([1])));
     assert_eq!(d.allocation.be_cpu_idle, Some(true));
 }
 

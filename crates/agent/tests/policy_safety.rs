@@ -1,6 +1,7 @@
 //! The safety wrapper: stale/unknown latency, SLO-violation cooldown, low memory, the LC never
 //! restricted, missing mechanisms dropped, pause/resume and live `set`.
 
+use headroom_agent::allocation::CpuSet;
 use std::time::Duration;
 
 use headroom_agent::allocation::{Allocation, CpuWeight};
@@ -50,7 +51,10 @@ fn fresh(latency: f64, idle: f64) -> Observation {
 
 fn n_be(d: &Decision) -> usize {
     if d.allocation.be_enabled {
-        d.allocation.be_cpus.as_ref().map_or(usize::MAX, Vec::len)
+        d.allocation
+            .be_cpus
+            .as_ref()
+            .map_or(usize::MAX, CpuSet::len)
     } else {
         0
     }
@@ -209,7 +213,7 @@ fn lc_is_never_restricted_and_missing_mechanisms_are_dropped() {
     let d = p.decide(&o, ms(0));
     assert_eq!(
         d.allocation.be_cpus,
-        Some(vec![3, 4, 5, 6, 7]),
+        Some(CpuSet::from([3, 4, 5, 6, 7])),
         "LC CPUs 0-2 removed"
     );
     assert_eq!(
@@ -222,7 +226,7 @@ fn lc_is_never_restricted_and_missing_mechanisms_are_dropped() {
         "LC treatment only from config"
     );
     assert_eq!(d.allocation.lc.slice_us, Some(100));
-    assert_eq!(d.allocation.lc.pin_cpus, Some(vec![0, 1]));
+    assert_eq!(d.allocation.lc.pin_cpus, Some(CpuSet::from([0, 1])));
     assert_eq!(d.allocation.be_llc_ways, None);
     assert_eq!(d.allocation.be_cpu_idle, None);
     assert_eq!(

@@ -1,5 +1,6 @@
 //! PerfIso's baselines: `static-cores` and `static-cycles`; and `none`.
 
+use headroom_agent::allocation::CpuSet;
 use std::time::Duration;
 
 use headroom_agent::config::Config;
@@ -20,20 +21,20 @@ fn static_cores_confines_be_to_the_top_n_cores_away_from_lc() {
         &MachineInfo::with_cpus(8),
     );
     let d = p.decide(&Observation::default(), Duration::ZERO);
-    assert_eq!(d.allocation.be_cpus, Some(vec![5, 6, 7]));
+    assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([5, 6, 7])));
     let o = Observation {
         lc_cpus: Some(vec![6, 7]),
         ..Observation::default()
     };
     let d = p.decide(&o, Duration::from_secs(1));
-    assert_eq!(d.allocation.be_cpus, Some(vec![3, 4, 5]));
+    assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([3, 4, 5])));
     // explicit CPUs
     let mut p = policy::build_unguarded(
         &cfg("static-cores", "[policy.static-cores]\ncpus = [1, 2]\n"),
         &MachineInfo::with_cpus(8),
     );
     let d = p.decide(&o, Duration::ZERO);
-    assert_eq!(d.allocation.be_cpus, Some(vec![1, 2]));
+    assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([1, 2])));
     // every CPU pinned to LC: BE disabled
     let o = Observation {
         lc_cpus: Some(vec![1, 2]),

@@ -5,6 +5,7 @@
 mod support;
 
 use headroom_agent::actuation::{ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome};
+use headroom_agent::allocation::CpuSet;
 use headroom_agent::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_host::GroupPath;
 use support::{Fake, Plan};
@@ -29,7 +30,7 @@ fn shrink_freezes_first_and_grow_thaws_last() {
     let mut r = setup(&fake);
     let shrink = Allocation {
         be_enabled: false,
-        be_cpus: Some(vec![3]),
+        be_cpus: Some(CpuSet::from([3])),
         ..Allocation::default()
     };
     let report = r.apply(&shrink, true).unwrap();
@@ -43,7 +44,7 @@ fn shrink_freezes_first_and_grow_thaws_last() {
     );
     let grow = Allocation {
         be_enabled: true,
-        be_cpus: Some(vec![1, 2, 3]),
+        be_cpus: Some(CpuSet::from([1, 2, 3])),
         be_quota_pct: Some(150.0),
         be_quota_period_us: Some(100_000),
         ..Allocation::default()
@@ -70,7 +71,7 @@ fn be_is_shrunk_before_the_lc_gains() {
     let fake = Fake::v1();
     let mut r = setup(&fake);
     let a = Allocation {
-        be_cpus: Some(vec![2, 3]),
+        be_cpus: Some(CpuSet::from([2, 3])),
         be_cpu_weight: Some(CpuWeight::BATCH),
         lc: LcTreatment {
             cpu_weight: Some(CpuWeight::CRITICAL),
@@ -94,7 +95,7 @@ fn drift_is_repaired_on_a_verifying_pass() {
     let fake = Fake::v1();
     let mut r = setup(&fake);
     let a = Allocation {
-        be_cpus: Some(vec![2, 3]),
+        be_cpus: Some(CpuSet::from([2, 3])),
         ..Allocation::default()
     };
     r.apply(&a, true).unwrap();
@@ -127,7 +128,7 @@ fn a_half_failed_change_is_rolled_back() {
     let fake = Fake::v1();
     let mut r = setup(&fake);
     let safe = Allocation {
-        be_cpus: Some(vec![1, 2, 3]),
+        be_cpus: Some(CpuSet::from([1, 2, 3])),
         ..Allocation::default()
     };
     r.apply(&safe, true).unwrap();
@@ -135,7 +136,7 @@ fn a_half_failed_change_is_rolled_back() {
     // The quota knob refuses every write (EACCES), after the cpuset and shares were written.
     fake.io.fail("hr/be/cpu.cfs_quota_us", libc::EACCES);
     let change = Allocation {
-        be_cpus: Some(vec![3]),
+        be_cpus: Some(CpuSet::from([3])),
         be_cpu_weight: Some(CpuWeight::BATCH),
         be_quota_pct: Some(50.0),
         be_quota_period_us: Some(100_000),
@@ -184,7 +185,7 @@ fn restore_original_brings_back_what_was_there() {
     r.apply(
         &Allocation {
             be_enabled: false,
-            be_cpus: Some(vec![3]),
+            be_cpus: Some(CpuSet::from([3])),
             be_cpu_weight: Some(CpuWeight::BATCH),
             ..Allocation::default()
         },

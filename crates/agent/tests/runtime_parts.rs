@@ -2,6 +2,7 @@
 //! the state file round-trips atomically, the control socket is 0600 and answers, the live
 //! feed turns pushed histograms into a window percentile, and the metrics endpoint serves.
 
+use headroom_agent::allocation::CpuSet;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -61,7 +62,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
         last_allocation: Some(Allocation::default().disabled()),
         owned_pids: [("spin".to_string(), 7)].into(),
         lc_threads: Default::default(),
-        created_groups: vec!["hr".into(), "hr/be".into()],
+        created_groups: vec!["hr".parse().unwrap(), "hr/be".parse().unwrap()],
         lc_origins: [(9, vec!["/sys/fs/cgroup/cpu/system.slice".to_string()])].into(),
     };
     state::store(&path, &st).unwrap();
@@ -205,7 +206,7 @@ fn metrics_endpoint_serves_the_exposition() {
         ..Default::default()
     };
     let alloc = Allocation {
-        be_cpus: Some(vec![1, 2]),
+        be_cpus: Some(CpuSet::from([1, 2])),
         ..Allocation::default()
     };
     m.observe(&obs, &alloc, 500.0, "blind:idle=buffer:steady");
@@ -258,7 +259,7 @@ fn the_prober_times_a_memcache_server_open_loop() {
     spec.min_samples = 200;
     let handle = headroom_agent::probe::spawn(spec, cell.clone(), stop.clone()).unwrap();
     let start = Instant::now();
-    while cell.latest().is_none() && start.elapsed() < Duration::from_secs(5) {
+    while cell.latest().is_none() && start.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -175,3 +175,14 @@ impl HostError {
 
 /// Shorthand used across the crate.
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
+
+/// A value refused by its type's constructor (a group path, a CPU list, a device number).
+impl From<headroom_types::ValueError> for HostError {
+    fn from(e: headroom_types::ValueError) -> Self {
+        HostError::Invalid {
+            what: e.what,
+            value: e.value,
+            reason: e.reason,
+        }
+    }
+}

@@ -239,7 +239,7 @@ pub fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<()> {
     }
     let mut set = nix::sched::CpuSet::new();
     for cpu in cpus.iter() {
-        set.set(cpu).map_err(|_| {
+        set.set(cpu as usize).map_err(|_| {
             HostError::invalid(
                 "affinity",
                 cpus.to_list(),
@@ -269,6 +269,7 @@ pub fn affinity(tid: i32) -> Result<CpuSet> {
         })?;
     Ok((0..nix::sched::CpuSet::count())
         .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+        .map(|cpu| cpu as u32)
         .collect())
 }
 

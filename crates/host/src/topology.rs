@@ -23,7 +23,7 @@ impl Topology {
     }
 
     /// The siblings of `cpu` (itself included).
-    pub fn siblings_of(&self, cpu: usize) -> Option<&CpuSet> {
+    pub fn siblings_of(&self, cpu: u32) -> Option<&CpuSet> {
         self.smt_siblings.iter().find(|s| s.contains(cpu))
     }
 
@@ -54,7 +54,7 @@ impl Topology {
             .map_or(1, |s| s.len().max(1));
         let first = cpus_online.iter().next().unwrap_or(0);
         Ok(Topology {
-            llc_bytes: llc_bytes(root, first),
+            llc_bytes: llc_bytes(root, first as usize),
             cpus_online,
             smt_siblings,
             numa_nodes,

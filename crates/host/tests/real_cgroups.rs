@@ -65,7 +65,8 @@ fn a_cpuset_of_cpu_1_keeps_the_child_off_cpu_0() {
     let mut seen = CpuSet::new();
     for _ in 0..100 {
         seen.insert(
-            sched::last_cpu(std::path::Path::new("/"), spinner.pid(), spinner.pid()).unwrap(),
+            sched::last_cpu(std::path::Path::new("/"), spinner.pid(), spinner.pid()).unwrap()
+                as u32,
         );
         std::thread::sleep(Duration::from_millis(5));
     }

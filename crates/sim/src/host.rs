@@ -7,6 +7,7 @@
 use headroom_agent::allocation::{format_cpulist, Allocation};
 use headroom_agent::node::NodeFacts;
 use headroom_agent::observation::Observation;
+use headroom_types::CpuSet;
 
 use crate::model::{BeKind, Dispatch, ServerModel};
 use crate::queue::{erlang_b, ResponseTail, ServiceDist};
@@ -86,9 +87,9 @@ pub struct SimHost {
     pub(crate) dirty: bool,
 }
 
-fn mask_of(cpus: &[u32], all: u128) -> u128 {
+fn mask_of(cpus: &CpuSet, all: u128) -> u128 {
     cpus.iter()
-        .filter(|c| **c < MAX_CORES)
+        .filter(|c| *c < MAX_CORES)
         .fold(0u128, |m, c| m | (1u128 << c))
         & all
 }
@@ -164,7 +165,7 @@ impl SimHost {
 
     pub(crate) fn set_be_cpus(&mut self, cpus: &[u32]) {
         self.dirty = true;
-        self.applied.be_cpus = mask_of(cpus, self.all);
+        self.applied.be_cpus = mask_of(&CpuSet::from(cpus), self.all);
         self.refresh_be_freq();
     }
 
@@ -208,7 +209,7 @@ impl SimHost {
         s.be_enabled = a.be_enabled && !a.be_kill;
         s.be_cpus = a
             .be_cpus
-            .as_deref()
+            .as_ref()
             .map_or(self.all, |c| mask_of(c, self.all));
         s.be_shares = a.be_cpu_weight.map_or(1024.0, |w| w.shares as f64);
         s.be_idle = a.be_cpu_idle == Some(true);
@@ -224,7 +225,7 @@ impl SimHost {
                 .map_or(self.model.sched.lc_shares, |w| w.shares as f64);
         s.lc_cpus =
             a.lc.pin_cpus
-                .as_deref()
+                .as_ref()
                 .map(|c| mask_of(c, self.all))
                 .filter(|m| *m != 0)
                 .unwrap_or(self.all);

@@ -55,11 +55,11 @@ fn not_found(knob: &Knob) -> NodeError {
 
 impl SimHost {
     fn is_be(&self, g: &GroupPath) -> bool {
-        g.to_string() == BE_GROUP
+        *g == BE_GROUP
     }
 
     fn is_lc(&self, g: &GroupPath) -> bool {
-        g.to_string() == LC_GROUP
+        *g == LC_GROUP
     }
 
     /// Sets what the sensors will report at the next [`Node::sense`]: the LC's arrival rate, the

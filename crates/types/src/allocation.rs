@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::values::{CpuSet, DeviceId, GroupPath};
+
 /// A CPU weight written natively on each hierarchy (never converted through shares): v1
 /// `cpu.shares` (2..262144) and v2 `cpu.weight` (1..10000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,8 +40,8 @@ impl CpuWeight {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoLimit {
-    /// Device as `MAJOR:MINOR`.
-    pub device: String,
+    /// The block device (`"MAJOR:MINOR"` in JSON and TOML).
+    pub device: DeviceId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_bps: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +58,7 @@ pub struct LcGroupWeight {
     /// Group name as in `[[policy.weights.groups]] name`.
     pub name: String,
     /// cgroup path relative to the cgroup root.
-    pub cgroup: String,
+    pub cgroup: GroupPath,
     pub cpu_weight: CpuWeight,
 }
 
@@ -66,7 +68,7 @@ pub struct LcGroupWeight {
 #[serde(default)]
 pub struct LcTreatment {
     /// Pin the LC threads one per CPU onto these CPUs (round robin); `None` = leave affinity.
-    pub pin_cpus: Option<Vec<u32>>,
+    pub pin_cpus: Option<CpuSet>,
     /// EEVDF slice request (`sched_setattr` `sched_runtime`) for LC threads, µs.
     pub slice_us: Option<u64>,
     /// Run LC threads SCHED_FIFO at this priority (1..99).
@@ -81,8 +83,8 @@ pub struct LcTreatment {
 pub struct Allocation {
     /// BE may run. `false` freezes the BE groups (cgroup freezer).
     pub be_enabled: bool,
-    /// CPUs the BE groups may run on (sorted, distinct); `None` = unrestricted.
-    pub be_cpus: Option<Vec<u32>>,
+    /// CPUs the BE groups may run on; `None` = unrestricted.
+    pub be_cpus: Option<CpuSet>,
     /// BE CPU weight; `None` = original.
     pub be_cpu_weight: Option<CpuWeight>,
     /// BE groups as `cpu.idle` (SCHED_IDLE-like); `None` = original.
@@ -176,7 +178,7 @@ impl Allocation {
             _ => false,
         };
         self.be_cpu_capacity(machine_cpus) > prev.be_cpu_capacity(machine_cpus)
-            || !cpus_subset(self.be_cpus.as_deref(), prev.be_cpus.as_deref())
+            || !cpus_subset(self.be_cpus.as_ref(), prev.be_cpus.as_ref())
             || more(
                 self.be_llc_ways.map(f64::from),
                 prev.be_llc_ways.map(f64::from),
@@ -208,8 +210,10 @@ impl Allocation {
         let mut out = self.clone();
         out.be_enabled = self.be_enabled && prev.be_enabled;
         if let Some(prev_cpus) = &prev.be_cpus {
-            let mut cpus = self.be_cpus.clone().unwrap_or_else(|| prev_cpus.clone());
-            cpus.retain(|c| prev_cpus.contains(c));
+            let cpus = self
+                .be_cpus
+                .as_ref()
+                .map_or_else(|| prev_cpus.clone(), |c| c.intersection(prev_cpus));
             if cpus.is_empty() {
                 out.be_enabled = false;
             } else {
@@ -252,11 +256,11 @@ fn min_limit<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
 }
 
 /// `new ⊆ old` where `None` is "every CPU".
-fn cpus_subset(new: Option<&[u32]>, old: Option<&[u32]>) -> bool {
+fn cpus_subset(new: Option<&CpuSet>, old: Option<&CpuSet>) -> bool {
     match (new, old) {
         (_, None) => true,
         (None, Some(_)) => false,
-        (Some(n), Some(o)) => n.iter().all(|c| o.contains(c)),
+        (Some(n), Some(o)) => n.is_subset(o),
     }
 }
 
@@ -348,11 +352,11 @@ mod tests {
     #[test]
     fn growth_detection() {
         let small = Allocation {
-            be_cpus: Some(vec![1]),
+            be_cpus: Some(CpuSet::from([1])),
             ..Allocation::default()
         };
         let big = Allocation {
-            be_cpus: Some(vec![0, 1]),
+            be_cpus: Some(CpuSet::from([0, 1])),
             ..Allocation::default()
         };
         assert!(big.grows_be_over(&small, 2));

@@ -10,3 +10,6 @@ pub mod load_result;
 pub mod mechanism;
 pub mod observation;
 pub mod summary;
+pub mod values;
+
+pub use values::{CpuSet, DeviceId, GroupPath, ValueError};

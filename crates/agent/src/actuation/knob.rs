@@ -209,7 +209,7 @@ pub fn narrows(from: &KnobValue, to: &KnobValue) -> bool {
 
 fn cpus(list: &str) -> Vec<usize> {
     CpuSet::parse_list(list)
-        .map(|s| s.to_vec())
+        .map(|s| s.iter().map(|c| c as usize).collect())
         .unwrap_or_default()
 }
 

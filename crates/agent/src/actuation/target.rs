@@ -8,7 +8,7 @@ use headroom_host::resctrl::{top_ways_mask, Schemata};
 use headroom_host::{CpuQuota, DeviceId, GroupPath, IoLimits};
 
 use super::knob::{CgroupKnob, Knob, KnobValue};
-use crate::allocation::{format_cpulist, Allocation, CpuWeight};
+use crate::allocation::{Allocation, CpuWeight};
 use crate::node::NodeFacts;
 
 /// The resctrl control group BE runs in.
@@ -71,7 +71,7 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
                 CgroupKnob::CpusetCpus => a
                     .be_cpus
                     .as_ref()
-                    .map(|cpus| KnobValue::Cpus(format_cpulist(cpus))),
+                    .map(|cpus| KnobValue::Cpus(cpus.to_list())),
                 CgroupKnob::CpuWeight => a.be_cpu_weight.map(|w| native_weight(i.facts, w)),
                 CgroupKnob::CpuIdle => a.be_cpu_idle.map(KnobValue::Idle),
                 CgroupKnob::CpuQuota => a.be_quota_pct.map(|pct| {
@@ -114,14 +114,8 @@ fn io_limits(
     if !i.facts.io {
         return Ok(());
     }
-    for (n, limit) in a.be_io_limits.iter().enumerate() {
-        let device: DeviceId = limit
-            .device
-            .parse()
-            .map_err(|e: headroom_host::HostError| TargetError {
-                what: format!("be_io_limits[{n}].device = {:?}", limit.device),
-                reason: e.to_string(),
-            })?;
+    for limit in &a.be_io_limits {
+        let device: DeviceId = limit.device;
         let value = IoLimits {
             read_bps: limit.read_bps,
             write_bps: limit.write_bps,

@@ -12,7 +12,7 @@ use headroom_host::{GroupPath, KnobIo, LinuxHost, RealIo};
 
 use super::linux::LinuxNode;
 use super::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
-use crate::allocation::{Allocation, IoLimit};
+use crate::allocation::{Allocation, CpuSet, IoLimit};
 use crate::policy::Mechanism;
 
 /// A temp-dir stand-in for the kernel's files: schemata and v1 throttle files keep one
@@ -267,13 +267,13 @@ fn be_group() -> GroupPath {
 fn restricted() -> Allocation {
     Allocation {
         be_enabled: true,
-        be_cpus: Some(vec![2, 3]),
+        be_cpus: Some(CpuSet::from([2, 3])),
         be_llc_ways: Some(3),
         be_mba_pct: Some(40),
         be_freq_khz: Some(1_600_000),
         be_egress_ceil_bytes_per_s: Some(125_000_000),
         be_io_limits: vec![IoLimit {
-            device: "254:0".into(),
+            device: "254:0".parse().unwrap(),
             read_bps: None,
             write_bps: Some(10_000_000),
             read_iops: None,
@@ -338,7 +338,7 @@ fn every_resource_is_written_once_then_only_what_changes() {
     // BE grows to 5 ways and leaves CPU 3: the LC's mask narrows before BE's widens, CPU 3 gets
     // its original cap back
     let mut grown = restricted();
-    grown.be_cpus = Some(vec![2]);
+    grown.be_cpus = Some(CpuSet::from([2]));
     grown.be_llc_ways = Some(5);
     act.apply(&mut node, &grown, &[2], false).unwrap();
     let files: Vec<String> = m.writes().into_iter().map(|(p, _)| p).collect();
@@ -373,7 +373,7 @@ fn a_disable_tick_freezes_be_before_any_resource_widens() {
     act.apply(&mut node, &restricted(), &[2, 3], true).unwrap();
     m.writes();
     let disabled = Allocation {
-        be_cpus: Some(vec![2, 3]),
+        be_cpus: Some(CpuSet::from([2, 3])),
         ..Allocation::default().disabled()
     };
     let r = act.apply(&mut node, &disabled, &[2, 3], false).unwrap();

@@ -1,7 +1,7 @@
 //! `[[be]]`: the best-effort groups.
 
-use crate::config::checks::*;
 use crate::config::{invalid, ConfigError};
+use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
 /// `[[be]]`: one best-effort group.
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct BeConfig {
     pub name: String,
-    pub cgroup: String,
+    pub cgroup: GroupPath,
     /// Optional command the agent launches in the group and owns.
     #[serde(default)]
     pub command: Vec<String>,
@@ -33,7 +33,7 @@ fn default_backoff_max_ms() -> u64 {
 }
 
 /// Refuses bad BE groups: empty or duplicate names, unsafe paths, groups that overlap each other or the LC's.
-pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath) -> Result<(), ConfigError> {
     let mut names = Vec::new();
     for (i, be) in groups.iter().enumerate() {
         if be.name.trim().is_empty() {
@@ -51,26 +51,25 @@ pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &str) -> Result<(), Co
             ));
         }
         names.push(&be.name);
-        validate_cgroup_path(&format!("be[{i}].cgroup"), &be.cgroup)?;
         if let Some((j, other)) = groups[..i]
             .iter()
             .enumerate()
-            .find(|(_, o)| same_or_nested(&o.cgroup, &be.cgroup))
+            .find(|(_, o)| o.cgroup.overlaps(&be.cgroup))
         {
             return Err(invalid(
                     &format!("be[{i}].cgroup"),
-                    &be.cgroup,
+                    be.cgroup.as_str(),
                     format!(
                         "overlaps be[{j}].cgroup {:?}: each BE needs a group of its own, neither inside the other",
-                        other.cgroup
+                        other.cgroup.as_str()
                     ),
                 ));
         }
-        if same_or_nested(&be.cgroup, lc_cgroup) {
+        if be.cgroup.overlaps(lc_cgroup) {
             return Err(invalid(
                 &format!("be[{i}].cgroup"),
-                &be.cgroup,
-                format!("overlaps the LC group {:?}", lc_cgroup),
+                be.cgroup.as_str(),
+                format!("overlaps the LC group {:?}", lc_cgroup.as_str()),
             ));
         }
         if be.restart_backoff_ms == 0 || be.restart_backoff_max_ms < be.restart_backoff_ms {

@@ -1,56 +1,6 @@
 //! Value checks shared by the config sections: each names the key, the value and the reason.
 
-use std::path::{Component, Path};
-
 use crate::config::{invalid, ConfigError};
-
-/// Refuses cgroup paths that are empty, absolute, or climb out of the cgroup root.
-pub fn validate_cgroup_path(key: &str, path: &str) -> Result<(), ConfigError> {
-    if path.trim().is_empty() {
-        return Err(invalid(key, path, "must not be empty"));
-    }
-    if path.contains('\0') {
-        return Err(invalid(key, path, "contains a NUL byte"));
-    }
-    let p = Path::new(path);
-    for comp in p.components() {
-        match comp {
-            Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(invalid(key, path, "path escapes the cgroup root"));
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(invalid(
-                    key,
-                    path,
-                    "absolute path; give it relative to the cgroup root",
-                ));
-            }
-        }
-    }
-    if !p.components().any(|c| matches!(c, Component::Normal(_))) {
-        return Err(invalid(key, path, "names the cgroup root itself"));
-    }
-    // What the agent will use: a GroupPath (`./x`, `a//b` and `a/` are refused here, not at start).
-    if let Err(e) = headroom_host::GroupPath::new(path) {
-        return Err(invalid(key, path, e.to_string()));
-    }
-    Ok(())
-}
-
-pub(crate) fn same_or_nested(a: &str, b: &str) -> bool {
-    let norm = |s: &str| -> Vec<String> {
-        Path::new(s)
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
-                _ => None,
-            })
-            .collect()
-    };
-    let (a, b) = (norm(a), norm(b));
-    a.starts_with(&b) || b.starts_with(&a)
-}
 
 pub(crate) fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
     if v.is_finite() && v > 0.0 {
@@ -98,15 +48,6 @@ pub(crate) fn weight_v2(key: &str, v: u64) -> Result<(), ConfigError> {
     } else {
         Err(invalid(key, v, "cpu.weight must be in 1..=10000"))
     }
-}
-
-pub(crate) fn distinct(key: &str, cpus: &[u32]) -> Result<(), ConfigError> {
-    let mut sorted = cpus.to_vec();
-    sorted.sort_unstable();
-    if sorted.windows(2).any(|w| w[0] == w[1]) {
-        return Err(invalid(key, cpus, "lists a CPU twice"));
-    }
-    Ok(())
 }
 
 pub(crate) fn require_some(key: &str, v: Option<&str>, when: &str) -> Result<(), ConfigError> {

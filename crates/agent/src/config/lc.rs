@@ -2,6 +2,7 @@
 
 use crate::config::checks::*;
 use crate::config::{invalid, ConfigError};
+use headroom_types::{CpuSet, GroupPath};
 use serde::{Deserialize, Serialize};
 
 /// `[lc]`: the latency-critical service.
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub struct LcConfig {
     pub name: String,
     /// Relative to the cgroup root; created if missing.
-    pub cgroup: String,
+    pub cgroup: GroupPath,
     /// Processes to move into the LC group.
     #[serde(default)]
     pub pids: Vec<u32>,
@@ -157,7 +158,7 @@ pub struct LcThreadsConfig {
     /// Pin LC threads to distinct CPUs (Blagodurov §IV.E, Leverich & Kozyrakis).
     pub pin: bool,
     /// CPUs to pin onto; empty = the agent uses the lowest-numbered CPUs.
-    pub cpus: Vec<u32>,
+    pub cpus: CpuSet,
     /// EEVDF slice request for LC threads, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slice_us: Option<u64>,
@@ -179,7 +180,6 @@ impl LcConfig {
         if self.name.trim().is_empty() {
             return Err(invalid("lc.name", &self.name, "must not be empty"));
         }
-        validate_cgroup_path("lc.cgroup", &self.cgroup)?;
         if !self.pids.is_empty() && !self.command.is_empty() {
             return Err(invalid(
                 "lc.command",
@@ -309,7 +309,6 @@ impl LcConfig {
                 ));
             }
         }
-        distinct("lc.threads.cpus", &threads.cpus)?;
         Ok(())
     }
 }

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 
 mod api;
@@ -18,7 +19,6 @@ mod safety;
 
 pub use api::*;
 pub use be::*;
-pub use checks::validate_cgroup_path;
 pub use host::*;
 pub use lc::*;
 pub use policy::*;
@@ -88,8 +88,13 @@ const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
 impl Config {
     /// Parses and validates a TOML document.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
-        let mut config: Config =
+        // Syntax first (toml's message has the line); then the typed read, whose errors name
+        // the key a value type refused (`be[0].cgroup = "./x": ...`).
+        let doc: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut config: Config =
+            serde_path_to_error::deserialize(de).map_err(|e| refused_value(&doc, e))?;
         config.normalize();
         config.validate()?;
         Ok(config)
@@ -161,7 +166,7 @@ impl Config {
     /// Checks values and paths; the error names the key, the value and the reason.
     /// The checks that need the machine: CPU ids that exist, buffers smaller than the machine.
     pub fn validate_on(&self, cpus: &[u32]) -> Result<(), ConfigError> {
-        let missing = |list: &[u32]| list.iter().find(|c| !cpus.contains(c)).copied();
+        let missing = |list: &CpuSet| list.iter().find(|c| !cpus.contains(c));
         let online = crate::allocation::format_cpulist(cpus);
         for (key, list) in [
             ("lc.threads.cpus", &self.lc.threads.cpus),
@@ -170,7 +175,7 @@ impl Config {
             if let Some(c) = missing(list) {
                 return Err(invalid(
                     key,
-                    format!("{list:?}"),
+                    format!("{:?}", list.to_vec()),
                     format!("CPU {c} is not online here (online: {online})"),
                 ));
             }
@@ -247,6 +252,36 @@ impl Config {
         p.heracles.validate()?;
         p.hybrid.validate()?;
         Ok(())
+    }
+}
+
+/// A typed read that failed: when the path leads to a value in the document, the error is
+/// `key = value: reason` like every other refusal; otherwise toml's own message (with its line).
+fn refused_value(doc: &toml::Table, e: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+    use serde_path_to_error::Segment;
+    let key = e.path().to_string();
+    let mut at: Option<&toml::Value> = None;
+    let mut table = Some(doc);
+    for segment in e.path().iter() {
+        at = match (segment, at) {
+            (Segment::Map { key }, None) => table.and_then(|t| t.get(key)),
+            (Segment::Map { key }, Some(v)) => v.get(key.as_str()),
+            (Segment::Seq { index }, Some(v)) => v.get(*index),
+            _ => None,
+        };
+        table = None;
+        if at.is_none() {
+            break;
+        }
+    }
+    let inner = e.into_inner();
+    match at {
+        Some(v) if !v.is_table() => ConfigError::Invalid {
+            key,
+            value: v.to_string(),
+            reason: inner.message().to_string(),
+        },
+        _ => ConfigError::Parse(inner.to_string()),
     }
 }
 

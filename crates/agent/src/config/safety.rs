@@ -112,19 +112,7 @@ impl SafetyConfig {
                 "growth pacing above one hour would stop BE growing",
             ));
         }
-        for (i, io) in self.be_io_limits.iter().enumerate() {
-            let ok = io
-                .device
-                .split_once(':')
-                .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
-            if !ok {
-                return Err(invalid(
-                    &format!("safety.be_io_limits[{i}].device"),
-                    &io.device,
-                    "expected MAJOR:MINOR, e.g. \"8:0\"",
-                ));
-            }
-        }
+        // Device numbers are checked when read (DeviceId).
         Ok(())
     }
 }

@@ -26,7 +26,7 @@ use serde_json::json;
 use super::{
     be_candidate_cpus, lc_pinned_cpus, round6, take_top_cpus, LcCpusMemo, MachineInfo, Policy,
 };
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
 use crate::decision::Decision;
 use crate::observation::Observation;
@@ -44,7 +44,7 @@ pub struct Blind {
     be_cpus: f64,
     last_grow: Option<Duration>,
     /// The last non-empty cpuset, kept while BE is frozen at S = 0.
-    last_cpuset: Vec<u32>,
+    last_cpuset: CpuSet,
     /// Fill the decision state (see [`Policy::set_explain`]).
     explain: bool,
     /// The BE candidate CPUs (they change only with the LC's pinning or the config).
@@ -62,7 +62,7 @@ impl Blind {
             growth_allowed: true,
             be_cpus: config.policy.blind.min_be_cpus,
             last_grow: None,
-            last_cpuset: Vec::new(),
+            last_cpuset: CpuSet::new(),
             explain: true,
             candidates: LcCpusMemo::default(),
             lc_pinned: LcCpusMemo::default(),
@@ -291,7 +291,7 @@ mod tests {
         let mut b = blind("");
         let d = b.decide(&idle(6.0), Duration::ZERO);
         assert!(d.allocation.be_enabled, "{}", d.reason);
-        assert_eq!(d.allocation.be_cpus, Some(vec![7]));
+        assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([7])));
         assert_eq!(d.allocation.be_cpu_idle, Some(true));
     }
 
@@ -300,7 +300,7 @@ mod tests {
     fn be_keeps_its_weight_when_the_lc_is_pinned_elsewhere() {
         let mut b = blind("[lc.threads]\npin = true\ncpus = [0, 1, 2, 3]");
         let d = b.decide(&idle(6.0), Duration::ZERO);
-        assert_eq!(d.allocation.be_cpus, Some(vec![7]));
+        assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([7])));
         assert_eq!(d.allocation.be_cpu_idle, None);
         // the LC's observed affinity counts too
         let mut b = blind("");

@@ -12,140 +12,20 @@
 //! period.
 
 pub mod config;
+mod subcontrollers;
+mod top_level;
+
+pub(crate) use top_level::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
 
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::{be_candidate_cpus, secs, take_top_cpus, MachineInfo, Mechanism, Policy};
-use crate::allocation::Allocation;
-use crate::config::{Config, HeraclesConfig, LowSlackAction};
+use crate::allocation::{Allocation, CpuSet};
+use crate::config::{Config, HeraclesConfig};
 use crate::decision::Decision;
 use crate::observation::Observation;
-
-/// Retry period of the top level when latency or load was unknown, s.
-pub(crate) const NO_DATA_RETRY_S: f64 = 1.0;
-
-/// What one top-level evaluation decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TopOutcome {
-    /// Latency or load unknown: nothing changes.
-    NoData,
-    /// slack < 0: BE disabled, cooldown entered.
-    SlackNegative,
-    /// Load above `load_disable`: BE disabled.
-    LoadHigh,
-    /// Still cooling down after a negative slack: BE stays disabled.
-    Cooldown,
-    /// Load in the hysteresis band while BE is disabled: stays disabled.
-    DisabledHold,
-    /// BE enabled (or stays enabled) and slack ≥ `slack_disallow_growth`: growth allowed.
-    Grow,
-    /// slack < `slack_disallow_growth`: no growth.
-    NoGrowth,
-    /// slack < `slack_shrink`: no growth and cores back to LC.
-    Shrink,
-}
-
-impl TopOutcome {
-    pub(crate) fn reason(self, policy: &str) -> String {
-        let tail = match self {
-            TopOutcome::NoData => "no-latency-or-load:hold",
-            TopOutcome::SlackNegative => "slack<0:disable",
-            TopOutcome::LoadHigh => "load>disable:disable",
-            TopOutcome::Cooldown => "cooldown:disabled",
-            TopOutcome::DisabledHold => "load-hysteresis:disabled",
-            TopOutcome::Grow => "slack-ok:grow",
-            TopOutcome::NoGrowth => "slack<growth:no-growth",
-            TopOutcome::Shrink => "slack<shrink:shrink",
-        };
-        format!("{policy}:{tail}")
-    }
-}
-
-/// Alg. 1's state: shared by `heracles` and `hybrid`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct TopLevel {
-    pub enabled: bool,
-    pub growth_allowed: bool,
-    pub cooldown_until: Option<Duration>,
-    pub slack: Option<f64>,
-    pub load: Option<f64>,
-    /// True on the evaluation that switched BE from disabled to enabled.
-    pub just_enabled: bool,
-}
-
-impl TopLevel {
-    pub(crate) fn new() -> Self {
-        TopLevel {
-            enabled: false,
-            growth_allowed: false,
-            cooldown_until: None,
-            slack: None,
-            load: None,
-            just_enabled: false,
-        }
-    }
-
-    pub(crate) fn step(
-        &mut self,
-        h: &HeraclesConfig,
-        target_us: f64,
-        obs: &Observation,
-        now: Duration,
-    ) -> TopOutcome {
-        self.just_enabled = false;
-        self.slack = obs.slack(target_us);
-        self.load = obs.lc_load;
-        let (Some(slack), Some(load)) = (self.slack, self.load) else {
-            return TopOutcome::NoData;
-        };
-        if slack < 0.0 {
-            self.enabled = false;
-            self.growth_allowed = false;
-            self.cooldown_until = Some(now + secs(h.cooldown_s));
-            return TopOutcome::SlackNegative;
-        }
-        if load > h.load_disable {
-            self.enabled = false;
-            self.growth_allowed = false;
-            return TopOutcome::LoadHigh;
-        }
-        let cooling = self.cooldown_until.is_some_and(|t| now < t);
-        if !self.enabled {
-            if cooling {
-                return TopOutcome::Cooldown;
-            }
-            if load >= h.load_enable {
-                return TopOutcome::DisabledHold;
-            }
-            self.enabled = true;
-            self.just_enabled = true;
-            self.cooldown_until = None;
-        }
-        if slack < h.slack_disallow_growth {
-            self.growth_allowed = false;
-            if slack < h.slack_shrink {
-                TopOutcome::Shrink
-            } else {
-                TopOutcome::NoGrowth
-            }
-        } else {
-            self.growth_allowed = true;
-            TopOutcome::Grow
-        }
-    }
-
-    pub(crate) fn state(&self) -> serde_json::Value {
-        json!({
-            "enabled": self.enabled,
-            "growth_allowed": self.growth_allowed,
-            "cooldown_until_ms": self.cooldown_until.map(|t| t.as_millis() as u64),
-            "slack": self.slack,
-            "load": self.load,
-        })
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -259,189 +139,6 @@ impl Heracles {
         };
         candidates.min(cap).min(keep_for_lc) as u32
     }
-
-    fn shrink_for_low_slack(&mut self) {
-        let h = self.h();
-        self.be_cores = match h.slack_shrink_action {
-            LowSlackAction::Keep => self.be_cores.min(h.slack_shrink_cores),
-            LowSlackAction::Remove => self.be_cores.saturating_sub(h.slack_shrink_cores),
-        };
-        self.pending = None;
-    }
-
-    /// Alg. 2, one period. Returns an event reason if something changed.
-    fn cores_and_memory(&mut self, obs: &Observation, max_cores: u32) -> Option<String> {
-        let h = self.h().clone();
-        let peak = h.dram_peak_bytes_per_s.or(obs.dram_bw_peak_bytes_per_s);
-        let total = obs.dram_bw_bytes_per_s;
-        let limit = peak.map(|p| h.dram_limit * p);
-        let bw = match (total, limit) {
-            (Some(t), Some(l)) => {
-                self.dram_status = "running".into();
-                Some((t, l))
-            }
-            _ => {
-                self.dram_status =
-                    "disabled: no DRAM bandwidth measurement or peak (resctrl mon)".into();
-                None
-            }
-        };
-        let be_bw = obs.be_dram_bw_bytes_per_s;
-        let per_core = be_bw
-            .filter(|_| self.be_cores > 0)
-            .map(|b| b / self.be_cores as f64);
-        let mut event = None;
-
-        // MeasureDRAMBw() after the last reallocation: derivative, rollback, BeBenefit.
-        if let Some(p) = self.pending.take() {
-            if let (Some(before), Some(now_bw)) = (p.bw_before, total) {
-                self.bw_derivative = now_bw - before;
-            }
-            if let Some((prev_ways, progress_before)) = p.llc {
-                if total.is_some() && p.bw_before.is_some() && self.bw_derivative >= 0.0 {
-                    self.llc_ways = prev_ways;
-                    self.phase = Phase::GrowCores;
-                    event = Some("heracles:llc-bw-not-reduced:rollback".to_string());
-                } else if let (Some(before), Some(after)) = (progress_before, obs.be_progress) {
-                    if after <= before * (1.0 + h.be_benefit_min) {
-                        self.phase = Phase::GrowCores;
-                        event = Some("heracles:llc-no-be-benefit:grow-cores".to_string());
-                    }
-                }
-            }
-        }
-        let bw_over = bw.is_some_and(|(t, l)| t > l);
-        if event.is_some() && !bw_over {
-            // A rollback or phase switch ends this period, so the next step is measured alone.
-            return event;
-        }
-
-        if let Some((t, l)) = bw {
-            if t > l {
-                let overage = t - l;
-                let remove = per_core
-                    .filter(|pc| *pc > 0.0)
-                    .map_or(1, |pc| (overage / pc).ceil() as u32)
-                    .max(1);
-                self.be_cores = self.be_cores.saturating_sub(remove);
-                return Some("heracles:dram>limit:remove-cores".to_string());
-            }
-        }
-        if !self.top.growth_allowed {
-            return event;
-        }
-        match self.phase {
-            Phase::GrowLlc => {
-                let Some(total_ways) = self.llc_total() else {
-                    self.llc_status = "disabled: no LLC allocation (resctrl L3)".into();
-                    self.phase = Phase::GrowCores;
-                    return event;
-                };
-                self.llc_status = "running".into();
-                let predicted_over = bw.is_some_and(|(t, l)| t + self.bw_derivative > l);
-                if predicted_over || self.llc_ways + 1 >= total_ways {
-                    self.phase = Phase::GrowCores;
-                    return event.or(Some("heracles:llc-done:grow-cores".to_string()));
-                }
-                self.pending = Some(Pending {
-                    bw_before: total,
-                    llc: Some((self.llc_ways, obs.be_progress)),
-                });
-                self.llc_ways = (self.llc_ways + h.llc_step_ways).min(total_ways - 1);
-                Some("heracles:grow-llc".to_string())
-            }
-            Phase::GrowCores => {
-                let lc_model = h
-                    .lc_bw_model_bytes_per_s
-                    .map(|m| m * obs.lc_load.unwrap_or(1.0))
-                    .or_else(|| total.map(|t| t - be_bw.unwrap_or(0.0)));
-                if let (Some((_, l)), Some(lc), Some(be), Some(pc)) =
-                    (bw, lc_model, be_bw, per_core)
-                {
-                    if lc + be + pc > l {
-                        self.phase = Phase::GrowLlc;
-                        return Some("heracles:cores-would-saturate-dram:grow-llc".to_string());
-                    }
-                }
-                let slack_ok = self.top.slack.is_some_and(|s| s > h.slack_disallow_growth);
-                if slack_ok && self.be_cores < max_cores {
-                    self.pending = Some(Pending {
-                        bw_before: total,
-                        llc: None,
-                    });
-                    self.be_cores += 1;
-                    Some("heracles:grow-cores".to_string())
-                } else {
-                    event
-                }
-            }
-        }
-    }
-
-    /// Alg. 3, one period.
-    fn power(&mut self, obs: &Observation) -> Option<String> {
-        let h = self.h().clone();
-        let mech = self.machine.mechanisms;
-        let inputs = (
-            obs.power_w,
-            obs.tdp_w,
-            obs.lc_freq_mhz,
-            h.guaranteed_freq_mhz,
-        );
-        let (power, tdp, lc_freq, guaranteed) = match inputs {
-            _ if !mech.has(Mechanism::Rapl) => {
-                self.power_status = "disabled: RAPL missing".into();
-                return None;
-            }
-            _ if !mech.has(Mechanism::Cpufreq) => {
-                self.power_status = "disabled: cpufreq missing".into();
-                return None;
-            }
-            (Some(p), Some(t), Some(f), Some(g)) => (p, t, f, g),
-            (_, _, _, None) => {
-                self.power_status = "disabled: policy.heracles.guaranteed_freq_mhz not set".into();
-                return None;
-            }
-            _ => {
-                self.power_status = "disabled: no power, TDP or LC frequency reading".into();
-                return None;
-            }
-        };
-        self.power_status = "running".into();
-        let before = self.freq_cap_mhz;
-        let over = power > h.power_tdp_frac * tdp;
-        if over && lc_freq < guaranteed {
-            self.freq_cap_mhz = (self.freq_cap_mhz - h.freq_step_mhz).max(h.be_freq_min_mhz);
-            (self.freq_cap_mhz < before).then(|| "heracles:power>tdp:lower-be-freq".to_string())
-        } else if !over && lc_freq >= guaranteed {
-            self.freq_cap_mhz = (self.freq_cap_mhz + h.freq_step_mhz).min(h.be_freq_max_mhz);
-            (self.freq_cap_mhz > before).then(|| "heracles:power-ok:raise-be-freq".to_string())
-        } else {
-            None
-        }
-    }
-
-    /// Alg. 4, one period.
-    fn network(&mut self, obs: &Observation) -> Option<String> {
-        let h = self.h().clone();
-        if !self.machine.mechanisms.has(Mechanism::TcHtb) {
-            self.net_status = "disabled: tc HTB missing".into();
-            self.egress_ceil = None;
-            return None;
-        }
-        let link = h.link_bytes_per_s.or(obs.link_bytes_per_s);
-        let (Some(link), Some(lc)) = (link, obs.lc_tx_bytes_per_s) else {
-            self.net_status = "disabled: no link rate or LC egress rate".into();
-            self.egress_ceil = None;
-            return None;
-        };
-        self.net_status = "running".into();
-        let be = link - lc - (h.net_link_headroom * link).max(h.net_lc_headroom * lc);
-        let ceil = Some(be.max(0.0).floor() as u64);
-        let changed = ceil != self.egress_ceil;
-        self.egress_ceil = ceil;
-        changed.then(|| "heracles:egress:set-be-ceil".to_string())
-    }
 }
 
 impl Policy for Heracles {
@@ -454,7 +151,7 @@ impl Policy for Heracles {
         let target = self.config.lc.slo.target_us;
         let candidates = be_candidate_cpus(
             &self.machine,
-            &self.machine.socket_cpus(h.be_socket),
+            &CpuSet::from(self.machine.socket_cpus(h.be_socket)),
             &self.config,
             obs,
         );

@@ -19,7 +19,7 @@ use serde_json::json;
 use super::blind::Blind;
 use super::heracles::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
 use super::{be_candidate_cpus, round6, secs, take_top_cpus, MachineInfo, Policy};
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
 use crate::decision::Decision;
 use crate::observation::Observation;
@@ -80,19 +80,19 @@ impl Hybrid {
 
     /// The CPUs BE shares with the LC as `cpu.idle` when `share_lc_cpus` is on and every CPU BE
     /// may use is an LC CPU; empty otherwise (blind isolation then runs as usual).
-    fn shared_lc_cpus(&self, obs: &Observation) -> Vec<u32> {
+    fn shared_lc_cpus(&self, obs: &Observation) -> CpuSet {
         if !self.config.policy.hybrid.share_lc_cpus {
-            return Vec::new();
+            return CpuSet::new();
         }
         let allowed = &self.config.policy.blind.be_cpus;
         if !be_candidate_cpus(&self.machine, allowed, &self.config, obs).is_empty() {
-            return Vec::new();
+            return CpuSet::new();
         }
         self.machine
             .cpus
             .iter()
             .copied()
-            .filter(|c| allowed.is_empty() || allowed.contains(c))
+            .filter(|&c| allowed.is_empty() || allowed.contains(c))
             .collect()
     }
 

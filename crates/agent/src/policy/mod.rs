@@ -18,6 +18,7 @@ use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError, PolicyKind};
 pub use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::CpuSet;
 
 pub use blind::Blind;
 pub use heracles::Heracles;
@@ -141,7 +142,7 @@ pub fn build_unguarded(config: &Config, machine: &MachineInfo) -> Box<dyn Policy
 /// the agent's own pinning — sorted.
 pub fn be_candidate_cpus(
     machine: &MachineInfo,
-    allowed: &[u32],
+    allowed: &CpuSet,
     config: &Config,
     obs: &Observation,
 ) -> Vec<u32> {
@@ -152,7 +153,7 @@ pub fn be_candidate_cpus(
             .cpus
             .iter()
             .copied()
-            .filter(|c| allowed.contains(c))
+            .filter(|&c| allowed.contains(c))
             .collect()
     };
     let lc = lc_pinned_cpus(machine, config, obs);
@@ -170,7 +171,7 @@ pub fn lc_pinned_cpus(machine: &MachineInfo, config: &Config, obs: &Observation)
     }
     let threads = &config.lc.threads;
     if threads.pin && !threads.cpus.is_empty() {
-        lc.extend(threads.cpus.iter().copied());
+        lc.extend(threads.cpus.iter());
     }
     lc.sort_unstable();
     lc.dedup();
@@ -209,9 +210,9 @@ impl LcCpusMemo {
 
 /// The `n` highest-numbered of `candidates` (sorted ascending): BE takes CPUs from the top, away
 /// from CPU 0 where interrupts and the LC usually sit.
-pub fn take_top_cpus(candidates: &[u32], n: usize) -> Vec<u32> {
+pub fn take_top_cpus(candidates: &[u32], n: usize) -> CpuSet {
     let n = n.min(candidates.len());
-    candidates[candidates.len() - n..].to_vec()
+    candidates[candidates.len() - n..].iter().copied().collect()
 }
 
 /// Seconds as a `Duration`, saturating on nonsense (config validation keeps them sane).

@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Mechanism, Policy};
-use crate::allocation::{Allocation, CpuWeight, LcTreatment};
+use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
 use crate::decision::Decision;
 use crate::observation::Observation;
@@ -80,15 +80,11 @@ impl Guarded {
     fn set_lc_treatment(&self, lc: &mut LcTreatment) {
         let t = &self.config.lc.threads;
         if t.pin {
-            let cpus = if t.cpus.is_empty() {
-                &self.machine.cpus
+            lc.pin_cpus = Some(if t.cpus.is_empty() {
+                CpuSet::from(self.machine.cpus.as_slice())
             } else {
-                &t.cpus
-            };
-            match &mut lc.pin_cpus {
-                Some(v) => v.clone_from(cpus),
-                None => lc.pin_cpus = Some(cpus.clone()),
-            }
+                t.cpus.clone()
+            });
         } else {
             lc.pin_cpus = None;
         }
@@ -183,7 +179,7 @@ impl Policy for Guarded {
         let shares_as_idle =
             a.be_cpu_idle == Some(true) && self.machine.mechanisms.has(Mechanism::CpuIdle);
         if let (Some(cpus), false) = (&mut a.be_cpus, shares_as_idle) {
-            cpus.retain(|c| !lc_cpus.contains(c));
+            *cpus = cpus.iter().filter(|c| !lc_cpus.contains(c)).collect();
             if cpus.is_empty() {
                 a.be_cpus = None;
                 if a.be_enabled {

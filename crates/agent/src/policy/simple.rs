@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{be_candidate_cpus, take_top_cpus, MachineInfo, Policy};
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
 use crate::decision::Decision;
 use crate::observation::Observation;
@@ -73,7 +73,7 @@ impl Policy for StaticCores {
         let cpus = if p.cpus.is_empty() {
             take_top_cpus(&candidates, p.cores as usize)
         } else {
-            candidates.clone()
+            CpuSet::from(candidates.as_slice())
         };
         let (allocation, reason) = if cpus.is_empty() {
             (

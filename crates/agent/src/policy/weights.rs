@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{secs, MachineInfo, Mechanism, Policy};
-use crate::allocation::{Allocation, CpuWeight, LcGroupWeight};
+use crate::allocation::{Allocation, CpuWeight, GroupPath, LcGroupWeight};
 use crate::config::{Config, WeightsMode};
 use crate::decision::Decision;
 use crate::observation::{LcGroupObservation, Observation};
@@ -25,7 +25,7 @@ use crate::observation::{LcGroupObservation, Observation};
 #[derive(Debug, Clone)]
 struct Group {
     name: String,
-    cgroup: String,
+    cgroup: GroupPath,
     rt_sla_us: f64,
     max_qps: Option<f64>,
     weight: CpuWeight,
@@ -74,9 +74,9 @@ impl Weights {
     fn groups_from_config(&mut self) -> Vec<Group> {
         let p = &self.config.policy.weights;
         let critical = self.critical();
-        let make = |name: &str, cgroup: &str, rt: f64, max: Option<f64>| Group {
+        let make = |name: &str, cgroup: &GroupPath, rt: f64, max: Option<f64>| Group {
             name: name.to_string(),
-            cgroup: cgroup.to_string(),
+            cgroup: cgroup.clone(),
             rt_sla_us: rt,
             max_qps: max,
             weight: critical,

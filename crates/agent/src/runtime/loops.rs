@@ -229,8 +229,8 @@ impl Agent {
             }
             let be_cpus = a
                 .be_cpus
-                .clone()
-                .unwrap_or_else(|| self.machine.cpus.clone());
+                .as_ref()
+                .map_or_else(|| self.machine.cpus.clone(), |c| c.to_vec());
             if let Some(s) = self.node.sensors_mut() {
                 s.set_be_cpus(&be_cpus);
             }

@@ -241,7 +241,7 @@ pub struct Agent {
 pub fn machine_info(host: &LinuxHost, node: &LinuxNode) -> MachineInfo {
     let cpus: Vec<u32> = host
         .topology()
-        .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+        .map(|t| t.cpus_online.to_vec())
         .unwrap_or_else(|_| {
             (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect()
         });
@@ -313,7 +313,7 @@ impl Agent {
                 .filter_map(|s| s.pid().map(|p| (s.name.clone(), p)))
                 .collect(),
             lc_threads: self.lc_threads.state().clone(),
-            created_groups: self.created_groups.iter().map(|g| g.to_string()).collect(),
+            created_groups: self.created_groups.clone(),
             lc_origins: self.lc_origins.clone(),
         })
     }

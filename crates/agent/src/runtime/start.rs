@@ -42,16 +42,6 @@ struct HostSteps {
     had_state: bool,
 }
 
-fn group(key: &str, path: &str) -> Result<GroupPath, AgentError> {
-    GroupPath::new(path).map_err(|e| {
-        AgentError::Config(ConfigError::Invalid {
-            key: key.to_string(),
-            value: format!("{path:?}"),
-            reason: e.to_string(),
-        })
-    })
-}
-
 impl Agent {
     /// Validates, takes the state lock, binds the sockets and opens the log, then creates the
     /// groups, moves the LC, captures the originals, records them, and launches BE frozen.
@@ -61,18 +51,13 @@ impl Agent {
         let dry = options.dry_run;
         let host = LinuxHost::new(&options.root);
         let groups = ManagedGroups {
-            lc: group("lc.cgroup", &config.lc.cgroup)?,
-            be: config
-                .be
-                .iter()
-                .enumerate()
-                .map(|(i, b)| group(&format!("be[{i}].cgroup"), &b.cgroup))
-                .collect::<Result<Vec<_>, _>>()?,
+            lc: config.lc.cgroup.clone(),
+            be: config.be.iter().map(|b| b.cgroup.clone()).collect(),
         };
         let cgroups = host.cgroups()?;
         let cpus: Vec<u32> = host
             .topology()
-            .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+            .map(|t| t.cpus_online.to_vec())
             .unwrap_or_default();
         let node = LinuxNode::from_config(&host, cgroups.clone(), &config, &cpus).map_err(|e| {
             AgentError::Config(ConfigError::Invalid {
@@ -174,12 +159,7 @@ impl Agent {
             had_state: previous.is_some(),
             created_groups: recorded
                 .as_ref()
-                .map(|p| {
-                    p.created_groups
-                        .iter()
-                        .filter_map(|g| GroupPath::new(g).ok())
-                        .collect()
-                })
+                .map(|p| p.created_groups.clone())
                 .unwrap_or_default(),
             lc_moved: recorded
                 .as_ref()
@@ -201,8 +181,7 @@ impl Agent {
                 let mut intent = recorded.clone().unwrap_or_else(AgentState::empty);
                 intent.pid = std::process::id();
                 intent.written_unix_ms = unix_ms();
-                intent.created_groups =
-                    steps.created_groups.iter().map(|g| g.to_string()).collect();
+                intent.created_groups.clone_from(&steps.created_groups);
                 intent.lc_origins = steps.lc_moved.clone();
                 state::store(&state_path, &intent)?;
                 steps.state_written = true;

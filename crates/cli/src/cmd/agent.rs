@@ -92,7 +92,7 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
             let host = headroom_host::LinuxHost::system();
             let cpus: Vec<u32> = host
                 .topology()
-                .map(|t| t.cpus_online.iter().map(|c| c as u32).collect())
+                .map(|t| t.cpus_online.to_vec())
                 .unwrap_or_default();
             let cgroups = host.cgroups()?;
             let node = headroom_agent::actuation::linux::LinuxNode::from_config(

@@ -1,10 +1,10 @@
 //! The io (v1 blkio) controller: throttles per device and weights.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{HostError, Result};
 use crate::group_path::GroupPath;
+pub use headroom_types::values::DeviceId;
 
 use super::{Backend, Cgroups, Controller, KnobFile};
 
@@ -21,33 +21,6 @@ const BLKIO_WRITE_IOPS: KnobFile =
 /// Proportional weight; v1 kernels with BFQ name it `blkio.bfq.weight`.
 const IO_WEIGHT: KnobFile = KnobFile::both(Controller::Io, "blkio.weight", "io.weight");
 const BLKIO_BFQ_WEIGHT: KnobFile = KnobFile::v1_only(Controller::Io, "blkio.bfq.weight");
-
-/// A block device number.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub struct DeviceId {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
-
-impl std::str::FromStr for DeviceId {
-    type Err = HostError;
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = || HostError::invalid("device number", s, "expected MAJOR:MINOR");
-        let (major, minor) = s.trim().split_once(':').ok_or_else(bad)?;
-        Ok(DeviceId {
-            major: major.parse().map_err(|_| bad())?,
-            minor: minor.parse().map_err(|_| bad())?,
-        })
-    }
-}
 
 /// Disk throttles of one device (`None` = unlimited).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

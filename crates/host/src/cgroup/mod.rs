@@ -263,7 +263,7 @@ impl Cgroups {
         self.knobs
             .list_dirs(&dir)?
             .iter()
-            .map(|name| group.join(name))
+            .map(|name| group.join(name).map_err(HostError::from))
             .collect()
     }
 

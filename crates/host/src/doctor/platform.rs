@@ -201,7 +201,7 @@ pub(super) fn probe_cpufreq(host: &LinuxHost, root_user: bool, config: &Config) 
         .ok()
         .and_then(|t| t.cpus_online.iter().next())
         .unwrap_or(0);
-    match cpufreq.info(cpu) {
+    match cpufreq.info(cpu as usize) {
         Ok(info) if root_user => Availability::yes(format!(
             "cpufreq scaling_max_freq ({}..{} MHz)",
             info.cpuinfo_min_khz / 1000,

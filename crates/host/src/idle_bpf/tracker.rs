@@ -44,8 +44,8 @@ impl BpfIdleTracker {
                 reason: "not a CPU list".to_owned(),
             })
         };
-        let possible = cpu_list("possible")?.iter().max().map_or(1, |m| m + 1);
-        let online: Vec<usize> = cpu_list("online")?.iter().collect();
+        let possible = cpu_list("possible")?.last().map_or(1, |m| m as usize + 1);
+        let online: Vec<usize> = cpu_list("online")?.iter().map(|c| c as usize).collect();
         let program = IdleProgram::load(possible, watched.unwrap_or(&online))?;
 
         let tp = CString::new("cpu_idle").unwrap_or_default();

@@ -2,6 +2,7 @@
 
 use crate::config::checks::*;
 use crate::config::{invalid, ConfigError};
+use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 
 /// `[policy.blind]`: PerfIso CPU blind isolation.
@@ -34,7 +35,7 @@ pub struct BlindConfig {
     /// CFS period for the fractional part, µs.
     pub quota_period_us: u64,
     /// CPUs BE may ever use; empty = all online CPUs (minus the LC's pinned CPUs).
-    pub be_cpus: Vec<u32>,
+    pub be_cpus: CpuSet,
 }
 
 impl Default for BlindConfig {
@@ -50,7 +51,7 @@ impl Default for BlindConfig {
             idle_threshold: 0.0,
             idle_tolerance_cpus: 0.1,
             quota_period_us: 100_000,
-            be_cpus: Vec::new(),
+            be_cpus: CpuSet::new(),
         }
     }
 }
@@ -86,7 +87,6 @@ impl BlindConfig {
             ));
         }
         period("policy.blind.quota_period_us", self.quota_period_us)?;
-        distinct("policy.blind.be_cpus", &self.be_cpus)?;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::config::checks::*;
 use crate::config::{invalid, ConfigError};
+use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 
 /// `[policy.static-cores]`: PerfIso's "CPU cores" baseline: BE confined to N cores.
@@ -11,14 +12,14 @@ pub struct StaticCoresConfig {
     /// Number of BE cores, taken from the highest-numbered CPUs not pinned to LC.
     pub cores: u32,
     /// Explicit BE CPUs (overrides `cores`).
-    pub cpus: Vec<u32>,
+    pub cpus: CpuSet,
 }
 
 impl Default for StaticCoresConfig {
     fn default() -> Self {
         StaticCoresConfig {
             cores: 1,
-            cpus: Vec::new(),
+            cpus: CpuSet::new(),
         }
     }
 }
@@ -44,7 +45,7 @@ impl Default for StaticCyclesConfig {
 impl StaticCoresConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        distinct("policy.static-cores.cpus", &self.cpus)?;
+        // CPUs listed twice are refused when the list is read (CpuSet).
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::config::checks::*;
 use crate::config::{invalid, ConfigError};
+use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,7 +21,7 @@ pub enum WeightsMode {
 #[serde(deny_unknown_fields)]
 pub struct WeightGroupConfig {
     pub name: String,
-    pub cgroup: String,
+    pub cgroup: GroupPath,
     /// Response-time requirement RT_sla at the SLO percentile, µs.
     pub rt_sla_us: f64,
     /// Agreed maximum load (isolation mode), requests/s.
@@ -122,7 +123,6 @@ impl WeightsConfig {
         }
         positive("policy.weights.infinite_rt_sla_us", self.infinite_rt_sla_us)?;
         for (i, g) in self.groups.iter().enumerate() {
-            validate_cgroup_path(&format!("policy.weights.groups[{i}].cgroup"), &g.cgroup)?;
             positive(
                 &format!("policy.weights.groups[{i}].rt_sla_us"),
                 g.rt_sla_us,

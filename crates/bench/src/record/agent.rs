@@ -1,0 +1,160 @@
+//! The agent a point or run is recorded under: its config, and the warm-up its latency
+//! window needs before anything is measured.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::{probe_rate_hz, Session, LATENCY_BLIND_POLICIES};
+use crate::error::{BenchError, Result};
+use crate::experiments::Experiment;
+use crate::runner::{self};
+
+impl Session<'_> {
+    /// The window (s) over which the agent's latency is taken: a colocation window, else
+    /// Heracles' 15 s.
+    pub(super) fn agent_window_s(&self) -> f64 {
+        if self.exp == Experiment::Colocation {
+            self.opts.duration_s
+        } else {
+            15.0
+        }
+    }
+
+    /// Runs the load for one latency window (plus a second) before anything is measured, so a
+    /// latency-driven policy has seen a full window: the agent publishes no tail before its
+    /// window has filled once, and keeps BE off until it has one. The result is not recorded.
+    pub(super) fn warm_up_agent(
+        &self,
+        addr: SocketAddr,
+        qps: f64,
+        feed: &Path,
+        label: &str,
+    ) -> Result<()> {
+        let json = self
+            .dir
+            .scratch_path(&format!("{label}-warmup.load.json"))?;
+        self.runner
+            .run_load_feeding(addr, qps, self.agent_window_s() + 1.0, &json, Some(feed))
+            .map(|_| ())
+    }
+
+    /// Writes the agent's config for a policy and returns its path.
+    ///
+    /// Policies whose papers define them without a latency-triggered BE shutdown run with the
+    /// safety layer's SLO-violation cooldown off (see [`LATENCY_BLIND_POLICIES`]).
+    pub fn agent_config(&self, a: &AgentRun) -> Result<PathBuf> {
+        let AgentRun {
+            name,
+            policy,
+            extra,
+            lc_pid,
+            addr,
+            be_argv,
+            slo_us,
+            peak_qps,
+            feed_socket,
+        } = a;
+        let path = self.dir.scratch_path(&format!("agent-{name}.toml"))?;
+        let state = self.dir.scratch_path(&format!("agent-{name}.state.json"))?;
+        let socket = self.dir.scratch_path(&format!("agent-{name}.sock"))?;
+        let metrics_port = runner::free_port()?;
+        let server: Vec<String> = self
+            .opts
+            .placement
+            .server
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let cmd: Vec<String> = be_argv.iter().map(|a| format!("{a:?}")).collect();
+        // The latency the agent acts on: the load generator's own windows when it feeds them
+        // (the same measurement that judges the SLO), else the agent's prober.
+        let window_s = self.agent_window_s();
+        let latency = match feed_socket {
+            Some(sock) => format!("source = \"feed\"\nsocket = \"{}\"", sock.display()),
+            None => format!(
+                "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = {:?}",
+                probe_rate_hz(self.opts.percentile, window_s)
+            ),
+        };
+        // PerfIso's static baselines, Blagodurov's weights and blind isolation do not react to an
+        // SLO violation by switching BE off for minutes; the agent's safety layer would (its
+        // production default), and then the experiment compares that rule, not the policies.
+        let safety_cooldown = if LATENCY_BLIND_POLICIES.contains(&policy.as_str()) {
+            "# as its paper defines it, this policy does not switch BE off after an SLO violation\nviolation_cooldown_s = 0.0\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            r#"# Written by headroom bench {exp}: {name}
+[lc]
+name = "serve"
+cgroup = "headroom-bench/lc"
+pids = [{lc_pid}]
+
+[lc.slo]
+percentile = {pct:?}
+target_us = {slo_us:?}
+window_s = {window:?}
+
+[lc.latency]
+{latency}
+
+[lc.load]
+source = "memcache-stats"
+address = "{addr}"
+peak_qps = {peak_qps:?}
+
+[[be]]
+name = "be"
+cgroup = "headroom-bench/be"
+command = [{cmd}]
+
+[policy]
+kind = "{policy}"
+
+[policy.blind]
+be_cpus = [{server}]
+
+[policy.static-cores]
+cpus = [{server}]
+{extra}
+[safety]
+on_exit = "restore"
+state_file = "{state}"
+# the agent shares its CPU with the load generator here: a SCHED_FIFO agent would preempt the
+# instrument (its send lag grew to 393 ms in a demo run), so it stays a normal task
+agent_fifo_priority = 0
+{safety_cooldown}
+[api]
+socket = "{socket}"
+metrics = "127.0.0.1:{metrics_port}"
+"#,
+            exp = self.exp.name(),
+            pct = self.opts.percentile,
+            window = window_s,
+            cmd = cmd.join(", "),
+            server = server.join(", "),
+            state = state.display(),
+            socket = socket.display(),
+        );
+        std::fs::write(&path, text).map_err(|e| BenchError::io("writing", &path, e))?;
+        Ok(path)
+    }
+}
+
+/// What the agent's config for one run says.
+#[derive(Debug, Clone)]
+pub struct AgentRun {
+    pub name: String,
+    pub policy: String,
+    /// Extra TOML appended to the generated config (policy or LC thread settings).
+    pub extra: String,
+    pub lc_pid: u32,
+    pub addr: SocketAddr,
+    /// The BE command the agent launches in the BE group.
+    pub be_argv: Vec<String>,
+    pub slo_us: f64,
+    pub peak_qps: f64,
+    /// The agent takes the LC latency from `headroom load --feed` on this socket.
+    pub feed_socket: Option<std::path::PathBuf>,
+}
