@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use headroom_host::power::CpuFreq;
 use headroom_host::resctrl::Resctrl;
 use headroom_host::tc::{Egress, HtbConfig, SystemTc, TcRunner};
-use headroom_host::{Cgroups, Controller, GroupPath, HostError, LinuxHost};
+use headroom_host::{Cgroups, Controller, HostError, LinuxHost};
 
 use super::target::BE_RESCTRL_GROUP;
 use crate::config::Config;
@@ -29,11 +29,6 @@ mod knob_io;
 
 /// Pause between attempts of a failing write (EBUSY during a migration settles quickly).
 const RETRY_PAUSE: Duration = Duration::from_micros(500);
-
-/// How long a group may read FREEZING after the agent's freeze before a read-back counts it as
-/// not frozen (and the plan writes FROZEN again, reported as drift): the freeze write returns
-/// as soon as BE is confined, FROZEN follows once every task is in the refrigerator.
-const FREEZE_VERIFY_GRACE: Duration = Duration::from_secs(1);
 
 /// A `tc` runner shared with whoever made it (tests keep a handle to read its calls).
 #[derive(Debug, Clone)]
@@ -65,8 +60,8 @@ pub struct LinuxNode {
     sensors: Option<Sensors>,
     started: Instant,
     blank: Observation,
-    /// When the agent last started freezing each group (see [`FREEZE_VERIFY_GRACE`]).
-    freezing: std::sync::Mutex<BTreeMap<GroupPath, Instant>>,
+    /// When the agent last started freezing each group (see `knob_io::FREEZE_VERIFY_GRACE`).
+    freezing: std::sync::Mutex<BTreeMap<headroom_host::GroupPath, Instant>>,
 }
 
 impl std::fmt::Debug for LinuxNode {

@@ -7,7 +7,12 @@ use std::time::{Duration, Instant};
 use headroom_host::resctrl::ResctrlGroup;
 use headroom_host::{CpuSet, FreezeState, GroupPath, HostError};
 
-use super::{LinuxNode, FREEZE_VERIFY_GRACE, RETRY_PAUSE};
+use super::{LinuxNode, RETRY_PAUSE};
+
+/// How long a group may read FREEZING after the agent's freeze before a read-back counts it as
+/// not frozen (and the plan writes FROZEN again, reported as drift): the freeze write returns
+/// as soon as BE is confined, FROZEN follows once every task is in the refrigerator.
+const FREEZE_VERIFY_GRACE: Duration = Duration::from_secs(1);
 use crate::actuation::knob::{CgroupKnob, Knob, KnobValue};
 use crate::actuation::target::BE_RESCTRL_GROUP;
 use crate::node::{Node, NodeError, NodeFacts};
