@@ -93,7 +93,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 
 /// The machine's real-time budget (root `cpu.rt_runtime_us`) is one: an agent gives its LC
 /// group chain all that is spare, so two tests whose agents need it would refuse each other
-/// (EINVAL or "no real-time budget left") when the harness runs them at once.
+/// (EINVAL or "no real-time budget left") when the harness runs them at once. Every test here
+/// runs an agent, so they take turns.
 static RT_BUDGET: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn rt_budget() -> std::sync::MutexGuard<'static, ()> {
@@ -318,6 +319,8 @@ fn agent_e2e() {
             return skip(&format!("{e}"));
         }
     }
+    // its agent moves an LC whose threads may be real-time: the machine's one budget again
+    let _rt = rt_budget();
     let top = GroupPath::new(&format!("headroom-e2e-{}", std::process::id())).unwrap();
     let be = top.join("be").unwrap();
     if let Err(e) = cgroups.create(&be) {
