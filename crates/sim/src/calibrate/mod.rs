@@ -180,38 +180,36 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
     model.lc.slo_us = slo;
     model.lc.percentile = percentile;
 
-    // service time: grid search on (mean, cv)
-    let (mut best, mut best_err) = ((model.lc.service_us, model.lc.service_cv), f64::INFINITY);
-    for i in 0..120 {
+    // service time: grid search on (mean, cv), then finer around the grid's best: the
+    // interference fits below read what is left of each point's tail after the service time, so
+    // a 6% grid step would land in their parameters
+    let error_of = |s: f64, cv: f64| {
+        let mut errs: Vec<f64> = alone
+            .iter()
+            .map(|o| (alone_p99(cores, o.qps, s, cv, q) - o.p99).abs() / o.p99)
+            .collect();
+        median(&mut errs)
+    };
+    let coarse = (0..120).flat_map(|i| {
         let s = 2.0 * (2000.0f64 / 2.0).powf(i as f64 / 119.0);
-        for cv in [0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0] {
-            let mut errs: Vec<f64> = alone
-                .iter()
-                .map(|o| (alone_p99(cores, o.qps, s, cv, q) - o.p99).abs() / o.p99)
-                .collect();
-            let e = median(&mut errs);
-            if e < best_err {
-                best_err = e;
-                best = (s, cv);
-            }
+        [0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0].map(|cv| (s, cv))
+    });
+    let (mut best, mut best_err) = ((model.lc.service_us, model.lc.service_cv), f64::INFINITY);
+    for (s, cv) in coarse {
+        let e = error_of(s, cv);
+        if e < best_err {
+            (best, best_err) = ((s, cv), e);
         }
     }
-    // then finer, around the grid's best: the interference fits below read what is left of each
-    // point's tail after the service time, so a 6% grid step would land in their parameters
     let (s0, cv0) = best;
-    for i in 0..=40 {
+    let fine = (0..=40).flat_map(|i| {
         let s = s0 * (0.94 + 0.12 * i as f64 / 40.0);
-        for j in 0..=20 {
-            let cv = (cv0 * (0.7 + 0.6 * j as f64 / 20.0)).max(0.05);
-            let mut errs: Vec<f64> = alone
-                .iter()
-                .map(|o| (alone_p99(cores, o.qps, s, cv, q) - o.p99).abs() / o.p99)
-                .collect();
-            let e = median(&mut errs);
-            if e < best_err {
-                best_err = e;
-                best = (s, cv);
-            }
+        (0..=20).map(move |j| (s, (cv0 * (0.7 + 0.6 * j as f64 / 20.0)).max(0.05)))
+    });
+    for (s, cv) in fine {
+        let e = error_of(s, cv);
+        if e < best_err {
+            (best, best_err) = ((s, cv), e);
         }
     }
     model.lc.service_us = best.0;
