@@ -266,29 +266,7 @@ fn cpus_subset(new: Option<&CpuSet>, old: Option<&CpuSet>) -> bool {
 
 /// Formats CPU ids as a kernel cpulist ("0-3,6,8-9"); the input need not be sorted.
 pub fn format_cpulist(cpus: &[u32]) -> String {
-    let mut sorted = cpus.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let start = sorted[i];
-        let mut end = start;
-        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
-            i += 1;
-            end = sorted[i];
-        }
-        if !out.is_empty() {
-            out.push(',');
-        }
-        if start == end {
-            out.push_str(&start.to_string());
-        } else {
-            out.push_str(&format!("{start}-{end}"));
-        }
-        i += 1;
-    }
-    out
+    cpus.iter().copied().collect::<CpuSet>().to_list()
 }
 
 /// Error parsing a cpulist, naming the offending text.

@@ -90,24 +90,10 @@ pub fn fit_scheduling(
     let spin = model.be.get("spin").cloned().unwrap_or_default();
     // `equal` first: the low-weight delay is interpolated towards the fair one by the weight
     // ratio, so the fair delay must be in place when the others are fitted.
-    let mut order: Vec<Weighting> = Vec::new();
-    for (w, _) in points {
-        let rank = |w: &Weighting| match w {
-            Weighting::Equal => 0,
-            Weighting::Shares { .. } => 1,
-            Weighting::Idle => 2,
-        };
-        if !order.iter().any(|o| rank(o) == rank(w)) {
-            order.push(*w);
-        }
-    }
-    order.sort_by_key(|w| match w {
-        Weighting::Equal => 0,
-        Weighting::Shares { .. } => 1,
-        Weighting::Idle => 2,
-    });
-    let same_series =
-        |a: &Weighting, b: &Weighting| std::mem::discriminant(a) == std::mem::discriminant(b);
+    let mut order: Vec<Weighting> = points.iter().map(|(w, _)| *w).collect();
+    order.sort_by_key(|w| w.rank());
+    order.dedup_by_key(|w| w.rank());
+    let same_series = |a: &Weighting, b: &Weighting| a.rank() == b.rank();
     let grid = delay_grid();
     // (mean error, the model with its delays, each series' (weighting, delay, error))
     type Candidate = (f64, ServerModel, Vec<(Weighting, f64, f64)>);
@@ -233,7 +219,7 @@ pub fn fit_be_speed(model: &mut ServerModel, solos: &[(String, f64, String)]) ->
     kinds.dedup();
     let mut out = Vec::new();
     for kind in kinds {
-        let mut v: Vec<f64> = solos
+        let v: Vec<f64> = solos
             .iter()
             .filter(|(k, r, _)| k == kind && r.is_finite() && *r > 0.0)
             .map(|(_, r, _)| *r)
@@ -244,7 +230,6 @@ pub fn fit_be_speed(model: &mut ServerModel, solos: &[(String, f64, String)]) ->
         let mid = median(&mut v.clone());
         let mut dev: Vec<f64> = v.iter().map(|x| (x - mid).abs() / mid).collect();
         let err = median(&mut dev);
-        v.clear();
         model.be.entry(kind.to_string()).or_default().ops_per_cpu_s = mid;
         out.push(FittedParam {
             key: format!("be.{kind}.ops_per_cpu_s"),

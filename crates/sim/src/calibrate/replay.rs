@@ -20,6 +20,16 @@ pub enum Weighting {
 }
 
 impl Weighting {
+    /// The order the fits take the series in (and what makes two points the same series):
+    /// equal first, since the low-weight delay is interpolated towards the fair one.
+    pub fn rank(self) -> u8 {
+        match self {
+            Weighting::Equal => 0,
+            Weighting::Shares { .. } => 1,
+            Weighting::Idle => 2,
+        }
+    }
+
     /// The scheduling bench's series name (`equal`, `weights-10000:2 (spin)`, `be-cpu.idle`).
     pub fn from_series(series: &str) -> Option<Weighting> {
         let name = series.split_whitespace().next().unwrap_or(series);
