@@ -40,10 +40,11 @@ impl ReactionLog {
         }
     }
 
-    /// The idle program's counters at the end: `counters <events> <suppressed> <overruns>`.
-    pub fn record_counters(&mut self, events: u64, suppressed: u64, overruns: u64) {
+    /// The idle program's counters at the end, and the falls the agent found to be its own
+    /// wake-up: `counters <events> <suppressed> <overruns> <own_wakes>`.
+    pub fn record_counters(&mut self, events: u64, suppressed: u64, overruns: u64, own: u64) {
         if let Some(f) = self.file.as_mut() {
-            let _ = writeln!(f, "counters {events} {suppressed} {overruns}");
+            let _ = writeln!(f, "counters {events} {suppressed} {overruns} {own}");
         }
     }
 

@@ -286,6 +286,13 @@ pub fn threads(root: &Path, pid: i32) -> Result<Vec<i32>> {
     Ok(tids)
 }
 
+/// The CPU the calling thread runs on now (`sched_getcpu`, vDSO); `None` where it fails.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments and only returns a number.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
+}
+
 /// The CPU a thread last ran on (`/proc/<pid>/task/<tid>/stat` field 39).
 pub fn last_cpu(root: &Path, pid: i32, tid: i32) -> Result<usize> {
     let path = root.join(format!("proc/{pid}/task/{tid}/stat"));

@@ -23,8 +23,10 @@ impl Agent {
         } else {
             self.run_polling(interval, deadline, &mut reactions);
         }
-        if let Some(c) = self.node.sensors().and_then(|s| s.idle_event_counters()) {
-            reactions.record_counters(c.events, c.suppressed, c.overruns);
+        if let Some(s) = self.node.sensors() {
+            if let Some(c) = s.idle_event_counters() {
+                reactions.record_counters(c.events, c.suppressed, c.overruns, s.own_wakes());
+            }
         }
         reactions.flush();
         self.shutdown()

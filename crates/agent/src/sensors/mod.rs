@@ -14,7 +14,7 @@ use headroom_host::idle_bpf::BpfIdleSampler;
 use headroom_host::{Cgroups, CpuIdleSampler, GroupPath, LinuxHost, PsiResource};
 
 use crate::config::IdleSensor;
-use crate::idle_wake::{Drained, IdleEventSource, Woken};
+use crate::idle_wake::{self, Drained, Fall, IdleEventSource, Woken};
 
 use crate::lc_signal::SignalCell;
 use crate::observation::Observation;
@@ -112,6 +112,11 @@ pub struct Sensors {
     /// The idle count the kernel computed at the latest crossing drained, for the next
     /// observation (taken once).
     idle_event_count: Option<i64>,
+    /// The last idle wait's timeout expiry and end (CLOCK_MONOTONIC ns): a crossing between
+    /// them on the CPU the agent woke on may be its own wake-up ([`idle_wake::is_own_wake`]).
+    last_wait_ns: Option<(u64, u64)>,
+    /// Falls below `low` found to be the agent's own wake-up, since start.
+    own_wakes: u64,
 }
 
 impl Sensors {
@@ -161,6 +166,8 @@ impl Sensors {
             idle_overruns: 0,
             idle_sensing: "poll".to_owned(),
             idle_event_count: None,
+            last_wait_ns: None,
+            own_wakes: 0,
         })
     }
 
@@ -261,6 +268,11 @@ impl Sensors {
     /// Whether package power is read (RAPL).
     pub fn has_power(&self) -> bool {
         self.power.is_some()
+    }
+
+    /// Falls below the low threshold that were the agent's own wake-up (not answered).
+    pub fn own_wakes(&self) -> u64 {
+        self.own_wakes
     }
 
     /// The idle sensor in use (`None` when none could be opened).
@@ -495,9 +507,14 @@ impl IdleEventSource for Sensors {
             std::thread::sleep(timeout);
             return Woken::default();
         };
-        match s.tracker().wait_any(Some(timeout)) {
+        let expires = headroom_host::idle_bpf::monotonic_ns() + timeout.as_nanos() as u64;
+        let ready = s.tracker().wait_any(Some(timeout));
+        self.last_wait_ns = Some((expires, headroom_host::idle_bpf::monotonic_ns()));
+        match ready {
+            // A timer wake-up on an idle CPU writes its crossing before the loop runs: read it
+            // now, while the wait it happened in is known, even when epoll said "timeout".
             Ok(ready) => Woken {
-                event: ready.ring,
+                event: ready.ring || s.tracker().pending(),
                 request: ready.watched,
             },
             Err(e) => {
@@ -513,17 +530,57 @@ impl IdleEventSource for Sensors {
         let Some(IdleSource::Bpf(s)) = self.idle.as_mut() else {
             return Drained::default();
         };
+        let here = headroom_host::sched::current_cpu();
+        let timer = self.last_wait_ns;
+        let low = s.tracker().program().thresholds().map(|(low, _)| low);
         let mut d = Drained::default();
         let mut last_count = None;
+        // whether the last event read was the agent's own wake-up (the side is then "below"
+        // with no fall to answer)
+        let mut last_own = false;
+        let mut last_low = false;
         s.tracker_mut().program_mut().ring().drain(|e| {
+            let fall = Fall {
+                ktime_ns: e.ktime_ns,
+                cpu: e.cpu as usize,
+                idle_count: e.idle_count,
+            };
+            let low_side = e.direction == headroom_host::idle_bpf::Direction::Low;
+            if low_side && low.is_some_and(|l| idle_wake::is_own_wake(fall, here, timer, l)) {
+                d.own_wakes += 1;
+                last_own = true;
+                return;
+            }
+            last_own = false;
+            last_low = low_side;
             d.events += 1;
             d.first_ktime_ns.get_or_insert(e.ktime_ns);
-            if e.direction == headroom_host::idle_bpf::Direction::Low {
+            if low_side {
                 d.first_low_ktime_ns.get_or_insert(e.ktime_ns);
             }
             last_count = Some(e.idle_count);
         });
         let p = s.tracker().program();
+        self.own_wakes += d.own_wakes as u64;
+        if let (true, Some(low)) = (last_own, low) {
+            // Back above, so the next real fall is an event; a fall that came meanwhile (no
+            // event: the side was below) is answered now.
+            let count = p.rearm_above();
+            if count < low {
+                p.mark_below();
+                d.events += 1;
+                last_count = Some(count);
+            }
+        }
+        if let (true, Some(low), Some(_)) = (last_low, low, last_count) {
+            // A fall that is over already (kernel housekeeping waking every CPU at one tick
+            // for tens of µs: ~20 a second on the idle VM) needs no shrink: the count now,
+            // with the agent's own CPU still counted busy, is not below `low`.
+            let now = p.idle_count();
+            if now >= low {
+                last_count = Some(now);
+            }
+        }
         let overruns = p.counters().overruns;
         if overruns != self.idle_overruns {
             self.idle_overruns = overruns;

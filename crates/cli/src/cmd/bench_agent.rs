@@ -418,7 +418,11 @@ fn cpu_use(
             // the agent's log, shown if it fails
             let log_path = dir.join(format!("agent-{poll_ms}ms-{sensor}{suffix}.log"));
             let log = std::fs::File::create(&log_path).context("creating the agent's log")?;
+            // its idle program's counters at exit (events, and its own wake-ups discounted)
+            let reactions = dir.join(format!("reactions-steady-{sensor}{suffix}.log"));
+            let _ = std::fs::remove_file(&reactions);
             let mut child = Command::new(bin)
+                .env("HEADROOM_REACTION_LOG", &reactions)
                 .args(["agent", "--config"])
                 .arg(&cfg)
                 .args(["--duration", &total_s.to_string()])
@@ -460,6 +464,22 @@ fn cpu_use(
                 format!("cpu_pct_poll_{poll_ms}ms_{sensor}{suffix}"),
                 serde_json::json!(steady),
             );
+            if sensor == "events" {
+                let (answered, counters) = super::bench_agent_events::read_log(&reactions);
+                if let Some(c) = counters {
+                    println!(
+                        "  its idle program over the whole run: {} events ({} answered with a write), {} of its own wake-ups discounted, {} crossings held back by hysteresis",
+                        c.events, answered.len(), c.own_wakes, c.suppressed
+                    );
+                    report.insert(
+                        format!("idle_events_steady{suffix}"),
+                        serde_json::json!({
+                            "events": c.events, "answered_with_write": answered.len(),
+                            "own_wakes": c.own_wakes, "suppressed": c.suppressed,
+                        }),
+                    );
+                }
+            }
             report.insert(
                 format!("cpu_pct_whole_run_poll_{poll_ms}ms_{sensor}{suffix}"),
                 serde_json::json!(whole),

@@ -150,12 +150,24 @@ impl Histogram {
     }
 }
 
-/// Three numbers of a reaction-log line: (crossing, awake, written) ns, or the final
-/// (events, suppressed, overruns).
+/// Three numbers of a reaction-log line: (crossing, awake, written) ns.
 type Triple = (u64, u64, u64);
 
+/// The agent's final counters in its reaction log.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LogCounters {
+    /// Events its program wrote.
+    pub events: u64,
+    /// Crossings of `low` the hysteresis held back.
+    pub suppressed: u64,
+    /// Events the ring buffer had no room for.
+    pub overruns: u64,
+    /// Falls below `low` that were the agent's own wake-up (read, not answered).
+    pub own_wakes: u64,
+}
+
 /// The reaction log's lines and the final counters.
-fn read_log(path: &Path) -> (Vec<Triple>, Option<Triple>) {
+pub(super) fn read_log(path: &Path) -> (Vec<Triple>, Option<LogCounters>) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut rows = Vec::new();
     let mut counters = None;
@@ -163,7 +175,14 @@ fn read_log(path: &Path) -> (Vec<Triple>, Option<Triple>) {
         let f: Vec<&str> = line.split_whitespace().collect();
         let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
         match (f.first(), n(1), n(2), n(3)) {
-            (Some(&"counters"), Some(a), Some(b), Some(c)) => counters = Some((a, b, c)),
+            (Some(&"counters"), Some(events), Some(suppressed), Some(overruns)) => {
+                counters = Some(LogCounters {
+                    events,
+                    suppressed,
+                    overruns,
+                    own_wakes: n(4).unwrap_or(0),
+                })
+            }
             (Some(_), Some(a), Some(b), Some(c)) => rows.push((a, b, c)),
             _ => {}
         }
@@ -372,8 +391,9 @@ pub(super) fn churn(
     let lost = flips.saturating_sub(lows as u64 + own_counters.overruns / 2);
     println!(
         "churn (CPU 1 flipped busy/idle at 1 kHz, {flips} flips in {seconds:.0} s): agent CPU {cpu_pct:.2}% of one CPU; agent's program: {}; {} reactions logged",
-        counters.map_or("no counters".into(), |(e, s, o)| format!(
-            "{e} events, {s} crossings held back by hysteresis, {o} overruns"
+        counters.map_or("no counters".into(), |c| format!(
+            "{} events, {} crossings held back by hysteresis, {} overruns, {} of its own wake-ups discounted",
+            c.events, c.suppressed, c.overruns, c.own_wakes
         )),
         rows.len()
     );
@@ -387,8 +407,10 @@ pub(super) fn churn(
         "churn".into(),
         serde_json::json!({
             "seconds": seconds, "flips": flips, "agent_cpu_pct": cpu_pct,
-            "agent_events": counters.map(|c| c.0), "agent_suppressed": counters.map(|c| c.1),
-            "agent_overruns": counters.map(|c| c.2),
+            "agent_events": counters.map(|c| c.events),
+            "agent_suppressed": counters.map(|c| c.suppressed),
+            "agent_overruns": counters.map(|c| c.overruns),
+            "agent_own_wakes": counters.map(|c| c.own_wakes),
             "tracker_crossings_read": seen.len(), "tracker_overruns": own_counters.overruns,
             "tracker_directions_alternate": alternating, "flips_without_busy_crossing": lost,
         }),

@@ -211,3 +211,44 @@ fn real_kernel_sees_a_cpu_turn_busy_within_a_sample() {
         idle_share * 100.0
     );
 }
+
+/// The thresholds' side is set with the caller's own CPU counted as idle (the caller is the
+/// agent, about to sleep): where exactly `low` CPUs are idle but for the caller, the side is
+/// above, and the next real fall is an event (counted busy, the side was below and the fall
+/// went unreported). `rearm_above` reads the count the same way.
+#[test]
+fn the_callers_own_cpu_counts_as_idle_when_the_side_is_set() {
+    const TEST: &str = "the_callers_own_cpu_counts_as_idle_when_the_side_is_set";
+    let Some(mut p) = root_program(TEST, 2, &[0, 1]) else {
+        return;
+    };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: sched_{get,set}affinity on this thread with properly sized sets.
+    let mut original: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let pinned = unsafe {
+        libc::sched_getaffinity(0, size, &mut original);
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut one);
+        libc::sched_setaffinity(0, size, &one) == 0
+    };
+    if !pinned || crate::sched::current_cpu() != Some(0) {
+        eprintln!("SKIP {TEST}: cannot pin the test thread to CPU 0");
+        return;
+    }
+    p.test_run(1, 0).unwrap();
+    p.test_run(1, 1).unwrap();
+    p.test_run(EXIT, 0).unwrap(); // CPU 0 busy: this thread runs there
+    assert_eq!(p.idle_count(), 1);
+    assert_eq!(p.idle_count_but_caller(), 2);
+    p.set_thresholds(2, 3);
+    assert!(!p.below(), "the caller's CPU put the side below");
+    p.test_run(EXIT, 1).unwrap(); // a real fall: 0 idle (1 but for the caller)
+    assert_eq!(events(&mut p), vec![(0, 1, Direction::Low)]);
+    assert!(p.below());
+    assert_eq!(p.rearm_above(), 1);
+    assert!(!p.below());
+    p.mark_below();
+    assert!(p.below());
+    // SAFETY: as above.
+    unsafe { libc::sched_setaffinity(0, size, &original) };
+}

@@ -116,6 +116,11 @@ impl BpfIdleTracker {
         self.program.ring.wait(timeout)
     }
 
+    /// Whether events wait in the ring buffer now (no syscall).
+    pub fn pending(&self) -> bool {
+        self.program.ring.pending()
+    }
+
     /// Sleeps until an event, a readable fd added with [`super::RingReader::watch`], or `timeout`.
     pub fn wait_any(&self, timeout: Option<Duration>) -> io::Result<super::Ready> {
         self.program.ring.wait_any(timeout)
