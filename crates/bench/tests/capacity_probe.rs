@@ -31,6 +31,33 @@ fn a_probe_holds_its_rate_only_with_the_rate_reached_the_tail_in_bound_and_the_c
     assert!(!probe(99_000.0, 1200.0, true).holds(100_000.0, 99.0, 1000.0));
     // A percentile the result does not carry cannot be judged.
     assert!(!probe(99_000.0, 800.0, true).holds(100_000.0, 99.99, 1000.0));
+    // A sender off its schedule (the inter-arrival fit failed) reaches the rate with the tail
+    // in bound, but what it measured is partly its own lag.
+    let off = LoadMetrics::from_value(&json!({
+        "target_qps": 100000.0,
+        "achieved_qps": 100_000.0,
+        "valid": false,
+        "read": { "p99_us": 326.0 },
+        "checks": [
+            { "name": "interarrival_fit", "ok": false,
+              "detail": "Kolmogorov-Smirnov D = 0.19, p = 0.000 on 1000 actual send intervals" },
+            { "name": "client_cpu", "ok": true, "detail": "client used 0.7 CPU-s in 1 s" },
+        ],
+    }));
+    assert!(off.sender_off_schedule());
+    assert!(!off.holds(100_000.0, 99.0, 1000.0));
+    // Failing only `independence` (a short probe) is not being off schedule.
+    let short = LoadMetrics::from_value(&json!({
+        "target_qps": 100000.0,
+        "achieved_qps": 100_000.0,
+        "valid": false,
+        "read": { "p99_us": 326.0 },
+        "checks": [
+            { "name": "independence", "ok": false, "detail": "run ≥ 103 s for a trusted p99" },
+        ],
+    }));
+    assert!(!short.sender_off_schedule());
+    assert!(short.holds(100_000.0, 99.0, 1000.0));
 }
 
 #[test]

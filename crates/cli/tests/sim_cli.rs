@@ -274,7 +274,11 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let msg = text(&o);
-    assert!(msg.contains("median |error|: p99"), "{msg}");
+    assert!(
+        msg.contains("median |error| over the 12 of 12 windows measured validly: p99"),
+        "{msg}"
+    );
+    assert!(msg.contains("over all 12 windows: p99"), "{msg}");
     assert!(msg.contains("hybrid + "), "{msg}");
     let o = headroom(&[
         "sim",
@@ -288,6 +292,11 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
     let run = &v["runs"][0];
     assert_eq!(run["windows"].as_array().unwrap().len(), 12, "{run}");
     assert!(run["p99_median_abs_rel_error"].as_f64().is_some());
+    assert_eq!(run["scored_windows"], 12, "{run}");
+    assert_eq!(
+        run["all_windows"]["p99_median_abs_rel_error"],
+        run["p99_median_abs_rel_error"]
+    );
 }
 
 #[test]
