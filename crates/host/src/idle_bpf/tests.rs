@@ -222,16 +222,9 @@ fn the_callers_own_cpu_counts_as_idle_when_the_side_is_set() {
     let Some(mut p) = root_program(TEST, 2, &[0, 1]) else {
         return;
     };
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: sched_{get,set}affinity on this thread with properly sized sets.
-    let mut original: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let pinned = unsafe {
-        libc::sched_getaffinity(0, size, &mut original);
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut one);
-        libc::sched_setaffinity(0, size, &one) == 0
-    };
-    if !pinned || crate::sched::current_cpu() != Some(0) {
+    let original = crate::sched::affinity(0).expect("this thread's affinity");
+    let cpu0: crate::cpuset::CpuSet = [0u32].into_iter().collect();
+    if crate::sched::set_affinity(0, &cpu0).is_err() || crate::sched::current_cpu() != Some(0) {
         eprintln!("SKIP {TEST}: cannot pin the test thread to CPU 0");
         return;
     }
@@ -249,6 +242,5 @@ fn the_callers_own_cpu_counts_as_idle_when_the_side_is_set() {
     assert!(!p.below());
     p.mark_below();
     assert!(p.below());
-    // SAFETY: as above.
-    unsafe { libc::sched_setaffinity(0, size, &original) };
+    crate::sched::set_affinity(0, &original).expect("restoring the affinity");
 }
