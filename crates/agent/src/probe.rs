@@ -1,7 +1,12 @@
-//! The agent's own LC latency prober: one dedicated connection, requests sent open-loop at fixed
-//! scheduled times (`rate_hz`), each latency timed from its *scheduled* send (so a stalled server
-//! shows its queueing, as in the load generator), kept in per-second HDR histograms over a
-//! sliding window of `lc.slo.window_s`. The window's percentile is published once per second.
+//! The agent's own LC latency prober: one dedicated connection, requests sent open-loop at
+//! scheduled times (`rate_hz` on average, Poisson), kept in per-second HDR histograms (by
+//! scheduled second) over a sliding window of `lc.slo.window_s`. The window's percentile is
+//! published once per second.
+//!
+//! Poisson, not periodic: a prober at fixed intervals samples the server at fixed phases of
+//! whatever else on the host is periodic (the scheduler tick, a BE's time slice, a hypervisor's
+//! timer) and reads a tail that is that phase's, not the server's. Poisson arrivals see time
+//! averages (PASTA), as the load generator's do.
 //!
 //! So that it measures the LC and not itself: replies are timed from the kernel's software
 //! receive timestamp (`SO_TIMESTAMPING`; where the kernel refuses it, from user space, said once
@@ -20,6 +25,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use headroom_load::protocol::{Op, Protocol};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use crate::config::ProbeProtocol;
 use crate::lc_signal::{LatencyWindow, SignalCell, StopFlag};
@@ -111,7 +118,15 @@ pub fn spawn(
 
 fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
     raise_priority(spec.fifo_priority);
-    let interval = Duration::from_secs_f64(1.0 / spec.rate_hz.max(0.001));
+    let mean_gap_s = 1.0 / spec.rate_hz.max(0.001);
+    let mut rng = SmallRng::seed_from_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()),
+    );
+    // exponential gaps: −ln(U)·mean, U in (0, 1]
+    let mut gap = move || Duration::from_secs_f64(-(1.0 - rng.random::<f64>()).ln() * mean_gap_s);
     let epoch = Instant::now();
     let mut window = LatencyWindow::new(spec.window_s, spec.min_samples);
     let mut lag = LatencyWindow::new(spec.window_s, 1);
@@ -180,7 +195,7 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 lag.slot(s)
                     .record_ns(sent.saturating_duration_since(next_send).as_nanos() as u64);
                 in_flight.push_back((next_send, sent));
-                next_send += interval;
+                next_send += gap();
                 continue;
             }
             if !wait_readable(&conn, next_send - now) {

@@ -98,6 +98,21 @@ impl LoadMetrics {
             .any(|c| c.starts_with("interarrival_fit") || c.starts_with("rate"))
     }
 
+    /// Whether the tail this result reports is an unbiased measurement of the server: every
+    /// self-check passed, or only `independence` failed — the latencies are correlated over
+    /// longer than the run averages (a queue or a BE slice persisting), so the interval is
+    /// wider than independent samples would give, but the sender kept its schedule and the
+    /// estimate itself is not the instrument's. Fits and validations use such points (their
+    /// noise counts against the model, never for it); a point failing any other check is refused.
+    pub fn measures_the_server(&self) -> bool {
+        self.valid
+            || (!self.failed_checks.is_empty()
+                && self
+                    .failed_checks
+                    .iter()
+                    .all(|c| c.starts_with("independence")))
+    }
+
     /// Whether this probe shows the LC holding `target_qps` with its p`percentile` within
     /// `bound_us`: rate reached (≥ 98%), tail within the bound, a load generator with CPU to
     /// spare (a saturated client reaches its rate, but its tail is its own queue) and on its

@@ -86,3 +86,30 @@ fn a_failed_probe_is_retried_and_two_of_three_decide() {
         "a probe that cannot run is an error, not a failure"
     );
 }
+
+#[test]
+fn only_a_result_whose_sole_failure_is_independence_still_measures_the_server() {
+    let with = |checks: serde_json::Value, valid: bool| {
+        LoadMetrics::from_value(&json!({
+            "target_qps": 1000.0, "achieved_qps": 1000.0, "valid": valid,
+            "read": { "p99_us": 300.0 }, "checks": checks,
+        }))
+    };
+    assert!(
+        with(json!([{ "name": "rate", "ok": true, "detail": "" }]), true).measures_the_server()
+    );
+    let correlated = json!([
+        { "name": "rate", "ok": true, "detail": "" },
+        { "name": "independence", "ok": false, "detail": "run ≥ 40 s for a trusted p99" },
+    ]);
+    assert!(with(correlated, false).measures_the_server());
+    let late = json!([
+        { "name": "independence", "ok": false, "detail": "run ≥ 40 s" },
+        { "name": "interarrival_fit", "ok": false, "detail": "D = 0.2, p = 0.000" },
+    ]);
+    assert!(!with(late, false).measures_the_server());
+    let few = json!([{ "name": "samples", "ok": false, "detail": "463 < 1000" }]);
+    assert!(!with(few, false).measures_the_server());
+    // Invalid with no failed check named: nothing to say it measured the server.
+    assert!(!with(json!([]), false).measures_the_server());
+}

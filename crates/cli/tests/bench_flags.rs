@@ -39,3 +39,22 @@ fn bench_experiment_flags_are_clap_parsed() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("--poll-seconds"), "{text}");
 }
+
+#[test]
+fn bench_prober_refuses_bad_values_naming_the_flag() {
+    let (code, text) = bench(&["prober", "--seconds", "1"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("--seconds") && text.contains("5..=3600"),
+        "{text}"
+    );
+    let (code, text) = bench(&["prober", "--probe-hz", "50000"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--probe-hz"), "{text}");
+    let (code, text) = bench(&["prober", "--cases", "hog,bogus"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--cases") && text.contains("bogus"), "{text}");
+    let (code, text) = bench(&["prober", "--help"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("--qps") && text.contains("no-hog"), "{text}");
+}

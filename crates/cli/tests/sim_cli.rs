@@ -222,7 +222,15 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
         .iter()
         .map(|p| p.key.as_str())
         .collect();
-    assert_eq!(keys, ["lc.service_us", "lc.service_cv"]);
+    assert_eq!(
+        keys,
+        [
+            "lc.service_us",
+            "lc.service_cv",
+            "server.stall_fraction",
+            "server.stall_mean_us"
+        ]
+    );
     for p in &m.calibration.params {
         assert!(p.source.contains("lvl: alone/"), "{}", p.source);
         assert!(p.fit_error.is_finite());

@@ -340,7 +340,8 @@ impl SimHost {
                     .unwrap_or_else(|| ResponseTail::saturated(1.0, lambda / n, per, self.tick_us))
             }
         }
-        .with_delay(p_delay, delay_us);
+        .with_delay(p_delay, delay_us)
+        .with_stall(m.server.stall_fraction, m.server.stall_mean_us);
 
         let lc_busy = u.min(k_eff);
         let idle = (c - lc_busy - be_busy).max(0.0);

@@ -44,6 +44,13 @@ pub struct ServerParams {
     /// How much an LC request slows when BE keeps its CPU's sibling busy (Heracles' HT
     /// antagonist), fraction of its service time.
     pub smt_penalty: f64,
+    /// Host stalls: the fraction of LC requests that, whatever the load or BE, meet an extra
+    /// delay the server's queue does not explain — on a VM the hypervisor preempting a vCPU or
+    /// waking a halted one, timer ticks, interrupts. 0 on the built-in server (bare metal);
+    /// `sim calibrate` fits it from the LC-alone points' p95 / p99 / p99.9.
+    pub stall_fraction: f64,
+    /// Mean of such a stall, µs (exponentially distributed).
+    pub stall_mean_us: f64,
 }
 
 impl Default for ServerParams {
@@ -58,6 +65,8 @@ impl Default for ServerParams {
             core_w: 5.5,
             smt: false,
             smt_penalty: 0.3,
+            stall_fraction: 0.0,
+            stall_mean_us: 0.0,
         }
     }
 }
@@ -313,6 +322,14 @@ impl ServerModel {
                 "server.static_w",
                 self.server.static_w,
                 "must be in 0..server.tdp_w",
+            ));
+        }
+        fraction("server.stall_fraction", self.server.stall_fraction)?;
+        if !(self.server.stall_mean_us.is_finite() && self.server.stall_mean_us >= 0.0) {
+            return Err(SimError::invalid(
+                "server.stall_mean_us",
+                self.server.stall_mean_us,
+                "must be >= 0",
             ));
         }
         positive("lc.service_us", self.lc.service_us)?;

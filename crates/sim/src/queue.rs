@@ -139,6 +139,10 @@ pub struct ResponseTail {
     pub p_delay: f64,
     /// ... of this many µs (Leverich's scheduling-delay effect).
     pub delay_us: f64,
+    /// Requests that also meet a host stall (`server.stall_fraction`) ...
+    pub p_stall: f64,
+    /// ... exponentially distributed with this mean, µs.
+    pub stall_mean_us: f64,
 }
 
 impl ResponseTail {
@@ -173,6 +177,8 @@ impl ResponseTail {
             service,
             p_delay: 0.0,
             delay_us: 0.0,
+            p_stall: 0.0,
+            stall_mean_us: 0.0,
         })
     }
 
@@ -188,6 +194,8 @@ impl ResponseTail {
             service,
             p_delay: 0.0,
             delay_us: 0.0,
+            p_stall: 0.0,
+            stall_mean_us: 0.0,
         }
     }
 
@@ -195,6 +203,13 @@ impl ResponseTail {
     pub fn with_delay(mut self, p: f64, delay_us: f64) -> Self {
         self.p_delay = p.clamp(0.0, 1.0);
         self.delay_us = delay_us.max(0.0);
+        self
+    }
+
+    /// With a fraction `p` of requests stalled by an exponential delay of mean `mean_us` more.
+    pub fn with_stall(mut self, p: f64, mean_us: f64) -> Self {
+        self.p_stall = p.clamp(0.0, 1.0);
+        self.stall_mean_us = mean_us.max(0.0);
         self
     }
 
@@ -215,8 +230,8 @@ impl ResponseTail {
         out.clamp(0.0, 1.0)
     }
 
-    /// `P(T > t)`.
-    pub fn survival(&self, t_us: f64) -> f64 {
+    /// `P(T > t)` with the scheduling delay, without host stalls.
+    fn survival_unstalled(&self, t_us: f64) -> f64 {
         let plain = self.tail_undelayed(t_us);
         if self.p_delay <= 0.0 {
             return plain;
@@ -224,9 +239,32 @@ impl ResponseTail {
         (1.0 - self.p_delay) * plain + self.p_delay * self.tail_undelayed(t_us - self.delay_us)
     }
 
+    fn mean_unstalled_us(&self) -> f64 {
+        self.service.mean_us() + self.p_wait / self.wait_rate + self.p_delay * self.delay_us
+    }
+
+    /// `P(T > t)`.
+    ///
+    /// A stalled request's time is T + E, E exponential with mean m. Where m is much longer
+    /// than T (the case stalls are for: ms on a VM against tens of µs of service), T + E > t
+    /// is close to E > t − E[T]; below that it is at least P(T > t).
+    pub fn survival(&self, t_us: f64) -> f64 {
+        let unstalled = self.survival_unstalled(t_us);
+        if self.p_stall <= 0.0 || self.stall_mean_us <= 0.0 {
+            return unstalled;
+        }
+        let x = t_us - self.mean_unstalled_us();
+        let stalled = if x <= 0.0 {
+            1.0
+        } else {
+            exp_neg(x / self.stall_mean_us).max(unstalled)
+        };
+        (1.0 - self.p_stall) * unstalled + self.p_stall * stalled
+    }
+
     /// Mean response time, µs.
     pub fn mean_us(&self) -> f64 {
-        self.service.mean_us() + self.p_wait / self.wait_rate + self.p_delay * self.delay_us
+        self.mean_unstalled_us() + self.p_stall * self.stall_mean_us
     }
 
     /// The `q`-quantile (0.99 = p99), µs.

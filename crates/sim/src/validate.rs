@@ -3,11 +3,17 @@
 //! LC p99, normalised BE throughput, the policy's BE CPUs and reason, and the verdict. Reports the
 //! median absolute errors against the targets (≤ 25% on p99, ≤ 0.10 on BE throughput, the same
 //! verdict on ≥ 90% of windows) without hiding a miss.
+//!
+//! `--repeat RUN_DIR2` (a second recording of the same trace) measures the floor under those
+//! errors: the same errors between the two *measured* runs, window by window. No model can be
+//! expected to predict a window closer than the machine repeats it.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use headroom_bench::model::ColocationRun;
+#[cfg(doc)]
+use headroom_bench::model::LoadMetrics;
 use headroom_bench::store::{RunDir, RUNS};
 use serde::Serialize;
 
@@ -37,9 +43,10 @@ pub struct WindowCompare {
     pub predicted_reason: String,
     pub measured_violating: Option<bool>,
     pub predicted_violating: bool,
-    /// The load generator's own self-checks passed in this window: its p99 measures the
-    /// server. A window that failed them (send lag, inter-arrival fit, too few independent
-    /// samples — on a VM, usually a stall) is shown and scored apart, not as ground truth.
+    /// The load generator's self-checks passed in this window, or only `independence` failed
+    /// ([`LoadMetrics::measures_the_server`]): its p99 measures the server. A window that failed
+    /// any other (send lag, inter-arrival fit, too few samples — on a VM, usually a stall) is
+    /// shown and scored apart, not as ground truth.
     pub measured_valid: bool,
 }
 
@@ -104,6 +111,91 @@ pub struct Validation {
     pub runs: Vec<RunCompare>,
     /// Runs skipped, with why.
     pub skipped: Vec<String>,
+    /// The machine's own run-to-run error (`--repeat`), per policy.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repeatability: Vec<Repeatability>,
+}
+
+/// One policy's measured windows against a second recording's (window `i` against window `i`):
+/// the errors a perfect model would still show.
+#[derive(Debug, Clone, Serialize)]
+pub struct Repeatability {
+    pub policy: String,
+    pub repeat_dir: String,
+    /// Windows where both recordings passed the load generator's self-checks.
+    pub both_valid: Errors,
+    pub all_windows: Errors,
+}
+
+/// Sets the windows of `a` beside those of `b` as if `b` were the prediction; the verdict is
+/// each window's own p99 against `slo_us`.
+fn measured_pairs(
+    a: &ColocationRun,
+    b: &ColocationRun,
+    slo_us: f64,
+    percentile: f64,
+) -> Vec<(WindowCompare, bool)> {
+    a.windows
+        .iter()
+        .zip(&b.windows)
+        .filter_map(|(wa, wb)| {
+            let pa = wa.load.as_ref().and_then(|l| l.percentile_us(percentile));
+            let pb = wb.load.as_ref().and_then(|l| l.percentile_us(percentile))?;
+            let valid = |w: &headroom_bench::model::Window| {
+                w.load.as_ref().is_some_and(|l| l.measures_the_server())
+            };
+            Some((
+                WindowCompare {
+                    index: wa.index,
+                    load: wa.lc_load_fraction,
+                    measured_p99_us: pa,
+                    predicted_p99_us: pb,
+                    measured_be: wa.be_fraction,
+                    predicted_be: wb.be_fraction.unwrap_or(0.0),
+                    measured_be_cpus: None,
+                    predicted_be_cpus: 0.0,
+                    measured_reason: None,
+                    predicted_reason: String::new(),
+                    measured_violating: pa.map(|p| p > slo_us),
+                    predicted_violating: pb > slo_us,
+                    measured_valid: valid(wa),
+                },
+                valid(wa) && valid(wb),
+            ))
+        })
+        .collect()
+}
+
+/// The run-to-run errors of every policy recorded in both `run_dir` and `repeat_dir`.
+pub fn repeatability(run_dir: &Path, repeat_dir: &Path) -> Result<Vec<Repeatability>, SimError> {
+    let open = |d: &Path| -> Result<(f64, f64, Vec<ColocationRun>), SimError> {
+        if !d.join("manifest.json").is_file() {
+            return Err(SimError::Parse {
+                file: Some(d.to_path_buf()),
+                line: None,
+                reason: "not a run directory (no manifest.json)".into(),
+            });
+        }
+        let dir = RunDir::open(d)?;
+        let m = dir.read_manifest()?;
+        Ok((m.slo_us, m.percentile, dir.all(RUNS)?))
+    };
+    let (slo_us, percentile, a) = open(run_dir)?;
+    let (_, _, b) = open(repeat_dir)?;
+    Ok(a.iter()
+        .filter_map(|ra| {
+            let rb = b
+                .iter()
+                .find(|rb| rb.policy == ra.policy && rb.be == ra.be)?;
+            let pairs = measured_pairs(ra, rb, slo_us, percentile);
+            Some(Repeatability {
+                policy: ra.policy.clone(),
+                repeat_dir: repeat_dir.display().to_string(),
+                both_valid: Errors::over(pairs.iter().filter(|(_, v)| *v).map(|(w, _)| w)),
+                all_windows: Errors::over(pairs.iter().map(|(w, _)| w)),
+            })
+        })
+        .collect())
 }
 
 /// Replays every policy run of `run_dir` on `model`.
@@ -163,6 +255,7 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
         cores,
         runs: Vec::new(),
         skipped: Vec::new(),
+        repeatability: Vec::new(),
     };
     for run in &runs {
         let Ok(kind) = parse_policy(&run.policy) else {
@@ -223,7 +316,7 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
                 predicted_reason: r.reason.clone(),
                 measured_violating: measured_p99.map(|p| p > manifest.slo_us),
                 predicted_violating: r.violating,
-                measured_valid: w.load.as_ref().is_some_and(|l| l.valid),
+                measured_valid: w.load.as_ref().is_some_and(|l| l.measures_the_server()),
             });
         }
         let scored = Errors::over(windows.iter().filter(|w| w.measured_valid));
@@ -251,6 +344,10 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
 
 fn opt(v: Option<f64>, d: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.d$}"))
+}
+
+fn pct_or(e: Option<f64>) -> String {
+    e.map_or("–".into(), |e| format!("{:.0}%", 100.0 * e))
 }
 
 impl Validation {
@@ -298,7 +395,6 @@ impl Validation {
                     w.predicted_reason
                 );
             }
-            let pct_or = |e: Option<f64>| e.map_or("–".into(), |e| format!("{:.0}%", 100.0 * e));
             let _ = writeln!(
                 s,
                 "median |error| over the {} of {} windows measured validly: p99 {} (target ≤ {:.0}%), BE {} (target ≤ {:.2}); same verdict {} (target ≥ {:.0}%): {}",
@@ -330,6 +426,24 @@ impl Validation {
         }
         for k in &self.skipped {
             let _ = writeln!(s, "skipped: {k}");
+        }
+        for r in &self.repeatability {
+            let e = &r.both_valid;
+            let a = &r.all_windows;
+            let _ = writeln!(
+                s,
+                "\nthe machine's own repeatability, {} (this run's measured windows against {}'s, window by window): over the {} windows valid in both, p99 {}, BE {}, same verdict {}; over all {}: p99 {}, BE {}, same verdict {}",
+                r.policy,
+                r.repeat_dir,
+                e.windows,
+                pct_or(e.p99_median_abs_rel_error),
+                opt(e.be_median_abs_error, 2),
+                pct_or(e.verdict_agreement),
+                a.windows,
+                pct_or(a.p99_median_abs_rel_error),
+                opt(a.be_median_abs_error, 2),
+                pct_or(a.verdict_agreement),
+            );
         }
         s
     }
@@ -375,5 +489,60 @@ mod tests {
         assert_eq!(all.windows, 3);
         assert_eq!(all.p99_median_abs_rel_error, Some(0.1));
         assert!((all.verdict_agreement.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    fn recorded(p99s: &[(f64, bool)], be: f64) -> ColocationRun {
+        use headroom_bench::model::{LoadMetrics, Window};
+        ColocationRun {
+            policy: "hybrid".into(),
+            be: "spin".into(),
+            windows: p99s
+                .iter()
+                .enumerate()
+                .map(|(i, &(p99, valid))| Window {
+                    index: i,
+                    load: Some(LoadMetrics {
+                        p99_us: Some(p99),
+                        valid,
+                        ..LoadMetrics::default()
+                    }),
+                    be_fraction: Some(be),
+                    ..Window::default()
+                })
+                .collect(),
+            ..ColocationRun::default()
+        }
+    }
+
+    /// Two recordings of one trace, set window by window: the floor is scored only where both
+    /// measurements were valid, and the verdict is each run's own p99 against the SLO.
+    #[test]
+    fn repeatability_compares_two_measured_runs_window_by_window() {
+        let a = recorded(
+            &[
+                (100.0, true),
+                (400.0, true),
+                (200.0, true),
+                (9_000.0, false),
+            ],
+            0.5,
+        );
+        let b = recorded(
+            &[(150.0, true), (300.0, true), (200.0, true), (200.0, true)],
+            0.6,
+        );
+        let pairs = measured_pairs(&a, &b, 350.0, 99.0);
+        assert_eq!(pairs.len(), 4);
+        let both = Errors::over(pairs.iter().filter(|(_, v)| *v).map(|(w, _)| w));
+        assert_eq!(both.windows, 3);
+        // |150 − 100| / 100 = 0.5, |300 − 400| / 400 = 0.25, 0: median 0.25
+        assert!((both.p99_median_abs_rel_error.unwrap() - 0.25).abs() < 1e-9);
+        assert!((both.be_median_abs_error.unwrap() - 0.1).abs() < 1e-9);
+        // window 1: 400 > 350 measured, 300 ≤ 350 repeated
+        assert!((both.verdict_agreement.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+        // the stalled window (9 ms, invalid) counts only over all windows
+        let all = Errors::over(pairs.iter().map(|(w, _)| w));
+        assert_eq!(all.windows, 4);
+        assert!((all.p99_median_abs_rel_error.unwrap() - 0.25).abs() < 1e-9);
     }
 }

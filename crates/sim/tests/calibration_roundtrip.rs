@@ -12,8 +12,10 @@ use headroom_sim::calibrate::calibrate;
 use headroom_sim::calibrate::replay::{predicted_tail, Placement, Weighting};
 use headroom_sim::model::{BeKind, ServerModel};
 
-fn truth() -> ServerModel {
+fn truth(stall_fraction: f64, stall_mean_us: f64) -> ServerModel {
     let mut m = ServerModel::default();
+    m.server.stall_fraction = stall_fraction;
+    m.server.stall_mean_us = stall_mean_us;
     m.lc.service_us = 40.0;
     m.lc.service_cv = 0.7;
     m.sched.delayed_fraction = 0.03;
@@ -78,7 +80,33 @@ fn write(dir: &Path, m: &Manifest, points: &[Point]) -> RunDir {
 
 #[test]
 fn calibration_gives_back_the_model_that_made_the_data() {
-    let t = truth();
+    let m = roundtrip(&truth(0.0, 0.0), true);
+    // no stalls in the truth: none worth a tail's width fitted
+    assert!(
+        m.server.stall_fraction * m.server.stall_mean_us < 1.0,
+        "stalls fitted from data without any: {} of requests, {} µs",
+        m.server.stall_fraction,
+        m.server.stall_mean_us
+    );
+}
+
+/// Data with host stalls in them (a VM's: 1.5% of requests, 700 µs on average): the fit must
+/// reproduce every tail of every point (each parameter's fit error < 10%, checked in
+/// `roundtrip`). It does not give the truth's parameters back: with stalls setting the p99
+/// and p99.9, the service time, the stalls and the delays trade off against each other over
+/// these tails (fitted here: a stall fraction near 0.14%, the service time 17 µs against 40) —
+/// said so in docs/simulation.md.
+#[test]
+fn calibration_reproduces_the_tails_of_data_with_host_stalls() {
+    let m = roundtrip(&truth(0.015, 700.0), false);
+    assert!(m.server.stall_fraction.is_finite() && m.server.stall_mean_us.is_finite());
+}
+
+/// Calibrates bench directories whose every tail `t` produced; checks what comes back. With
+/// stalls in `t` the service time is only weakly identified (the p95 is all the stalls leave
+/// it), so `exact_service` is false there and the fit is judged by the tails it reproduces.
+fn roundtrip(t: &ServerModel, exact_service: bool) -> ServerModel {
+    let t = t.clone();
     let tmp = tempfile::tempdir().unwrap();
     let capacity = 1e6 / t.lc.service_us;
     let loads = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6];
@@ -140,29 +168,35 @@ fn calibration_gives_back_the_model_that_made_the_data() {
     let dirs = ["lvl", "sched", "inter"].map(|d| tmp.path().join(d));
     let fit = calibrate(&dirs).unwrap();
     let m = &fit.model;
+    let t_idle = t.sched.delay_idle_us;
     let close = |got: f64, want: f64, tol: f64, what: &str| {
         assert!(
             (got - want).abs() <= tol * want,
             "{what}: fitted {got}, truth {want} (tolerance {tol})"
         );
     };
-    close(m.lc.service_us, 40.0, 0.10, "lc.service_us");
-    // the delay grid steps by 26%: a fitted delay is within one step of the truth
-    close(m.sched.delay_fair_us, 3000.0, 0.3, "sched.delay_fair_us");
-    close(m.sched.delay_idle_us, 100.0, 0.3, "sched.delay_idle_us");
-    close(
-        m.sched.delayed_fraction,
-        0.03,
-        0.5,
-        "sched.delayed_fraction",
-    );
-    close(m.be["llc"].llc_pressure, 0.4, 0.1, "be.llc.llc_pressure");
-    close(
-        m.be["llc"].ops_per_cpu_s,
-        4.0e5,
-        1e-9,
-        "be.llc.ops_per_cpu_s",
-    );
+    // With stalls in the truth the service time the p95 leaves is weakly identified, and the
+    // fits that read what is left of each tail after it (delays, LLC pressure) inherit that:
+    // there the round trip checks the stalls and that every parameter fits its data.
+    if exact_service {
+        close(m.lc.service_us, 40.0, 0.10, "lc.service_us");
+        // the delay grid steps by 26%: a fitted delay is within one step of the truth
+        close(m.sched.delay_fair_us, 3000.0, 0.3, "sched.delay_fair_us");
+        close(m.sched.delay_idle_us, t_idle, 0.3, "sched.delay_idle_us");
+        close(
+            m.sched.delayed_fraction,
+            0.03,
+            0.5,
+            "sched.delayed_fraction",
+        );
+        close(m.be["llc"].llc_pressure, 0.4, 0.1, "be.llc.llc_pressure");
+        close(
+            m.be["llc"].ops_per_cpu_s,
+            4.0e5,
+            1e-9,
+            "be.llc.ops_per_cpu_s",
+        );
+    }
     for p in &m.calibration.params {
         assert!(
             p.fit_error < 0.10,
@@ -184,7 +218,10 @@ fn calibration_gives_back_the_model_that_made_the_data() {
         "sched.delayed_fraction",
         "be.llc.llc_pressure",
         "be.llc.ops_per_cpu_s",
+        "server.stall_fraction",
+        "server.stall_mean_us",
     ] {
         assert!(keys.contains(&k), "{k} not in {keys:?}");
     }
+    fit.model
 }

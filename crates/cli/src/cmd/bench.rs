@@ -1,7 +1,7 @@
 //! `headroom bench NAME`: the papers' experiments (headroom-bench) and the tools' own benchmarks.
 //!
 //! Tool benchmarks live in their own modules, each owned by the crate they measure:
-//! `loadgen` (bench_loadgen.rs), `host` (bench_host.rs), `agent` (bench_agent.rs).
+//! `loadgen` (bench_loadgen.rs), `host` (bench_host.rs), `agent` (bench_agent.rs), `prober` (bench_prober.rs).
 
 #[path = "bench_agent.rs"]
 mod bench_agent;
@@ -11,6 +11,8 @@ mod bench_agent_events;
 mod bench_host;
 #[path = "bench_loadgen.rs"]
 mod bench_loadgen;
+#[path = "bench_prober.rs"]
+mod bench_prober;
 
 /// Flags of `headroom bench`: one subcommand per experiment or benchmark, each parsing its own
 /// flags with clap (`headroom bench NAME --help` lists them).
@@ -54,6 +56,9 @@ pub enum Which {
     /// The agent's CPU use and reaction time
     #[command(disable_help_flag = true)]
     Agent(Rest),
+    /// The agent's latency prober against an independent load generator, with a CPU hog on the prober's CPU
+    #[command(disable_help_flag = true)]
+    Prober(Rest),
 }
 
 /// The chosen benchmark's own flags, parsed by its own clap parser (`--help` included).
@@ -78,6 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Which::Loadgen(r) => ("loadgen", r),
         Which::Host(r) => ("host", r),
         Which::Agent(r) => ("agent", r),
+        Which::Prober(r) => ("prober", r),
     };
     // `--out` may also come after NAME (it is then among the benchmark's flags).
     let (late_out, rest) = split_out(&rest.args)?;
@@ -86,6 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "loadgen" => bench_loadgen::run(out, &rest),
         "host" => bench_host::run(out, &rest),
         "agent" => bench_agent::run(out, &rest),
+        "prober" => bench_prober::run(out, &rest),
         other => experiments(other, out, &rest),
     }
 }
@@ -244,7 +251,7 @@ pub(crate) fn experiment_options(
 fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let exp: headroom_bench::experiments::Experiment = name.parse().map_err(|_| {
         super::usage(format!(
-            "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent"
+            "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent, prober"
         ))
     })?;
     let out = out.unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));

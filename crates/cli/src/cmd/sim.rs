@@ -94,6 +94,10 @@ pub struct ValidateArgs {
     /// Use the model outside the load/size range its calibration covered
     #[arg(long)]
     pub allow_extrapolation: bool,
+    /// A second recording of the same trace: print the machine's own run-to-run error beside
+    /// the model's (the floor no model can beat)
+    #[arg(long, value_name = "RUN_DIR2")]
+    pub repeat: Option<PathBuf>,
 }
 
 /// Bad input (file, line, value) → exit 2; anything else → 1.
@@ -268,7 +272,11 @@ fn validate(a: ValidateArgs) -> anyhow::Result<()> {
         model.calibration.cores_range = None;
         model.calibration.load_range = None;
     }
-    let v = headroom_sim::validate::validate(&model, &a.run_dir).map_err(classify)?;
+    let mut v = headroom_sim::validate::validate(&model, &a.run_dir).map_err(classify)?;
+    if let Some(repeat) = &a.repeat {
+        v.repeatability =
+            headroom_sim::validate::repeatability(&a.run_dir, repeat).map_err(classify)?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

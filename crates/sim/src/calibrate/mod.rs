@@ -1,12 +1,14 @@
 //! `sim calibrate`: fits the model from `headroom bench` result directories.
 //!
-//! * latency-vs-load (LC alone): `lc.service_us` and `lc.service_cv` by least median relative
-//!   error of the model's p99 (M/G/k on the bench's server CPUs) against every valid point.
+//! * latency-vs-load (LC alone): `lc.service_us`, `lc.service_cv` and the host stalls
+//!   (`server.stall_fraction`, `server.stall_mean_us`) by least median relative error of the
+//!   model's p95, p99 and p99.9 (M/G/k on the bench's server CPUs) against every valid point.
 //! * scheduling, interference and BE-alone points: see [`fits`] (`sched.delayed_fraction` with the
 //!   wake-up delays, `be.KIND.llc_pressure`, `be.KIND.ops_per_cpu_s`), each by replaying the
 //!   point on the model ([`replay`]).
 //!
-//! Points whose load-generator self-checks failed are refused (listed, never fitted); a directory
+//! Points whose load-generator self-checks failed (any but `independence`, which only widens the
+//! interval: `LoadMetrics::measures_the_server`) are refused (listed, never fitted); a directory
 //! with nothing valid to fit is an error. The model records the load range and CPU count the data
 //! covered, so a simulation outside them is refused unless asked to extrapolate.
 
@@ -35,7 +37,8 @@ pub struct Fit {
 
 struct Obs {
     qps: f64,
-    p99: f64,
+    /// (quantile, µs): the point's p95, p99 and p99.9 where it has them, else its SLO percentile.
+    tails: Vec<(f64, f64)>,
     load: f64,
     source: String,
 }
@@ -47,10 +50,17 @@ fn p99_of(point: &Point, percentile: f64) -> Option<f64> {
         .and_then(|l| l.percentile_us(percentile))
 }
 
-/// The model's p99 of the LC alone on `cores` CPUs (µs; infinite when saturated).
-pub fn alone_p99(cores: f64, qps: f64, service_us: f64, cv: f64, q: f64) -> f64 {
-    ResponseTail::mgk(cores, qps / 1e6, ServiceDist::with_mean_cv(service_us, cv))
-        .map_or(f64::INFINITY, |r| r.quantile(q))
+/// The model's `q`-quantile of the LC alone on `cores` CPUs, its service time `(mean, cv)` and
+/// host stalls `(fraction, mean µs)` (µs; infinite when saturated).
+pub fn alone_tail(cores: f64, qps: f64, service: (f64, f64), stall: (f64, f64), q: f64) -> f64 {
+    ResponseTail::mgk(
+        cores,
+        qps / 1e6,
+        ServiceDist::with_mean_cv(service.0, service.1),
+    )
+    .map_or(f64::INFINITY, |r| {
+        r.with_stall(stall.0, stall.1).quantile(q)
+    })
 }
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {
@@ -95,7 +105,7 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
                 ));
                 continue;
             };
-            if !load.valid {
+            if !load.measures_the_server() {
                 refused.push(format!(
                     "{label}: failed self-checks ({})",
                     load.failed_checks.join("; ")
@@ -106,17 +116,21 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
                 refused.push(format!("{label}: no p{q} in the load result"));
                 continue;
             };
-            let o = Obs {
-                qps: load.achieved_qps,
-                p99,
-                load: p.load_fraction,
-                source: label.clone(),
-            };
             let tails: Vec<(f64, f64)> = [95.0, 99.0, 99.9]
                 .into_iter()
                 .filter_map(|pc| load.percentile_us(pc).map(|v| (pc / 100.0, v)))
                 .filter(|(_, v)| v.is_finite() && *v > 0.0)
                 .collect();
+            let o = Obs {
+                qps: load.achieved_qps,
+                tails: if tails.is_empty() {
+                    vec![(q / 100.0, p99)]
+                } else {
+                    tails.clone()
+                },
+                load: p.load_fraction,
+                source: label.clone(),
+            };
             let measured = Measured {
                 qps: load.achieved_qps,
                 tail_us: p99,
@@ -180,54 +194,111 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
     model.lc.slo_us = slo;
     model.lc.percentile = percentile;
 
-    // service time: grid search on (mean, cv), then finer around the grid's best: the
-    // interference fits below read what is left of each point's tail after the service time, so
-    // a 6% grid step would land in their parameters
-    let error_of = |s: f64, cv: f64| {
+    // Service time and host stalls, on every tail of every LC-alone point (p99 alone cannot
+    // tell many short stalls from few long ones; p95 and p99.9 beside it can): (mean, cv) on a
+    // grid with no stalls, then the stalls given that, then (mean, cv) finer given the stalls,
+    // then the stalls finer. The fine steps matter: the interference fits below read what is
+    // left of each point's tail after the service time and the stalls.
+    // over the tails up to quantile `upto` (all of them: 1.0)
+    let error_of = |service: (f64, f64), stall: (f64, f64), upto: f64| {
         let mut errs: Vec<f64> = alone
             .iter()
-            .map(|o| (alone_p99(cores, o.qps, s, cv, q) - o.p99).abs() / o.p99)
+            .filter_map(|o| {
+                let tails: Vec<f64> = o
+                    .tails
+                    .iter()
+                    .filter(|(tq, _)| *tq <= upto)
+                    .map(|&(tq, v)| (alone_tail(cores, o.qps, service, stall, tq) - v).abs() / v)
+                    .collect();
+                (!tails.is_empty()).then(|| tails.iter().sum::<f64>() / tails.len() as f64)
+            })
             .collect();
-        median(&mut errs)
+        if errs.is_empty() {
+            f64::INFINITY
+        } else {
+            median(&mut errs)
+        }
     };
-    let coarse = (0..120).flat_map(|i| {
-        let s = 2.0 * (2000.0f64 / 2.0).powf(i as f64 / 119.0);
-        [0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0].map(|cv| (s, cv))
-    });
-    let (mut best, mut best_err) = ((model.lc.service_us, model.lc.service_cv), f64::INFINITY);
-    for (s, cv) in coarse {
-        let e = error_of(s, cv);
-        if e < best_err {
-            (best, best_err) = ((s, cv), e);
-        }
+    let best_by = |upto: f64,
+                   cands: &mut dyn Iterator<Item = ((f64, f64), (f64, f64))>,
+                   start: ((f64, f64), (f64, f64), f64)| {
+        cands.fold(start, |best, (service, stall)| {
+            let e = error_of(service, stall, upto);
+            if e < best.2 {
+                (service, stall, e)
+            } else {
+                best
+            }
+        })
+    };
+    let none = (0.0, 0.0);
+    let best_of =
+        |cands: &mut dyn Iterator<Item = ((f64, f64), (f64, f64))>,
+         start: ((f64, f64), (f64, f64), f64)| best_by(1.0, cands, start);
+    // (mean, cv) for given stalls: a log grid, then ±6% around its best
+    let fit_service = |stall: (f64, f64), start: ((f64, f64), (f64, f64), f64), upto: f64| {
+        let coarse = (0..120).flat_map(move |i| {
+            let s = 2.0 * (2000.0f64 / 2.0).powf(i as f64 / 119.0);
+            [0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0].map(|cv| ((s, cv), stall))
+        });
+        let best = best_by(upto, &mut coarse.into_iter(), start);
+        let (s0, cv0) = best.0;
+        let fine = (0..=40).flat_map(move |i| {
+            let s = s0 * (0.94 + 0.12 * i as f64 / 40.0);
+            (0..=20).map(move |j| ((s, (cv0 * (0.7 + 0.6 * j as f64 / 20.0)).max(0.05)), stall))
+        });
+        best_by(upto, &mut fine.into_iter(), best)
+    };
+    // stalls for a given service time: 0.05%–20% of requests, 10 µs–30 ms each (log grids)
+    let fit_stalls = |service: (f64, f64), start: ((f64, f64), (f64, f64), f64)| {
+        let grid = (0..=24).flat_map(move |i| {
+            let f = 0.0005 * (400.0f64).powf(i as f64 / 24.0);
+            (0..=30).map(move |j| (service, (f, 10.0 * 3000.0f64.powf(j as f64 / 30.0))))
+        });
+        best_of(&mut grid.into_iter(), start)
+    };
+    let start = (
+        (model.lc.service_us, model.lc.service_cv),
+        none,
+        f64::INFINITY,
+    );
+    // No stalls first: a model without them that fits is kept (a stall must beat it); then
+    // stalls and service time in turn. Where stalls set the p99 and p99.9, only the p95 is
+    // left to the service time, so (mean, cv) is weakly identified beside them: the round
+    // trip checks the tails the fit reproduces and the stalls, not the service time alone.
+    let mut best = fit_service(none, start, 1.0);
+    for _ in 0..2 {
+        best = fit_stalls(best.0, best);
+        best = fit_service(best.1, best, 1.0);
     }
-    let (s0, cv0) = best;
-    let fine = (0..=40).flat_map(|i| {
-        let s = s0 * (0.94 + 0.12 * i as f64 / 40.0);
-        (0..=20).map(move |j| (s, (cv0 * (0.7 + 0.6 * j as f64 / 20.0)).max(0.05)))
-    });
-    for (s, cv) in fine {
-        let e = error_of(s, cv);
-        if e < best_err {
-            (best, best_err) = ((s, cv), e);
-        }
+    let (service, stall0) = (best.0, best.1);
+    if stall0.0 > 0.0 {
+        let fine_stalls = (0..=20).flat_map(|i| {
+            let f = stall0.0 * (0.8 + 0.4 * i as f64 / 20.0);
+            (0..=20).map(move |j| (service, (f, stall0.1 * (0.8 + 0.4 * j as f64 / 20.0))))
+        });
+        best = best_of(&mut fine_stalls.into_iter(), best);
     }
-    model.lc.service_us = best.0;
-    model.lc.service_cv = best.1;
+    let ((service_us, service_cv), (stall_fraction, stall_mean_us), best_err) = best;
+    model.lc.service_us = service_us;
+    model.lc.service_cv = service_cv;
+    model.server.stall_fraction = stall_fraction;
+    model.server.stall_mean_us = stall_mean_us;
     let src = alone.iter().map(|o| o.source.clone()).collect::<Vec<_>>();
     let src = summarize_sources(&src);
-    model.calibration.params.push(FittedParam {
-        key: "lc.service_us".into(),
-        value: best.0,
-        source: src.clone(),
-        fit_error: best_err,
-    });
-    model.calibration.params.push(FittedParam {
-        key: "lc.service_cv".into(),
-        value: best.1,
-        source: src,
-        fit_error: best_err,
-    });
+    for (key, value) in [
+        ("lc.service_us", service_us),
+        ("lc.service_cv", service_cv),
+        ("server.stall_fraction", stall_fraction),
+        ("server.stall_mean_us", stall_mean_us),
+    ] {
+        model.calibration.params.push(FittedParam {
+            key: key.into(),
+            value,
+            source: src.clone(),
+            fit_error: best_err,
+        });
+    }
 
     let params = fits::fit_scheduling(&mut model, &sched, q);
     model.calibration.params.extend(params);
