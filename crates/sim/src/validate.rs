@@ -236,6 +236,13 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
         .fold(0.0, f64::max);
     model.check_coverage(cores, max_load)?;
     let peak = SimHost::peak_qps(&model, cores);
+    // The trace replays the run's absolute rates: a window at fraction f of the run's peak is
+    // f × (run's peak / model's peak) of the model's. (Replaying the fraction alone ran the
+    // trace at the model's idea of the peak — at SLO 1000 µs, ~1.4× the measured one.)
+    let to_model = manifest
+        .peak_qps
+        .filter(|p| *p > 0.0)
+        .map_or(1.0, |p| p / peak);
     // The run's deployment: the bench pins the LC to its server CPUs; where BE may only use
     // those same CPUs (a small machine), the agent sees the LC on every CPU BE may use and
     // `hybrid` shares them as `cpu.idle`. The replay's machine is the server CPUs, so the LC is
@@ -275,12 +282,17 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
             .windows
             .iter()
             .enumerate()
-            .map(|(i, w)| (i as f64 * window_s, w.lc_load_fraction.max(0.01)))
+            .map(|(i, w)| {
+                (
+                    i as f64 * window_s,
+                    (w.lc_load_fraction * to_model).max(0.01),
+                )
+            })
             .chain(std::iter::once((
                 run.windows.len() as f64 * window_s,
                 run.windows
                     .last()
-                    .map_or(0.01, |w| w.lc_load_fraction.max(0.01)),
+                    .map_or(0.01, |w| (w.lc_load_fraction * to_model).max(0.01)),
             )))
             .collect();
         let mut setup = SimSetup::new(model.clone(), LoadTrace::Points(points));
