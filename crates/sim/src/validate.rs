@@ -11,9 +11,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use headroom_bench::model::ColocationRun;
 #[cfg(doc)]
 use headroom_bench::model::LoadMetrics;
+use headroom_bench::model::{ColocationRun, Manifest};
 use headroom_bench::store::{RunDir, RUNS};
 use serde::Serialize;
 
@@ -166,22 +166,24 @@ fn measured_pairs(
         .collect()
 }
 
+/// A recorded run directory's manifest and its policy runs.
+fn open_recording(d: &Path) -> Result<(Manifest, Vec<ColocationRun>), SimError> {
+    if !d.join("manifest.json").is_file() {
+        return Err(SimError::Parse {
+            file: Some(d.to_path_buf()),
+            line: None,
+            reason: "not a run directory (no manifest.json)".into(),
+        });
+    }
+    let dir = RunDir::open(d)?;
+    Ok((dir.read_manifest()?, dir.all(RUNS)?))
+}
+
 /// The run-to-run errors of every policy recorded in both `run_dir` and `repeat_dir`.
 pub fn repeatability(run_dir: &Path, repeat_dir: &Path) -> Result<Vec<Repeatability>, SimError> {
-    let open = |d: &Path| -> Result<(f64, f64, Vec<ColocationRun>), SimError> {
-        if !d.join("manifest.json").is_file() {
-            return Err(SimError::Parse {
-                file: Some(d.to_path_buf()),
-                line: None,
-                reason: "not a run directory (no manifest.json)".into(),
-            });
-        }
-        let dir = RunDir::open(d)?;
-        let m = dir.read_manifest()?;
-        Ok((m.slo_us, m.percentile, dir.all(RUNS)?))
-    };
-    let (slo_us, percentile, a) = open(run_dir)?;
-    let (_, _, b) = open(repeat_dir)?;
+    let (manifest, a) = open_recording(run_dir)?;
+    let (slo_us, percentile) = (manifest.slo_us, manifest.percentile);
+    let (_, b) = open_recording(repeat_dir)?;
     Ok(a.iter()
         .filter_map(|ra| {
             let rb = b
@@ -200,16 +202,7 @@ pub fn repeatability(run_dir: &Path, repeat_dir: &Path) -> Result<Vec<Repeatabil
 
 /// Replays every policy run of `run_dir` on `model`.
 pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimError> {
-    if !run_dir.join("manifest.json").is_file() {
-        return Err(SimError::Parse {
-            file: Some(run_dir.to_path_buf()),
-            line: None,
-            reason: "not a run directory (no manifest.json)".into(),
-        });
-    }
-    let dir = RunDir::open(run_dir)?;
-    let manifest = dir.read_manifest()?;
-    let runs: Vec<ColocationRun> = dir.all(RUNS)?;
+    let (manifest, runs) = open_recording(run_dir)?;
     if runs.is_empty() {
         return Err(SimError::Parse {
             file: Some(run_dir.to_path_buf()),
