@@ -25,7 +25,7 @@ struct Options {
     poll_hz: f64,
 }
 
-fn positive_f64(s: &str) -> Result<f64, String> {
+pub(super) fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{s:?} is not a positive number")),

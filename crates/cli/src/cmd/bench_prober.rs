@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+
+use super::bench_host::positive_f64;
 use headroom_bench::runner::{free_port, now_unix_ms, Placement, Proc, Runner, ServeSpec};
 use headroom_types::decision::DecisionRecord;
 use headroom_types::load_result::LoadResult;
@@ -49,14 +51,14 @@ struct Flags {
     #[arg(long, default_value_t = 240.0, value_parser = seconds)]
     seconds: f64,
     /// The independent load generator's rate (an idle LC)
-    #[arg(long, default_value_t = 500.0, value_parser = positive)]
+    #[arg(long, default_value_t = 500.0, value_parser = positive_f64)]
     qps: f64,
     /// The prober's rate, probes per second (at most 10000)
     #[arg(long, default_value_t = 500.0, value_parser = probe_hz)]
     probe_hz: f64,
     /// The SLO target the agent is given, µs (its prober refuses windows whose own send lag p99
     /// exceeds 20% of it, at least 100 µs)
-    #[arg(long, default_value_t = 1000.0, value_parser = positive)]
+    #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
     slo_us: f64,
     /// Cases, comma-separated: hog, no-hog
     #[arg(long, value_delimiter = ',', default_value = "hog,no-hog")]
@@ -68,16 +70,9 @@ struct Flags {
     peer: Option<PathBuf>,
 }
 
-fn positive(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
-    }
-}
-
 /// The prober's window is the run's length: the agent takes 5 s to 1 h (`lc.slo.window_s`).
 fn seconds(s: &str) -> Result<f64, String> {
-    positive(s).and_then(|v| {
+    positive_f64(s).and_then(|v| {
         if (5.0..=3600.0).contains(&v) {
             Ok(v)
         } else {
@@ -87,7 +82,7 @@ fn seconds(s: &str) -> Result<f64, String> {
 }
 
 fn probe_hz(s: &str) -> Result<f64, String> {
-    positive(s).and_then(|v| {
+    positive_f64(s).and_then(|v| {
         if v <= 10_000.0 {
             Ok(v)
         } else {
