@@ -95,7 +95,8 @@ pub fn write_sweep(dir: &Path, exp: Experiment, series: &[&str], loads: &[f64]) 
                     error: None,
                     be_ops_per_s: (be != "none").then_some(1e6 * (1.0 - l)),
                     be_norm: (be != "none").then_some(1.0 - l),
-                    idle_cpu_pct: Some(10.0),
+                    // the LC alone keeps `load` of its CPU busy; a spinning BE the rest
+                    idle_cpu_pct: Some(if be == "none" { 100.0 * (1.0 - l) } else { 0.0 }),
                     steal_pct: Some(0.5),
                     agent: None,
                     commands: vec![

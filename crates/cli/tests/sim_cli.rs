@@ -228,9 +228,15 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
             "lc.service_us",
             "lc.service_cv",
             "server.stall_fraction",
-            "server.stall_mean_us"
+            "server.stall_mean_us",
+            "lc.cpu_us",
+            "lc.wake_cpu_us"
         ]
     );
+    // the fixture's LC keeps `load` of its CPU busy at 100k × load QPS: 10 µs a request, no
+    // wake-up cost
+    assert!((m.lc.cpu_us - 10.0).abs() < 0.05, "{}", m.lc.cpu_us);
+    assert!(m.lc.wake_cpu_us.abs() < 0.05, "{}", m.lc.wake_cpu_us);
     for p in &m.calibration.params {
         assert!(p.source.contains("lvl: alone/"), "{}", p.source);
         assert!(p.fit_error.is_finite());

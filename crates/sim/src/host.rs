@@ -278,6 +278,12 @@ impl SimHost {
         } else {
             1.0
         };
+        // the LC's CPU time per request (its own, or the service time's when not measured apart)
+        let cpu_us = if m.lc.cpu_us > 0.0 {
+            m.lc.cpu_us
+        } else {
+            self.service.mean_us()
+        };
         // LLC, DRAM and power pressure come from the CPUs BE actually keeps busy, which depend
         // on how much of BE's cpuset the (stretched) LC takes: start from BE's cap, then one
         // more pass from the BE use the first pass found.
@@ -290,7 +296,7 @@ impl SimHost {
             let stretch_dram = 1.0 + m.lc.dram_sensitivity * ((dram_util - 0.7).max(0.0) / 0.3);
             let base_stretch = stretch_llc * stretch_dram * stretch_smt;
             // power: above TDP every CPU slows (what Heracles' power controller prevents)
-            let lc_busy_guess = lambda * self.service.mean_us() * base_stretch;
+            let lc_busy_guess = lambda * cpu_us * base_stretch;
             let be_power = be_busy * self.be.power_factor * s.be_freq_frac.powi(2);
             let power = m.server.static_w + m.server.core_w * (lc_busy_guess.min(c) + be_power);
             let f_scale = if power > m.server.tdp_w {
@@ -301,6 +307,18 @@ impl SimHost {
             (base_stretch / f_scale, f_scale, be_bw)
         };
         let k_eff = n_dedicated + n_shared * share_eff;
+        // The CPU the LC is charged with: its CPU time per request, plus a wake-up from idle for
+        // a request that finds its CPU idle and a switch for one that finds BE there (each
+        // arrival sees a CPU the LC is not on with probability 1 − ρ, ρ its own busy share:
+        // cpu = λ(c + y)/(1 + λy/n) solves cpu = λ(c + y(1 − cpu/n))).
+        let lc_cpu = |rate: f64, n: f64, stretch: f64, extra_us: f64| {
+            if rate <= 0.0 || n <= 0.0 {
+                return 0.0;
+            }
+            rate * (cpu_us * stretch + extra_us) / (1.0 + rate * extra_us / n)
+        };
+        let wake = m.lc.wake_cpu_us;
+        let on_shared = sc.switch_cpu_us * b + wake * (1.0 - b);
         // The LC spills onto BE's CPUs when its own are all busy: a wake-up that finds no idle
         // CPU of its own is placed on a shared one rather than queued (the scheduler's
         // wake-up balancing), so the spill is the overflow of a loss system over the
@@ -312,16 +330,19 @@ impl SimHost {
             } else {
                 erlang_b(n_dedicated as u32, u)
             };
-            let lc_on_shared = (u * p_spill).min(n_shared * share_eff);
-            (u, p_spill, (be_cap - lc_on_shared * b).max(0.0))
+            let cpu_dedicated = lc_cpu(lambda * (1.0 - p_spill), n_dedicated, stretch, wake);
+            let lc_on_shared =
+                lc_cpu(lambda * p_spill, n_shared, stretch, on_shared).min(n_shared * share_eff);
+            let cpu = cpu_dedicated + lc_on_shared;
+            (u, p_spill, (be_cap - lc_on_shared * b).max(0.0), cpu)
         };
         let mut be_busy_guess = be_cap;
         let (mut stretch, mut f_scale, mut be_bw) = pressure(be_busy_guess);
-        let (mut u, mut p_spill, mut be_busy) = spill(stretch);
+        let (mut u, mut p_spill, mut be_busy, mut cpu) = spill(stretch);
         if be_busy < be_busy_guess - 1e-3 {
             be_busy_guess = be_busy;
             (stretch, f_scale, be_bw) = pressure(be_busy_guess);
-            (u, p_spill, be_busy) = spill(stretch);
+            (u, p_spill, be_busy, cpu) = spill(stretch);
         }
         let service = self.service.stretched(stretch);
         let p_delay = p_spill * b * sc.delayed_fraction;
@@ -343,7 +364,8 @@ impl SimHost {
         .with_delay(p_delay, delay_us)
         .with_stall(m.server.stall_fraction, m.server.stall_mean_us);
 
-        let lc_busy = u.min(k_eff);
+        // the queue saturates on the service time, the CPUs on the CPU time
+        let lc_busy = if u >= k_eff { k_eff } else { cpu.min(k_eff) };
         let idle = (c - lc_busy - be_busy).max(0.0);
         let cache_factor = match s.be_llc_ways {
             Some(w) => 1.0 - self.be.llc_sensitivity * (1.0 - (w as f64 / ways).min(1.0)),

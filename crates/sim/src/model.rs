@@ -89,6 +89,14 @@ pub struct LcParams {
     pub service_us: f64,
     /// Coefficient of variation of the service time.
     pub service_cv: f64,
+    /// CPU time the LC's CPUs spend per request once awake, µs: what the LC's CPU use (and so
+    /// BE's leftover, the idle count, the power) is charged with. 0 = `service_us`. Measured
+    /// apart from the service time because the queue's service time is fitted to the tails,
+    /// which host stalls shape, and a request's CPU cost is not (`sim calibrate` fits it from
+    /// the server CPUs' measured busy time).
+    pub cpu_us: f64,
+    /// Extra CPU time per request that finds the LC's CPU idle (the wake-up from idle), µs.
+    pub wake_cpu_us: f64,
     pub dispatch: Dispatch,
     /// Worker threads for `per-thread` dispatch; 0 = one per CPU.
     pub threads: u32,
@@ -108,6 +116,8 @@ impl Default for LcParams {
         LcParams {
             service_us: 25.0,
             service_cv: 0.6,
+            cpu_us: 0.0,
+            wake_cpu_us: 0.0,
             dispatch: Dispatch::SharedQueue,
             threads: 0,
             slo_us: 500.0,
@@ -137,6 +147,10 @@ pub struct SchedParams {
     /// Fraction of LC wake-ups on a CPU BE holds that miss wake-up preemption and wait out the
     /// delay (the rest preempt at once).
     pub delayed_fraction: f64,
+    /// Extra CPU time per LC request that finds BE running on its CPU, µs: the switch to the LC
+    /// and back and the caches BE refills, charged to the LC's side of the CPU (what BE loses
+    /// beyond the LC's own CPU time).
+    pub switch_cpu_us: f64,
 }
 
 impl Default for SchedParams {
@@ -148,6 +162,7 @@ impl Default for SchedParams {
             delay_idle_us: 120.0,
             idle_lc_share: 0.98,
             delayed_fraction: 0.05,
+            switch_cpu_us: 0.0,
         }
     }
 }
@@ -339,6 +354,15 @@ impl ServerModel {
                 self.lc.service_cv,
                 "must be in (0, 10]",
             ));
+        }
+        for (key, v) in [
+            ("lc.cpu_us", self.lc.cpu_us),
+            ("lc.wake_cpu_us", self.lc.wake_cpu_us),
+            ("sched.switch_cpu_us", self.sched.switch_cpu_us),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(SimError::invalid(key, v, "must be >= 0"));
+            }
         }
         positive("lc.slo_us", self.lc.slo_us)?;
         if !(50.0..100.0).contains(&self.lc.percentile) {

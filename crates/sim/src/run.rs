@@ -115,6 +115,9 @@ pub struct SimSetup {
     pub agent_extra: String,
     /// The SLO window (`lc.slo.window_s`), s: a multiple of `tick_s`.
     pub window_s: f64,
+    /// Each server's trace shifted (±30 min) and scaled (±5 %) by its seed, as servers of a
+    /// fleet differ; off for the replay of one measured run, whose trace is the run's own.
+    pub vary_servers: bool,
 }
 
 impl SimSetup {
@@ -129,6 +132,7 @@ impl SimSetup {
             tick_s: 5.0,
             agent_extra: String::new(),
             window_s: 15.0,
+            vary_servers: true,
         }
     }
 }
@@ -248,7 +252,7 @@ pub fn run_server(
         .map(|n| model.be_kind(n))
         .collect::<Result<_, _>>()?;
     let mut host = SimHost::new(model, spec.cores, kinds[0], setup.tick_s);
-    let mut load_gen = ServerLoad::new(spec.seed, setup.noise_sd, setup.tick_s);
+    let mut load_gen = ServerLoad::new(spec.seed, setup.noise_sd, setup.tick_s, setup.vary_servers);
     let mut jobs = BeJobs::new(spec.seed, kinds.len());
     let mut current_kind = usize::MAX;
 

@@ -142,12 +142,14 @@ pub struct ServerLoad {
 }
 
 impl ServerLoad {
-    /// Per-server variation from `seed`: ±30 min phase, ±5 % scale, noise of `noise_sd` (fraction
-    /// of peak) with a 2-minute correlation time, sampled every `tick_s`.
-    pub fn new(seed: u64, noise_sd: f64, tick_s: f64) -> ServerLoad {
+    /// Per-server variation from `seed`: ±30 min phase and ±5 % scale where `vary` (else the
+    /// trace as it is), noise of `noise_sd` (fraction of peak) with a 2-minute correlation
+    /// time, sampled every `tick_s`.
+    pub fn new(seed: u64, noise_sd: f64, tick_s: f64, vary: bool) -> ServerLoad {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_10ad);
         let phase_s = rng.random_range(-1800.0..1800.0);
         let scale = rng.random_range(0.95..1.05);
+        let (phase_s, scale) = if vary { (phase_s, scale) } else { (0.0, 1.0) };
         ServerLoad {
             phase_s,
             scale,
@@ -172,6 +174,23 @@ impl ServerLoad {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A replay's trace is the run's own: no per-server phase or scale.
+    #[test]
+    fn a_server_load_without_variation_is_the_trace_itself() {
+        let t = LoadTrace::Points(vec![(0.0, 0.2), (15.0, 0.4), (30.0, 0.9), (45.0, 0.5)]);
+        for seed in 0..20 {
+            let mut exact = ServerLoad::new(seed, 0.0, 5.0, false);
+            let mut varied = ServerLoad::new(seed, 0.0, 5.0, true);
+            let mut differs = false;
+            for i in 0..9 {
+                let ts = i as f64 * 5.0;
+                assert!((exact.next(&t, ts) - t.at(ts)).abs() < 1e-12);
+                differs |= (varied.next(&t, ts) - t.at(ts)).abs() > 1e-6;
+            }
+            assert!(differs, "seed {seed}: a fleet server's trace is its own");
+        }
+    }
 
     #[test]
     fn diurnal_has_its_trough_and_crest() {

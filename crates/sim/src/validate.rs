@@ -64,6 +64,11 @@ pub struct RunCompare {
     pub scored_windows: usize,
     /// The same three errors over every window, the invalid measurements included.
     pub all_windows: Errors,
+    /// The errors over the validly measured windows where the real agent and the replayed one
+    /// gave BE the same CPUs (within 0.1 CPU per server CPU): the server model's own error,
+    /// apart from the windows where the two agents' decisions parted (a real window the model
+    /// does not reproduce, e.g. a host stall that tripped the SLO and the cooldown after it).
+    pub decisions_agreed: Errors,
     pub meets_targets: bool,
 }
 
@@ -270,25 +275,22 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
             ));
             continue;
         }
-        // the measured per-window load as a trace, one window = one model tick
-        let points: Vec<(f64, f64)> = run
-            .windows
-            .iter()
+        // the measured per-window load as a trace: each window holds its own load (a step,
+        // not a ramp towards the next window's), after one window at the first window's load
+        // — the bench warms the agent up for one latency window before it records
+        let warm_up = run.windows.first().into_iter();
+        let points: Vec<(f64, f64)> = warm_up
+            .chain(run.windows.iter())
             .enumerate()
-            .map(|(i, w)| {
-                (
-                    i as f64 * window_s,
-                    (w.lc_load_fraction * to_model).max(0.01),
-                )
+            .flat_map(|(i, w)| {
+                let l = (w.lc_load_fraction * to_model).max(0.01);
+                let start = i as f64 * window_s;
+                [(start, l), (start + window_s * (1.0 - 1e-9), l)]
             })
-            .chain(std::iter::once((
-                run.windows.len() as f64 * window_s,
-                run.windows
-                    .last()
-                    .map_or(0.01, |w| (w.lc_load_fraction * to_model).max(0.01)),
-            )))
             .collect();
+        let warm_windows = usize::from(!run.windows.is_empty());
         let mut setup = SimSetup::new(model.clone(), LoadTrace::Points(points));
+        setup.vary_servers = false;
         setup.be_pool = vec![run.be.clone()];
         setup.be_job_mean_s = 1e12;
         setup.noise_sd = 0.0;
@@ -299,11 +301,11 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
             cores,
             seed: 1,
             start_s: 0.0,
-            duration_s: run.windows.len() as f64 * window_s,
+            duration_s: (run.windows.len() + warm_windows) as f64 * window_s,
         };
         let o = run_server(&setup, &spec, kind, peak, true, |_, _| {})?;
         let mut windows = Vec::new();
-        for (w, r) in run.windows.iter().zip(&o.records) {
+        for (w, r) in run.windows.iter().zip(o.records.iter().skip(warm_windows)) {
             let measured_p99 = w
                 .load
                 .as_ref()
@@ -325,6 +327,12 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
             });
         }
         let scored = Errors::over(windows.iter().filter(|w| w.measured_valid));
+        let agreed_cpus = 0.1 * cores as f64;
+        let decisions_agreed = Errors::over(windows.iter().filter(|w| {
+            w.measured_valid
+                && w.measured_be_cpus
+                    .is_some_and(|m| (m - w.predicted_be_cpus).abs() <= agreed_cpus)
+        }));
         let all_windows = Errors::over(windows.iter());
         out.runs.push(RunCompare {
             policy: run.policy.clone(),
@@ -342,6 +350,7 @@ pub fn validate(model: &ServerModel, run_dir: &Path) -> Result<Validation, SimEr
             verdict_agreement: scored.verdict_agreement,
             scored_windows: scored.windows,
             all_windows,
+            decisions_agreed,
         });
     }
     Ok(out)
@@ -352,7 +361,7 @@ fn opt(v: Option<f64>, d: usize) -> String {
 }
 
 fn pct_or(e: Option<f64>) -> String {
-    e.map_or("–".into(), |e| format!("{:.0}%", 100.0 * e))
+    e.map_or("–".into(), |e| format!("{:.1}%", 100.0 * e))
 }
 
 impl Validation {
@@ -427,6 +436,15 @@ impl Validation {
                 pct_or(a.p99_median_abs_rel_error),
                 opt(a.be_median_abs_error, 2),
                 pct_or(a.verdict_agreement)
+            );
+            let d = &r.decisions_agreed;
+            let _ = writeln!(
+                s,
+                "over the {} valid windows where both agents gave BE the same CPUs (the server model alone): p99 {}, BE {}, same verdict {}",
+                d.windows,
+                pct_or(d.p99_median_abs_rel_error),
+                opt(d.be_median_abs_error, 2),
+                pct_or(d.verdict_agreement)
             );
         }
         for k in &self.skipped {

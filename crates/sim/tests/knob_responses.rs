@@ -168,3 +168,50 @@ fn smt_siblings_running_be_slow_the_lc() {
         no_smt.stretch
     );
 }
+
+/// The LC's CPU is charged apart from its service time where the model says so (`lc.cpu_us`,
+/// its wake-up and its switch with BE): on one CPU BE shares as `cpu.idle`, BE gets what the LC
+/// is not charged, `1 − λ(c + x)/(1 + λx)`; with the two unset, the service time is the charge.
+#[test]
+fn the_lc_is_charged_its_cpu_time_and_its_switches_with_be() {
+    let mut m = ServerModel::default();
+    m.lc.service_us = 7.0;
+    m.lc.service_cv = 1.0;
+    let one_cpu = |m: &ServerModel| {
+        let mut h = SimHost::new(m, 1, m.be_kind("spin").unwrap(), 5.0);
+        set(&mut h, be(CgroupKnob::CpuIdle), KnobValue::Idle(true));
+        let peak = 50_000.0;
+        h.set_inputs(20_000.0, None, peak);
+        h.sense(Duration::ZERO);
+        *h.last_state().unwrap()
+    };
+    let plain = one_cpu(&m);
+    // the service time alone: 20k/s × 7 µs = 0.14 CPU (stretched by BE's little LLC pressure)
+    assert!(plain.stretch < 1.05, "{}", plain.stretch);
+    let alone = 0.14 * plain.stretch;
+    assert!(
+        (plain.lc_busy - alone).abs() < 1e-6,
+        "{} vs {alone}",
+        plain.lc_busy
+    );
+    m.lc.cpu_us = 3.0;
+    m.lc.wake_cpu_us = 10.0;
+    m.sched.switch_cpu_us = 20.0;
+    let charged = one_cpu(&m);
+    let lc = 0.02 * (3.0 * charged.stretch + 20.0) / (1.0 + 0.02 * 20.0);
+    assert!(
+        (charged.lc_busy - lc).abs() < 1e-6,
+        "{} vs {lc}",
+        charged.lc_busy
+    );
+    assert!(
+        (charged.be_busy - (1.0 - lc)).abs() < 1e-6,
+        "BE {} vs {}",
+        charged.be_busy,
+        1.0 - lc
+    );
+    // the queue still sees the service time: the tail is the plain model's but for the
+    // stretch of BE's (now smaller) LLC pressure
+    let tail_ratio = p99(&charged) / p99(&plain);
+    assert!((0.98..=1.0).contains(&tail_ratio), "{tail_ratio}");
+}

@@ -3,6 +3,8 @@
 //! * latency-vs-load (LC alone): `lc.service_us`, `lc.service_cv` and the host stalls
 //!   (`server.stall_fraction`, `server.stall_mean_us`) by least median relative error of the
 //!   model's p95, p99 and p99.9 (M/G/k on the bench's server CPUs) against every valid point.
+//! * the LC's CPU per request, its wake-up and its switch with BE (`lc.cpu_us`,
+//!   `lc.wake_cpu_us`, `sched.switch_cpu_us`) from the server CPUs' measured busy time: [`cpu`].
 //! * scheduling, interference and BE-alone points: see [`fits`] (`sched.delayed_fraction` with the
 //!   wake-up delays, `be.KIND.llc_pressure`, `be.KIND.ops_per_cpu_s`), each by replaying the
 //!   point on the model ([`replay`]).
@@ -17,9 +19,11 @@ use std::path::{Path, PathBuf};
 use headroom_bench::model::{Manifest, Point};
 use headroom_bench::store::{RunDir, BASELINES, POINTS};
 
+mod cpu;
 mod fits;
 pub mod replay;
 
+use cpu::CpuUse;
 use fits::Measured;
 use replay::{Placement, Weighting};
 
@@ -75,6 +79,9 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
     let mut sched: Vec<(Weighting, Measured)> = Vec::new();
     let mut interference: Vec<(String, Measured)> = Vec::new();
     let mut solos: Vec<(String, f64, String)> = Vec::new();
+    // the LC's CPU use: alone, and beside a spinning BE that leaves it the CPU it asks for
+    let mut cpu_alone: Vec<CpuUse> = Vec::new();
+    let mut cpu_shared: Vec<CpuUse> = Vec::new();
     let mut cores_seen: Vec<u32> = Vec::new();
     let mut manifest_slo: Option<(f64, f64)> = None;
     for dir in dirs {
@@ -82,6 +89,17 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
         let cores = manifest.machine.server_cpus.len().max(1) as u32;
         let placement =
             Placement::from_bench(&manifest.machine.server_cpus, &manifest.machine.be_cpus);
+        // BE on exactly the LC's CPUs: the CPU it did not get is the LC's (bench `be_cpus`
+        // empty means the server CPUs)
+        let be_on_lc_cpus = {
+            let (mut s, mut b) = (
+                manifest.machine.server_cpus.clone(),
+                manifest.machine.be_cpus.clone(),
+            );
+            s.sort_unstable();
+            b.sort_unstable();
+            b.is_empty() || s == b
+        };
         for b in &baselines {
             if let (Some(kind), Some(rate)) = (
                 b.get("kind").and_then(|k| k.as_str()),
@@ -139,13 +157,35 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
                 source: label.clone(),
             };
             let spin = p.be == "spin" || p.series.contains("(spin)");
+            let n = cores as f64;
+            let idle_cpus = p.idle_cpu_pct.map(|i| n * i / 100.0);
             match manifest.experiment.as_str() {
                 "latency-vs-load" | "interference" | "isolation" if p.be == "none" => {
                     alone.push(o);
+                    if let Some(c) =
+                        idle_cpus.and_then(|i| CpuUse::new(load.achieved_qps, n - i, n, label))
+                    {
+                        cpu_alone.push(c);
+                    }
                     used += 1;
                 }
                 "scheduling" if spin => match Weighting::from_series(&p.series) {
                     Some(w) => {
+                        let lc_gets_its_cpu = match w {
+                            Weighting::Idle => true,
+                            Weighting::Shares { lc, be } => lc >= 10 * be,
+                            Weighting::Equal => false,
+                        };
+                        if let (true, true, Some(be), Some(i)) =
+                            (lc_gets_its_cpu, be_on_lc_cpus, p.be_norm, idle_cpus)
+                        {
+                            cpu_shared.extend(CpuUse::new(
+                                load.achieved_qps,
+                                n * (1.0 - be) - i,
+                                n,
+                                label,
+                            ));
+                        }
                         sched.push((w, measured));
                         used += 1;
                     }
@@ -300,6 +340,10 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
         });
     }
 
+    let params = cpu::fit_lc_cpu(&mut model, &cpu_alone);
+    model.calibration.params.extend(params);
+    let params = cpu::fit_switch_cpu(&mut model, &cpu_shared);
+    model.calibration.params.extend(params);
     let params = fits::fit_scheduling(&mut model, &sched, q);
     model.calibration.params.extend(params);
     let params = fits::fit_interference(&mut model, &interference, q);
