@@ -7,8 +7,11 @@
 //! - `headroom serve --threads 1` on the last CPU (the LC, idle apart from the two instruments);
 //! - `headroom agent --dry-run` (`policy none`, so it changes nothing) on CPU 0 with the prober
 //!   at `--probe-hz` and an SLO window of `--seconds`;
-//! - after 2 s, `headroom load -c 1 -q QPS -t SECONDS+10` on CPU 0 under `chrt -f` at the
-//!   prober's own FIFO priority (neither instrument preempts the other; both preempt the hog);
+//! - after 2 s, `headroom load -c 1 -d 16 -q QPS -t SECONDS+10 --sleep-only` on CPU 0 under
+//!   `chrt -f` at the prober's own FIFO priority (neither instrument preempts the other; both
+//!   preempt the hog). Like the prober it sends on schedule whatever is in flight (`-d 16`),
+//!   and it does not busy-poll (a busy-polling FIFO thread holds the CPU the prober's due send
+//!   waits for; `--loadgen-busy-poll` lets it);
 //! - the prober's window that ended last at least 1 s before the load run did (its end = the
 //!   decision's wall time − the latency's age), so that it lies wholly inside the load run —
 //!   a window reaching back before the load generator started would hold seconds it never saw
@@ -37,6 +40,9 @@ use serde::Serialize;
 /// The prober's FIFO priority (`safety.agent_fifo_priority`'s default): the load generator runs
 /// at the same one.
 const PROBER_FIFO_PRIORITY: u8 = 1;
+/// Requests in flight the load generators may have on their one connection: enough that none
+/// waits for a reply before its scheduled send (the prober's own limit is higher still).
+const LOAD_DEPTH: u32 = 16;
 /// The agreement bound: 20% of the load generator's p99, or 30 µs, whichever is larger.
 const AGREE_FRACTION: f64 = 0.20;
 const AGREE_FLOOR_US: f64 = 30.0;
@@ -68,6 +74,12 @@ struct Flags {
     /// CPU and FIFO priority, as a second independent load generator. Not built or shipped here.
     #[arg(long, value_name = "PATH")]
     peer: Option<PathBuf>,
+    /// Let `headroom load` busy-poll before its sends (its default elsewhere). Off here: on the
+    /// prober's CPU at the prober's FIFO priority, a busy-polling load generator holds the CPU
+    /// the prober's due send waits for, so the prober's request goes out right behind the load
+    /// generator's and queues behind it at the LC — a collision one instrument causes the other
+    #[arg(long)]
+    loadgen_busy_poll: bool,
 }
 
 /// The prober's window is the run's length: the agent takes 5 s to 1 h (`lc.slo.window_s`).
@@ -332,29 +344,7 @@ fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::R
         "-f".into(),
         PROBER_FIFO_PRIORITY.to_string(),
     ];
-    let argv = runner.argv(
-        &[0],
-        &chrt,
-        &[
-            "load".into(),
-            "-s".into(),
-            addr.to_string(),
-            "-T".into(),
-            "1".into(),
-            "-c".into(),
-            "1".into(),
-            "-q".into(),
-            format!("{:.0}", flags.qps),
-            "-t".into(),
-            format!("{:.0}", flags.seconds + LOAD_MARGIN_S),
-            "--noload".into(),
-            "--quiet".into(),
-            "--invalid-exit-code".into(),
-            "0".into(),
-            "--json".into(),
-            json.display().to_string(),
-        ],
-    );
+    let argv = runner.argv(&[0], &chrt, &load_args(flags, &addr.to_string(), &json));
     let mut peer = match &flags.peer {
         Some(bin) => {
             let save = dir.join(format!("mutilate-{name}.save"));
@@ -375,6 +365,8 @@ fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::R
                     "1",
                     "-c",
                     "1",
+                    "-d",
+                    &LOAD_DEPTH.to_string(),
                     "-q",
                     &format!("{:.0}", flags.qps),
                     "-t",
@@ -531,6 +523,41 @@ metrics = "127.0.0.1:{metrics_port}"
     )
 }
 
+/// `headroom load`'s arguments: one connection at the prober's rate for the window and a margin.
+fn load_args(flags: &Flags, addr: &str, json: &Path) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "load",
+        "-s",
+        addr,
+        "-T",
+        "1",
+        "-c",
+        "1",
+        // on schedule whatever is in flight, as the prober sends: at depth 1 a request due while
+        // the previous one is unanswered waits for it and is timed from then, so the 1–2% that
+        // meet the previous one at the LC (the tail the p99 is made of) would carry that wait in
+        // the prober's figure and not in this one
+        "-d",
+        &LOAD_DEPTH.to_string(),
+        "-q",
+        &format!("{:.0}", flags.qps),
+        "-t",
+        &format!("{:.0}", flags.seconds + LOAD_MARGIN_S),
+        "--noload",
+        "--quiet",
+        "--invalid-exit-code",
+        "0",
+        "--json",
+        &json.display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    if !flags.loadgen_busy_poll {
+        args.push("--sleep-only".into());
+    }
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,6 +578,27 @@ mod tests {
             reason: String::new(),
             state: serde_json::Value::Null,
         }
+    }
+
+    /// The reference instrument sends as the prober does — on schedule whatever is in flight —
+    /// and, unless asked, does not busy-poll on the prober's CPU.
+    #[test]
+    fn the_load_generator_sends_on_schedule_like_the_prober_and_sleeps_between_sends() {
+        use clap::Parser;
+        let args = |extra: &[&str]| {
+            let flags = Flags::try_parse_from(extra).unwrap();
+            load_args(&flags, "127.0.0.1:1", Path::new("d/load.json"))
+        };
+        let a = args(&[]);
+        let depth = a.iter().position(|x| x == "-d").expect("a depth");
+        assert!(a[depth + 1].parse::<u32>().unwrap() >= 8, "{a:?}");
+        assert!(a.contains(&"--sleep-only".to_string()), "{a:?}");
+        let q = a.iter().position(|x| x == "-q").unwrap();
+        assert_eq!(a[q + 1], "500");
+        let a = args(&["--loadgen-busy-poll", "--qps", "800"]);
+        assert!(!a.contains(&"--sleep-only".to_string()), "{a:?}");
+        let q = a.iter().position(|x| x == "-q").unwrap();
+        assert_eq!(a[q + 1], "800");
     }
 
     #[test]
