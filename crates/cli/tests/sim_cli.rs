@@ -311,6 +311,23 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
         run["all_windows"]["p99_median_abs_rel_error"],
         run["p99_median_abs_rel_error"]
     );
+    // the server model's own error: the valid windows where both agents gave BE the same CPUs
+    let agreed = run["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| {
+            w["measured_valid"] == true
+                && w["measured_be_cpus"].as_f64().is_some_and(|m| {
+                    (m - w["predicted_be_cpus"].as_f64().unwrap()).abs() <= 0.1 * 1.0
+                })
+        })
+        .count();
+    assert_eq!(run["decisions_agreed"]["windows"], agreed, "{run}");
+    assert!(
+        msg.contains("where both agents gave BE the same CPUs"),
+        "{msg}"
+    );
 }
 
 #[test]
