@@ -355,15 +355,6 @@ impl ServerModel {
                 "must be in (0, 10]",
             ));
         }
-        for (key, v) in [
-            ("lc.cpu_us", self.lc.cpu_us),
-            ("lc.wake_cpu_us", self.lc.wake_cpu_us),
-            ("sched.switch_cpu_us", self.sched.switch_cpu_us),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(SimError::invalid(key, v, "must be >= 0"));
-            }
-        }
         positive("lc.slo_us", self.lc.slo_us)?;
         if !(50.0..100.0).contains(&self.lc.percentile) {
             return Err(SimError::invalid(
@@ -385,6 +376,9 @@ impl ServerModel {
             ("sched.delay_fair_us", self.sched.delay_fair_us),
             ("sched.delay_low_weight_us", self.sched.delay_low_weight_us),
             ("sched.delay_idle_us", self.sched.delay_idle_us),
+            ("sched.switch_cpu_us", self.sched.switch_cpu_us),
+            ("lc.cpu_us", self.lc.cpu_us),
+            ("lc.wake_cpu_us", self.lc.wake_cpu_us),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(SimError::invalid(key, v, "must be >= 0"));

@@ -82,6 +82,16 @@ pub struct Errors {
 }
 
 impl Errors {
+    /// `p99 X%, BE Y, same verdict Z%` (`–` where nothing was measured).
+    fn summary(&self) -> String {
+        format!(
+            "p99 {}, BE {}, same verdict {}",
+            pct_or(self.p99_median_abs_rel_error),
+            opt(self.be_median_abs_error, 2),
+            pct_or(self.verdict_agreement)
+        )
+    }
+
     fn over<'a>(windows: impl Iterator<Item = &'a WindowCompare> + Clone) -> Errors {
         let mut p99e: Vec<f64> = windows
             .clone()
@@ -428,44 +438,32 @@ impl Validation {
                     "NOT MET"
                 }
             );
-            let a = &r.all_windows;
             let _ = writeln!(
                 s,
-                "over all {} windows: p99 {}, BE {}, same verdict {}",
-                a.windows,
-                pct_or(a.p99_median_abs_rel_error),
-                opt(a.be_median_abs_error, 2),
-                pct_or(a.verdict_agreement)
+                "over all {} windows: {}",
+                r.all_windows.windows,
+                r.all_windows.summary()
             );
-            let d = &r.decisions_agreed;
             let _ = writeln!(
                 s,
-                "over the {} valid windows where both agents gave BE the same CPUs (the server model alone): p99 {}, BE {}, same verdict {}",
-                d.windows,
-                pct_or(d.p99_median_abs_rel_error),
-                opt(d.be_median_abs_error, 2),
-                pct_or(d.verdict_agreement)
+                "over the {} valid windows where both agents gave BE the same CPUs (the server model alone): {}",
+                r.decisions_agreed.windows,
+                r.decisions_agreed.summary()
             );
         }
         for k in &self.skipped {
             let _ = writeln!(s, "skipped: {k}");
         }
         for r in &self.repeatability {
-            let e = &r.both_valid;
-            let a = &r.all_windows;
             let _ = writeln!(
                 s,
-                "\nthe machine's own repeatability, {} (this run's measured windows against {}'s, window by window): over the {} windows valid in both, p99 {}, BE {}, same verdict {}; over all {}: p99 {}, BE {}, same verdict {}",
+                "\nthe machine's own repeatability, {} (this run's measured windows against {}'s, window by window): over the {} windows valid in both, {}; over all {}: {}",
                 r.policy,
                 r.repeat_dir,
-                e.windows,
-                pct_or(e.p99_median_abs_rel_error),
-                opt(e.be_median_abs_error, 2),
-                pct_or(e.verdict_agreement),
-                a.windows,
-                pct_or(a.p99_median_abs_rel_error),
-                opt(a.be_median_abs_error, 2),
-                pct_or(a.verdict_agreement),
+                r.both_valid.windows,
+                r.both_valid.summary(),
+                r.all_windows.windows,
+                r.all_windows.summary(),
             );
         }
         s

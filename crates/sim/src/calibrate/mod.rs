@@ -89,17 +89,8 @@ pub fn calibrate(dirs: &[PathBuf]) -> Result<Fit, SimError> {
         let cores = manifest.machine.server_cpus.len().max(1) as u32;
         let placement =
             Placement::from_bench(&manifest.machine.server_cpus, &manifest.machine.be_cpus);
-        // BE on exactly the LC's CPUs: the CPU it did not get is the LC's (bench `be_cpus`
-        // empty means the server CPUs)
-        let be_on_lc_cpus = {
-            let (mut s, mut b) = (
-                manifest.machine.server_cpus.clone(),
-                manifest.machine.be_cpus.clone(),
-            );
-            s.sort_unstable();
-            b.sort_unstable();
-            b.is_empty() || s == b
-        };
+        // BE on exactly the LC's CPUs: the CPU it did not get is the LC's
+        let be_on_lc_cpus = placement.be == placement.lc;
         for b in &baselines {
             if let (Some(kind), Some(rate)) = (
                 b.get("kind").and_then(|k| k.as_str()),
