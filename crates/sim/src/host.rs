@@ -362,7 +362,11 @@ impl SimHost {
             }
         }
         .with_delay(p_delay, delay_us)
-        .with_stall(m.server.stall_fraction, m.server.stall_mean_us);
+        .with_stall(
+            m.server.stall_form,
+            m.server.stall_fraction,
+            m.server.stall_mean_us,
+        );
 
         // the queue saturates on the service time, the CPUs on the CPU time
         let lc_busy = if u >= k_eff { k_eff } else { cpu.min(k_eff) };

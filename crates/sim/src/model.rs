@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
+use crate::queue::StallForm;
 
 /// Every parameter of the server model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,11 +45,14 @@ pub struct ServerParams {
     /// How much an LC request slows when BE keeps its CPU's sibling busy (Heracles' HT
     /// antagonist), fraction of its service time.
     pub smt_penalty: f64,
-    /// Host stalls: the fraction of LC requests that, whatever the load or BE, meet an extra
-    /// delay the server's queue does not explain — on a VM the hypervisor preempting a vCPU or
-    /// waking a halted one, timer ticks, interrupts. 0 on the built-in server (bare metal);
-    /// `sim calibrate` fits it from the LC-alone points' p95 / p99 / p99.9.
+    /// Host stalls: an extra delay the server's queue does not explain — on a VM the
+    /// hypervisor preempting a vCPU or waking a halted one, timer ticks, interrupts. The share
+    /// of LC requests (or of time: `stall_form`) that meet one. 0 on the built-in server (bare
+    /// metal); `sim calibrate` fits it from the LC-alone points' p95 / p99 / p99.9.
     pub stall_fraction: f64,
+    /// What `stall_fraction` is a share of: `requests` (whatever the load) or `time` (a server
+    /// vacation, whose backlog makes a busy server's requests meet it more often).
+    pub stall_form: StallForm,
     /// Mean of such a stall, µs (exponentially distributed).
     pub stall_mean_us: f64,
 }
@@ -66,6 +70,7 @@ impl Default for ServerParams {
             smt: false,
             smt_penalty: 0.3,
             stall_fraction: 0.0,
+            stall_form: StallForm::Requests,
             stall_mean_us: 0.0,
         }
     }

@@ -4,6 +4,8 @@
 //! exponentials and a percentile is a bisection. Per-request simulation of every server of a
 //! fleet would be far too slow; [`crate::des`] checks these formulas against an exact simulation.
 
+use serde::{Deserialize, Serialize};
+
 /// Probability that an arrival finds all `k` servers busy in a loss system (Erlang B), offered
 /// load `a` (= λ·E[S], in servers); in an overflow system (arrivals that find the `k` busy go
 /// elsewhere instead of queueing) it is the overflow fraction, and `a·B` the overflow traffic —
@@ -127,6 +129,33 @@ fn hypo_tail(a: f64, b: f64, x: f64) -> f64 {
     (b * exp_neg(a * x) - a * exp_neg(b * x)) / (b - a)
 }
 
+/// What `server.stall_fraction` is a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StallForm {
+    /// Of requests: that share meets a stall whatever the load.
+    #[default]
+    Requests,
+    /// Of time: the host stops the LC's CPUs that share of the time (a server vacation).
+    /// Requests that arrive during a stall of length D, and those that arrive while the backlog
+    /// it left drains, wait: at utilization ρ a request arriving u after the stall began waits
+    /// D − (1 − ρ)u more, for u up to D/(1 − ρ). Over exponential stall lengths (a request
+    /// meets a stall with probability in proportion to its length) that wait is again
+    /// exponential with the stalls' mean, and the share of requests that meet it is the time
+    /// share over 1 − ρ: stalls hurt a busy server's tail more than an idle one's.
+    Time,
+}
+
+impl StallForm {
+    /// What the fraction is a share of, in words.
+    pub fn noun(self) -> &'static str {
+        match self {
+            StallForm::Requests => "requests",
+            StallForm::Time => "time",
+        }
+    }
+}
+
 /// The response-time distribution of one LC queue over one tick.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ResponseTail {
@@ -139,7 +168,10 @@ pub struct ResponseTail {
     pub p_delay: f64,
     /// ... of this many µs (Leverich's scheduling-delay effect).
     pub delay_us: f64,
-    /// Requests that also meet a host stall (`server.stall_fraction`) ...
+    /// The share of its servers' time the queue keeps busy (1 when it cannot keep up).
+    pub utilization: f64,
+    /// Requests that also meet a host stall (`server.stall_fraction` amplified by the
+    /// backlog the stall leaves, see [`ResponseTail::with_stall`]) ...
     pub p_stall: f64,
     /// ... exponentially distributed with this mean, µs.
     pub stall_mean_us: f64,
@@ -174,6 +206,7 @@ impl ResponseTail {
         Some(ResponseTail {
             p_wait,
             wait_rate,
+            utilization: a / k,
             service,
             p_delay: 0.0,
             delay_us: 0.0,
@@ -191,6 +224,7 @@ impl ResponseTail {
         ResponseTail {
             p_wait: 1.0,
             wait_rate: 1.0 / mean_wait,
+            utilization: 1.0,
             service,
             p_delay: 0.0,
             delay_us: 0.0,
@@ -206,9 +240,22 @@ impl ResponseTail {
         self
     }
 
-    /// With a fraction `p` of requests stalled by an exponential delay of mean `mean_us` more.
-    pub fn with_stall(mut self, p: f64, mean_us: f64) -> Self {
-        self.p_stall = p.clamp(0.0, 1.0);
+    /// With host stalls of exponential length with mean `mean_us` (see [`StallForm`]).
+    pub fn with_stall(mut self, form: StallForm, fraction: f64, mean_us: f64) -> Self {
+        let f = fraction.clamp(0.0, 1.0);
+        self.p_stall = match form {
+            StallForm::Requests => f,
+            StallForm::Time => {
+                let drain = (1.0 - self.utilization).max(0.0);
+                if f <= 0.0 {
+                    0.0
+                } else if drain <= f {
+                    1.0
+                } else {
+                    f / drain
+                }
+            }
+        };
         self.stall_mean_us = mean_us.max(0.0);
         self
     }

@@ -128,3 +128,40 @@ fn simhost_alone_is_the_plain_queue() {
     assert_eq!(tick.be_norm, 0.0);
     assert!((tick.idle - (16.0 - qps * model.lc.service_us / 1e6)).abs() < 1e-9);
 }
+
+/// Host stalls as a share of time (server vacations): the closed form's share of requests that
+/// meet one, time share / (1 − ρ), against an exact simulation of a server the host stops; the
+/// share-of-requests form, which ignores the backlog a stall leaves, is far off at high load.
+#[test]
+fn stalls_as_a_share_of_time_match_a_simulated_server_that_the_host_stops() {
+    use headroom_sim::des::simulate_mg1_with_stalls;
+    use headroom_sim::queue::StallForm;
+    let (mean, f, stall_mean) = (10.0, 0.005, 500.0);
+    let service = ServiceDist::with_mean_cv(mean, 1.0);
+    for rho in [0.2, 0.6] {
+        let lambda = rho / mean;
+        let mut sim =
+            simulate_mg1_with_stalls(lambda, &service, f, stall_mean, 4_000_000, 10_000, 5);
+        let plain = ResponseTail::mgk(1.0, lambda, service).unwrap();
+        for q in [0.99, 0.999] {
+            let measured = percentile(&mut sim, q);
+            let by_time = plain.with_stall(StallForm::Time, f, stall_mean).quantile(q);
+            let by_requests = plain
+                .with_stall(StallForm::Requests, f, stall_mean)
+                .quantile(q);
+            eprintln!(
+                "rho {rho} q {q}: simulated {measured:.0} µs, time form {by_time:.0}, request form {by_requests:.0}"
+            );
+            assert!(
+                (by_time - measured).abs() / measured < 0.2,
+                "rho {rho} q {q}: time form {by_time} vs simulated {measured}"
+            );
+            if rho > 0.5 {
+                assert!(
+                    (by_requests - measured).abs() / measured > 0.3,
+                    "rho {rho} q {q}: the request form {by_requests} should miss {measured}"
+                );
+            }
+        }
+    }
+}

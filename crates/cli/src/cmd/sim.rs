@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use headroom_sim::fleet::{run_fleet, FleetSpec};
 use headroom_sim::model::ServerModel;
+use headroom_sim::queue::StallForm;
 use headroom_sim::report::write_fleet_report;
 use headroom_sim::run::{parse_policy, SimSetup, ALL_POLICIES};
 use headroom_sim::trace::LoadTrace;
@@ -80,6 +81,17 @@ pub struct CalibrateArgs {
     /// Where to write the model TOML
     #[arg(long, default_value = "model.toml")]
     pub out: PathBuf,
+    /// What the host stalls are a share of: `requests` (whatever the load) or `time` (a server
+    /// vacation, whose backlog makes a busy server's requests meet it more often); the fit
+    /// error of the other form is printed beside
+    #[arg(long, value_enum, default_value_t = StallFormArg::Requests)]
+    pub stall_form: StallFormArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StallFormArg {
+    Requests,
+    Time,
 }
 
 #[derive(clap::Args, Debug)]
@@ -247,7 +259,11 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
 }
 
 fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
-    let fit = headroom_sim::calibrate::calibrate(&a.dirs).map_err(classify)?;
+    let form = match a.stall_form {
+        StallFormArg::Requests => None,
+        StallFormArg::Time => Some(StallForm::Time),
+    };
+    let fit = headroom_sim::calibrate::calibrate(&a.dirs, form).map_err(classify)?;
     std::fs::write(&a.out, fit.model.to_toml())
         .with_context(|| format!("writing {}", a.out.display()))?;
     for p in &fit.model.calibration.params {
@@ -258,6 +274,9 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
             100.0 * p.fit_error,
             p.source
         );
+    }
+    for n in &fit.notes {
+        println!("{n}");
     }
     for r in &fit.refused {
         println!("refused: {r}");
