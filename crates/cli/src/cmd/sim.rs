@@ -260,8 +260,8 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
 
 fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
     let form = match a.stall_form {
-        StallFormArg::Requests => None,
-        StallFormArg::Time => Some(StallForm::Time),
+        StallFormArg::Requests => StallForm::Requests,
+        StallFormArg::Time => StallForm::Time,
     };
     let fit = headroom_sim::calibrate::calibrate(&a.dirs, form).map_err(classify)?;
     std::fs::write(&a.out, fit.model.to_toml())

@@ -37,7 +37,7 @@ pub struct Fit {
     pub model: ServerModel,
     /// `DIR: point: reason` of every point not fitted.
     pub refused: Vec<String>,
-    /// What the fit chose where the data decided between forms of the model.
+    /// How the forms of the model the data cannot choose between fit them.
     pub notes: Vec<String>,
 }
 
@@ -79,9 +79,9 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     crate::fleet::pct(v, 0.5)
 }
 
-/// Fits the model from `dirs`; the host stalls in `stall_form` (`None`: as a share of
-/// requests), with the other form's fit error in the notes.
-pub fn calibrate(dirs: &[PathBuf], stall_form: Option<StallForm>) -> Result<Fit, SimError> {
+/// Fits the model from `dirs`, the host stalls in `stall_form`, with the other form's fit error
+/// in the notes.
+pub fn calibrate(dirs: &[PathBuf], stall_form: StallForm) -> Result<Fit, SimError> {
     let mut model = ServerModel::default();
     let mut refused = Vec::new();
     let mut notes = Vec::new();
@@ -240,32 +240,17 @@ pub fn calibrate(dirs: &[PathBuf], stall_form: Option<StallForm>) -> Result<Fit,
     let service0 = (model.lc.service_us, model.lc.service_cv);
     let by_requests = fit_alone(&alone, cores, StallForm::Requests, service0);
     let by_time = fit_alone(&alone, cores, StallForm::Time, service0);
-    // A share of requests unless asked: over p95/p99/p99.9 the two forms trade the service
-    // time against the stalls and fit most data about equally (the round trip's: 7.3% each;
-    // this VM's: 25.5% and 26.9%), so the fit cannot choose between them.
-    let time_wins = stall_form == Some(StallForm::Time);
-    let (form, best, other) = if time_wins {
-        (
-            StallForm::Time,
-            by_time,
-            (StallForm::Requests, by_requests.2),
-        )
-    } else {
-        (
-            StallForm::Requests,
-            by_requests,
-            (StallForm::Time, by_time.2),
-        )
+    // Over p95/p99/p99.9 the two forms trade the service time against the stalls and fit most
+    // data about equally (the round trip's: 7.3% each; this VM's: 25.5% and 26.9%), so the
+    // form is the caller's choice, not the fit's.
+    let (best, other) = match stall_form {
+        StallForm::Requests => (by_requests, (StallForm::Time, by_time.2)),
+        StallForm::Time => (by_time, (StallForm::Requests, by_requests.2)),
     };
-    model.server.stall_form = form;
+    model.server.stall_form = stall_form;
     notes.push(format!(
-        "host stalls as a share of {}{} (fit error {:.1}%; as a share of {}: {:.1}%)",
-        form.noun(),
-        if stall_form.is_some() {
-            ", as asked"
-        } else {
-            ", the default"
-        },
+        "host stalls as a share of {} (fit error {:.1}%; as a share of {}: {:.1}%)",
+        stall_form.noun(),
         100.0 * best.2,
         other.0.noun(),
         100.0 * other.1
