@@ -37,9 +37,40 @@ command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 || {
 } || echo "scripts/test.sh: no podman/runc; the image test will skip"
 # The VM kernel: downloaded (apt-get download) and unpacked once into target/vm/kernel.
 bash scripts/vm-test.sh --fetch-kernel || echo "scripts/test.sh: no VM kernel; the VM stage will skip"
-# The .deb and the image (static release binary), which crates/cli/tests/package_deb.rs installs
-# and runs. Built here, not in the test: a cargo build inside `cargo test` would wait on its lock.
-bash scripts/package.sh || echo "scripts/test.sh: scripts/package.sh failed; the package tests will fail"
+# One build serves everything: the tests run on the same static release build that the package
+# stage ships (`--release --target` with crt-static; with an explicit --target, RUSTFLAGS reach
+# only the target's code, not build scripts or proc-macros). The test binaries and `headroom` are
+# built first; the .deb and the image are then made from that `headroom`, which
+# crates/cli/tests/package_deb.rs installs and runs.
+target=x86_64-unknown-linux-gnu
+export RUSTFLAGS="-C target-feature=+crt-static"
+build=(--release --target "$target")
+
+mkdir -p target
+log=target/test.log
+: > "$log"
+# A line at least every 30 s: when cargo has printed nothing for 25 s, say what is still running.
+(
+  last=0
+  while sleep 25; do
+    size=$(stat -c %s "$log" 2>/dev/null || echo 0)
+    if [ "$size" = "$last" ]; then
+      running=$(tail -n 1 "$log" | cut -c1-120)
+      echo "[test.sh $(date +%T)] still running; last line: ${running:-<none yet>}"
+    fi
+    last=$size
+  done
+) &
+heartbeat=$!
+trap 'kill $heartbeat 2>/dev/null || true' EXIT
+
+set +e
+cargo test "${build[@]}" --workspace --all-targets --no-run 2>&1 | tee -a "$log"
+built=${PIPESTATUS[0]}
+set -e
+[ "$built" = 0 ] || { echo "scripts/test.sh: the build failed (above)"; exit "$built"; }
+bash scripts/package.sh --bin "target/$target/release/headroom" ||
+  echo "scripts/test.sh: scripts/package.sh failed; the package tests will fail"
 export HEADROOM_PACKAGED=1
 
 # Every test binary runs (--no-fail-fast), so the counts at the end are whole. Passing tests'
@@ -50,10 +81,8 @@ for a in "${args[@]+"${args[@]}"}"; do [ "$a" = "--" ] && has_sep=1; done
 [ $has_sep = 1 ] || args+=(--)
 args+=(--show-output)
 
-mkdir -p target
-log=target/test.log
 set +e
-cargo test --workspace --all-targets --no-fail-fast "${args[@]}" 2>&1 | tee "$log"
+cargo test "${build[@]}" --workspace --all-targets --no-fail-fast "${args[@]}" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 set -e
 
@@ -63,6 +92,21 @@ echo
 echo "==== skipped (all or part of a test) ===="
 [ -n "$skips" ] && echo "$skips"
 echo "$n_skips skipped (SKIP lines above)"
+# Each failing test with its binary and the first lines of its panic, so the summary names it.
+failures=$(awk '
+  /^     Running / { bin = $2 }
+  /^successes:$/ { infail = 0 }
+  /^failures:$/ { infail = 1; next }
+  infail && /^---- .* stdout ----$/ { name = $2; shown = 0; print "FAILED " bin " :: " name; next }
+  infail && /^    [^ ]/ { next }
+  infail && name != "" && shown < 6 && NF > 0 { print "    " $0; shown++ }
+  /^test result:/ { infail = 0; name = "" }
+' "$log")
+if [ -n "$failures" ]; then
+  echo
+  echo "==== failed tests ===="
+  echo "$failures"
+fi
 # cargo's own per-binary results, added up into one closing line.
 read -r passed failed < <(awk '/^test result:/ {
     for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) }

@@ -1,9 +1,8 @@
 //! `headroom load` as users and the bench call it: usage errors exit 2 naming the flag and value,
 //! an unreachable server exits 1 naming the address, a real run writes the result JSON and CSV.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn headroom(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_headroom"))
@@ -16,14 +15,6 @@ fn headroom(args: &[&str]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Memcached {
@@ -56,32 +47,33 @@ fn memcached(test: &str) -> Option<Memcached> {
         eprintln!("SKIP {test}: memcached is not installed");
         return None;
     };
-    let port = free_port();
-    let child = Command::new(path)
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-t",
-            "1",
-        ])
-        .args(["-u", "root"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn memcached");
-    let mc = Memcached { port, child };
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(mc);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("memcached did not start on port {port}");
+    // Ready when *our* memcached answers `stats` with its pid, not when the port accepts.
+    let (child, addr) = headroom_load::readiness::spawn_memcache_server(
+        |port| {
+            let mut c = Command::new(path);
+            c.args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-t",
+                "1",
+            ])
+            .args(["-u", "root"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            c
+        },
+        5,
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("{test}: memcached did not start: {e}"));
+    Some(Memcached {
+        port: addr.port(),
+        child,
+    })
 }
 
 #[test]
@@ -123,7 +115,8 @@ fn malformed_values_are_usage_errors() {
 
 #[test]
 fn unreachable_server_exits_1_naming_it() {
-    let port = free_port().to_string();
+    let refusing = headroom_load::testkit::RefusingPort::new().unwrap();
+    let port = refusing.port().to_string();
     let server = format!("127.0.0.1:{port}");
     let o = headroom(&["-s", &server, "-q", "100", "-t", "1", "--noload"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -192,40 +185,12 @@ fn agent_subcommand_serves_a_master() {
     let Some(mc) = memcached("agent_subcommand_serves_a_master") else {
         return;
     };
-    let port = free_port().to_string();
-    let mut agent = Guard(
-        Command::new(env!("CARGO_BIN_EXE_headroom"))
-            .args([
-                "load",
-                "agent",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port,
-                "--sessions",
-                "1",
-            ])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(Instant::now() < deadline, "agent did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // That probe connection was the agent's one session; start a fresh one for the master.
-    let _ = agent.0.wait();
-    let agent = Guard(
-        Command::new(env!("CARGO_BIN_EXE_headroom"))
-            .args(["load", "-A", "--bind", "127.0.0.1", "-p", &port])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    // Both spellings of agent mode, each on a port the OS gives it, read back from the agent's
+    // own "listening on" line: that line is written after the bind, so the agent is ready.
+    let (_agent, port) = start_load_agent(&["load", "agent", "--bind", "127.0.0.1", "--port", "0"]);
+    let (agent, port2) = start_load_agent(&["load", "-A", "--bind", "127.0.0.1", "-p", "0"]);
     let server = format!("127.0.0.1:{}", mc.port);
-    let agent_spec = format!("127.0.0.1:{port}");
+    let (spec1, spec2) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{port2}"));
     let o = headroom(&[
         "-s",
         &server,
@@ -234,13 +199,39 @@ fn agent_subcommand_serves_a_master() {
         "-t",
         "1",
         "-a",
-        &agent_spec,
+        &spec1,
+        "-a",
+        &spec2,
         "--invalid-exit-code",
         "0",
     ]);
     drop(agent);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("2 client(s)"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("3 client(s)"));
+}
+
+/// A `headroom load` agent and the port it reports it listens on.
+fn start_load_agent(args: &[&str]) -> (Guard, u16) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let guard = Guard(child);
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let port = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no port in the agent's first line: {line:?}"));
+    // Keep draining its stderr so the agent never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    (guard, port)
 }
 
 #[test]

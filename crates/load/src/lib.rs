@@ -16,6 +16,7 @@ pub mod feed;
 pub mod hdrlog;
 pub mod keys;
 pub mod options;
+pub mod readiness;
 pub mod report;
 pub mod results;
 pub mod runner;

@@ -432,3 +432,65 @@ impl Drop for ClosingServer {
         }
     }
 }
+
+/// A loopback TCP port that refuses connections for as long as this value lives: a socket is
+/// bound to it and never listens, so no other process can take the port (a port merely "free a
+/// moment ago" may be another test's server by the time it is used).
+pub struct RefusingPort {
+    fd: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+impl RefusingPort {
+    pub fn new() -> std::io::Result<RefusingPort> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket(2); the fd is owned at once.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh, valid descriptor nobody else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `sin` is a valid sockaddr_in of `len` bytes.
+        if unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sin as *const _ as *const libc::sockaddr,
+                len,
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut out: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut out_len = len;
+        // SAFETY: `out` has room for a sockaddr_in.
+        if unsafe {
+            libc::getsockname(
+                fd.as_raw_fd(),
+                &mut out as *mut _ as *mut libc::sockaddr,
+                &mut out_len,
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(RefusingPort {
+            fd,
+            port: u16::from_be(out.sin_port),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        let _ = &self.fd;
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}

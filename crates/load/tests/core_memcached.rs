@@ -2,9 +2,9 @@
 //! pipelining, and a server error the connection survives. SKIPs when memcached is not installed.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use headroom_load::protocol::{Op, Protocol, ProtocolError, Reply};
 
@@ -26,39 +26,24 @@ fn start_memcached(test: &str) -> Option<Memcached> {
         eprintln!("SKIP {test}: memcached not found in PATH");
         return None;
     };
-    let port = TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
-    let child = Command::new(path)
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-t",
-            "1",
-            "-m",
-            "64",
-        ])
-        .args(["-u", "root"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawning memcached");
-    let server = Memcached { child, port };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "memcached did not listen on {port} in 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(server)
+    // Ready when *our* memcached answers `stats` with its pid (another test's may hold a port).
+    let (child, addr) = headroom_load::readiness::spawn_memcache_server(
+        |port| {
+            let mut c = Command::new(&path);
+            c.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+                .args(["-t", "1", "-m", "64", "-u", "root"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            c
+        },
+        5,
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("{test}: memcached did not start: {e}"));
+    Some(Memcached {
+        child,
+        port: addr.port(),
+    })
 }
 
 fn which(name: &str) -> Result<std::path::PathBuf, ()> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use headroom_load::feed::FeedLine;
 use headroom_load::stats::LatencyHist;
 use headroom_load::{run_report, LoadError, LoadOptions};
-use support::{free_port, Behaviour, TestServer};
+use support::{Behaviour, TestServer};
 
 fn opts(server: &str, qps: u64, time_s: f64) -> LoadOptions {
     LoadOptions {
@@ -87,7 +87,8 @@ fn malformed_replies_are_errors_and_the_run_goes_on() {
 
 #[test]
 fn an_unreachable_server_is_an_error_naming_it() {
-    let port = free_port();
+    let refusing = headroom_load::testkit::RefusingPort::new().unwrap();
+    let port = refusing.port();
     let spec = format!("127.0.0.1:{port}");
     let err = run_report(&opts(&spec, 100, 0.5), &mut |_| {}).unwrap_err();
     assert!(matches!(err, LoadError::Connect { .. }), "{err:?}");

@@ -415,46 +415,59 @@ impl Runner {
         Ok((stdout, stderr))
     }
 
-    /// Starts `headroom serve` on the server CPUs and waits until it accepts connections.
+    /// Starts `headroom serve` on the server CPUs and waits until *it* answers: `stats` on its
+    /// port must report its pid (a port that only accepts may be another process's server).
+    /// A port taken between our pick and serve's bind is tried again on a new one.
     pub fn start_serve(&self, spec: &ServeSpec) -> Result<(Proc, SocketAddr)> {
-        let port = free_port()?;
-        let mut args = vec![
-            "serve".to_string(),
-            "--port".into(),
-            port.to_string(),
-            "--threads".into(),
-            spec.threads.max(1).to_string(),
-        ];
-        if let Some(d) = &spec.dispatch {
-            args.push("--dispatch".into());
-            args.push(d.clone());
-        }
-        if spec.pin {
-            args.push("--pin".into());
-        }
-        args.extend(spec.extra.iter().cloned());
-        let argv = self.argv(&self.placement.server, &spec.prefix, &args);
-        let mut proc = self.spawn("serve", &argv)?;
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let start = Instant::now();
+        let mut clashes = 0;
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok((proc, addr));
+            let port = free_port()?;
+            let mut args = vec![
+                "serve".to_string(),
+                "--port".into(),
+                port.to_string(),
+                "--threads".into(),
+                spec.threads.max(1).to_string(),
+            ];
+            if let Some(d) = &spec.dispatch {
+                args.push("--dispatch".into());
+                args.push(d.clone());
             }
-            if let Some(st) = proc.exited() {
-                return Err(BenchError::Command {
-                    command: proc.command.clone(),
-                    status: st,
-                    stderr: proc.log_tail(1500),
-                });
+            if spec.pin {
+                args.push("--pin".into());
             }
-            if start.elapsed() > Duration::from_secs(10) {
-                return Err(BenchError::Unavailable(format!(
-                    "`{}` did not accept connections on {addr} within 10 s",
-                    proc.command
-                )));
+            args.extend(spec.extra.iter().cloned());
+            let argv = self.argv(&self.placement.server, &spec.prefix, &args);
+            let mut proc = self.spawn("serve", &argv)?;
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let start = Instant::now();
+            let mut last = String::from("no reply yet");
+            loop {
+                match headroom_load::readiness::stats_pid(addr) {
+                    Ok(pid) if pid == proc.pid() => return Ok((proc, addr)),
+                    Ok(other) => last = format!("{addr} is answered by pid {other}, not ours"),
+                    Err(e) => last = e,
+                }
+                if let Some(st) = proc.exited() {
+                    // serve exits when its port is taken; another port, a few times.
+                    clashes += 1;
+                    if clashes < 5 && proc.log_tail(1500).contains("in use") {
+                        break;
+                    }
+                    return Err(BenchError::Command {
+                        command: proc.command.clone(),
+                        status: st,
+                        stderr: proc.log_tail(1500),
+                    });
+                }
+                if start.elapsed() > Duration::from_secs(10) {
+                    return Err(BenchError::Unavailable(format!(
+                        "`{}` did not answer `stats` with its pid on {addr} within 10 s ({last})",
+                        proc.command
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -3,7 +3,7 @@
 //! blocking ping-pong client that gives the kernel's floor, and the search for the highest rate a
 //! client holds. The figures and their table are in `bench_loadgen.rs`.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -38,39 +38,39 @@ impl Drop for Memcached {
 /// memcached with one worker thread; with `cpu`, pinned there (its threads inherit the
 /// affinity set before exec).
 pub(super) fn start_memcached(cpu: Option<usize>) -> anyhow::Result<Memcached> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut cmd = Command::new("memcached");
-    if let Some(cpu) = cpu {
-        // SAFETY: the closure runs between fork and exec and only calls sched_setaffinity.
-        unsafe {
-            cmd.pre_exec(move || headroom_load::clock::pin_current_thread(cpu));
-        }
-    }
-    let child = cmd
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-t",
-            "1",
-        ])
-        .args(["-m", "256", "-u", "root"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting memcached (apt-get install memcached)")?;
-    let mc = Memcached { port, child };
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("memcached did not listen on 127.0.0.1:{port}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(mc)
+    // Ready when *our* memcached answers `stats` with its pid, not when the port accepts.
+    let (child, addr) = headroom_load::readiness::spawn_memcache_server(
+        |port| {
+            let mut cmd = Command::new("memcached");
+            if let Some(cpu) = cpu {
+                // SAFETY: the closure runs between fork and exec and only calls sched_setaffinity.
+                unsafe {
+                    cmd.pre_exec(move || headroom_load::clock::pin_current_thread(cpu));
+                }
+            }
+            cmd.args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-t",
+                "1",
+            ])
+            .args(["-m", "256", "-u", "root"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            cmd
+        },
+        5,
+        Duration::from_secs(5),
+    )
+    .context("starting memcached (apt-get install memcached)")?;
+    Ok(Memcached {
+        port: addr.port(),
+        child,
+    })
 }
 
 /// A scratch directory removed on drop (the cli crate has no tempfile dependency).

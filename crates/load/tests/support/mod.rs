@@ -184,33 +184,25 @@ impl Memcached {
             eprintln!("SKIP {test}: memcached is not installed (apt-get install memcached)");
             return None;
         };
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(&path)
-                .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
-                .args(["-t", "1", "-m", "64", "-u", "root"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn memcached");
-            let mut mc = Memcached {
-                addr: format!("127.0.0.1:{port}").parse().unwrap(),
-                child,
-            };
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if TcpStream::connect(mc.addr).is_ok() {
-                    return Some(mc);
-                }
-                if let Ok(Some(_)) = mc.child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = mc.child.kill();
+        // Ready only when *our* memcached answers `stats` with its pid: a port that accepts a
+        // connection may be another test's memcached, which goes away when that test ends.
+        let started = headroom_load::readiness::spawn_memcache_server(
+            |port| {
+                let mut c = Command::new(&path);
+                c.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+                    .args(["-t", "1", "-m", "64", "-u", "root"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                c
+            },
+            5,
+            Duration::from_secs(5),
+        );
+        match started {
+            Ok((child, addr)) => Some(Memcached { addr, child }),
+            Err(e) => panic!("{test}: memcached did not start: {e}"),
         }
-        panic!("memcached did not start on a free port");
     }
 
     pub fn spec(&self) -> String {
@@ -234,13 +226,4 @@ fn which(name: &str) -> Result<std::path::PathBuf, ()> {
         }
     }
     Err(())
-}
-
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
