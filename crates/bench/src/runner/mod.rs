@@ -5,7 +5,7 @@
 //! leaves a server or a spinner behind.
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -441,13 +441,12 @@ impl Runner {
             let mut proc = self.spawn("serve", &argv)?;
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             let start = Instant::now();
-            let mut last = String::from("no reply yet");
             loop {
-                match headroom_load::readiness::stats_pid(addr) {
+                let last = match headroom_load::readiness::stats_pid(addr) {
                     Ok(pid) if pid == proc.pid() => return Ok((proc, addr)),
-                    Ok(other) => last = format!("{addr} is answered by pid {other}, not ours"),
-                    Err(e) => last = e,
-                }
+                    Ok(other) => format!("{addr} is answered by pid {other}, not ours"),
+                    Err(e) => e,
+                };
                 if let Some(st) = proc.exited() {
                     // serve exits when its port is taken; another port, a few times.
                     clashes += 1;
