@@ -36,6 +36,8 @@ pub enum BenchError {
     Unavailable(String),
     #[error("rendering plot {figure}: {detail}")]
     Plot { figure: String, detail: String },
+    #[error(transparent)]
+    Report(#[from] headroom_report::ReportError),
 }
 
 impl BenchError {

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use headroom_bench::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
-use headroom_bench::model::{Machine, Manifest};
+use headroom_report::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
+use headroom_report::model::{Machine, Manifest};
 use headroom_types::summary::{RunSummary, Summary};
 use serde_json::{json, Value};
 
@@ -275,8 +275,8 @@ fn render(
     manifest: &Manifest,
     study: &Study,
     fleet: &[Value],
-) -> Result<headroom_bench::format::ReportFiles, SimError> {
-    let files = headroom_bench::format::write_report(dir, manifest, study)?;
+) -> Result<headroom_report::format::ReportFiles, SimError> {
+    let files = headroom_report::format::write_report(dir, manifest, study)?;
     let mut summary = serde_json::to_value(&study.summary).expect("summary serializes");
     if let Some(runs) = summary.get_mut("runs").and_then(Value::as_array_mut) {
         for (run, extra) in runs.iter_mut().zip(fleet) {
@@ -304,7 +304,7 @@ pub fn is_fleet_dir(dir: &Path) -> bool {
 /// `headroom report DIR` on a `sim fleet` directory: re-renders `report.html`, `summary.md`,
 /// `figures/` and `summary.json` from the kept study, fleet fields and manifest, without
 /// re-simulating.
-pub fn rerender_fleet_report(dir: &Path) -> Result<headroom_bench::format::ReportFiles, SimError> {
+pub fn rerender_fleet_report(dir: &Path) -> Result<headroom_report::format::ReportFiles, SimError> {
     let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
     let study_path = dir.join(STUDY_JSON);
     if !study_path.is_file() {

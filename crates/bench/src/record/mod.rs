@@ -296,7 +296,7 @@ impl<'a> Session<'a> {
     }
 
     fn save_manifest(&self) -> Result<()> {
-        self.dir.write_manifest(&self.manifest)
+        Ok(self.dir.write_manifest(&self.manifest)?)
     }
 
     /// Marks the manifest finished.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 
 /// The figures of one `headroom load --json` result that the study uses (DESIGN.md "Result JSON").
 /// Read leniently: a field the load generator did not write is `None`, never a parse failure.
@@ -33,7 +33,7 @@ pub struct LoadMetrics {
 impl LoadMetrics {
     /// Extracts the metrics from the JSON text `headroom load --json` wrote (`origin` names the file).
     pub fn from_json_text(text: &str, origin: &std::path::Path) -> Result<LoadMetrics> {
-        let v: Value = serde_json::from_str(text).map_err(|source| BenchError::Json {
+        let v: Value = serde_json::from_str(text).map_err(|source| ReportError::Json {
             path: origin.to_path_buf(),
             source,
         })?;

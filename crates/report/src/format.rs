@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 use crate::figure::{Figure, Shade, Study, Table};
 use crate::model::Manifest;
 use crate::plot;
@@ -26,7 +26,7 @@ pub fn write_report(dir: &Path, manifest: &Manifest, study: &Study) -> Result<Re
     write_json_atomic(&summary_json, &study.summary)?;
 
     let fig_dir = dir.join("figures");
-    std::fs::create_dir_all(&fig_dir).map_err(|e| BenchError::io("creating", &fig_dir, e))?;
+    std::fs::create_dir_all(&fig_dir).map_err(|e| ReportError::io("creating", &fig_dir, e))?;
     let mut data = Vec::new();
     for fig in &study.figures {
         let csv = fig_dir.join(format!("{}.csv", fig.id));
