@@ -4,7 +4,6 @@
 //! `servers.csv` lists every server under every policy.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use headroom_report::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
@@ -349,28 +348,39 @@ pub fn write_fleet_report(
     let files = render(dir, &manifest, &study, &fleet)?;
     let manifest_path = dir.join("manifest.json");
     write_json(&manifest_path, &manifest)?;
-    let mut csv = String::from(
-        "policy,server,cores,windows,violations,emu_mean,emu_min,be_norm_mean,lc_load_mean,p99_max_us,be_cpu_hours\n",
-    );
-    for f in results {
-        for s in &f.servers {
-            let _ = writeln!(
-                csv,
-                "{},{},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.1},{:.3}",
-                f.policy.as_str(),
-                s.server,
-                s.cores,
-                s.windows,
-                s.violations,
-                s.emu_mean,
-                s.emu_min,
-                s.be_norm_mean,
-                s.lc_load_mean,
-                s.p99_max_us,
-                s.be_cpu_hours
-            );
-        }
-    }
+    let header = [
+        "policy",
+        "server",
+        "cores",
+        "windows",
+        "violations",
+        "emu_mean",
+        "emu_min",
+        "be_norm_mean",
+        "lc_load_mean",
+        "p99_max_us",
+        "be_cpu_hours",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = results.iter().flat_map(|f| {
+        f.servers.iter().map(move |s| {
+            vec![
+                f.policy.as_str().to_string(),
+                s.server.to_string(),
+                s.cores.to_string(),
+                s.windows.to_string(),
+                s.violations.to_string(),
+                format!("{:.4}", s.emu_mean),
+                format!("{:.4}", s.emu_min),
+                format!("{:.4}", s.be_norm_mean),
+                format!("{:.4}", s.lc_load_mean),
+                format!("{:.1}", s.p99_max_us),
+                format!("{:.3}", s.be_cpu_hours),
+            ]
+        })
+    });
+    let csv = headroom_report::format::csv_document(std::iter::once(header).chain(rows));
     let servers = dir.join("servers.csv");
     std::fs::write(&servers, csv).map_err(|e| SimError::io(&servers, e))?;
     Ok(vec![files.html, files.summary_json, servers])
