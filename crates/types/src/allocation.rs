@@ -2,7 +2,7 @@
 //!
 //! `None` in a limit means "the agent imposes nothing": the reconciler restores the value the
 //! group had before the agent touched it. The JSON form is the decision log's `allocation`
-//! (TEAM.md contract 6).
+//! (docs/architecture.md, contract 6).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! The agent's TOML configuration (DESIGN.md "Config"; keys are a contract: extend, don't rename).
+//! The agent's TOML configuration (docs/architecture.md "Config"; keys are a contract: extend, don't rename).
 //!
 //! Every paper constant is a key whose default is the paper's value. Unknown keys are refused
 //! (`deny_unknown_fields`), and [`Config::validate`] refuses bad values and unsafe paths with an

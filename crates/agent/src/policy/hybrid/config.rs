@@ -20,7 +20,7 @@ pub struct HybridConfig {
     pub buffer_step_cores: f64,
     /// When every CPU BE may use is an LC CPU (a small machine), run BE on those CPUs in the
     /// `cpu.idle` class instead of giving it nothing: the mainline successor of BVT warp
-    /// (DESIGN.md), with the outer loop still disabling BE on negative slack or high load.
+    /// (docs/architecture.md), with the outer loop still disabling BE on negative slack or high load.
     pub share_lc_cpus: bool,
 }
 
