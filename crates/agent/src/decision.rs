@@ -1,4 +1,4 @@
-//! A policy's decision, the decision-log record (TEAM.md contract 6), and replay.
+//! A policy's decision, the decision-log record (docs/architecture.md, contract 6), and replay.
 //!
 //! Replay builds a fresh policy from the same config and feeds it the recorded observations at
 //! the recorded times; every decision must come out identical. For that the runtime must log

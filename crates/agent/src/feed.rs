@@ -1,4 +1,4 @@
-//! The receiving end of the live feed (TEAM.md contract 4): a running `headroom load --feed
+//! The receiving end of the live feed (docs/architecture.md, contract 4): a running `headroom load --feed
 //! SOCKET` connects to the agent's Unix socket and writes one JSON line per second with that
 //! second's corrected-latency histogram and rate. The agent keeps the histograms over the SLO
 //! window and publishes the window percentile (latency) and the last rate (load).

@@ -35,8 +35,8 @@ fn the_documented_example_parses() {
 }
 
 #[test]
-fn the_design_md_example_parses() {
-    // DESIGN.md "Config", verbatim
+fn the_architecture_example_parses() {
+    // the example of docs/architecture.md "Config", verbatim
     let text = r#"
 [lc]
 name = "memcached"
@@ -75,7 +75,7 @@ state_file = "/var/lib/headroom/state.json"
 socket = "/run/headroom.sock"
 metrics = "127.0.0.1:9464"      # Prometheus exposition; localhost by default
 "#;
-    let c = Config::from_toml_str(text).expect("DESIGN.md's example is valid");
+    let c = Config::from_toml_str(text).expect("the architecture page's example is valid");
     assert_eq!(c.policy.kind, PolicyKind::Blind);
     assert_eq!(c.policy.blind.buffer_cores, 1.0);
     assert_eq!(c.policy.blind.poll_ms, 1);

@@ -51,7 +51,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
         originals: vec![
             OriginalValue {
                 knob: Knob::cgroup(&be, CgroupKnob::CpusetCpus),
-                value: KnobValue::Cpus("0-1".into()),
+                value: KnobValue::Cpus([0, 1].into()),
             },
             OriginalValue {
                 knob: Knob::MaxFreq { cpu: 1 },

@@ -1,4 +1,4 @@
-//! `headroom`: one binary, one subcommand per room (DESIGN.md "The CLI contract").
+//! `headroom`: one binary, one subcommand per room (docs/architecture.md "The CLI contract").
 
 mod cmd;
 

@@ -1,4 +1,4 @@
-//! `headroom doctor` end to end: the JSON has DESIGN.md's keys, the table prints, a fake root is
+//! `headroom doctor` end to end: the JSON has the contract's keys (docs/architecture.md), the table prints, a fake root is
 //! probed without touching the machine, and a bad --root is a usage error (exit 2).
 
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! `doctor::probe("/")` on the real machine: every DESIGN.md key is present, the probe leaves no
+//! `doctor::probe("/")` on the real machine: every contract key (docs/architecture.md) is present, the probe leaves no
 //! scratch cgroup or network namespace behind, and its findings agree with the layout.
 
 use std::path::Path;

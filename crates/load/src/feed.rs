@@ -1,4 +1,4 @@
-//! `--feed SOCKET` (TEAM contract 4): one JSON line per second on a Unix stream socket:
+//! `--feed SOCKET` (docs/architecture.md, contract 4): one JSON line per second on a Unix stream socket:
 //! `{"version":1,"t_unix_ms":…,"interval_s":…,"qps":…,"hist":"<LatencyHist base64>"}` with the
 //! interval's corrected latencies, for the colocation agent to read live.
 

@@ -54,7 +54,7 @@ pub fn run_report(
     Ok(report::build_report(&raw, &v.iadist_unit, 99.0))
 }
 
-/// Runs the load and returns the DESIGN.md result. `progress` sees one merged interval per second.
+/// Runs the load and returns the result (docs/architecture.md "The JSON contracts"). `progress` sees one merged interval per second.
 pub fn run(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&Interval),

@@ -230,7 +230,7 @@ pub struct LoadOptions {
     pub save: Option<PathBuf>,
     /// `--hdr F`: interval histogram log.
     pub hdr_log: Option<PathBuf>,
-    /// `--feed SOCKET`: one JSON line per second to a Unix stream socket (TEAM contract 4).
+    /// `--feed SOCKET`: one JSON line per second to a Unix stream socket (docs/architecture.md, contract 4).
     pub feed: Option<PathBuf>,
     /// `--seed`: makes keys, sizes and schedules reproducible.
     pub seed: Option<u64>,

@@ -1,4 +1,4 @@
-//! Turning merged raw results into the result JSON (DESIGN.md "Result JSON", plus headroom's extra
+//! Turning merged raw results into the result JSON (docs/architecture.md "The JSON contracts", plus headroom's extra
 //! keys), the mutilate-style table and CSV rows.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! The cross-crate contracts of TEAM.md items 1–3, used the way other crates use them: through
+//! The cross-crate contracts 1–3 of docs/architecture.md, used the way other crates use them: through
 //! the public paths only.
 
 use headroom_load::dist::{Dist, DistError, KeyGenerator};

@@ -60,9 +60,24 @@ pub enum Shade {
     Warn,
     /// > 120% of the SLO.
     Bad,
+    /// `n` of `of` windows violated the SLO (n > 0): a red that deepens with the share, so
+    /// 1 of 9 reads paler than 9 of 9.
+    Violated {
+        n: u64,
+        of: u64,
+    },
 }
 
 impl Shade {
+    /// SLO-violating windows, `n` of `of`: [`Shade::Ok`] when none.
+    pub fn of_violations(n: u64, of: u64) -> Shade {
+        if n == 0 {
+            Shade::Ok
+        } else {
+            Shade::Violated { n, of }
+        }
+    }
+
     /// The Heracles Fig. 1 colouring of a latency given as percent of the SLO.
     pub fn of_slo_pct(pct: f64) -> Shade {
         if !pct.is_finite() {

@@ -187,13 +187,29 @@ pub fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn shade_class(s: Shade) -> &'static str {
+fn shade_class(s: Shade) -> String {
     match s {
-        Shade::None => "",
-        Shade::Ok => " class=\"ok\"",
-        Shade::Warn => " class=\"warn\"",
-        Shade::Bad => " class=\"bad\"",
+        Shade::None => String::new(),
+        Shade::Ok => " class=\"ok\"".into(),
+        Shade::Warn => " class=\"warn\"".into(),
+        Shade::Bad => " class=\"bad\"".into(),
+        Shade::Violated { n, of } => violation_style(n, of),
     }
+}
+
+/// A red from pale (a small share of windows violated) to deep (every window), white text on
+/// the deep half.
+pub fn violation_style(n: u64, of: u64) -> String {
+    let share = if of == 0 {
+        1.0
+    } else {
+        (n as f64 / of as f64).clamp(0.0, 1.0)
+    };
+    // From #fcd5c8 at a sliver to #a50f15 at all windows.
+    let mix = |pale: f64, deep: f64| (pale + (deep - pale) * share).round() as u8;
+    let (r, g, b) = (mix(252.0, 165.0), mix(213.0, 15.0), mix(200.0, 21.0));
+    let text = if share > 0.45 { "#fff" } else { "#222" };
+    format!(" style=\"background:#{r:02x}{g:02x}{b:02x};color:{text}\"")
 }
 
 const CSS: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}\
@@ -232,11 +248,7 @@ pub fn report_html(m: &Manifest, study: &Study) -> Result<String> {
 
     h.push_str("<h2>Summary</h2>\n<table><tr><th>policy</th><th>BE</th><th>SLO-violating windows</th><th>EMU mean</th><th>EMU min</th><th>worst LC tail (µs)</th><th>BE throughput (norm.)</th></tr>\n");
     for r in &s.runs {
-        let viol_class = if r.slo_violations == 0 {
-            " class=\"ok\""
-        } else {
-            " class=\"bad\""
-        };
+        let viol_class = shade_class(Shade::of_violations(r.slo_violations, r.windows));
         let _ = writeln!(
             h,
             "<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td><td>{}</td><td{viol_class}>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -402,5 +414,26 @@ mod tests {
             doc,
             "name,note\n\"a,b\",\"say \"\"hi\"\"\"\nplain,\"two\nlines\"\n"
         );
+    }
+
+    fn background(n: u64, of: u64) -> u32 {
+        let style = shade_class(Shade::of_violations(n, of));
+        let hex = style.split("background:#").nth(1).expect(&style);
+        u32::from_str_radix(&hex[..6], 16).unwrap()
+    }
+
+    #[test]
+    fn violating_windows_deepen_with_their_share() {
+        assert_eq!(shade_class(Shade::of_violations(0, 9)), " class=\"ok\"");
+        // The green channel falls as the red deepens: 1 of 9 is paler than 5 of 9, than 9 of 9.
+        let green = |c: u32| (c >> 8) & 0xff;
+        let (one, five, all) = (background(1, 9), background(5, 9), background(9, 9));
+        assert!(
+            green(one) > green(five) && green(five) > green(all),
+            "{one:06x} {five:06x} {all:06x}"
+        );
+        assert_eq!(all, 0xa50f15);
+        assert!(shade_class(Shade::of_violations(9, 9)).contains("color:#fff"));
+        assert!(shade_class(Shade::of_violations(1, 9)).contains("color:#222"));
     }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::{ReportError, Result};
 
-/// The figures of one `headroom load --json` result that the study uses (DESIGN.md "Result JSON").
+/// The figures of one `headroom load --json` result that the study uses (docs/architecture.md "The JSON contracts").
 /// Read leniently: a field the load generator did not write is `None`, never a parse failure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct LoadMetrics {

@@ -7,8 +7,10 @@ use plotters::prelude::*;
 use crate::error::{ReportError, Result};
 use crate::figure::Figure;
 
+/// The plot's own size; the legend is a column to its right, as wide as its longest label.
 pub const WIDTH: u32 = 760;
 pub const HEIGHT: u32 = 420;
+const LEGEND_ROW: i32 = 20;
 
 /// One colour per policy / configuration, the same in every plot of every report.
 pub fn color_of(key: &str) -> RGBColor {
@@ -74,8 +76,14 @@ pub fn render_svg(fig: &Figure) -> Result<String> {
     let (x0, x1) = padded_range(&xs, false);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(fig, e))?;
+        let entries = legend_entries(fig);
+        let legend_w = legend_width(&entries);
+        let canvas =
+            SVGBackend::with_string(&mut svg, (WIDTH + legend_w, HEIGHT)).into_drawing_area();
+        canvas.fill(&WHITE).map_err(|e| plot_err(fig, e))?;
+        // The legend beside the plot, never over its data.
+        let (root, legend) = canvas.split_horizontally(WIDTH);
+        draw_legend(fig, &legend, &entries)?;
         if fig.log_y {
             let pos: Vec<f64> = ys.iter().copied().filter(|v| *v > 0.0).collect();
             let (y0, y1) = padded_range(&pos, true);
@@ -88,9 +96,58 @@ pub fn render_svg(fig: &Figure) -> Result<String> {
             let y1 = if y1 <= y0 { y0 + 1.0 } else { y1 };
             draw(fig, &root, x0..x1, y0..y1)?;
         }
-        root.present().map_err(|e| plot_err(fig, e))?;
+        canvas.present().map_err(|e| plot_err(fig, e))?;
     }
     Ok(svg)
+}
+
+/// One legend row: label, colour, dashed.
+type LegendEntry = (String, RGBColor, bool);
+
+fn legend_entries(fig: &Figure) -> Vec<LegendEntry> {
+    let slo = fig
+        .slo
+        .map(|slo| (format!("SLO {}", trim_num(slo)), color_of("slo"), true));
+    slo.into_iter()
+        .chain(
+            fig.series
+                .iter()
+                .map(|s| (s.name.clone(), color_of(&s.color_key), s.dashed)),
+        )
+        .collect()
+}
+
+/// Room for a 13 px label (about 7.5 px a character) after its 26 px line sample.
+fn legend_width(entries: &[LegendEntry]) -> u32 {
+    let longest = entries.iter().map(|e| e.0.chars().count()).max();
+    longest.map_or(0, |n| (40 + n as u32 * 15 / 2).min(320))
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    fig: &Figure,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[LegendEntry],
+) -> Result<()> {
+    for (i, (label, color, dashed)) in entries.iter().enumerate() {
+        let y = 44 + i as i32 * LEGEND_ROW;
+        let style = ShapeStyle::from(color).stroke_width(2);
+        let segments: &[(i32, i32)] = if *dashed {
+            &[(4, 11), (15, 22), (26, 30)]
+        } else {
+            &[(4, 30)]
+        };
+        for &(a, b) in segments {
+            area.draw(&PathElement::new(vec![(a, y), (b, y)], style))
+                .map_err(|e| plot_err(fig, e))?;
+        }
+        area.draw(&Text::new(
+            label.clone(),
+            (36, y - 7),
+            ("sans-serif", 13).into_font(),
+        ))
+        .map_err(|e| plot_err(fig, e))?;
+    }
+    Ok(())
 }
 
 fn padded_range(v: &[f64], log: bool) -> (f64, f64) {
@@ -148,9 +205,7 @@ where
                 5,
                 style,
             ))
-            .map_err(|e| plot_err(fig, e))?
-            .label(format!("SLO {}", trim_num(slo)))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+            .map_err(|e| plot_err(fig, e))?;
     }
 
     for s in &fig.series {
@@ -162,17 +217,15 @@ where
             .filter(|p| p.x.is_finite() && p.y.is_finite() && (!fig_log(fig) || p.y > 0.0))
             .map(|p| (p.x, p.y))
             .collect();
-        let anno = if s.dashed {
+        if s.dashed {
             chart
-                .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, line_style))
-                .map_err(|e| plot_err(fig, e))?
+                .draw_series(DashedLineSeries::new(pts, 6, 4, line_style))
+                .map_err(|e| plot_err(fig, e))?;
         } else {
             chart
-                .draw_series(LineSeries::new(pts.clone(), line_style))
-                .map_err(|e| plot_err(fig, e))?
-        };
-        anno.label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], line_style));
+                .draw_series(LineSeries::new(pts, line_style))
+                .map_err(|e| plot_err(fig, e))?;
+        }
         // Spread over repeats as a vertical bar, then the marker: filled when the load generator's
         // self-checks passed, hollow when they failed.
         for p in s
@@ -203,14 +256,6 @@ where
                 .map_err(|e| plot_err(fig, e))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(0xcc, 0xcc, 0xcc))
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(|e| plot_err(fig, e))?;
     Ok(())
 }
 
@@ -238,5 +283,53 @@ pub fn trim_num(v: f64) -> String {
         format!("{}", v.round() as i64)
     } else {
         format!("{v:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::figure::{Series, XY};
+
+    #[test]
+    fn the_legend_is_beside_the_plot_not_over_its_data() {
+        // Data in the top-left corner, where the legend used to be drawn.
+        let series = |name: &str, key: &str| Series {
+            name: name.into(),
+            color_key: key.into(),
+            dashed: false,
+            points: (0..10)
+                .map(|i| XY::new(i as f64, 100.0 - i as f64))
+                .collect(),
+        };
+        let fig = Figure {
+            id: "t".into(),
+            title: "t".into(),
+            caption: String::new(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_y: false,
+            slo: Some(50.0),
+            series: vec![
+                series("none + spin", "none"),
+                series("hybrid + spin", "hybrid"),
+            ],
+        };
+        let svg = render_svg(&fig).unwrap();
+        for label in ["SLO 50", "none + spin", "hybrid + spin"] {
+            let at = svg.find(&format!(">\n{label}\n</text>")).expect(label);
+            let tag = &svg[svg[..at].rfind("<text").unwrap()..at];
+            let x: u32 = tag
+                .split("x=\"")
+                .nth(1)
+                .and_then(|s| s.split('"').next())
+                .and_then(|s| s.parse().ok())
+                .expect(tag);
+            assert!(x >= WIDTH, "{label} drawn at x = {x}, inside the plot");
+        }
+        assert!(svg.contains(&format!(
+            "width=\"{}\"",
+            WIDTH + legend_width(&legend_entries(&fig))
+        )));
     }
 }

@@ -4,7 +4,7 @@
 //! response-time distribution, CPU use, BE progress, power and DRAM traffic, and
 //! [`SimHost::observation`] turns that into the `Observation` the real policy reads.
 
-use headroom_agent::allocation::{format_cpulist, Allocation};
+use headroom_agent::allocation::Allocation;
 use headroom_agent::node::NodeFacts;
 use headroom_agent::observation::Observation;
 use headroom_types::CpuSet;
@@ -156,16 +156,15 @@ impl SimHost {
         self.last.as_ref()
     }
 
-    pub(crate) fn cpulist(&self, mask: u128) -> String {
-        let cpus: Vec<u32> = (0..self.cores)
+    pub(crate) fn cpu_set(&self, mask: u128) -> CpuSet {
+        (0..self.cores)
             .filter(|c| mask & (1u128 << c) != 0)
-            .collect();
-        format_cpulist(&cpus)
+            .collect()
     }
 
-    pub(crate) fn set_be_cpus(&mut self, cpus: &[u32]) {
+    pub(crate) fn set_be_cpus(&mut self, cpus: &CpuSet) {
         self.dirty = true;
-        self.applied.be_cpus = mask_of(&CpuSet::from(cpus), self.all);
+        self.applied.be_cpus = mask_of(cpus, self.all);
         self.refresh_be_freq();
     }
 

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue, ManagedGroups};
-use headroom_agent::allocation::parse_cpulist;
 use headroom_agent::node::{Node, NodeError, NodeFacts};
 use headroom_agent::observation::Observation;
 use headroom_host::cgroup::CpuQuota;
@@ -91,7 +90,7 @@ impl Node for SimHost {
         let a = self.applied();
         match knob {
             Knob::Cgroup { group, knob: k } if self.is_be(group) => Ok(match k {
-                CgroupKnob::CpusetCpus => KnobValue::Cpus(self.cpulist(a.be_cpus)),
+                CgroupKnob::CpusetCpus => KnobValue::Cpus(self.cpu_set(a.be_cpus)),
                 CgroupKnob::CpuWeight => KnobValue::Weight(a.be_shares as u64),
                 CgroupKnob::CpuIdle => KnobValue::Idle(a.be_idle),
                 CgroupKnob::CpuQuota => KnobValue::Quota(CpuQuota {
@@ -115,11 +114,7 @@ impl Node for SimHost {
     fn write(&mut self, knob: &Knob, _from: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
         match (knob, to) {
             (Knob::Cgroup { group, knob: k }, v) if self.is_be(group) => match (k, v) {
-                (CgroupKnob::CpusetCpus, KnobValue::Cpus(list)) => {
-                    let cpus = parse_cpulist(list)
-                        .map_err(|e| NodeError::new(knob.to_string(), format!("{list:?}: {e}")))?;
-                    self.set_be_cpus(&cpus);
-                }
+                (CgroupKnob::CpusetCpus, KnobValue::Cpus(cpus)) => self.set_be_cpus(cpus),
                 (CgroupKnob::CpuWeight, KnobValue::Weight(w)) => {
                     self.applied_mut().be_shares = *w as f64
                 }

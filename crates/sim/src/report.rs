@@ -135,11 +135,10 @@ pub fn fleet_study(setup: &SimSetup, spec: &FleetSpec, results: &[PolicyFleet]) 
         let viol_pct = 100.0 * f.total_violations() as f64 / f.total_windows().max(1) as f64;
         rows.push(vec![
             Cell::text(f.policy.as_str()),
-            Cell::num(Some(f.total_violations() as f64), 0).shaded(if f.total_violations() == 0 {
-                Shade::Ok
-            } else {
-                Shade::Bad
-            }),
+            Cell::num(Some(f.total_violations() as f64), 0).shaded(Shade::of_violations(
+                f.total_violations(),
+                f.total_windows(),
+            )),
             Cell::num(Some(viol_pct), 2),
             Cell::num(Some(f.violating_servers() as f64), 0),
             Cell::num(Some(100.0 * f.emu_mean()), 1),

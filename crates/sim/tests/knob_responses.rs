@@ -56,7 +56,7 @@ fn more_be_cpus_more_be_work_less_lc_room() {
         set(
             &mut h,
             be(CgroupKnob::CpusetCpus),
-            KnobValue::Cpus(format!("{}-15", 16 - n)),
+            KnobValue::Cpus((16 - n..16).collect()),
         );
         let s = state(&mut h, 0.3);
         assert!(s.be_norm > last_be && s.idle < last_idle, "{n} CPUs: {s:?}");
@@ -88,7 +88,7 @@ fn quota_caps_be_and_frequency_caps_cut_be_speed_and_power() {
     set(
         &mut h,
         be(CgroupKnob::CpusetCpus),
-        KnobValue::Cpus("8-15".into()),
+        KnobValue::Cpus((8..16).collect()),
     );
     let full = state(&mut h, 0.3);
     set(
@@ -126,7 +126,7 @@ fn dram_be_hurts_the_lc_more_than_spin() {
         set(
             h,
             be(CgroupKnob::CpusetCpus),
-            KnobValue::Cpus("6-15".into()),
+            KnobValue::Cpus((6..16).collect()),
         );
     }
     let (a, b) = (state(&mut spin, 0.3), state(&mut dram, 0.3));
@@ -149,14 +149,14 @@ fn smt_siblings_running_be_slow_the_lc() {
     set(
         &mut h,
         be(CgroupKnob::CpusetCpus),
-        KnobValue::Cpus("8-15".into()),
+        KnobValue::Cpus((8..16).collect()),
     );
     let pairs = state(&mut h, 0.3);
     let mut plain = host("spin");
     set(
         &mut plain,
         be(CgroupKnob::CpusetCpus),
-        KnobValue::Cpus("8-15".into()),
+        KnobValue::Cpus((8..16).collect()),
     );
     let no_smt = state(&mut plain, 0.3);
     // the SMT penalty (0.3) times a small change in LLC pressure: BE's pressure follows the

@@ -2,7 +2,7 @@
 //!
 //! `None` in a limit means "the agent imposes nothing": the reconciler restores the value the
 //! group had before the agent touched it. The JSON form is the decision log's `allocation`
-//! (TEAM.md contract 6).
+//! (docs/architecture.md, contract 6).
 
 use serde::{Deserialize, Serialize};
 
@@ -269,44 +269,6 @@ pub fn format_cpulist(cpus: &[u32]) -> String {
     cpus.iter().copied().collect::<CpuSet>().to_list()
 }
 
-/// Error parsing a cpulist, naming the offending text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad cpulist {input:?}: {reason}")]
-pub struct CpuListError {
-    pub input: String,
-    pub reason: String,
-}
-
-/// Parses a kernel cpulist ("0-3,6"; empty or blank = no CPUs) into sorted distinct ids.
-pub fn parse_cpulist(input: &str) -> Result<Vec<u32>, CpuListError> {
-    let err = |reason: String| CpuListError {
-        input: input.to_string(),
-        reason,
-    };
-    let mut cpus = Vec::new();
-    for part in input.trim().split(',').filter(|p| !p.trim().is_empty()) {
-        let part = part.trim();
-        let parse = |s: &str| {
-            s.trim()
-                .parse::<u32>()
-                .map_err(|e| err(format!("{s:?}: {e}")))
-        };
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (parse(a)?, parse(b)?);
-                if a > b {
-                    return Err(err(format!("range {part:?} runs backwards")));
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(parse(part)?),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,16 +277,6 @@ mod tests {
     fn cpulist_round_trip() {
         assert_eq!(format_cpulist(&[3, 0, 1, 2, 6, 8, 9]), "0-3,6,8-9");
         assert_eq!(format_cpulist(&[]), "");
-        assert_eq!(
-            parse_cpulist("0-3,6,8-9\n").unwrap(),
-            vec![0, 1, 2, 3, 6, 8, 9]
-        );
-        assert_eq!(parse_cpulist("").unwrap(), Vec::<u32>::new());
-        assert!(parse_cpulist("3-1").is_err());
-        assert!(parse_cpulist("x")
-            .unwrap_err()
-            .to_string()
-            .contains("\"x\""));
     }
 
     #[test]

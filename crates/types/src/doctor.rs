@@ -1,6 +1,6 @@
-//! `headroom doctor --json` (DESIGN.md): produced by headroom-host.
+//! `headroom doctor --json` (docs/architecture.md): produced by headroom-host.
 //!
-//! The keys of DESIGN.md are a contract; fields beyond them (`via`, `net_cls`, `net_prio`, `cgroup_bpf`, `cgroup_psi`,
+//! The keys of docs/architecture.md are a contract; fields beyond them (`via`, `net_cls`, `net_prio`, `cgroup_bpf`, `cgroup_psi`,
 //! `meminfo`, `cgroup_cpu_usage`, `topology`) are extensions and may be absent in older output.
 
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,7 @@ impl Availability {
     }
 }
 
-/// The actuators of DESIGN.md "Mechanisms and their kernel interfaces".
+/// The actuators of docs/architecture.md "Mechanisms and their kernel interfaces".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mechanisms {
     pub cpuset: Availability,

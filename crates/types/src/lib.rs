@@ -1,4 +1,4 @@
-//! Plain types shared across the headroom crates: the JSON contracts of DESIGN.md.
+//! Plain types shared across the headroom crates: the contracts of docs/architecture.md.
 //!
 //! Each module belongs to the crate that produces the data; consumers only read it.
 

@@ -1,4 +1,4 @@
-//! `headroom load --json` result (DESIGN.md "Result JSON"): produced by headroom-load.
+//! `headroom load --json` result (docs/architecture.md "The JSON contracts"): produced by headroom-load.
 //!
 //! The keys are a contract (bench and users parse them): extend with optional fields, never rename.
 

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// One actuation mechanism (DESIGN.md "Mechanisms and their kernel interfaces").
+/// One actuation mechanism (docs/architecture.md "Mechanisms and their kernel interfaces").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {

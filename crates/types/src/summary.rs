@@ -1,4 +1,4 @@
-//! `summary.json` of an experiment run directory (DESIGN.md "Experiments and reports"): produced by
+//! `summary.json` of an experiment run directory (docs/architecture.md "The JSON contracts"): produced by
 //! headroom-bench. The key names are a contract: extend, don't rename.
 
 use serde::{Deserialize, Serialize};

@@ -26,47 +26,25 @@ pub enum TopologyError {
     Sys { what: String, source: nix::Error },
 }
 
-/// Parses a kernel-style CPU list: `0-3,5,7-8` → [0,1,2,3,5,7,8] (sorted, deduplicated).
+/// Parses a kernel-style CPU list: `0-3,5,7-8` → [0,1,2,3,5,7,8] (sorted, deduplicated), by
+/// the one rule set of [`headroom_types::CpuSet`]. An empty list is refused here: a place to
+/// run or a sibling list names at least one CPU, and the affinity mask holds only so many.
 pub fn parse_cpu_list(input: &str) -> Result<Vec<usize>, TopologyError> {
-    let bad = |reason: &str| TopologyError::BadCpuList {
+    let bad = |reason: String| TopologyError::BadCpuList {
         input: input.to_string(),
-        reason: reason.to_string(),
+        reason,
     };
-    let mut cpus = Vec::new();
-    let trimmed = input.trim();
-    if trimmed.is_empty() {
-        return Err(bad("empty"));
+    let set = headroom_types::CpuSet::parse_list(input).map_err(|e| bad(e.reason))?;
+    if set.is_empty() {
+        return Err(bad("empty".into()));
     }
-    for part in trimmed.split(',') {
-        let part = part.trim();
-        let num = |s: &str| {
-            s.trim()
-                .parse::<usize>()
-                .map_err(|_| bad(&format!("{s:?} is not a CPU number")))
-        };
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (num(a)?, num(b)?);
-                if a > b {
-                    return Err(bad(&format!("range {part:?} runs backwards")));
-                }
-                if b >= CpuSet::count() {
-                    return Err(bad(&format!("CPU {b} is beyond the kernel's limit")));
-                }
-                cpus.extend(a..=b);
-            }
-            None => {
-                let c = num(part)?;
-                if c >= CpuSet::count() {
-                    return Err(bad(&format!("CPU {c} is beyond the kernel's limit")));
-                }
-                cpus.push(c);
-            }
-        }
+    if let Some(c) = set.last().filter(|&c| c as usize >= CpuSet::count()) {
+        return Err(bad(format!(
+            "CPU {c} is beyond the affinity mask's {} CPUs",
+            CpuSet::count()
+        )));
     }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
+    Ok(set.iter().map(|c| c as usize).collect())
 }
 
 /// The CPUs this process may run on, ascending.

@@ -83,8 +83,9 @@ impl fmt::Display for Knob {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KnobValue {
-    /// A cpulist ("0-3,6").
-    Cpus(String),
+    /// A CPU set; empty is a v2 group inheriting its parent's CPUs (the file reads back "").
+    /// Stored as the kernel's list string (`"0-3,6"`), as state files have always held it.
+    Cpus(#[serde(serialize_with = "cpus_as_list")] CpuSet),
     /// Native weight (v1 shares, v2 cpu.weight).
     Weight(u64),
     Idle(bool),
@@ -175,10 +176,7 @@ pub fn narrows(from: &KnobValue, to: &KnobValue) -> bool {
         // "" is a v2 cpuset inheriting every CPU of its parent: any list narrows it.
         (KnobValue::Cpus(_), KnobValue::Cpus(b)) if b.is_empty() => false,
         (KnobValue::Cpus(a), KnobValue::Cpus(_)) if a.is_empty() => true,
-        (KnobValue::Cpus(a), KnobValue::Cpus(b)) => {
-            let (a, b) = (cpus(a), cpus(b));
-            !a.iter().all(|c| b.contains(c))
-        }
+        (KnobValue::Cpus(a), KnobValue::Cpus(b)) => !a.is_subset(b),
         (KnobValue::Weight(a), KnobValue::Weight(b)) => b < a,
         (KnobValue::Quota(a), KnobValue::Quota(b)) => quota_cpus(b) < quota_cpus(a),
         (KnobValue::MemoryMax(a), KnobValue::MemoryMax(b)) => less(*a, *b),
@@ -207,13 +205,44 @@ pub fn narrows(from: &KnobValue, to: &KnobValue) -> bool {
     }
 }
 
-fn cpus(list: &str) -> Vec<usize> {
-    CpuSet::parse_list(list)
-        .map(|s| s.iter().map(|c| c as usize).collect())
-        .unwrap_or_default()
+fn cpus_as_list<S: serde::Serializer>(cpus: &CpuSet, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&cpus.to_list())
 }
 
 fn quota_cpus(q: &CpuQuota) -> f64 {
     q.quota_us
         .map_or(f64::INFINITY, |us| us as f64 / q.period_us.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_set_is_kept_as_a_set_and_stored_as_the_kernel_list() {
+        let v = KnobValue::Cpus(CpuSet::from([0, 1, 2, 5]));
+        // The state file has always held the list string; both forms read back.
+        let json = serde_json::to_string(&v).unwrap();
+        assert_eq!(json, r#"{"cpus":"0-2,5"}"#);
+        assert_eq!(serde_json::from_str::<KnobValue>(&json).unwrap(), v);
+        let array: KnobValue = serde_json::from_str(r#"{"cpus":[0,1,2,5]}"#).unwrap();
+        assert_eq!(array, v);
+        let inherit: KnobValue = serde_json::from_str(r#"{"cpus":""}"#).unwrap();
+        assert_eq!(inherit, KnobValue::Cpus(CpuSet::new()));
+        assert_eq!(v.to_string(), "cpus 0-2,5");
+    }
+
+    #[test]
+    fn a_cpuset_narrows_when_it_loses_a_cpu() {
+        let cpus = |c: &[u32]| KnobValue::Cpus(CpuSet::from(c));
+        assert!(!narrows(&cpus(&[0, 1]), &cpus(&[0, 1, 2])));
+        assert!(narrows(&cpus(&[0, 1, 2]), &cpus(&[1, 2])));
+        assert!(
+            narrows(&cpus(&[0, 1]), &cpus(&[1, 2])),
+            "a move takes CPU 0"
+        );
+        // Empty is "inherit every CPU of the parent" on v2.
+        assert!(narrows(&cpus(&[]), &cpus(&[1])));
+        assert!(!narrows(&cpus(&[1]), &cpus(&[])));
+    }
 }

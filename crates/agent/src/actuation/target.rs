@@ -68,10 +68,9 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
                 continue; // the node lacks it: not managed
             };
             let value = match knob {
-                CgroupKnob::CpusetCpus => a
-                    .be_cpus
-                    .as_ref()
-                    .map(|cpus| KnobValue::Cpus(cpus.to_list())),
+                CgroupKnob::CpusetCpus => {
+                    a.be_cpus.as_ref().map(|cpus| KnobValue::Cpus(cpus.clone()))
+                }
                 CgroupKnob::CpuWeight => a.be_cpu_weight.map(|w| native_weight(i.facts, w)),
                 CgroupKnob::CpuIdle => a.be_cpu_idle.map(KnobValue::Idle),
                 CgroupKnob::CpuQuota => a.be_quota_pct.map(|pct| {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 
 /// `[api]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,19 +40,18 @@ impl Default for ApiConfig {
 
 impl ApiConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if self.socket.trim().is_empty() {
-            return Err(invalid("api.socket", &self.socket, "must not be empty"));
+            p.push(invalid("api.socket", &self.socket, "must not be empty"));
         }
         if let Some(m) = &self.metrics {
             if m.parse::<SocketAddr>().is_err() {
-                return Err(invalid(
+                p.push(invalid(
                     "api.metrics",
                     m,
                     "expected IP:PORT, e.g. 127.0.0.1:9464",
                 ));
             }
         }
-        Ok(())
     }
 }

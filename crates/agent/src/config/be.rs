@@ -1,6 +1,6 @@
 //! `[[be]]`: the best-effort groups.
 
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
@@ -33,18 +33,18 @@ fn default_backoff_max_ms() -> u64 {
 }
 
 /// Refuses bad BE groups: empty or duplicate names, unsafe paths, groups that overlap each other or the LC's.
-pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath) -> Result<(), ConfigError> {
+pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath, p: &mut Problems) {
     let mut names = Vec::new();
     for (i, be) in groups.iter().enumerate() {
         if be.name.trim().is_empty() {
-            return Err(invalid(
+            p.push(invalid(
                 &format!("be[{i}].name"),
                 &be.name,
                 "must not be empty",
             ));
         }
         if names.contains(&&be.name) {
-            return Err(invalid(
+            p.push(invalid(
                 &format!("be[{i}].name"),
                 &be.name,
                 "duplicate BE name",
@@ -56,7 +56,7 @@ pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath) -> Result<
             .enumerate()
             .find(|(_, o)| o.cgroup.overlaps(&be.cgroup))
         {
-            return Err(invalid(
+            p.push(invalid(
                     &format!("be[{i}].cgroup"),
                     be.cgroup.as_str(),
                     format!(
@@ -66,19 +66,18 @@ pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath) -> Result<
                 ));
         }
         if be.cgroup.overlaps(lc_cgroup) {
-            return Err(invalid(
+            p.push(invalid(
                 &format!("be[{i}].cgroup"),
                 be.cgroup.as_str(),
                 format!("overlaps the LC group {:?}", lc_cgroup.as_str()),
             ));
         }
         if be.restart_backoff_ms == 0 || be.restart_backoff_max_ms < be.restart_backoff_ms {
-            return Err(invalid(
+            p.push(invalid(
                 &format!("be[{i}].restart_backoff_max_ms"),
                 be.restart_backoff_max_ms,
                 "backoffs must be > 0 with max >= restart_backoff_ms",
             ));
         }
     }
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! `[actuators]`, `[egress]`, `[sensors]`: which host mechanisms the agent uses.
 
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 /// `[actuators]`: which of the extra actuators (`crate::actuators`) may run. Each runs only
@@ -77,40 +77,38 @@ pub struct SensorsConfig {
 
 impl SensorsConfig {
     /// Refuses idle events without the BPF sensor they come from.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if self.idle == IdleSensor::ProcStat && self.idle_sensing == IdleSensing::Events {
-            return Err(invalid(
+            p.push(invalid(
                 "sensors.idle_sensing",
                 "events",
                 "idle events come from the BPF idle sensor, which sensors.idle = \"proc_stat\" turns off: set idle_sensing = \"poll\"",
             ));
         }
-        Ok(())
     }
 }
 
 impl EgressConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if !self.device.is_empty()
             && (self.device.len() > 15
                 || self.device.contains(['/', ' ', '\0'])
                 || self.device == "."
                 || self.device == "..")
         {
-            return Err(invalid(
+            p.push(invalid(
                 "egress.device",
                 &self.device,
                 "not a network interface name",
             ));
         }
         if self.link_mbit > 10_000_000 {
-            return Err(invalid(
+            p.push(invalid(
                 "egress.link_mbit",
                 self.link_mbit,
                 "above 10 Tbit/s: the link rate is in Mbit/s (0 = read the device's speed)",
             ));
         }
-        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! `[lc]`: the latency-critical service, its SLO and where its latency and load come from.
 
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use headroom_types::{CpuSet, GroupPath};
 use serde::{Deserialize, Serialize};
 
@@ -176,71 +176,82 @@ pub const MAX_PROBE_SHARE: f64 = 0.05;
 
 impl LcConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if self.name.trim().is_empty() {
-            return Err(invalid("lc.name", &self.name, "must not be empty"));
+            p.push(invalid("lc.name", &self.name, "must not be empty"));
         }
         if !self.pids.is_empty() && !self.command.is_empty() {
-            return Err(invalid(
+            p.push(invalid(
                 "lc.command",
                 &self.command,
                 "give either lc.pids or lc.command, not both",
             ));
         }
         if self.pids.contains(&0) {
-            return Err(invalid("lc.pids", &self.pids, "pid 0 is not a process"));
+            p.push(invalid("lc.pids", &self.pids, "pid 0 is not a process"));
         }
         let slo = &self.slo;
         if !(slo.percentile > 0.0 && slo.percentile < 100.0) {
-            return Err(invalid(
+            p.push(invalid(
                 "lc.slo.percentile",
                 slo.percentile,
                 "must be in (0, 100)",
             ));
         }
-        positive("lc.slo.target_us", slo.target_us)?;
-        positive("lc.slo.window_s", slo.window_s)?;
+        p.check(positive("lc.slo.target_us", slo.target_us));
+        p.check(positive("lc.slo.window_s", slo.window_s));
         if slo.window_s > MAX_WINDOW_S {
-            return Err(invalid(
+            p.push(invalid(
                 "lc.slo.window_s",
                 slo.window_s,
                 format!("above {MAX_WINDOW_S} s: a latency that old cannot steer BE (Heracles uses 15 s)"),
             ));
         }
         if slo.min_samples == Some(0) {
-            return Err(invalid("lc.slo.min_samples", 0, "must be at least 1"));
+            p.push(invalid("lc.slo.min_samples", 0, "must be at least 1"));
         }
         if let Some(lat) = &self.latency {
             match lat.source {
-                LatencySource::Probe => {
-                    require_address("lc.latency.address", lat.address.as_deref())?
-                }
+                LatencySource::Probe => p.check(require_address(
+                    "lc.latency.address",
+                    lat.address.as_deref(),
+                )),
                 LatencySource::Prometheus => {
-                    require_some(
+                    p.check(require_some(
                         "lc.latency.url",
                         lat.url.as_deref(),
                         "source = \"prometheus\"",
-                    )?;
-                    require_some(
+                    ));
+                    p.check(require_some(
                         "lc.latency.metric",
                         lat.metric.as_deref(),
                         "source = \"prometheus\"",
-                    )?;
+                    ));
                 }
                 LatencySource::Feed => {}
             }
-            positive("lc.latency.rate_hz", lat.rate_hz)?;
+            p.check(positive("lc.latency.rate_hz", lat.rate_hz));
             if let Some(b) = lat.max_send_lag_us {
-                positive("lc.latency.max_send_lag_us", b)?;
+                p.check(positive("lc.latency.max_send_lag_us", b));
             }
             // The prober is load on the LC: bounded absolutely and, where the LC's peak is
             // known, to a small fraction of it (a 1e9 Hz prober pushed p99 from 200 µs to 4 ms).
-            if lat.source == LatencySource::Probe {
+            // Checked only against valid inputs: a bad peak or SLO is named once, as itself.
+            let peak_ok = self
+                .load
+                .as_ref()
+                .is_none_or(|l| l.peak_qps.is_finite() && l.peak_qps > 0.0);
+            let slo_ok = slo.percentile > 0.0
+                && slo.percentile < 100.0
+                && slo.window_s.is_finite()
+                && slo.window_s > 0.0
+                && slo.min_samples != Some(0);
+            if lat.source == LatencySource::Probe && peak_ok {
                 let cap = self.load.as_ref().map_or(MAX_PROBE_HZ, |l| {
                     (l.peak_qps * MAX_PROBE_SHARE).min(MAX_PROBE_HZ)
                 });
                 if lat.rate_hz > cap {
-                    return Err(invalid(
+                    p.push(invalid(
                         "lc.latency.rate_hz",
                         lat.rate_hz,
                         format!(
@@ -253,8 +264,11 @@ impl LcConfig {
             // A prober that cannot fill its window never yields a latency, and the agent would
             // run blind until the stale rule disables BE: refuse it at start instead.
             let probes_per_window = lat.rate_hz * slo.window_s;
-            if lat.source == LatencySource::Probe && probes_per_window < slo.min_samples() as f64 {
-                return Err(invalid(
+            if lat.source == LatencySource::Probe
+                && slo_ok
+                && probes_per_window < slo.min_samples() as f64
+            {
+                p.push(invalid(
                     "lc.latency.rate_hz",
                     lat.rate_hz,
                     format!(
@@ -267,33 +281,37 @@ impl LcConfig {
             }
         }
         if let Some(load) = &self.load {
-            positive("lc.load.peak_qps", load.peak_qps)?;
+            p.check(positive("lc.load.peak_qps", load.peak_qps));
             match load.source {
                 LoadSource::MemcacheStats | LoadSource::RedisInfo => {
-                    require_address("lc.load.address", load.address.as_deref())?
+                    p.check(require_address("lc.load.address", load.address.as_deref()))
                 }
                 LoadSource::Prometheus => {
-                    require_some(
+                    p.check(require_some(
                         "lc.load.url",
                         load.url.as_deref(),
                         "source = \"prometheus\"",
-                    )?;
-                    require_some(
+                    ));
+                    p.check(require_some(
                         "lc.load.metric",
                         load.metric.as_deref(),
                         "source = \"prometheus\"",
-                    )?;
+                    ));
                 }
                 LoadSource::Feed => {}
             }
         }
         let threads = &self.threads;
-        if let Some(p) = threads.fifo_priority {
-            if !(1..=99).contains(&p) {
-                return Err(invalid("lc.threads.fifo_priority", p, "must be in 1..=99"));
+        if let Some(prio) = threads.fifo_priority {
+            if !(1..=99).contains(&prio) {
+                p.push(invalid(
+                    "lc.threads.fifo_priority",
+                    prio,
+                    "must be in 1..=99",
+                ));
             }
             if threads.slice_us.is_some() {
-                return Err(invalid(
+                p.push(invalid(
                     "lc.threads.slice_us",
                     threads.slice_us,
                     "a slice request has no effect under SCHED_FIFO; give one of the two",
@@ -302,13 +320,12 @@ impl LcConfig {
         }
         if let Some(s) = threads.slice_us {
             if !(100..=100_000).contains(&s) {
-                return Err(invalid(
+                p.push(invalid(
                     "lc.threads.slice_us",
                     s,
                     "EEVDF accepts 100..=100000 µs",
                 ));
             }
         }
-        Ok(())
     }
 }

@@ -1,8 +1,10 @@
-//! The agent's TOML configuration (DESIGN.md "Config"; keys are a contract: extend, don't rename).
+//! The agent's TOML configuration (docs/architecture.md "Config"; keys are a contract: extend, don't rename).
 //!
 //! Every paper constant is a key whose default is the paper's value. Unknown keys are refused
 //! (`deny_unknown_fields`), and [`Config::validate`] refuses bad values and unsafe paths with an
-//! error naming the key, the value and the reason.
+//! error naming the key, the value and the reason. Every problem is reported at once
+//! ([`ConfigError::Several`], one a line): each top-level section's first type error, or, when
+//! every section parses, every refused value (at most one per key).
 
 use std::path::Path;
 
@@ -46,6 +48,62 @@ pub enum ConfigError {
     /// The config file could not be read.
     #[error("reading config {path}: {reason}")]
     Io { path: String, reason: String },
+    /// More than one of the above, in the file's order of sections; printed one a line.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// Every problem this error stands for (itself, unless it is [`ConfigError::Several`]).
+    pub fn problems(&self) -> Vec<&ConfigError> {
+        match self {
+            ConfigError::Several(all) => all.iter().flat_map(|e| e.problems()).collect(),
+            one => vec![one],
+        }
+    }
+
+    /// A parse error's message with the file it came from.
+    fn in_file(self, path: &Path) -> ConfigError {
+        match self {
+            ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
+            ConfigError::Several(all) => {
+                ConfigError::Several(all.into_iter().map(|e| e.in_file(path)).collect())
+            }
+            other => other,
+        }
+    }
+}
+
+/// The problems found in a config, at most one per key: the first (a later check of the same
+/// key, such as `w_min <= w_max` after `w_min` was out of range, would only repeat it).
+#[derive(Debug, Default)]
+pub(crate) struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    pub(crate) fn push(&mut self, e: ConfigError) {
+        let same_key = |p: &ConfigError| match (p, &e) {
+            (ConfigError::Invalid { key: a, .. }, ConfigError::Invalid { key: b, .. }) => a == b,
+            _ => false,
+        };
+        if !self.0.iter().any(same_key) {
+            self.0.push(e);
+        }
+    }
+
+    pub(crate) fn check(&mut self, result: Result<(), ConfigError>) {
+        if let Err(e) = result {
+            self.push(e);
+        }
+    }
+
+    /// `Ok` when nothing was found; one problem as itself; several as [`ConfigError::Several`].
+    pub(crate) fn into_result(mut self) -> Result<(), ConfigError> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            _ => Err(ConfigError::Several(self.0)),
+        }
+    }
 }
 
 pub(crate) fn invalid(
@@ -89,12 +147,34 @@ impl Config {
     /// Parses and validates a TOML document.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         // Syntax first (toml's message has the line); then the typed read, whose errors name
-        // the key a value type refused (`be[0].cgroup = "./x": ...`).
+        // the key a value type refused (`be[0].cgroup = "./x": ...`). serde stops at the first
+        // refusal, so the other sections are then read one by one for theirs.
         let doc: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let mut config: Config =
-            serde_path_to_error::deserialize(de).map_err(|e| refused_value(&doc, e))?;
+        let mut config: Config = match serde_path_to_error::deserialize(de) {
+            Ok(config) => config,
+            Err(e) => {
+                let first = e.path().iter().next().and_then(|s| match s {
+                    serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                    _ => None,
+                });
+                let refused = refused_value("", &toml::Value::Table(doc.clone()), e);
+                // The section refused first (by its path, or an unknown one by its name).
+                let named = refused.to_string();
+                let mut problems = Problems::default();
+                problems.push(refused);
+                for (name, value) in &doc {
+                    let first_one = first.as_deref() == Some(name.as_str())
+                        || named.contains(&format!("`{name}`"));
+                    if !first_one {
+                        problems.check(read_section(name, value));
+                    }
+                }
+                problems.into_result()?;
+                unreachable!("a failed read leaves at least one problem")
+            }
+        };
         config.normalize();
         config.validate()?;
         Ok(config)
@@ -106,10 +186,7 @@ impl Config {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        Config::from_toml_str(&text).map_err(|e| match e {
-            ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
-            other => other,
-        })
+        Config::from_toml_str(&text).map_err(|e| e.in_file(path))
     }
 
     /// The TOML form (what `status` shows and `set` edits).
@@ -166,6 +243,7 @@ impl Config {
     /// Checks values and paths; the error names the key, the value and the reason.
     /// The checks that need the machine: CPU ids that exist, buffers smaller than the machine.
     pub fn validate_on(&self, cpus: &[u32]) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
         let missing = |list: &CpuSet| list.iter().find(|c| !cpus.contains(c));
         let online = crate::allocation::format_cpulist(cpus);
         for (key, list) in [
@@ -173,7 +251,7 @@ impl Config {
             ("policy.static-cores.cpus", &self.policy.static_cores.cpus),
         ] {
             if let Some(c) = missing(list) {
-                return Err(invalid(
+                p.push(invalid(
                     key,
                     format!("{:?}", list.to_vec()),
                     format!("CPU {c} is not online here (online: {online})"),
@@ -183,7 +261,7 @@ impl Config {
         let n = cpus.len() as f64;
         let b = self.policy.blind.buffer_cores;
         if !cpus.is_empty() && b >= n {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.blind.buffer_cores",
                 b,
                 format!(
@@ -192,84 +270,118 @@ impl Config {
             ));
         }
         if !cpus.is_empty() && self.policy.static_cores.cores as f64 > n {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.static-cores.cores",
                 self.policy.static_cores.cores,
                 format!("this machine has {n} CPUs"),
             ));
         }
-        Ok(())
+        p.into_result()
     }
 
+    /// Every value check that needs no machine; all the problems found, at most one per key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.lc.validate()?;
-        validate_be(&self.be, &self.lc.cgroup)?;
-        self.egress.validate()?;
-        self.sensors.validate()?;
+        let mut p = Problems::default();
+        self.lc.validate(&mut p);
+        validate_be(&self.be, &self.lc.cgroup, &mut p);
+        self.egress.validate(&mut p);
+        self.sensors.validate(&mut p);
         if !self.actuators.io && !self.safety.be_io_limits.is_empty() {
-            return Err(invalid(
+            p.push(invalid(
                 "actuators.io",
                 self.actuators.io,
                 "safety.be_io_limits are set but would never be applied: drop them or set actuators.io = true",
             ));
         }
-        self.validate_policy()?;
-        self.safety.validate()?;
-        self.api.validate()?;
-        Ok(())
+        self.validate_policy(&mut p);
+        self.safety.validate(&mut p);
+        self.api.validate(&mut p);
+        p.into_result()
     }
 
-    fn validate_policy(&self) -> Result<(), ConfigError> {
+    fn validate_policy(&self, problems: &mut Problems) {
         let p = &self.policy;
         let needs_latency = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
             || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
         if needs_latency && self.lc.latency.is_none() && self.lc.load.is_none() {
-            return Err(invalid(
+            problems.push(invalid(
                 "policy.kind",
                 p.kind.as_str(),
                 "needs [lc.latency] (and [lc.load]) to be configured",
             ));
-        }
-        if needs_latency && self.lc.latency.is_none() {
-            return Err(invalid(
+        } else if needs_latency && self.lc.latency.is_none() {
+            problems.push(invalid(
                 "policy.kind",
                 p.kind.as_str(),
                 "needs [lc.latency] to be configured",
             ));
-        }
-        if matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid) && self.lc.load.is_none() {
-            return Err(invalid(
+        } else if matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
+            && self.lc.load.is_none()
+        {
+            problems.push(invalid(
                 "policy.kind",
                 p.kind.as_str(),
                 "needs [lc.load] (with peak_qps) to be configured",
             ));
         }
-        p.static_cores.validate()?;
-        p.static_cycles.validate()?;
+        p.static_cores.validate(problems);
+        p.static_cycles.validate(problems);
+        p.weights.validate(problems);
+        p.blind.validate(problems);
+        p.heracles.validate(problems);
+        p.hybrid.validate(problems);
+    }
+}
 
-        p.weights.validate()?;
-        p.blind.validate()?;
-        p.heracles.validate()?;
-        p.hybrid.validate()?;
-        Ok(())
+/// Reads one top-level section on its own, for the refusals a whole-document read stopped
+/// before. Keys are prefixed with the section's name; the messages carry no line.
+fn read_section(name: &str, value: &toml::Value) -> Result<(), ConfigError> {
+    fn read<T: serde::de::DeserializeOwned>(
+        name: &str,
+        value: &toml::Value,
+    ) -> Result<(), ConfigError> {
+        serde_path_to_error::deserialize::<_, T>(value.clone())
+            .map(drop)
+            .map_err(|e| refused_value(name, value, e))
+    }
+    match name {
+        "lc" => read::<LcConfig>(name, value),
+        "be" => read::<Vec<BeConfig>>(name, value),
+        "policy" => read::<PolicyConfig>(name, value),
+        "safety" => read::<SafetyConfig>(name, value),
+        "api" => read::<ApiConfig>(name, value),
+        "sensors" => read::<SensorsConfig>(name, value),
+        "egress" => read::<EgressConfig>(name, value),
+        "actuators" => read::<ActuatorsConfig>(name, value),
+        _ => Err(ConfigError::Parse(format!(
+            "unknown field `{name}`, expected one of `lc`, `be`, `policy`, `safety`, `api`, `sensors`, `egress`, `actuators`"
+        ))),
     }
 }
 
 /// A typed read that failed: when the path leads to a value in the document, the error is
 /// `key = value: reason` like every other refusal; otherwise toml's own message (with its line).
-fn refused_value(doc: &toml::Table, e: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+/// `prefix` is the key of `root` in the document ("" for the document itself).
+fn refused_value(
+    prefix: &str,
+    root: &toml::Value,
+    e: serde_path_to_error::Error<toml::de::Error>,
+) -> ConfigError {
     use serde_path_to_error::Segment;
-    let key = e.path().to_string();
-    let mut at: Option<&toml::Value> = None;
-    let mut table = Some(doc);
+    let path = e.path().to_string();
+    let key = match (prefix, path.as_str()) {
+        (p, ".") => p.to_string(),
+        ("", path) => path.to_string(),
+        (p, path) if path.starts_with('[') => format!("{p}{path}"),
+        (p, path) => format!("{p}.{path}"),
+    };
+    let mut at = Some(root);
     for segment in e.path().iter() {
         at = match (segment, at) {
-            (Segment::Map { key }, None) => table.and_then(|t| t.get(key)),
             (Segment::Map { key }, Some(v)) => v.get(key.as_str()),
             (Segment::Seq { index }, Some(v)) => v.get(*index),
             _ => None,
         };
-        table = None;
         if at.is_none() {
             break;
         }
@@ -281,7 +393,8 @@ fn refused_value(doc: &toml::Table, e: serde_path_to_error::Error<toml::de::Erro
             value: v.to_string(),
             reason: inner.message().to_string(),
         },
-        _ => ConfigError::Parse(inner.to_string()),
+        _ if prefix.is_empty() => ConfigError::Parse(inner.to_string()),
+        _ => ConfigError::Parse(format!("{key}: {inner}")),
     }
 }
 

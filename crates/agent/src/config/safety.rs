@@ -2,7 +2,7 @@
 
 use crate::allocation::IoLimit;
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,49 +70,51 @@ impl Default for SafetyConfig {
 
 impl SafetyConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if self.agent_fifo_priority > 99 {
-            return Err(invalid(
+            p.push(invalid(
                 "safety.agent_fifo_priority",
                 self.agent_fifo_priority,
                 "must be in 0..=99 (0 = leave the agent's scheduling alone)",
             ));
         }
         if self.state_file.trim().is_empty() {
-            return Err(invalid(
+            p.push(invalid(
                 "safety.state_file",
                 &self.state_file,
                 "must not be empty",
             ));
         }
         if self.latency_max_age_ms == 0 {
-            return Err(invalid("safety.latency_max_age_ms", 0, "must be > 0"));
+            p.push(invalid("safety.latency_max_age_ms", 0, "must be > 0"));
         }
         if self.stale_disable_ticks == 0 && self.stale_disable_ms == 0 {
-            return Err(invalid(
+            p.push(invalid(
                 "safety.stale_disable_ms",
                 0,
                 "stale_disable_ticks and stale_disable_ms cannot both be 0",
             ));
         }
-        non_negative("safety.violation_cooldown_s", self.violation_cooldown_s)?;
-        if let Some(p) = self.max_memory_psi_full {
-            if !(0.0..=100.0).contains(&p) {
-                return Err(invalid(
+        p.check(non_negative(
+            "safety.violation_cooldown_s",
+            self.violation_cooldown_s,
+        ));
+        if let Some(psi) = self.max_memory_psi_full {
+            if !(0.0..=100.0).contains(&psi) {
+                p.push(invalid(
                     "safety.max_memory_psi_full",
-                    p,
+                    psi,
                     "PSI is a percentage in [0, 100]",
                 ));
             }
         }
         if self.grow_interval_ms > 3_600_000 || self.grow_after_shrink_ms > 3_600_000 {
-            return Err(invalid(
+            p.push(invalid(
                 "safety.grow_interval_ms",
                 self.grow_interval_ms.max(self.grow_after_shrink_ms),
                 "growth pacing above one hour would stop BE growing",
             ));
         }
         // Device numbers are checked when read (DeviceId).
-        Ok(())
     }
 }

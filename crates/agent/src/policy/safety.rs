@@ -1,4 +1,4 @@
-//! The safety rules (DESIGN.md "Safety rules"), applied in one wrapper around every policy:
+//! The safety rules (docs/architecture.md "Safety rules"), applied in one wrapper around every policy:
 //!
 //! 1. The LC is never restricted: its treatment comes from `[lc.threads]` only, its CPU weight
 //!    is never below the default, and BE never gets the CPUs the LC is pinned to.

@@ -1,4 +1,4 @@
-//! The record step's hands: runs the `headroom` binary's subcommands as subprocesses (TEAM.md
+//! The record step's hands: runs the `headroom` binary's subcommands as subprocesses (docs/architecture.md,
 //! contract 8) with CPU placement, and reads their JSON outputs (contracts 5–7).
 //!
 //! Every process is owned by a [`Proc`] guard that stops it on drop, so a failing experiment never

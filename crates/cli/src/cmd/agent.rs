@@ -1,4 +1,4 @@
-//! `headroom agent`: the colocation controller (DESIGN.md "The agent").
+//! `headroom agent`: the colocation controller (docs/architecture.md "The pipeline").
 
 use std::path::PathBuf;
 
@@ -11,7 +11,7 @@ use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions
 /// Flags of `headroom agent`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Agent configuration (TOML; DESIGN.md "Config")
+    /// Agent configuration (TOML; docs/architecture.md "Config")
     #[arg(long)]
     pub config: PathBuf,
     /// Decide and log, but write nothing to the groups

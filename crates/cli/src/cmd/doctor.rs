@@ -8,7 +8,7 @@ use headroom_types::mechanism::Mechanism;
 /// Flags of `headroom doctor`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Print the DESIGN.md JSON instead of the table
+    /// Print the JSON (docs/architecture.md) instead of the table
     #[arg(long)]
     pub json: bool,
     /// Probe a different file-system root (a fake tree for tests); live probes run only for `/`

@@ -156,7 +156,7 @@ pub struct Extra {
     /// Write every measured request's scheduled time and latency to F
     #[arg(long, value_name = "F")]
     pub save: Option<PathBuf>,
-    /// Write the result JSON to F (DESIGN.md "Result JSON"; an array for --scan)
+    /// Write the result JSON to F (docs/architecture.md "The JSON contracts"; an array for --scan)
     #[arg(long, value_name = "F")]
     pub json: Option<PathBuf>,
     /// Write the figures as CSV to F (one row per run)

@@ -208,7 +208,7 @@ impl LatencyHist {
         ]
     }
 
-    /// The DESIGN "Result JSON" latency fields.
+    /// The result JSON's latency fields (docs/architecture.md).
     pub fn summary(&self) -> LatencyStats {
         if self.is_empty() {
             return LatencyStats::default();

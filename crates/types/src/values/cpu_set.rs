@@ -1,4 +1,13 @@
 //! CPU (and memory node) lists in the kernel's list syntax: `0-3,8,10-11`.
+//!
+//! The one rule set for every CPU list headroom reads (config keys, cgroup and sysfs files, the
+//! agent's knob values, `--cpus` flags): elements separated by commas, each a number or a range
+//! `a-b` with `a <= b`; whitespace around elements and at the ends ignored (files end in a
+//! newline); a CPU named twice in a string folded (the kernel accepts `0-2,1`), in an array
+//! refused (a config mistake); empty elements (`1,,2`) and numbers above [`MAX_CPU_ID`] refused.
+//! An empty or blank string is the empty set: what a `cpuset.cpus` file holding no CPUs reads
+//! back (on cgroup v2, a group inheriting its parent's). A caller to whom no CPUs means nothing
+//! (an affinity mask, `antagonist --cpus`) refuses the empty set itself.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -1,5 +1,5 @@
 //! Logical cgroup paths, validated on construction so that nothing outside the configured cgroup
-//! roots can ever be written (DESIGN.md safety rule 5).
+//! roots can ever be written (docs/architecture.md, safety rule 5).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! `headroom antagonist KIND`: the interference suite (Heracles §3.2/§5.1, PerfIso's bullies,
 //! Leverich's square wave). Every kind runs `threads` workers that count operations into one
-//! counter; the driver reports the rate once per second (TEAM.md contract 5) until the duration
+//! counter; the driver reports the rate once per second (docs/architecture.md, contract 5) until the duration
 //! ends or a stop is requested.
 //!
 //! ```no_run
@@ -170,7 +170,7 @@ pub struct AntagonistConfig {
     pub duration: Option<Duration>,
 }
 
-/// One progress line (TEAM.md contract 5, plus `unit` and `cpu_s`).
+/// One progress line (docs/architecture.md, contract 5, plus `unit` and `cpu_s`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
     pub t_unix_ms: u64,

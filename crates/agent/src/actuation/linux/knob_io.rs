@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use headroom_host::resctrl::ResctrlGroup;
-use headroom_host::{CpuSet, FreezeState, GroupPath, HostError};
+use headroom_host::{FreezeState, GroupPath, HostError};
 
 use super::{LinuxNode, RETRY_PAUSE};
 
@@ -53,7 +53,7 @@ impl LinuxNode {
             // v2 shows an empty cpuset.cpus for "inherit the parent's CPUs" (kubelet's QoS
             // parents): kept as "" so a restore gives the group back its inheritance, not the
             // list the parent had at the time.
-            CgroupKnob::CpusetCpus => KnobValue::Cpus(cg.cpuset_cpus(group)?.to_list()),
+            CgroupKnob::CpusetCpus => KnobValue::Cpus(cg.cpuset_cpus(group)?),
             CgroupKnob::CpuWeight => KnobValue::Weight(cg.cpu_weight(group)?),
             CgroupKnob::CpuIdle => KnobValue::Idle(cg.cpu_idle(group)?),
             CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
@@ -77,7 +77,7 @@ impl LinuxNode {
                 }
                 other => other,
             },
-            KnobValue::Cpus(list) => cg.set_cpuset_cpus(group, &CpuSet::parse_list(list)?),
+            KnobValue::Cpus(cpus) => cg.set_cpuset_cpus(group, cpus),
             // Natively, without the host's v1→v2 mapping: the value is already native.
             KnobValue::Weight(w) => cg.set_cpu_weight(group, *w).map(|_| ()),
             KnobValue::Idle(i) => cg.set_cpu_idle(group, *i),

@@ -1,7 +1,7 @@
 //! `[policy.blind]`: PerfIso blind isolation's settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 
@@ -58,35 +58,37 @@ impl Default for BlindConfig {
 
 impl BlindConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        non_negative("policy.blind.buffer_cores", self.buffer_cores)?;
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        p.check(non_negative("policy.blind.buffer_cores", self.buffer_cores));
         if self.poll_ms == 0 || self.poll_ms > 60_000 {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.blind.poll_ms",
                 self.poll_ms,
                 "must be in 1..=60000",
             ));
         }
-        non_negative("policy.blind.min_be_cpus", self.min_be_cpus)?;
-        non_negative("policy.blind.max_be_cpus", self.max_be_cpus)?;
+        p.check(non_negative("policy.blind.min_be_cpus", self.min_be_cpus));
+        p.check(non_negative("policy.blind.max_be_cpus", self.max_be_cpus));
         if self.max_be_cpus > 0.0 && self.max_be_cpus < self.min_be_cpus {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.blind.max_be_cpus",
                 self.max_be_cpus,
                 "must be >= min_be_cpus (or 0 for no maximum)",
             ));
         }
-        positive("policy.blind.grow_step_cpus", self.grow_step_cpus)?;
-        non_negative("policy.blind.hysteresis_cpus", self.hysteresis_cpus)?;
-        fraction("policy.blind.idle_threshold", self.idle_threshold)?;
+        p.check(positive("policy.blind.grow_step_cpus", self.grow_step_cpus));
+        p.check(non_negative(
+            "policy.blind.hysteresis_cpus",
+            self.hysteresis_cpus,
+        ));
+        p.check(fraction("policy.blind.idle_threshold", self.idle_threshold));
         if !(0.0..0.5).contains(&self.idle_tolerance_cpus) {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.blind.idle_tolerance_cpus",
                 self.idle_tolerance_cpus,
                 "must be in [0, 0.5): a whole idle CPU must still count",
             ));
         }
-        period("policy.blind.quota_period_us", self.quota_period_us)?;
-        Ok(())
+        p.check(period("policy.blind.quota_period_us", self.quota_period_us));
     }
 }

@@ -1,7 +1,7 @@
 //! `[policy.heracles]`: Heracles' settings (ISCA'15 constants as defaults).
 
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,13 +121,13 @@ impl Default for HeraclesConfig {
 
 impl HeraclesConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        positive("policy.heracles.interval_s", self.interval_s)?;
-        non_negative("policy.heracles.cooldown_s", self.cooldown_s)?;
-        fraction("policy.heracles.load_disable", self.load_disable)?;
-        fraction("policy.heracles.load_enable", self.load_enable)?;
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        p.check(positive("policy.heracles.interval_s", self.interval_s));
+        p.check(non_negative("policy.heracles.cooldown_s", self.cooldown_s));
+        p.check(fraction("policy.heracles.load_disable", self.load_disable));
+        p.check(fraction("policy.heracles.load_enable", self.load_enable));
         if self.load_enable > self.load_disable {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.heracles.load_enable",
                 self.load_enable,
                 format!(
@@ -136,58 +136,87 @@ impl HeraclesConfig {
                 ),
             ));
         }
-        fraction(
+        p.check(fraction(
             "policy.heracles.slack_disallow_growth",
             self.slack_disallow_growth,
-        )?;
-        fraction("policy.heracles.slack_shrink", self.slack_shrink)?;
+        ));
+        p.check(fraction("policy.heracles.slack_shrink", self.slack_shrink));
         if self.slack_shrink > self.slack_disallow_growth {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.heracles.slack_shrink",
                 self.slack_shrink,
                 "must be <= slack_disallow_growth",
             ));
         }
-        positive("policy.heracles.cores_interval_s", self.cores_interval_s)?;
-        fraction("policy.heracles.dram_limit", self.dram_limit)?;
+        p.check(positive(
+            "policy.heracles.cores_interval_s",
+            self.cores_interval_s,
+        ));
+        p.check(fraction("policy.heracles.dram_limit", self.dram_limit));
         if let Some(v) = self.dram_peak_bytes_per_s {
-            positive("policy.heracles.dram_peak_bytes_per_s", v)?;
+            p.check(positive("policy.heracles.dram_peak_bytes_per_s", v));
         }
         if let Some(v) = self.lc_bw_model_bytes_per_s {
-            non_negative("policy.heracles.lc_bw_model_bytes_per_s", v)?;
+            p.check(non_negative("policy.heracles.lc_bw_model_bytes_per_s", v));
         }
         if self.initial_be_cores == 0 {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.heracles.initial_be_cores",
                 0,
                 "must be >= 1",
             ));
         }
-        fraction("policy.heracles.initial_llc_frac", self.initial_llc_frac)?;
+        p.check(fraction(
+            "policy.heracles.initial_llc_frac",
+            self.initial_llc_frac,
+        ));
         if self.llc_step_ways == 0 {
-            return Err(invalid("policy.heracles.llc_step_ways", 0, "must be >= 1"));
+            p.push(invalid("policy.heracles.llc_step_ways", 0, "must be >= 1"));
         }
-        non_negative("policy.heracles.be_benefit_min", self.be_benefit_min)?;
-        positive("policy.heracles.power_interval_s", self.power_interval_s)?;
-        fraction("policy.heracles.power_tdp_frac", self.power_tdp_frac)?;
+        p.check(non_negative(
+            "policy.heracles.be_benefit_min",
+            self.be_benefit_min,
+        ));
+        p.check(positive(
+            "policy.heracles.power_interval_s",
+            self.power_interval_s,
+        ));
+        p.check(fraction(
+            "policy.heracles.power_tdp_frac",
+            self.power_tdp_frac,
+        ));
         if let Some(g) = self.guaranteed_freq_mhz {
-            positive("policy.heracles.guaranteed_freq_mhz", g)?;
+            p.check(positive("policy.heracles.guaranteed_freq_mhz", g));
         }
-        positive("policy.heracles.freq_step_mhz", self.freq_step_mhz)?;
-        positive("policy.heracles.be_freq_min_mhz", self.be_freq_min_mhz)?;
+        p.check(positive(
+            "policy.heracles.freq_step_mhz",
+            self.freq_step_mhz,
+        ));
+        p.check(positive(
+            "policy.heracles.be_freq_min_mhz",
+            self.be_freq_min_mhz,
+        ));
         if self.be_freq_max_mhz < self.be_freq_min_mhz {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.heracles.be_freq_max_mhz",
                 self.be_freq_max_mhz,
                 "must be >= be_freq_min_mhz",
             ));
         }
-        positive("policy.heracles.net_interval_s", self.net_interval_s)?;
-        fraction("policy.heracles.net_link_headroom", self.net_link_headroom)?;
-        non_negative("policy.heracles.net_lc_headroom", self.net_lc_headroom)?;
+        p.check(positive(
+            "policy.heracles.net_interval_s",
+            self.net_interval_s,
+        ));
+        p.check(fraction(
+            "policy.heracles.net_link_headroom",
+            self.net_link_headroom,
+        ));
+        p.check(non_negative(
+            "policy.heracles.net_lc_headroom",
+            self.net_lc_headroom,
+        ));
         if let Some(v) = self.link_bytes_per_s {
-            positive("policy.heracles.link_bytes_per_s", v)?;
+            p.check(positive("policy.heracles.link_bytes_per_s", v));
         }
-        Ok(())
     }
 }

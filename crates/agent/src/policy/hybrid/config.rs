@@ -1,7 +1,7 @@
 //! `[policy.hybrid]`: the hybrid policy's outer-loop settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 /// `[policy.hybrid]`: blind isolation inside, Heracles' top level outside. The inner loop uses
@@ -20,7 +20,7 @@ pub struct HybridConfig {
     pub buffer_step_cores: f64,
     /// When every CPU BE may use is an LC CPU (a small machine), run BE on those CPUs in the
     /// `cpu.idle` class instead of giving it nothing: the mainline successor of BVT warp
-    /// (DESIGN.md), with the outer loop still disabling BE on negative slack or high load.
+    /// (docs/architecture.md), with the outer loop still disabling BE on negative slack or high load.
     pub share_lc_cpus: bool,
 }
 
@@ -38,20 +38,28 @@ impl Default for HybridConfig {
 
 impl HybridConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if let Some(i) = self.interval_s {
-            positive("policy.hybrid.interval_s", i)?;
+            p.check(positive("policy.hybrid.interval_s", i));
         }
-        non_negative("policy.hybrid.buffer_min_cores", self.buffer_min_cores)?;
-        non_negative("policy.hybrid.buffer_max_cores", self.buffer_max_cores)?;
+        p.check(non_negative(
+            "policy.hybrid.buffer_min_cores",
+            self.buffer_min_cores,
+        ));
+        p.check(non_negative(
+            "policy.hybrid.buffer_max_cores",
+            self.buffer_max_cores,
+        ));
         if self.buffer_max_cores > 0.0 && self.buffer_max_cores < self.buffer_min_cores {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.hybrid.buffer_max_cores",
                 self.buffer_max_cores,
                 "must be >= buffer_min_cores (or 0 for all CPUs)",
             ));
         }
-        positive("policy.hybrid.buffer_step_cores", self.buffer_step_cores)?;
-        Ok(())
+        p.check(positive(
+            "policy.hybrid.buffer_step_cores",
+            self.buffer_step_cores,
+        ));
     }
 }

@@ -1,7 +1,7 @@
 //! `[policy.static-cores]` and `[policy.static-cycles]`: the static baselines' settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 
@@ -44,23 +44,21 @@ impl Default for StaticCyclesConfig {
 
 impl StaticCoresConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, _: &mut Problems) {
         // CPUs listed twice are refused when the list is read (CpuSet).
-        Ok(())
     }
 }
 
 impl StaticCyclesConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         if !(self.percent > 0.0 && self.percent <= 100.0) {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.static-cycles.percent",
                 self.percent,
                 "must be in (0, 100]",
             ));
         }
-        period("policy.static-cycles.period_us", self.period_us)?;
-        Ok(())
+        p.check(period("policy.static-cycles.period_us", self.period_us));
     }
 }

@@ -1,7 +1,7 @@
 //! `[policy.weights]`: Blagodurov's weights' settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, ConfigError};
+use crate::config::{invalid, Problems};
 use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
@@ -89,48 +89,50 @@ impl Default for WeightsConfig {
 
 impl WeightsConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        shares("policy.weights.lc_shares", self.lc_shares)?;
-        shares("policy.weights.be_shares", self.be_shares)?;
-        shares("policy.weights.w_max", self.w_max)?;
-        shares("policy.weights.w_min", self.w_min)?;
-        weight_v2("policy.weights.lc_weight_v2", self.lc_weight_v2)?;
-        weight_v2("policy.weights.be_weight_v2", self.be_weight_v2)?;
-        weight_v2("policy.weights.w_max_v2", self.w_max_v2)?;
-        weight_v2("policy.weights.w_min_v2", self.w_min_v2)?;
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        p.check(shares("policy.weights.lc_shares", self.lc_shares));
+        p.check(shares("policy.weights.be_shares", self.be_shares));
+        p.check(shares("policy.weights.w_max", self.w_max));
+        p.check(shares("policy.weights.w_min", self.w_min));
+        p.check(weight_v2("policy.weights.lc_weight_v2", self.lc_weight_v2));
+        p.check(weight_v2("policy.weights.be_weight_v2", self.be_weight_v2));
+        p.check(weight_v2("policy.weights.w_max_v2", self.w_max_v2));
+        p.check(weight_v2("policy.weights.w_min_v2", self.w_min_v2));
         if self.w_min > self.w_max {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.weights.w_min",
                 self.w_min,
                 "must be <= w_max",
             ));
         }
         if self.w_min_v2 > self.w_max_v2 {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.weights.w_min_v2",
                 self.w_min_v2,
                 "must be <= w_max_v2",
             ));
         }
-        positive("policy.weights.interval_s", self.interval_s)?;
-        positive("policy.weights.c_min", self.c_min)?;
+        p.check(positive("policy.weights.interval_s", self.interval_s));
+        p.check(positive("policy.weights.c_min", self.c_min));
         if self.c_max < self.c_min || self.c_max > 1.0 {
-            return Err(invalid(
+            p.push(invalid(
                 "policy.weights.c_max",
                 self.c_max,
                 "must be in [c_min, 1] (a fraction of the server)",
             ));
         }
-        positive("policy.weights.infinite_rt_sla_us", self.infinite_rt_sla_us)?;
+        p.check(positive(
+            "policy.weights.infinite_rt_sla_us",
+            self.infinite_rt_sla_us,
+        ));
         for (i, g) in self.groups.iter().enumerate() {
-            positive(
+            p.check(positive(
                 &format!("policy.weights.groups[{i}].rt_sla_us"),
                 g.rt_sla_us,
-            )?;
+            ));
             if let Some(m) = g.max_qps {
-                positive(&format!("policy.weights.groups[{i}].max_qps"), m)?;
+                p.check(positive(&format!("policy.weights.groups[{i}].max_qps"), m));
             }
         }
-        Ok(())
     }
 }
