@@ -22,5 +22,6 @@ pub mod runner;
 pub mod stats;
 pub mod store;
 pub mod study;
+pub mod validity;
 
 pub use error::{BenchError, Result};
