@@ -16,6 +16,7 @@ pub mod record;
 pub mod runner;
 pub mod stats;
 pub mod study;
+pub mod validity;
 
 pub use error::{BenchError, Result};
 // The results store and the renderer live in headroom-report (sim shares them); re-exported so

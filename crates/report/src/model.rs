@@ -295,7 +295,85 @@ pub struct LcBaseline {
     pub slo_source: String,
     pub peak_qps: f64,
     pub peak_source: String,
-    /// Every probe run: (target QPS, metrics).
-    pub probes: Vec<(f64, LoadMetrics)>,
+    /// Every probe run, valid or not; `used` says which ones the capacity, SLO and peak rest on.
+    pub probes: Vec<Probe>,
     pub commands: Vec<String>,
+}
+
+/// One load run of the LC-alone baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(from = "ProbeRepr")]
+pub struct Probe {
+    pub target_qps: f64,
+    /// The load generator's self-checks all passed.
+    pub valid: bool,
+    /// The capacity, SLO or peak rests on this probe; an invalid probe is kept for the record
+    /// with `used: false`.
+    pub used: bool,
+    /// What it measured for: `low load`, `capacity`, `slo`, `peak`.
+    #[serde(default)]
+    pub purpose: String,
+    /// The load generator's configuration (`-T .. -c .. -d .., N s`); empty in older files.
+    #[serde(default)]
+    pub config: String,
+    /// What the run before it had failed and this one changed (empty for a first run).
+    #[serde(default)]
+    pub correction: String,
+    pub metrics: LoadMetrics,
+}
+
+/// A stored probe: the object above, or the `[target QPS, metrics]` pair that baselines
+/// written before validity was recorded hold (every one of those was used).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ProbeRepr {
+    Record {
+        target_qps: f64,
+        valid: bool,
+        #[serde(default = "yes")]
+        used: bool,
+        #[serde(default)]
+        purpose: String,
+        #[serde(default)]
+        config: String,
+        #[serde(default)]
+        correction: String,
+        metrics: LoadMetrics,
+    },
+    Pair(f64, LoadMetrics),
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl From<ProbeRepr> for Probe {
+    fn from(r: ProbeRepr) -> Probe {
+        match r {
+            ProbeRepr::Record {
+                target_qps,
+                valid,
+                used,
+                purpose,
+                config,
+                correction,
+                metrics,
+            } => Probe {
+                target_qps,
+                valid,
+                used,
+                purpose,
+                config,
+                correction,
+                metrics,
+            },
+            ProbeRepr::Pair(target_qps, metrics) => Probe {
+                target_qps,
+                valid: metrics.valid,
+                used: true,
+                metrics,
+                ..Default::default()
+            },
+        }
+    }
 }
