@@ -60,25 +60,14 @@ pub fn cpu_arg(cpus: &[usize]) -> String {
 
 /// Parses "0-2,5" / "1" into CPU numbers.
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || BenchError::Input(format!("bad CPU list {s:?}: {part:?} is not N or N-M"));
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let a: usize = a.parse().map_err(|_| bad())?;
-                let b: usize = b.parse().map_err(|_| bad())?;
-                if b < a {
-                    return Err(bad());
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    if out.is_empty() {
+    // The one CPU-list rule set (headroom_types' CpuSet); an empty list places nothing.
+    let set: headroom_types::CpuSet = s
+        .parse()
+        .map_err(|e| BenchError::Input(format!("bad CPU list {s:?}: {e}")))?;
+    if set.is_empty() {
         return Err(BenchError::Input(format!("empty CPU list {s:?}")));
     }
-    Ok(out)
+    Ok(set.iter().map(|c| c as usize).collect())
 }
 
 /// A running subprocess, stopped (SIGTERM, then SIGKILL after a grace period) when dropped.
