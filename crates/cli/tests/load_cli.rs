@@ -437,3 +437,53 @@ fn io_uring_refused_falls_back_to_epoll_with_the_reason() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_rate_the_server_cannot_carry_exits_3_naming_what_limited_it() {
+    // One FIFO server at 2000/s offered 6000/s with -c auto: the connections grow to their cap,
+    // replies queue at the server, and the run says so (stdout, stderr, JSON) and exits 3.
+    let server = headroom_load::testkit::Mm1Server::start(2000.0, 5).expect("start");
+    let addr = server.addr().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let json_s = json.to_str().unwrap();
+    let out = headroom(&[
+        "-s", &addr, "-q", "6000", "-t", "1", "-c", "auto", "--noload", "--quiet", "--fifo", "10",
+        "--json", json_s,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text} {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("rate not carried: limited by server: reached"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(text.contains("Scheduling: SCHED_"), "{text}");
+    assert!(
+        text.contains("Connections: ") && text.contains("(auto: "),
+        "{text}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let client = &r["client"];
+    assert!(client["limited_by"]
+        .as_str()
+        .unwrap()
+        .starts_with("server:"));
+    assert_eq!(client["connections"]["mode"], "auto");
+    assert!(
+        client["connections"]["grown"].as_u64().unwrap() > 0,
+        "{client}"
+    );
+    // --fifo 10: granted (root, a real-time budget) or refused with the errno; either is said.
+    let why = client["sched_reason"].as_str().unwrap();
+    assert!(
+        why == "--fifo 10" || why.starts_with("SCHED_FIFO 10 refused ("),
+        "{why}"
+    );
+    assert_eq!(
+        headroom(&["-s", &addr, "-c", "many"]).status.code(),
+        Some(2),
+        "-c takes a number or auto"
+    );
+}

@@ -46,6 +46,77 @@ pub fn run_checks(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Vec<
     checks
 }
 
+/// For a run that did not carry its rate on time (its `rate` check failed, more than 1% of its
+/// sends waited for a depth cap, or its send lag p99 passed 1 ms): the rate reached and what
+/// limited it — the client's CPU, its connections, its scheduling or the server — with the
+/// figures and the fix. None for a run that kept its schedule.
+pub fn limited_by(raw: &RawResults, checks: &[Check]) -> Option<String> {
+    if raw.target_qps <= 0.0 {
+        return None;
+    }
+    let c = &raw.counters;
+    let late_frac = c.late as f64 / c.sent.max(1) as f64;
+    let lag_p99 = raw.send_lag.percentile_us(99.0);
+    let rate_ok = checks.iter().all(|k| k.name != "rate" || k.ok);
+    if rate_ok && late_frac <= 0.01 && lag_p99 <= 1000.0 {
+        return None;
+    }
+    let reached = format!(
+        "reached {:.0} of {:.0} QPS (send lag p99 {lag_p99:.0} µs, {:.1}% of sends late)",
+        achieved_qps(raw),
+        raw.target_qps,
+        late_frac * 100.0
+    );
+    let util = cpu_utilisation(raw);
+    if util >= CPU_SATURATED {
+        return Some(format!(
+            "client CPU: {reached}; {:.0}% of {} thread(s) busy: add threads (-T) on CPUs of their own",
+            util * 100.0,
+            raw.threads
+        ));
+    }
+    let unc_p50 = raw.reported().read_uncorrected.percentile_us(50.0);
+    if late_frac > 0.001 || c.growth_refused > 0 {
+        match &raw.connections {
+            Some(s) if s.mode == "auto" => {
+                let idle = s.rtt_p50_us.max(1.0);
+                if unc_p50 > 10.0 * idle && unc_p50 > 200.0 {
+                    return Some(format!(
+                        "server: {reached}; its replies took p50 {unc_p50:.0} µs against {idle:.0} µs idle with {} connection(s) × depth {} in flight: the server does not answer faster",
+                        s.grown_to, s.depth
+                    ));
+                }
+                return Some(format!(
+                    "connections: {reached}; grown from {} to {} connection(s) × depth {} (the cap), {} sends found them all full",
+                    s.total, s.grown_to, s.depth, s.growth_refused
+                ));
+            }
+            Some(s) => {
+                return Some(format!(
+                    "connections: {reached}; -c {} -d {} ({} connection(s)) too few for this rate and round trip: -c auto sizes them from the measured round trip",
+                    s.per_thread, s.depth, s.total
+                ));
+            }
+            None => {
+                return Some(format!(
+                    "connections: {reached}; sends waited for the depth cap: raise -c/-d or use -c auto"
+                ));
+            }
+        }
+    }
+    if lag_p99 > 1000.0 {
+        return Some(format!(
+            "client scheduling: {reached}; the CPU was not saturated ({:.0}%) but the thread ran late: give it a CPU of its own (--affinity)",
+            util * 100.0
+        ));
+    }
+    Some(format!(
+        "server: {reached}; {:.2}% of the {} scheduled requests answered",
+        c.completed as f64 * 100.0 / c.scheduled.max(1) as f64,
+        c.scheduled
+    ))
+}
+
 fn cpu_utilisation(raw: &RawResults) -> f64 {
     let capacity = raw.wall_s * raw.threads.max(1) as f64;
     if capacity > 0.0 {

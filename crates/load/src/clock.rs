@@ -128,6 +128,33 @@ impl WakeLead {
         }
     }
 
+    /// Sleeps taken by [`WakeLead::calibrated`] and their length.
+    const CALIBRATION_SLEEPS: usize = 40;
+    const CALIBRATION_SLEEP_NS: u64 = 100_000;
+
+    /// A lead measured on the calling thread (its CPU, its class, its timer slack): the 90th
+    /// percentile of the overshoot of [`Self::CALIBRATION_SLEEPS`] short absolute sleeps (~5 ms
+    /// in all), instead of a guess; [`Self::observe`] follows it from there.
+    pub fn calibrated() -> WakeLead {
+        let mut late: Vec<u64> = (0..Self::CALIBRATION_SLEEPS)
+            .map(|_| {
+                let at = now_ns() + Self::CALIBRATION_SLEEP_NS;
+                sleep_until(at);
+                now_ns().saturating_sub(at)
+            })
+            .collect();
+        late.sort_unstable();
+        let rank = (late.len() * 9).div_ceil(10).max(1);
+        WakeLead::from_lateness(late[rank - 1])
+    }
+
+    /// A lead starting at `late_ns` (capped at [`Self::MAX_NS`]).
+    pub fn from_lateness(late_ns: u64) -> WakeLead {
+        WakeLead {
+            estimate_ns: late_ns.min(Self::MAX_NS) as f64,
+        }
+    }
+
     /// A timer armed for `armed_ns` was seen to expire at `now_ns`.
     pub fn observe(&mut self, armed_ns: u64, now_ns: u64) {
         let late = now_ns.saturating_sub(armed_ns) as f64;
@@ -148,6 +175,28 @@ impl WakeLead {
 impl Default for WakeLead {
     fn default() -> Self {
         WakeLead::new()
+    }
+}
+
+/// Sleeps until absolute CLOCK_MONOTONIC time `at_ns` (clock_nanosleep, TIMER_ABSTIME).
+pub fn sleep_until(at_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: clock_nanosleep reads the timespec we own; no remainder with TIMER_ABSTIME.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != libc::EINTR {
+            return;
+        }
     }
 }
 
@@ -313,5 +362,14 @@ mod wake_lead_tests {
             lead.observe(0, 10_000_000);
         }
         assert_eq!(lead.ns(), WakeLead::MAX_NS);
+    }
+
+    #[test]
+    fn a_calibrated_lead_is_measured_and_capped() {
+        super::tighten_timer_slack();
+        let lead = WakeLead::calibrated();
+        assert!(lead.ns() <= WakeLead::MAX_NS);
+        assert_eq!(WakeLead::from_lateness(10_000_000).ns(), WakeLead::MAX_NS);
+        assert_eq!(WakeLead::from_lateness(7_000).ns(), 7_000);
     }
 }

@@ -20,6 +20,8 @@ pub mod readiness;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod sched;
+pub mod sizing;
 pub mod sweep;
 pub mod testkit;
 

@@ -263,6 +263,15 @@ pub struct LoadOptions {
     /// `--engine auto|io_uring|epoll`: the event loop (auto: io_uring where the kernel allows it).
     #[serde(default)]
     pub engine: crate::engine::EngineChoice,
+    /// `-c auto` (ours): connections per server per thread sized from the round trip measured
+    /// before the run and the rate (`connections` is then ignored), grown during the run when a
+    /// send finds every connection to its server at the depth cap. See [`crate::sizing`].
+    #[serde(default)]
+    pub connections_auto: bool,
+    /// `--fifo PRIO` (ours): ask for SCHED_FIFO at PRIO for the load threads; where it is refused
+    /// they run SCHED_OTHER and the result says why.
+    #[serde(default)]
+    pub fifo: Option<u32>,
 }
 
 fn one() -> u64 {
@@ -307,6 +316,8 @@ impl Default for LoadOptions {
             sleep_only: false,
             lambda_mul: 1,
             engine: crate::engine::EngineChoice::Auto,
+            connections_auto: false,
+            fifo: None,
         }
     }
 }
@@ -415,6 +426,15 @@ impl LoadOptions {
                 self.update.to_string(),
                 "must be between 0 and 1",
             ));
+        }
+        if let Some(p) = self.fifo {
+            if !(1..=99).contains(&p) {
+                return Err(LoadError::invalid(
+                    "--fifo",
+                    p.to_string(),
+                    "SCHED_FIFO priorities are 1..=99",
+                ));
+            }
         }
         for (flag, v) in [
             ("-T/--threads", self.threads),

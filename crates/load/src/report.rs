@@ -42,7 +42,19 @@ pub struct LoadReport {
 
 /// Summarizes merged results and runs the checks. `percentile` is the one the caller relies on.
 pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> LoadReport {
-    let checks = run_checks(raw, iadist_unit, percentile);
+    let mut checks = run_checks(raw, iadist_unit, percentile);
+    let limited_by = crate::checks::limited_by(raw, &checks);
+    if let Some(why) = &limited_by {
+        // Never a silently late run: one that did not keep its schedule is not valid, whichever
+        // other check it passed.
+        if checks.iter().all(|c| c.ok) {
+            checks.push(headroom_types::load_result::Check {
+                name: "schedule".into(),
+                ok: false,
+                detail: format!("rate not carried on time: limited by {why}"),
+            });
+        }
+    }
     let hists = raw.reported();
     let c = &raw.counters;
     LoadReport {
@@ -64,6 +76,10 @@ pub fn build_report(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Lo
                 busy_poll_s: raw.busy_poll_s,
                 engine: (!raw.engine.is_empty()).then(|| raw.engine.clone()),
                 engine_fallback_reason: raw.engine_fallback_reason.clone(),
+                sched: raw.sched.as_ref().map(|s| s.class.clone()),
+                sched_reason: raw.sched.as_ref().map(|s| s.reason.clone()),
+                connections: raw.connections.clone(),
+                limited_by,
             },
         },
         update_uncorrected: hists.update_uncorrected.summary(),
@@ -198,6 +214,29 @@ pub fn format_table(r: &LoadReport) -> String {
     }
     if let Some(reason) = &res.client.engine_fallback_reason {
         let _ = writeln!(out, "Engine fallback: {reason}");
+    }
+    if let (Some(class), Some(why)) = (&res.client.sched, &res.client.sched_reason) {
+        let _ = writeln!(out, "Scheduling: {class}: {why}");
+    }
+    if let Some(s) = &res.client.connections {
+        let _ = writeln!(
+            out,
+            "Connections: {} ({}: {}){}",
+            s.total,
+            s.mode,
+            s.reason,
+            if s.grown > 0 || s.growth_refused > 0 {
+                format!(
+                    "; grown to {} during the run ({} sends found them all full at the cap)",
+                    s.grown_to, s.growth_refused
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(why) = &res.client.limited_by {
+        let _ = writeln!(out, "Rate not carried: limited by {why}");
     }
     out.push_str(&format_checks(res));
     out

@@ -68,6 +68,13 @@ pub struct Counters {
     pub skipped: u64,
     pub bytes_tx: u64,
     pub bytes_rx: u64,
+    /// Load connections opened during the run (`-c auto`: a send found its connection and every
+    /// other one to its server at the depth cap).
+    #[serde(default)]
+    pub grown: u64,
+    /// Sends that found every connection full with growth at its cap (they waited, late).
+    #[serde(default)]
+    pub growth_refused: u64,
 }
 
 impl Counters {
@@ -84,6 +91,8 @@ impl Counters {
         self.skipped += o.skipped;
         self.bytes_tx += o.bytes_tx;
         self.bytes_rx += o.bytes_rx;
+        self.grown += o.grown;
+        self.growth_refused += o.growth_refused;
     }
 }
 
@@ -122,6 +131,10 @@ pub struct RawResults {
     pub engine: String,
     /// Why this client runs epoll when io_uring was wanted (None when it was not wanted or ran).
     pub engine_fallback_reason: Option<String>,
+    /// The load threads' scheduling class and why (this client's; agents keep their own).
+    pub sched: Option<crate::sched::SchedInfo>,
+    /// This client's load connections: how many, why, grown to (agents keep their own).
+    pub connections: Option<headroom_types::load_result::ConnectionSizing>,
 }
 
 impl RawResults {
@@ -159,6 +172,12 @@ impl RawResults {
         }
         if self.engine_fallback_reason.is_none() {
             self.engine_fallback_reason = o.engine_fallback_reason.clone();
+        }
+        if self.sched.is_none() {
+            self.sched = o.sched.clone();
+        }
+        if self.connections.is_none() {
+            self.connections = o.connections.clone();
         }
         let room = MAX_IA_SAMPLES.saturating_sub(self.ia_samples.len());
         self.ia_samples
@@ -236,6 +255,8 @@ impl RawResults {
             clients: w.clients,
             engine: w.engine.clone(),
             engine_fallback_reason: w.engine_fallback_reason.clone(),
+            sched: None,
+            connections: None,
         })
     }
 }

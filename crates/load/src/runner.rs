@@ -24,7 +24,9 @@ use crate::keys::KeyChooser;
 use crate::options::{LoadOptions, Validated};
 use crate::protocol::Op;
 use crate::results::{RawResults, MAX_IA_SAMPLES};
+use crate::sizing;
 use crate::stats::LatencyHist;
+use headroom_types::load_result::ConnectionSizing;
 
 /// One second (or the last, partial interval) of a run, merged over the threads.
 #[derive(Clone, Debug)]
@@ -218,6 +220,62 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
     plans
 }
 
+/// The load connections per server per thread: `-c N` as given, or `-c auto` sized from the round
+/// trip measured by a ping phase (every server; the slowest p99 counts) and the rate.
+fn size_connections(
+    opts: &LoadOptions,
+    v: &Validated,
+    keys: &KeyGenerator,
+) -> Result<ConnectionSizing, LoadError> {
+    let fixed = ConnectionSizing {
+        mode: "fixed".into(),
+        per_thread: opts.connections,
+        depth: opts.depth,
+        reason: format!("-c {} -d {} as given", opts.connections, opts.depth),
+        ..ConnectionSizing::default()
+    };
+    if !opts.connections_auto {
+        return Ok(fixed);
+    }
+    // One thread's share of the rate for one server: the rate of a group of connections.
+    let one = LoadOptions {
+        connections: 1,
+        ..opts.clone()
+    };
+    let groups = plan_workers(&one, v, 0)
+        .iter()
+        .flat_map(|p| &p.conns)
+        .filter(|c| !c.measure)
+        .count()
+        .max(1);
+    let rate = v.load_qps as f64 / groups as f64;
+    let mut key = Vec::new();
+    keys.write_key(0, &mut key);
+    let (mut p50, mut p99) = (0u64, 0u64);
+    for (_, addr) in &v.servers {
+        let rtt = sizing::ping(
+            *addr,
+            opts.protocol.protocol(),
+            &key,
+            sizing::PINGS,
+            sizing::PING_GAP,
+        )?;
+        p50 = p50.max(rtt.quantile_ns(0.5));
+        p99 = p99.max(rtt.quantile_ns(0.99));
+    }
+    let s = sizing::size_connections(rate, p99, opts.depth);
+    Ok(ConnectionSizing {
+        mode: "auto".into(),
+        per_thread: s.per_thread,
+        depth: opts.depth,
+        rtt_p50_us: p50 as f64 * 1e-3,
+        rtt_p99_us: p99 as f64 * 1e-3,
+        needed_in_flight: s.needed_in_flight,
+        reason: s.reason,
+        ..ConnectionSizing::default()
+    })
+}
+
 /// Runs the load from this process only (no agents). `progress` sees each merged second.
 pub fn run_local(
     opts: &LoadOptions,
@@ -243,7 +301,17 @@ pub fn run_local(
     let keys = KeyGenerator::new(v.keysize.clone(), records);
     let chooser = KeyChooser::new(opts.popularity, records)?;
     let base_seed = opts.seed.unwrap_or_else(|| rand::rng().random());
-    let plans = plan_workers(opts, &v, base_seed);
+    let mut sizing = size_connections(opts, &v, &keys)?;
+    let sized = LoadOptions {
+        connections: sizing.per_thread,
+        ..opts.clone()
+    };
+    let plans = plan_workers(&sized, &v, base_seed);
+    sizing.total = plans
+        .iter()
+        .flat_map(|p| &p.conns)
+        .filter(|c| !c.measure)
+        .count();
     let nconns: usize = plans.iter().map(|p| p.conns.len()).sum();
     // Time to open the connections before the first send is due.
     let setup_ns = 50_000_000 + nconns as u64 * 200_000;
@@ -267,6 +335,9 @@ pub fn run_local(
         moderate: opts.moderate,
         nodelay: !opts.no_nodelay,
         engine: engine.kind,
+        grow: opts.connections_auto,
+        grow_cap: crate::sizing::grow_cap(sizing.per_thread),
+        fifo: opts.fifo,
     };
     let nworkers = plans.len();
     let cpu_before = process_cpu_s();
@@ -324,6 +395,7 @@ pub fn run_local(
         engine_fallback_reason: engine.fallback_reason.clone(),
         ..RawResults::default()
     };
+    let mut sched = None;
     let mut saved: Vec<SavedSample> = Vec::new();
     for out in outs {
         let out = out?;
@@ -332,6 +404,7 @@ pub fn run_local(
         raw.send_lag.merge(&out.send_lag);
         raw.counters.add(&out.counters);
         raw.busy_poll_s += out.busy_poll_ns as f64 * 1e-9;
+        sched.get_or_insert(out.sched);
         let room = MAX_IA_SAMPLES.saturating_sub(raw.ia_samples.len());
         raw.ia_samples
             .extend(out.ia_samples.iter().take(room).copied());
@@ -340,6 +413,11 @@ pub fn run_local(
     if let Some(path) = &opts.save {
         write_samples(path, &mut saved)?;
     }
+    sizing.grown = raw.counters.grown;
+    sizing.grown_to = sizing.total + raw.counters.grown as usize;
+    sizing.growth_refused = raw.counters.growth_refused;
+    raw.sched = sched;
+    raw.connections = Some(sizing);
     Ok(raw)
 }
 

@@ -88,6 +88,7 @@ fn histogram_contract_and_result_json() {
             busy_poll_s: 0.0,
             engine: Some("io_uring".into()),
             engine_fallback_reason: None,
+            ..ClientStats::default()
         },
     };
     let json = serde_json::to_value(&result).unwrap();

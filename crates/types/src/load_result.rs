@@ -62,6 +62,46 @@ pub struct ClientStats {
     /// Why epoll ran where io_uring was wanted (io_uring disabled, refused by seccomp, too old).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_fallback_reason: Option<String>,
+    /// The load threads' scheduling class ("SCHED_OTHER", "SCHED_FIFO 10", …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched: Option<String>,
+    /// Why that class: "SCHED_FIFO refused (EPERM)", "not requested", "inherited from the caller".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched_reason: Option<String>,
+    /// How many connections ran and why (`-c N` as given, or `-c auto` sized from the round trip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionSizing>,
+    /// For a run that did not carry its rate: what limited it ("client CPU", "connections",
+    /// "server"), with the figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<String>,
+}
+
+/// The load connections of one client: how many, why, and how many were opened during the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionSizing {
+    /// "auto" (`-c auto`) or "fixed" (`-c N`).
+    pub mode: String,
+    /// Connections per server per thread at the start (`-c`).
+    pub per_thread: usize,
+    /// Requests in flight per connection (`-d`).
+    pub depth: usize,
+    /// Load connections at the start, over every thread and server.
+    pub total: usize,
+    /// Round trip measured by the ping phase before the run (µs; 0 when not measured).
+    pub rtt_p50_us: f64,
+    pub rtt_p99_us: f64,
+    /// Requests in flight the sizing provides for (rate × RTT p99 × headroom).
+    pub needed_in_flight: f64,
+    /// The sizing in words.
+    pub reason: String,
+    /// Connections opened during the run because a send found its connection at the depth cap.
+    pub grown: u64,
+    /// Load connections at the end (total + grown).
+    pub grown_to: usize,
+    /// Sends that found every connection full with growth at its cap (they waited, late).
+    #[serde(default)]
+    pub growth_refused: u64,
 }
 
 /// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).

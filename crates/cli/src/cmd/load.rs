@@ -50,9 +50,10 @@ pub struct Args {
     /// Pin threads to CPUs round-robin
     #[arg(long)]
     pub affinity: bool,
-    /// Connections per server per thread
-    #[arg(short = 'c', long, default_value_t = 1)]
-    pub connections: usize,
+    /// Connections per server per thread, or `auto`: sized from the round trip measured before
+    /// the run and the rate, grown during the run when every connection is at its depth cap
+    #[arg(short = 'c', long, default_value = "1", value_name = "N|auto")]
+    pub connections: String,
     /// Maximum requests in flight per connection
     #[arg(short = 'd', long, default_value_t = 1)]
     pub depth: usize,
@@ -193,6 +194,10 @@ pub struct Extra {
     /// invalid runs exit like valid ones
     #[arg(long = "invalid-exit-code", value_name = "N", default_value_t = CHECKS_FAILED_EXIT)]
     pub invalid_exit_code: i32,
+    /// Ask for SCHED_FIFO at this priority for the load threads; where it is refused they run
+    /// SCHED_OTHER (the output and the JSON say which class ran and why)
+    #[arg(long, value_name = "PRIO")]
+    pub fifo: Option<u32>,
 }
 
 /// Default exit status of a run (or a scan with a row, or a search whose answer) that failed its
@@ -260,6 +265,17 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         (None, false) => ProtocolKind::Memcache,
     };
     let popularity: Popularity = args.extra.popularity.parse().map_err(lib_err)?;
+    let (connections, connections_auto) = match args.connections.as_str() {
+        "auto" => (1, true),
+        n => (
+            n.parse::<usize>().map_err(|_| {
+                super::usage(format!(
+                    "invalid value \"{n}\" for -c/--connections: expected a whole number or auto"
+                ))
+            })?,
+            false,
+        ),
+    };
     let opts = LoadOptions {
         servers: args.server.clone(),
         protocol,
@@ -271,7 +287,9 @@ pub fn options_from(args: &Args) -> anyhow::Result<LoadOptions> {
         update: args.update,
         threads: args.threads,
         affinity: args.affinity,
-        connections: args.connections,
+        connections,
+        connections_auto,
+        fifo: args.extra.fifo,
         depth: args.depth,
         iadist: args.iadist.clone(),
         noload: args.noload,
@@ -389,6 +407,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(p) = &args.extra.csv {
         write_file(p, &format!("{}\n{}\n", csv_header(), csv_row(&report)))?;
+    }
+    if let Some(why) = &report.result.client.limited_by {
+        eprintln!("headroom load: rate not carried: limited by {why}");
     }
     exit_if_invalid(&args, report.result.valid);
     Ok(())

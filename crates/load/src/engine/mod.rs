@@ -66,6 +66,12 @@ pub struct WorkerShared {
     pub nodelay: bool,
     /// The event loop every worker runs.
     pub engine: EngineKind,
+    /// `-c auto`: a send that finds its connection and every other one to its server at the
+    /// depth cap goes out on a new connection (up to `grow_cap` per server per worker).
+    pub grow: bool,
+    pub grow_cap: usize,
+    /// `--fifo PRIO`: the class each worker asks for (see [`crate::sched`]).
+    pub fifo: Option<u32>,
 }
 
 /// `-S`: skip when this far behind, down to [`SKIP_TO_NS`] behind (mutilate: 5 ms, 4 ms).
@@ -127,6 +133,8 @@ pub struct WorkerOut {
     pub saved: Vec<SavedSample>,
     /// Time spent busy-polling with nothing to do, waiting for a send to fall due.
     pub busy_poll_ns: u64,
+    /// The worker's scheduling class and why.
+    pub sched: crate::sched::SchedInfo,
 }
 
 struct Inflight {
@@ -157,6 +165,33 @@ struct Conn {
     last_rx: u64,
     /// The io_uring engine's send and receive state (unused by epoll).
     ring: uring::ConnRing,
+    /// Opened during the run (`-c auto`): no schedule of its own, it carries sends that found
+    /// the scheduled connections to its server at their depth cap.
+    grown: bool,
+}
+
+impl Conn {
+    fn new(plan: ConnPlan, stream: TcpStream, next_sched: u64, grown: bool) -> Conn {
+        Conn {
+            plan,
+            stream: Some(stream),
+            reconnect_at: 0,
+            backoff_ns: 0,
+            next_sched,
+            late_marked: false,
+            done_sending: grown,
+            inflight: VecDeque::new(),
+            wbuf: Vec::with_capacity(4096),
+            wpos: 0,
+            rbuf: vec![0; READ_CHUNK],
+            rpos: 0,
+            rend: 0,
+            last_sent: None,
+            last_rx: 0,
+            ring: uring::ConnRing::default(),
+            grown,
+        }
+    }
 }
 
 struct Worker<'a> {
@@ -205,11 +240,15 @@ pub fn run_worker(
     interval_tx: mpsc::Sender<IntervalMsg>,
 ) -> Result<WorkerOut, LoadError> {
     tighten_timer_slack();
+    let sched = crate::sched::settle(shared.fifo);
     if let Some(cpu) = plan.cpu {
         if let Err(e) = pin_current_thread(cpu) {
             tracing::warn!("pinning load thread {id} to CPU {cpu}: {e}");
         }
     }
+    // The busy-poll window starts from this thread's measured wake-up error (on its CPU, in its
+    // class) and follows it during the run.
+    let lead = WakeLead::calibrated();
     let io = match shared.engine {
         EngineKind::Epoll => Io::Epoll(epoll::EpollIo::new()?),
         EngineKind::IoUring => Io::Uring(Box::new(uring::UringIo::new(plan.conns.len())?)),
@@ -223,24 +262,7 @@ pub fn run_worker(
             Some(ia) => shared.t0 + secs_to_ns(ia.sample(&mut rng)),
             None => shared.t0,
         };
-        conns.push(Conn {
-            plan: cp,
-            stream: Some(stream),
-            reconnect_at: 0,
-            backoff_ns: 0,
-            next_sched: first,
-            late_marked: false,
-            done_sending: false,
-            inflight: VecDeque::new(),
-            wbuf: Vec::with_capacity(4096),
-            wpos: 0,
-            rbuf: vec![0; READ_CHUNK],
-            rpos: 0,
-            rend: 0,
-            last_sent: None,
-            last_rx: 0,
-            ring: uring::ConnRing::default(),
-        });
+        conns.push(Conn::new(cp, stream, first, false));
     }
     let mut w = Worker {
         id,
@@ -248,14 +270,17 @@ pub fn run_worker(
         io,
         conns,
         rng,
-        out: WorkerOut::default(),
+        out: WorkerOut {
+            sched,
+            ..WorkerOut::default()
+        },
         key: Vec::with_capacity(256),
         interval: LatencyHist::new(),
         interval_completed: 0,
         interval_index: 0,
         interval_tx,
         ia_seen: 0,
-        lead: WakeLead::new(),
+        lead,
     };
     for i in 0..w.conns.len() {
         w.attach(i).map_err(|e| {
@@ -364,7 +389,13 @@ impl Worker<'_> {
                 wake = wake.min(c.reconnect_at);
                 continue;
             }
-            if c.done_sending || c.plan.ia.is_none() || c.inflight.len() >= c.plan.depth {
+            if c.done_sending || c.plan.ia.is_none() {
+                continue;
+            }
+            // At the depth cap a send waits for a reply, unless `-c auto` can send it on another
+            // connection (once it found them all full too, it waits for a reply as well).
+            let pooled = self.shared.grow && !c.plan.measure && !c.late_marked;
+            if c.inflight.len() >= c.plan.depth && !pooled {
                 continue;
             }
             let due = if self.shared.moderate {
@@ -453,7 +484,17 @@ impl Worker<'_> {
             if sched > now {
                 break;
             }
-            if c.stream.is_none() || c.inflight.len() >= c.plan.depth {
+            let own_room = c.stream.is_some() && c.inflight.len() < c.plan.depth;
+            let target = if own_room {
+                Some(i)
+            } else if sh.grow && c.plan.ia.is_some() && !c.plan.measure {
+                let first_try = !c.late_marked;
+                self.pool_slot(i, first_try)
+            } else {
+                None
+            };
+            let Some(t) = target else {
+                let c = &mut self.conns[i];
                 if c.plan.ia.is_some() && !c.late_marked {
                     c.late_marked = true;
                     if sched >= sh.warm_end {
@@ -461,10 +502,11 @@ impl Worker<'_> {
                     }
                 }
                 break;
-            }
-            if sh.moderate && now < c.last_rx + MODERATE_NS {
+            };
+            if sh.moderate && now < self.conns[i].last_rx + MODERATE_NS {
                 break;
             }
+            let c = &mut self.conns[t];
             // Issue the request due at `sched`.
             let index = sh.chooser.choose(&mut self.rng);
             self.key.clear();
@@ -487,6 +529,11 @@ impl Worker<'_> {
                 self.out.counters.sent += 1;
                 self.out.counters.bytes_tx += (c.wbuf.len() - before) as u64;
             }
+            if t != i {
+                // Sent on another connection to the same server: it goes out with this turn.
+                self.flush(t, now);
+            }
+            let c = &mut self.conns[i];
             if sched >= sh.warm_end {
                 self.out.send_lag.record_ns(now - sched);
                 self.out.counters.scheduled += 1;
@@ -521,11 +568,54 @@ impl Worker<'_> {
                 }
             }
             c.late_marked = false;
-            issued = true;
+            issued |= t == i;
         }
         if issued {
             self.flush(i, now);
         }
+    }
+
+    /// `-c auto`: another connection to connection `i`'s server with room under its depth cap,
+    /// or a new one (counted) while the worker has fewer than `grow_cap` to that server. None
+    /// when every one is full and growth is at its cap (`count_refusal`: counted once per send).
+    fn pool_slot(&mut self, i: usize, count_refusal: bool) -> Option<usize> {
+        let addr = self.conns[i].plan.addr;
+        let mut to_server = 0;
+        for (j, c) in self.conns.iter().enumerate() {
+            if c.plan.measure || c.plan.addr != addr {
+                continue;
+            }
+            to_server += 1;
+            if j != i && c.stream.is_some() && c.inflight.len() < c.plan.depth {
+                return Some(j);
+            }
+        }
+        if to_server >= self.shared.grow_cap {
+            if count_refusal {
+                self.out.counters.growth_refused += 1;
+            }
+            return None;
+        }
+        let stream = match connect(addr, self.shared.nodelay) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("growing the connections: {e}");
+                return None;
+            }
+        };
+        let plan = ConnPlan {
+            rate: 0.0,
+            ia: None,
+            ..self.conns[i].plan.clone()
+        };
+        self.conns.push(Conn::new(plan, stream, 0, true));
+        let j = self.conns.len() - 1;
+        if self.attach(j).is_err() {
+            self.conns[j].stream = None;
+            return None;
+        }
+        self.out.counters.grown += 1;
+        Some(j)
     }
 
     /// Completes every whole reply in the buffer. False when the connection was faulted.

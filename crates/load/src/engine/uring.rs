@@ -385,6 +385,11 @@ impl Worker<'_> {
     fn replies_can_wait(&self, until: u64) -> bool {
         !self.shared.moderate
             && self.conns.iter().all(|c| {
+                if c.grown {
+                    // No schedule of its own: only its replies' stamps matter.
+                    return c.inflight.is_empty()
+                        || (c.ring.rx_stamps && c.stream.is_some() && c.inflight.len() <= 1);
+                }
                 c.ring.rx_stamps
                     && c.stream.is_some()
                     && !c.done_sending

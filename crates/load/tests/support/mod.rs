@@ -21,6 +21,8 @@ pub enum Behaviour {
     Delay(Duration),
     /// Hold every reply due in the first `stall` of each `period` until the stall ends.
     Stall { period: Duration, stall: Duration },
+    /// Hold every reply due between `at` and `at + stall` after the server started until then.
+    StallOnce { at: Duration, stall: Duration },
     /// Every `every`-th GET gets a garbage line instead of a reply.
     Malformed { every: u64 },
 }
@@ -161,6 +163,12 @@ fn serve_conn(
                 let phase = Duration::from_nanos((since.as_nanos() % period.as_nanos()) as u64);
                 if phase < stall {
                     sleep_until(arrived + (stall - phase));
+                }
+            }
+            Behaviour::StallOnce { at, stall } => {
+                let since = arrived - epoch;
+                if since >= at && since < at + stall {
+                    sleep_until(epoch + at + stall);
                 }
             }
             _ => {}
