@@ -8,12 +8,15 @@
 //! timer) and reads a tail that is that phase's, not the server's. Poisson arrivals see time
 //! averages (PASTA), as the load generator's do.
 //!
-//! So that it measures the LC and not itself: replies are timed from the kernel's software
-//! receive timestamp (`SO_TIMESTAMPING`; where the kernel refuses it, from user space, said once
-//! as a sensor note), each latency runs from the request's actual send, and the prober's own
-//! lateness (actual send − scheduled send) is kept per window: a window whose send lag p99
-//! exceeds `max_send_lag_us` is refused — stale, not a slow LC. The thread asks for SCHED_FIFO
-//! (reset on fork) so a BE filling its CPU cannot delay it; nice -20 where FIFO is refused.
+//! So that it measures the LC and not itself: each latency runs from the kernel's software
+//! transmit stamp of the request (`SO_TIMESTAMPING` with `OPT_ID`/`OPT_TSONLY`, read from the
+//! socket's error queue, matched by the byte counter) to the kernel's software receive stamp of
+//! its reply. A late prober thread then changes when a probe is sent, not what it measures, and
+//! the thread wakes only to send: what arrived meanwhile is read then, already stamped. A window
+//! is refused only for too few replies. Where the kernel gives no transmit stamps (said once, as
+//! the cell's detail) latencies run from the prober's own send and the old bound applies: a
+//! window whose send lag p99 (actual − scheduled send) exceeds `max_send_lag_us` is refused —
+//! stale, not a slow LC. SCHED_FIFO (reset on fork) is asked for and its refusal only noted.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -29,12 +32,17 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::ProbeProtocol;
-use crate::sensors::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+use crate::sensors::lc_signal::{LatencyWindow, Refusal, SignalCell, StopFlag};
+
+mod http;
+mod stamps;
+pub use http::parse_http_response;
+use stamps::Stamps;
 
 /// The key the prober reads (a miss is as good as a hit for timing).
 pub const PROBE_KEY: &[u8] = b"headroom:probe";
 /// Requests outstanding beyond this count as lost: the connection is reopened.
-const MAX_IN_FLIGHT: usize = 10_000;
+const MAX_IN_FLIGHT: usize = 4096;
 
 /// What the prober speaks.
 #[derive(Debug, Clone)]
@@ -61,6 +69,8 @@ pub struct ProbeSpec {
     pub max_send_lag_us: f64,
     /// SCHED_FIFO priority of the prober thread (0: leave its scheduling alone).
     pub fifo_priority: u8,
+    /// Tests: sleep this long between deciding to send and sending (a late prober thread).
+    pub delay_sends: Duration,
 }
 
 impl ProbeSpec {
@@ -101,6 +111,7 @@ impl ProbeSpec {
             min_samples: headroom_load::stats::min_samples_for(percentile),
             max_send_lag_us: f64::INFINITY,
             fifo_priority: 0,
+            delay_sends: Duration::ZERO,
         }
     }
 }
@@ -117,7 +128,7 @@ pub fn spawn(
 }
 
 fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
-    raise_priority(spec.fifo_priority);
+    let sched = raise_priority(spec.fifo_priority);
     let mean_gap_s = 1.0 / spec.rate_hz.max(0.001);
     let mut rng = SmallRng::seed_from_u64(
         std::time::SystemTime::now()
@@ -127,11 +138,17 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
     );
     // exponential gaps: −ln(U)·mean, U in (0, 1]
     let mut gap = move || Duration::from_secs_f64(-(1.0 - rng.random::<f64>()).ln() * mean_gap_s);
-    let epoch = Instant::now();
-    let mut window = LatencyWindow::new(spec.window_s, spec.min_samples);
-    let mut lag = LatencyWindow::new(spec.window_s, 1);
-    let mut published_sec = 0u64;
-    let mut kernel_stamps_noted = false;
+    let mut state = ProbeState {
+        epoch: Instant::now(),
+        window: LatencyWindow::new(spec.window_s, spec.min_samples),
+        lag: LatencyWindow::new(spec.window_s, 1),
+        published_sec: 0,
+        stamps: None,
+        tx_stamps_seen: false,
+        replies_without_tx: 0,
+        sched,
+        described: None,
+    };
     let mut request = Vec::new();
     match &spec.wire {
         ProbeWire::Kv(p) => p.encode(Op::Get, PROBE_KEY, 0, &mut request),
@@ -140,8 +157,12 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 .as_bytes(),
         ),
     }
+    // Buffers for the whole run: a probe allocates nothing.
+    let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(MAX_IN_FLIGHT);
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 16 * 1024];
     while !stop.load(Ordering::Relaxed) {
-        let mut conn = match connect(&spec.address) {
+        let conn = match connect(&spec.address) {
             Ok(c) => c,
             Err(e) => {
                 cell.error("probe", format!("connecting to {}: {e}", spec.address));
@@ -149,103 +170,91 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 continue;
             }
         };
-        let kernel_stamps = enable_rx_timestamps(&conn);
-        if let (Err(e), false) = (&kernel_stamps, kernel_stamps_noted) {
-            kernel_stamps_noted = true;
-            tracing::warn!(error = %e, "prober: no kernel receive timestamps; timing replies in user space");
+        in_flight.clear();
+        buf.clear();
+        let stamps = stamps::enable(conn.as_raw_fd()).ok();
+        state.stamps = stamps;
+        if stamps.is_none() {
+            // no stamps on this connection: whatever the last one had, no longer
+            state.tx_stamps_seen = false;
         }
-        let kernel_stamps = kernel_stamps.is_ok();
+        state.describe(cell);
         let mut next_send = Instant::now();
-        // (scheduled, actual) send times of the requests in flight
-        let mut in_flight: VecDeque<(Instant, Instant)> = VecDeque::new();
-        let mut buf: Vec<u8> = Vec::with_capacity(4096);
-        let mut chunk = [0u8; 4096];
+        let mut sent_bytes: u32 = 0;
+        // The length of one reply (learnt): replies are read one at a time, so each gets the
+        // receive stamp of its own packet.
+        let mut read_len = chunk.len();
         let outcome: Result<(), String> = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
             }
             let now = Instant::now();
-            // Publish the window once per second of the agent's clock.
-            let sec = now.duration_since(epoch).as_secs();
-            if sec > published_sec {
-                published_sec = sec;
-                let last = sec.saturating_sub(1);
-                let send_lag = lag.percentile_us(last, 99.0);
-                match (window.percentile_us(last, spec.percentile), send_lag) {
-                    (Some(_), Some(l)) if l > spec.max_send_lag_us => cell.error(
-                        "probe",
-                        format!(
-                            "window refused: the prober's own send lag p99 {l:.0} µs exceeds {:.0} µs (its CPU is busy): stale, not a slow LC",
-                            spec.max_send_lag_us
-                        ),
-                    ),
-                    (Some(p), _) => cell.publish(p, epoch + Duration::from_secs(sec)),
-                    (None, _) => {}
-                }
+            state.publish_due(now, &spec, cell);
+            // What arrived since the last wake-up, stamped by the kernel: reading it late
+            // changes nothing. Transmit stamps first (a reply's stamp precedes its reply).
+            if stamps == Some(Stamps::TxRx) {
+                drain_tx_stamps(&conn, &mut in_flight, &mut state.tx_stamps_seen);
             }
+            match read_replies(
+                &conn,
+                &spec.wire,
+                stamps.is_some(),
+                &mut chunk,
+                &mut read_len,
+                &mut buf,
+                &mut in_flight,
+                &mut state,
+            ) {
+                Ok(true) => {}
+                Ok(false) => break Err("server closed the connection".into()),
+                Err(e) => break Err(e),
+            }
+            // Send what is due (one wake-up for all; a prober far behind skips probes rather
+            // than bursting them at the LC).
             if now >= next_send {
                 if in_flight.len() >= MAX_IN_FLIGHT {
                     break Err(format!("{} requests unanswered", in_flight.len()));
                 }
+                let scheduled = next_send;
+                let sent_ns = stamps::realtime_ns();
                 let sent = Instant::now();
-                if let Err(e) = conn.write_all(&request) {
+                if !spec.delay_sends.is_zero() {
+                    // test hook: the thread is late between deciding to send and sending
+                    std::thread::sleep(spec.delay_sends);
+                }
+                if let Err(e) = (&conn).write_all(&request) {
                     break Err(format!("sending: {e}"));
                 }
-                let s = next_send.saturating_duration_since(epoch).as_secs();
-                lag.slot(s)
-                    .record_ns(sent.saturating_duration_since(next_send).as_nanos() as u64);
-                in_flight.push_back((next_send, sent));
+                let after = Instant::now();
+                sent_bytes = sent_bytes.wrapping_add(request.len() as u32);
+                let s = scheduled.saturating_duration_since(state.epoch).as_secs();
+                state
+                    .lag
+                    .slot(s)
+                    .record_ns(sent.saturating_duration_since(scheduled).as_nanos() as u64);
+                in_flight.push_back(InFlight {
+                    scheduled,
+                    sent_ns,
+                    key: sent_bytes.wrapping_sub(1),
+                    tx_ns: None,
+                });
                 next_send += gap();
-                continue;
+                let mut skipped = 0;
+                while next_send <= after && skipped < MAX_SKIP {
+                    next_send += gap();
+                    skipped += 1;
+                }
+                next_send = next_send.max(after);
             }
-            if !wait_readable(&conn, next_send - now) {
-                continue;
-            }
-            let received = if kernel_stamps {
-                recv_stamped(&conn, &mut chunk)
+            // Sleep until the next send (or the next second's publication): its reply and
+            // stamps are read at the next wake-up. Where replies carry no kernel stamp, wake on
+            // each to time it.
+            let now = Instant::now();
+            let until = next_send.min(state.next_publication());
+            if stamps.is_some() {
+                sleep_until(until, now);
             } else {
-                conn.read(&mut chunk).map(|n| (n, Instant::now()))
-            };
-            let done = match received {
-                Ok((0, _)) => break Err("server closed the connection".into()),
-                Ok((n, at)) => {
-                    buf.extend_from_slice(&chunk[..n]);
-                    at
-                }
-                Err(e)
-                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
-                {
-                    continue
-                }
-                Err(e) => break Err(format!("receiving: {e}")),
-            };
-            let mut failed = None;
-            loop {
-                let parsed = match &spec.wire {
-                    ProbeWire::Kv(p) => p
-                        .parse(Op::Get, &buf)
-                        .map(|r| r.map(|r| r.consumed))
-                        .map_err(|e| e.to_string()),
-                    ProbeWire::Http { .. } => parse_http_response(&buf),
-                };
-                match parsed {
-                    Ok(Some(consumed)) => {
-                        buf.drain(..consumed);
-                        if let Some((scheduled, sent)) = in_flight.pop_front() {
-                            let ns = done.saturating_duration_since(sent).as_nanos() as u64;
-                            let s = scheduled.saturating_duration_since(epoch).as_secs();
-                            window.slot(s).record_ns(ns);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                break Err(e);
+                wait_readable(&conn, until.saturating_duration_since(now));
             }
         };
         if let Err(e) = outcome {
@@ -255,64 +264,265 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
     }
 }
 
-/// Asks the kernel to stamp every received packet in software (`SO_TIMESTAMPING`).
-fn enable_rx_timestamps(conn: &TcpStream) -> nix::Result<()> {
-    use nix::sys::socket::{setsockopt, sockopt::Timestamping, TimestampingFlag};
-    setsockopt(
-        conn,
-        Timestamping,
-        &(TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE
-            | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE),
-    )
+/// A prober that wakes behind its schedule sends one probe and skips (draws and passes) the
+/// others that are due, rather than bursting them at the LC; at most this many.
+const MAX_SKIP: usize = 1000;
+
+/// Replies read without any transmit stamp having been seen before the prober says the kernel
+/// gives none (and falls back to its own send times, under the send-lag bound).
+const NO_TX_STAMPS_AFTER: u64 = 50;
+
+/// A request in flight.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    /// Its scheduled send (its window second).
+    scheduled: Instant,
+    /// `CLOCK_REALTIME` ns just before the write (the fallback's send time).
+    sent_ns: u64,
+    /// `OPT_ID` key of its last byte (the byte counter, wrapping).
+    key: u32,
+    /// The kernel's transmit stamp, ns.
+    tx_ns: Option<u64>,
 }
 
-/// Reads into `chunk`; returns the bytes and when the kernel received them (the software
-/// stamp, CLOCK_REALTIME, carried over to the monotonic clock by its age now).
-fn recv_stamped(conn: &TcpStream, chunk: &mut [u8]) -> std::io::Result<(usize, Instant)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
-    let mut cmsg = nix::cmsg_space!(nix::sys::socket::Timestamps);
-    let mut iov = [std::io::IoSliceMut::new(chunk)];
-    let msg = recvmsg::<SockaddrStorage>(
-        conn.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::empty(),
-    )
-    .map_err(std::io::Error::from)?;
-    let now = Instant::now();
-    let mut at = now;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmTimestampsns(t) = c {
-                let stamp = Duration::new(t.system.tv_sec() as u64, t.system.tv_nsec() as u32);
-                let wall = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                if !stamp.is_zero() {
-                    at = now.checked_sub(wall.saturating_sub(stamp)).unwrap_or(now);
-                }
+/// The prober's windows and what it has said.
+struct ProbeState {
+    epoch: Instant,
+    window: LatencyWindow,
+    /// The prober's own lateness (actual − scheduled send), for the fallback and the notes.
+    lag: LatencyWindow,
+    published_sec: u64,
+    /// What the kernel stamps on this connection.
+    stamps: Option<Stamps>,
+    tx_stamps_seen: bool,
+    replies_without_tx: u64,
+    /// The thread's scheduling, as [`raise_priority`] got it.
+    sched: String,
+    /// The timing last described to the cell.
+    described: Option<Timing>,
+}
+
+/// What the prober's latencies run between (said in `ctl status` through the cell's detail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// Kernel transmit stamp to kernel receive stamp: independent of the prober's scheduling.
+    KernelTxRx,
+    /// The prober's own send to the kernel's receive stamp (no transmit stamps).
+    KernelRx,
+    /// The prober's own send to its own read (no kernel stamps at all).
+    User,
+}
+
+impl Timing {
+    /// How `ctl status` says it (tests look for these words).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Timing::KernelTxRx => "timed by kernel TX+RX stamps",
+            Timing::KernelRx => {
+                "timed from the prober's own sends (no kernel transmit stamps): windows with a late prober are refused"
+            }
+            Timing::User => {
+                "timed in user space (no kernel stamps): windows with a late prober are refused"
             }
         }
     }
-    Ok((msg.bytes, at))
+}
+
+impl ProbeState {
+    fn next_publication(&self) -> Instant {
+        self.epoch + Duration::from_secs(self.published_sec + 1)
+    }
+
+    /// Whether latencies run from the kernel's transmit stamps.
+    fn kernel_tx(&self) -> bool {
+        self.tx_stamps_seen || self.replies_without_tx < NO_TX_STAMPS_AFTER
+    }
+
+    /// `None` while transmit stamps are asked for but none has come back yet.
+    fn timing(&self) -> Option<Timing> {
+        match self.stamps {
+            None => Some(Timing::User),
+            Some(Stamps::TxRx) if self.tx_stamps_seen => Some(Timing::KernelTxRx),
+            Some(Stamps::TxRx) if self.kernel_tx() => None,
+            Some(_) => Some(Timing::KernelRx),
+        }
+    }
+
+    /// Tells the cell how the prober times (when that changed; a fallback is said once, as a
+    /// sensor note).
+    fn describe(&mut self, cell: &SignalCell) {
+        let Some(t) = self.timing() else {
+            return;
+        };
+        if self.described == Some(t) {
+            return;
+        }
+        if t != Timing::KernelTxRx {
+            tracing::warn!(timing = t.describe(), "prober");
+        }
+        self.described = Some(t);
+        cell.set_detail(&format!("{}; {}", t.describe(), self.sched));
+    }
+
+    /// Publishes the window once per second of the agent's clock (or says why not).
+    fn publish_due(&mut self, now: Instant, spec: &ProbeSpec, cell: &SignalCell) {
+        let sec = now.duration_since(self.epoch).as_secs();
+        if sec <= self.published_sec {
+            return;
+        }
+        self.published_sec = sec;
+        self.describe(cell);
+        let last = sec.saturating_sub(1);
+        let send_lag = self.lag.percentile_us(last, 99.0);
+        let kernel_tx = self.kernel_tx();
+        cell.set_send_lag_us(send_lag);
+        match (self.window.percentile_us(last, spec.percentile), send_lag) {
+            // Only timing from the prober's own sends depends on when its thread ran.
+            (Some(_), Some(l)) if !kernel_tx && l > spec.max_send_lag_us => cell.refuse(
+                Refusal::SendLag,
+                format!(
+                    "window refused: the prober's own send lag p99 {l:.0} µs exceeds {:.0} µs (its CPU is busy; no kernel transmit stamps): stale, not a slow LC",
+                    spec.max_send_lag_us
+                ),
+            ),
+            (Some(p), _) => cell.publish(p, self.epoch + Duration::from_secs(sec)),
+            (None, _) if self.window_filled(last) => {
+                let n = self.window.count(last);
+                cell.refuse(
+                    Refusal::TooFewSamples,
+                    format!(
+                        "window refused: {n} replies, fewer than the {} the percentile needs",
+                        spec.min_samples
+                    ),
+                );
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// Whether the window has been running a whole window's length (before that, nothing is
+    /// expected).
+    fn window_filled(&self, last: u64) -> bool {
+        self.lag.percentile_us(last, 0.0).is_some()
+    }
+}
+
+/// Reads every waiting transmit stamp and gives it to the requests it covers: a stamp's key is
+/// the last byte of the packet, so requests the kernel sent in one packet share it.
+fn drain_tx_stamps(conn: &TcpStream, in_flight: &mut VecDeque<InFlight>, seen: &mut bool) {
+    // A stamp covers every request up to its key: once the newest has one, all have (so a
+    // wake-up costs no read that finds the queue empty).
+    while in_flight.back().is_some_and(|r| r.tx_ns.is_none()) {
+        match stamps::read_tx_stamp(conn.as_raw_fd()) {
+            Ok(Some((key, ns))) => {
+                *seen = true;
+                for r in in_flight.iter_mut() {
+                    // wrapping order: r.key at or before `key`
+                    if key.wrapping_sub(r.key) < (1 << 31) {
+                        if r.tx_ns.is_none() {
+                            r.tx_ns = Some(ns);
+                        }
+                    } else {
+                        break;
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Reads every waiting reply and records its latency (reading only while replies are owed, so
+/// a wake-up costs no read that finds nothing). `Ok(false)`: the server closed.
+#[allow(clippy::too_many_arguments)]
+fn read_replies(
+    conn: &TcpStream,
+    wire: &ProbeWire,
+    kernel_rx: bool,
+    chunk: &mut [u8],
+    read_len: &mut usize,
+    buf: &mut Vec<u8>,
+    in_flight: &mut VecDeque<InFlight>,
+    state: &mut ProbeState,
+) -> Result<bool, String> {
+    while !in_flight.is_empty() {
+        let want = (*read_len).clamp(1, chunk.len());
+        let received = if kernel_rx {
+            stamps::read_stamped(conn.as_raw_fd(), &mut chunk[..want])
+        } else {
+            (&*conn)
+                .read(&mut chunk[..want])
+                .map(|n| (n, Some(stamps::realtime_ns())))
+        };
+        let rx_ns = match received {
+            Ok((0, _)) => return Ok(false),
+            Ok((n, at)) => {
+                buf.extend_from_slice(&chunk[..n]);
+                at.unwrap_or_else(stamps::realtime_ns)
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("receiving: {e}")),
+        };
+        loop {
+            let parsed = match wire {
+                ProbeWire::Kv(p) => p
+                    .parse(Op::Get, buf)
+                    .map(|r| r.map(|r| r.consumed))
+                    .map_err(|e| e.to_string()),
+                ProbeWire::Http { .. } => parse_http_response(buf),
+            };
+            match parsed? {
+                Some(consumed) => {
+                    buf.drain(..consumed);
+                    *read_len = consumed;
+                    let Some(r) = in_flight.pop_front() else {
+                        continue;
+                    };
+                    let from = match r.tx_ns {
+                        Some(tx) => tx,
+                        None if state.kernel_tx() => {
+                            state.replies_without_tx += 1;
+                            continue; // its stamp was lost: no sample rather than a wrong one
+                        }
+                        None => r.sent_ns,
+                    };
+                    let s = r.scheduled.saturating_duration_since(state.epoch).as_secs();
+                    state.window.slot(s).record_ns(rx_ns.saturating_sub(from));
+                }
+                None => break,
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// SCHED_FIFO at `priority` for this thread, reset on fork; nice -20 where FIFO is refused.
-fn raise_priority(priority: u8) {
+/// A nicety: kernel stamps make the figure independent of when the thread runs. Returns what
+/// it got, for `ctl status`.
+fn raise_priority(priority: u8) -> String {
     use headroom_host::sched::{set_sched_reset_on_fork, SchedPolicy};
     if priority == 0 {
-        return;
+        return "scheduling: left alone".into();
     }
     let fifo = SchedPolicy::Fifo {
         priority: u32::from(priority),
     };
-    if let Err(e) = set_sched_reset_on_fork(0, fifo) {
-        let nice = SchedPolicy::Other {
-            nice: -20,
-            slice_ns: None,
-        };
-        if set_sched_reset_on_fork(0, nice).is_err() {
-            tracing::warn!(error = %e, "prober: neither SCHED_FIFO nor nice -20; BE may delay its sends (windows with a late prober are refused)");
+    match set_sched_reset_on_fork(0, fifo) {
+        Ok(()) => format!("scheduling: SCHED_FIFO {priority}"),
+        Err(e) => {
+            let nice = SchedPolicy::Other {
+                nice: -20,
+                slice_ns: None,
+            };
+            let got = if set_sched_reset_on_fork(0, nice).is_ok() {
+                "nice -20"
+            } else {
+                "its default"
+            };
+            tracing::info!(error = %e, "prober: SCHED_FIFO refused (kernel stamps time it anyway); {got}");
+            format!("scheduling: SCHED_FIFO refused ({e}), {got}")
         }
     }
 }
@@ -344,55 +554,17 @@ fn wait_readable(conn: &TcpStream, timeout: Duration) -> bool {
     n > 0
 }
 
+/// Sleeps until `until` (one wake-up: the prober's sends are its only wake-ups).
+fn sleep_until(until: Instant, now: Instant) {
+    let d = until.saturating_duration_since(now);
+    if !d.is_zero() {
+        std::thread::sleep(d.min(Duration::from_millis(100)));
+    }
+}
+
 fn sleep_unless_stopped(d: Duration, stop: &StopFlag) {
     let end = Instant::now() + d;
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The length of one complete HTTP/1.1 response at the start of `buf` (`Content-Length` bodies
-/// and bodiless statuses); `Ok(None)` = need more bytes.
-pub fn parse_http_response(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        if buf.len() > 64 * 1024 {
-            return Err("HTTP header longer than 64 KiB".into());
-        }
-        return Ok(None);
-    };
-    let head = String::from_utf8_lossy(&buf[..end]);
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap_or("");
-    if !status.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP/1.x response: {status:?}"));
-    }
-    let mut length = 0usize;
-    for line in lines {
-        if let Some((k, v)) = line.split_once(':') {
-            let k = k.trim().to_ascii_lowercase();
-            if k == "content-length" {
-                length = v
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("bad Content-Length {v:?}"))?;
-            } else if k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked") {
-                return Err("chunked HTTP responses are not supported by the prober".into());
-            }
-        }
-    }
-    let total = end + 4 + length;
-    Ok((buf.len() >= total).then_some(total))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn http_responses_are_framed() {
-        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1";
-        assert_eq!(parse_http_response(r).unwrap(), Some(40));
-        assert_eq!(parse_http_response(&r[..30]).unwrap(), None);
-        assert!(parse_http_response(b"SSH-2.0\r\n\r\n").is_err());
     }
 }
