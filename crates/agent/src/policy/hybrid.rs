@@ -214,6 +214,11 @@ impl Policy for Hybrid {
         Some(self.inner.buffer())
     }
 
+    /// While BE is disabled only the outer loop (on its own schedule) can enable it.
+    fn idle_crossings_matter(&self) -> bool {
+        self.top.enabled
+    }
+
     fn set_explain(&mut self, on: bool) {
         self.explain = on;
         self.inner.set_explain(on);

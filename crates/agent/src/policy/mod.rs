@@ -77,6 +77,12 @@ pub trait Policy: Send {
     fn idle_buffer(&self) -> Option<f64> {
         None
     }
+
+    /// Whether an idle-count crossing can change this policy's next decision now: `false`
+    /// (BE disabled, paused) disarms the kernel's thresholds, so a flapping CPU wakes nothing.
+    fn idle_crossings_matter(&self) -> bool {
+        true
+    }
 }
 
 pub use headroom_types::mechanism::{Mechanism, MechanismSet};

@@ -4,6 +4,7 @@
 //! [`exit`], the record/publish phases in [`publish`].
 
 mod exit;
+pub mod held_off;
 mod host_steps;
 mod lc_sources;
 mod loops;

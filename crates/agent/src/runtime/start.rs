@@ -237,6 +237,9 @@ impl Agent {
             last_write_error: None,
             summary: Default::default(),
             state_dirty: true,
+            be_held_off: None,
+            pending: None,
+            last_logged: None,
         };
         // The decision state is only ever read from the log.
         controller.policy_mut().set_explain(publisher.log.is_some());
