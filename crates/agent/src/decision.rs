@@ -93,36 +93,43 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
         };
         index += 1;
         let index = index - 1;
-        let now = Duration::from_millis(record.t_ms);
-        let decision = policy.decide(&record.observation, now);
-        let mut compare =
-            |field: &str, recorded: serde_json::Value, replayed: serde_json::Value| {
-                if recorded != replayed {
-                    mismatches.push(Mismatch {
-                        index,
-                        t_ms: record.t_ms,
-                        field: field.to_string(),
-                        recorded,
-                        replayed,
-                    });
-                }
-            };
-        compare(
-            "policy",
-            via_json(&record.policy),
-            via_json(&config.policy.kind.as_str()),
-        );
-        compare(
-            "allocation",
-            via_json(&record.allocation),
-            via_json(&decision.allocation),
-        );
-        compare(
-            "reason",
-            via_json(&record.reason),
-            via_json(&decision.reason),
-        );
-        compare("state", via_json(&record.state), via_json(&decision.state));
+        // A run written as one line: its first tick, and its last (the ticks between held
+        // the same decision).
+        let last = record
+            .repeat
+            .as_ref()
+            .map(|r| (r.last_t_ms, &r.last_observation));
+        for (t_ms, observation) in std::iter::once((record.t_ms, &record.observation)).chain(last) {
+            let decision = policy.decide(observation, Duration::from_millis(t_ms));
+            let mut compare =
+                |field: &str, recorded: serde_json::Value, replayed: serde_json::Value| {
+                    if recorded != replayed {
+                        mismatches.push(Mismatch {
+                            index,
+                            t_ms,
+                            field: field.to_string(),
+                            recorded,
+                            replayed,
+                        });
+                    }
+                };
+            compare(
+                "policy",
+                via_json(&record.policy),
+                via_json(&config.policy.kind.as_str()),
+            );
+            compare(
+                "allocation",
+                via_json(&record.allocation),
+                via_json(&decision.allocation),
+            );
+            compare(
+                "reason",
+                via_json(&record.reason),
+                via_json(&decision.reason),
+            );
+            compare("state", via_json(&record.state), via_json(&decision.state));
+        }
     }
     mismatches
 }

@@ -8,6 +8,7 @@
 
 mod kernel_config;
 mod platform;
+mod rt;
 
 use std::path::Path;
 use std::process::Command;
@@ -128,6 +129,7 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
             }),
             cgroup_cpu_usage: Some(cg.cpu_usage),
             idle_events: Some(probe_idle_events(root_user, options.sched_syscalls)),
+            sched_fifo: Some(rt::probe_sched_fifo(options.sched_syscalls)),
         },
         topology: topology.map(|t| TopologyInfo {
             cpus_online: t.cpus_online.to_list(),

@@ -79,6 +79,10 @@ pub struct AgentStatus {
     pub idle_sensing: String,
     /// Decision-log lines that could not be written (a full disk).
     pub decision_log_lost_lines: Option<u64>,
+    /// Why BE is held off for lack of a trustworthy latency signal (`None`: it is not).
+    pub be_held_off: Option<String>,
+    /// How the latency source measures (the prober: its stamps and scheduling).
+    pub latency_source: Option<String>,
 }
 
 /// The LC as the agent sees it.

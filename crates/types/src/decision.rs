@@ -31,6 +31,22 @@ pub struct DecisionRecord {
     pub allocation: Allocation,
     pub reason: String,
     pub state: serde_json::Value,
+    /// A run of identical decisions (allocation, reason and state) written as this one line:
+    /// absent for a single decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<Repeat>,
+}
+
+/// The rest of a run of identical decisions: `--replay` decides again at its last tick, with
+/// its last observation, and expects the same decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repeat {
+    /// Decisions in the run, the first included.
+    pub count: u64,
+    /// The last decision's `t_ms` and `t_unix_ms`.
+    pub last_t_ms: u64,
+    pub last_t_unix_ms: u64,
+    pub last_observation: Observation,
 }
 
 impl DecisionRecord {
@@ -50,6 +66,7 @@ impl DecisionRecord {
             allocation: decision.allocation.clone(),
             reason: decision.reason.clone(),
             state: decision.state.clone(),
+            repeat: None,
         }
     }
 

@@ -125,6 +125,10 @@ pub struct Sensors {
     /// unavailable the agent polls; extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_events: Option<Availability>,
+    /// Whether the agent may run SCHED_FIFO, and why not (RT group budget, capability,
+    /// rlimit); a nicety, not a condition; extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched_fifo: Option<Availability>,
 }
 
 /// CPU topology details; extension.

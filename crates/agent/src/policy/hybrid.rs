@@ -21,8 +21,8 @@ use super::heracles::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
 use super::{be_candidate_cpus, round6, secs, take_top_cpus, MachineInfo, Policy};
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::decision::Decision;
 
 /// The `hybrid` policy.
 #[derive(Debug, Clone)]
@@ -212,6 +212,11 @@ impl Policy for Hybrid {
 
     fn idle_buffer(&self) -> Option<f64> {
         Some(self.inner.buffer())
+    }
+
+    /// While BE is disabled only the outer loop (on its own schedule) can enable it.
+    fn idle_crossings_matter(&self) -> bool {
+        self.top.enabled
     }
 
     fn set_explain(&mut self, on: bool) {

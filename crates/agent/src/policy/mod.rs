@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError, PolicyKind};
-pub use crate::decision::Decision;
 use crate::observation::Observation;
+pub use headroom_types::decision::Decision;
 use headroom_types::CpuSet;
 
 pub use blind::Blind;
@@ -76,6 +76,12 @@ pub trait Policy: Send {
     /// from it. `None` for policies that do not decide on the idle count.
     fn idle_buffer(&self) -> Option<f64> {
         None
+    }
+
+    /// Whether an idle-count crossing can change this policy's next decision now: `false`
+    /// (BE disabled, paused) disarms the kernel's thresholds, so a flapping CPU wakes nothing.
+    fn idle_crossings_matter(&self) -> bool {
+        true
     }
 }
 

@@ -24,8 +24,8 @@ use serde_json::json;
 use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Mechanism, Policy};
 use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
-use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::decision::Decision;
 
 /// A policy inside the safety rules.
 pub struct Guarded {
@@ -204,7 +204,9 @@ impl Policy for Guarded {
                 .is_some_and(|age| age <= s.latency_max_age_ms);
         // Rule 2: unknown or stale latency.
         if latency_rules && !fresh {
-            self.stale_ticks += 1;
+            // Counted only up to the tick rule's limit (none when it is off): a tick beyond it
+            // changes nothing, so a run of identical holds is one decision-log line.
+            self.stale_ticks = (self.stale_ticks + 1).min(s.stale_disable_ticks);
             let since = *self.stale_since.get_or_insert(now);
             let by_ticks = s.stale_disable_ticks > 0 && self.stale_ticks >= s.stale_disable_ticks;
             let by_time = s.stale_disable_ms > 0
@@ -326,6 +328,10 @@ impl Policy for Guarded {
 
     fn idle_buffer(&self) -> Option<f64> {
         self.inner.idle_buffer()
+    }
+
+    fn idle_crossings_matter(&self) -> bool {
+        !self.paused && self.inner.idle_crossings_matter()
     }
 
     fn set_explain(&mut self, on: bool) {

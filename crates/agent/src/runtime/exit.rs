@@ -58,6 +58,7 @@ impl Agent {
             tracing::info!(pid = child.id(), "leaving the LC command running");
             let _ = child.try_wait();
         }
+        self.publisher.end_run();
         if let Some(log) = &mut self.publisher.log {
             log.flush();
         }

@@ -6,7 +6,7 @@ use super::*;
 
 impl Agent {
     /// Runs until a stop signal (or `run_for`), then performs the exit action. Woken by the
-    /// BPF idle program's threshold crossings where it works (see [`crate::idle_wake`]),
+    /// BPF idle program's threshold crossings where it works (see [`crate::sensors::idle_wake`]),
     /// polling at the policy's interval otherwise.
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
         let interval = self
@@ -192,8 +192,13 @@ impl Agent {
         let outcome = self.controller.step(&mut self.node, t, &mut self.publisher);
         // The policy's buffer moves (hybrid's outer loop, a `ctl set`): the kernel's
         // thresholds follow it (a map write only when they change).
+        let policy = self.controller.policy();
         if let (Some((low, high)), Some(s)) = (
-            idle_wake::thresholds(&self.config, self.controller.policy().idle_buffer()),
+            idle_wake::armed_thresholds(
+                &self.config,
+                policy.idle_buffer(),
+                policy.idle_crossings_matter(),
+            ),
             self.node.sensors_mut(),
         ) {
             s.set_idle_thresholds(low, high);
@@ -268,6 +273,7 @@ impl Agent {
                 .metrics
                 .sensor_errors_total(name, cell.errors());
         }
+        self.say_why_be_is_held_off();
         let state_due = self
             .state_written
             .is_none_or(|t| now.saturating_duration_since(t) >= STATE_PERIOD);
@@ -276,6 +282,50 @@ impl Agent {
                 tracing::error!(error = %e, "writing the state file");
             }
         }
+    }
+}
+
+impl Agent {
+    /// "No silent zero": BE off with no fresh latency → the reason, in `ctl status` and
+    /// `headroom_be_held_off_reason`.
+    fn say_why_be_is_held_off(&mut self) {
+        let be_enabled = self
+            .publisher
+            .last_allocation
+            .as_ref()
+            .is_none_or(|a| a.be_enabled);
+        let max_age = self.config.safety.latency_max_age_ms;
+        let fresh = self
+            .node
+            .sensors()
+            .and_then(|s| s.last().lc_latency_age_ms)
+            .is_some_and(|age| age <= max_age);
+        let cell = self
+            .signal_cells
+            .iter()
+            .find(|(n, _)| n == "latency")
+            .map(|(_, c)| c);
+        let reason = cell.and_then(|cell| {
+            let unseen_for = cell
+                .latest()
+                .map_or_else(|| self.started.elapsed(), |r| r.at.elapsed());
+            let says = held_off::SourceSays {
+                refusal: cell.refusal(),
+                last_error: cell.last_error(),
+                send_lag_us: cell.send_lag_us(),
+                is_probe: self
+                    .config
+                    .lc
+                    .latency
+                    .as_ref()
+                    .is_some_and(|l| l.source == crate::config::LatencySource::Probe),
+            };
+            held_off::held_off(be_enabled, fresh, unseen_for, &says)
+        });
+        self.publisher
+            .metrics
+            .be_held_off_reason(reason.as_ref().map(|(l, _)| *l), &held_off::REASONS);
+        self.publisher.be_held_off = reason.map(|(_, line)| line);
     }
 }
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 use crate::allocation::Allocation;
 use crate::controller::{TickOutcome, TickSink};
 use crate::decision::{CtlEvent, Decision, DecisionRecord};
-use crate::metrics::Metrics;
 use crate::observation::Observation;
+use crate::publish::metrics::Metrics;
+use headroom_types::decision::Repeat;
 
 use super::RunSummary;
 
@@ -103,6 +104,35 @@ impl DecisionLog {
     }
 }
 
+/// A run of identical decisions is written at its end, or once it is this old (a crash loses
+/// at most this much of a run).
+const RUN_MAX: Duration = Duration::from_secs(10);
+
+/// A run of identical decisions being gathered: its first record and its last tick.
+pub struct Run {
+    first: DecisionRecord,
+    count: u64,
+    last_t: Duration,
+    last_unix_ms: u64,
+    last_observation: Observation,
+}
+
+impl Run {
+    fn line(&self) -> String {
+        if self.count == 1 {
+            return self.first.to_json_line();
+        }
+        let mut rec = self.first.clone();
+        rec.repeat = Some(Repeat {
+            count: self.count,
+            last_t_ms: self.last_t.as_millis() as u64,
+            last_t_unix_ms: self.last_unix_ms,
+            last_observation: self.last_observation.clone(),
+        });
+        rec.to_json_line()
+    }
+}
+
 /// Where the Linux agent's ticks go.
 pub struct Publisher {
     pub log: Option<DecisionLog>,
@@ -117,12 +147,19 @@ pub struct Publisher {
     pub summary: RunSummary,
     /// Something the state file records changed (writes were made).
     pub state_dirty: bool,
+    /// Why BE is held off for lack of a trustworthy latency signal (`ctl status`).
+    pub be_held_off: Option<String>,
+    /// A run of identical decisions not yet written (see [`Publisher::record`]).
+    pub pending: Option<Run>,
+    /// The last decision written as a line of its own.
+    pub last_logged: Option<Decision>,
 }
 
 impl Publisher {
     /// Logs a ctl command that changes the policy's decisions, on the decisions' clock, so
     /// `--replay` applies it between the same two decisions.
     pub fn log_event(&mut self, event: &CtlEvent) {
+        self.end_run();
         if let Some(log) = &mut self.log {
             log.write_line(&event.to_json_line());
             log.flush();
@@ -130,18 +167,55 @@ impl Publisher {
     }
 }
 
+impl Publisher {
+    /// Writes the run being gathered (at a ctl event, on exit).
+    pub fn end_run(&mut self) {
+        if let (Some(run), Some(log)) = (self.pending.take(), self.log.as_mut()) {
+            log.write_line(&run.line());
+        }
+    }
+}
+
 impl TickSink for Publisher {
+    /// A decision that differs from the last one logged is written at once; the identical
+    /// ones after it (allocation, reason, state) are gathered into one line written when the
+    /// run ends (or every [`RUN_MAX`]): a flapping host holding BE off wrote 82 600 holds in 11 s.
     fn record(&mut self, t: Duration, obs: &Observation, decision: &Decision) {
+        if self.log.is_none() {
+            return;
+        }
+        let unix_ms = self.started_unix_ms + t.as_millis() as u64;
+        let same = self.last_logged.as_ref().is_some_and(|d| {
+            d.reason == decision.reason
+                && d.allocation == decision.allocation
+                && d.state == decision.state
+        });
+        if same {
+            if let Some(run) = &mut self.pending {
+                if t.saturating_sub(Duration::from_millis(run.first.t_ms)) < RUN_MAX {
+                    run.count += 1;
+                    run.last_t = t;
+                    run.last_unix_ms = unix_ms;
+                    run.last_observation.clone_from(obs);
+                    return;
+                }
+            }
+            self.end_run();
+            self.pending = Some(Run {
+                first: DecisionRecord::new(t, unix_ms, self.policy, obs, decision),
+                count: 1,
+                last_t: t,
+                last_unix_ms: unix_ms,
+                last_observation: obs.clone(),
+            });
+            return;
+        }
+        self.end_run();
+        let rec = DecisionRecord::new(t, unix_ms, self.policy, obs, decision);
         if let Some(log) = &mut self.log {
-            let rec = DecisionRecord::new(
-                t,
-                self.started_unix_ms + t.as_millis() as u64,
-                self.policy,
-                obs,
-                decision,
-            );
             log.write_line(&rec.to_json_line());
         }
+        self.last_logged = Some(decision.clone());
     }
 
     fn publish(&mut self, t: Duration, obs: &Observation, outcome: &TickOutcome) {
@@ -219,6 +293,100 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.lines().all(|l| l == line));
         assert_eq!(log.lost, 0);
+    }
+
+    /// A CPU flapping between 0 and 2 idle while hybrid holds BE disabled: 10 000 ticks make a
+    /// handful of lines (each run of identical holds one line with its count), the kernel's
+    /// thresholds are disarmed, and `--replay` reproduces every decision.
+    #[test]
+    fn identical_holds_are_one_line_and_replay() {
+        use crate::config::Config;
+        use crate::controller::TickSink;
+        use crate::decision::{replay_log, LogLine};
+        use crate::observation::Observation;
+        use crate::policy::{self, MachineInfo};
+        use std::time::Duration;
+        let toml = r#"
+[lc]
+name = "svc"
+cgroup = "headroom/lc"
+[lc.slo]
+target_us = 500
+window_s = 15
+[lc.latency]
+source = "probe"
+address = "127.0.0.1:11211"
+[lc.load]
+source = "memcache-stats"
+address = "127.0.0.1:11211"
+peak_qps = 100000
+[policy]
+kind = "hybrid"
+"#;
+        let config = Config::from_toml_str(toml).unwrap();
+        let machine = MachineInfo::with_cpus(2);
+        let mut policy = policy::build(&config, &machine);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        let (metrics, _registry) = crate::publish::metrics::Metrics::new();
+        let mut p = super::Publisher {
+            log: Some(DecisionLog::open(&path, 1 << 30).unwrap()),
+            metrics,
+            policy: "hybrid",
+            started_unix_ms: 0,
+            slo_us: 500.0,
+            reasons: Default::default(),
+            last_reason: String::new(),
+            last_allocation: None,
+            last_write_error: None,
+            summary: Default::default(),
+            state_dirty: false,
+            be_held_off: None,
+            pending: None,
+            last_logged: None,
+        };
+        let mut disarmed = 0;
+        for i in 0..10_000u64 {
+            // no latency yet (BE disabled), the idle count flipping 0 <-> 2
+            let obs = Observation {
+                idle_cpus: Some(if i % 2 == 0 { 0.0 } else { 2.0 }),
+                lc_load: Some(0.1),
+                lc_load_age_ms: Some(0),
+                ..Observation::default()
+            };
+            let t = Duration::from_micros(125 * i);
+            let t = crate::decision::tick_time(t);
+            let d = policy.decide(&obs, t);
+            assert!(!d.allocation.be_enabled, "{}", d.reason);
+            disarmed += usize::from(!policy.idle_crossings_matter());
+            p.record(t, &obs, &d);
+        }
+        p.end_run();
+        p.log.as_mut().unwrap().flush();
+        assert_eq!(
+            disarmed, 10_000,
+            "no crossing can change a decision while BE is disabled"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<LogLine> = text
+            .lines()
+            .map(|l| LogLine::from_json_line(l).unwrap())
+            .collect();
+        assert!(
+            lines.len() <= 10,
+            "{} lines, starting {}",
+            lines.len(),
+            text.lines().take(3).collect::<Vec<_>>().join("\n")
+        );
+        let decisions: u64 = lines
+            .iter()
+            .map(|l| match l {
+                LogLine::Decision(r) => r.repeat.as_ref().map_or(1, |r| r.count),
+                LogLine::Event(_) => 0,
+            })
+            .sum();
+        assert_eq!(decisions, 10_000, "every tick counted");
+        assert!(replay_log(&config, &machine, &lines).is_empty());
     }
 
     /// A log on a full disk loses lines (counted) and says so once, not every tick.

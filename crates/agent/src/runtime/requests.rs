@@ -189,6 +189,13 @@ impl Agent {
                 .map_or("poll: no sensors", |s| s.idle_sensing())
                 .to_string(),
             decision_log_lost_lines: p.log.as_ref().map(|l| l.lost),
+            be_held_off: p.be_held_off.clone(),
+            latency_source: self
+                .signal_cells
+                .iter()
+                .find(|(n, _)| n == "latency")
+                .map(|(_, c)| c.detail())
+                .filter(|d| !d.is_empty()),
         }
     }
 }

@@ -80,6 +80,11 @@ struct Flags {
     /// generator's and queues behind it at the LC — a collision one instrument causes the other
     #[arg(long)]
     loadgen_busy_poll: bool,
+    /// No real-time priority for the instruments (`chrt` is not used): run the whole bench
+    /// inside a cpu group without an RT budget (a new cgroup-v1 `cpu` group has
+    /// `cpu.rt_runtime_us = 0`), so the agent's SCHED_FIFO is refused as on many hosts
+    #[arg(long)]
+    no_rt: bool,
 }
 
 /// The prober's window is the run's length: the agent takes 5 s to 1 h (`lc.slo.window_s`).
@@ -339,11 +344,15 @@ fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::R
     std::thread::sleep(Duration::from_secs(2));
     let json = dir.join(format!("load-{name}.json"));
     let _ = std::fs::remove_file(&json);
-    let chrt = vec![
-        "chrt".to_string(),
-        "-f".into(),
-        PROBER_FIFO_PRIORITY.to_string(),
-    ];
+    let chrt = if flags.no_rt {
+        Vec::new()
+    } else {
+        vec![
+            "chrt".to_string(),
+            "-f".into(),
+            PROBER_FIFO_PRIORITY.to_string(),
+        ]
+    };
     let argv = runner.argv(&[0], &chrt, &load_args(flags, &addr.to_string(), &json));
     let mut peer = match &flags.peer {
         Some(bin) => {
@@ -577,6 +586,7 @@ mod tests {
             allocation: Allocation::default(),
             reason: String::new(),
             state: serde_json::Value::Null,
+            repeat: None,
         }
     }
 

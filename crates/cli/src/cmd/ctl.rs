@@ -146,6 +146,12 @@ fn print_status(s: &AgentStatus) {
             s.idle_sensing.as_str()
         }
     );
+    if let Some(src) = &s.latency_source {
+        println!("latency source: {src}");
+    }
+    if let Some(why) = &s.be_held_off {
+        println!("{why}");
+    }
     println!("last reasons:");
     for r in &s.last_reasons {
         println!("  t={} ms  {}", r.t_ms, r.reason);

@@ -70,6 +70,10 @@ const USES: &[(&str, &str)] = &[
         "idle_events",
         "blind/hybrid: woken on idle-count crossings instead of polling",
     ),
+    (
+        "sched_fifo",
+        "agent and prober at real-time priority (a nicety: kernel stamps time the prober)",
+    ),
 ];
 
 fn uses(name: &str) -> &'static str {
@@ -130,6 +134,7 @@ pub fn render(d: &Doctor) -> String {
         ("meminfo", s.meminfo.as_ref()),
         ("cgroup_cpu_usage", s.cgroup_cpu_usage.as_ref()),
         ("idle_events", s.idle_events.as_ref()),
+        ("sched_fifo", s.sched_fifo.as_ref()),
     ] {
         if let Some(a) = a {
             row(&mut out, name, a);

@@ -17,12 +17,37 @@ pub struct Reading {
     pub at: Instant,
 }
 
+/// Why a source published no value for a window it had measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Fewer samples than the percentile needs.
+    TooFewSamples,
+    /// The prober's own sends were late and no kernel transmit stamps time them.
+    SendLag,
+}
+
+impl Refusal {
+    /// The metric label (`headroom_be_held_off_reason{reason=…}`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::TooFewSamples => "too_few_samples",
+            Refusal::SendLag => "send_lag",
+        }
+    }
+}
+
 /// A value shared between a source thread and the sensor loop, plus the source's error count.
 #[derive(Debug, Default)]
 pub struct SignalCell {
     latest: Mutex<Option<Reading>>,
     errors: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// The last window's refusal (cleared by a publication).
+    refusal: Mutex<Option<(Refusal, String)>>,
+    /// How the source measures (the prober: its stamps and scheduling), for `ctl status`.
+    detail: Mutex<String>,
+    /// The prober's own send lag p99 over its last window, µs (`f64` bits; NaN: none).
+    send_lag_us: AtomicU64,
 }
 
 impl SignalCell {
@@ -32,6 +57,54 @@ impl SignalCell {
 
     pub fn publish(&self, value: f64, at: Instant) {
         *self.latest.lock().expect("signal lock") = Some(Reading { value, at });
+        let mut r = self.refusal.lock().expect("signal lock");
+        if r.is_some() {
+            *r = None;
+        }
+    }
+
+    /// A window measured but not published, and why (counted as an error).
+    pub fn refuse(&self, why: Refusal, message: String) {
+        *self.refusal.lock().expect("signal lock") = Some((why, message.clone()));
+        self.error("probe", message);
+    }
+
+    /// The last window's refusal, until a window is published.
+    pub fn refusal(&self) -> Option<(Refusal, String)> {
+        self.refusal.lock().expect("signal lock").clone()
+    }
+
+    /// Says something about the source once (a log line and the detail `ctl status` shows).
+    pub fn note(&self, what: &str, message: String) {
+        tracing::warn!(source = what, note = %message, "LC signal source");
+        let mut d = self.detail.lock().expect("signal lock");
+        if !d.is_empty() {
+            d.push_str("; ");
+        }
+        d.push_str(&message);
+    }
+
+    /// Sets how the source measures (replacing earlier detail).
+    pub fn set_detail(&self, detail: &str) {
+        let mut d = self.detail.lock().expect("signal lock");
+        d.clear();
+        d.push_str(detail);
+    }
+
+    /// How the source measures (empty: nothing said).
+    pub fn detail(&self) -> String {
+        self.detail.lock().expect("signal lock").clone()
+    }
+
+    /// The prober's send lag p99 over its last window, µs.
+    pub fn set_send_lag_us(&self, lag: Option<f64>) {
+        self.send_lag_us
+            .store(lag.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn send_lag_us(&self) -> Option<f64> {
+        let v = f64::from_bits(self.send_lag_us.load(Ordering::Relaxed));
+        (v.is_finite() && self.send_lag_us.load(Ordering::Relaxed) != 0).then_some(v)
     }
 
     pub fn latest(&self) -> Option<Reading> {

@@ -15,7 +15,7 @@ use crate::config::{Config, PolicyKind};
 
 /// The shortest periodic duty while sensing by events: a steady host costs one wake-up per
 /// this (the slow sensors' period).
-pub const EVENT_PERIOD: Duration = crate::sensors::SLOW_PERIOD;
+pub const EVENT_PERIOD: Duration = Duration::from_millis(100);
 
 /// What a drain of the event ring buffer found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,6 +64,10 @@ pub enum Cause {
 pub struct EventSchedule {
     period: Duration,
     next_periodic: Instant,
+    /// Event ticks since the last periodic one (damping, [`MAX_EVENT_TICKS_PER_PERIOD`]).
+    event_ticks: u32,
+    /// Events left unanswered by the damping.
+    pub damped: u64,
 }
 
 impl EventSchedule {
@@ -73,6 +77,8 @@ impl EventSchedule {
         EventSchedule {
             period: poll_interval.max(EVENT_PERIOD),
             next_periodic: now,
+            event_ticks: 0,
+            damped: 0,
         }
     }
 
@@ -98,8 +104,18 @@ impl EventSchedule {
                 self.next_periodic = now + self.period;
             }
         }
-        if drained.events > 0 || drained.overrun {
+        if periodic {
+            self.event_ticks = 0;
+        }
+        if drained.overrun {
             Some(Cause::Event)
+        } else if drained.events > 0 && (periodic || self.event_ticks < MAX_EVENT_TICKS_PER_PERIOD)
+        {
+            self.event_ticks += u32::from(!periodic);
+            Some(Cause::Event)
+        } else if drained.events > 0 {
+            self.damped += drained.events as u64;
+            None
         } else if periodic {
             Some(Cause::Periodic)
         } else {
@@ -161,6 +177,19 @@ pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
     Some((low, high.max(low + 1)))
 }
 
+/// Thresholds no count crosses: the kernel writes no event (BE disabled, the policy paused).
+pub const DISARMED: (i64, i64) = (i64::MIN, i64::MAX);
+
+/// [`thresholds`], or [`DISARMED`] where no crossing can change the policy's decision
+/// (`matter`: [`crate::policy::Policy::idle_crossings_matter`]).
+pub fn armed_thresholds(config: &Config, buffer: Option<f64>, matter: bool) -> Option<(i64, i64)> {
+    thresholds(config, buffer).map(|t| if matter { t } else { DISARMED })
+}
+
+/// Event ticks answered per periodic duty: beyond them a flapping CPU's crossings wait for the
+/// periodic tick (at most 200 event ticks a second; a fall is still seen within a period).
+pub const MAX_EVENT_TICKS_PER_PERIOD: u32 = 20;
+
 /// A drained fall below `low`, as [`is_own_wake`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fall {
@@ -194,6 +223,28 @@ pub fn is_own_wake(fall: Fall, here: Option<usize>, timer: Option<(u64, u64)>, l
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CPU flapping 10 000 times a second wakes at most the damping's share of ticks.
+    #[test]
+    fn a_flapping_cpu_is_damped() {
+        let t0 = Instant::now();
+        let mut s = EventSchedule::new(Duration::from_millis(1), t0);
+        let mut ticks = 0;
+        for i in 0..10_000u64 {
+            let now = t0 + Duration::from_micros(100 * i);
+            let d = Drained {
+                events: 1,
+                ..Drained::default()
+            };
+            ticks += usize::from(s.after_wait(now, &d).is_some());
+        }
+        // 1 s: 10 periods of 100 ms, each its periodic tick plus at most 20 event ticks
+        assert!(
+            ticks <= 10 * (1 + MAX_EVENT_TICKS_PER_PERIOD as usize) + 1,
+            "{ticks}"
+        );
+        assert!(s.damped > 9_000, "{}", s.damped);
+    }
     use std::cell::Cell;
     use std::collections::VecDeque;
     use std::rc::Rc;

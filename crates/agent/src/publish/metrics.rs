@@ -17,8 +17,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::allocation::Allocation;
-use crate::lc_signal::StopFlag;
 use crate::observation::Observation;
+use crate::sensors::lc_signal::StopFlag;
 
 type F64Gauge = Gauge<f64, AtomicU64>;
 type Labels = Vec<(String, String)>;
@@ -47,6 +47,9 @@ pub struct Metrics {
     pub paused: F64Gauge,
     pub decisions: Family<Labels, Counter>,
     pub sensor_errors: Family<Labels, Counter>,
+    /// 1 for the reason BE is held off for lack of a trustworthy latency signal now, 0 for
+    /// the others seen (`headroom_be_held_off_reason{reason}`).
+    pub be_held_off: Family<Labels, F64Gauge>,
     pub writes: Counter,
     pub write_errors: Counter,
     pub drift_repairs: Counter,
@@ -92,6 +95,7 @@ impl Metrics {
             paused: g(),
             decisions: Family::default(),
             sensor_errors: Family::default(),
+            be_held_off: Family::default(),
             writes: Counter::default(),
             write_errors: Counter::default(),
             drift_repairs: Counter::default(),
@@ -132,6 +136,11 @@ impl Metrics {
             m.be_cpu_usage.clone(),
         );
         r.register("cpus", "Online CPUs of this machine", m.cpus.clone());
+        r.register(
+            "be_held_off_reason",
+            "1 while BE is held off for lack of a trustworthy latency signal, by reason",
+            m.be_held_off.clone(),
+        );
         r.register(
             "be_enabled",
             "1 when BE may run, 0 when frozen",
@@ -325,6 +334,19 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// Sets `headroom_be_held_off_reason`: 1 for `reason` (none: BE is not held off), 0 for
+    /// every other reason seen.
+    pub fn be_held_off_reason(&self, reason: Option<&str>, seen: &[&str]) {
+        for r in seen {
+            let v = if Some(*r) == reason { 1.0 } else { 0.0 };
+            self.be_held_off
+                .get_or_create(&vec![("reason".to_string(), (*r).to_string())])
+                .set(v);
+        }
+    }
+}
+
 /// The text exposition of `registry`.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
@@ -379,7 +401,7 @@ pub fn serve(
                             revents: 0,
                         };
                         // SAFETY: one valid pollfd for the duration of the call.
-                        unsafe { libc::poll(&mut fd, 1, crate::control::ACCEPT_WAIT_MS) };
+                        unsafe { libc::poll(&mut fd, 1, crate::publish::control::ACCEPT_WAIT_MS) };
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(100)),
                 }
