@@ -9,17 +9,13 @@ pub mod decision;
 pub mod observation;
 pub mod policy;
 
-pub mod control;
-pub mod feed;
-pub mod idle_wake;
-pub mod lc_signal;
-pub mod lc_threads;
-pub mod metrics;
 pub mod node;
-pub mod probe;
-pub mod reaction_log;
+pub mod publish;
 pub mod runtime;
-pub mod scrape;
 pub mod sensors;
 pub mod state;
 pub mod supervisor;
+
+// The paths other crates and tests import from (before the sensors/ and publish/ rooms).
+pub use publish::{control, metrics, reaction_log};
+pub use sensors::{feed, idle_wake, lc_signal, lc_threads, probe, scrape};

@@ -49,7 +49,7 @@ pub struct AgentState {
     pub owned_pids: BTreeMap<String, u32>,
     /// LC threads' original affinity/policy and raised real-time budgets (undone on exit).
     #[serde(default)]
-    pub lc_threads: crate::lc_threads::LcThreadsState,
+    pub lc_threads: crate::sensors::lc_threads::LcThreadsState,
     /// Groups (and ancestors) that did not exist before the agent created them, deepest last;
     /// removed on exit once empty.
     #[serde(default)]

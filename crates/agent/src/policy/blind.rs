@@ -28,8 +28,8 @@ use super::{
 };
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::decision::Decision;
 
 /// Blind isolation's state and parameters.
 #[derive(Debug, Clone)]

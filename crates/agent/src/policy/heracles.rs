@@ -24,8 +24,8 @@ use serde_json::json;
 use super::{be_candidate_cpus, secs, take_top_cpus, MachineInfo, Mechanism, Policy};
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::{Config, HeraclesConfig};
-use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::decision::Decision;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {

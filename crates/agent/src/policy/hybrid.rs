@@ -21,8 +21,8 @@ use super::heracles::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
 use super::{be_candidate_cpus, round6, secs, take_top_cpus, MachineInfo, Policy};
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::decision::Decision;
 
 /// The `hybrid` policy.
 #[derive(Debug, Clone)]

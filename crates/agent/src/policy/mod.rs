@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError, PolicyKind};
-pub use crate::decision::Decision;
 use crate::observation::Observation;
+pub use headroom_types::decision::Decision;
 use headroom_types::CpuSet;
 
 pub use blind::Blind;

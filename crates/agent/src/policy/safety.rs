@@ -24,8 +24,8 @@ use serde_json::json;
 use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Mechanism, Policy};
 use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
-use crate::decision::Decision;
 use crate::observation::Observation;
+use headroom_types::decision::Decision;
 
 /// A policy inside the safety rules.
 pub struct Guarded {

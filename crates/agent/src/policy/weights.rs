@@ -19,8 +19,8 @@ use serde_json::json;
 use super::{secs, MachineInfo, Mechanism, Policy};
 use crate::allocation::{Allocation, CpuWeight, GroupPath, LcGroupWeight};
 use crate::config::{Config, WeightsMode};
-use crate::decision::Decision;
 use crate::observation::{LcGroupObservation, Observation};
+use headroom_types::decision::Decision;
 
 #[derive(Debug, Clone)]
 struct Group {

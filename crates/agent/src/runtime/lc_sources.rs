@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::AgentError;
 use crate::config::{Config, LatencySource, LoadSource};
-use crate::lc_signal::{SignalCell, StopFlag};
-use crate::scrape::PullKind;
+use crate::sensors::lc_signal::{SignalCell, StopFlag};
+use crate::sensors::scrape::PullKind;
 use crate::sensors::LcSignals;
 
 pub(super) type Cells = Vec<(String, Arc<SignalCell>)>;
@@ -24,18 +24,18 @@ pub(super) fn lc_signals(
     let mut signals = LcSignals::default();
     let mut cells = Vec::new();
     let slo = &config.lc.slo;
-    let mut feeds: BTreeMap<String, crate::feed::FeedCells> = BTreeMap::new();
+    let mut feeds: BTreeMap<String, crate::sensors::feed::FeedCells> = BTreeMap::new();
     let mut feed_cells = |socket: &str,
                           threads: &mut Vec<JoinHandle<()>>|
-     -> Result<crate::feed::FeedCells, AgentError> {
+     -> Result<crate::sensors::feed::FeedCells, AgentError> {
         if let Some(c) = feeds.get(socket) {
             return Ok(c.clone());
         }
-        let cells = crate::feed::FeedCells {
+        let cells = crate::sensors::feed::FeedCells {
             latency: SignalCell::new(),
             qps: SignalCell::new(),
         };
-        let t = crate::feed::spawn(
+        let t = crate::sensors::feed::spawn(
             Path::new(socket),
             slo.percentile,
             slo.window_s,
@@ -63,7 +63,7 @@ pub(super) fn lc_signals(
         let cell = match lat.source {
             LatencySource::Probe => {
                 let cell = SignalCell::new();
-                let mut spec = crate::probe::ProbeSpec::new(
+                let mut spec = crate::sensors::probe::ProbeSpec::new(
                     lat.protocol,
                     lat.address.as_deref().unwrap_or_default(),
                     lat.rate_hz,
@@ -73,7 +73,7 @@ pub(super) fn lc_signals(
                 spec.min_samples = slo.min_samples();
                 spec.max_send_lag_us = lat.send_lag_bound_us(slo.target_us);
                 spec.fifo_priority = config.safety.agent_fifo_priority;
-                let t = crate::probe::spawn(spec, cell.clone(), stop.clone())
+                let t = crate::sensors::probe::spawn(spec, cell.clone(), stop.clone())
                     .map_err(spawn_err("starting the prober"))?;
                 threads.push(t);
                 cell
@@ -87,9 +87,13 @@ pub(super) fn lc_signals(
                     window_s: slo.window_s,
                     min_samples: slo.min_samples(),
                 };
-                let t =
-                    crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
-                        .map_err(spawn_err("starting the scraper"))?;
+                let t = crate::sensors::scrape::spawn(
+                    kind,
+                    Duration::from_secs(1),
+                    cell.clone(),
+                    stop.clone(),
+                )
+                .map_err(spawn_err("starting the scraper"))?;
                 threads.push(t);
                 cell
             }
@@ -109,7 +113,7 @@ pub(super) fn lc_signals(
         let address = load.address.clone().unwrap_or_default();
         let pull = |kind: PullKind, threads: &mut Vec<JoinHandle<()>>| {
             let cell = SignalCell::new();
-            crate::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
+            crate::sensors::scrape::spawn(kind, Duration::from_secs(1), cell.clone(), stop.clone())
                 .map(|t| {
                     threads.push(t);
                     cell

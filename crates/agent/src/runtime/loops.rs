@@ -6,7 +6,7 @@ use super::*;
 
 impl Agent {
     /// Runs until a stop signal (or `run_for`), then performs the exit action. Woken by the
-    /// BPF idle program's threshold crossings where it works (see [`crate::idle_wake`]),
+    /// BPF idle program's threshold crossings where it works (see [`crate::sensors::idle_wake`]),
     /// polling at the policy's interval otherwise.
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
         let interval = self

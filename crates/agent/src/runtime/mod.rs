@@ -28,14 +28,14 @@ use crate::actuation::linux::LinuxNode;
 use crate::actuation::{ActuationError, ManagedGroups};
 use crate::config::IdleSensing;
 use crate::config::{Config, ConfigError};
-use crate::control::{ControlError, Request, Requests, Response};
 use crate::controller::Controller;
 use crate::decision::{tick_time, CtlEvent};
-use crate::idle_wake::{self, Cause, EventSchedule, IdleEventSource, Woken};
-use crate::lc_signal::{SignalCell, StopFlag};
 use crate::node::NodeError;
 use crate::policy::{MachineInfo, Mechanism};
-use crate::reaction_log::ReactionLog;
+use crate::publish::control::{ControlError, Request, Requests, Response};
+use crate::publish::reaction_log::ReactionLog;
+use crate::sensors::idle_wake::{self, Cause, EventSchedule, IdleEventSource, Woken};
+use crate::sensors::lc_signal::{SignalCell, StopFlag};
 use crate::sensors::SLOW_PERIOD;
 use crate::state::{self, AgentState, OriginalValue, StateError, StateLock, STATE_VERSION};
 use crate::supervisor::{LaunchError, Supervised};
@@ -216,7 +216,7 @@ pub struct Agent {
     controller: Controller,
     groups: ManagedGroups,
     supervised: Vec<Supervised>,
-    lc_threads: crate::lc_threads::LcThreads,
+    lc_threads: crate::sensors::lc_threads::LcThreads,
     /// The BE groups' egress classifiers (links: detached when the agent dies).
     #[allow(dead_code)]
     egress_classifiers: Vec<headroom_host::bpf::EgressPriority>,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::allocation::Allocation;
 use crate::controller::{TickOutcome, TickSink};
 use crate::decision::{CtlEvent, Decision, DecisionRecord};
-use crate::metrics::Metrics;
 use crate::observation::Observation;
+use crate::publish::metrics::Metrics;
 
 use super::RunSummary;
 

@@ -22,9 +22,9 @@ use crate::actuation::{Actuation, ManagedGroups};
 use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError};
 use crate::controller::Controller;
-use crate::lc_signal::StopFlag;
-use crate::metrics::Metrics;
 use crate::policy;
+use crate::publish::metrics::Metrics;
+use crate::sensors::lc_signal::StopFlag;
 use crate::sensors::Sensors;
 use crate::state::{self, AgentState, StateLock};
 use crate::supervisor::Supervised;
@@ -71,7 +71,8 @@ impl Agent {
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let started = (|| {
             let log = open_log(&options, &config, &machine)?;
-            let (requests, t) = crate::control::serve(Path::new(&config.api.socket), stop.clone())?;
+            let (requests, t) =
+                crate::publish::control::serve(Path::new(&config.api.socket), stop.clone())?;
             threads.push(t);
             let (metrics, registry) = Metrics::new();
             let mut metrics_addr = None;
@@ -83,13 +84,11 @@ impl Agent {
                         reason: "expected IP:PORT".into(),
                     })
                 })?;
-                let (bound, t) =
-                    crate::metrics::serve(addr, registry, stop.clone()).map_err(|source| {
-                        AgentError::Io {
-                            what: "binding the metrics endpoint",
-                            path: PathBuf::from(addr.to_string()),
-                            source,
-                        }
+                let (bound, t) = crate::publish::metrics::serve(addr, registry, stop.clone())
+                    .map_err(|source| AgentError::Io {
+                        what: "binding the metrics endpoint",
+                        path: PathBuf::from(addr.to_string()),
+                        source,
                     })?;
                 threads.push(t);
                 metrics_addr = Some(bound);
@@ -134,7 +133,7 @@ impl Agent {
 
         let policy = policy::build(&config, &machine);
         let mut node = node;
-        let mut lc_threads = crate::lc_threads::LcThreads::from_state(
+        let mut lc_threads = crate::sensors::lc_threads::LcThreads::from_state(
             previous
                 .as_ref()
                 .map(|p| p.lc_threads.clone())

@@ -13,17 +13,23 @@ use std::time::{Duration, Instant};
 use headroom_host::idle_bpf::BpfIdleSampler;
 use headroom_host::{Cgroups, CpuIdleSampler, GroupPath, LinuxHost, PsiResource};
 
+use self::idle_wake::{Drained, Fall, IdleEventSource, Woken};
 use crate::config::IdleSensor;
-use crate::idle_wake::{self, Drained, Fall, IdleEventSource, Woken};
 
-use crate::lc_signal::SignalCell;
+use self::lc_signal::SignalCell;
 use crate::observation::Observation;
 
+pub mod feed;
 mod hardware;
+pub mod idle_wake;
+pub mod lc_signal;
+pub mod lc_threads;
+pub mod probe;
+pub mod scrape;
 pub use hardware::{DramSensor, EgressSensor, PowerSensor};
 
 /// How often the slower sensors are read.
-pub const SLOW_PERIOD: Duration = Duration::from_millis(100);
+pub const SLOW_PERIOD: Duration = idle_wake::EVENT_PERIOD;
 
 /// PSI is read every this many slow samples (1 s).
 const PSI_EVERY_SLOW: u64 = 10;

@@ -17,8 +17,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::allocation::Allocation;
-use crate::lc_signal::StopFlag;
 use crate::observation::Observation;
+use crate::sensors::lc_signal::StopFlag;
 
 type F64Gauge = Gauge<f64, AtomicU64>;
 type Labels = Vec<(String, String)>;
@@ -379,7 +379,7 @@ pub fn serve(
                             revents: 0,
                         };
                         // SAFETY: one valid pollfd for the duration of the call.
-                        unsafe { libc::poll(&mut fd, 1, crate::control::ACCEPT_WAIT_MS) };
+                        unsafe { libc::poll(&mut fd, 1, crate::publish::control::ACCEPT_WAIT_MS) };
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(100)),
                 }

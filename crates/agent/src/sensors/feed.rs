@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use headroom_load::feed::{FeedLine, FEED_VERSION};
 use headroom_load::stats::LatencyHist;
 
-use crate::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+use crate::sensors::lc_signal::{LatencyWindow, SignalCell, StopFlag};
 
 /// Where a feed publishes.
 #[derive(Debug, Clone)]

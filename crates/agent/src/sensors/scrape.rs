@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::lc_signal::{CounterRate, SignalCell, StopFlag};
+use crate::sensors::lc_signal::{CounterRate, SignalCell, StopFlag};
 
 /// What a pull source reads.
 #[derive(Debug, Clone)]

@@ -29,7 +29,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::ProbeProtocol;
-use crate::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+use crate::sensors::lc_signal::{LatencyWindow, SignalCell, StopFlag};
 
 /// The key the prober reads (a miss is as good as a hit for timing).
 pub const PROBE_KEY: &[u8] = b"headroom:probe";

@@ -15,7 +15,7 @@ use crate::config::{Config, PolicyKind};
 
 /// The shortest periodic duty while sensing by events: a steady host costs one wake-up per
 /// this (the slow sensors' period).
-pub const EVENT_PERIOD: Duration = crate::sensors::SLOW_PERIOD;
+pub const EVENT_PERIOD: Duration = Duration::from_millis(100);
 
 /// What a drain of the event ring buffer found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::lc_signal::StopFlag;
+use crate::sensors::lc_signal::StopFlag;
 
 pub use headroom_types::control::{Request, Response};
 

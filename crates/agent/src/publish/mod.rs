@@ -1,0 +1,5 @@
+//! What the agent publishes: the control socket, the Prometheus metrics and the reaction log.
+
+pub mod control;
+pub mod metrics;
+pub mod reaction_log;
