@@ -70,6 +70,10 @@ const USES: &[(&str, &str)] = &[
         "idle_events",
         "blind/hybrid: woken on idle-count crossings instead of polling",
     ),
+    (
+        "lc_latency_kernel",
+        "[lc.latency] source = \"kernel\": the LC's own requests timed in the kernel",
+    ),
 ];
 
 fn uses(name: &str) -> &'static str {
@@ -130,6 +134,7 @@ pub fn render(d: &Doctor) -> String {
         ("meminfo", s.meminfo.as_ref()),
         ("cgroup_cpu_usage", s.cgroup_cpu_usage.as_ref()),
         ("idle_events", s.idle_events.as_ref()),
+        ("lc_latency_kernel", s.lc_latency_kernel.as_ref()),
     ] {
         if let Some(a) = a {
             row(&mut out, name, a);
