@@ -28,11 +28,11 @@ const SK_BUFF_PRIORITY: i16 = 32;
 /// `struct bpf_insn`: opcode, dst (low nibble) and src (high nibble) registers, offset, immediate.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Insn {
-    pub(crate) code: u8,
-    pub(crate) regs: u8,
-    pub(crate) off: i16,
-    pub(crate) imm: i32,
+pub struct Insn {
+    pub code: u8,
+    pub regs: u8,
+    pub off: i16,
+    pub imm: i32,
 }
 
 /// The `BPF_PROG_LOAD` part of `union bpf_attr`, zero-padded (the kernel checks the tail).

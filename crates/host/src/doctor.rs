@@ -130,6 +130,7 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
             cgroup_cpu_usage: Some(cg.cpu_usage),
             idle_events: Some(probe_idle_events(root_user, options.sched_syscalls)),
             sched_fifo: Some(rt::probe_sched_fifo(options.sched_syscalls)),
+            lc_latency_kernel: Some(probe_latency_kernel(root_user, options.sched_syscalls)),
         },
         topology: topology.map(|t| TopologyInfo {
             cpus_online: t.cpus_online.to_list(),
@@ -452,6 +453,24 @@ fn probe_idle_events(root_user: bool, live: bool) -> Availability {
     match crate::idle_bpf::IdleProgram::load(cpus, &[]) {
         Ok(_) => Availability::yes(via),
         Err(e) => Availability::no(format!("the agent polls: {e}")),
+    }
+}
+
+/// The passive latency sensor needs root, tracefs, its three tracepoints and BPF atomics;
+/// live, it is loaded, attached and detached again (the exact check the agent makes).
+fn probe_latency_kernel(root_user: bool, live: bool) -> Availability {
+    let via = "BPF on tcp:tcp_probe -> sock:sock_send_length (the LC's own requests)";
+    if !root_user {
+        return Availability::no(
+            "not root: loading BPF programs needs CAP_BPF and CAP_PERFMON (the prober is the fallback)",
+        );
+    }
+    if !live {
+        return Availability::yes(format!("{via} (not probed)"));
+    }
+    match crate::latency_bpf::unavailable_reason() {
+        None => Availability::yes(via),
+        Some(why) => Availability::no(format!("{why} (the prober is the fallback)")),
     }
 }
 

@@ -36,11 +36,13 @@
 //! resctrl::{Resctrl, ResctrlGroup, Schemata, validate_cbm, top_ways_mask}
 //! power::{Rapl, RaplZone, energy_delta_uj, CpuFreq}
 //! sensors::{PolledFile, ProcStatReader, CpuIdleSampler, SchedstatReader, parse_psi, MemInfo}
+//! latency_bpf::LatencySensor::attach(ports) -> snapshot() (the LC's request latency, passively)
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
 
 pub mod bpf;
+pub mod bpf_asm;
 pub mod cgroup;
 pub mod cpuset;
 pub mod doctor;
@@ -49,6 +51,7 @@ pub mod group_path;
 pub mod host;
 pub mod idle_bpf;
 pub mod knob_io;
+pub mod latency_bpf;
 pub mod power;
 pub mod resctrl;
 pub mod sched;

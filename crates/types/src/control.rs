@@ -98,6 +98,28 @@ pub struct LcStatus {
     pub qps: Option<f64>,
     pub load: Option<f64>,
     pub cpus: Option<Vec<u32>>,
+    /// Where `latency_us` came from when the LC has two latency sources (`source = "kernel"`
+    /// with `fallback = "probe"`): both figures and the reason for a fallback; extension.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_sources: Option<LatencySources>,
+}
+
+/// The kernel sensor and the prober side by side.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LatencySources {
+    /// `kernel`, `probe` or `none`: which figure `latency_us` is now.
+    pub chosen: String,
+    /// Why it is not the kernel sensor's (empty when it is).
+    pub reason: String,
+    /// The kernel sensor's window percentile, µs (`None`: too few requests, or not running).
+    pub kernel_us: Option<f64>,
+    /// Requests the kernel sensor timed in its last window.
+    pub kernel_requests: u64,
+    /// The prober's window percentile, µs (`None`: not running, or no window yet).
+    pub probe_us: Option<f64>,
+    /// Whether the prober runs now (it runs only while the kernel sensor's windows are short).
+    pub probe_running: bool,
 }
 
 /// A BE command the agent supervises.

@@ -1,7 +1,7 @@
 //! `headroom doctor --json` (docs/architecture.md): produced by headroom-host.
 //!
 //! The keys of docs/architecture.md are a contract; fields beyond them (`via`, `net_cls`, `net_prio`, `cgroup_bpf`, `cgroup_psi`,
-//! `meminfo`, `cgroup_cpu_usage`, `topology`) are extensions and may be absent in older output.
+//! `meminfo`, `lc_latency_kernel`, `sched_fifo`, `cgroup_cpu_usage`, `topology`) are extensions and may be absent in older output.
 
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +129,11 @@ pub struct Sensors {
     /// rlimit); a nicety, not a condition; extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sched_fifo: Option<Availability>,
+    /// The passive kernel latency sensor (`[lc.latency] source = "kernel"`: BPF on
+    /// tcp:tcp_probe, sock:sock_send_length, sock:inet_sock_set_state); when unavailable the
+    /// reason names what is missing and the prober is the fallback; extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lc_latency_kernel: Option<Availability>,
 }
 
 /// CPU topology details; extension.

@@ -15,6 +15,15 @@ pub struct Observation {
     pub lc_latency_us: Option<f64>,
     /// Age of `lc_latency_us`: time since the end of its measurement window, in ms.
     pub lc_latency_age_ms: Option<u64>,
+    /// With two latency sources (`source = "kernel"`, `fallback = "probe"`): the kernel
+    /// sensor's and the prober's figures side by side, µs, and which one `lc_latency_us` is
+    /// (`kernel`, `probe`); recorded, never read by a policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lc_latency_kernel_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lc_latency_probe_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lc_latency_source: Option<String>,
     /// LC load in requests per second.
     pub lc_qps: Option<f64>,
     /// LC load as a fraction of `lc.load.peak_qps` (0.0 ..; may exceed 1).

@@ -69,6 +69,16 @@ pub enum LatencySource {
     Probe,
     Prometheus,
     Feed,
+    /// The passive in-kernel sensor of the LC's own requests on `port`/`ports` (BPF).
+    Kernel,
+}
+
+/// What fills in for the kernel sensor (`fallback = "probe"`): where it cannot run, and in
+/// windows with too few of the LC's requests (a nearly idle LC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LatencyFallback {
+    Probe,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,9 +117,38 @@ pub struct LatencyConfig {
     /// least 100 µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_send_lag_us: Option<f64>,
+    /// The LC's TCP port the kernel sensor watches (`source = "kernel"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The LC's TCP ports, where it has several (`source = "kernel"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<u16>>,
+    /// `"probe"`: the prober fills in where the kernel sensor cannot run or its window has
+    /// too few requests (it probes `address`, default `127.0.0.1:<first port>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<LatencyFallback>,
 }
 
 impl LatencyConfig {
+    /// The ports the kernel sensor watches (`port` and `ports` together).
+    pub fn kernel_ports(&self) -> Vec<u16> {
+        let mut p: Vec<u16> = self.port.into_iter().collect();
+        p.extend(self.ports.iter().flatten().copied());
+        p.sort_unstable();
+        p.dedup();
+        p
+    }
+
+    /// The address the prober probes: `address`, or for the kernel sensor's fallback the
+    /// first of its ports on localhost.
+    pub fn probe_address(&self) -> String {
+        self.address.clone().unwrap_or_else(|| {
+            self.kernel_ports()
+                .first()
+                .map_or_else(String::new, |p| format!("127.0.0.1:{p}"))
+        })
+    }
+
     /// The prober's send-lag bound for an SLO target of `target_us`.
     pub fn send_lag_bound_us(&self, target_us: f64) -> f64 {
         self.max_send_lag_us
@@ -229,6 +268,46 @@ impl LcConfig {
                     ));
                 }
                 LatencySource::Feed => {}
+                LatencySource::Kernel => {
+                    let ports = lat.kernel_ports();
+                    if ports.is_empty() {
+                        p.push(invalid(
+                            "lc.latency.port",
+                            lat.port,
+                            "source = \"kernel\" needs the LC's TCP port (port = N or ports = [...])",
+                        ));
+                    } else if ports.contains(&0) {
+                        p.push(invalid("lc.latency.ports", &ports, "port 0 is not a port"));
+                    } else if ports.len() > headroom_host::latency_bpf::MAX_PORTS {
+                        p.push(invalid(
+                            "lc.latency.ports",
+                            ports.len(),
+                            format!("at most {} ports", headroom_host::latency_bpf::MAX_PORTS),
+                        ));
+                    }
+                    if lat.address.is_some() {
+                        p.check(require_address(
+                            "lc.latency.address",
+                            lat.address.as_deref(),
+                        ));
+                    }
+                }
+            }
+            if lat.source != LatencySource::Kernel {
+                if lat.fallback.is_some() {
+                    p.push(invalid(
+                        "lc.latency.fallback",
+                        "probe",
+                        "only source = \"kernel\" has a fallback",
+                    ));
+                }
+                if lat.port.is_some() || lat.ports.is_some() {
+                    p.push(invalid(
+                        "lc.latency.port",
+                        lat.kernel_ports(),
+                        "port/ports are the kernel sensor's (source = \"kernel\")",
+                    ));
+                }
             }
             p.check(positive("lc.latency.rate_hz", lat.rate_hz));
             if let Some(b) = lat.max_send_lag_us {
@@ -246,7 +325,9 @@ impl LcConfig {
                 && slo.window_s.is_finite()
                 && slo.window_s > 0.0
                 && slo.min_samples != Some(0);
-            if lat.source == LatencySource::Probe && peak_ok {
+            // The prober runs as the source or as the kernel sensor's fallback.
+            let probes = lat.source == LatencySource::Probe || lat.fallback.is_some();
+            if probes && peak_ok {
                 let cap = self.load.as_ref().map_or(MAX_PROBE_HZ, |l| {
                     (l.peak_qps * MAX_PROBE_SHARE).min(MAX_PROBE_HZ)
                 });
@@ -264,10 +345,7 @@ impl LcConfig {
             // A prober that cannot fill its window never yields a latency, and the agent would
             // run blind until the stale rule disables BE: refuse it at start instead.
             let probes_per_window = lat.rate_hz * slo.window_s;
-            if lat.source == LatencySource::Probe
-                && slo_ok
-                && probes_per_window < slo.min_samples() as f64
-            {
+            if probes && slo_ok && probes_per_window < slo.min_samples() as f64 {
                 p.push(invalid(
                     "lc.latency.rate_hz",
                     lat.rate_hz,

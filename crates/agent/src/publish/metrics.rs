@@ -27,6 +27,8 @@ type Labels = Vec<(String, String)>;
 #[derive(Clone)]
 pub struct Metrics {
     pub lc_latency_us: F64Gauge,
+    /// The kernel sensor's and the prober's figures side by side (`source` label), µs.
+    pub lc_latency_by_source_us: Family<Labels, F64Gauge>,
     pub lc_slo_us: F64Gauge,
     pub lc_slack: F64Gauge,
     pub lc_load: F64Gauge,
@@ -76,6 +78,7 @@ impl Metrics {
         let g = F64Gauge::default;
         let m = Metrics {
             lc_latency_us: g(),
+            lc_latency_by_source_us: Family::default(),
             lc_slo_us: g(),
             lc_slack: g(),
             lc_load: g(),
@@ -107,6 +110,11 @@ impl Metrics {
             "lc_latency_us",
             "LC tail latency at the SLO percentile (µs)",
             m.lc_latency_us.clone(),
+        );
+        r.register(
+            "lc_latency_by_source_us",
+            "LC tail latency at the SLO percentile by source (kernel sensor, prober; NaN: none this window), µs",
+            m.lc_latency_by_source_us.clone(),
         );
         r.register(
             "lc_slo_us",
@@ -270,6 +278,16 @@ impl Metrics {
                     g.set(v);
                 }
                 last.obs_gauges = Some(bits);
+            }
+        }
+        if obs.lc_latency_source.is_some() {
+            for (source, v) in [
+                ("kernel", obs.lc_latency_kernel_us),
+                ("probe", obs.lc_latency_probe_us),
+            ] {
+                self.lc_latency_by_source_us
+                    .get_or_create(&vec![("source".to_string(), source.to_string())])
+                    .set(v.unwrap_or(f64::NAN));
             }
         }
         if allocation_changed {

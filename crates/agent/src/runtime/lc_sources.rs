@@ -97,6 +97,42 @@ pub(super) fn lc_signals(
                 threads.push(t);
                 cell
             }
+            LatencySource::Kernel => {
+                let cell = SignalCell::new();
+                let fallback = lat.fallback.map(|_| {
+                    let mut spec = crate::probe::ProbeSpec::new(
+                        lat.protocol,
+                        &lat.probe_address(),
+                        lat.rate_hz,
+                        slo.percentile,
+                        slo.window_s,
+                    );
+                    spec.min_samples = slo.min_samples();
+                    spec.max_send_lag_us = lat.send_lag_bound_us(slo.target_us);
+                    spec.fifo_priority = config.safety.agent_fifo_priority;
+                    spec
+                });
+                let spec = crate::sensors::lc_kernel::KernelSpec {
+                    ports: lat.kernel_ports(),
+                    percentile: slo.percentile,
+                    window_s: slo.window_s,
+                    min_samples: slo.min_samples(),
+                    fallback,
+                };
+                let (t, shared) = crate::sensors::lc_kernel::spawn(
+                    spec,
+                    cell.clone(),
+                    stop.clone(),
+                )
+                .map_err(|reason| AgentError::Io {
+                    what: "starting the kernel latency sensor ([lc.latency] source = \"kernel\")",
+                    path: PathBuf::from("/sys/kernel/tracing"),
+                    source: std::io::Error::other(reason),
+                })?;
+                threads.extend(t);
+                signals.latency_sources = Some(shared);
+                cell
+            }
             LatencySource::Feed => {
                 let socket = lat
                     .socket

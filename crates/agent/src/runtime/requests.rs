@@ -119,6 +119,7 @@ impl Agent {
                 qps: obs.lc_qps,
                 load: obs.lc_load,
                 cpus: obs.lc_cpus.clone(),
+                latency_sources: self.node.sensors().and_then(|s| s.latency_sources()),
             },
             idle_cpus: obs.idle_cpu_count(0.5),
             be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),

@@ -22,6 +22,7 @@ use crate::observation::Observation;
 pub mod feed;
 mod hardware;
 pub mod idle_wake;
+pub mod lc_kernel;
 pub mod lc_signal;
 pub mod lc_threads;
 pub mod probe;
@@ -44,6 +45,8 @@ pub struct LcSignals {
     pub qps: Option<Arc<SignalCell>>,
     /// `lc.load.peak_qps`.
     pub peak_qps: Option<f64>,
+    /// The kernel sensor and its fallback prober side by side (`source = "kernel"`).
+    pub latency_sources: Option<Arc<lc_kernel::KernelShared>>,
 }
 
 /// The per-CPU idle sensor in use.
@@ -215,6 +218,11 @@ impl Sensors {
         }
     }
 
+    /// The kernel latency sensor and the prober side by side, where both are configured.
+    pub fn latency_sources(&self) -> Option<headroom_types::control::LatencySources> {
+        self.signals.latency_sources.as_ref().map(|s| s.sources())
+    }
+
     /// Whether observations come from idle events (see [`Sensors::enable_idle_events`]).
     pub fn idle_events_enabled(&self) -> bool {
         self.idle_events
@@ -349,6 +357,12 @@ impl Sensors {
                 obs.lc_latency_age_ms =
                     Some(now.saturating_duration_since(r.at).as_millis() as u64);
             }
+        }
+        if let Some(shared) = &self.signals.latency_sources {
+            let s = shared.sources();
+            obs.lc_latency_kernel_us = s.kernel_us;
+            obs.lc_latency_probe_us = s.probe_us;
+            obs.lc_latency_source = Some(s.chosen);
         }
         obs.lc_qps = None;
         obs.lc_load = None;

@@ -74,6 +74,10 @@ const USES: &[(&str, &str)] = &[
         "sched_fifo",
         "agent and prober at real-time priority (a nicety: kernel stamps time the prober)",
     ),
+    (
+        "lc_latency_kernel",
+        "[lc.latency] source = \"kernel\": the LC's own requests timed in the kernel",
+    ),
 ];
 
 fn uses(name: &str) -> &'static str {
@@ -135,6 +139,7 @@ pub fn render(d: &Doctor) -> String {
         ("cgroup_cpu_usage", s.cgroup_cpu_usage.as_ref()),
         ("idle_events", s.idle_events.as_ref()),
         ("sched_fifo", s.sched_fifo.as_ref()),
+        ("lc_latency_kernel", s.lc_latency_kernel.as_ref()),
     ] {
         if let Some(a) = a {
             row(&mut out, name, a);

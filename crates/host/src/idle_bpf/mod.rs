@@ -20,7 +20,7 @@
 mod loaded;
 pub mod program;
 pub mod ring;
-mod syscall;
+pub(crate) mod syscall;
 mod tracker;
 
 pub use loaded::{EventCounters, IdleProgram};

@@ -14,24 +14,11 @@
 //!    hysteresis held back is counted as suppressed, and an event the ring buffer had no room
 //!    for is counted as an overrun.
 //!
-//! rbpf's instruction builder has no atomics, no 64-bit immediate loads of map fds and no
-//! labels, so the program is assembled here from rbpf's opcode constants ([`rbpf::ebpf`]) with
-//! jump targets resolved by name — the listing reads top to bottom like the C it replaces.
-
-use std::collections::HashMap;
-
-use rbpf::ebpf;
+//! Written with the host's assembler ([`crate::bpf_asm`]): named registers, jump targets by
+//! name — the listing reads top to bottom like the C it replaces.
 
 use crate::bpf::Insn;
-
-pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
-pub(super) const HELPER_KTIME_GET_NS: i32 = 5;
-pub(super) const HELPER_RINGBUF_OUTPUT: i32 = 130;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
-/// `BPF_ATOMIC` modes (imm of an `STX | ATOMIC | DW` instruction).
-const ATOMIC_ADD: i32 = 0x00;
-const ATOMIC_FETCH: i32 = 0x01;
-const ATOMIC_CMPXCHG: i32 = 0xf0 | ATOMIC_FETCH;
+use crate::bpf_asm::{Asm, Cond, Helper, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9};
 
 /// Byte offsets in a CPU's slot (array index = CPU).
 pub mod slot {
@@ -78,201 +65,122 @@ pub(crate) struct MapFds {
     pub ring: i32,
 }
 
-/// An instruction list with named jump targets.
-#[derive(Default)]
-struct Asm {
-    insns: Vec<Insn>,
-    labels: HashMap<&'static str, usize>,
-    jumps: Vec<(usize, &'static str)>,
-}
-
-impl Asm {
-    fn raw(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) -> &mut Self {
-        self.insns.push(Insn {
-            code,
-            regs: (src << 4) | (dst & 0x0f),
-            off,
-            imm,
-        });
-        self
-    }
-    fn label(&mut self, name: &'static str) -> &mut Self {
-        let previous = self.labels.insert(name, self.insns.len());
-        assert!(previous.is_none(), "label {name} defined twice");
-        self
-    }
-    fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: &'static str) -> &mut Self {
-        self.jumps.push((self.insns.len(), to));
-        self.raw(code, dst, src, 0, imm)
-    }
-    fn mov(&mut self, dst: u8, src: u8) -> &mut Self {
-        self.raw(ebpf::MOV64_REG, dst, src, 0, 0)
-    }
-    fn mov_imm(&mut self, dst: u8, imm: i32) -> &mut Self {
-        self.raw(ebpf::MOV64_IMM, dst, 0, 0, imm)
-    }
-    fn add_imm(&mut self, dst: u8, imm: i32) -> &mut Self {
-        self.raw(ebpf::ADD64_IMM, dst, 0, 0, imm)
-    }
-    fn load(&mut self, dst: u8, base: u8, off: i16) -> &mut Self {
-        self.raw(ebpf::LD_DW_REG, dst, base, off, 0)
-    }
-    fn store(&mut self, base: u8, off: i16, src: u8) -> &mut Self {
-        self.raw(ebpf::ST_DW_REG, base, src, off, 0)
-    }
-    fn store32(&mut self, base: u8, off: i16, src: u8) -> &mut Self {
-        self.raw(ebpf::ST_W_REG, base, src, off, 0)
-    }
-    fn store_imm(&mut self, base: u8, off: i16, imm: i32) -> &mut Self {
-        self.raw(ebpf::ST_DW_IMM, base, 0, off, imm)
-    }
-    /// `dst = map` (a two-slot `ld_imm64` the kernel resolves from the fd).
-    fn load_map(&mut self, dst: u8, fd: i32) -> &mut Self {
-        self.raw(ebpf::LD_DW_IMM, dst, BPF_PSEUDO_MAP_FD, 0, fd)
-            .raw(0, 0, 0, 0, 0)
-    }
-    fn call(&mut self, helper: i32) -> &mut Self {
-        self.raw(ebpf::CALL, 0, 0, 0, helper)
-    }
-    /// `lock *(u64 *)(base + off) += src`.
-    fn atomic_add(&mut self, base: u8, off: i16, src: u8) -> &mut Self {
-        self.raw(ebpf::ST_DW_XADD, base, src, off, ATOMIC_ADD)
-    }
-    /// `src = atomic_fetch_add((u64 *)(base + off), src)`.
-    fn atomic_fetch_add(&mut self, base: u8, off: i16, src: u8) -> &mut Self {
-        self.raw(ebpf::ST_DW_XADD, base, src, off, ATOMIC_ADD | ATOMIC_FETCH)
-    }
-    /// `r0 = cmpxchg((u64 *)(base + off), r0, src)`.
-    fn cmpxchg(&mut self, base: u8, off: i16, src: u8) -> &mut Self {
-        self.raw(ebpf::ST_DW_XADD, base, src, off, ATOMIC_CMPXCHG)
-    }
-    fn finish(mut self) -> Vec<Insn> {
-        for (at, to) in std::mem::take(&mut self.jumps) {
-            let target = *self
-                .labels
-                .get(to)
-                .unwrap_or_else(|| panic!("jump to undefined label {to}"));
-            self.insns[at].off = (target as isize - at as isize - 1) as i16;
-        }
-        self.insns
-    }
-}
-
 /// The program for the given maps.
 pub(crate) fn program(maps: MapFds) -> Vec<Insn> {
-    use ebpf::{JA, JEQ_IMM, JEQ_REG, JNE_IMM, JNE_REG, JSGE_IMM, JSGE_REG, JSLT_IMM};
+    use Size::{U32, U64};
     // r6: ctx, then this CPU's slot, then the control block; r7: state, then the count's
     // delta; r8: cpu; r9: now.
-    let mut a = Asm::default();
-    a.mov(6, 1)
-        .load(7, 6, 0) // state
-        .load(8, 6, 8) // cpu_id
-        .call(HELPER_KTIME_GET_NS)
-        .mov(9, 0)
+    let mut a = Asm::new();
+    a.mov(R6, R1)
+        .load(U64, R7, R6, 0) // state
+        .load(U64, R8, R6, 8) // cpu_id
+        .call(Helper::KtimeGetNs)
+        .mov(R9, R0)
         // slot = slots[cpu]
-        .store32(10, -4, 8)
-        .mov(2, 10)
-        .add_imm(2, -4)
-        .load_map(1, maps.slots)
-        .call(HELPER_MAP_LOOKUP_ELEM)
-        .jump(JEQ_IMM, 0, 0, 0, "out")
-        .mov(6, 0)
-        .raw(ebpf::MOV32_IMM, 2, 0, 0, -1) // w2 = PWR_EVENT_EXIT, zero-extended like `state`
-        .jump(JEQ_REG, 7, 2, 0, "leave");
+        .store(U32, FP, -4, R8)
+        .mov(R2, FP)
+        .add_imm(R2, -4)
+        .load_map(R1, maps.slots)
+        .call(Helper::MapLookupElem)
+        .jump_if_imm(Cond::Eq, R0, 0, "out")
+        .mov(R6, R0)
+        .mov32_imm(R2, -1) // w2 = PWR_EVENT_EXIT, zero-extended like `state`
+        .jump_if(Cond::Eq, R7, R2, "leave");
     // entering idle (unless already in it)
-    a.load(1, 6, slot::IN_IDLE)
-        .jump(JNE_IMM, 1, 0, 0, "out")
-        .store(6, slot::ENTERED_NS, 9)
-        .store_imm(6, slot::IN_IDLE, 1)
-        .mov_imm(7, 1)
-        .jump(JA, 0, 0, 0, "count");
+    a.load(U64, R1, R6, slot::IN_IDLE)
+        .jump_if_imm(Cond::Ne, R1, 0, "out")
+        .store(U64, R6, slot::ENTERED_NS, R9)
+        .store_imm(U64, R6, slot::IN_IDLE, 1)
+        .mov_imm(R7, 1)
+        .goto("count");
     // leaving idle (unless its entry was before the attach): idle_ns += now - entered_ns
     a.label("leave")
-        .load(1, 6, slot::IN_IDLE)
-        .jump(JEQ_IMM, 1, 0, 0, "out")
-        .load(2, 6, slot::ENTERED_NS)
-        .mov(3, 9)
-        .raw(ebpf::SUB64_REG, 3, 2, 0, 0)
-        .load(1, 6, slot::IDLE_NS)
-        .raw(ebpf::ADD64_REG, 1, 3, 0, 0)
-        .store(6, slot::IDLE_NS, 1)
-        .store_imm(6, slot::IN_IDLE, 0)
-        .mov_imm(7, -1);
+        .load(U64, R1, R6, slot::IN_IDLE)
+        .jump_if_imm(Cond::Eq, R1, 0, "out")
+        .load(U64, R2, R6, slot::ENTERED_NS)
+        .mov(R3, R9)
+        .sub(R3, R2)
+        .load(U64, R1, R6, slot::IDLE_NS)
+        .add(R1, R3)
+        .store(U64, R6, slot::IDLE_NS, R1)
+        .store_imm(U64, R6, slot::IN_IDLE, 0)
+        .mov_imm(R7, -1);
     // the watched CPUs' idle count
     a.label("count")
-        .load(1, 6, slot::WATCHED)
-        .jump(JEQ_IMM, 1, 0, 0, "out")
-        .raw(ebpf::ST_W_IMM, 10, 0, -4, 0)
-        .mov(2, 10)
-        .add_imm(2, -4)
-        .load_map(1, maps.control)
-        .call(HELPER_MAP_LOOKUP_ELEM)
-        .jump(JEQ_IMM, 0, 0, 0, "out")
-        .mov(6, 0)
-        .mov(1, 7)
-        .atomic_fetch_add(6, control::IDLE_COUNT, 1)
-        .raw(ebpf::ADD64_REG, 1, 7, 0, 0) // r1 = the count after this event
-        .load(3, 6, control::ENABLED)
-        .jump(JEQ_IMM, 3, 0, 0, "out")
-        .load(2, 6, control::BELOW)
-        .jump(JNE_IMM, 2, 0, 0, "below");
+        .load(U64, R1, R6, slot::WATCHED)
+        .jump_if_imm(Cond::Eq, R1, 0, "out")
+        .store_imm(U32, FP, -4, 0)
+        .mov(R2, FP)
+        .add_imm(R2, -4)
+        .load_map(R1, maps.control)
+        .call(Helper::MapLookupElem)
+        .jump_if_imm(Cond::Eq, R0, 0, "out")
+        .mov(R6, R0)
+        .mov(R1, R7)
+        .atomic_fetch_add(R6, control::IDLE_COUNT, R1)
+        .add(R1, R7) // r1 = the count after this event
+        .load(U64, R3, R6, control::ENABLED)
+        .jump_if_imm(Cond::Eq, R3, 0, "out")
+        .load(U64, R2, R6, control::BELOW)
+        .jump_if_imm(Cond::Ne, R2, 0, "below");
     // above: fall below when count < low
-    a.load(3, 6, control::LOW)
-        .jump(JSGE_REG, 1, 3, 0, "out")
-        .mov_imm(0, 0)
-        .mov_imm(2, 1)
-        .cmpxchg(6, control::BELOW, 2)
-        .jump(JNE_IMM, 0, 0, 0, "out") // another CPU flipped it first
-        .mov_imm(2, DIRECTION_LOW as i32)
-        .jump(JA, 0, 0, 0, "emit");
+    a.load(U64, R3, R6, control::LOW)
+        .jump_if(Cond::SGe, R1, R3, "out")
+        .mov_imm(R0, 0)
+        .mov_imm(R2, 1)
+        .cmpxchg(R6, control::BELOW, R2)
+        .jump_if_imm(Cond::Ne, R0, 0, "out") // another CPU flipped it first
+        .mov_imm(R2, DIRECTION_LOW as i32)
+        .goto("emit");
     // below: rise when count >= high; a crossing of `low` short of `high` is suppressed
     a.label("below")
-        .load(3, 6, control::HIGH)
-        .jump(JSGE_REG, 1, 3, 0, "rise")
-        .load(3, 6, control::LOW)
-        .jump(JSLT_IMM, 7, 0, 0, "fell")
-        .jump(JNE_REG, 1, 3, 0, "out") // rose to exactly `low`?
-        .jump(JA, 0, 0, 0, "suppressed")
+        .load(U64, R3, R6, control::HIGH)
+        .jump_if(Cond::SGe, R1, R3, "rise")
+        .load(U64, R3, R6, control::LOW)
+        .jump_if_imm(Cond::SLt, R7, 0, "fell")
+        .jump_if(Cond::Ne, R1, R3, "out") // rose to exactly `low`?
+        .goto("suppressed")
         .label("fell")
-        .add_imm(3, -1)
-        .jump(JNE_REG, 1, 3, 0, "out") // fell to exactly `low - 1`?
+        .add_imm(R3, -1)
+        .jump_if(Cond::Ne, R1, R3, "out") // fell to exactly `low - 1`?
         .label("suppressed")
-        .mov_imm(2, 1)
-        .atomic_add(6, control::SUPPRESSED, 2)
-        .jump(JA, 0, 0, 0, "out")
+        .mov_imm(R2, 1)
+        .atomic_add(R6, control::SUPPRESSED, R2)
+        .goto("out")
         .label("rise")
-        .mov_imm(0, 1)
-        .mov_imm(2, 0)
-        .cmpxchg(6, control::BELOW, 2)
-        .jump(JNE_IMM, 0, 0, 1, "out")
-        .mov_imm(2, DIRECTION_HIGH as i32);
+        .mov_imm(R0, 1)
+        .mov_imm(R2, 0)
+        .cmpxchg(R6, control::BELOW, R2)
+        .jump_if_imm(Cond::Ne, R0, 1, "out")
+        .mov_imm(R2, DIRECTION_HIGH as i32);
     // emit { now, count, cpu, direction } (r1 = count, r2 = direction)
     a.label("emit")
-        .store(10, -32, 9)
-        .store(10, -24, 1)
-        .store32(10, -16, 8)
-        .store32(10, -12, 2)
-        .load_map(1, maps.ring)
-        .mov(2, 10)
-        .add_imm(2, -32)
-        .mov_imm(3, EVENT_SIZE as i32)
-        .mov_imm(4, 0)
-        .call(HELPER_RINGBUF_OUTPUT)
-        .mov_imm(2, 1)
-        .jump(JSGE_IMM, 0, 0, 0, "sent")
-        .atomic_add(6, control::OVERRUNS, 2)
-        .jump(JA, 0, 0, 0, "out")
+        .store(U64, FP, -32, R9)
+        .store(U64, FP, -24, R1)
+        .store(U32, FP, -16, R8)
+        .store(U32, FP, -12, R2)
+        .load_map(R1, maps.ring)
+        .mov(R2, FP)
+        .add_imm(R2, -32)
+        .mov_imm(R3, EVENT_SIZE as i32)
+        .mov_imm(R4, 0)
+        .call(Helper::RingbufOutput)
+        .mov_imm(R2, 1)
+        .jump_if_imm(Cond::SGe, R0, 0, "sent")
+        .atomic_add(R6, control::OVERRUNS, R2)
+        .goto("out")
         .label("sent")
-        .atomic_add(6, control::EVENTS, 2)
+        .atomic_add(R6, control::EVENTS, R2)
         .label("out")
-        .mov_imm(0, 0)
-        .raw(ebpf::EXIT, 0, 0, 0, 0);
+        .mov_imm(R0, 0)
+        .exit();
     a.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rbpf::ebpf;
 
     const MAPS: MapFds = MapFds {
         slots: 3,
@@ -313,7 +221,7 @@ mod tests {
             .enumerate()
             .filter(|(_, i)| i.code == ebpf::LD_DW_IMM)
             .map(|(n, i)| {
-                assert_eq!(i.regs >> 4, BPF_PSEUDO_MAP_FD);
+                assert_eq!(i.regs >> 4, 1, "BPF_PSEUDO_MAP_FD");
                 assert_eq!(
                     p[n + 1],
                     Insn {

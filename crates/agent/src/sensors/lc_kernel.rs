@@ -1,0 +1,247 @@
+//! `[lc.latency] source = "kernel"`: the LC's own requests timed in the kernel
+//! ([`headroom_host::latency_bpf`]), read once a second into the same sliding window the
+//! prober keeps, and — with `fallback = "probe"` — the prober filling in.
+//!
+//! The prober is started only where it is needed: when the sensor cannot attach (for good,
+//! with the reason), or when the kernel's window holds fewer requests than the percentile
+//! needs (a nearly idle LC). While it runs, its requests reach the LC and the kernel times
+//! them too, so the kernel's figure is used as soon as its window is full; the prober stops
+//! once the window holds enough requests beyond its own (its rate × the window). Both figures
+//! and the choice are published side by side ([`LatencySources`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use headroom_host::latency_bpf::{listening, LatencySensor, LatencySnapshot};
+use headroom_load::stats::LatencyHist;
+use headroom_types::control::LatencySources;
+
+use super::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+use super::probe::ProbeSpec;
+
+/// Settings of the kernel source.
+#[derive(Debug, Clone)]
+pub struct KernelSpec {
+    pub ports: Vec<u16>,
+    pub percentile: f64,
+    pub window_s: f64,
+    pub min_samples: u64,
+    /// The prober that fills in (`fallback = "probe"`).
+    pub fallback: Option<ProbeSpec>,
+}
+
+/// The two sources' figures and the choice, shared with the status and the sensors.
+#[derive(Debug, Default)]
+pub struct KernelShared {
+    pub sources: Mutex<LatencySources>,
+}
+
+impl KernelShared {
+    pub fn sources(&self) -> LatencySources {
+        self.sources.lock().expect("sources lock").clone()
+    }
+
+    fn set(&self, f: impl FnOnce(&mut LatencySources)) {
+        f(&mut self.sources.lock().expect("sources lock"));
+    }
+}
+
+/// The prober, started and stopped as the kernel's windows need it.
+struct Prober {
+    spec: ProbeSpec,
+    cell: Arc<SignalCell>,
+    running: Option<(StopFlag, JoinHandle<()>)>,
+}
+
+impl Prober {
+    fn start(&mut self) {
+        if self.running.is_some() {
+            return;
+        }
+        let stop: StopFlag = Arc::new(AtomicBool::new(false));
+        match super::probe::spawn(self.spec.clone(), self.cell.clone(), stop.clone()) {
+            Ok(t) => {
+                tracing::info!(address = %self.spec.address, "latency: the prober fills in for the kernel sensor");
+                self.running = Some((stop, t));
+            }
+            Err(e) => self
+                .cell
+                .error("probe", format!("starting the fallback prober: {e}")),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some((stop, t)) = self.running.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = t.join();
+            tracing::info!("latency: the kernel sensor's windows are full again; the prober stops");
+        }
+    }
+
+    /// The prober's latest figure, while it is fresh (its window ended within two seconds).
+    fn fresh(&self, now: Instant) -> Option<super::lc_signal::Reading> {
+        self.cell
+            .latest()
+            .filter(|r| now.saturating_duration_since(r.at) < Duration::from_secs(2))
+    }
+}
+
+fn hist_of(window: &LatencySnapshot) -> LatencyHist {
+    let mut h = LatencyHist::new();
+    for (ns, n) in window.values() {
+        h.record_n_ns(ns, n);
+    }
+    h
+}
+
+/// Starts the kernel source publishing into `main` (the LC latency the policy reads).
+/// Without a fallback, a sensor that cannot attach is an error here (never a silent empty
+/// signal); with one, the prober takes over and the reason is kept for `ctl status`.
+pub fn spawn(
+    spec: KernelSpec,
+    main: Arc<SignalCell>,
+    stop: StopFlag,
+) -> Result<(Vec<JoinHandle<()>>, Arc<KernelShared>), String> {
+    let shared = Arc::new(KernelShared::default());
+    let not_listening: Vec<u16> = spec
+        .ports
+        .iter()
+        .copied()
+        .filter(|&p| listening(std::path::Path::new("/"), p) == Some(false))
+        .collect();
+    let listen_note = if not_listening.is_empty() {
+        String::new()
+    } else {
+        format!("; nothing listens on port(s) {not_listening:?} in the agent's network namespace")
+    };
+    if !listen_note.is_empty() {
+        tracing::warn!(ports = ?not_listening, "latency: kernel sensor: {}", &listen_note[2..]);
+    }
+    let sensor = match LatencySensor::attach(&spec.ports) {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = format!("the kernel sensor cannot run here: {e}");
+            let Some(probe) = spec.fallback else {
+                return Err(format!(
+                    "{reason} (set fallback = \"probe\" to use the prober)"
+                ));
+            };
+            tracing::warn!(%reason, "latency: the prober is the source");
+            let t = super::probe::spawn(probe, main, stop).map_err(|e| e.to_string())?;
+            shared.set(|s| {
+                s.chosen = "probe".into();
+                s.reason = reason;
+                s.probe_running = true;
+            });
+            return Ok((vec![t], shared));
+        }
+    };
+    tracing::info!(ports = ?spec.ports, "latency: kernel sensor attached");
+    let shared2 = shared.clone();
+    let t = std::thread::Builder::new()
+        .name("headroom-klat".into())
+        .spawn(move || run(spec, sensor, &main, &shared2, &stop, &listen_note))
+        .map_err(|e| e.to_string())?;
+    Ok((vec![t], shared))
+}
+
+fn run(
+    spec: KernelSpec,
+    sensor: LatencySensor,
+    main: &SignalCell,
+    shared: &KernelShared,
+    stop: &StopFlag,
+    listen_note: &str,
+) {
+    let mut window = LatencyWindow::new(spec.window_s, spec.min_samples);
+    let mut prober = spec.fallback.clone().map(|s| Prober {
+        spec: s,
+        cell: SignalCell::new(),
+        running: None,
+    });
+    let start = Instant::now();
+    let mut last = sensor.snapshot().unwrap_or_default();
+    let mut next = start + Duration::from_secs(1);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep((next - now).min(Duration::from_millis(100)));
+            continue;
+        }
+        next += Duration::from_secs(1);
+        let sec = now.saturating_duration_since(start).as_secs();
+        match sensor.snapshot() {
+            Ok(snap) => {
+                window.add(sec, &hist_of(&snap.since(&last)));
+                last = snap;
+            }
+            Err(e) => main.error("kernel", e.to_string()),
+        }
+        let kernel = window.percentile_us(sec, spec.percentile);
+        let requests = window.count(sec);
+        let probe_hz = prober
+            .as_ref()
+            .filter(|p| p.running.is_some())
+            .map_or(0.0, |p| p.spec.rate_hz);
+        let own = requests as f64 - probe_hz * spec.window_s;
+        let reason = match kernel {
+            Some(_) => String::new(),
+            None if sec + 1 < spec.window_s.ceil() as u64 => {
+                "the kernel sensor's first window has not filled yet".to_string()
+            }
+            None => format!(
+                "the kernel sensor timed {requests} requests in the last {} s, fewer than the {} a p{} needs{listen_note}",
+                spec.window_s, spec.min_samples, spec.percentile
+            ),
+        };
+        if let Some(p) = prober.as_mut() {
+            if kernel.is_none() {
+                p.start();
+            } else if own >= spec.min_samples as f64 {
+                p.stop();
+            }
+        }
+        let probe = prober.as_ref().and_then(|p| p.fresh(now));
+        let chosen = if let Some(v) = kernel {
+            main.publish(v, now);
+            "kernel"
+        } else if let Some(r) = probe {
+            main.publish(r.value, r.at);
+            "probe"
+        } else {
+            "none"
+        };
+        shared.set(|s| {
+            s.chosen = chosen.into();
+            s.reason = reason;
+            s.kernel_us = kernel;
+            s.kernel_requests = requests;
+            s.probe_us = probe.map(|r| r.value);
+            s.probe_running = prober.as_ref().is_some_and(|p| p.running.is_some());
+        });
+    }
+    if let Some(p) = prober.as_mut() {
+        p.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_becomes_the_agents_histogram() {
+        let mut w = LatencySnapshot::default();
+        let b = headroom_host::latency_bpf::program::bucket_of(2_000_000);
+        w.buckets[b] = 99;
+        w.buckets[headroom_host::latency_bpf::program::bucket_of(10_000_000)] = 1;
+        let h = hist_of(&w);
+        assert_eq!(h.count(), 100);
+        let p50 = h.percentile_us(50.0);
+        assert!((p50 / 2000.0 - 1.0).abs() < 0.04, "{p50}");
+        let p100 = h.percentile_us(100.0);
+        assert!((p100 / 10_000.0 - 1.0).abs() < 0.04, "{p100}");
+    }
+}

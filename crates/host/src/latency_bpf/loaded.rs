@@ -1,0 +1,480 @@
+//! The sensor's maps and programs in the kernel, and their attachment to the tracepoints
+//! through `perf_event_open` (the kernel detaches a program when its perf event's fd closes).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use crate::bpf::{bpf, load_program, Insn, ProgramToLoad};
+use crate::error::{HostError, Result};
+use crate::idle_bpf::syscall::{
+    create_keyed_map, owned, syscall_error, GetIdAttr, InfoAttr, TestRunAttr, BPF_MAP_TYPE_ARRAY,
+    BPF_OBJ_GET_INFO_BY_FD, BPF_PROG_TEST_RUN, BPF_PROG_TYPE_RAW_TRACEPOINT,
+};
+
+use super::histogram::LatencySnapshot;
+use super::program::{self, stats, Layout, MapFds};
+use super::tracefs;
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
+const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+/// `_IO('$', 0)`, `_IOW('$', 8, u32)`.
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+
+/// Ports the sensor watches at most.
+pub const MAX_PORTS: usize = 64;
+/// LC sockets tracked at once (an entry per open connection that has sent a request).
+pub const MAX_SOCKETS: u32 = 16_384;
+
+#[repr(C)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+    _tail: [u64; 4],
+}
+
+/// `struct perf_event_attr` up to `config1` (`PERF_ATTR_SIZE_VER0`, 64 bytes).
+#[repr(C)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+
+fn map_elem(cmd: libc::c_long, map: &OwnedFd, key: *const u8, value: *mut u8, flags: u64) -> i64 {
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: key as u64,
+        value: value as u64,
+        flags,
+        _tail: [0; 4],
+    };
+    bpf(cmd, &mut attr) as i64
+}
+
+/// The maps and the three programs, loaded but not attached.
+#[derive(Debug)]
+pub struct LatencyPrograms {
+    // Field order is drop order: programs before the maps they use.
+    arrival: OwnedFd,
+    reply: OwnedFd,
+    close: OwnedFd,
+    ports: OwnedFd,
+    pending: OwnedFd,
+    stats: OwnedFd,
+}
+
+impl LatencyPrograms {
+    /// Creates the maps and loads the programs as tracepoint programs reading `layout`.
+    pub fn load(layout: Layout, max_sockets: u32) -> Result<LatencyPrograms> {
+        Self::load_as(layout, max_sockets, BPF_PROG_TYPE_TRACEPOINT)
+    }
+
+    /// The same programs as raw-tracepoint programs reading [`Layout::TEST`], which
+    /// `BPF_PROG_TEST_RUN` can run on made-up events (it cannot run tracepoint programs).
+    pub fn load_for_test(max_sockets: u32) -> Result<LatencyPrograms> {
+        Self::load_as(Layout::TEST, max_sockets, BPF_PROG_TYPE_RAW_TRACEPOINT)
+    }
+
+    fn load_as(layout: Layout, max_sockets: u32, prog_type: u32) -> Result<LatencyPrograms> {
+        let ports = create_keyed_map(
+            BPF_MAP_TYPE_HASH,
+            4,
+            4,
+            MAX_PORTS as u32,
+            0,
+            b"hr_lat_ports",
+        )?;
+        let pending = create_keyed_map(BPF_MAP_TYPE_HASH, 8, 8, max_sockets, 0, b"hr_lat_pending")?;
+        let stats = create_keyed_map(
+            BPF_MAP_TYPE_ARRAY,
+            4,
+            stats::SIZE as u32,
+            1,
+            0,
+            b"hr_lat_stats",
+        )?;
+        let maps = MapFds {
+            ports: ports.as_raw_fd(),
+            pending: pending.as_raw_fd(),
+            stats: stats.as_raw_fd(),
+        };
+        let load = |name: &'static str, insns: &[Insn], hook: &str| {
+            load_program(ProgramToLoad {
+                prog_type,
+                expected_attach_type: 0,
+                name,
+                license: "Dual MIT/GPL",
+                insns,
+                target: "latency sensor program",
+                value: format!("{name} for {hook}, layout {layout:?}"),
+            })
+        };
+        Ok(LatencyPrograms {
+            arrival: load(
+                "hr_lat_arrival",
+                &program::arrival(layout, maps),
+                "tcp:tcp_probe",
+            )?,
+            reply: load(
+                "hr_lat_reply",
+                &program::reply(layout, maps),
+                "sock:sock_send_length",
+            )?,
+            close: load(
+                "hr_lat_close",
+                &program::close(layout, maps),
+                "sock:inet_sock_set_state",
+            )?,
+            ports,
+            pending,
+            stats,
+        })
+    }
+
+    /// Watches exactly `ports` (the LC's local ports).
+    pub fn set_ports(&self, ports: &[u16]) -> Result<()> {
+        if ports.len() > MAX_PORTS {
+            return Err(HostError::Invalid {
+                what: "latency sensor ports",
+                value: format!("{ports:?}"),
+                reason: format!("at most {MAX_PORTS}"),
+            });
+        }
+        // remove what is no longer wanted, then add (a port both before and after stays)
+        let mut key = 0u32;
+        let mut next = 0u32;
+        let mut old = Vec::new();
+        let mut first = true;
+        loop {
+            const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+            let k = if first {
+                std::ptr::null()
+            } else {
+                &key as *const u32 as *const u8
+            };
+            if map_elem(
+                BPF_MAP_GET_NEXT_KEY,
+                &self.ports,
+                k,
+                &mut next as *mut u32 as *mut u8,
+                0,
+            ) < 0
+            {
+                break;
+            }
+            first = false;
+            old.push(next);
+            key = next;
+        }
+        for p in old.iter().filter(|p| !ports.contains(&(**p as u16))) {
+            map_elem(
+                BPF_MAP_DELETE_ELEM,
+                &self.ports,
+                p as *const u32 as *const u8,
+                std::ptr::null_mut(),
+                0,
+            );
+        }
+        for &p in ports {
+            let key = u32::from(p);
+            let mut one = 1u32;
+            if map_elem(
+                BPF_MAP_UPDATE_ELEM,
+                &self.ports,
+                &key as *const u32 as *const u8,
+                &mut one as *mut u32 as *mut u8,
+                0,
+            ) < 0
+            {
+                return Err(syscall_error(
+                    "bpf(BPF_MAP_UPDATE_ELEM)",
+                    "latency sensor ports map",
+                    format!("port {p}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cumulative counters and histogram.
+    pub fn snapshot(&self) -> Result<LatencySnapshot> {
+        let key = 0u32;
+        let mut entry = vec![0u8; stats::SIZE];
+        if map_elem(
+            BPF_MAP_LOOKUP_ELEM,
+            &self.stats,
+            &key as *const u32 as *const u8,
+            entry.as_mut_ptr(),
+            0,
+        ) < 0
+        {
+            return Err(syscall_error(
+                "bpf(BPF_MAP_LOOKUP_ELEM)",
+                "latency sensor stats map",
+                "key 0".into(),
+            ));
+        }
+        Ok(LatencySnapshot::decode(&entry))
+    }
+
+    /// The arrival time pending on `sock` (0: known, nothing pending; `None`: unknown).
+    pub fn pending(&self, sock: u64) -> Option<u64> {
+        let mut v = 0u64;
+        (map_elem(
+            BPF_MAP_LOOKUP_ELEM,
+            &self.pending,
+            &sock as *const u64 as *const u8,
+            &mut v as *mut u64 as *mut u8,
+            0,
+        ) == 0)
+            .then_some(v)
+    }
+
+    /// Kernel ids of the programs and the maps (what `bpftool` lists).
+    pub fn ids(&self) -> Result<(Vec<u32>, Vec<u32>)> {
+        let id = |fd: &OwnedFd, info_len: usize, at: usize| -> Result<u32> {
+            let mut info = [0u32; 4];
+            let mut attr = InfoAttr {
+                bpf_fd: fd.as_raw_fd() as u32,
+                info_len: info_len as u32,
+                info: info.as_mut_ptr() as u64,
+                _tail: [0; 2],
+            };
+            if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) < 0 {
+                return Err(syscall_error(
+                    "bpf(BPF_OBJ_GET_INFO_BY_FD)",
+                    "latency sensor",
+                    String::new(),
+                ));
+            }
+            Ok(info[at])
+        };
+        // bpf_prog_info { type, id, ... }; bpf_map_info { type, id, ... }
+        Ok((
+            [&self.arrival, &self.reply, &self.close]
+                .iter()
+                .map(|f| id(f, 8, 1))
+                .collect::<Result<_>>()?,
+            [&self.ports, &self.pending, &self.stats]
+                .iter()
+                .map(|f| id(f, 8, 1))
+                .collect::<Result<_>>()?,
+        ))
+    }
+
+    fn test_run(&self, prog: &OwnedFd, ctx: &[u64; 12]) -> Result<()> {
+        let mut attr = TestRunAttr {
+            prog_fd: prog.as_raw_fd() as u32,
+            retval: 0,
+            data_size_in: 0,
+            data_size_out: 0,
+            data_in: 0,
+            data_out: 0,
+            repeat: 0,
+            duration: 0,
+            ctx_size_in: std::mem::size_of_val(ctx) as u32,
+            ctx_size_out: 0,
+            ctx_in: ctx.as_ptr() as u64,
+            ctx_out: 0,
+            flags: 0,
+            cpu: 0,
+            batch_size: 0,
+            _tail: [0; 7],
+        };
+        if bpf(BPF_PROG_TEST_RUN, &mut attr) < 0 {
+            return Err(syscall_error(
+                "bpf(BPF_PROG_TEST_RUN)",
+                "latency sensor program",
+                format!("{ctx:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs the arrival program on a made-up `tcp_probe` (a [`Self::load_for_test`] load).
+    pub fn test_arrival(&self, sport: u16, data_len: u16, sock: u64) -> Result<()> {
+        let l = Layout::TEST;
+        let mut ctx = [0u64; 12];
+        ctx[l.probe_sport as usize / 8] |= u64::from(sport) << (8 * (l.probe_sport % 8));
+        ctx[l.probe_data_len as usize / 8] |= u64::from(data_len) << (8 * (l.probe_data_len % 8));
+        ctx[l.probe_skaddr as usize / 8] = sock;
+        self.test_run(&self.arrival, &ctx)
+    }
+
+    /// Runs the reply program on a made-up `sock_send_length`.
+    pub fn test_reply(&self, sock: u64, ret: i32) -> Result<()> {
+        let l = Layout::TEST;
+        let mut ctx = [0u64; 12];
+        ctx[l.send_sk as usize / 8] = sock;
+        ctx[l.send_ret as usize / 8] = u64::from(ret as u32);
+        self.test_run(&self.reply, &ctx)
+    }
+
+    /// Runs the close program on a made-up `inet_sock_set_state` to `newstate`.
+    pub fn test_state(&self, sock: u64, newstate: i32) -> Result<()> {
+        let l = Layout::TEST;
+        let mut ctx = [0u64; 12];
+        ctx[l.state_skaddr as usize / 8] = sock;
+        ctx[l.state_newstate as usize / 8] = u64::from(newstate as u32);
+        self.test_run(&self.close, &ctx)
+    }
+}
+
+/// Whether a map with this id still exists.
+pub fn map_exists(id: u32) -> bool {
+    let mut attr = GetIdAttr {
+        id,
+        next_id: 0,
+        open_flags: 0,
+        _tail: [0; 5],
+    };
+    let fd = bpf(BPF_MAP_GET_FD_BY_ID, &mut attr);
+    if fd < 0 {
+        return io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT);
+    }
+    drop(owned(fd));
+    true
+}
+
+/// The programs attached to their tracepoints: timing the LC's requests on its ports until
+/// dropped (or the process dies: the perf events' fds close and the kernel detaches).
+#[derive(Debug)]
+pub struct LatencySensor {
+    // Field order is drop order: the attachments first.
+    _links: Vec<OwnedFd>,
+    programs: LatencyPrograms,
+    ports: Vec<u16>,
+}
+
+impl LatencySensor {
+    /// Loads and attaches the sensor for `ports`. Any failure leaves nothing attached or
+    /// loaded (what was made so far is closed) and names the step and the hook.
+    pub fn attach(ports: &[u16]) -> Result<LatencySensor> {
+        let events = tracefs::events_dir_or_mount()?;
+        Self::attach_at(&events, ports)
+    }
+
+    /// As [`Self::attach`], with tracefs's `events/` directory given.
+    pub fn attach_at(events: &Path, ports: &[u16]) -> Result<LatencySensor> {
+        let ids = tracefs::HOOKS
+            .iter()
+            .map(|(sys, ev, _)| tracefs::tracepoint_id(events, sys, ev))
+            .collect::<Result<Vec<u64>>>()?;
+        let layout = tracefs::layout(events)?;
+        let programs = LatencyPrograms::load(layout, MAX_SOCKETS)?;
+        programs.set_ports(ports)?;
+        let mut links = Vec::new();
+        for ((prog, id), (sys, ev, _)) in [&programs.arrival, &programs.reply, &programs.close]
+            .into_iter()
+            .zip(ids)
+            .zip(tracefs::HOOKS)
+        {
+            links.push(attach_tracepoint(prog, id, &format!("{sys}:{ev}"))?);
+        }
+        Ok(LatencySensor {
+            _links: links,
+            programs,
+            ports: ports.to_vec(),
+        })
+    }
+
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// Watches `ports` from now on.
+    pub fn set_ports(&mut self, ports: &[u16]) -> Result<()> {
+        self.programs.set_ports(ports)?;
+        self.ports = ports.to_vec();
+        Ok(())
+    }
+
+    /// The cumulative counters and histogram; a window is the difference of two.
+    pub fn snapshot(&self) -> Result<LatencySnapshot> {
+        self.programs.snapshot()
+    }
+
+    /// Kernel ids of the programs and the maps.
+    pub fn ids(&self) -> Result<(Vec<u32>, Vec<u32>)> {
+        self.programs.ids()
+    }
+}
+
+/// Opens a perf event on tracepoint `id` and runs `prog` on it; the fd is the attachment.
+fn attach_tracepoint(prog: &OwnedFd, id: u64, name: &str) -> Result<OwnedFd> {
+    let mut attr = PerfEventAttr {
+        type_: PERF_TYPE_TRACEPOINT,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: id,
+        sample_period: 1,
+        sample_type: 0,
+        read_format: 0,
+        flags: 0,
+        wakeup_events: 1,
+        bp_type: 0,
+        config1: 0,
+    };
+    // SAFETY: attr is a zero-padded perf_event_attr of the size it states; pid -1 with cpu 0
+    // is a tracepoint event for every task (a BPF program on it runs on every CPU).
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &mut attr as *mut PerfEventAttr,
+            -1i32,
+            0i32,
+            -1i32,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(syscall_error(
+            "perf_event_open",
+            name,
+            format!("tracepoint id {id}"),
+        ));
+    }
+    let event = owned(fd);
+    // SAFETY: ioctls on the perf event fd we own, with an int argument.
+    if unsafe {
+        libc::ioctl(
+            event.as_raw_fd(),
+            PERF_EVENT_IOC_SET_BPF as _,
+            prog.as_raw_fd(),
+        )
+    } < 0
+    {
+        return Err(syscall_error(
+            "ioctl(PERF_EVENT_IOC_SET_BPF)",
+            name,
+            format!("tracepoint id {id}"),
+        ));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) } < 0 {
+        return Err(syscall_error(
+            "ioctl(PERF_EVENT_IOC_ENABLE)",
+            name,
+            format!("tracepoint id {id}"),
+        ));
+    }
+    Ok(event)
+}
