@@ -34,8 +34,18 @@ pub enum BenchError {
     Input(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A measurement stayed invalid after its corrections: nothing may be derived from it.
+    #[error("{what}: no valid measurement after {} run(s) ({}); failed self-check(s): {}. Fix: {fix}", tried.len(), tried.join("; "), checks.join(" | "))]
+    Invalid {
+        what: String,
+        checks: Vec<String>,
+        tried: Vec<String>,
+        fix: String,
+    },
     #[error("rendering plot {figure}: {detail}")]
     Plot { figure: String, detail: String },
+    #[error(transparent)]
+    Report(#[from] headroom_report::ReportError),
 }
 
 impl BenchError {

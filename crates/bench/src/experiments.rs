@@ -118,5 +118,5 @@ pub fn study_dir(dir: &RunDir) -> Result<(Manifest, Study)> {
 pub fn report(dir: &Path) -> Result<ReportFiles> {
     let run_dir = RunDir::open(dir)?;
     let (manifest, study) = study_dir(&run_dir)?;
-    format::write_report(dir, &manifest, &study)
+    Ok(format::write_report(dir, &manifest, &study)?)
 }

@@ -8,19 +8,17 @@
 //! * **format** renders `report.html` (inline SVG plots), `summary.md`, `summary.json` and one CSV and
 //!   JSON per figure ([`format`]).
 
-pub mod browser;
 pub mod capability;
 pub mod error;
 pub mod experiments;
-pub mod figure;
 pub mod fixture;
-pub mod format;
-pub mod model;
-pub mod plot;
 pub mod record;
 pub mod runner;
 pub mod stats;
-pub mod store;
 pub mod study;
+pub mod validity;
 
 pub use error::{BenchError, Result};
+// The results store and the renderer live in headroom-report (sim shares them); re-exported so
+// `headroom_bench::model::…` and the experiments' `crate::store::…` keep their paths.
+pub use headroom_report::{browser, figure, format, model, plot, store};

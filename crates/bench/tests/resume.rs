@@ -15,7 +15,7 @@ fn get_or_record_skips_existing_results() {
     let calls = Cell::new(0);
     let record = || {
         calls.set(calls.get() + 1);
-        Ok(42u32)
+        Ok::<_, headroom_bench::BenchError>(42u32)
     };
     let (v, resumed) = dir.get_or_record(POINTS, "a/b:c", record).unwrap();
     assert_eq!((v, resumed), (42, false));

@@ -105,12 +105,11 @@ pub fn await_memcache_pid(
     mut exited: impl FnMut() -> Option<std::process::ExitStatus>,
 ) -> Result<(), NotReady> {
     let start = Instant::now();
-    let mut last = String::from("no attempt");
     loop {
         if let Some(status) = exited() {
             return Err(NotReady::Exited { addr, status });
         }
-        match stats_pid(addr) {
+        let last = match stats_pid(addr) {
             Ok(found) if found == pid => return Ok(()),
             Ok(found) => {
                 return Err(NotReady::Foreign {
@@ -119,8 +118,8 @@ pub fn await_memcache_pid(
                     found,
                 })
             }
-            Err(e) => last = e,
-        }
+            Err(e) => e,
+        };
         if start.elapsed() >= timeout {
             return Err(NotReady::TimedOut {
                 addr,

@@ -268,7 +268,7 @@ pub fn csv_header() -> String {
     ] {
         cols.push(f.into());
     }
-    cols.join(",")
+    csv_line(&cols)
 }
 
 /// One CSV row with the figures of the JSON.
@@ -322,5 +322,17 @@ pub fn csv_row(r: &LoadReport) -> String {
         format!("{:.3}", res.client.send_lag_p99_us),
         failed.join(";"),
     ]);
-    cols.join(",")
+    csv_line(&cols)
+}
+
+/// One CSV line (no terminator), each field quoted where it needs it.
+fn csv_line(fields: &[String]) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    // Writing into memory cannot fail.
+    w.write_record(fields).expect("CSV into memory");
+    let mut line = String::from_utf8(w.into_inner().expect("CSV into memory")).expect("UTF-8");
+    line.pop();
+    line
 }

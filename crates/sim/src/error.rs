@@ -31,7 +31,7 @@ pub enum SimError {
     #[error("calibration refused: {0}")]
     Refused(String),
     #[error(transparent)]
-    Bench(#[from] headroom_bench::BenchError),
+    Report(#[from] headroom_report::ReportError),
 }
 
 fn where_(file: Option<&Path>, line: Option<usize>, reason: &str) -> String {

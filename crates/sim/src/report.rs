@@ -4,11 +4,10 @@
 //! `servers.csv` lists every server under every policy.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use headroom_bench::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
-use headroom_bench::model::{Machine, Manifest};
+use headroom_report::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
+use headroom_report::model::{Machine, Manifest};
 use headroom_types::summary::{RunSummary, Summary};
 use serde_json::{json, Value};
 
@@ -274,8 +273,8 @@ fn render(
     manifest: &Manifest,
     study: &Study,
     fleet: &[Value],
-) -> Result<headroom_bench::format::ReportFiles, SimError> {
-    let files = headroom_bench::format::write_report(dir, manifest, study)?;
+) -> Result<headroom_report::format::ReportFiles, SimError> {
+    let files = headroom_report::format::write_report(dir, manifest, study)?;
     let mut summary = serde_json::to_value(&study.summary).expect("summary serializes");
     if let Some(runs) = summary.get_mut("runs").and_then(Value::as_array_mut) {
         for (run, extra) in runs.iter_mut().zip(fleet) {
@@ -303,7 +302,7 @@ pub fn is_fleet_dir(dir: &Path) -> bool {
 /// `headroom report DIR` on a `sim fleet` directory: re-renders `report.html`, `summary.md`,
 /// `figures/` and `summary.json` from the kept study, fleet fields and manifest, without
 /// re-simulating.
-pub fn rerender_fleet_report(dir: &Path) -> Result<headroom_bench::format::ReportFiles, SimError> {
+pub fn rerender_fleet_report(dir: &Path) -> Result<headroom_report::format::ReportFiles, SimError> {
     let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
     let study_path = dir.join(STUDY_JSON);
     if !study_path.is_file() {
@@ -348,28 +347,39 @@ pub fn write_fleet_report(
     let files = render(dir, &manifest, &study, &fleet)?;
     let manifest_path = dir.join("manifest.json");
     write_json(&manifest_path, &manifest)?;
-    let mut csv = String::from(
-        "policy,server,cores,windows,violations,emu_mean,emu_min,be_norm_mean,lc_load_mean,p99_max_us,be_cpu_hours\n",
-    );
-    for f in results {
-        for s in &f.servers {
-            let _ = writeln!(
-                csv,
-                "{},{},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.1},{:.3}",
-                f.policy.as_str(),
-                s.server,
-                s.cores,
-                s.windows,
-                s.violations,
-                s.emu_mean,
-                s.emu_min,
-                s.be_norm_mean,
-                s.lc_load_mean,
-                s.p99_max_us,
-                s.be_cpu_hours
-            );
-        }
-    }
+    let header = [
+        "policy",
+        "server",
+        "cores",
+        "windows",
+        "violations",
+        "emu_mean",
+        "emu_min",
+        "be_norm_mean",
+        "lc_load_mean",
+        "p99_max_us",
+        "be_cpu_hours",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = results.iter().flat_map(|f| {
+        f.servers.iter().map(move |s| {
+            vec![
+                f.policy.as_str().to_string(),
+                s.server.to_string(),
+                s.cores.to_string(),
+                s.windows.to_string(),
+                s.violations.to_string(),
+                format!("{:.4}", s.emu_mean),
+                format!("{:.4}", s.emu_min),
+                format!("{:.4}", s.be_norm_mean),
+                format!("{:.4}", s.lc_load_mean),
+                format!("{:.1}", s.p99_max_us),
+                format!("{:.3}", s.be_cpu_hours),
+            ]
+        })
+    });
+    let csv = headroom_report::format::csv_document(std::iter::once(header).chain(rows));
     let servers = dir.join("servers.csv");
     std::fs::write(&servers, csv).map_err(|e| SimError::io(&servers, e))?;
     Ok(vec![files.html, files.summary_json, servers])

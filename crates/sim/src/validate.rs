@@ -12,9 +12,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 #[cfg(doc)]
-use headroom_bench::model::LoadMetrics;
-use headroom_bench::model::{ColocationRun, Manifest};
-use headroom_bench::store::{RunDir, RUNS};
+use headroom_report::model::LoadMetrics;
+use headroom_report::model::{ColocationRun, Manifest};
+use headroom_report::store::{RunDir, RUNS};
 use serde::Serialize;
 
 use crate::error::SimError;
@@ -156,7 +156,7 @@ fn measured_pairs(
         .filter_map(|(wa, wb)| {
             let pa = wa.load.as_ref().and_then(|l| l.percentile_us(percentile));
             let pb = wb.load.as_ref().and_then(|l| l.percentile_us(percentile))?;
-            let valid = |w: &headroom_bench::model::Window| {
+            let valid = |w: &headroom_report::model::Window| {
                 w.load.as_ref().is_some_and(|l| l.measures_the_server())
             };
             Some((
@@ -513,7 +513,7 @@ mod tests {
     }
 
     fn recorded(p99s: &[(f64, bool)], be: f64) -> ColocationRun {
-        use headroom_bench::model::{LoadMetrics, Window};
+        use headroom_report::model::{LoadMetrics, Window};
         ColocationRun {
             policy: "hybrid".into(),
             be: "spin".into(),

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use headroom_bench::fixture::synthetic_load;
-use headroom_bench::model::{Machine, Manifest, Point, SoloBaseline};
-use headroom_bench::store::{RunDir, BASELINES, POINTS};
+use headroom_report::model::{Machine, Manifest, Point, SoloBaseline};
+use headroom_report::store::{RunDir, BASELINES, POINTS};
 use headroom_sim::calibrate::calibrate;
 use headroom_sim::calibrate::replay::{predicted_tail, Placement, Weighting};
 use headroom_sim::model::{BeKind, ServerModel};

@@ -80,9 +80,18 @@ impl Session<'_> {
         // SLO violation by switching BE off for minutes; the agent's safety layer would (its
         // production default), and then the experiment compares that rule, not the policies.
         let safety_cooldown = if LATENCY_BLIND_POLICIES.contains(&policy.as_str()) {
-            "# as its paper defines it, this policy does not switch BE off after an SLO violation\nviolation_cooldown_s = 0.0\n"
+            "# as its paper defines it, this policy does not switch BE off after an SLO violation\nviolation_cooldown_s = 0.0\n".to_string()
+        } else if self.exp == Experiment::Colocation {
+            // The trace compresses a day into minutes: the production cooldown (300 s) would
+            // keep BE off for the rest of it after one bad window.
+            let trace_s = self.opts.minutes * 60.0;
+            format!(
+                "# the {trace_s:.0} s trace stands for a day: the {PRODUCTION_COOLDOWN_S:.0} s cooldown scaled by {:.5}, at least one latency window\nviolation_cooldown_s = {:?}\n",
+                trace_s / TRACE_DAY_S,
+                scaled_cooldown_s(trace_s, window_s)
+            )
         } else {
-            ""
+            String::new()
         };
         let text = format!(
             r#"# Written by headroom bench {exp}: {name}
@@ -140,6 +149,21 @@ metrics = "127.0.0.1:{metrics_port}"
         std::fs::write(&path, text).map_err(|e| BenchError::io("writing", &path, e))?;
         Ok(path)
     }
+}
+
+/// The day a diurnal trace stands for, seconds.
+pub const TRACE_DAY_S: f64 = 86_400.0;
+/// The agent's production SLO-violation cooldown (Heracles Alg. 1: BE off for 5 minutes).
+pub const PRODUCTION_COOLDOWN_S: f64 = 300.0;
+
+/// The SLO-violation cooldown for a trace of `trace_s` seconds standing for a day: the
+/// production cooldown scaled by the trace's time compression, but at least one latency window
+/// of `window_s` (the window that says whether the violation is over) and at most the
+/// production value. A 90 s demo trace with 10 s windows gets 10 s instead of 300 s.
+pub fn scaled_cooldown_s(trace_s: f64, window_s: f64) -> f64 {
+    (PRODUCTION_COOLDOWN_S * trace_s / TRACE_DAY_S)
+        .max(window_s)
+        .min(PRODUCTION_COOLDOWN_S)
 }
 
 /// What the agent's config for one run says.

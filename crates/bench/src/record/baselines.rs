@@ -5,10 +5,28 @@ use std::net::SocketAddr;
 
 use super::{default_serve, Session};
 use crate::error::{BenchError, Result};
-use crate::model::{LcBaseline, LoadMetrics, SoloBaseline};
+use crate::model::{LcBaseline, LoadMetrics, Probe, SoloBaseline};
 use crate::runner::{self, read_progress, BeSpec};
 use crate::stats;
 use crate::store::BASELINES;
+use crate::validity::{self, LoadShape, Measured, RateVerdict};
+
+/// A probe's progress line: what it achieved, and for an invalid one which check failed.
+fn probe_line(qps: f64, shape: &LoadShape, m: &LoadMetrics) -> String {
+    format!(
+        "  probe {:>8.0} QPS: achieved {:>8.0}, p99 {} µs ({}){}",
+        qps,
+        m.achieved_qps,
+        m.percentile_us(99.0)
+            .map_or("–".into(), |v| format!("{v:.0}")),
+        shape.describe(),
+        if m.valid {
+            String::new()
+        } else {
+            format!("  INVALID: {}", validity::short_reason(m))
+        }
+    )
+}
 
 impl Session<'_> {
     /// LC alone: capacity, the SLO, and the peak QPS meeting the SLO (stored; resumed when present).
@@ -41,43 +59,106 @@ impl Session<'_> {
         self.save_manifest()
     }
 
+    /// One measurement at `qps` for `purpose`: run, and while its self-checks fail, run again
+    /// with the configuration they call for ([`validity::measure_valid`]). Every run is kept in
+    /// the baseline; the valid one is marked used, and its configuration kept for later runs.
     pub(super) fn probe(
         &mut self,
         addr: SocketAddr,
         qps: f64,
+        purpose: &str,
         b: &mut LcBaseline,
-    ) -> Result<LoadMetrics> {
+    ) -> Result<Measured> {
         let json = self.dir.scratch_path("probe.json")?;
-        let (m, _, cmd) = self
-            .runner
-            .run_load(addr, qps, self.opts.probe_s(), &json)?;
-        (self.progress)(&format!(
-            "  probe {:>8.0} QPS: achieved {:>8.0}, p99 {} µs{}",
-            qps,
-            m.achieved_qps,
-            m.p99_us.map_or("–".into(), |v| format!("{v:.0}")),
-            if m.valid { "" } else { " (self-checks failed)" }
-        ));
-        if b.commands.len() < 6 {
-            b.commands.push(cmd);
+        let runner = self.runner.clone();
+        let shape = runner.shape_for(qps, self.opts.probe_s());
+        let progress = &mut self.progress;
+        let mut commands = Vec::new();
+        let measured = validity::measure_valid(shape, runner.placement.loadgen_threads(), |s| {
+            let (m, _, cmd) = runner.run_load_shaped(addr, qps, s, &json, None)?;
+            progress(&probe_line(qps, s, &m));
+            commands.push(cmd);
+            Ok(m)
+        })?;
+        for cmd in commands {
+            if b.commands.len() < 6 {
+                b.commands.push(cmd);
+            }
         }
-        b.probes.push((qps, m.clone()));
-        Ok(m)
+        for a in &measured.attempts {
+            b.probes.push(Probe {
+                target_qps: qps,
+                valid: a.metrics.valid,
+                used: a.metrics.valid,
+                purpose: purpose.into(),
+                config: a.shape.describe(),
+                correction: a.change.clone(),
+                metrics: a.metrics.clone(),
+            });
+        }
+        if let Some(v) = measured.valid() {
+            self.runner.adopt(&v.shape);
+        }
+        Ok(measured)
     }
 
-    /// Whether the LC alone holds `qps` with its tail within `bound_us`: one probe that holds
-    /// decides; one that does not is repeated, and the rate holds if 2 of 3 probes do. A single
-    /// probe hit by a host hiccup (p99 3.8 ms at 20k QPS between 160 µs probes at 17.5k and
-    /// 19.4k) otherwise stopped a capacity search at a quarter of the LC's capacity.
+    /// A measurement that must be valid (the low-load tail, the SLO's probes): its metrics, or
+    /// the error that stops the bench.
+    fn valid_probe(
+        &mut self,
+        addr: SocketAddr,
+        qps: f64,
+        purpose: &str,
+        b: &mut LcBaseline,
+    ) -> Result<LoadMetrics> {
+        let m = self.probe(addr, qps, purpose, b)?;
+        match m.valid() {
+            Some(a) => Ok(a.metrics.clone()),
+            None => Err(m.stop(
+                &format!("LC alone at {qps:.0} QPS ({purpose})"),
+                self.runner.placement.loadgen.len(),
+            )),
+        }
+    }
+
+    /// Whether the LC alone holds `qps` with its tail within `bound_us`, from valid probes: one
+    /// that holds decides; one that does not is repeated, and the rate holds if 2 of 3 do (a
+    /// single probe hit by a host hiccup, p99 3.8 ms at 20k QPS between 160 µs probes at 17.5k
+    /// and 19.4k, otherwise stopped a capacity search at a quarter of the LC's capacity).
+    /// A rate no corrected run measures validly is beyond the LC when the failure is the LC's
+    /// (sends waited for the depth cap, the tail drifted: [`validity::server_limited`]); a
+    /// failure of the instrument stops the bench with the check and the fix.
     pub(super) fn holds_at(
         &mut self,
         addr: SocketAddr,
         qps: f64,
         bound_us: f64,
+        purpose: &str,
         b: &mut LcBaseline,
     ) -> Result<bool> {
         let p = self.opts.percentile;
-        held_by_majority(|| Ok(self.probe(addr, qps, b)?.holds(qps, p, bound_us)))
+        let mut beyond = false;
+        let held = held_by_majority(|| {
+            if beyond {
+                return Ok(false);
+            }
+            let m = self.probe(addr, qps, purpose, b)?;
+            let what = format!("LC alone at {qps:.0} QPS ({purpose})");
+            let cpus = self.runner.placement.loadgen.len();
+            match validity::judge(&m, qps, p, bound_us, &what, cpus)? {
+                RateVerdict::Held => Ok(true),
+                RateVerdict::NotHeld => Ok(false),
+                RateVerdict::Beyond => {
+                    (self.progress)(&format!(
+                        "  {qps:.0} QPS: beyond the LC alone (no valid run: {}); not used",
+                        validity::short_reason(&m.last().metrics)
+                    ));
+                    beyond = true;
+                    Ok(false)
+                }
+            }
+        })?;
+        Ok(held)
     }
 
     pub(super) fn find_peak(&mut self, addr: SocketAddr, b: &mut LcBaseline) -> Result<()> {
@@ -86,7 +167,7 @@ impl Session<'_> {
         // hit by other work on the machine does not move the knee tenfold.
         let mut low_tails = Vec::new();
         for _ in 0..3 {
-            let low = self.probe(addr, 2000.0, b)?;
+            let low = self.valid_probe(addr, 2000.0, "low load", b)?;
             low_tails.extend(low.percentile_us(p));
         }
         b.low_load_p99_us = stats::median(&low_tails);
@@ -104,7 +185,7 @@ impl Session<'_> {
             let mut bad = None;
             let mut q = 10_000.0;
             for _ in 0..9 {
-                if self.holds_at(addr, q, knee, b)? {
+                if self.holds_at(addr, q, knee, "capacity", b)? {
                     ok = q;
                     q *= 2.0;
                 } else {
@@ -116,7 +197,7 @@ impl Session<'_> {
                 let mut lo: f64 = ok;
                 for _ in 0..4 {
                     let mid = (lo + hi) / 2.0;
-                    if self.holds_at(addr, mid, knee, b)? {
+                    if self.holds_at(addr, mid, knee, "capacity", b)? {
                         lo = mid;
                     } else {
                         hi = mid;
@@ -140,7 +221,7 @@ impl Session<'_> {
         } else {
             let mut tails = Vec::new();
             for _ in 0..3 {
-                let m = self.probe(addr, capacity * 0.5, b)?;
+                let m = self.valid_probe(addr, capacity * 0.5, "slo", b)?;
                 tails.extend(m.percentile_us(p));
             }
             let med = stats::median(&tails).unwrap_or(low_tail);
@@ -156,13 +237,13 @@ impl Session<'_> {
             b.peak_source = "set with --peak-qps".into();
         } else {
             let slo = b.slo_us;
-            let peak = if self.holds_at(addr, capacity, slo, b)? {
+            let peak = if self.holds_at(addr, capacity, slo, "peak", b)? {
                 capacity
             } else {
                 let (mut lo, mut hi) = (capacity * 0.5, capacity);
                 for _ in 0..4 {
                     let mid = (lo + hi) / 2.0;
-                    if self.holds_at(addr, mid, slo, b)? {
+                    if self.holds_at(addr, mid, slo, "peak", b)? {
                         lo = mid;
                     } else {
                         hi = mid;

@@ -18,7 +18,7 @@ mod baselines;
 mod colocation;
 mod sweep;
 
-pub use agent::AgentRun;
+pub use agent::{scaled_cooldown_s, AgentRun, PRODUCTION_COOLDOWN_S, TRACE_DAY_S};
 pub use baselines::held_by_majority;
 pub use colocation::WindowView;
 pub use sweep::{be_spec, has_smt, sweep_configs, SweepConfig};
@@ -241,6 +241,7 @@ impl<'a> Session<'a> {
             }
         }
         let mut notes = Vec::new();
+        progress(&format!("placement: {}", opts.placement.describe()));
         let realtime = if opts.realtime_loadgen {
             runner.realtime_loadgen()
         } else {
@@ -256,6 +257,8 @@ impl<'a> Session<'a> {
                 "the load generator ran under the normal scheduler ({why}): the agent shares its CPUs and can delay its sends; see the send lag per point"
             ),
         });
+        // Said at once: a refused SCHED_FIFO changes what the send lag may show.
+        progress(&format!("scheduler: {}", notes[0]));
         let machine = runner::record_machine(&runner, &mut notes);
         let mut manifest = previous.unwrap_or_default();
         manifest.experiment = exp.name().into();
@@ -296,7 +299,7 @@ impl<'a> Session<'a> {
     }
 
     fn save_manifest(&self) -> Result<()> {
-        self.dir.write_manifest(&self.manifest)
+        Ok(self.dir.write_manifest(&self.manifest)?)
     }
 
     /// Marks the manifest finished.

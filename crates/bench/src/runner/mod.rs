@@ -5,7 +5,7 @@
 //! leaves a server or a spinner behind.
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,12 +13,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::error::{BenchError, Result};
-use crate::model::LoadMetrics;
+use crate::validity::Connections;
 
 mod decisions;
 mod host_stats;
+mod load;
+mod placement;
 pub use decisions::*;
 pub use host_stats::*;
+pub use load::LOADGEN_FIFO_PRIORITY;
+pub use placement::*;
 
 pub fn now_unix_ms() -> u64 {
     SystemTime::now()
@@ -56,25 +60,14 @@ pub fn cpu_arg(cpus: &[usize]) -> String {
 
 /// Parses "0-2,5" / "1" into CPU numbers.
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || BenchError::Input(format!("bad CPU list {s:?}: {part:?} is not N or N-M"));
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let a: usize = a.parse().map_err(|_| bad())?;
-                let b: usize = b.parse().map_err(|_| bad())?;
-                if b < a {
-                    return Err(bad());
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    if out.is_empty() {
+    // The one CPU-list rule set (headroom_types' CpuSet); an empty list places nothing.
+    let set: headroom_types::CpuSet = s
+        .parse()
+        .map_err(|e| BenchError::Input(format!("bad CPU list {s:?}: {e}")))?;
+    if set.is_empty() {
         return Err(BenchError::Input(format!("empty CPU list {s:?}")));
     }
-    Ok(out)
+    Ok(set.iter().map(|c| c as usize).collect())
 }
 
 /// A running subprocess, stopped (SIGTERM, then SIGKILL after a grace period) when dropped.
@@ -143,60 +136,6 @@ impl Drop for Proc {
     }
 }
 
-/// The load generator's real-time priority in the experiments: below the LC's 50 in the
-/// `lc-fifo+be-quota` setting (they run on different CPUs; the order only matters if a user
-/// places them together).
-pub const LOADGEN_FIFO_PRIORITY: u32 = 10;
-
-fn loadgen_fifo_prefix() -> Vec<String> {
-    vec![
-        "chrt".into(),
-        "-f".into(),
-        LOADGEN_FIFO_PRIORITY.to_string(),
-    ]
-}
-
-/// Where the experiment's processes run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Placement {
-    /// The load generator (and the agent): kept off the experiment's CPUs.
-    pub loadgen: Vec<usize>,
-    /// The LC service and the BE workloads.
-    pub server: Vec<usize>,
-    /// The BE workloads, where they differ from `server` (empty: on `server`, sharing the LC's
-    /// CPUs). Heracles Fig. 1 runs antagonists on other cores than the LC, sharing its LLC, memory
-    /// and network but not its CPU time.
-    pub be: Vec<usize>,
-}
-
-impl Placement {
-    /// The CPUs the bench places BE workloads on.
-    pub fn be_cpus(&self) -> &[usize] {
-        if self.be.is_empty() {
-            &self.server
-        } else {
-            &self.be
-        }
-    }
-
-    /// CPU 0 for the load generator, the rest for LC and BE; everything on CPU 0 on a 1-CPU box.
-    pub fn default_for(cpus: usize) -> Placement {
-        if cpus >= 2 {
-            Placement {
-                loadgen: vec![0],
-                server: (1..cpus).collect(),
-                be: Vec::new(),
-            }
-        } else {
-            Placement {
-                loadgen: vec![0],
-                server: vec![0],
-                be: Vec::new(),
-            }
-        }
-    }
-}
-
 /// The `headroom` binary and the placement its subprocesses get.
 #[derive(Debug, Clone)]
 pub struct Runner {
@@ -208,6 +147,12 @@ pub struct Runner {
     pub pin: bool,
     /// Wrapper before every `headroom load` (e.g. `chrt -f 10`: see [`Runner::realtime_loadgen`]).
     pub loadgen_prefix: Vec<String>,
+    /// Connections per load-generator thread: the default, or what a correction raised it to.
+    pub connections: Connections,
+    /// Requests in flight per connection.
+    pub depth: usize,
+    /// The fewest load-generator threads a run gets (raised by a correction).
+    pub min_threads: usize,
 }
 
 /// How to start `headroom serve`.
@@ -280,35 +225,10 @@ impl Runner {
             log_dir,
             pin: which("taskset").is_some(),
             loadgen_prefix: Vec::new(),
+            connections: crate::validity::DEFAULT_CONNECTIONS,
+            depth: crate::validity::DEFAULT_DEPTH,
+            min_threads: 1,
         }
-    }
-
-    /// Runs every `headroom load` under `SCHED_FIFO` at [`LOADGEN_FIFO_PRIORITY`], so that
-    /// nothing sharing its CPU (the agent's 1 ms loop, a BE allowed there) can delay a scheduled
-    /// send; the send lag in every table shows whether it kept up. Tried once with `chrt -f N
-    /// true`: without CAP_SYS_NICE, or in a cgroup with no RT budget, the reason comes back and
-    /// the load generator stays a normal task.
-    pub fn realtime_loadgen(&mut self) -> std::result::Result<(), String> {
-        if which("chrt").is_none() {
-            return Err("chrt (util-linux) was not found".into());
-        }
-        let prefix = loadgen_fifo_prefix();
-        let out = Command::new(&prefix[0])
-            .args(&prefix[1..])
-            .arg("true")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running `{} true`: {e}", prefix.join(" ")))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`{} true` failed ({}): {}",
-                prefix.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        self.loadgen_prefix = prefix;
-        Ok(())
     }
 
     /// The full argv (wrappers, taskset, binary, args) for a headroom subcommand on `cpus`.
@@ -441,13 +361,12 @@ impl Runner {
             let mut proc = self.spawn("serve", &argv)?;
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             let start = Instant::now();
-            let mut last = String::from("no reply yet");
             loop {
-                match headroom_load::readiness::stats_pid(addr) {
+                let last = match headroom_load::readiness::stats_pid(addr) {
                     Ok(pid) if pid == proc.pid() => return Ok((proc, addr)),
-                    Ok(other) => last = format!("{addr} is answered by pid {other}, not ours"),
-                    Err(e) => last = e,
-                }
+                    Ok(other) => format!("{addr} is answered by pid {other}, not ours"),
+                    Err(e) => e,
+                };
                 if let Some(st) = proc.exited() {
                     // serve exits when its port is taken; another port, a few times.
                     clashes += 1;
@@ -469,90 +388,6 @@ impl Runner {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-    }
-
-    /// The argv of one `headroom load` run at a fixed rate, JSON to `json`.
-    pub fn load_argv(&self, addr: SocketAddr, qps: f64, seconds: f64, json: &Path) -> Vec<String> {
-        self.argv(
-            &self.placement.loadgen,
-            &self.loadgen_prefix,
-            &[
-                "load".into(),
-                "-s".into(),
-                addr.to_string(),
-                "-T".into(),
-                "1".into(),
-                "-c".into(),
-                "8".into(),
-                "-d".into(),
-                "4".into(),
-                "-q".into(),
-                format!("{}", qps.round().max(1.0) as u64),
-                "-t".into(),
-                format!("{}", seconds.round().max(1.0) as u64),
-                "--noload".into(),
-                "--quiet".into(),
-                // The bench records invalid runs and judges them from the JSON's checks.
-                "--invalid-exit-code".into(),
-                "0".into(),
-                "--json".into(),
-                json.display().to_string(),
-            ],
-        )
-    }
-
-    /// Loads the keys once (`headroom load --loadonly`), so every measured run can use `--noload`.
-    pub fn preload(&self, addr: SocketAddr) -> Result<String> {
-        let argv = self.argv(
-            &self.placement.loadgen,
-            &self.loadgen_prefix,
-            &[
-                "load".into(),
-                "-s".into(),
-                addr.to_string(),
-                "--loadonly".into(),
-                "--quiet".into(),
-            ],
-        );
-        self.run_to_end(&argv, Duration::from_secs(120))?;
-        Ok(command_line(&argv[0], &argv[1..]))
-    }
-
-    /// One fixed-rate load run: the metrics, the raw JSON and the command line.
-    pub fn run_load(
-        &self,
-        addr: SocketAddr,
-        qps: f64,
-        seconds: f64,
-        json: &Path,
-    ) -> Result<(LoadMetrics, Value, String)> {
-        self.run_load_feeding(addr, qps, seconds, json, None)
-    }
-
-    /// [`Runner::run_load`], also pushing its live per-second windows to an agent's feed
-    /// socket (`--feed`).
-    pub fn run_load_feeding(
-        &self,
-        addr: SocketAddr,
-        qps: f64,
-        seconds: f64,
-        json: &Path,
-        feed: Option<&Path>,
-    ) -> Result<(LoadMetrics, Value, String)> {
-        let mut argv = self.load_argv(addr, qps, seconds, json);
-        if let Some(f) = feed {
-            argv.push("--feed".into());
-            argv.push(f.display().to_string());
-        }
-        let cmd = command_line(&argv[0], &argv[1..]);
-        let _ = std::fs::remove_file(json);
-        self.run_to_end(&argv, Duration::from_secs_f64(seconds + 60.0))?;
-        let text = std::fs::read_to_string(json).map_err(|e| BenchError::io("reading", json, e))?;
-        let raw: Value = serde_json::from_str(&text).map_err(|source| BenchError::Json {
-            path: json.to_path_buf(),
-            source,
-        })?;
-        Ok((LoadMetrics::from_value(&raw), raw, cmd))
     }
 
     /// Starts an antagonist on the server CPUs.

@@ -131,10 +131,12 @@ struct ExperimentFlags {
     /// Colocation trace length in minutes
     #[arg(long)]
     minutes: Option<f64>,
-    /// CPUs for the load generator and the agent (default: 0)
+    /// CPUs for the load generator and the agent (default: one per 8 CPUs, from CPU 0; given
+    /// alone, the LC and BE get the rest)
     #[arg(long)]
     loadgen_cpus: Option<String>,
-    /// CPUs for the LC service and the BE work (default: all others)
+    /// CPUs for the LC service and the BE work (default: all others; given alone, the load
+    /// generator gets the rest, at most 8)
     #[arg(long)]
     server_cpus: Option<String>,
     /// CPUs for the BE work only (default: the server CPUs, shared with the LC); e.g. the load
@@ -220,12 +222,16 @@ pub(crate) fn experiment_options(
     let cpus = |s: &str, flag: &str| {
         headroom_bench::runner::parse_cpu_list(s).map_err(|e| super::usage(format!("{flag}: {e}")))
     };
-    if let Some(c) = flags.loadgen_cpus {
-        o.placement.loadgen = cpus(&c, "--loadgen-cpus")?;
-    }
-    if let Some(c) = flags.server_cpus {
-        o.placement.server = cpus(&c, "--server-cpus")?;
-    }
+    let loadgen = flags
+        .loadgen_cpus
+        .map(|c| cpus(&c, "--loadgen-cpus"))
+        .transpose()?;
+    let server = flags
+        .server_cpus
+        .map(|c| cpus(&c, "--server-cpus"))
+        .transpose()?;
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    o.placement = headroom_bench::runner::Placement::with_overrides(host_cpus, loadgen, server);
     if let Some(c) = flags.be_cpus {
         o.placement.be = cpus(&c, "--be-cpus")?;
     }

@@ -102,11 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         "derived from LC alone"
     };
-    println!(
-        "  placement: load generator + agent on CPU {}, LC + BE on CPU {}; SLO {slo_note}",
-        headroom_bench::format::cpu_list(&opts.placement.loadgen),
-        headroom_bench::format::cpu_list(&opts.placement.server)
-    );
+    println!("  SLO {slo_note}; the layout and the load generator's scheduler follow");
     println!(
         "  results go to {} (re-render with `headroom report {}`)\n",
         args.out.display(),
@@ -151,7 +147,127 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for line in verdict(&summary) {
         println!("{line}");
     }
+    let cooldown =
+        headroom_bench::record::scaled_cooldown_s(args.minutes / 2.0 * 60.0, args.window);
+    for line in story(&args.out, &summary, cooldown) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// The rest of the story the counts do not tell: whether BE came back after a violation, which
+/// windows' measurements failed their self-checks, and which baseline probes were set aside.
+fn story(
+    out: &std::path::Path,
+    s: &headroom_types::summary::Summary,
+    cooldown_s: f64,
+) -> Vec<String> {
+    use headroom_bench::model::{ColocationRun, LcBaseline};
+    let Ok(dir) = headroom_bench::store::RunDir::open(out) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    let runs: Vec<ColocationRun> = dir.all(headroom_bench::store::RUNS).unwrap_or_default();
+    for r in runs.iter().filter(|r| r.policy != "none") {
+        lines.push(format!(
+            "  {}: {}",
+            r.policy,
+            be_after_violation(&r.windows, s.slo_us, s.percentile, cooldown_s)
+        ));
+    }
+    for r in &runs {
+        let bad: Vec<String> = r
+            .windows
+            .iter()
+            .filter(|w| !w.load.as_ref().is_some_and(|l| l.valid))
+            .map(|w| {
+                let why = match (&w.load, &w.error) {
+                    (Some(l), _) => headroom_bench::validity::short_reason(l),
+                    (None, Some(e)) => e.chars().take(110).collect(),
+                    (None, None) => "no result".into(),
+                };
+                format!("window {}: {why}", w.index + 1)
+            })
+            .collect();
+        if !bad.is_empty() {
+            lines.push(format!(
+                "  {} + {}: {} of {} windows' load runs failed their self-checks (hollow in the report): {}",
+                r.policy,
+                r.be,
+                bad.len(),
+                r.windows.len(),
+                bad.join("; ")
+            ));
+        }
+    }
+    if let Ok(Some(b)) = dir.load::<LcBaseline>(headroom_bench::store::BASELINES, "lc") {
+        let invalid: Vec<&headroom_bench::model::Probe> =
+            b.probes.iter().filter(|p| !p.valid).collect();
+        let used = b.probes.iter().filter(|p| p.used).count();
+        let mut line = format!(
+            "  LC alone: {} probes, {used} used for the capacity, SLO and peak (all valid)",
+            b.probes.len()
+        );
+        if let Some(p) = invalid.last() {
+            line.push_str(&format!(
+                "; {} failed their self-checks and were set aside, the last at {:.0} QPS: {}",
+                invalid.len(),
+                p.target_qps,
+                headroom_bench::validity::short_reason(&p.metrics)
+            ));
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+/// Whether BE came back after the agent's first SLO violation, or why it stayed off.
+fn be_after_violation(
+    windows: &[headroom_bench::model::Window],
+    slo_us: f64,
+    percentile: f64,
+    cooldown_s: f64,
+) -> String {
+    let tail = |w: &headroom_bench::model::Window| {
+        w.load.as_ref().and_then(|l| l.percentile_us(percentile))
+    };
+    let be_on = |w: &headroom_bench::model::Window| {
+        w.agent
+            .as_ref()
+            .and_then(|a| a.be_cpus_mean)
+            .map_or(w.be_fraction.is_some_and(|f| f > 0.01), |c| c > 0.05)
+    };
+    let Some(v) = windows
+        .iter()
+        .position(|w| tail(w).is_some_and(|t| t > slo_us))
+    else {
+        let on = windows.iter().filter(|w| be_on(w)).count();
+        return format!(
+            "no SLO violation; BE ran in {on} of {} windows",
+            windows.len()
+        );
+    };
+    match windows[v + 1..].iter().find(|w| be_on(w)) {
+        Some(w) => format!(
+            "BE came back in window {} after the violation in window {} (violation cooldown {cooldown_s:.0} s)",
+            w.index + 1,
+            v + 1
+        ),
+        None if v + 1 == windows.len() => {
+            format!("the violation was in the last window ({})", v + 1)
+        }
+        None => {
+            let reason = windows[v + 1..]
+                .iter()
+                .rev()
+                .find_map(|w| w.agent.as_ref().and_then(|a| a.last_reason.clone()))
+                .unwrap_or_else(|| "no decision logged".into());
+            format!(
+                "BE stayed off from the violation in window {} to the end (violation cooldown {cooldown_s:.0} s); the agent's last reason: {reason}",
+                v + 1
+            )
+        }
+    }
 }
 
 fn bar(pct: f64) -> String {
@@ -196,10 +312,14 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
                 n.slo_violations,
                 a.slo_violations
             ));
+            let us = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.0} µs"));
             out.push(format!(
-                "  at a mean EMU of {} versus {} without it.",
+                "  at a mean EMU of {} versus {} without it; worst p{} {} versus {} without it.",
                 pct(a.emu_mean),
-                pct(n.emu_mean)
+                pct(n.emu_mean),
+                headroom_bench::plot::trim_num(s.percentile),
+                us(a.lc_p99_us_max),
+                us(n.lc_p99_us_max)
             ));
         }
         _ => {
@@ -210,4 +330,57 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
         out.push(String::new());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::be_after_violation;
+    use headroom_bench::model::{AgentWindow, LoadMetrics, Window};
+
+    fn window(i: usize, p99: f64, be_cpus: f64, reason: &str) -> Window {
+        Window {
+            index: i,
+            load: Some(LoadMetrics {
+                valid: true,
+                p99_us: Some(p99),
+                ..Default::default()
+            }),
+            agent: Some(AgentWindow {
+                be_cpus_mean: Some(be_cpus),
+                last_reason: Some(reason.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_verdict_says_whether_be_came_back_after_a_violation_or_why_not() {
+        let came_back = [
+            window(0, 900.0, 0.0, "slo violated"),
+            window(1, 200.0, 0.0, "cooldown"),
+            window(2, 200.0, 1.0, "slack"),
+        ];
+        let s = be_after_violation(&came_back, 500.0, 99.0, 10.0);
+        assert!(
+            s.contains("came back in window 3") && s.contains("window 1"),
+            "{s}"
+        );
+        let stayed = [
+            window(0, 200.0, 1.0, "slack"),
+            window(1, 900.0, 0.0, "slo violated"),
+            window(2, 200.0, 0.0, "violation cooldown: 290 s left"),
+        ];
+        let s = be_after_violation(&stayed, 500.0, 99.0, 300.0);
+        assert!(
+            s.contains("stayed off from the violation in window 2"),
+            "{s}"
+        );
+        assert!(
+            s.contains("cooldown 300 s") && s.contains("290 s left"),
+            "{s}"
+        );
+        let calm = [window(0, 200.0, 1.0, "slack")];
+        assert!(be_after_violation(&calm, 500.0, 99.0, 10.0).contains("no SLO violation"));
+    }
 }

@@ -16,8 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-use headroom_bench::model::{Manifest, Point};
-use headroom_bench::store::{RunDir, BASELINES, POINTS};
+use headroom_report::model::{Manifest, Point};
+use headroom_report::store::{RunDir, BASELINES, POINTS};
 
 mod cpu;
 mod fits;

@@ -4,7 +4,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 use crate::figure::Figure;
 
 /// The plot's own size; the legend is a column to its right, as wide as its longest label.
@@ -50,8 +50,8 @@ pub fn css_color(key: &str) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
-fn plot_err(fig: &Figure, e: impl std::fmt::Display) -> BenchError {
-    BenchError::Plot {
+fn plot_err(fig: &Figure, e: impl std::fmt::Display) -> ReportError {
+    ReportError::Plot {
         figure: fig.id.clone(),
         detail: e.to_string(),
     }

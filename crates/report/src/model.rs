@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 
 /// The figures of one `headroom load --json` result that the study uses (docs/architecture.md "The JSON contracts").
 /// Read leniently: a field the load generator did not write is `None`, never a parse failure.
@@ -33,7 +33,7 @@ pub struct LoadMetrics {
 impl LoadMetrics {
     /// Extracts the metrics from the JSON text `headroom load --json` wrote (`origin` names the file).
     pub fn from_json_text(text: &str, origin: &std::path::Path) -> Result<LoadMetrics> {
-        let v: Value = serde_json::from_str(text).map_err(|source| BenchError::Json {
+        let v: Value = serde_json::from_str(text).map_err(|source| ReportError::Json {
             path: origin.to_path_buf(),
             source,
         })?;
@@ -295,7 +295,85 @@ pub struct LcBaseline {
     pub slo_source: String,
     pub peak_qps: f64,
     pub peak_source: String,
-    /// Every probe run: (target QPS, metrics).
-    pub probes: Vec<(f64, LoadMetrics)>,
+    /// Every probe run, valid or not; `used` says which ones the capacity, SLO and peak rest on.
+    pub probes: Vec<Probe>,
     pub commands: Vec<String>,
+}
+
+/// One load run of the LC-alone baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(from = "ProbeRepr")]
+pub struct Probe {
+    pub target_qps: f64,
+    /// The load generator's self-checks all passed.
+    pub valid: bool,
+    /// The capacity, SLO or peak rests on this probe; an invalid probe is kept for the record
+    /// with `used: false`.
+    pub used: bool,
+    /// What it measured for: `low load`, `capacity`, `slo`, `peak`.
+    #[serde(default)]
+    pub purpose: String,
+    /// The load generator's configuration (`-T .. -c .. -d .., N s`); empty in older files.
+    #[serde(default)]
+    pub config: String,
+    /// What the run before it had failed and this one changed (empty for a first run).
+    #[serde(default)]
+    pub correction: String,
+    pub metrics: LoadMetrics,
+}
+
+/// A stored probe: the object above, or the `[target QPS, metrics]` pair that baselines
+/// written before validity was recorded hold (every one of those was used).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ProbeRepr {
+    Record {
+        target_qps: f64,
+        valid: bool,
+        #[serde(default = "yes")]
+        used: bool,
+        #[serde(default)]
+        purpose: String,
+        #[serde(default)]
+        config: String,
+        #[serde(default)]
+        correction: String,
+        metrics: LoadMetrics,
+    },
+    Pair(f64, LoadMetrics),
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl From<ProbeRepr> for Probe {
+    fn from(r: ProbeRepr) -> Probe {
+        match r {
+            ProbeRepr::Record {
+                target_qps,
+                valid,
+                used,
+                purpose,
+                config,
+                correction,
+                metrics,
+            } => Probe {
+                target_qps,
+                valid,
+                used,
+                purpose,
+                config,
+                correction,
+                metrics,
+            },
+            ProbeRepr::Pair(target_qps, metrics) => Probe {
+                target_qps,
+                valid: metrics.valid,
+                used: true,
+                metrics,
+                ..Default::default()
+            },
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 use crate::figure::{Figure, Shade, Study, Table};
 use crate::model::Manifest;
 use crate::plot;
@@ -26,7 +26,7 @@ pub fn write_report(dir: &Path, manifest: &Manifest, study: &Study) -> Result<Re
     write_json_atomic(&summary_json, &study.summary)?;
 
     let fig_dir = dir.join("figures");
-    std::fs::create_dir_all(&fig_dir).map_err(|e| BenchError::io("creating", &fig_dir, e))?;
+    std::fs::create_dir_all(&fig_dir).map_err(|e| ReportError::io("creating", &fig_dir, e))?;
     let mut data = Vec::new();
     for fig in &study.figures {
         let csv = fig_dir.join(format!("{}.csv", fig.id));
@@ -57,12 +57,20 @@ pub fn write_report(dir: &Path, manifest: &Manifest, study: &Study) -> Result<Re
     })
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+/// A CSV document from rows of fields (quoted where a field needs it, by the csv crate).
+pub fn csv_document<R, F>(rows: R) -> String
+where
+    R: IntoIterator<Item = Vec<F>>,
+    F: AsRef<[u8]>,
+{
+    let mut w = csv::WriterBuilder::new()
+        .flexible(true)
+        .from_writer(Vec::new());
+    for row in rows {
+        // Writing into memory cannot fail.
+        w.write_record(row).expect("CSV into memory");
     }
+    String::from_utf8(w.into_inner().expect("CSV into memory")).expect("CSV of UTF-8 fields")
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -71,46 +79,35 @@ fn opt(v: Option<f64>) -> String {
 
 /// One row per point: series, x, y (median), lo, hi (spread over repeats), valid.
 pub fn figure_csv(fig: &Figure) -> String {
-    let mut out = format!(
-        "series,{},{},lo,hi,valid\n",
-        csv_field(&fig.x_label),
-        csv_field(&fig.y_label)
-    );
-    for s in &fig.series {
-        for p in &s.points {
-            let _ = writeln!(
-                out,
-                "{},{},{},{},{},{}",
-                csv_field(&s.name),
-                p.x,
-                p.y,
+    let header = vec![
+        "series".to_string(),
+        fig.x_label.clone(),
+        fig.y_label.clone(),
+        "lo".into(),
+        "hi".into(),
+        "valid".into(),
+    ];
+    let rows = fig.series.iter().flat_map(|s| {
+        s.points.iter().map(move |p| {
+            vec![
+                s.name.clone(),
+                p.x.to_string(),
+                p.y.to_string(),
                 opt(p.lo),
                 opt(p.hi),
-                p.valid
-            );
-        }
-    }
-    out
+                p.valid.to_string(),
+            ]
+        })
+    });
+    csv_document(std::iter::once(header).chain(rows))
 }
 
 pub fn table_csv(t: &Table) -> String {
-    let mut out = t
-        .columns
+    let rows = t
+        .rows
         .iter()
-        .map(|c| csv_field(c))
-        .collect::<Vec<_>>()
-        .join(",");
-    out.push('\n');
-    for row in &t.rows {
-        let line = row
-            .iter()
-            .map(|c| csv_field(&c.text))
-            .collect::<Vec<_>>()
-            .join(",");
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
+        .map(|row| row.iter().map(|c| c.text.clone()).collect::<Vec<_>>());
+    csv_document(std::iter::once(t.columns.clone()).chain(rows))
 }
 
 fn num_or_dash(v: Option<f64>, decimals: usize) -> String {
@@ -405,6 +402,19 @@ pub fn cpu_list(cpus: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_fields_with_commas_quotes_and_newlines_are_quoted() {
+        let doc = csv_document([
+            vec!["name", "note"],
+            vec!["a,b", "say \"hi\""],
+            vec!["plain", "two\nlines"],
+        ]);
+        assert_eq!(
+            doc,
+            "name,note\n\"a,b\",\"say \"\"hi\"\"\"\nplain,\"two\nlines\"\n"
+        );
+    }
 
     fn background(n: u64, of: u64) -> u32 {
         let style = shade_class(Shade::of_violations(n, of));

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 use crate::model::Manifest;
 
 /// A run directory on disk.
@@ -29,7 +29,7 @@ impl RunDir {
     /// Opens (creating if needed) a run directory.
     pub fn create(root: impl Into<PathBuf>) -> Result<RunDir> {
         let root = root.into();
-        std::fs::create_dir_all(&root).map_err(|e| BenchError::io("creating", &root, e))?;
+        std::fs::create_dir_all(&root).map_err(|e| ReportError::io("creating", &root, e))?;
         Ok(RunDir { root })
     }
 
@@ -38,7 +38,7 @@ impl RunDir {
         let root = root.into();
         let manifest = root.join("manifest.json");
         if !manifest.is_file() {
-            return Err(BenchError::Input(format!(
+            return Err(ReportError::Input(format!(
                 "{} is not a run directory: {} is missing",
                 root.display(),
                 manifest.display()
@@ -80,7 +80,7 @@ impl RunDir {
     /// A scratch file for a subprocess's output (load JSON, progress, decision log).
     pub fn scratch_path(&self, name: &str) -> Result<PathBuf> {
         let dir = self.root.join("raw");
-        std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| ReportError::io("creating", &dir, e))?;
         Ok(dir.join(file_safe(name)))
     }
 
@@ -96,16 +96,18 @@ impl RunDir {
     pub fn save<T: Serialize>(&self, kind: &str, id: &str, value: &T) -> Result<()> {
         let path = self.result_path(kind, id);
         let dir = self.root.join(kind);
-        std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| ReportError::io("creating", &dir, e))?;
         write_json_atomic(&path, value)
     }
 
     /// Returns the stored result, or records it with `record` and stores it. The flag says whether
     /// it was resumed (true: `record` was not called).
-    pub fn get_or_record<T, F>(&self, kind: &str, id: &str, record: F) -> Result<(T, bool)>
+    /// The recorder's own error type is kept (a bench's recorder fails with the bench's errors).
+    pub fn get_or_record<T, E, F>(&self, kind: &str, id: &str, record: F) -> Result<(T, bool), E>
     where
         T: Serialize + DeserializeOwned,
-        F: FnOnce() -> Result<T>,
+        E: From<ReportError>,
+        F: FnOnce() -> Result<T, E>,
     {
         if let Some(v) = self.load(kind, id)? {
             return Ok((v, true));
@@ -122,7 +124,7 @@ impl RunDir {
             return Ok(Vec::new());
         }
         let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map_err(|e| BenchError::io("listing", &dir, e))?
+            .map_err(|e| ReportError::io("listing", &dir, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "json"))
             .collect();
@@ -145,8 +147,8 @@ pub fn file_safe(id: &str) -> String {
 }
 
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|e| BenchError::io("reading", path, e))?;
-    serde_json::from_str(&text).map_err(|source| BenchError::Json {
+    let text = std::fs::read_to_string(path).map_err(|e| ReportError::io("reading", path, e))?;
+    serde_json::from_str(&text).map_err(|source| ReportError::Json {
         path: path.to_path_buf(),
         source,
     })
@@ -155,7 +157,7 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
 /// Writes pretty JSON through a temporary file and a rename, so a crash never leaves half a file
 /// that a resumed run would take for a result.
 pub fn write_json_atomic<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|source| BenchError::Json {
+    let text = serde_json::to_string_pretty(value).map_err(|source| ReportError::Json {
         path: path.to_path_buf(),
         source,
     })?;
@@ -164,6 +166,6 @@ pub fn write_json_atomic<T: Serialize + ?Sized>(path: &Path, value: &T) -> Resul
 
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| BenchError::io("writing", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| BenchError::io("renaming into", path, e))
+    std::fs::write(&tmp, bytes).map_err(|e| ReportError::io("writing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| ReportError::io("renaming into", path, e))
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::error::{BenchError, Result};
+use crate::error::{ReportError, Result};
 
 /// The first Chromium binary on PATH (`chromium`, then `chromium-browser`, `google-chrome`).
 pub fn find_chromium() -> Option<PathBuf> {
@@ -52,7 +52,7 @@ fn run_chromium(chromium: &Path, html: &Path, extra: &[String], limit: Duration)
         std::process::id(),
         RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let html = std::fs::canonicalize(html).map_err(|e| BenchError::io("resolving", html, e))?;
+    let html = std::fs::canonicalize(html).map_err(|e| ReportError::io("resolving", html, e))?;
     let mut cmd = Command::new(chromium);
     cmd.args(base_args(&profile))
         .args(extra)
@@ -61,7 +61,7 @@ fn run_chromium(chromium: &Path, html: &Path, extra: &[String], limit: Duration)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let command = format!("{} ... {}", chromium.display(), html.display());
-    let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
+    let mut child = cmd.spawn().map_err(|source| ReportError::Spawn {
         command: command.clone(),
         source,
     })?;
@@ -74,7 +74,7 @@ fn run_chromium(chromium: &Path, html: &Path, extra: &[String], limit: Duration)
     });
     let start = Instant::now();
     let status = loop {
-        if let Some(st) = child.try_wait().map_err(|source| BenchError::Spawn {
+        if let Some(st) = child.try_wait().map_err(|source| ReportError::Spawn {
             command: command.clone(),
             source,
         })? {
@@ -84,7 +84,7 @@ fn run_chromium(chromium: &Path, html: &Path, extra: &[String], limit: Duration)
             let _ = child.kill();
             let _ = child.wait();
             let _ = std::fs::remove_dir_all(&profile);
-            return Err(BenchError::Command {
+            return Err(ReportError::Command {
                 command,
                 status: format!("killed after {limit:?}"),
                 stderr: String::new(),
@@ -99,7 +99,7 @@ fn run_chromium(chromium: &Path, html: &Path, extra: &[String], limit: Duration)
         if let Some(mut e) = child.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut e, &mut err);
         }
-        return Err(BenchError::Command {
+        return Err(ReportError::Command {
             command,
             status: status.to_string(),
             stderr: err.chars().take(2000).collect(),
@@ -124,7 +124,7 @@ pub fn screenshot(chromium: &Path, html: &Path, png: &Path, height: u32) -> Resu
         png.to_path_buf()
     } else {
         std::env::current_dir()
-            .map_err(|e| BenchError::io("reading the current dir", ".", e))?
+            .map_err(|e| ReportError::io("reading the current dir", ".", e))?
             .join(png)
     };
     run_chromium(
@@ -140,7 +140,7 @@ pub fn screenshot(chromium: &Path, html: &Path, png: &Path, height: u32) -> Resu
     if png_abs.is_file() {
         Ok(())
     } else {
-        Err(BenchError::Unavailable(format!(
+        Err(ReportError::Unavailable(format!(
             "chromium exited without writing {}",
             png_abs.display()
         )))
