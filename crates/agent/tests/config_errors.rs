@@ -361,7 +361,7 @@ fn machine_checks_name_the_cpu_or_the_size() {
         "{msg}"
     );
     let mut pinned = cfg.clone();
-    pinned.lc.threads.cpus = [7].into();
+    pinned.lc_mut().threads.cpus = [7].into();
     let msg = pinned.validate_on(&[0, 1]).unwrap_err().to_string();
     assert!(
         msg.contains("lc.threads.cpus") && msg.contains("CPU 7"),
@@ -499,5 +499,96 @@ fn unknown_tables_beside_a_bad_value_are_named_too() {
     assert!(
         msg.contains("extra") && msg.contains("more"),
         "both unknown tables named:\n{msg}"
+    );
+}
+
+/// Two LCs: the base config's and a second one given by `second` (its `[[lc]]` body).
+fn two_lcs(second: &str) -> String {
+    let both = GOOD.replacen("[lc]\n", "[[lc]]\n", 1).replacen(
+        "[[be]]",
+        &format!("[[lc]]\n{second}\n[[be]]"),
+        1,
+    );
+    assert!(both.contains("[[lc]]\nname = \"memcached\""), "{both}");
+    both
+}
+
+#[test]
+fn several_lcs_are_refused_by_index_and_all_at_once() {
+    let text = two_lcs(
+        "name = \"serve\"\ncgroup = \"headroom/serve\"\n[lc.slo]\ntarget_us = 0\nwindow_s = -1",
+    );
+    let msg = refuse(&text);
+    assert!(msg.contains("lc[1].slo.target_us = 0.0: "), "{msg}");
+    assert!(msg.contains("lc[1].slo.window_s = -1.0: "), "{msg}");
+    assert!(!msg.contains("\nlc.slo"), "{msg}");
+    // A type error inside the second LC keeps its path.
+    let msg = refuse(&two_lcs(
+        "name = \"serve\"\ncgroup = \"headroom/serve\"\npriority = \"high\"",
+    ));
+    assert!(msg.contains("lc[1].priority"), "{msg}");
+    let msg = refuse("lc = []\n");
+    assert!(msg.contains("at least one LC service"), "{msg}");
+}
+
+#[test]
+fn two_lcs_on_one_cgroup_or_one_name_are_refused() {
+    let msg = refuse(&two_lcs("name = \"serve\"\ncgroup = \"headroom/lc\""));
+    assert!(
+        msg.contains("lc[1].cgroup = \"headroom/lc\": is the same group as lc[0].cgroup"),
+        "{msg}"
+    );
+    assert!(msg.contains("\"memcached\""), "names the other LC: {msg}");
+    let msg = refuse(&two_lcs("name = \"serve\"\ncgroup = \"headroom/lc/inner\""));
+    assert!(
+        msg.contains("lc[1].cgroup = \"headroom/lc/inner\": overlaps lc[0].cgroup"),
+        "{msg}"
+    );
+    let msg = refuse(&two_lcs(
+        "name = \"memcached\"\ncgroup = \"headroom/serve\"",
+    ));
+    assert!(
+        msg.contains("lc[1].name = \"memcached\": lc[0] has the same name"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_lc_nested_in_be_or_be_in_an_lc_is_refused_with_the_lc_named() {
+    let msg = refuse(&two_lcs("name = \"serve\"\ncgroup = \"headroom/be/serve\""));
+    assert!(msg.contains("be[0].cgroup = \"headroom/be\": overlaps the LC group \"headroom/be/serve\" of lc[1] (\"serve\"): the LC nested inside BE"), "{msg}");
+    let msg = refuse(&two_lcs("name = \"serve\"\ncgroup = \"headroom\""));
+    assert!(
+        msg.contains("of lc[1] (\"serve\"): BE nested inside the LC"),
+        "{msg}"
+    );
+    // One LC keeps today's wording, with the nesting said.
+    let msg = refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"headroom/lc/be\"",
+        "be[0].cgroup",
+    );
+    assert!(
+        msg.contains("overlaps the LC group \"headroom/lc\": BE nested inside the LC"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn the_agent_refuses_to_run_several_lcs_and_says_why() {
+    let c = Config::from_toml_str(&two_lcs("name = \"serve\"\ncgroup = \"headroom/serve\""))
+        .expect("two good LCs validate");
+    let msg = c
+        .check_runnable()
+        .expect_err("two LCs cannot run yet")
+        .to_string();
+    assert!(
+        msg.starts_with("lc = [\"memcached\", \"serve\"]: "),
+        "{msg}"
+    );
+    assert!(msg.contains(headroom_agent::config::SEVERAL_LCS), "{msg}");
+    assert!(
+        msg.contains("protects one LC") && msg.contains("issue 29"),
+        "{msg}"
     );
 }

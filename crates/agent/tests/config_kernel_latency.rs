@@ -26,7 +26,7 @@ fn kernel_source_with_ports_and_fallback_parses() {
         "source = \"kernel\"\nports = [11212, 11211]\nport = 11211\nfallback = \"probe\"",
     ))
     .expect("valid");
-    let lat = c.lc.latency.unwrap();
+    let lat = c.lc().latency.clone().unwrap();
     assert_eq!(lat.source, LatencySource::Kernel);
     assert_eq!(lat.kernel_ports(), vec![11211, 11212]);
     assert_eq!(lat.fallback, Some(LatencyFallback::Probe));

@@ -21,10 +21,13 @@ fn docs_example() -> String {
 #[test]
 fn the_documented_example_parses() {
     let c = Config::from_toml_str(&docs_example()).expect("docs example is a valid config");
-    assert_eq!(c.lc.name, "memcached");
-    assert_eq!(c.lc.slo.target_us, 500.0);
-    assert_eq!(c.lc.latency.as_ref().unwrap().source, LatencySource::Probe);
-    assert_eq!(c.lc.load.as_ref().unwrap().peak_qps, 100_000.0);
+    assert_eq!(c.lc().name, "memcached");
+    assert_eq!(c.lc().slo.target_us, 500.0);
+    assert_eq!(
+        c.lc().latency.as_ref().unwrap().source,
+        LatencySource::Probe
+    );
+    assert_eq!(c.lc().load.as_ref().unwrap().peak_qps, 100_000.0);
     assert_eq!(c.be.len(), 1);
     assert_eq!(c.be[0].command, vec!["headroom", "antagonist", "spin"]);
     assert_eq!(c.policy.kind, PolicyKind::Hybrid);
@@ -113,7 +116,7 @@ fn defaults_are_the_papers_constants() {
     assert_eq!((w.lc_shares, w.be_shares, w.interval_s), (10_000, 2, 5.0));
     assert_eq!((w.w_max, w.w_min), (262_144, 1024));
     assert_eq!(c.policy.static_cycles.percent, 5.0);
-    assert_eq!(c.lc.slo.percentile, 99.0);
+    assert_eq!(c.lc().slo.percentile, 99.0);
     // the default policy is hybrid
     let c = Config::from_toml_str(
         "[lc]\nname = \"x\"\ncgroup = \"lc\"\n[lc.latency]\nsource = \"feed\"\n[lc.load]\nsource = \"feed\"\npeak_qps = 1000\n",
@@ -144,7 +147,7 @@ fn set_accepts_typed_and_bare_values() {
         .unwrap();
     assert_eq!(c.policy.heracles.guaranteed_freq_mhz, Some(2200.0));
     c.set("lc.slo.target_us", "800").unwrap();
-    assert_eq!(c.lc.slo.target_us, 800.0);
+    assert_eq!(c.lc().slo.target_us, 800.0);
     c.set("policy.kind", "heracles").unwrap();
     assert_eq!(c.policy.kind, PolicyKind::Heracles);
 }
@@ -160,4 +163,68 @@ fn metrics_endpoint_can_be_turned_off() {
     );
     let c = Config::from_toml_str(&format!("{base}[api]\nmetrics = \"\"\n")).unwrap();
     assert_eq!(c.api.metrics, None);
+}
+
+const TWO_LCS: &str = r#"
+[[lc]]
+name = "memcached"
+cgroup = "headroom/lc"
+priority = 2
+[lc.slo]
+target_us = 300
+[lc.latency]
+source = "probe"
+address = "127.0.0.1:11211"
+[lc.load]
+source = "memcache-stats"
+address = "127.0.0.1:11211"
+peak_qps = 100000
+
+[[lc]]
+name = "serve"
+cgroup = "headroom/serve"
+[lc.slo]
+percentile = 99.9
+target_us = 2000
+[lc.latency]
+source = "feed"
+
+[[be]]
+name = "batch"
+cgroup = "headroom/be"
+"#;
+
+#[test]
+fn several_lcs_parse_each_with_its_own_slo_and_priority() {
+    let c = Config::from_toml_str(TWO_LCS).expect("two LCs are a valid config");
+    assert_eq!(c.lcs.len(), 2);
+    let (mc, serve) = (&c.lcs[0], &c.lcs[1]);
+    assert_eq!((mc.name.as_str(), mc.priority), ("memcached", 2));
+    assert_eq!((mc.slo.percentile, mc.slo.target_us), (99.0, 300.0));
+    assert_eq!((serve.name.as_str(), serve.priority), ("serve", 0));
+    assert_eq!((serve.slo.percentile, serve.slo.target_us), (99.9, 2000.0));
+    assert_eq!(serve.cgroup.as_str(), "headroom/serve");
+    assert_eq!(serve.latency.as_ref().unwrap().source, LatencySource::Feed);
+    assert!(serve.load.is_none());
+    assert_eq!(c.lc(), mc, "the first is the primary");
+    // The TOML form keeps both.
+    let back = Config::from_toml_str(&c.to_toml_string()).expect("round trip");
+    assert_eq!(back, c);
+}
+
+#[test]
+fn a_single_lc_table_is_unchanged() {
+    let c = Config::from_toml_str(&docs_example()).expect("docs example");
+    assert_eq!(c.lcs.len(), 1);
+    assert_eq!(c.lc().priority, 0);
+    let text = c.to_toml_string();
+    assert!(
+        text.starts_with("[lc]\n") || text.contains("\n[lc]\n"),
+        "one LC is written as a table:\n{text}"
+    );
+    assert!(!text.contains("[[lc]]"), "{text}");
+    // A one-element `[[lc]]` is the same config as `[lc]`.
+    let arrayed = text.replace("[lc]", "[[lc]]");
+    assert_eq!(Config::from_toml_str(&arrayed).expect("[[lc]] of one"), c);
+    c.check_runnable().expect("one LC runs");
 }

@@ -66,14 +66,14 @@ fn isolation_configs_are_valid_and_blind_baselines_have_no_cooldown() {
         } else {
             assert_eq!(cooldown, 300.0, "{policy} keeps the production default");
         }
-        let lat = c.lc.latency.as_ref().expect("a latency source");
+        let lat = c.lc().latency.as_ref().expect("a latency source");
         assert_eq!(lat.source, LatencySource::Probe);
         assert!(
-            lat.rate_hz * c.lc.slo.window_s >= c.lc.slo.min_samples() as f64,
+            lat.rate_hz * c.lc().slo.window_s >= c.lc().slo.min_samples() as f64,
             "{policy}: {} Hz over {} s cannot give {} samples",
             lat.rate_hz,
-            c.lc.slo.window_s,
-            c.lc.slo.min_samples()
+            c.lc().slo.window_s,
+            c.lc().slo.min_samples()
         );
     }
 }
@@ -83,15 +83,15 @@ fn a_tighter_percentile_gets_a_faster_prober() {
     // p99.9 needs 10000 samples per 15 s window: 200 probes/s would never publish a latency.
     let configs = configs_for(99.9, None);
     let (_, c) = configs.first().expect("some agent config");
-    assert_eq!(c.lc.slo.min_samples(), 10_000);
-    assert!(c.lc.latency.as_ref().unwrap().rate_hz >= 10_000.0 / 15.0);
+    assert_eq!(c.lc().slo.min_samples(), 10_000);
+    assert!(c.lc().latency.as_ref().unwrap().rate_hz >= 10_000.0 / 15.0);
     assert_eq!(record::probe_rate_hz(99.0, 15.0), 200.0);
 }
 
 #[test]
 fn with_a_feed_the_agent_acts_on_the_load_generators_windows() {
     for (policy, c) in configs_for(99.0, Some("/tmp/headroom-feed-test.sock")) {
-        let lat = c.lc.latency.as_ref().expect("a latency source");
+        let lat = c.lc().latency.as_ref().expect("a latency source");
         assert_eq!(lat.source, LatencySource::Feed, "{policy}");
         assert_eq!(lat.socket.as_deref(), Some("/tmp/headroom-feed-test.sock"));
     }

@@ -1,6 +1,6 @@
 //! `[[be]]`: the best-effort groups.
 
-use crate::config::{invalid, Problems};
+use crate::config::{invalid, LcConfig, Problems};
 use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +33,7 @@ fn default_backoff_max_ms() -> u64 {
 }
 
 /// Refuses bad BE groups: empty or duplicate names, unsafe paths, groups that overlap each other or the LC's.
-pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath, p: &mut Problems) {
+pub(crate) fn validate_be(groups: &[BeConfig], lcs: &[LcConfig], p: &mut Problems) {
     let mut names = Vec::new();
     for (i, be) in groups.iter().enumerate() {
         if be.name.trim().is_empty() {
@@ -65,11 +65,30 @@ pub(crate) fn validate_be(groups: &[BeConfig], lc_cgroup: &GroupPath, p: &mut Pr
                     ),
                 ));
         }
-        if be.cgroup.overlaps(lc_cgroup) {
+        if let Some((j, lc)) = lcs
+            .iter()
+            .enumerate()
+            .find(|(_, lc)| be.cgroup.overlaps(&lc.cgroup))
+        {
+            let how = if be.cgroup == lc.cgroup {
+                "it is the LC's group"
+            } else if be.cgroup.is_within(&lc.cgroup) {
+                "BE nested inside the LC"
+            } else {
+                "the LC nested inside BE"
+            };
+            let whose = if lcs.len() == 1 {
+                String::new()
+            } else {
+                format!(" of lc[{j}] ({:?})", lc.name)
+            };
             p.push(invalid(
                 &format!("be[{i}].cgroup"),
                 be.cgroup.as_str(),
-                format!("overlaps the LC group {:?}", lc_cgroup.as_str()),
+                format!(
+                    "overlaps the LC group {:?}{whose}: {how}",
+                    lc.cgroup.as_str()
+                ),
             ));
         }
         if be.restart_backoff_ms == 0 || be.restart_backoff_max_ms < be.restart_backoff_ms {

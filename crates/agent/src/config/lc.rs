@@ -12,6 +12,10 @@ pub struct LcConfig {
     pub name: String,
     /// Relative to the cgroup root; created if missing.
     pub cgroup: GroupPath,
+    /// Rank among several `[[lc]]` services: higher = more important (default 0). Unused
+    /// while the agent protects one LC (issue 29's arbitration will read it).
+    #[serde(default)]
+    pub priority: i32,
     /// Processes to move into the LC group.
     #[serde(default)]
     pub pids: Vec<u32>,
@@ -214,8 +218,18 @@ pub const MAX_PROBE_HZ: f64 = 10_000.0;
 pub const MAX_PROBE_SHARE: f64 = 0.05;
 
 impl LcConfig {
-    /// Refuses bad values; the error names the key, the value and the reason.
-    pub(crate) fn validate(&self, p: &mut Problems) {
+    /// Refuses bad values under `key` (`lc`, or `lc[1]` among several): each error names the
+    /// key, the value and the reason.
+    pub(crate) fn validate_as(&self, key: &str, p: &mut Problems) {
+        let mut mine = Problems::default();
+        self.validate(&mut mine);
+        for e in mine.0 {
+            p.push(e.rekeyed("lc", key));
+        }
+    }
+
+    /// The checks, keyed `lc.*` as in the single-table form.
+    fn validate(&self, p: &mut Problems) {
         if self.name.trim().is_empty() {
             p.push(invalid("lc.name", &self.name, "must not be empty"));
         }
@@ -405,5 +419,41 @@ impl LcConfig {
                 ));
             }
         }
+    }
+}
+
+/// `lc` in the file: one `[lc]` table or several `[[lc]]`; one LC is written back as a table.
+/// Read by hand (not an untagged enum) so a refused value keeps its path (`lc[1].slo.target_us`).
+pub(crate) mod lc_list {
+    use super::LcConfig;
+    use serde::de::{self, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(lcs: &[LcConfig], s: S) -> Result<S::Ok, S::Error> {
+        match lcs {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<LcConfig>, D::Error> {
+        struct Lcs;
+        impl<'de> Visitor<'de> for Lcs {
+            type Value = Vec<LcConfig>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an [lc] table or [[lc]] tables")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                LcConfig::deserialize(de::value::MapAccessDeserializer::new(map)).map(|lc| vec![lc])
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                let lcs = Vec::<LcConfig>::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                if lcs.is_empty() {
+                    return Err(de::Error::custom("at least one LC service is needed"));
+                }
+                Ok(lcs)
+            }
+        }
+        d.deserialize_any(Lcs)
     }
 }

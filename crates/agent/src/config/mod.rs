@@ -62,6 +62,21 @@ impl ConfigError {
         }
     }
 
+    /// The same error with a key under `from` moved under `to` (`lc.slo.target_us` to
+    /// `lc[1].slo.target_us`).
+    pub(crate) fn rekeyed(self, from: &str, to: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid { key, value, reason } if key.starts_with(&format!("{from}.")) => {
+                ConfigError::Invalid {
+                    key: format!("{to}{}", &key[from.len()..]),
+                    value,
+                    reason,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// A parse error's message with the file it came from.
     fn in_file(self, path: &Path) -> ConfigError {
         match self {
@@ -77,7 +92,7 @@ impl ConfigError {
 /// The problems found in a config, at most one per key: the first (a later check of the same
 /// key, such as `w_min <= w_max` after `w_min` was out of range, would only repeat it).
 #[derive(Debug, Default)]
-pub(crate) struct Problems(Vec<ConfigError>);
+pub(crate) struct Problems(pub(crate) Vec<ConfigError>);
 
 impl Problems {
     pub(crate) fn push(&mut self, e: ConfigError) {
@@ -122,7 +137,10 @@ pub(crate) fn invalid(
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    pub lc: LcConfig,
+    /// The LC services: one `[lc]` table or several `[[lc]]`, never empty; the first is the
+    /// one the agent protects ([`Config::lc`]) until issue 29's arbitration lands.
+    #[serde(rename = "lc", with = "lc::lc_list")]
+    pub lcs: Vec<LcConfig>,
     #[serde(default)]
     pub be: Vec<BeConfig>,
     #[serde(default)]
@@ -143,7 +161,39 @@ pub struct Config {
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];
 const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
 
+/// Why an agent refuses a config with several LCs (the text the start refusal carries).
+pub const SEVERAL_LCS: &str = "several [[lc]] services: parsed and validated, but this agent protects one LC; the multi-LC policy is issue 29";
+
 impl Config {
+    /// The primary LC: the only one with `[lc]`, the first of several `[[lc]]`.
+    pub fn lc(&self) -> &LcConfig {
+        &self.lcs[0]
+    }
+
+    /// The primary LC, to change.
+    pub fn lc_mut(&mut self) -> &mut LcConfig {
+        &mut self.lcs[0]
+    }
+
+    /// The config key of LC `i`: `lc` when it is the only one, `lc[i]` among several.
+    pub fn lc_key(&self, i: usize) -> String {
+        if self.lcs.len() == 1 {
+            "lc".to_string()
+        } else {
+            format!("lc[{i}]")
+        }
+    }
+
+    /// Refuses a config the running agent cannot protect in full: several LCs, until the
+    /// multi-LC arbitration (issue 29) lands, rather than silently protecting only the first.
+    pub fn check_runnable(&self) -> Result<(), ConfigError> {
+        if self.lcs.len() > 1 {
+            let names: Vec<&str> = self.lcs.iter().map(|l| l.name.as_str()).collect();
+            return Err(invalid("lc", names, SEVERAL_LCS));
+        }
+        Ok(())
+    }
+
     /// Parses and validates a TOML document.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         // Syntax first (toml's message has the line); then the typed read, whose errors name
@@ -247,7 +297,7 @@ impl Config {
         let missing = |list: &CpuSet| list.iter().find(|c| !cpus.contains(c));
         let online = crate::allocation::format_cpulist(cpus);
         for (key, list) in [
-            ("lc.threads.cpus", &self.lc.threads.cpus),
+            ("lc.threads.cpus", &self.lc().threads.cpus),
             ("policy.static-cores.cpus", &self.policy.static_cores.cpus),
         ] {
             if let Some(c) = missing(list) {
@@ -282,8 +332,11 @@ impl Config {
     /// Every value check that needs no machine; all the problems found, at most one per key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::default();
-        self.lc.validate(&mut p);
-        validate_be(&self.be, &self.lc.cgroup, &mut p);
+        for (i, lc) in self.lcs.iter().enumerate() {
+            lc.validate_as(&self.lc_key(i), &mut p);
+        }
+        self.validate_lcs(&mut p);
+        validate_be(&self.be, &self.lcs, &mut p);
         self.egress.validate(&mut p);
         self.sensors.validate(&mut p);
         if !self.actuators.io && !self.safety.be_io_limits.is_empty() {
@@ -299,24 +352,54 @@ impl Config {
         p.into_result()
     }
 
+    /// Several LCs: each its own name and its own group, neither inside another's.
+    fn validate_lcs(&self, p: &mut Problems) {
+        for (i, lc) in self.lcs.iter().enumerate() {
+            let before = self.lcs[..i].iter().enumerate();
+            if let Some((j, _)) = before.clone().find(|(_, o)| o.name == lc.name) {
+                p.push(invalid(
+                    &format!("lc[{i}].name"),
+                    &lc.name,
+                    format!("lc[{j}] has the same name: each LC service needs its own"),
+                ));
+            }
+            if let Some((j, o)) = before.clone().find(|(_, o)| o.cgroup.overlaps(&lc.cgroup)) {
+                let how = if o.cgroup == lc.cgroup {
+                    "is the same group as"
+                } else {
+                    "overlaps"
+                };
+                p.push(invalid(
+                    &format!("lc[{i}].cgroup"),
+                    lc.cgroup.as_str(),
+                    format!(
+                        "{how} lc[{j}].cgroup {:?} ({:?}): each LC needs a group of its own, neither inside the other",
+                        o.cgroup.as_str(),
+                        o.name
+                    ),
+                ));
+            }
+        }
+    }
+
     fn validate_policy(&self, problems: &mut Problems) {
         let p = &self.policy;
         let needs_latency = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
             || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
-        if needs_latency && self.lc.latency.is_none() && self.lc.load.is_none() {
+        if needs_latency && self.lc().latency.is_none() && self.lc().load.is_none() {
             problems.push(invalid(
                 "policy.kind",
                 p.kind.as_str(),
                 "needs [lc.latency] (and [lc.load]) to be configured",
             ));
-        } else if needs_latency && self.lc.latency.is_none() {
+        } else if needs_latency && self.lc().latency.is_none() {
             problems.push(invalid(
                 "policy.kind",
                 p.kind.as_str(),
                 "needs [lc.latency] to be configured",
             ));
         } else if matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
-            && self.lc.load.is_none()
+            && self.lc().load.is_none()
         {
             problems.push(invalid(
                 "policy.kind",
@@ -333,6 +416,12 @@ impl Config {
     }
 }
 
+/// `lc` read on its own (a table or an array of tables).
+#[derive(Deserialize)]
+#[serde(transparent)]
+#[allow(dead_code)] // read only for its refusals
+struct Lcs(#[serde(with = "lc::lc_list")] Vec<LcConfig>);
+
 /// Reads one top-level section on its own, for the refusals a whole-document read stopped
 /// before. Keys are prefixed with the section's name; the messages carry no line.
 fn read_section(name: &str, value: &toml::Value) -> Result<(), ConfigError> {
@@ -345,7 +434,7 @@ fn read_section(name: &str, value: &toml::Value) -> Result<(), ConfigError> {
             .map_err(|e| refused_value(name, value, e))
     }
     match name {
-        "lc" => read::<LcConfig>(name, value),
+        "lc" => read::<Lcs>(name, value),
         "be" => read::<Vec<BeConfig>>(name, value),
         "policy" => read::<PolicyConfig>(name, value),
         "safety" => read::<SafetyConfig>(name, value),

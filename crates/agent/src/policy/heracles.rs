@@ -148,7 +148,7 @@ impl Policy for Heracles {
 
     fn decide(&mut self, obs: &Observation, now: Duration) -> Decision {
         let h = self.h().clone();
-        let target = self.config.lc.slo.target_us;
+        let target = self.config.lc().slo.target_us;
         let candidates = be_candidate_cpus(
             &self.machine,
             &CpuSet::from(self.machine.socket_cpus(h.be_socket)),

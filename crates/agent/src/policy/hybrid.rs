@@ -99,7 +99,7 @@ impl Hybrid {
     fn outer(&mut self, obs: &Observation, now: Duration) -> TopOutcome {
         let h = self.config.policy.heracles.clone();
         let step = self.config.policy.hybrid.buffer_step_cores;
-        let outcome = self.top.step(&h, self.config.lc.slo.target_us, obs, now);
+        let outcome = self.top.step(&h, self.config.lc().slo.target_us, obs, now);
         let b = self.inner.buffer();
         if self.top.just_enabled {
             self.inner.reset();
@@ -143,7 +143,7 @@ impl Policy for Hybrid {
             .policy
             .hybrid
             .interval_s
-            .unwrap_or(self.config.lc.slo.window_s);
+            .unwrap_or(self.config.lc().slo.window_s);
         let mut outer_reason = None;
         if self.next_top.is_none_or(|t| now >= t) {
             self.next_top = Some(now + secs(interval));

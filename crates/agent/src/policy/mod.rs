@@ -175,7 +175,7 @@ pub fn lc_pinned_cpus(machine: &MachineInfo, config: &Config, obs: &Observation)
             lc.extend(cpus.iter().copied());
         }
     }
-    let threads = &config.lc.threads;
+    let threads = &config.lc().threads;
     if threads.pin && !threads.cpus.is_empty() {
         lc.extend(threads.cpus.iter());
     }

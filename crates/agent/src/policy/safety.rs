@@ -78,7 +78,7 @@ impl Guarded {
     /// Replaces the policy's LC treatment with the one `[lc.threads]` gives (keeping only the
     /// policy's CPU weight, raised to at least the default), reusing `lc`'s buffer.
     fn set_lc_treatment(&self, lc: &mut LcTreatment) {
-        let t = &self.config.lc.threads;
+        let t = &self.config.lc().threads;
         if t.pin {
             lc.pin_cpus = Some(if t.cpus.is_empty() {
                 CpuSet::from(self.machine.cpus.as_slice())
@@ -197,7 +197,7 @@ impl Policy for Guarded {
         let dropped = self.drop_missing_mechanisms(&mut a);
 
         let latency_rules =
-            self.config.lc.latency.is_some() && self.config.policy.kind != PolicyKind::None;
+            self.config.lc().latency.is_some() && self.config.policy.kind != PolicyKind::None;
         let fresh = obs.lc_latency_us.is_some_and(f64::is_finite)
             && obs
                 .lc_latency_age_ms
@@ -230,7 +230,7 @@ impl Policy for Guarded {
         // Rule 3: cooldown after an SLO violation.
         if latency_rules && fresh && s.violation_cooldown_s > 0.0 {
             let latency = obs.lc_latency_us.unwrap_or(0.0);
-            if latency > self.config.lc.slo.target_us {
+            if latency > self.config.lc().slo.target_us {
                 self.violation_until = Some(now + super::secs(s.violation_cooldown_s));
             }
         }

@@ -85,7 +85,7 @@ impl Weights {
         };
         self.explicit_groups = !p.groups.is_empty();
         if p.groups.is_empty() {
-            let lc = &self.config.lc;
+            let lc = self.config.lc();
             vec![make(
                 &lc.name,
                 &lc.cgroup,

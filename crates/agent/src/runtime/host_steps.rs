@@ -100,7 +100,7 @@ pub(super) fn plan_lc_moves(
     lc: &GroupPath,
     steps: &mut HostSteps,
 ) {
-    for &pid in &config.lc.pids {
+    for &pid in &config.lc().pids {
         if steps.lc_moved.contains_key(&pid) {
             continue;
         }

@@ -23,7 +23,7 @@ pub(super) fn lc_signals(
 ) -> Result<(LcSignals, Cells), AgentError> {
     let mut signals = LcSignals::default();
     let mut cells = Vec::new();
-    let slo = &config.lc.slo;
+    let slo = &config.lc().slo;
     let mut feeds: BTreeMap<String, crate::sensors::feed::FeedCells> = BTreeMap::new();
     let mut feed_cells = |socket: &str,
                           threads: &mut Vec<JoinHandle<()>>|
@@ -59,7 +59,7 @@ pub(super) fn lc_signals(
             source,
         }
     };
-    if let Some(lat) = &config.lc.latency {
+    if let Some(lat) = &config.lc().latency {
         let cell = match lat.source {
             LatencySource::Probe => {
                 let cell = SignalCell::new();
@@ -144,7 +144,7 @@ pub(super) fn lc_signals(
         cells.push(("latency".to_string(), cell.clone()));
         signals.latency = Some(cell);
     }
-    if let Some(load) = &config.lc.load {
+    if let Some(load) = &config.lc().load {
         signals.peak_qps = Some(load.peak_qps);
         let address = load.address.clone().unwrap_or_default();
         let pull = |kind: PullKind, threads: &mut Vec<JoinHandle<()>>| {
@@ -170,7 +170,7 @@ pub(super) fn lc_signals(
                 let socket = load
                     .socket
                     .clone()
-                    .or_else(|| config.lc.latency.as_ref().and_then(|l| l.socket.clone()))
+                    .or_else(|| config.lc().latency.as_ref().and_then(|l| l.socket.clone()))
                     .unwrap_or_else(|| "/run/headroom-feed.sock".to_string());
                 feed_cells(&socket, threads)?.qps
             }

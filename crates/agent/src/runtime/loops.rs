@@ -315,7 +315,7 @@ impl Agent {
                 send_lag_us: cell.send_lag_us(),
                 is_probe: self
                     .config
-                    .lc
+                    .lc()
                     .latency
                     .as_ref()
                     .is_some_and(|l| l.source == crate::config::LatencySource::Probe),

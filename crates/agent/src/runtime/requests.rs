@@ -94,7 +94,7 @@ impl Agent {
     }
 
     fn status(&self) -> AgentStatus {
-        let slo = &self.config.lc.slo;
+        let slo = &self.config.lc().slo;
         let blank = crate::observation::Observation::default();
         let obs = self.node.sensors().map_or(&blank, |s| s.last());
         let p = &self.publisher;

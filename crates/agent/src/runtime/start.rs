@@ -35,10 +35,11 @@ impl Agent {
     pub fn start(options: AgentOptions) -> Result<Agent, AgentError> {
         let config = options.config.clone();
         config.validate()?;
+        config.check_runnable()?;
         let dry = options.dry_run;
         let host = LinuxHost::new(&options.root);
         let groups = ManagedGroups {
-            lc: config.lc.cgroup.clone(),
+            lc: config.lc().cgroup.clone(),
             be: config.be.iter().map(|b| b.cgroup.clone()).collect(),
         };
         let cgroups = host.cgroups()?;
@@ -184,21 +185,21 @@ impl Agent {
                 // An LC already running SCHED_FIFO/RR cannot join a v1 cpu group whose
                 // real-time budget is 0 (EINVAL): give the group chain its budget first.
                 if config
-                    .lc
+                    .lc()
                     .pids
                     .iter()
                     .any(|&pid| has_realtime_thread(&options.root, pid as i32))
                 {
                     lc_threads.ensure_rt_budget(&cgroups, &groups.lc)?;
                 }
-                for &pid in &config.lc.pids {
+                for &pid in &config.lc().pids {
                     cgroups.move_process(&groups.lc, pid as i32)?;
                 }
-                if !config.lc.command.is_empty() {
+                if !config.lc().command.is_empty() {
                     steps.lc_child = Some(crate::supervisor::launch_in_group(
                         &cgroups,
-                        &config.lc.name,
-                        &config.lc.command,
+                        &config.lc().name,
+                        &config.lc().command,
                         &groups.lc,
                     )?);
                 }
@@ -230,7 +231,7 @@ impl Agent {
             metrics,
             policy: config.policy.kind.as_str(),
             started_unix_ms: unix_ms(),
-            slo_us: config.lc.slo.target_us,
+            slo_us: config.lc().slo.target_us,
             reasons: Default::default(),
             last_reason: String::new(),
             last_allocation: None,
