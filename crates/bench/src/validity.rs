@@ -28,10 +28,10 @@ impl Connections {
     }
 }
 
-/// The bench's and the demo's `-c`. Once `headroom load -c auto` exists, this one line becomes
-/// `Connections::Auto` (a run that still hits the depth cap is then retried with
+/// The bench's and the demo's `-c`: `auto`, sized by `headroom load` from the measured round
+/// trip and grown mid-run at the depth cap (a run that still hits the cap is retried with
 /// [`MAX_CONNECTIONS`] explicit connections, see [`correct`]).
-pub const DEFAULT_CONNECTIONS: Connections = Connections::Fixed(8);
+pub const DEFAULT_CONNECTIONS: Connections = Connections::Auto;
 /// Requests in flight per connection (`-d`).
 pub const DEFAULT_DEPTH: usize = 4;
 /// The most connections per thread a correction asks for.
