@@ -241,3 +241,15 @@ fn colocation_agents_get_the_scaled_cooldown_and_the_agent_accepts_it() {
         .unwrap_or_else(|e| panic!("the agent refuses it: {e}\n{text}"));
     assert_eq!(c.safety.violation_cooldown_s, 10.0, "{text}");
 }
+
+#[test]
+fn a_run_failing_only_independence_is_used_once_a_longer_run_was_tried() {
+    // Every run failing only `independence`: the last one is used (its CI is not trusted).
+    let (ran, m) = scripted(1, vec![result(150.0, &[CORRELATED])]);
+    let m = m.unwrap();
+    assert!(ran.len() >= 2, "a longer run was tried");
+    assert_eq!(m.used_index(), Some(m.attempts.len() - 1));
+    // Independence beside an instrument failure: never used.
+    let (_, m) = scripted(1, vec![result(150.0, &[CORRELATED, CLIENT_CPU])]);
+    assert!(m.unwrap().valid().is_none());
+}

@@ -185,7 +185,7 @@ impl LcThreads {
                     format!("no real-time budget left for {group}"),
                 ));
             }
-            cgroups.set_rt_runtime_us(&group, spare)?;
+            let spare = set_rt_budget_retrying(cgroups, &group, spare)?;
             tracing::info!(group = %group, runtime_us = spare, "real-time budget given to the LC group chain");
             self.state.rt_budgets.push((group.clone(), current));
         }
@@ -226,6 +226,33 @@ impl LcThreads {
         self.errors += 1;
         if self.errors.is_power_of_two() {
             tracing::warn!(tid, error = %e, "{what} an LC thread failed");
+        }
+    }
+}
+
+/// Writes `spare` to the group's `cpu.rt_runtime_us`, retried: the kernel counts the budget of a
+/// group being removed (a previous agent's, just rmdir'd) until it is freed, so a budget that
+/// adds up on paper can be refused (EINVAL) for a moment. Tries the same value for ~0.5 s, then
+/// halves it (some budget lets the LC's FIFO threads in; none refuses them) down to 1/16.
+fn set_rt_budget_retrying(
+    cgroups: &Cgroups,
+    group: &GroupPath,
+    spare: i64,
+) -> Result<i64, headroom_host::HostError> {
+    let mut value = spare;
+    let mut tries = 0;
+    loop {
+        match cgroups.set_rt_runtime_us(group, value) {
+            Ok(()) => return Ok(value),
+            Err(e) if value > spare / 16 => {
+                tries += 1;
+                if tries >= 5 {
+                    value /= 2;
+                }
+                tracing::debug!(group = %group, runtime_us = value, error = %e, "cpu.rt_runtime_us refused; retrying");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -85,11 +85,12 @@ impl Session<'_> {
                 b.commands.push(cmd);
             }
         }
-        for a in &measured.attempts {
+        let used = measured.used_index();
+        for (i, a) in measured.attempts.iter().enumerate() {
             b.probes.push(Probe {
                 target_qps: qps,
                 valid: a.metrics.valid,
-                used: a.metrics.valid,
+                used: used == Some(i),
                 purpose: purpose.into(),
                 config: a.shape.describe(),
                 correction: a.change.clone(),
