@@ -127,8 +127,9 @@ impl Session<'_> {
     /// single probe hit by a host hiccup, p99 3.8 ms at 20k QPS between 160 µs probes at 17.5k
     /// and 19.4k, otherwise stopped a capacity search at a quarter of the LC's capacity).
     /// A rate no corrected run measures validly is beyond the LC when the failure is the LC's
-    /// (sends waited for the depth cap, the tail drifted: [`validity::server_limited`]); a
-    /// failure of the instrument stops the bench with the check and the fix.
+    /// (sends waited for the depth cap, the tail drifted: [`validity::server_limited`]); one the
+    /// instrument could not offer validly is not held (the capacity is what was measured validly
+    /// below it). The low-load tail and the SLO's probes must be valid ([`Self::valid_probe`]).
     pub(super) fn holds_at(
         &mut self,
         addr: SocketAddr,
@@ -146,7 +147,23 @@ impl Session<'_> {
             let m = self.probe(addr, qps, purpose, b)?;
             let what = format!("LC alone at {qps:.0} QPS ({purpose})");
             let cpus = self.runner.placement.loadgen.len();
-            match validity::judge(&m, qps, p, bound_us, &what, cpus)? {
+            let verdict = match validity::judge(&m, qps, p, bound_us, &what, cpus) {
+                Ok(v) => v,
+                // The instrument could not offer this rate validly on its CPUs (after its
+                // corrections): the rate is not held — the capacity is the highest rate measured
+                // validly, said here — rather than a stop of the whole search.
+                Err(e @ crate::BenchError::Invalid { .. }) => {
+                    (self.progress)(&format!(
+                        "  {qps:.0} QPS: not measurable validly here ({}); counted as not held, not used",
+                        validity::short_reason(&m.last().metrics)
+                    ));
+                    tracing::info!(error = %e, "capacity probe beyond the instrument");
+                    beyond = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            };
+            match verdict {
                 RateVerdict::Held => Ok(true),
                 RateVerdict::NotHeld => Ok(false),
                 RateVerdict::Beyond => {
