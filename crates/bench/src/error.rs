@@ -42,8 +42,6 @@ pub enum BenchError {
         tried: Vec<String>,
         fix: String,
     },
-    #[error("rendering plot {figure}: {detail}")]
-    Plot { figure: String, detail: String },
     #[error(transparent)]
     Report(#[from] headroom_report::ReportError),
 }
