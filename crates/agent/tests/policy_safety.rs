@@ -188,6 +188,7 @@ impl Policy for Rogue {
             allocation: a,
             reason: "rogue:all".into(),
             state: serde_json::json!({}),
+            binding_lc: None,
         }
     }
     fn poll_interval(&self) -> Duration {

@@ -46,6 +46,7 @@ fn group(name: &str, rt_s: f64, qps: f64, server_frac: f64) -> LcGroupObservatio
         latency_us: Some(rt_s * 1e6),
         qps: Some(qps),
         cpu_usage: Some(server_frac * 24.0),
+        ..LcGroupObservation::default()
     }
 }
 

@@ -62,6 +62,16 @@ pub struct LcGroupWeight {
     pub cpu_weight: CpuWeight,
 }
 
+/// The CPUs one LC service (`[[lc]] name`) may run on, given by an arbitrating policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LcServiceCpus {
+    /// `[[lc]] name`.
+    pub name: String,
+    /// cgroup path relative to the cgroup root (its cpuset is written).
+    pub cgroup: GroupPath,
+    pub cpus: CpuSet,
+}
+
 /// How the LC threads are treated (the mainline stand-ins for BVT warp). The LC is never
 /// restricted: these only give it more.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -110,6 +120,10 @@ pub struct Allocation {
     pub be_kill: bool,
     /// Per-LC-group CPU weights (the `weights` policy).
     pub lc_groups: Vec<LcGroupWeight>,
+    /// Per-LC-service CPU sets (the `multi` policy's arbitration between `[[lc]]` services,
+    /// PARTIES' order); empty = the services' CPUs are left as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lc_services: Vec<LcServiceCpus>,
     /// LC thread treatment.
     pub lc: LcTreatment,
 }
@@ -132,6 +146,7 @@ impl Default for Allocation {
             be_memory_limit_bytes: None,
             be_kill: false,
             lc_groups: Vec::new(),
+            lc_services: Vec::new(),
             lc: LcTreatment::default(),
         }
     }

@@ -16,6 +16,9 @@ pub struct Decision {
     pub reason: String,
     /// The policy's internal state after the decision (for the log, `ctl status` and replay).
     pub state: serde_json::Value,
+    /// With several `[[lc]]` services: the one whose slack bound this decision (the tightest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_lc: Option<String>,
 }
 
 /// One line of the decision log.
@@ -31,6 +34,9 @@ pub struct DecisionRecord {
     pub allocation: Allocation,
     pub reason: String,
     pub state: serde_json::Value,
+    /// With several `[[lc]]` services: the one whose slack bound this decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_lc: Option<String>,
     /// A run of identical decisions (allocation, reason and state) written as this one line:
     /// absent for a single decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,6 +72,7 @@ impl DecisionRecord {
             allocation: decision.allocation.clone(),
             reason: decision.reason.clone(),
             state: decision.state.clone(),
+            binding_lc: decision.binding_lc.clone(),
             repeat: None,
         }
     }

@@ -30,8 +30,9 @@ pub struct Observation {
     pub lc_load: Option<f64>,
     /// Age of `lc_qps` / `lc_load`, in ms.
     pub lc_load_age_ms: Option<u64>,
-    /// Per-LC-group signals, for policies that manage several LC groups (`weights`). The first
-    /// [lc] group may also appear here; when this is empty the top-level fields above are used.
+    /// Per-LC signals: one entry per `[[lc]]` service when the agent protects several (the
+    /// top-level `lc_*` fields then repeat the first service's, for single-LC policies), or
+    /// the `weights` policy's groups. Empty = one LC, described by the top-level fields.
     pub lc_groups: Vec<LcGroupObservation>,
 
     // ---- CPU ----
@@ -97,18 +98,32 @@ pub struct Observation {
     pub link_bytes_per_s: Option<f64>,
 }
 
-/// Signals of one LC group, for the `weights` policy (Blagodurov's several critical workloads).
+/// Signals of one LC service (`[[lc]] name`, one entry per service when the agent protects
+/// several) or one LC group of the `weights` policy (Blagodurov's several critical workloads).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LcGroupObservation {
-    /// Group name as in `[[policy.weights.groups]] name`.
+    /// `[[lc]] name`, or the group name as in `[[policy.weights.groups]] name`.
     pub name: String,
-    /// Response time at the SLO percentile, µs.
+    /// Response time at the service's own SLO percentile (`lc[i].slo.percentile`), µs.
     pub latency_us: Option<f64>,
+    /// Age of `latency_us`: time since the end of its measurement window, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_age_ms: Option<u64>,
+    /// Which source gave `latency_us` (`kernel`, `probe`, `scrape`, `feed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_source: Option<String>,
     /// Request rate, requests/s.
     pub qps: Option<f64>,
+    /// Load as a fraction of the service's `lc[i].load.peak_qps`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
     /// CPU consumption in CPUs (1.0 = one CPU fully busy).
     pub cpu_usage: Option<f64>,
+    /// CPUs the service's threads are pinned to (union of their affinity masks); `None` or
+    /// every online CPU = not pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<u32>>,
 }
 
 impl Observation {

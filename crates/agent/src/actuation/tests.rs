@@ -524,6 +524,7 @@ impl crate::policy::Policy for Fixed {
         _now: std::time::Duration,
     ) -> crate::decision::Decision {
         crate::decision::Decision {
+            binding_lc: None,
             allocation: self.0.clone(),
             reason: "fixed".into(),
             state: serde_json::Value::Null,

@@ -209,6 +209,7 @@ impl Policy for Blind {
         if !self.explain {
             self.candidates = memo;
             return Decision {
+                binding_lc: None,
                 allocation,
                 reason: reason.to_string(),
                 state: serde_json::Value::Null,
@@ -226,6 +227,7 @@ impl Policy for Blind {
         });
         self.candidates = memo;
         Decision {
+            binding_lc: None,
             allocation,
             reason: reason.to_string(),
             state,

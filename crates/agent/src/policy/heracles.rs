@@ -225,12 +225,14 @@ impl Policy for Heracles {
         }
         if !self.explain {
             return Decision {
+                binding_lc: None,
                 allocation,
                 reason,
                 state: serde_json::Value::Null,
             };
         }
         Decision {
+            binding_lc: None,
             allocation,
             reason,
             state: json!({

@@ -188,12 +188,14 @@ impl Policy for Hybrid {
         };
         if !self.explain {
             return Decision {
+                binding_lc: None,
                 allocation,
                 reason: outer_reason.unwrap_or(inner_reason),
                 state: serde_json::Value::Null,
             };
         }
         Decision {
+            binding_lc: None,
             allocation,
             reason: outer_reason.unwrap_or(inner_reason),
             state: json!({

@@ -295,6 +295,7 @@ impl Policy for Guarded {
         };
         if !self.explain {
             return Decision {
+                binding_lc: None,
                 allocation: a,
                 reason: reason.unwrap_or(inner_reason),
                 state: serde_json::Value::Null,
@@ -302,6 +303,7 @@ impl Policy for Guarded {
         }
         let reason = reason.unwrap_or_else(|| inner_reason.clone());
         Decision {
+            binding_lc: None,
             allocation: a,
             reason,
             state: json!({

@@ -33,6 +33,7 @@ impl Policy for NonePolicy {
 
     fn decide(&mut self, _obs: &Observation, _now: Duration) -> Decision {
         Decision {
+            binding_lc: None,
             allocation: Allocation::unrestricted(),
             reason: "none:unrestricted".to_string(),
             state: json!({}),
@@ -90,6 +91,7 @@ impl Policy for StaticCores {
             )
         };
         Decision {
+            binding_lc: None,
             allocation,
             reason: reason.to_string(),
             state: json!({ "be_cpus": cpus, "candidates": candidates }),
@@ -131,6 +133,7 @@ impl Policy for StaticCycles {
         // percent of the whole machine → percent of one CPU
         let quota_pct = super::round6(p.percent * self.machine.cpus.len() as f64);
         Decision {
+            binding_lc: None,
             allocation: Allocation {
                 be_quota_pct: Some(quota_pct),
                 be_quota_period_us: Some(p.period_us),

@@ -113,6 +113,7 @@ impl Weights {
                 latency_us: obs.lc_latency_us,
                 qps: obs.lc_qps,
                 cpu_usage: obs.lc_cpu_usage,
+                ..LcGroupObservation::default()
             };
         }
         LcGroupObservation {
@@ -238,6 +239,7 @@ impl Policy for Weights {
         }
         if !self.explain {
             return Decision {
+                binding_lc: None,
                 allocation,
                 reason,
                 state: serde_json::Value::Null,
@@ -256,6 +258,7 @@ impl Policy for Weights {
             state["be_cpu_idle"] = json!("unavailable: cpu.idle missing, using be_shares");
         }
         Decision {
+            binding_lc: None,
             allocation,
             reason,
             state,

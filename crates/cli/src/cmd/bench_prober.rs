@@ -586,6 +586,7 @@ mod tests {
             allocation: Allocation::default(),
             reason: String::new(),
             state: serde_json::Value::Null,
+            binding_lc: None,
             repeat: None,
         }
     }
