@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 
 use clap::Parser;
-use headroom_load::checks::run_checks;
+use headroom_load::checks::{inflation_at, rule_inflation, run_checks};
 use headroom_load::stats::batch::mm1_quantile_us;
 use headroom_load::stats::{enough_samples, summary_blocked};
 use headroom_load::testkit::Mm1Server;
@@ -146,6 +146,17 @@ fn summarize_rows(path: &std::path::Path, overhead: f64) {
     }
 }
 
+/// The independence rule n / inflation(pX) ≥ 10/(1 − 0.99) judged for several X (and for the
+/// rule the check uses, min(p50, p99), last): how many runs each accepts and how often the p99
+/// interval of an accepted run covers the analytic p99.
+const RULE_PERCENTILES: [f64; 5] = [50.0, 75.0, 90.0, 99.0, f64::NAN];
+
+#[derive(Default, Clone)]
+struct RuleTally {
+    accepted: usize,
+    covered: usize,
+}
+
 #[derive(Default, Clone)]
 struct Tally {
     covered_shifted: usize,
@@ -200,6 +211,7 @@ fn main() {
         let pcts = [50.0, 99.0, 99.9];
         let tallies = Mutex::new(vec![Tally::default(); pcts.len()]);
         let valid = Mutex::new((0usize, 0usize));
+        let rules = Mutex::new(vec![RuleTally::default(); RULE_PERCENTILES.len()]);
         let next = Mutex::new(0usize);
         let excluded = Mutex::new(Vec::new());
         std::thread::scope(|s| {
@@ -286,6 +298,22 @@ fn main() {
                             e.width += (ci[1] - ci[0]) / truth;
                         }
                     }
+                    {
+                        let truth = mm1_quantile_us(lambda, mu, 0.99);
+                        let covers = stats.p99_ci_us[0] <= truth && truth <= stats.p99_ci_us[1];
+                        let mut r = rules.lock().unwrap();
+                        for (i, p) in RULE_PERCENTILES.iter().enumerate() {
+                            let infl = if p.is_nan() {
+                                rule_inflation(&raw.load.read, &raw.load.read_blocks, 99.0)
+                            } else {
+                                inflation_at(&raw.load.read, &raw.load.read_blocks, *p)
+                            };
+                            if enough_samples((n as f64 / infl) as u64, 99.0) {
+                                r[i].accepted += 1;
+                                r[i].covered += covers as usize;
+                            }
+                        }
+                    }
                     let mut v = valid.lock().unwrap();
                     v.0 += 1;
                     v.1 += all_ok as usize;
@@ -294,6 +322,14 @@ fn main() {
         });
         let t = tallies.into_inner().unwrap();
         let (done, ok) = valid.into_inner().unwrap();
+        for (p, r) in RULE_PERCENTILES.iter().zip(rules.into_inner().unwrap()) {
+            println!(
+                "  rho {rho}: independence rule on inflation({}): accepts {}/{done} runs, p99 coverage among them {}",
+                if p.is_nan() { "min(p50, p99), the check's".to_string() } else { format!("p{p}") },
+                r.accepted,
+                if r.accepted == 0 { "-".to_string() } else { format!("{:.3}", r.covered as f64 / r.accepted as f64) }
+            );
+        }
         let excluded = excluded.into_inner().unwrap();
         if !excluded.is_empty() {
             println!(
