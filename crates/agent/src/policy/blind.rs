@@ -24,7 +24,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{
-    be_candidate_cpus, lc_pinned_cpus, round6, take_top_cpus, LcCpusMemo, MachineInfo, Policy,
+    be_candidate_cpus, lc_pinned_cpus, round6, take_top_cpus, IdleCrossings, LcCpusMemo,
+    MachineInfo, Policy,
 };
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
@@ -51,6 +52,9 @@ pub struct Blind {
     candidates: LcCpusMemo,
     /// The CPUs the LC is pinned to; empty = the LC may run on BE's CPUs.
     lc_pinned: LcCpusMemo,
+    /// S's bounds at the last decision (the candidates and `min_be_cpus`/`max_be_cpus`): at a
+    /// bound, a crossing towards it cannot change the next decision.
+    bounds: Option<(f64, f64)>,
 }
 
 impl Blind {
@@ -65,6 +69,7 @@ impl Blind {
             last_cpuset: CpuSet::new(),
             explain: true,
             candidates: LcCpusMemo::default(),
+            bounds: None,
             lc_pinned: LcCpusMemo::default(),
         }
     }
@@ -165,6 +170,7 @@ impl Policy for Blind {
         });
         let max = self.max_be_cpus(candidates.len());
         let min = min_be_cpus.min(max);
+        self.bounds = Some((min, max));
         let before = self.be_cpus;
         // The LC may have pinned itself onto more CPUs since the last poll.
         self.be_cpus = self.be_cpus.clamp(min, max);
@@ -242,6 +248,16 @@ impl Policy for Blind {
         Some(self.buffer)
     }
 
+    fn idle_crossings(&self) -> IdleCrossings {
+        let Some((min, max)) = self.bounds else {
+            return IdleCrossings::BOTH;
+        };
+        IdleCrossings {
+            falls: self.be_cpus > min,
+            rises: self.growth_allowed && self.be_cpus < max,
+        }
+    }
+
     fn set_explain(&mut self, on: bool) {
         self.explain = on;
     }
@@ -283,6 +299,52 @@ mod tests {
             idle_cpus: Some(i),
             ..Observation::default()
         }
+    }
+
+    /// At its bounds only the crossing away from the bound is armed: at 0 CPUs no fall can
+    /// shrink BE, at every candidate CPU no rise can grow it (issue 30: no storms at the limit).
+    #[test]
+    fn only_crossings_that_can_move_s_are_armed() {
+        let mut b = blind("");
+        assert_eq!(
+            b.idle_crossings(),
+            IdleCrossings::BOTH,
+            "nothing decided yet"
+        );
+        // nothing idle: S shrinks to its minimum, 0
+        b.decide(&idle(0.0), Duration::ZERO);
+        assert_eq!(b.be_cpus(), 0.0);
+        assert_eq!(
+            b.idle_crossings(),
+            IdleCrossings {
+                falls: false,
+                rises: true
+            }
+        );
+        // all 8 idle, grown to every CPU, one step per grow interval
+        for i in 1..=40u64 {
+            b.decide(&idle(8.0), Duration::from_millis(100 * i));
+        }
+        assert_eq!(b.be_cpus(), 8.0);
+        assert_eq!(
+            b.idle_crossings(),
+            IdleCrossings {
+                falls: true,
+                rises: false
+            }
+        );
+        // in between with growth disallowed (hybrid's outer loop): falls only
+        b.decide(&idle(0.5), Duration::from_secs(10));
+        assert!(b.be_cpus() > 0.0 && b.be_cpus() < 8.0, "{}", b.be_cpus());
+        assert_eq!(b.idle_crossings(), IdleCrossings::BOTH);
+        b.set_growth_allowed(false);
+        assert_eq!(
+            b.idle_crossings(),
+            IdleCrossings {
+                falls: true,
+                rises: false
+            }
+        );
     }
 
     /// An unpinned LC may wake up on BE's CPUs: BE must run there in the `cpu.idle` class, not

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::blind::Blind;
 use super::heracles::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
-use super::{be_candidate_cpus, round6, secs, take_top_cpus, MachineInfo, Policy};
+use super::{be_candidate_cpus, round6, secs, take_top_cpus, IdleCrossings, MachineInfo, Policy};
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
 use crate::observation::Observation;
@@ -219,6 +219,16 @@ impl Policy for Hybrid {
     /// While BE is disabled only the outer loop (on its own schedule) can enable it.
     fn idle_crossings_matter(&self) -> bool {
         self.top.enabled
+    }
+
+    /// While BE is enabled, the inner loop's: none at its bounds' side, no rise while the
+    /// outer loop disallows growth.
+    fn idle_crossings(&self) -> IdleCrossings {
+        if self.top.enabled {
+            self.inner.idle_crossings()
+        } else {
+            IdleCrossings::NONE
+        }
     }
 
     fn set_explain(&mut self, on: bool) {

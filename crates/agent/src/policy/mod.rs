@@ -83,6 +83,41 @@ pub trait Policy: Send {
     fn idle_crossings_matter(&self) -> bool {
         true
     }
+
+    /// Which idle-count crossings can change the next decision now: a fall only where BE can
+    /// still shrink, a rise only where it can still grow (not at its limit, not with growth
+    /// disallowed). The kernel's thresholds are armed for these alone.
+    fn idle_crossings(&self) -> IdleCrossings {
+        if self.idle_crossings_matter() {
+            IdleCrossings::BOTH
+        } else {
+            IdleCrossings::NONE
+        }
+    }
+}
+
+/// The idle-count crossings that can change a policy's decision ([`Policy::idle_crossings`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleCrossings {
+    /// A fall below the low threshold (BE can shrink).
+    pub falls: bool,
+    /// A rise to the high threshold (BE can grow).
+    pub rises: bool,
+}
+
+impl IdleCrossings {
+    pub const BOTH: IdleCrossings = IdleCrossings {
+        falls: true,
+        rises: true,
+    };
+    pub const NONE: IdleCrossings = IdleCrossings {
+        falls: false,
+        rises: false,
+    };
+
+    pub fn any(self) -> bool {
+        self.falls || self.rises
+    }
 }
 
 pub use headroom_types::mechanism::{Mechanism, MechanismSet};

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{build_unguarded, lc_pinned_cpus, LcCpusMemo, MachineInfo, Mechanism, Policy};
+use super::{
+    build_unguarded, lc_pinned_cpus, IdleCrossings, LcCpusMemo, MachineInfo, Mechanism, Policy,
+};
 use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
 use crate::observation::Observation;
@@ -39,6 +41,9 @@ pub struct Guarded {
     stale_ticks: u64,
     stale_since: Option<Duration>,
     violation_until: Option<Duration>,
+    /// A rule (stale signal, violation cooldown, memory, no CPU besides the LC's) turned the
+    /// policy's enabled BE off at the last decision.
+    rules_hold_be_off: bool,
     last_grow: Option<Duration>,
     last_shrink: Option<Duration>,
     explain: bool,
@@ -63,6 +68,7 @@ impl Guarded {
             stale_ticks: 0,
             stale_since: None,
             violation_until: None,
+            rules_hold_be_off: false,
             last_grow: None,
             last_shrink: None,
             explain: true,
@@ -166,6 +172,7 @@ impl Policy for Guarded {
             }
         };
         let mut overrides: Vec<&'static str> = Vec::new();
+        let proposed_enabled = a.be_enabled;
 
         // Rule 1: the LC is never restricted; BE never on the LC's pinned CPUs.
         self.set_lc_treatment(&mut a.lc);
@@ -285,6 +292,7 @@ impl Policy for Guarded {
         }
 
         self.inner.applied(&a);
+        self.rules_hold_be_off = proposed_enabled && !a.be_enabled;
         if !same_as_last {
             self.last = Some(a.clone());
         }
@@ -333,7 +341,17 @@ impl Policy for Guarded {
     }
 
     fn idle_crossings_matter(&self) -> bool {
-        !self.paused && self.inner.idle_crossings_matter()
+        self.idle_crossings().any()
+    }
+
+    /// None while paused or while a rule holds BE off (stale signal, violation cooldown):
+    /// those lift on the periodic tick, never on a crossing.
+    fn idle_crossings(&self) -> IdleCrossings {
+        if self.paused || self.rules_hold_be_off {
+            IdleCrossings::NONE
+        } else {
+            self.inner.idle_crossings()
+        }
     }
 
     fn set_explain(&mut self, on: bool) {

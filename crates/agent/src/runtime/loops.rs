@@ -197,7 +197,7 @@ impl Agent {
             idle_wake::armed_thresholds(
                 &self.config,
                 policy.idle_buffer(),
-                policy.idle_crossings_matter(),
+                policy.idle_crossings(),
             ),
             self.node.sensors_mut(),
         ) {

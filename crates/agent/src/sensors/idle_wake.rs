@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, PolicyKind};
+use crate::policy::IdleCrossings;
 
 /// The shortest periodic duty while sensing by events: a steady host costs one wake-up per
 /// this (the slow sensors' period).
@@ -180,10 +181,19 @@ pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
 /// Thresholds no count crosses: the kernel writes no event (BE disabled, the policy paused).
 pub const DISARMED: (i64, i64) = (i64::MIN, i64::MAX);
 
-/// [`thresholds`], or [`DISARMED`] where no crossing can change the policy's decision
-/// (`matter`: [`crate::policy::Policy::idle_crossings_matter`]).
-pub fn armed_thresholds(config: &Config, buffer: Option<f64>, matter: bool) -> Option<(i64, i64)> {
-    thresholds(config, buffer).map(|t| if matter { t } else { DISARMED })
+/// [`thresholds`] with each side disarmed where its crossing cannot change the policy's
+/// decision ([`crate::policy::Policy::idle_crossings`]): [`DISARMED`] when neither can.
+pub fn armed_thresholds(
+    config: &Config,
+    buffer: Option<f64>,
+    crossings: IdleCrossings,
+) -> Option<(i64, i64)> {
+    thresholds(config, buffer).map(|(low, high)| {
+        (
+            if crossings.falls { low } else { DISARMED.0 },
+            if crossings.rises { high } else { DISARMED.1 },
+        )
+    })
 }
 
 /// Event ticks answered per periodic duty: beyond them a flapping CPU's crossings wait for the
@@ -369,6 +379,45 @@ mod tests {
         assert_eq!(thresholds(&c, None), Some((1, 2)));
         c.policy.kind = PolicyKind::Heracles;
         assert_eq!(thresholds(&c, None), None);
+    }
+
+    /// Each side of the band is armed only where its crossing can change a decision.
+    #[test]
+    fn a_side_no_crossing_can_use_is_disarmed() {
+        let c: Config =
+            toml::from_str("[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[policy]\nkind = \"blind\"\n")
+                .unwrap();
+        let arm = |falls, rises| armed_thresholds(&c, None, IdleCrossings { falls, rises });
+        assert_eq!(arm(true, true), Some((1, 2)));
+        assert_eq!(arm(true, false), Some((1, i64::MAX)));
+        assert_eq!(arm(false, true), Some((i64::MIN, 2)));
+        assert_eq!(arm(false, false), Some(DISARMED));
+    }
+
+    /// A violation's cooldown holds BE off through the safety rules: no crossing is armed
+    /// until it lifts on the periodic tick.
+    #[test]
+    fn nothing_is_armed_while_a_safety_rule_holds_be_off() {
+        use crate::policy::{self, MachineInfo};
+        let c = crate::config::Config::from_toml_str(
+            "[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[lc.latency]\nsource = \"feed\"\n\
+             [policy]\nkind = \"blind\"\n",
+        )
+        .unwrap();
+        let mut p = policy::build(&c, &MachineInfo::with_cpus(8));
+        let obs = |latency: Option<f64>| crate::observation::Observation {
+            lc_latency_us: latency,
+            lc_latency_age_ms: latency.map(|_| 0),
+            idle_cpus: Some(4.0),
+            ..Default::default()
+        };
+        let d = p.decide(&obs(Some(10.0)), Duration::from_secs(1));
+        assert!(d.allocation.be_enabled, "{}", d.reason);
+        assert!(p.idle_crossings().any());
+        // a latency far over the SLO: the violation rule freezes BE for the cooldown
+        let d = p.decide(&obs(Some(1e6)), Duration::from_secs(2));
+        assert!(!d.allocation.be_enabled, "{}", d.reason);
+        assert_eq!(p.idle_crossings(), IdleCrossings::NONE, "{}", d.reason);
     }
 
     /// Hybrid's outer loop widens the buffer after a violation: the thresholds the agent arms
