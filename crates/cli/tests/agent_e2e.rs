@@ -576,3 +576,172 @@ poll_ms = 20
         "the LC group the agent created is removed once the LC is back in its own"
     );
 }
+
+/// `memcached`'s `cmd_get` counter, read with `stats` (which is not a get).
+fn memcached_gets(addr: std::net::SocketAddr) -> u64 {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to memcached");
+    s.write_all(b"stats\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "stats ended early");
+        if line.starts_with("END") {
+            panic!("no cmd_get in stats");
+        }
+        if let Some(v) = line.strip_prefix("STAT cmd_get ") {
+            return v.trim().parse().unwrap();
+        }
+    }
+}
+
+/// Issue 30: with `[lc.latency] source = "kernel"` the agent times the LC's own requests in
+/// the kernel (BPF on the LC's port) and adds no traffic: while a load generator runs,
+/// `ctl status` shows the kernel sensor's window (requests counted, a finite percentile); when
+/// the load stops, memcached's get counter stands still — no prober is sending.
+#[test]
+fn the_kernel_sensor_times_the_lcs_own_requests_and_sends_none() {
+    const TEST: &str = "the_kernel_sensor_times_the_lcs_own_requests_and_sends_none";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {TEST}: not root");
+        return;
+    }
+    let Some(memcached) = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        eprintln!("SKIP {TEST}: memcached is not installed");
+        return;
+    };
+    if let Err(e) = headroom_host::latency_bpf::LatencySensor::attach(&[1]) {
+        eprintln!("SKIP {TEST}: the kernel latency sensor does not load here: {e}");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.backend(Controller::Cpu).is_ok() => c,
+        _ => {
+            eprintln!("SKIP {TEST}: no cpu cgroup");
+            return;
+        }
+    };
+    let _rt = rt_budget();
+    let mut guard = Guard::fresh(&cgroups, "headroom-ksense");
+    let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
+    let (mc, addr) = headroom_load::readiness::spawn_memcache_server(
+        |port| {
+            let mut c = Command::new(memcached);
+            c.args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-t",
+                "1",
+            ])
+            .args(["-u", "root"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            c
+        },
+        5,
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("{TEST}: memcached did not start: {e}"));
+    let mc_pid = mc.id();
+    guard.children.push(mc);
+    let port = addr.port();
+    let text = format!(
+        r#"
+[lc]
+name = "memcached"
+cgroup = "{top}/lc"
+pids = [{mc_pid}]
+[lc.slo]
+target_us = 100000
+window_s = 1
+min_samples = 100
+[lc.latency]
+source = "kernel"
+port = {port}
+
+[[be]]
+name = "be"
+cgroup = "{top}/be"
+
+[policy]
+kind = "none"
+"#
+    );
+    let cfg = write_config(&dir, "kernel.toml", &text);
+    let agent = start_agent(&mut guard, &cfg, "kernel.log");
+    let log = || std::fs::read_to_string(dir.join("kernel.log")).unwrap_or_default();
+    let socket = dir.join("ctl.sock");
+    let sources = || {
+        headroom_agent::control::request(&socket, &headroom_agent::control::Request::Status)
+            .ok()
+            .and_then(|r| r.status)
+            .and_then(|s| s.lc.latency_sources)
+    };
+
+    // 3000 gets a second for 4 s from a load generator of our own.
+    let mut load = Command::new(BIN)
+        .args([
+            "load",
+            "-s",
+            &addr.to_string(),
+            "-q",
+            "3000",
+            "-t",
+            "4",
+            "-c",
+            "4",
+        ])
+        .arg("--quiet")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start headroom load");
+    let mut seen = None;
+    wait_for(
+        "a kernel window of the load's requests",
+        Duration::from_secs(8),
+        || {
+            seen = sources().filter(|s| s.kernel_requests >= 100 && s.kernel_us.is_some());
+            seen.is_some()
+        },
+    );
+    let _ = load.wait();
+    let seen = seen.unwrap_or_else(|| {
+        panic!(
+            "no kernel-sensor window with the load's requests; status {:?}; log:\n{}",
+            sources(),
+            log()
+        )
+    });
+    assert_eq!(seen.chosen, "kernel", "{seen:?}");
+    assert!(
+        seen.kernel_us.is_some_and(|us| us.is_finite() && us > 0.0),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.probe_running,
+        "no prober without a fallback: {seen:?}"
+    );
+
+    // The load is over: nothing but the load generator sent gets, so none arrive now.
+    let before = memcached_gets(addr);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = memcached_gets(addr);
+    assert_eq!(
+        after,
+        before,
+        "gets arrived with no load running: the agent added traffic; log:\n{}",
+        log()
+    );
+    let st = sigterm_and_wait(&mut guard, agent);
+    assert!(st.success(), "agent exit status {st}; log:\n{}", log());
+}
