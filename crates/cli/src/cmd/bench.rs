@@ -131,7 +131,7 @@ struct ExperimentFlags {
     /// Colocation trace length in minutes
     #[arg(long)]
     minutes: Option<f64>,
-    /// CPUs for the load generator and the agent (default: one per 8 CPUs, from CPU 0; given
+    /// CPUs for the load generator and the agent (default: one per 4 CPUs, at most 8, from CPU 0; given
     /// alone, the LC and BE get the rest)
     #[arg(long)]
     loadgen_cpus: Option<String>,
