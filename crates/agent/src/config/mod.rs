@@ -161,9 +161,6 @@ pub struct Config {
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];
 const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
 
-/// Why an agent refuses a config with several LCs (the text the start refusal carries).
-pub const SEVERAL_LCS: &str = "several [[lc]] services: parsed and validated, but this agent protects one LC; the multi-LC policy is issue 29";
-
 impl Config {
     /// The primary LC: the only one with `[lc]`, the first of several `[[lc]]`.
     pub fn lc(&self) -> &LcConfig {
@@ -184,13 +181,11 @@ impl Config {
         }
     }
 
-    /// Refuses a config the running agent cannot protect in full: several LCs, until the
-    /// multi-LC arbitration (issue 29) lands, rather than silently protecting only the first.
+    /// Refuses a config the running agent cannot protect. Every validated config runs now:
+    /// several `[[lc]]` services each get their group, sources and status, and single-LC
+    /// policies protect the first (docs/agent.md "Several LC services"). Kept as the one
+    /// place a start-time refusal goes.
     pub fn check_runnable(&self) -> Result<(), ConfigError> {
-        if self.lcs.len() > 1 {
-            let names: Vec<&str> = self.lcs.iter().map(|l| l.name.as_str()).collect();
-            return Err(invalid("lc", names, SEVERAL_LCS));
-        }
         Ok(())
     }
 
@@ -296,10 +291,17 @@ impl Config {
         let mut p = Problems::default();
         let missing = |list: &CpuSet| list.iter().find(|c| !cpus.contains(c));
         let online = crate::allocation::format_cpulist(cpus);
-        for (key, list) in [
-            ("lc.threads.cpus", &self.lc().threads.cpus),
-            ("policy.static-cores.cpus", &self.policy.static_cores.cpus),
-        ] {
+        let lc_keys: Vec<String> = (0..self.lcs.len())
+            .map(|i| format!("{}.threads.cpus", self.lc_key(i)))
+            .collect();
+        let lists = self
+            .lcs
+            .iter()
+            .zip(&lc_keys)
+            .map(|(lc, k)| (k.as_str(), &lc.threads.cpus));
+        for (key, list) in
+            lists.chain([("policy.static-cores.cpus", &self.policy.static_cores.cpus)])
+        {
             if let Some(c) = missing(list) {
                 p.push(invalid(
                     key,
@@ -386,26 +388,44 @@ impl Config {
         let p = &self.policy;
         let needs_latency = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
             || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
-        if needs_latency && self.lc().latency.is_none() && self.lc().load.is_none() {
-            problems.push(invalid(
-                "policy.kind",
-                p.kind.as_str(),
-                "needs [lc.latency] (and [lc.load]) to be configured",
-            ));
-        } else if needs_latency && self.lc().latency.is_none() {
-            problems.push(invalid(
-                "policy.kind",
-                p.kind.as_str(),
-                "needs [lc.latency] to be configured",
-            ));
-        } else if matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
-            && self.lc().load.is_none()
-        {
-            problems.push(invalid(
-                "policy.kind",
-                p.kind.as_str(),
-                "needs [lc.load] (with peak_qps) to be configured",
-            ));
+        // Each service needs the signals the policy steers by. One LC keeps the message it
+        // always had (on `policy.kind`); among several, the service's own key is named.
+        let latency_and_load = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid);
+        for (i, lc) in self.lcs.iter().enumerate() {
+            let (key, value) = if self.lcs.len() == 1 {
+                ("policy.kind".to_string(), p.kind.as_str().to_string())
+            } else {
+                (format!("lc[{i}].latency"), "none".to_string())
+            };
+            let of = if self.lcs.len() == 1 {
+                String::new()
+            } else {
+                format!("policy.kind = {:?} ", p.kind.as_str())
+            };
+            let ix = self.lc_key(i);
+            if needs_latency && lc.latency.is_none() {
+                let and_load = if lc.load.is_none() && latency_and_load {
+                    format!(" (and [{ix}.load])")
+                } else {
+                    String::new()
+                };
+                problems.push(invalid(
+                    &key,
+                    &value,
+                    format!("{of}needs [{ix}.latency]{and_load} to be configured"),
+                ));
+            } else if latency_and_load && lc.load.is_none() {
+                let key = if self.lcs.len() == 1 {
+                    key
+                } else {
+                    format!("lc[{i}].load")
+                };
+                problems.push(invalid(
+                    &key,
+                    &value,
+                    format!("{of}needs [{ix}.load] (with peak_qps) to be configured"),
+                ));
+            }
         }
         p.static_cores.validate(problems);
         p.static_cycles.validate(problems);
