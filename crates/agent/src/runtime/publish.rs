@@ -11,7 +11,7 @@ use crate::allocation::Allocation;
 use crate::controller::{TickOutcome, TickSink};
 use crate::decision::{CtlEvent, Decision, DecisionRecord};
 use crate::observation::Observation;
-use crate::publish::metrics::Metrics;
+use crate::publish::metrics::{Metrics, ServiceSlo};
 use headroom_types::decision::Repeat;
 
 use super::RunSummary;
@@ -140,6 +140,8 @@ pub struct Publisher {
     pub policy: &'static str,
     pub started_unix_ms: u64,
     pub slo_us: f64,
+    /// Every LC service's name and SLO (the per-service metrics).
+    pub lcs: Vec<ServiceSlo>,
     pub reasons: VecDeque<(u64, String)>,
     pub last_reason: String,
     pub last_allocation: Option<Allocation>,
@@ -153,6 +155,8 @@ pub struct Publisher {
     pub pending: Option<Run>,
     /// The last decision written as a line of its own.
     pub last_logged: Option<Decision>,
+    /// The service whose slack bound the last decision (`ctl status`).
+    pub last_binding_lc: Option<String>,
 }
 
 impl Publisher {
@@ -189,6 +193,7 @@ impl TickSink for Publisher {
             d.reason == decision.reason
                 && d.allocation == decision.allocation
                 && d.state == decision.state
+                && d.binding_lc == decision.binding_lc
         });
         if same {
             if let Some(run) = &mut self.pending {
@@ -253,6 +258,11 @@ impl TickSink for Publisher {
             self.slo_us,
             &decision.reason,
         );
+        self.metrics
+            .observe_services(&self.lcs, obs, decision.binding_lc.as_deref());
+        if self.last_binding_lc != decision.binding_lc {
+            self.last_binding_lc.clone_from(&decision.binding_lc);
+        }
         if decision.reason != self.last_reason {
             self.reasons
                 .push_back((t.as_millis() as u64, decision.reason.clone()));
@@ -335,6 +345,7 @@ kind = "hybrid"
             policy: "hybrid",
             started_unix_ms: 0,
             slo_us: 500.0,
+            lcs: Vec::new(),
             reasons: Default::default(),
             last_reason: String::new(),
             last_allocation: None,
@@ -344,6 +355,7 @@ kind = "hybrid"
             be_held_off: None,
             pending: None,
             last_logged: None,
+            last_binding_lc: None,
         };
         let mut disarmed = 0;
         for i in 0..10_000u64 {
