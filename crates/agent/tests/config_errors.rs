@@ -592,3 +592,23 @@ fn several_lcs_run_and_each_needs_the_sources_its_policy_steers_by() {
         "the first service has its sources: {msg}"
     );
 }
+
+#[test]
+fn one_services_slo_changes_live_by_its_index() {
+    let second = "name = \"serve\"\ncgroup = \"headroom/serve\"";
+    let text = two_lcs(second).replace("kind = \"heracles\"", "kind = \"none\"");
+    let mut c = Config::from_toml_str(&text).unwrap();
+    c.set("lc[1].slo.target_us", "900").unwrap();
+    assert_eq!(c.lcs[1].slo.target_us, 900.0);
+    // `lc.slo.*` is the first service's
+    c.set("lc.slo.target_us", "700").unwrap();
+    assert_eq!(c.lcs[0].slo.target_us, 700.0);
+    assert_eq!(c.lcs[1].slo.target_us, 900.0);
+    let e = c.set("lc[1].slo.target_us", "0").unwrap_err().to_string();
+    assert!(e.starts_with("lc[1].slo.target_us = 0.0"), "{e}");
+    let e = c.set("lc[2].slo.target_us", "1").unwrap_err().to_string();
+    assert!(e.contains("there is no lc[2]"), "{e}");
+    let e = c.set("lc[1].cgroup", "\"x\"").unwrap_err().to_string();
+    assert!(e.contains("not changeable at run time"), "{e}");
+    assert_eq!(c.lcs[1].cgroup.as_str(), "headroom/serve");
+}

@@ -243,12 +243,22 @@ impl Config {
     /// (`2`, `0.5`, `"fair"`, `[1, 2]`; a bare word is taken as a string), validating the result.
     /// Only policy, SLO and safety keys may change at run time. On error `self` is unchanged.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let live = LIVE_PREFIXES.iter().any(|p| key.starts_with(p)) && !NOT_LIVE.contains(&key);
+        // `lc[i].slo.*` names one of several services; `lc.slo.*` the first.
+        let service = lc_index(key);
+        let live = (LIVE_PREFIXES.iter().any(|p| key.starts_with(p)) && !NOT_LIVE.contains(&key))
+            || service.is_some_and(|(_, rest)| rest.starts_with("slo."));
         if !live {
             return Err(invalid(
                 key,
                 value,
-                "not changeable at run time (only policy.*, lc.slo.* and safety.* keys are)",
+                "not changeable at run time (only policy.*, lc.slo.*, lc[i].slo.* and safety.* keys are)",
+            ));
+        }
+        if let Some((i, _)) = service.filter(|(i, _)| *i >= self.lcs.len()) {
+            return Err(invalid(
+                key,
+                value,
+                format!("there is no lc[{i}]: {} LC service(s)", self.lcs.len()),
             ));
         }
         let parsed = parse_toml_value(value);
@@ -257,8 +267,18 @@ impl Config {
         let parts: Vec<&str> = key.split('.').collect();
         let (last, parents) = parts.split_last().expect("split of a non-empty key");
         let mut table = doc.as_table_mut().expect("config serializes as a table");
-        for part in parents {
-            table = match table.get_mut(*part).and_then(|v| v.as_table_mut()) {
+        for (n, part) in parents.iter().enumerate() {
+            // `lc` is one table or an array of them (several services): `lc[i]`, or `lc`
+            // for the first.
+            let (name, index) = match (n, service) {
+                (0, Some((i, _))) => ("lc", i),
+                _ => (*part, 0),
+            };
+            let at = table.get_mut(name).and_then(|v| match v {
+                toml::Value::Array(a) => a.get_mut(index),
+                other => Some(other),
+            });
+            table = match at.and_then(|v| v.as_table_mut()) {
                 Some(t) => t,
                 None => return Err(invalid(key, value, format!("no table {part:?} here"))),
             };
@@ -505,6 +525,15 @@ fn refused_value(
         _ if prefix.is_empty() => ConfigError::Parse(inner.to_string()),
         _ => ConfigError::Parse(format!("{key}: {inner}")),
     }
+}
+
+/// `lc[i].rest` → `(i, "rest")`; `lc.rest` → `(0, "rest")` (the first service); else `None`.
+fn lc_index(key: &str) -> Option<(usize, &str)> {
+    if let Some(rest) = key.strip_prefix("lc.") {
+        return Some((0, rest));
+    }
+    let (i, rest) = key.strip_prefix("lc[")?.split_once("].")?;
+    Some((i.parse().ok()?, rest))
 }
 
 /// Parses `value` as a TOML value; a bare word that is not TOML is taken as a string.

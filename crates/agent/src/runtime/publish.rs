@@ -401,6 +401,73 @@ kind = "hybrid"
         assert!(replay_log(&config, &machine, &lines).is_empty());
     }
 
+    /// A decision bound by another LC service is another decision: it is not folded into the
+    /// run of the identical ones before it, and each line carries its binding service.
+    #[test]
+    fn a_different_binding_lc_is_a_different_decision() {
+        use crate::controller::TickSink;
+        use crate::decision::{Decision, LogLine};
+        use crate::observation::Observation;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        let (metrics, _registry) = crate::publish::metrics::Metrics::new();
+        let mut p = super::Publisher {
+            log: Some(DecisionLog::open(&path, 1 << 30).unwrap()),
+            metrics,
+            policy: "multi",
+            started_unix_ms: 0,
+            slo_us: 500.0,
+            lcs: Vec::new(),
+            reasons: Default::default(),
+            last_reason: String::new(),
+            last_allocation: None,
+            last_write_error: None,
+            summary: Default::default(),
+            state_dirty: false,
+            be_held_off: None,
+            pending: None,
+            last_logged: None,
+            last_binding_lc: None,
+        };
+        let decision = |binding: &str| Decision {
+            allocation: crate::allocation::Allocation::default(),
+            reason: "multi:hold".into(),
+            state: serde_json::Value::Null,
+            binding_lc: Some(binding.into()),
+        };
+        let obs = Observation::default();
+        for (i, b) in ["a", "a", "a", "b", "b", "a"].iter().enumerate() {
+            p.record(Duration::from_millis(i as u64), &obs, &decision(b));
+        }
+        p.end_run();
+        p.log.as_mut().unwrap().flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let bindings: Vec<(Option<String>, u64)> = text
+            .lines()
+            .map(|l| match LogLine::from_json_line(l).unwrap() {
+                LogLine::Decision(r) => (r.binding_lc, r.repeat.map_or(1, |r| r.count)),
+                LogLine::Event(_) => panic!("no events here"),
+            })
+            .collect();
+        let count = |b: &str| -> u64 {
+            bindings
+                .iter()
+                .filter(|(x, _)| x.as_deref() == Some(b))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        assert_eq!((count("a"), count("b")), (4, 2), "{text}");
+        // a, a-run, b, b-run... never an "a" folded into a "b" run or back
+        let order: Vec<&str> = bindings
+            .iter()
+            .map(|(b, _)| b.as_deref().unwrap())
+            .collect();
+        let mut changes = order.windows(2).filter(|w| w[0] != w[1]).count();
+        changes += 1;
+        assert_eq!(changes, 3, "a → b → a: {order:?}");
+    }
+
     /// A log on a full disk loses lines (counted) and says so once, not every tick.
     #[test]
     fn a_full_disk_is_counted_not_fatal() {

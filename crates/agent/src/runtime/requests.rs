@@ -74,6 +74,11 @@ impl Agent {
                             value: value.clone(),
                         });
                         self.config = updated;
+                        // The SLOs the metrics and status compare against follow a live change.
+                        self.publisher.slo_us = self.config.lc().slo.target_us;
+                        for (s, lc) in self.publisher.lcs.iter_mut().zip(&self.config.lcs) {
+                            s.slo_us = lc.slo.target_us;
+                        }
                         Response::ok(format!("{key} = {value}"))
                     }
                     Err(e) => Response::error(e.to_string()),
