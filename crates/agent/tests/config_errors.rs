@@ -584,7 +584,7 @@ fn several_lcs_run_and_each_needs_the_sources_its_policy_steers_by() {
     // A latency-driven policy: the service without sources is named by its index.
     let msg = refuse(&two_lcs(second));
     assert!(
-        msg.contains("lc[1].latency = \"none\": policy.kind = \"heracles\" needs [lc[1].latency] (and [lc[1].load])"),
+        msg.contains("lc[1].latency = \"none\": policy.kind = \"heracles\" needs [lc[1].latency] to be configured"),
         "{msg}"
     );
     assert!(

@@ -424,7 +424,7 @@ impl Config {
             };
             let ix = self.lc_key(i);
             if needs_latency && lc.latency.is_none() {
-                let and_load = if lc.load.is_none() && latency_and_load {
+                let and_load = if lc.load.is_none() && latency_and_load && i == 0 {
                     format!(" (and [{ix}.load])")
                 } else {
                     String::new()
@@ -434,7 +434,8 @@ impl Config {
                     &value,
                     format!("{of}needs [{ix}.latency]{and_load} to be configured"),
                 ));
-            } else if latency_and_load && lc.load.is_none() {
+            } else if latency_and_load && lc.load.is_none() && i == 0 {
+                // (Only the first service's load steers heracles/hybrid.)
                 let key = if self.lcs.len() == 1 {
                     key
                 } else {
