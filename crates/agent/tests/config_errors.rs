@@ -575,20 +575,40 @@ fn an_lc_nested_in_be_or_be_in_an_lc_is_refused_with_the_lc_named() {
 }
 
 #[test]
-fn the_agent_refuses_to_run_several_lcs_and_says_why() {
-    let c = Config::from_toml_str(&two_lcs("name = \"serve\"\ncgroup = \"headroom/serve\""))
-        .expect("two good LCs validate");
-    let msg = c
-        .check_runnable()
-        .expect_err("two LCs cannot run yet")
-        .to_string();
+fn several_lcs_run_and_each_needs_the_sources_its_policy_steers_by() {
+    let second = "name = \"serve\"\ncgroup = \"headroom/serve\"";
+    let text = two_lcs(second).replace("kind = \"heracles\"", "kind = \"none\"");
+    let c =
+        Config::from_toml_str(&text).expect("two LCs validate under a policy needing no latency");
+    c.check_runnable().expect("several LCs run");
+    // A latency-driven policy: the service without sources is named by its index.
+    let msg = refuse(&two_lcs(second));
     assert!(
-        msg.starts_with("lc = [\"memcached\", \"serve\"]: "),
+        msg.contains("lc[1].latency = \"none\": policy.kind = \"heracles\" needs [lc[1].latency] to be configured"),
         "{msg}"
     );
-    assert!(msg.contains(headroom_agent::config::SEVERAL_LCS), "{msg}");
     assert!(
-        msg.contains("protects one LC") && msg.contains("issue 29"),
-        "{msg}"
+        !msg.contains("lc[0]"),
+        "the first service has its sources: {msg}"
     );
+}
+
+#[test]
+fn one_services_slo_changes_live_by_its_index() {
+    let second = "name = \"serve\"\ncgroup = \"headroom/serve\"";
+    let text = two_lcs(second).replace("kind = \"heracles\"", "kind = \"none\"");
+    let mut c = Config::from_toml_str(&text).unwrap();
+    c.set("lc[1].slo.target_us", "900").unwrap();
+    assert_eq!(c.lcs[1].slo.target_us, 900.0);
+    // `lc.slo.*` is the first service's
+    c.set("lc.slo.target_us", "700").unwrap();
+    assert_eq!(c.lcs[0].slo.target_us, 700.0);
+    assert_eq!(c.lcs[1].slo.target_us, 900.0);
+    let e = c.set("lc[1].slo.target_us", "0").unwrap_err().to_string();
+    assert!(e.starts_with("lc[1].slo.target_us = 0.0"), "{e}");
+    let e = c.set("lc[2].slo.target_us", "1").unwrap_err().to_string();
+    assert!(e.contains("there is no lc[2]"), "{e}");
+    let e = c.set("lc[1].cgroup", "\"x\"").unwrap_err().to_string();
+    assert!(e.contains("not changeable at run time"), "{e}");
+    assert_eq!(c.lcs[1].cgroup.as_str(), "headroom/serve");
 }

@@ -24,6 +24,33 @@ fn exported() -> BTreeSet<String> {
         .get_or_create(&vec![("reason".to_owned(), "test".to_owned())])
         .inc();
     metrics.sensor_errors_total("idle", 1);
+    // The per-LC-service families (`lc` label), as a tick with two services sets them.
+    let services = [
+        headroom_agent::metrics::ServiceSlo {
+            name: "a".into(),
+            slo_us: 500.0,
+        },
+        headroom_agent::metrics::ServiceSlo {
+            name: "b".into(),
+            slo_us: 800.0,
+        },
+    ];
+    let obs = headroom_types::observation::Observation {
+        lc_groups: vec![
+            headroom_types::observation::LcGroupObservation {
+                name: "a".into(),
+                latency_us: Some(100.0),
+                latency_source: Some("probe".into()),
+                ..Default::default()
+            },
+            headroom_types::observation::LcGroupObservation {
+                name: "b".into(),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    metrics.observe_services(&services, &obs, Some("a"));
     let text = render(&registry);
     let mut names = BTreeSet::new();
     for line in text.lines() {

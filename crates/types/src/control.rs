@@ -83,12 +83,25 @@ pub struct AgentStatus {
     pub be_held_off: Option<String>,
     /// How the latency source measures (the prober: its stamps and scheduling).
     pub latency_source: Option<String>,
+    /// Every LC service (`[[lc]]`), in the config's order; the first is also `lc`. Extension:
+    /// an older agent leaves it empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lcs: Vec<LcStatus>,
+    /// The service whose slack bound the last decision (several `[[lc]]`; extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding_lc: Option<String>,
 }
 
 /// The LC as the agent sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LcStatus {
+    /// `[[lc]] name` (extension: empty from an older agent).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `[[lc]] priority` (higher = more important).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub priority: i32,
     pub group: String,
     pub latency_us: Option<f64>,
     pub latency_age_ms: Option<u64>,
@@ -102,6 +115,13 @@ pub struct LcStatus {
     /// with `fallback = "probe"`): both figures and the reason for a fallback; extension.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_sources: Option<LatencySources>,
+    /// Which source gave `latency_us` (`kernel`, `probe`, `prometheus`, `feed`); extension.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_source: Option<String>,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
 }
 
 /// The kernel sensor and the prober side by side.

@@ -12,6 +12,8 @@
 //! back (`ctl off`, `on_exit = "restore"`) and they survive a restart in the state file.
 
 pub mod knob;
+#[cfg(test)]
+mod lc_services_tests;
 pub mod linux;
 pub mod target;
 #[cfg(test)]
@@ -24,6 +26,7 @@ use serde::Serialize;
 
 use crate::allocation::Allocation;
 use crate::node::{Node, NodeError};
+use headroom_host::GroupPath;
 pub use knob::{CgroupKnob, Knob, KnobValue, Phase};
 pub use target::{ManagedGroups, TargetError, BE_RESCTRL_GROUP};
 
@@ -108,6 +111,10 @@ impl fmt::Display for RollbackOutcome {
 #[derive(Debug, Clone)]
 pub struct Actuation {
     groups: ManagedGroups,
+    /// Every LC service's group: `groups.lc` first, then the other `[[lc]]` services'.
+    lc_groups: Vec<GroupPath>,
+    /// LC groups whose cpuset an allocation's `lc_services` has set (restored with the rest).
+    lc_cpusets: BTreeSet<GroupPath>,
     /// Each knob's value before the agent's first write to it.
     original: BTreeMap<Knob, KnobValue>,
     /// What the node holds, as far as the write path knows (last applied or read back).
@@ -131,6 +138,8 @@ impl Actuation {
         original: BTreeMap<Knob, KnobValue>,
     ) -> Result<Actuation, ActuationError> {
         let mut a = Actuation {
+            lc_groups: vec![groups.lc.clone()],
+            lc_cpusets: BTreeSet::new(),
             groups,
             original,
             current: BTreeMap::new(),
@@ -141,8 +150,30 @@ impl Actuation {
         Ok(a)
     }
 
+    /// The other `[[lc]]` services' groups (several LC services): their originals are read
+    /// (those an earlier agent recorded kept), so an arbitrating policy's per-service cpusets
+    /// (`Allocation::lc_services`) go through this write path and are restored with the rest.
+    pub fn with_lc_services(
+        mut self,
+        node: &mut dyn Node,
+        more: &[GroupPath],
+    ) -> Result<Actuation, ActuationError> {
+        for g in more {
+            if !self.lc_groups.contains(g) {
+                self.lc_groups.push(g.clone());
+            }
+        }
+        self.read_missing_originals(node)?;
+        Ok(self)
+    }
+
+    /// Every LC service's group, the first (`groups().lc`) first.
+    pub fn lc_groups(&self) -> &[GroupPath] {
+        &self.lc_groups
+    }
+
     fn read_missing_originals(&mut self, node: &mut dyn Node) -> Result<(), ActuationError> {
-        let mut groups = vec![self.groups.lc.clone()];
+        let mut groups = self.lc_groups.clone();
         groups.extend(self.groups.be.iter().cloned());
         for g in &groups {
             for &k in CgroupKnob::ALL {
@@ -246,6 +277,8 @@ impl Actuation {
         let current = |k: &Knob| self.current.get(k).cloned();
         let inputs = target::TargetInputs {
             groups: &self.groups,
+            lc_groups: &self.lc_groups,
+            lc_cpusets: &self.lc_cpusets,
             facts: node.facts(),
             original: &self.original,
             current: &current,
@@ -280,7 +313,15 @@ impl Actuation {
         verify: bool,
     ) -> Result<ApplyReport, ActuationError> {
         let target = self.target(node, allocation, be_cpus)?;
-        self.apply_target(node, &target, verify)
+        let report = self.apply_target(node, &target, verify)?;
+        // From now on these services' cpusets are the write path's: restored on exit, and
+        // given back their original when a later allocation no longer names them.
+        for s in &allocation.lc_services {
+            if target.contains_key(&Knob::cgroup(&s.cgroup, CgroupKnob::CpusetCpus)) {
+                self.lc_cpusets.insert(s.cgroup.clone());
+            }
+        }
+        Ok(report)
     }
 
     /// The originals of every knob the agent manages (the kill switch's target).
@@ -288,9 +329,13 @@ impl Actuation {
         self.original
             .iter()
             .filter(|(k, _)| match k {
-                // The LC only ever had its weight raised.
-                Knob::Cgroup { group, knob } if *group == self.groups.lc => {
-                    *knob == CgroupKnob::CpuWeight
+                // The LC only ever had its weight raised, and a service its cpuset set by an
+                // arbitrating policy.
+                Knob::Cgroup { group, knob }
+                    if self.lc_groups.contains(group) && !self.groups.be.contains(group) =>
+                {
+                    (*knob == CgroupKnob::CpuWeight && *group == self.groups.lc)
+                        || (*knob == CgroupKnob::CpusetCpus && self.lc_cpusets.contains(group))
                 }
                 // Everything else, written by this agent or by one before it (a restart's
                 // originals come from the state file); what already holds its original is
@@ -443,7 +488,7 @@ impl Actuation {
     fn lc_side(&self, k: &Knob) -> bool {
         match k {
             Knob::Cgroup { group, .. } => {
-                *group == self.groups.lc && !self.groups.be.contains(group)
+                self.lc_groups.contains(group) && !self.groups.be.contains(group)
             }
             Knob::Schemata { group } => group.is_empty(),
             _ => false,

@@ -2,7 +2,7 @@
 //! resource (cgroup knobs of the LC and BE groups, block-I/O throttles, resctrl schemata, the BE
 //! CPUs' frequency caps, the egress HTB ceil). Pure: what the node holds comes in as arguments.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use headroom_host::resctrl::{top_ways_mask, Schemata};
 use headroom_host::{CpuQuota, DeviceId, GroupPath, IoLimits};
@@ -32,6 +32,11 @@ pub struct TargetError {
 /// Everything `target` needs besides the allocation.
 pub struct TargetInputs<'a> {
     pub groups: &'a ManagedGroups,
+    /// Every LC service's group (`groups.lc` first, then the other `[[lc]]` services').
+    pub lc_groups: &'a [GroupPath],
+    /// LC groups whose cpuset the write path has driven (an `lc_services` entry named them):
+    /// one no longer named goes back to its original.
+    pub lc_cpusets: &'a BTreeSet<GroupPath>,
     pub facts: &'a NodeFacts,
     /// Each knob's value before the agent's first write (cgroup knobs: those the node has).
     pub original: &'a BTreeMap<Knob, KnobValue>,
@@ -49,6 +54,7 @@ pub fn target(
 ) -> Result<BTreeMap<Knob, KnobValue>, TargetError> {
     let mut out = BTreeMap::new();
     cgroup_knobs(allocation, inputs, &mut out);
+    lc_cpusets(allocation, inputs, &mut out)?;
     io_limits(allocation, inputs, &mut out)?;
     schemata(allocation, inputs, &mut out)?;
     max_freq(allocation, inputs, &mut out);
@@ -103,6 +109,41 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
                 .map_or_else(|| orig.clone(), |w| native_weight(i.facts, w));
         out.insert(lc, value);
     }
+}
+
+/// Each LC service's cpuset, where an arbitrating policy gives one (`lc_services`); a group
+/// driven before and not named now gets its original back. Only the agent's own LC groups.
+fn lc_cpusets(
+    a: &Allocation,
+    i: &TargetInputs<'_>,
+    out: &mut BTreeMap<Knob, KnobValue>,
+) -> Result<(), TargetError> {
+    for s in &a.lc_services {
+        if !i.lc_groups.contains(&s.cgroup) || i.groups.be.contains(&s.cgroup) {
+            return Err(TargetError {
+                what: format!("lc_services[{:?}].cgroup = {:?}", s.name, s.cgroup.as_str()),
+                reason: "not an LC group this agent manages".into(),
+            });
+        }
+        let key = Knob::cgroup(&s.cgroup, CgroupKnob::CpusetCpus);
+        if !i.original.contains_key(&key) {
+            continue; // no cpuset controller here: not managed
+        }
+        if s.cpus.is_empty() {
+            return Err(TargetError {
+                what: format!("lc_services[{:?}].cpus = \"\"", s.name),
+                reason: "an LC service needs at least one CPU".into(),
+            });
+        }
+        out.insert(key, KnobValue::Cpus(s.cpus.clone()));
+    }
+    for g in i.lc_cpusets {
+        let key = Knob::cgroup(g, CgroupKnob::CpusetCpus);
+        if let (false, Some(orig)) = (out.contains_key(&key), i.original.get(&key)) {
+            out.insert(key, orig.clone());
+        }
+    }
+    Ok(())
 }
 
 fn io_limits(

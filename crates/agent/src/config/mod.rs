@@ -161,9 +161,6 @@ pub struct Config {
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];
 const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
 
-/// Why an agent refuses a config with several LCs (the text the start refusal carries).
-pub const SEVERAL_LCS: &str = "several [[lc]] services: parsed and validated, but this agent protects one LC; the multi-LC policy is issue 29";
-
 impl Config {
     /// The primary LC: the only one with `[lc]`, the first of several `[[lc]]`.
     pub fn lc(&self) -> &LcConfig {
@@ -184,13 +181,11 @@ impl Config {
         }
     }
 
-    /// Refuses a config the running agent cannot protect in full: several LCs, until the
-    /// multi-LC arbitration (issue 29) lands, rather than silently protecting only the first.
+    /// Refuses a config the running agent cannot protect. Every validated config runs now:
+    /// several `[[lc]]` services each get their group, sources and status, and single-LC
+    /// policies protect the first (docs/agent.md "Several LC services"). Kept as the one
+    /// place a start-time refusal goes.
     pub fn check_runnable(&self) -> Result<(), ConfigError> {
-        if self.lcs.len() > 1 {
-            let names: Vec<&str> = self.lcs.iter().map(|l| l.name.as_str()).collect();
-            return Err(invalid("lc", names, SEVERAL_LCS));
-        }
         Ok(())
     }
 
@@ -248,12 +243,22 @@ impl Config {
     /// (`2`, `0.5`, `"fair"`, `[1, 2]`; a bare word is taken as a string), validating the result.
     /// Only policy, SLO and safety keys may change at run time. On error `self` is unchanged.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let live = LIVE_PREFIXES.iter().any(|p| key.starts_with(p)) && !NOT_LIVE.contains(&key);
+        // `lc[i].slo.*` names one of several services; `lc.slo.*` the first.
+        let service = lc_index(key);
+        let live = (LIVE_PREFIXES.iter().any(|p| key.starts_with(p)) && !NOT_LIVE.contains(&key))
+            || service.is_some_and(|(_, rest)| rest.starts_with("slo."));
         if !live {
             return Err(invalid(
                 key,
                 value,
-                "not changeable at run time (only policy.*, lc.slo.* and safety.* keys are)",
+                "not changeable at run time (only policy.*, lc.slo.*, lc[i].slo.* and safety.* keys are)",
+            ));
+        }
+        if let Some((i, _)) = service.filter(|(i, _)| *i >= self.lcs.len()) {
+            return Err(invalid(
+                key,
+                value,
+                format!("there is no lc[{i}]: {} LC service(s)", self.lcs.len()),
             ));
         }
         let parsed = parse_toml_value(value);
@@ -262,8 +267,18 @@ impl Config {
         let parts: Vec<&str> = key.split('.').collect();
         let (last, parents) = parts.split_last().expect("split of a non-empty key");
         let mut table = doc.as_table_mut().expect("config serializes as a table");
-        for part in parents {
-            table = match table.get_mut(*part).and_then(|v| v.as_table_mut()) {
+        for (n, part) in parents.iter().enumerate() {
+            // `lc` is one table or an array of them (several services): `lc[i]`, or `lc`
+            // for the first.
+            let (name, index) = match (n, service) {
+                (0, Some((i, _))) => ("lc", i),
+                _ => (*part, 0),
+            };
+            let at = table.get_mut(name).and_then(|v| match v {
+                toml::Value::Array(a) => a.get_mut(index),
+                other => Some(other),
+            });
+            table = match at.and_then(|v| v.as_table_mut()) {
                 Some(t) => t,
                 None => return Err(invalid(key, value, format!("no table {part:?} here"))),
             };
@@ -296,10 +311,17 @@ impl Config {
         let mut p = Problems::default();
         let missing = |list: &CpuSet| list.iter().find(|c| !cpus.contains(c));
         let online = crate::allocation::format_cpulist(cpus);
-        for (key, list) in [
-            ("lc.threads.cpus", &self.lc().threads.cpus),
-            ("policy.static-cores.cpus", &self.policy.static_cores.cpus),
-        ] {
+        let lc_keys: Vec<String> = (0..self.lcs.len())
+            .map(|i| format!("{}.threads.cpus", self.lc_key(i)))
+            .collect();
+        let lists = self
+            .lcs
+            .iter()
+            .zip(&lc_keys)
+            .map(|(lc, k)| (k.as_str(), &lc.threads.cpus));
+        for (key, list) in
+            lists.chain([("policy.static-cores.cpus", &self.policy.static_cores.cpus)])
+        {
             if let Some(c) = missing(list) {
                 p.push(invalid(
                     key,
@@ -386,26 +408,45 @@ impl Config {
         let p = &self.policy;
         let needs_latency = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
             || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
-        if needs_latency && self.lc().latency.is_none() && self.lc().load.is_none() {
-            problems.push(invalid(
-                "policy.kind",
-                p.kind.as_str(),
-                "needs [lc.latency] (and [lc.load]) to be configured",
-            ));
-        } else if needs_latency && self.lc().latency.is_none() {
-            problems.push(invalid(
-                "policy.kind",
-                p.kind.as_str(),
-                "needs [lc.latency] to be configured",
-            ));
-        } else if matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
-            && self.lc().load.is_none()
-        {
-            problems.push(invalid(
-                "policy.kind",
-                p.kind.as_str(),
-                "needs [lc.load] (with peak_qps) to be configured",
-            ));
+        // Each service needs the signals the policy steers by. One LC keeps the message it
+        // always had (on `policy.kind`); among several, the service's own key is named.
+        let latency_and_load = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid);
+        for (i, lc) in self.lcs.iter().enumerate() {
+            let (key, value) = if self.lcs.len() == 1 {
+                ("policy.kind".to_string(), p.kind.as_str().to_string())
+            } else {
+                (format!("lc[{i}].latency"), "none".to_string())
+            };
+            let of = if self.lcs.len() == 1 {
+                String::new()
+            } else {
+                format!("policy.kind = {:?} ", p.kind.as_str())
+            };
+            let ix = self.lc_key(i);
+            if needs_latency && lc.latency.is_none() {
+                let and_load = if lc.load.is_none() && latency_and_load && i == 0 {
+                    format!(" (and [{ix}.load])")
+                } else {
+                    String::new()
+                };
+                problems.push(invalid(
+                    &key,
+                    &value,
+                    format!("{of}needs [{ix}.latency]{and_load} to be configured"),
+                ));
+            } else if latency_and_load && lc.load.is_none() && i == 0 {
+                // (Only the first service's load steers heracles/hybrid.)
+                let key = if self.lcs.len() == 1 {
+                    key
+                } else {
+                    format!("lc[{i}].load")
+                };
+                problems.push(invalid(
+                    &key,
+                    &value,
+                    format!("{of}needs [{ix}.load] (with peak_qps) to be configured"),
+                ));
+            }
         }
         p.static_cores.validate(problems);
         p.static_cycles.validate(problems);
@@ -485,6 +526,15 @@ fn refused_value(
         _ if prefix.is_empty() => ConfigError::Parse(inner.to_string()),
         _ => ConfigError::Parse(format!("{key}: {inner}")),
     }
+}
+
+/// `lc[i].rest` → `(i, "rest")`; `lc.rest` → `(0, "rest")` (the first service); else `None`.
+fn lc_index(key: &str) -> Option<(usize, &str)> {
+    if let Some(rest) = key.strip_prefix("lc.") {
+        return Some((0, rest));
+    }
+    let (i, rest) = key.strip_prefix("lc[")?.split_once("].")?;
+    Some((i.parse().ok()?, rest))
 }
 
 /// Parses `value` as a TOML value; a bare word that is not TOML is taken as a string.

@@ -57,6 +57,12 @@ pub struct Metrics {
     pub drift_repairs: Counter,
     pub be_restarts: Counter,
     pub loop_seconds: Histogram,
+    /// Per LC service (`lc` label = `[[lc]] name`; one series with a single LC too): latency
+    /// at its SLO percentile, its SLO, slack, qps, load, CPU use and CPUs, and latency by source
+    /// (`lc`, `source`). The unlabelled `headroom_lc_*` series stay the first service's.
+    pub lc_service: LcServiceFamilies,
+    /// 1 for the service whose slack bound the last decision, 0 for the others.
+    pub binding_lc: Family<Labels, F64Gauge>,
     /// What the loop last set (one lock per tick instead of a store into every metric).
     last: std::sync::Arc<std::sync::Mutex<TickCache>>,
 }
@@ -69,6 +75,37 @@ struct TickCache {
     /// The bits last stored into the observation gauges (`lc_latency_us`, `lc_slo_us`,
     /// `lc_slack`, `lc_load`, `lc_qps`, `idle_cpus`); `None` = store them all.
     obs_gauges: Option<[u64; 8]>,
+    /// Each service's gauges, looked up once (a label lookup per tick would cost a lock and
+    /// an allocation per series).
+    services: Vec<ServiceGauges>,
+    /// The binding service last set.
+    binding: Option<Option<String>>,
+}
+
+/// The per-service families (`lc` label).
+#[derive(Clone, Default)]
+pub struct LcServiceFamilies {
+    pub latency_us: Family<Labels, F64Gauge>,
+    pub slo_us: Family<Labels, F64Gauge>,
+    pub slack: Family<Labels, F64Gauge>,
+    pub qps: Family<Labels, F64Gauge>,
+    pub load: Family<Labels, F64Gauge>,
+    pub cpu_usage: Family<Labels, F64Gauge>,
+    pub cpus: Family<Labels, F64Gauge>,
+    pub latency_by_source_us: Family<Labels, F64Gauge>,
+}
+
+/// One service's gauges: latency, SLO, slack, qps, load, CPU use, CPUs.
+struct ServiceGauges {
+    name: String,
+    gauges: [F64Gauge; 7],
+}
+
+/// One LC service as the metrics see it: its name and SLO target, µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceSlo {
+    pub name: String,
+    pub slo_us: f64,
 }
 
 impl Metrics {
@@ -104,8 +141,28 @@ impl Metrics {
             drift_repairs: Counter::default(),
             be_restarts: Counter::default(),
             loop_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
+            lc_service: LcServiceFamilies::default(),
+            binding_lc: Family::default(),
             last: Default::default(),
         };
+        let f = &m.lc_service;
+        for (name, help, family) in [
+            ("lc_service_latency_us", "Each LC service's tail latency at its SLO percentile (µs)", &f.latency_us),
+            ("lc_service_slo_us", "Each LC service's latency SLO target (µs)", &f.slo_us),
+            ("lc_service_slack", "Each LC service's (SLO - latency) / SLO", &f.slack),
+            ("lc_service_qps", "Each LC service's requests per second", &f.qps),
+            ("lc_service_load", "Each LC service's load as a fraction of its peak_qps", &f.load),
+            ("lc_service_cpu_usage_cpus", "CPU used by each LC service's group, in CPUs (measured)", &f.cpu_usage),
+            ("lc_service_cpus", "CPUs each LC service's threads may run on (union of affinities; NaN: unknown)", &f.cpus),
+            ("lc_service_latency_by_source_us", "Each LC service's tail latency by source (kernel sensor, prober, prometheus, feed; NaN: none this window), µs", &f.latency_by_source_us),
+        ] {
+            r.register(name, help, family.clone());
+        }
+        r.register(
+            "binding_lc",
+            "1 for the LC service whose slack bound the last decision, 0 for the others",
+            m.binding_lc.clone(),
+        );
         r.register(
             "lc_latency_us",
             "LC tail latency at the SLO percentile (µs)",
@@ -294,6 +351,120 @@ impl Metrics {
             self.observe_allocation(allocation);
         }
         self.count_decision(&mut last.reason, reason);
+    }
+
+    /// Sets the per-service series from one tick: from `obs.lc_groups` (several services, in
+    /// `services`' order) or, with one service, from the top-level fields; and which service
+    /// bound the decision.
+    pub fn observe_services(
+        &self,
+        services: &[ServiceSlo],
+        obs: &Observation,
+        binding: Option<&str>,
+    ) {
+        let mut last = self.last.lock().expect("metrics lock");
+        if last.services.len() != services.len()
+            || last
+                .services
+                .iter()
+                .zip(services)
+                .any(|(g, s)| g.name != s.name)
+        {
+            last.services = services
+                .iter()
+                .map(|s| {
+                    let f = &self.lc_service;
+                    let l = vec![("lc".to_string(), s.name.clone())];
+                    let g = |fam: &Family<Labels, F64Gauge>| fam.get_or_create(&l).clone();
+                    ServiceGauges {
+                        name: s.name.clone(),
+                        gauges: [
+                            g(&f.latency_us),
+                            g(&f.slo_us),
+                            g(&f.slack),
+                            g(&f.qps),
+                            g(&f.load),
+                            g(&f.cpu_usage),
+                            g(&f.cpus),
+                        ],
+                    }
+                })
+                .collect();
+        }
+        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
+        for (i, (s, g)) in services.iter().zip(&last.services).enumerate() {
+            let (latency, qps, load, usage, cpus, source) = match obs.lc_groups.get(i) {
+                Some(e) if !obs.lc_groups.is_empty() && services.len() > 1 => (
+                    e.latency_us,
+                    e.qps,
+                    e.load,
+                    e.cpu_usage,
+                    e.cpus.as_ref().map(|c| c.len() as f64),
+                    e.latency_source.as_deref(),
+                ),
+                _ => (
+                    obs.lc_latency_us,
+                    obs.lc_qps,
+                    obs.lc_load,
+                    obs.lc_cpu_usage,
+                    obs.lc_cpus.as_ref().map(|c| c.len() as f64),
+                    obs.lc_latency_source.as_deref(),
+                ),
+            };
+            let slack = latency
+                .filter(|_| s.slo_us > 0.0)
+                .map(|l| (s.slo_us - l) / s.slo_us);
+            let values = [
+                opt(latency),
+                s.slo_us,
+                opt(slack),
+                opt(qps),
+                opt(load),
+                opt(usage),
+                opt(cpus),
+            ];
+            for (gauge, v) in g.gauges.iter().zip(values) {
+                gauge.set(v);
+            }
+            // The first service's kernel sensor and prober side by side; every other source
+            // under its own name.
+            if i == 0 && obs.lc_latency_source.is_some() {
+                for (src, v) in [
+                    ("kernel", obs.lc_latency_kernel_us),
+                    ("probe", obs.lc_latency_probe_us),
+                ] {
+                    self.lc_service
+                        .latency_by_source_us
+                        .get_or_create(&vec![
+                            ("lc".to_string(), s.name.clone()),
+                            ("source".to_string(), src.to_string()),
+                        ])
+                        .set(opt(v));
+                }
+            } else if let (Some(src), Some(v)) = (source, latency) {
+                self.lc_service
+                    .latency_by_source_us
+                    .get_or_create(&vec![
+                        ("lc".to_string(), s.name.clone()),
+                        ("source".to_string(), src.to_string()),
+                    ])
+                    .set(v);
+            }
+        }
+        let binding = binding.map(str::to_string);
+        if last.binding.as_ref() != Some(&binding) {
+            for s in services {
+                let v = if binding.as_deref() == Some(s.name.as_str()) {
+                    1.0
+                } else {
+                    0.0
+                };
+                self.binding_lc
+                    .get_or_create(&vec![("lc".to_string(), s.name.clone())])
+                    .set(v);
+            }
+            last.binding = Some(binding);
+        }
     }
 
     fn observe_allocation(&self, allocation: &Allocation) {

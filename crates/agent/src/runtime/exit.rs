@@ -53,8 +53,8 @@ impl Agent {
             format!("{exit_action} FAILED: {}", failures.join("; "))
         };
         tracing::info!(action = %exit_action, "exit action");
-        if let Some(mut child) = self.lc_child.take() {
-            // The LC command stays running: the agent never stops the LC service.
+        for mut child in self.lc_children.drain(..) {
+            // The LC command stays running: the agent never stops an LC service.
             tracing::info!(pid = child.id(), "leaving the LC command running");
             let _ = child.try_wait();
         }

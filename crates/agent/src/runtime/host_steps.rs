@@ -21,7 +21,8 @@ pub(super) struct HostSteps {
     pub(super) created_groups: Vec<GroupPath>,
     /// LC pids moved, with the directories they came from.
     pub(super) lc_moved: BTreeMap<u32, Vec<String>>,
-    pub(super) lc_child: Option<std::process::Child>,
+    /// LC commands this start launched (`[[lc]] command`), one per service that has one.
+    pub(super) lc_children: Vec<std::process::Child>,
     pub(super) supervised: Vec<Supervised>,
     pub(super) state_written: bool,
     /// The state file existed before this start (a restart keeps it on failure).
@@ -51,8 +52,8 @@ pub(super) fn undo(
         }
     }
     move_lc_back(cgroups, &steps.lc_moved);
-    if let Some(mut child) = steps.lc_child.take() {
-        // The LC command this start launched: nobody else knows of it.
+    for mut child in steps.lc_children.drain(..) {
+        // An LC command this start launched: nobody else knows of it.
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -63,8 +64,14 @@ pub(super) fn undo(
 }
 
 /// Notes the groups (and ancestors) that do not exist yet: this start will create them.
-pub(super) fn plan_groups(cg: &Cgroups, groups: &ManagedGroups, steps: &mut HostSteps) {
-    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
+/// `lcs`: every LC service's group.
+pub(super) fn plan_groups(
+    cg: &Cgroups,
+    lcs: &[GroupPath],
+    groups: &ManagedGroups,
+    steps: &mut HostSteps,
+) {
+    for g in lcs.iter().chain(groups.be.iter()) {
         let mut missing = Vec::new();
         let mut at = Some(g.clone());
         while let Some(p) = at.filter(|p| !p.is_root()) {
@@ -80,27 +87,26 @@ pub(super) fn plan_groups(cg: &Cgroups, groups: &ManagedGroups, steps: &mut Host
     }
 }
 
-/// Creates the LC and BE groups.
+/// Creates every LC service's group and the BE groups.
 pub(super) fn create_groups(
     cg: &Cgroups,
+    lcs: &[GroupPath],
     groups: &ManagedGroups,
     _: &HostSteps,
 ) -> Result<(), AgentError> {
-    for g in std::iter::once(&groups.lc).chain(groups.be.iter()) {
+    for g in lcs.iter().chain(groups.be.iter()) {
         cg.create(g)?;
     }
     Ok(())
 }
 
-/// Notes where each of `lc.pids` is in every hierarchy (unless a state file already did).
-pub(super) fn plan_lc_moves(
-    root: &Path,
-    cg: &Cgroups,
-    config: &Config,
-    lc: &GroupPath,
-    steps: &mut HostSteps,
-) {
-    for &pid in &config.lc().pids {
+/// Notes where each service's `pids` are in every hierarchy (unless a state file already did).
+pub(super) fn plan_lc_moves(root: &Path, cg: &Cgroups, config: &Config, steps: &mut HostSteps) {
+    for (pid, lc) in config
+        .lcs
+        .iter()
+        .flat_map(|l| l.pids.iter().map(move |&p| (p, &l.cgroup)))
+    {
         if steps.lc_moved.contains_key(&pid) {
             continue;
         }

@@ -8,23 +8,49 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::AgentError;
-use crate::config::{Config, LatencySource, LoadSource};
+use crate::config::{Config, LatencySource, LcConfig, LoadSource};
 use crate::sensors::lc_signal::{SignalCell, StopFlag};
 use crate::sensors::scrape::PullKind;
 use crate::sensors::LcSignals;
 
 pub(super) type Cells = Vec<(String, Arc<SignalCell>)>;
 
-/// Starts the LC latency and load sources.
+/// Starts every LC service's latency and load sources, each at that service's own percentile,
+/// window and minimum samples: the signals per service in the config's order, and the cells by
+/// name (`latency`, `load` for the first service; `<name>.latency`, `<name>.load` for others).
 pub(super) fn lc_signals(
     config: &Config,
     stop: &StopFlag,
     threads: &mut Vec<JoinHandle<()>>,
+) -> Result<(Vec<LcSignals>, Cells), AgentError> {
+    let mut feeds: BTreeMap<String, crate::sensors::feed::FeedCells> = BTreeMap::new();
+    let mut all = Vec::new();
+    let mut cells = Vec::new();
+    for (i, lc) in config.lcs.iter().enumerate() {
+        let (signals, mine) = service_signals(config, lc, stop, threads, &mut feeds)?;
+        let prefix = if i == 0 {
+            String::new()
+        } else {
+            format!("{}.", lc.name)
+        };
+        cells.extend(mine.into_iter().map(|(n, c)| (format!("{prefix}{n}"), c)));
+        all.push(signals);
+    }
+    Ok((all, cells))
+}
+
+/// One service's sources. A feed socket named by several services is bound once (its cells
+/// shared, at the first service's window).
+fn service_signals(
+    config: &Config,
+    lc: &LcConfig,
+    stop: &StopFlag,
+    threads: &mut Vec<JoinHandle<()>>,
+    feeds: &mut BTreeMap<String, crate::sensors::feed::FeedCells>,
 ) -> Result<(LcSignals, Cells), AgentError> {
     let mut signals = LcSignals::default();
     let mut cells = Vec::new();
-    let slo = &config.lc().slo;
-    let mut feeds: BTreeMap<String, crate::sensors::feed::FeedCells> = BTreeMap::new();
+    let slo = &lc.slo;
     let mut feed_cells = |socket: &str,
                           threads: &mut Vec<JoinHandle<()>>|
      -> Result<crate::sensors::feed::FeedCells, AgentError> {
@@ -59,7 +85,13 @@ pub(super) fn lc_signals(
             source,
         }
     };
-    if let Some(lat) = &config.lc().latency {
+    if let Some(lat) = &lc.latency {
+        signals.latency_label = Some(match lat.source {
+            LatencySource::Probe => "probe",
+            LatencySource::Prometheus => "prometheus",
+            LatencySource::Feed => "feed",
+            LatencySource::Kernel => "kernel",
+        });
         let cell = match lat.source {
             LatencySource::Probe => {
                 let cell = SignalCell::new();
@@ -144,7 +176,7 @@ pub(super) fn lc_signals(
         cells.push(("latency".to_string(), cell.clone()));
         signals.latency = Some(cell);
     }
-    if let Some(load) = &config.lc().load {
+    if let Some(load) = &lc.load {
         signals.peak_qps = Some(load.peak_qps);
         let address = load.address.clone().unwrap_or_default();
         let pull = |kind: PullKind, threads: &mut Vec<JoinHandle<()>>| {
@@ -170,7 +202,7 @@ pub(super) fn lc_signals(
                 let socket = load
                     .socket
                     .clone()
-                    .or_else(|| config.lc().latency.as_ref().and_then(|l| l.socket.clone()))
+                    .or_else(|| lc.latency.as_ref().and_then(|l| l.socket.clone()))
                     .unwrap_or_else(|| "/run/headroom-feed.sock".to_string());
                 feed_cells(&socket, threads)?.qps
             }

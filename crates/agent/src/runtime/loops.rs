@@ -234,6 +234,14 @@ impl Agent {
             if self.lc_threads.apply(&cg, &self.groups.lc, &a.lc) > 0 {
                 self.publisher.state_dirty = true;
             }
+            // The other `[[lc]]` services: each its own `[lc.threads]` (the policy's
+            // treatment is the first service's).
+            for lc in self.config.lcs.iter().skip(1) {
+                let t = service_treatment(lc, &self.machine.cpus);
+                if self.lc_threads.apply(&cg, &lc.cgroup, &t) > 0 {
+                    self.publisher.state_dirty = true;
+                }
+            }
             let be_cpus = a
                 .be_cpus
                 .as_ref()
@@ -326,6 +334,27 @@ impl Agent {
             .metrics
             .be_held_off_reason(reason.as_ref().map(|(l, _)| *l), &held_off::REASONS);
         self.publisher.be_held_off = reason.map(|(_, line)| line);
+    }
+}
+
+/// The thread treatment a service's own `[lc.threads]` asks for (as the safety rules give the
+/// first service's: pinned onto its `cpus`, every CPU where it names none).
+pub(super) fn service_treatment(
+    lc: &crate::config::LcConfig,
+    machine_cpus: &[u32],
+) -> crate::allocation::LcTreatment {
+    let t = &lc.threads;
+    crate::allocation::LcTreatment {
+        pin_cpus: t.pin.then(|| {
+            if t.cpus.is_empty() {
+                headroom_host::CpuSet::from(machine_cpus)
+            } else {
+                t.cpus.clone()
+            }
+        }),
+        slice_us: t.slice_us,
+        fifo_priority: t.fifo_priority,
+        cpu_weight: None,
     }
 }
 

@@ -225,7 +225,8 @@ pub struct Agent {
     created_groups: Vec<GroupPath>,
     /// LC processes moved into the LC group: pid → their group directories before.
     lc_origins: BTreeMap<u32, Vec<String>>,
-    lc_child: Option<std::process::Child>,
+    /// LC commands this agent launched (`[[lc]] command`), left running on exit.
+    lc_children: Vec<std::process::Child>,
     publisher: Publisher,
     requests: Option<Requests>,
     stop: StopFlag,

@@ -11,7 +11,7 @@ use crate::allocation::Allocation;
 use crate::controller::{TickOutcome, TickSink};
 use crate::decision::{CtlEvent, Decision, DecisionRecord};
 use crate::observation::Observation;
-use crate::publish::metrics::Metrics;
+use crate::publish::metrics::{Metrics, ServiceSlo};
 use headroom_types::decision::Repeat;
 
 use super::RunSummary;
@@ -140,6 +140,8 @@ pub struct Publisher {
     pub policy: &'static str,
     pub started_unix_ms: u64,
     pub slo_us: f64,
+    /// Every LC service's name and SLO (the per-service metrics).
+    pub lcs: Vec<ServiceSlo>,
     pub reasons: VecDeque<(u64, String)>,
     pub last_reason: String,
     pub last_allocation: Option<Allocation>,
@@ -153,6 +155,8 @@ pub struct Publisher {
     pub pending: Option<Run>,
     /// The last decision written as a line of its own.
     pub last_logged: Option<Decision>,
+    /// The service whose slack bound the last decision (`ctl status`).
+    pub last_binding_lc: Option<String>,
 }
 
 impl Publisher {
@@ -189,6 +193,7 @@ impl TickSink for Publisher {
             d.reason == decision.reason
                 && d.allocation == decision.allocation
                 && d.state == decision.state
+                && d.binding_lc == decision.binding_lc
         });
         if same {
             if let Some(run) = &mut self.pending {
@@ -253,6 +258,11 @@ impl TickSink for Publisher {
             self.slo_us,
             &decision.reason,
         );
+        self.metrics
+            .observe_services(&self.lcs, obs, decision.binding_lc.as_deref());
+        if self.last_binding_lc != decision.binding_lc {
+            self.last_binding_lc.clone_from(&decision.binding_lc);
+        }
         if decision.reason != self.last_reason {
             self.reasons
                 .push_back((t.as_millis() as u64, decision.reason.clone()));
@@ -335,6 +345,7 @@ kind = "hybrid"
             policy: "hybrid",
             started_unix_ms: 0,
             slo_us: 500.0,
+            lcs: Vec::new(),
             reasons: Default::default(),
             last_reason: String::new(),
             last_allocation: None,
@@ -344,6 +355,7 @@ kind = "hybrid"
             be_held_off: None,
             pending: None,
             last_logged: None,
+            last_binding_lc: None,
         };
         let mut disarmed = 0;
         for i in 0..10_000u64 {
@@ -387,6 +399,73 @@ kind = "hybrid"
             .sum();
         assert_eq!(decisions, 10_000, "every tick counted");
         assert!(replay_log(&config, &machine, &lines).is_empty());
+    }
+
+    /// A decision bound by another LC service is another decision: it is not folded into the
+    /// run of the identical ones before it, and each line carries its binding service.
+    #[test]
+    fn a_different_binding_lc_is_a_different_decision() {
+        use crate::controller::TickSink;
+        use crate::decision::{Decision, LogLine};
+        use crate::observation::Observation;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        let (metrics, _registry) = crate::publish::metrics::Metrics::new();
+        let mut p = super::Publisher {
+            log: Some(DecisionLog::open(&path, 1 << 30).unwrap()),
+            metrics,
+            policy: "multi",
+            started_unix_ms: 0,
+            slo_us: 500.0,
+            lcs: Vec::new(),
+            reasons: Default::default(),
+            last_reason: String::new(),
+            last_allocation: None,
+            last_write_error: None,
+            summary: Default::default(),
+            state_dirty: false,
+            be_held_off: None,
+            pending: None,
+            last_logged: None,
+            last_binding_lc: None,
+        };
+        let decision = |binding: &str| Decision {
+            allocation: crate::allocation::Allocation::default(),
+            reason: "multi:hold".into(),
+            state: serde_json::Value::Null,
+            binding_lc: Some(binding.into()),
+        };
+        let obs = Observation::default();
+        for (i, b) in ["a", "a", "a", "b", "b", "a"].iter().enumerate() {
+            p.record(Duration::from_millis(i as u64), &obs, &decision(b));
+        }
+        p.end_run();
+        p.log.as_mut().unwrap().flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let bindings: Vec<(Option<String>, u64)> = text
+            .lines()
+            .map(|l| match LogLine::from_json_line(l).unwrap() {
+                LogLine::Decision(r) => (r.binding_lc, r.repeat.map_or(1, |r| r.count)),
+                LogLine::Event(_) => panic!("no events here"),
+            })
+            .collect();
+        let count = |b: &str| -> u64 {
+            bindings
+                .iter()
+                .filter(|(x, _)| x.as_deref() == Some(b))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        assert_eq!((count("a"), count("b")), (4, 2), "{text}");
+        // a, a-run, b, b-run... never an "a" folded into a "b" run or back
+        let order: Vec<&str> = bindings
+            .iter()
+            .map(|(b, _)| b.as_deref().unwrap())
+            .collect();
+        let mut changes = order.windows(2).filter(|w| w[0] != w[1]).count();
+        changes += 1;
+        assert_eq!(changes, 3, "a → b → a: {order:?}");
     }
 
     /// A log on a full disk loses lines (counted) and says so once, not every tick.

@@ -74,6 +74,11 @@ impl Agent {
                             value: value.clone(),
                         });
                         self.config = updated;
+                        // The SLOs the metrics and status compare against follow a live change.
+                        self.publisher.slo_us = self.config.lc().slo.target_us;
+                        for (s, lc) in self.publisher.lcs.iter_mut().zip(&self.config.lcs) {
+                            s.slo_us = lc.slo.target_us;
+                        }
                         Response::ok(format!("{key} = {value}"))
                     }
                     Err(e) => Response::error(e.to_string()),
@@ -93,8 +98,58 @@ impl Agent {
         report.map(|r| r.writes.len())
     }
 
+    /// Service `i` as `ctl status` shows it: from `obs.lc_groups` among several services,
+    /// from the top-level fields with one.
+    fn lc_status(&self, i: usize, obs: &crate::observation::Observation) -> LcStatus {
+        let lc = &self.config.lcs[i];
+        let slo = &lc.slo;
+        let mut s = LcStatus {
+            name: lc.name.clone(),
+            priority: lc.priority,
+            group: lc.cgroup.to_string(),
+            slo_us: slo.target_us,
+            percentile: slo.percentile,
+            ..LcStatus::default()
+        };
+        match obs.lc_groups.get(i).filter(|_| self.config.lcs.len() > 1) {
+            Some(g) => {
+                s.latency_us = g.latency_us;
+                s.latency_age_ms = g.latency_age_ms;
+                s.qps = g.qps;
+                s.load = g.load;
+                s.cpus.clone_from(&g.cpus);
+                s.latency_source.clone_from(&g.latency_source);
+            }
+            None if i == 0 => {
+                s.latency_us = obs.lc_latency_us;
+                s.latency_age_ms = obs.lc_latency_age_ms;
+                s.qps = obs.lc_qps;
+                s.load = obs.lc_load;
+                s.cpus.clone_from(&obs.lc_cpus);
+                s.latency_source = obs.lc_latency_us.and_then(|_| {
+                    obs.lc_latency_source.clone().or_else(|| {
+                        lc.latency.as_ref().map(|l| {
+                            serde_json::to_value(l.source)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default()
+                        })
+                    })
+                });
+            }
+            None => {}
+        }
+        s.slack = s
+            .latency_us
+            .filter(|_| slo.target_us > 0.0)
+            .map(|l| (slo.target_us - l) / slo.target_us);
+        if i == 0 {
+            s.latency_sources = self.node.sensors().and_then(|x| x.latency_sources());
+        }
+        s
+    }
+
     fn status(&self) -> AgentStatus {
-        let slo = &self.config.lc().slo;
         let blank = crate::observation::Observation::default();
         let obs = self.node.sensors().map_or(&blank, |s| s.last());
         let p = &self.publisher;
@@ -109,18 +164,11 @@ impl Agent {
             writes: p.summary.writes,
             write_errors: p.summary.write_errors,
             last_write_error: p.last_write_error.clone(),
-            lc: LcStatus {
-                group: self.groups.lc.to_string(),
-                latency_us: obs.lc_latency_us,
-                latency_age_ms: obs.lc_latency_age_ms,
-                slo_us: slo.target_us,
-                percentile: slo.percentile,
-                slack: obs.slack(slo.target_us),
-                qps: obs.lc_qps,
-                load: obs.lc_load,
-                cpus: obs.lc_cpus.clone(),
-                latency_sources: self.node.sensors().and_then(|s| s.latency_sources()),
-            },
+            lc: self.lc_status(0, obs),
+            lcs: (0..self.config.lcs.len())
+                .map(|i| self.lc_status(i, obs))
+                .collect(),
+            binding_lc: p.last_binding_lc.clone(),
             idle_cpus: obs.idle_cpu_count(0.5),
             be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),
             be_commands: self

@@ -24,6 +24,7 @@ use crate::config::{Config, ConfigError};
 use crate::controller::Controller;
 use crate::policy;
 use crate::publish::metrics::Metrics;
+use crate::sensors::lc_services::LcServiceSensor;
 use crate::sensors::lc_signal::StopFlag;
 use crate::sensors::Sensors;
 use crate::state::{self, AgentState, StateLock};
@@ -42,6 +43,8 @@ impl Agent {
             lc: config.lc().cgroup.clone(),
             be: config.be.iter().map(|b| b.cgroup.clone()).collect(),
         };
+        // Every LC service's group, the first (`groups.lc`) first.
+        let lc_groups: Vec<_> = config.lcs.iter().map(|l| l.cgroup.clone()).collect();
         let cgroups = host.cgroups()?;
         let cpus: Vec<u32> = host
             .topology()
@@ -67,6 +70,7 @@ impl Agent {
         let recorded = if dry { None } else { state::load(&state_path)? };
         // Originals and BE pids come from a state file of these groups; the groups and LC
         // origins an interrupted start recorded (before its originals) are taken in any case.
+        // (Another service's group it does not name gets its originals read now.)
         let previous = recorded.clone().filter(|p| p.manages(&groups));
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
@@ -107,14 +111,23 @@ impl Agent {
 
         // The sensors (a BPF idle tracker, the egress counters) touch nothing either.
         let sensors = (|| -> Result<Sensors, AgentError> {
+            let mut signals = signals.into_iter();
             let mut sensors = Sensors::new(
                 &host,
                 cgroups.clone(),
                 groups.lc.clone(),
                 groups.be.clone(),
-                signals,
+                signals.next().unwrap_or_default(),
                 config.sensors.idle,
             )?;
+            if config.lcs.len() > 1 {
+                let more = config.lcs[1..]
+                    .iter()
+                    .zip(signals)
+                    .map(|(lc, s)| LcServiceSensor::new(&lc.name, lc.cgroup.clone(), s))
+                    .collect();
+                sensors.set_lc_services(&config.lc().name, more);
+            }
             if node.egress_be_classid().is_some() {
                 let link = node.facts_link_bits();
                 sensors.set_egress(crate::sensors::EgressSensor::new(
@@ -163,8 +176,8 @@ impl Agent {
                 // What this start is about to create and move is recorded first: a kill -9
                 // between here and the full state file must not leak a group or lose the
                 // LC's own groups.
-                plan_groups(&cgroups, &groups, &mut steps);
-                plan_lc_moves(&options.root, &cgroups, &config, &groups.lc, &mut steps);
+                plan_groups(&cgroups, &lc_groups, &groups, &mut steps);
+                plan_lc_moves(&options.root, &cgroups, &config, &mut steps);
                 let mut intent = recorded.clone().unwrap_or_else(AgentState::empty);
                 intent.pid = std::process::id();
                 intent.written_unix_ms = unix_ms();
@@ -172,7 +185,7 @@ impl Agent {
                 intent.lc_origins = steps.lc_moved.clone();
                 state::store(&state_path, &intent)?;
                 steps.state_written = true;
-                create_groups(&cgroups, &groups, &steps)?;
+                create_groups(&cgroups, &lc_groups, &groups, &steps)?;
                 // BE traffic is classified by a cgroup-BPF program on the BE groups' cgroup2
                 // directories (on hybrid hosts made for it): skb->priority = the BE HTB class.
                 if let Some(classid) = node.egress_be_classid() {
@@ -182,26 +195,29 @@ impl Agent {
                             .push(headroom_host::bpf::EgressPriority::attach(&dir, classid)?);
                     }
                 }
-                // An LC already running SCHED_FIFO/RR cannot join a v1 cpu group whose
-                // real-time budget is 0 (EINVAL): give the group chain its budget first.
-                if config
-                    .lc()
-                    .pids
-                    .iter()
-                    .any(|&pid| has_realtime_thread(&options.root, pid as i32))
-                {
-                    lc_threads.ensure_rt_budget(&cgroups, &groups.lc)?;
-                }
-                for &pid in &config.lc().pids {
-                    cgroups.move_process(&groups.lc, pid as i32)?;
-                }
-                if !config.lc().command.is_empty() {
-                    steps.lc_child = Some(crate::supervisor::launch_in_group(
-                        &cgroups,
-                        &config.lc().name,
-                        &config.lc().command,
-                        &groups.lc,
-                    )?);
+                // Each service into its own group, in the config's order; a failure undoes
+                // the services before it too.
+                for lc in &config.lcs {
+                    // An LC already running SCHED_FIFO/RR cannot join a v1 cpu group whose
+                    // real-time budget is 0 (EINVAL): give the group chain its budget first.
+                    if lc
+                        .pids
+                        .iter()
+                        .any(|&pid| has_realtime_thread(&options.root, pid as i32))
+                    {
+                        lc_threads.ensure_rt_budget(&cgroups, &lc.cgroup)?;
+                    }
+                    for &pid in &lc.pids {
+                        cgroups.move_process(&lc.cgroup, pid as i32)?;
+                    }
+                    if !lc.command.is_empty() {
+                        steps.lc_children.push(crate::supervisor::launch_in_group(
+                            &cgroups,
+                            &lc.name,
+                            &lc.command,
+                            &lc.cgroup,
+                        )?);
+                    }
                 }
                 let act = match &previous {
                     Some(prev) => {
@@ -210,7 +226,7 @@ impl Agent {
                     }
                     None => Actuation::attach(&mut node, groups.clone())?,
                 };
-                actuation = Some(act);
+                actuation = Some(act.with_lc_services(&mut node, &lc_groups[1..])?);
                 Ok(())
             })()
         };
@@ -232,6 +248,14 @@ impl Agent {
             policy: config.policy.kind.as_str(),
             started_unix_ms: unix_ms(),
             slo_us: config.lc().slo.target_us,
+            lcs: config
+                .lcs
+                .iter()
+                .map(|l| crate::publish::metrics::ServiceSlo {
+                    name: l.name.clone(),
+                    slo_us: l.slo.target_us,
+                })
+                .collect(),
             reasons: Default::default(),
             last_reason: String::new(),
             last_allocation: None,
@@ -241,6 +265,7 @@ impl Agent {
             be_held_off: None,
             pending: None,
             last_logged: None,
+            last_binding_lc: None,
         };
         // The decision state is only ever read from the log.
         controller.policy_mut().set_explain(publisher.log.is_some());
@@ -258,7 +283,7 @@ impl Agent {
             egress_classifiers,
             created_groups: std::mem::take(&mut steps.created_groups),
             lc_origins: std::mem::take(&mut steps.lc_moved),
-            lc_child: steps.lc_child.take(),
+            lc_children: std::mem::take(&mut steps.lc_children),
             publisher,
             requests: Some(requests),
             stop,
@@ -339,7 +364,7 @@ impl Agent {
         let mut steps = HostSteps {
             created_groups: std::mem::take(&mut self.created_groups),
             lc_moved: std::mem::take(&mut self.lc_origins),
-            lc_child: self.lc_child.take(),
+            lc_children: std::mem::take(&mut self.lc_children),
             supervised: std::mem::take(&mut self.supervised),
             state_written: true,
             had_state,

@@ -39,8 +39,8 @@ pub struct LcThreadsState {
 /// Applies an [`LcTreatment`] to the threads of the LC group.
 #[derive(Debug, Default)]
 pub struct LcThreads {
-    treated: BTreeSet<i32>,
-    last: Option<LcTreatment>,
+    /// Per LC group (one per `[[lc]]` service): the threads treated and the treatment given.
+    groups: BTreeMap<GroupPath, (BTreeSet<i32>, Option<LcTreatment>)>,
     state: LcThreadsState,
     /// Errors so far (a thread may exit between listing and treating it).
     pub errors: u64,
@@ -62,12 +62,27 @@ impl LcThreads {
 
     /// Treats the LC group's threads not treated yet; returns how many were treated now.
     pub fn apply(&mut self, cgroups: &Cgroups, lc: &GroupPath, treatment: &LcTreatment) -> usize {
+        // Each LC service's group keeps its own treated threads and treatment.
+        let (mut treated, mut last) = self.groups.remove(lc).unwrap_or_default();
+        let done = self.apply_to(cgroups, lc, treatment, &mut treated, &mut last);
+        self.groups.insert(lc.clone(), (treated, last));
+        done
+    }
+
+    fn apply_to(
+        &mut self,
+        cgroups: &Cgroups,
+        lc: &GroupPath,
+        treatment: &LcTreatment,
+        treated: &mut BTreeSet<i32>,
+        last: &mut Option<LcTreatment>,
+    ) -> usize {
         let wants_something = treatment.pin_cpus.as_ref().is_some_and(|c| !c.is_empty())
             || treatment.fifo_priority.is_some()
             || treatment.slice_us.is_some();
-        if self.last.as_ref() != Some(treatment) {
-            self.treated.clear();
-            self.last = Some(treatment.clone());
+        if last.as_ref() != Some(treatment) {
+            treated.clear();
+            *last = Some(treatment.clone());
         }
         if !wants_something {
             return 0;
@@ -84,10 +99,10 @@ impl LcThreads {
                 return 0;
             }
         };
-        self.treated.retain(|t| tids.contains(t));
+        treated.retain(|t| tids.contains(t));
         let mut done = 0;
         for (i, &tid) in tids.iter().enumerate() {
-            if self.treated.contains(&tid) {
+            if treated.contains(&tid) {
                 continue;
             }
             if !self.state.originals.contains_key(&tid) {
@@ -133,7 +148,7 @@ impl LcThreads {
                 }
             }
             tracing::info!(tid, ?treatment, "LC thread treated");
-            self.treated.insert(tid);
+            treated.insert(tid);
             done += 1;
         }
         done
@@ -217,8 +232,7 @@ impl LcThreads {
                 }
             }
         }
-        self.treated.clear();
-        self.last = None;
+        self.groups.clear();
         restored
     }
 

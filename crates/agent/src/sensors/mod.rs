@@ -23,6 +23,7 @@ pub mod feed;
 mod hardware;
 pub mod idle_wake;
 pub mod lc_kernel;
+pub mod lc_services;
 pub mod lc_signal;
 pub mod lc_threads;
 pub mod probe;
@@ -47,6 +48,9 @@ pub struct LcSignals {
     pub peak_qps: Option<f64>,
     /// The kernel sensor and its fallback prober side by side (`source = "kernel"`).
     pub latency_sources: Option<Arc<lc_kernel::KernelShared>>,
+    /// The configured latency source (`probe`, `prometheus`, `feed`, `kernel`), named in
+    /// `lc_groups[i].latency_source` where no kernel sensor says which figure it chose.
+    pub latency_label: Option<&'static str>,
 }
 
 /// The per-CPU idle sensor in use.
@@ -97,6 +101,10 @@ pub struct Sensors {
     lc: GroupPath,
     be: Vec<GroupPath>,
     signals: LcSignals,
+    /// With several `[[lc]]` services: the first's name and the others' sensors; the
+    /// observation then lists every service in `lc_groups`.
+    lc_name: String,
+    more_lcs: Vec<lc_services::LcServiceSensor>,
     slow_due: Instant,
     slow: Observation,
     usage_prev: Option<(Instant, u64, u64)>,
@@ -158,6 +166,8 @@ impl Sensors {
             lc,
             be,
             signals,
+            lc_name: String::new(),
+            more_lcs: Vec::new(),
             slow_due: Instant::now(),
             slow: Observation::default(),
             usage_prev: None,
@@ -299,6 +309,13 @@ impl Sensors {
         &self.errors
     }
 
+    /// Several LC services: the first's name (its signals are the ones given to
+    /// [`Sensors::new`]) and the other services' sensors, in the config's order.
+    pub fn set_lc_services(&mut self, first: &str, more: Vec<lc_services::LcServiceSensor>) {
+        self.lc_name = first.to_string();
+        self.more_lcs = more;
+    }
+
     fn count_error(&mut self, name: &'static str, e: &dyn std::fmt::Display) {
         let n = self.errors.entry(name).or_insert(0);
         *n += 1;
@@ -377,6 +394,18 @@ impl Sensors {
                     .map(|p| r.value / p);
                 obs.lc_load_age_ms = Some(now.saturating_duration_since(r.at).as_millis() as u64);
             }
+        }
+        if !self.more_lcs.is_empty() {
+            // Every service in the config's order; the first from the fields above.
+            let mut groups = std::mem::take(&mut obs.lc_groups);
+            if let Some(g) = groups.first_mut() {
+                let label = self.signals.latency_label.map(str::to_string);
+                lc_services::first_service(&self.lc_name, obs, label, g);
+            }
+            for (g, s) in groups.iter_mut().skip(1).zip(&self.more_lcs) {
+                s.sample_fast(g, now);
+            }
+            obs.lc_groups = groups;
         }
         if let Some(e) = idle_error {
             self.count_error("cpu_idle", &e);
@@ -516,6 +545,19 @@ impl Sensors {
         match be_mem {
             Ok(b) => o.be_memory_bytes = Some(b),
             Err(e) => self.count_error("be_memory", &e),
+        }
+        if !self.more_lcs.is_empty() {
+            let mut first = headroom_types::observation::LcGroupObservation::default();
+            lc_services::first_service(&self.lc_name, &o, None, &mut first);
+            let mut groups = vec![first];
+            let mut errors = Vec::new();
+            for s in &mut self.more_lcs {
+                groups.push(s.sample_slow(&self.cgroups, now, refresh, &mut errors));
+            }
+            for (name, e) in errors {
+                self.count_error(name, &e);
+            }
+            o.lc_groups = groups;
         }
         self.slow = o;
     }

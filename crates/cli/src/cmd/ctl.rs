@@ -82,18 +82,42 @@ fn print_status(s: &AgentStatus) {
         if s.paused { ", paused" } else { "" },
         if s.dry_run { ", dry run" } else { "" },
     );
-    println!(
-        "LC {}: p{} latency {} µs (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",
-        lc.group,
-        f(Some(lc.percentile)),
-        f(lc.latency_us),
-        lc.latency_age_ms.map_or("-".into(), |a| a.to_string()),
-        f(Some(lc.slo_us)),
-        f(lc.slack),
-        f(lc.load),
-        f(lc.qps),
-        lc.cpus.as_ref().map_or("-".into(), |c| format!("{c:?}")),
-    );
+    let line = |lc: &headroom_types::control::LcStatus| {
+        format!(
+            "p{} latency {} µs{} (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",
+            f(Some(lc.percentile)),
+            f(lc.latency_us),
+            lc.latency_source
+                .as_deref()
+                .map(|s| format!(" [{s}]"))
+                .unwrap_or_default(),
+            lc.latency_age_ms.map_or("-".into(), |a| a.to_string()),
+            f(Some(lc.slo_us)),
+            f(lc.slack),
+            f(lc.load),
+            f(lc.qps),
+            lc.cpus.as_ref().map_or("-".into(), |c| format!("{c:?}")),
+        )
+    };
+    if s.lcs.len() > 1 {
+        // Several services: one line each, and the one that bound the last decision.
+        println!(
+            "LC services: {} (binding: {})",
+            s.lcs.len(),
+            s.binding_lc.as_deref().unwrap_or("-")
+        );
+        for lc in &s.lcs {
+            println!(
+                "LC {} (priority {}) {}: {}",
+                lc.name,
+                lc.priority,
+                lc.group,
+                line(lc)
+            );
+        }
+    } else {
+        println!("LC {}: {}", lc.group, line(lc));
+    }
     let a = s.allocation.clone().unwrap_or_default();
     println!(
         "BE {:?}: enabled {}  cpus {}  weight {}  idle {}  quota {}%  (idle CPUs {})",

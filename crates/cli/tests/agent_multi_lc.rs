@@ -1,0 +1,330 @@
+//! Several `[[lc]]` services on the real kernel (root + writable cgroups; skips otherwise): two
+//! idle processes stand in for two LC services, each in its own group. The agent creates and
+//! fills both groups, `ctl status` lists both, the metrics carry both `lc` labels, and
+//! `on_exit = "restore"` moves both back and removes both groups. A second service whose pid
+//! is gone fails the start, and the first service's start is undone with it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+
+/// The agents here take turns (each test's groups are its own, but two agents at once would
+/// only compete for the 2-core machine's attention).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct Guard {
+    cgroups: Cgroups,
+    top: GroupPath,
+    children: Vec<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for name in ["a", "b", "be"] {
+            let Ok(g) = self.top.join(name) else { continue };
+            if !self.cgroups.exists(&g) {
+                continue;
+            }
+            let _ = self.cgroups.thaw(&g);
+            for pid in self.cgroups.procs(&g).unwrap_or_default() {
+                // SAFETY: kill(2) on a pid read from the test's own group.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = self.cgroups.remove(&g);
+        }
+        if self.cgroups.exists(&self.top) {
+            if let Err(e) = self.cgroups.remove(&self.top) {
+                eprintln!("cleanup: removing {}: {e}", self.top);
+            }
+        }
+    }
+}
+
+/// The cgroups to test on, or why not (printed as a SKIP).
+fn setup(test: &str, prefix: &str) -> Option<(Guard, std::sync::MutexGuard<'static, ()>)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {test}: not root");
+        return None;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
+        _ => {
+            eprintln!("SKIP {test}: no writable cpu/cpuset cgroups");
+            return None;
+        }
+    };
+    let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let top = GroupPath::new(&format!("{prefix}-{}", std::process::id())).unwrap();
+    assert!(!cgroups.exists(&top), "{top} exists already");
+    let guard = Guard {
+        cgroups,
+        top,
+        children: Vec::new(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    Some((guard, lock))
+}
+
+fn sleeper(guard: &mut Guard) -> u32 {
+    let c = Command::new("sleep")
+        .arg("60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = c.id();
+    guard.children.push(c);
+    pid
+}
+
+/// A free loopback port for the metrics endpoint.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn two_lcs(guard: &Guard, a_pid: u32, b_pid: u32, policy: &str, port: u16) -> PathBuf {
+    let (top, dir) = (&guard.top, guard.dir.path().display());
+    let text = format!(
+        r#"
+[[lc]]
+name = "alpha"
+cgroup = "{top}/a"
+pids = [{a_pid}]
+priority = 10
+[lc.slo]
+target_us = 500
+
+[[lc]]
+name = "beta"
+cgroup = "{top}/b"
+pids = [{b_pid}]
+[lc.slo]
+percentile = 95.0
+target_us = 2000
+
+[[be]]
+name = "batch"
+cgroup = "{top}/be"
+
+[policy]
+kind = "{policy}"
+
+[safety]
+on_exit = "restore"
+state_file = "{dir}/state.json"
+
+[api]
+socket = "{dir}/ctl.sock"
+metrics = "127.0.0.1:{port}"
+"#
+    );
+    let path = guard.dir.path().join("two.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn spawn_agent(guard: &mut Guard, config: &Path, log: &str) -> usize {
+    let stderr = std::fs::File::create(guard.dir.path().join(log)).unwrap();
+    let child = Command::new(BIN)
+        .args(["agent", "--config"])
+        .arg(config)
+        .env("HEADROOM_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start the agent");
+    guard.children.push(child);
+    guard.children.len() - 1
+}
+
+fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN)
+        .args(["ctl", "--socket"])
+        .arg(dir.join("ctl.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn wait_exit(guard: &mut Guard, idx: usize, signal: bool) -> std::process::ExitStatus {
+    let child = &mut guard.children[idx];
+    if signal {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    }
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "agent did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn proc_cgroup(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()
+}
+
+#[test]
+fn two_lc_services_run_publish_and_are_restored() {
+    let test = "two_lc_services_run_publish_and_are_restored";
+    let Some((mut guard, _lock)) = setup(test, "headroom-2lc") else {
+        return;
+    };
+    let (a_pid, b_pid) = (sleeper(&mut guard), sleeper(&mut guard));
+    let (a_before, b_before) = (proc_cgroup(a_pid), proc_cgroup(b_pid));
+    let port = free_port();
+    let cfg = two_lcs(&guard, a_pid, b_pid, "none", port);
+    let dir = guard.dir.path().to_path_buf();
+    let agent = spawn_agent(&mut guard, &cfg, "agent.log");
+    let log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    let up = wait_for(Duration::from_secs(20), || {
+        ctl(&dir, &["--json", "status"]).0
+    });
+    assert!(up, "the agent came up; log:\n{}", log());
+
+    // Both groups made, each holding its own service.
+    let (a, b) = (guard.top.join("a").unwrap(), guard.top.join("b").unwrap());
+    let cg = guard.cgroups.clone();
+    assert!(cg.procs(&a).unwrap().contains(&(a_pid as i32)), "{}", log());
+    assert!(cg.procs(&b).unwrap().contains(&(b_pid as i32)), "{}", log());
+
+    // `ctl status` lists both, in the config's order, with their SLOs and priorities.
+    let (ok, json) = ctl(&dir, &["--json", "status"]);
+    assert!(ok, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect(&json);
+    let lcs = v["status"]["lcs"].as_array().expect("status.lcs");
+    assert_eq!(lcs.len(), 2, "{json}");
+    assert_eq!(lcs[0]["name"], "alpha");
+    assert_eq!(lcs[0]["priority"], 10);
+    assert_eq!(lcs[0]["group"], format!("{}/a", guard.top));
+    assert_eq!(lcs[0]["slo_us"], 500.0);
+    assert_eq!(lcs[1]["name"], "beta");
+    assert_eq!(lcs[1]["group"], format!("{}/b", guard.top));
+    assert_eq!(lcs[1]["slo_us"], 2000.0);
+    assert_eq!(lcs[1]["percentile"], 95.0);
+    assert_eq!(
+        v["status"]["lc"]["name"], "alpha",
+        "lc is the first service"
+    );
+    let (ok, text) = ctl(&dir, &["status"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("LC services: 2"), "{text}");
+    assert!(
+        text.contains("LC alpha (priority 10)") && text.contains("LC beta (priority 0)"),
+        "{text}"
+    );
+
+    // The metrics carry both services by label, the unlabelled series the first's.
+    let mut metrics = String::new();
+    let labelled = wait_for(Duration::from_secs(10), || {
+        metrics = scrape(port);
+        metrics.contains("headroom_lc_service_slo_us{lc=\"alpha\"} 500")
+            && metrics.contains("headroom_lc_service_slo_us{lc=\"beta\"} 2000")
+    });
+    assert!(labelled, "{metrics}");
+    assert!(
+        metrics.contains("\nheadroom_lc_slo_us 500"),
+        "the unlabelled series is the first service's:\n{metrics}"
+    );
+
+    // Restore: both back where they came from, both groups gone.
+    let st = wait_exit(&mut guard, agent, true);
+    assert!(st.success(), "agent exit {st}; log:\n{}", log());
+    assert_eq!(proc_cgroup(a_pid), a_before, "alpha back in its own groups");
+    assert_eq!(proc_cgroup(b_pid), b_before, "beta back in its own groups");
+    assert!(
+        !cg.exists(&a) && !cg.exists(&b),
+        "both LC groups removed; log:\n{}",
+        log()
+    );
+    assert!(!dir.join("state.json").exists(), "state file removed");
+}
+
+#[test]
+fn a_second_service_that_fails_undoes_the_first() {
+    let test = "a_second_service_that_fails_undoes_the_first";
+    let Some((mut guard, _lock)) = setup(test, "headroom-2lcfail") else {
+        return;
+    };
+    let a_pid = sleeper(&mut guard);
+    let a_before = proc_cgroup(a_pid);
+    // A pid that is gone: a child that has exited and been reaped.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let cfg = two_lcs(&guard, a_pid, gone_pid, "none", free_port());
+    let agent = spawn_agent(&mut guard, &cfg, "fail.log");
+    let st = wait_exit(&mut guard, agent, false);
+    let log = std::fs::read_to_string(guard.dir.path().join("fail.log")).unwrap_or_default();
+    assert!(!st.success(), "the start fails; log:\n{log}");
+    assert!(
+        log.contains(&gone_pid.to_string()),
+        "the error names the pid:\n{log}"
+    );
+    assert_eq!(
+        proc_cgroup(a_pid),
+        a_before,
+        "the first service moved back; log:\n{log}"
+    );
+    let cg = guard.cgroups.clone();
+    for g in ["a", "b", "be"] {
+        let g = guard.top.join(g).unwrap();
+        assert!(!cg.exists(&g), "{g} removed; log:\n{log}");
+    }
+    assert!(
+        !guard.dir.path().join("state.json").exists(),
+        "no state file left; log:\n{log}"
+    );
+}
