@@ -34,7 +34,18 @@ fn shipped_configs_are_valid() {
         .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
         .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
         .collect();
-    let cfg = Config::from_toml_str(&body).unwrap();
+    // The LCs are the node's annotated pods (no [lc] table): validate the rest with one
+    // discovered pod standing in, as `[kubernetes]` turns it into an LC service.
+    let tables = |name: &str| {
+        body.lines()
+            .any(|l| l.trim_start().trim_start_matches('[').starts_with(name))
+    };
+    assert!(!tables("lc]") && !tables("lc."), "LCs come from discovery");
+    let with_lc = format!(
+        "{body}\n[lc]\nname = \"shop/cart-0\"\ncgroup = \"kubepods/burstable/pod0c0c0c0c-0000\"\n"
+    );
+    let cfg = Config::from_toml_str(&with_lc).unwrap();
+    assert!(cfg.kubernetes.discover);
     assert_eq!(cfg.be[0].cgroup, "kubepods/besteffort");
 }
 

@@ -29,6 +29,9 @@ enum Command {
     Ctl(cmd::ctl::Args),
     /// What this kernel and hardware offer
     Doctor(cmd::doctor::Args),
+    /// The node's latency-critical Kubernetes pods, discovered live (one JSON line per change)
+    #[cfg(feature = "kube")]
+    KubeDiscover(cmd::kube_discover::Args),
     /// Reproduce the papers' experiments and the tools' own benchmarks
     Bench(cmd::bench::Args),
     /// Re-render an experiment directory without re-running it
@@ -69,6 +72,8 @@ fn main() {
         Command::Agent(a) => cmd::agent::run(a),
         Command::Ctl(a) => cmd::ctl::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        #[cfg(feature = "kube")]
+        Command::KubeDiscover(a) => cmd::kube_discover::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),

@@ -5,6 +5,7 @@
 pub mod allocation;
 pub mod control;
 pub mod decision;
+pub mod discovery;
 pub mod doctor;
 pub mod load_result;
 pub mod mechanism;

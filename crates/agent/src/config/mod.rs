@@ -15,6 +15,7 @@ mod api;
 mod be;
 pub(crate) mod checks;
 mod host;
+mod kubernetes;
 mod lc;
 mod policy;
 mod safety;
@@ -22,6 +23,7 @@ mod safety;
 pub use api::*;
 pub use be::*;
 pub use host::*;
+pub use kubernetes::*;
 pub use lc::*;
 pub use policy::*;
 pub use safety::*;
@@ -155,6 +157,9 @@ pub struct Config {
     pub egress: EgressConfig,
     #[serde(default)]
     pub actuators: ActuatorsConfig,
+    /// `[kubernetes]`: live discovery of the node's LC pods.
+    #[serde(default, skip_serializing_if = "KubernetesConfig::is_default")]
+    pub kubernetes: KubernetesConfig,
 }
 
 /// Keys `set KEY=VALUE` may change while the agent runs.
@@ -371,6 +376,7 @@ impl Config {
         self.validate_policy(&mut p);
         self.safety.validate(&mut p);
         self.api.validate(&mut p);
+        self.kubernetes.validate(&mut p);
         p.into_result()
     }
 
@@ -483,8 +489,9 @@ fn read_section(name: &str, value: &toml::Value) -> Result<(), ConfigError> {
         "sensors" => read::<SensorsConfig>(name, value),
         "egress" => read::<EgressConfig>(name, value),
         "actuators" => read::<ActuatorsConfig>(name, value),
+        "kubernetes" => read::<KubernetesConfig>(name, value),
         _ => Err(ConfigError::Parse(format!(
-            "unknown field `{name}`, expected one of `lc`, `be`, `policy`, `safety`, `api`, `sensors`, `egress`, `actuators`"
+            "unknown field `{name}`, expected one of `lc`, `be`, `policy`, `safety`, `api`, `sensors`, `egress`, `actuators`, `kubernetes`"
         ))),
     }
 }

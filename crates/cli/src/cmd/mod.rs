@@ -6,6 +6,8 @@ pub mod bench;
 pub mod ctl;
 pub mod demo;
 pub mod doctor;
+#[cfg(feature = "kube")]
+pub mod kube_discover;
 pub mod load;
 pub mod plan;
 pub mod report;

@@ -1,0 +1,219 @@
+//! `[kubernetes]`: live discovery of the node's LC pods (the `headroom-kube` crate watches them)
+//! and how a discovered pod becomes an LC service of the agent.
+
+use headroom_types::discovery::{DiscoveredLc, LayoutChoice};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{invalid, ConfigError, LcConfig, Problems};
+
+/// `[kubernetes]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesConfig {
+    /// Watch the node's pods: every Running pod annotated `headroom.io/slo-p99-us` is an LC
+    /// from the moment it runs until it goes (docs/kubernetes.md).
+    pub discover: bool,
+    /// The node whose pods are watched; default: the `NODE_NAME` environment variable (the
+    /// downward API's `spec.nodeName`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// A kubeconfig file; default: the pod's service account (in-cluster), else `KUBECONFIG`
+    /// or `~/.kube/config`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    /// kubelet's cgroup layout: `auto` (found under the cgroup root), `cgroupfs` or `systemd`.
+    pub cgroup_layout: LayoutChoice,
+    /// The SLO window of a discovered LC, s.
+    pub window_s: f64,
+    /// A pod with `headroom.io/latency-port` is measured by the kernel sensor on that port; with
+    /// `probe_fallback` the prober fills in (on `127.0.0.1:<port>`, so for `hostNetwork` pods).
+    pub probe_fallback: bool,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            discover: false,
+            node_name: None,
+            kubeconfig: None,
+            cgroup_layout: LayoutChoice::Auto,
+            window_s: crate::config::SloConfig::default().window_s,
+            probe_fallback: false,
+        }
+    }
+}
+
+/// The environment variable the node name comes from by default.
+pub const NODE_NAME_ENV: &str = "NODE_NAME";
+
+impl KubernetesConfig {
+    /// Whether the section says nothing (it is then left out of the TOML form).
+    pub fn is_default(&self) -> bool {
+        *self == KubernetesConfig::default()
+    }
+
+    /// The node to watch: `node_name`, else `env_node` (the value of `NODE_NAME`).
+    pub fn node(&self, env_node: Option<String>) -> Result<String, ConfigError> {
+        self.node_name
+            .clone()
+            .or(env_node)
+            .filter(|n| !n.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "kubernetes.node_name",
+                    "",
+                    "discover = true needs the node's name: set node_name, or NODE_NAME from the downward API (fieldRef spec.nodeName)",
+                )
+            })
+    }
+
+    /// The LC service a discovered pod stands for: its name (`namespace/pod`), cgroup,
+    /// priority and SLO; latency from the kernel sensor on its port when it has one (else none:
+    /// the safety rules treat its latency as unknown), no load source, no thread treatment.
+    pub fn lc_config(&self, lc: &DiscoveredLc) -> Result<LcConfig, ConfigError> {
+        let mut t = toml::Table::new();
+        t.insert("name".into(), lc.name.clone().into());
+        t.insert("cgroup".into(), lc.cgroup.as_str().into());
+        t.insert("priority".into(), i64::from(lc.priority).into());
+        let mut slo = toml::Table::new();
+        slo.insert("percentile".into(), lc.percentile.into());
+        slo.insert("target_us".into(), lc.target_us.into());
+        slo.insert("window_s".into(), self.window_s.into());
+        t.insert("slo".into(), slo.into());
+        if let Some(port) = lc.latency_port {
+            let mut lat = toml::Table::new();
+            lat.insert("source".into(), "kernel".into());
+            lat.insert("port".into(), i64::from(port).into());
+            if self.probe_fallback {
+                lat.insert("fallback".into(), "probe".into());
+            }
+            t.insert("latency".into(), lat.into());
+        }
+        let config: LcConfig = toml::Value::Table(t)
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid("lc", &lc.name, e.to_string()))?;
+        let mut p = Problems::default();
+        config.validate_as(&format!("lc[{}]", lc.name), &mut p);
+        p.into_result()?;
+        Ok(config)
+    }
+
+    /// The `[kubernetes]` section of an agent config file alone (default when absent), for
+    /// tools that need only it (`headroom kube-discover --config`).
+    pub fn from_config_file(path: &std::path::Path) -> Result<KubernetesConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let doc: toml::Table = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse(format!("{}: {e}", path.display())))?;
+        let k: KubernetesConfig = match doc.get("kubernetes") {
+            None => KubernetesConfig::default(),
+            Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
+                ConfigError::Parse(format!("{}: [kubernetes]: {e}", path.display()))
+            })?,
+        };
+        let mut p = Problems::default();
+        k.validate(&mut p);
+        p.into_result()?;
+        Ok(k)
+    }
+
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if !(self.window_s > 0.0 && self.window_s <= crate::config::MAX_WINDOW_S) {
+            p.push(invalid(
+                "kubernetes.window_s",
+                self.window_s,
+                format!("must be in (0, {}] s", crate::config::MAX_WINDOW_S),
+            ));
+        }
+        if let Some(n) = &self.node_name {
+            if n.trim().is_empty() {
+                p.push(invalid(
+                    "kubernetes.node_name",
+                    n,
+                    "must not be empty (leave it out to read NODE_NAME)",
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{LatencyFallback, LatencySource};
+    use headroom_types::discovery::PodQos;
+    use headroom_types::GroupPath;
+
+    fn discovered(port: Option<u16>) -> DiscoveredLc {
+        DiscoveredLc {
+            name: "shop/cart-0".into(),
+            uid: "u1".into(),
+            qos: PodQos::Burstable,
+            cgroup: GroupPath::new("kubepods/burstable/podu1").unwrap(),
+            target_us: 300.0,
+            percentile: 99.0,
+            latency_port: port,
+            priority: 3,
+        }
+    }
+
+    #[test]
+    fn a_discovered_pod_becomes_an_lc_service() {
+        let k = KubernetesConfig {
+            probe_fallback: true,
+            ..KubernetesConfig::default()
+        };
+        let lc = k.lc_config(&discovered(Some(11211))).unwrap();
+        assert_eq!(lc.name, "shop/cart-0");
+        assert_eq!(lc.cgroup, "kubepods/burstable/podu1");
+        assert_eq!(lc.priority, 3);
+        assert_eq!(
+            (lc.slo.percentile, lc.slo.target_us, lc.slo.window_s),
+            (99.0, 300.0, 15.0)
+        );
+        let lat = lc.latency.unwrap();
+        assert_eq!(lat.source, LatencySource::Kernel);
+        assert_eq!(lat.kernel_ports(), [11211]);
+        assert_eq!(lat.fallback, Some(LatencyFallback::Probe));
+        assert!(lc.pids.is_empty() && lc.command.is_empty() && lc.load.is_none());
+
+        let lc = KubernetesConfig::default()
+            .lc_config(&discovered(None))
+            .unwrap();
+        assert!(lc.latency.is_none());
+    }
+
+    #[test]
+    fn the_node_comes_from_the_key_or_the_environment() {
+        let mut k = KubernetesConfig::default();
+        assert_eq!(k.node(Some("n1".into())).unwrap(), "n1");
+        let e = k.node(None).unwrap_err().to_string();
+        assert!(e.starts_with("kubernetes.node_name"), "{e}");
+        k.node_name = Some("n2".into());
+        assert_eq!(k.node(Some("n1".into())).unwrap(), "n2");
+    }
+
+    #[test]
+    fn the_section_parses_and_refuses_bad_values() {
+        let k: KubernetesConfig = toml::from_str(
+            "discover = true\nnode_name = \"n1\"\ncgroup_layout = \"systemd\"\nwindow_s = 5.0",
+        )
+        .unwrap();
+        assert!(k.discover && !k.is_default());
+        assert_eq!(k.cgroup_layout, LayoutChoice::Systemd);
+        assert!(toml::from_str::<KubernetesConfig>("cgroup_layout = \"cgroupv3\"").is_err());
+        assert!(toml::from_str::<KubernetesConfig>("discovr = true").is_err());
+        let mut p = Problems::default();
+        KubernetesConfig {
+            window_s: 0.0,
+            node_name: Some(" ".into()),
+            ..KubernetesConfig::default()
+        }
+        .validate(&mut p);
+        let keys: Vec<String> = p.0.iter().map(|e| e.to_string()).collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(KubernetesConfig::default().is_default());
+    }
+}

@@ -1,0 +1,108 @@
+//! `headroom kube-discover`: the node's LC pods, discovered live, one JSON line per change of
+//! the set (`headroom_types::discovery::LcSetEvent`) on stdout. What the agent's `[kubernetes]
+//! discover = true` sees, without the agent.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use headroom_agent::config::{KubernetesConfig, NODE_NAME_ENV};
+use headroom_kube::{Discovery, DiscoveryOptions};
+use headroom_types::discovery::LayoutChoice;
+
+/// Flags of `headroom kube-discover`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The node whose pods are watched (default: [kubernetes] node_name, then $NODE_NAME)
+    #[arg(long)]
+    pub node: Option<String>,
+    /// A kubeconfig file (default: [kubernetes] kubeconfig, then in-cluster, then $KUBECONFIG)
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// An agent config whose [kubernetes] section gives the defaults of the other flags
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where the cgroup hierarchies are mounted
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    /// kubelet's cgroup layout: auto, cgroupfs or systemd (default: [kubernetes] cgroup_layout)
+    #[arg(long, value_parser = parse_layout)]
+    pub layout: Option<LayoutChoice>,
+    /// Print the first full set and exit
+    #[arg(long)]
+    pub once: bool,
+    /// Stop after this many seconds (default: run until interrupted)
+    #[arg(long)]
+    pub for_s: Option<f64>,
+}
+
+fn parse_layout(s: &str) -> Result<LayoutChoice, String> {
+    match s {
+        "auto" => Ok(LayoutChoice::Auto),
+        "cgroupfs" => Ok(LayoutChoice::Cgroupfs),
+        "systemd" => Ok(LayoutChoice::Systemd),
+        other => Err(format!("{other:?}: expected auto, cgroupfs or systemd")),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let k = match &args.config {
+        Some(path) => {
+            KubernetesConfig::from_config_file(path).map_err(|e| super::usage(e.to_string()))?
+        }
+        None => KubernetesConfig::default(),
+    };
+    let node = match &args.node {
+        Some(n) => n.clone(),
+        None => k
+            .node(std::env::var(NODE_NAME_ENV).ok())
+            .map_err(|e| super::usage(format!("headroom kube-discover: give --node: {e}")))?,
+    };
+    if let Some(f) = args.for_s {
+        if !(f > 0.0 && f.is_finite()) {
+            return Err(super::usage(format!(
+                "headroom kube-discover: --for-s {f}: must be a positive number of seconds"
+            )));
+        }
+    }
+    let mut opts = DiscoveryOptions::new(&node);
+    opts.kubeconfig = args
+        .kubeconfig
+        .clone()
+        .or_else(|| k.kubeconfig.as_ref().map(PathBuf::from));
+    opts.cgroup_root = args.cgroup_root.clone();
+    opts.layout = args.layout.unwrap_or(k.cgroup_layout);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let discovery = Discovery::start(opts, Some(tx)).context("headroom kube-discover")?;
+    let deadline = args
+        .for_s
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut out = std::io::stdout().lock();
+    loop {
+        let wait = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => Duration::from_secs(3600),
+        };
+        match rx.recv_timeout(wait) {
+            Ok(ev) => {
+                let synced = ev.set.synced;
+                writeln!(out, "{}", serde_json::to_string(&ev)?)?;
+                out.flush()?;
+                if args.once && synced {
+                    break;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                anyhow::bail!("headroom kube-discover: the watch of node {node} ended")
+            }
+        }
+    }
+    discovery.stop();
+    Ok(())
+}

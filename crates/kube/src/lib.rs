@@ -1,0 +1,18 @@
+//! Live discovery of a Kubernetes node's latency-critical pods.
+//!
+//! Every Running pod of the node annotated `headroom.io/slo-p99-us` (optionally
+//! `headroom.io/latency-port`, `headroom.io/priority`) is an LC service from the moment it runs
+//! until it goes, its cgroup derived from its QoS class and UID in the node's kubelet layout
+//! (cgroupfs or systemd driver). The pure rooms ([`layout`], [`pod`], [`state`]) hold every
+//! rule; [`watch`] is the I/O: a kube-rs watcher with a `spec.nodeName` field selector feeding
+//! them, publishing [`headroom_types::discovery::LcSet`]s. See docs/kubernetes.md.
+
+pub mod layout;
+pub mod pod;
+pub mod state;
+pub mod watch;
+
+pub use layout::{detect, group_exists, resolve, KubeletLayout};
+pub use pod::{PodFacts, Verdict, LATENCY_PORT, PRIORITY, SLO_P99_US};
+pub use state::{Discoverer, PodEvent};
+pub use watch::{client, run, Discovery, DiscoveryOptions, KubeError};

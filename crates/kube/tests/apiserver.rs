@@ -1,0 +1,330 @@
+//! The discovery against a stand-in API server on 127.0.0.1 (no cluster runs here): it answers
+//! the pod list and watch endpoints of one node as kube-apiserver does (a PodList, then a chunked
+//! stream of watch events), and the pods come, change, go, and one has a bad annotation. The
+//! pod groups are directories of a temp cgroup root in kubelet's cgroupfs layout.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use headroom_kube::{Discovery, DiscoveryOptions};
+use headroom_types::discovery::{LayoutChoice, LcChange, LcSet, LcSetEvent};
+use serde_json::{json, Value};
+
+const NODE: &str = "node-a";
+
+fn pod(name: &str, uid: &str, node: &str, phase: &str, qos: &str, ann: Value, rv: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "shop", "name": name, "uid": uid,
+                     "resourceVersion": rv.to_string(), "annotations": ann},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": phase, "qosClass": qos}
+    })
+}
+
+/// The stand-in server: the list answers `list`; the first watch streams what the test sends,
+/// later watches (the watcher's reconnects) stay open and silent until the server stops.
+struct StandIn {
+    port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        if h == "\r\n" {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    Some(line.split_whitespace().nth(1).unwrap_or("").to_string())
+}
+
+fn chunk(w: &mut TcpStream, data: &str) -> std::io::Result<()> {
+    write!(w, "{:x}\r\n{}\r\n", data.len(), data)?;
+    w.flush()
+}
+
+impl StandIn {
+    fn start(list: Vec<Value>, events: mpsc::Receiver<Value>) -> StandIn {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let events = Arc::new(Mutex::new(Some(events)));
+        let (reqs, stopped) = (requests.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let (list, reqs, stopped, events) =
+                    (list.clone(), reqs.clone(), stopped.clone(), events.clone());
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    let mut r = BufReader::new(conn);
+                    while let Some(path) = read_request(&mut r) {
+                        reqs.lock().unwrap().push(path.clone());
+                        if !path.starts_with("/api/v1/pods") {
+                            let _ =
+                                write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                            continue;
+                        }
+                        if !path.contains("watch=true") {
+                            let body = json!({"apiVersion": "v1", "kind": "PodList",
+                                              "metadata": {"resourceVersion": "10"},
+                                              "items": list})
+                            .to_string();
+                            let _ = write!(
+                                w,
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            continue;
+                        }
+                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+                        let _ = w.flush();
+                        let mine = events.lock().unwrap().take();
+                        let deadline = Instant::now() + Duration::from_secs(60);
+                        while !stopped.load(Ordering::SeqCst) && Instant::now() < deadline {
+                            match &mine {
+                                Some(rx) => match rx.recv_timeout(Duration::from_millis(50)) {
+                                    Ok(ev) => {
+                                        if chunk(&mut w, &format!("{ev}\n")).is_err() {
+                                            return;
+                                        }
+                                    }
+                                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                                },
+                                None => std::thread::sleep(Duration::from_millis(50)),
+                            }
+                        }
+                        let _ = chunk(&mut w, "");
+                        return;
+                    }
+                });
+            }
+        });
+        StandIn {
+            port,
+            requests,
+            stop,
+        }
+    }
+
+    fn kubeconfig(&self, dir: &Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: http://127.0.0.1:{}\n\
+             contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\n\
+             current-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n",
+            self.port
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// The next event whose set satisfies `want` (events in between are checked by the caller's
+/// later waits only through the set they lead to), within 20 s.
+fn wait_for(
+    rx: &mpsc::Receiver<LcSetEvent>,
+    what: &str,
+    seen: &mut Vec<LcChange>,
+    want: impl Fn(&LcSet) -> bool,
+) -> LcSet {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(ev) => {
+                seen.extend(ev.changes.clone());
+                if want(&ev.set) {
+                    return ev.set;
+                }
+            }
+            Err(e) => panic!("waiting for {what}: {e}; changes so far: {seen:#?}"),
+        }
+    }
+}
+
+fn names(s: &LcSet) -> Vec<&str> {
+    s.lcs.iter().map(|l| l.name.as_str()).collect()
+}
+
+#[test]
+fn pods_come_change_and_go_and_a_bad_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cgroup");
+    let group = |rel: &str| root.join("cpu").join(rel);
+    let (a, b, c, d) = (
+        "aaaaaaaa-0000-0000-0000-000000000001",
+        "bbbbbbbb-0000-0000-0000-000000000002",
+        "cccccccc-0000-0000-0000-000000000003",
+        "dddddddd-0000-0000-0000-000000000004",
+    );
+    for rel in [
+        format!("kubepods/burstable/pod{a}"),
+        format!("kubepods/burstable/pod{b}"),
+        format!("kubepods/pod{c}"),
+        "kubepods/besteffort".to_string(),
+    ] {
+        std::fs::create_dir_all(group(&rel)).unwrap();
+    }
+    let slo = |v: &str| json!({"headroom.io/slo-p99-us": v});
+    let list = vec![
+        pod(
+            "cart-0",
+            a,
+            NODE,
+            "Running",
+            "Burstable",
+            json!({"headroom.io/slo-p99-us": "500", "headroom.io/latency-port": "11211", "headroom.io/priority": "2"}),
+            5,
+        ),
+        pod("slow-0", b, NODE, "Running", "Burstable", slo("fast"), 6),
+        pod("search-0", c, NODE, "Pending", "Guaranteed", slo("300"), 7),
+        pod(
+            "batch-0",
+            "eeeeeeee-0000-0000-0000-000000000005",
+            NODE,
+            "Running",
+            "BestEffort",
+            json!({}),
+            8,
+        ),
+        // A pod of another node the server should not have sent: ignored all the same.
+        pod(
+            "elsewhere-0",
+            "ffffffff-0000-0000-0000-000000000006",
+            "node-b",
+            "Running",
+            "Burstable",
+            slo("100"),
+            9,
+        ),
+    ];
+    let (push, events) = mpsc::channel();
+    let server = StandIn::start(list, events);
+    let kubeconfig = server.kubeconfig(dir.path());
+
+    let (tx, rx) = mpsc::channel();
+    let mut opts = DiscoveryOptions::new(NODE);
+    opts.kubeconfig = Some(kubeconfig);
+    opts.cgroup_root = root.clone();
+    opts.layout = LayoutChoice::Auto;
+    opts.recheck = Duration::from_millis(50);
+    let discovery = Discovery::start(opts, Some(tx)).unwrap();
+    let mut seen = Vec::new();
+
+    // The first list: one LC, the bad pod refused with pod, key and value named.
+    let set = wait_for(&rx, "the first list", &mut seen, |s| s.synced);
+    assert_eq!(names(&set), ["shop/cart-0"]);
+    let cart = &set.lcs[0];
+    assert_eq!(cart.cgroup, format!("kubepods/burstable/pod{a}").as_str());
+    assert_eq!((cart.target_us, cart.percentile), (500.0, 99.0));
+    assert_eq!((cart.latency_port, cart.priority), (Some(11211), 2));
+    assert_eq!(set.refused.len(), 1, "{:?}", set.refused);
+    assert!(
+        set.refused[0]
+            .to_string()
+            .starts_with("shop/slow-0: headroom.io/slo-p99-us = \"fast\": "),
+        "{}",
+        set.refused[0]
+    );
+    assert_eq!(set.refusals_total, 1);
+    let reqs = server.requests.lock().unwrap().clone();
+    assert!(
+        reqs.iter()
+            .all(|r| r.contains("fieldSelector=spec.nodeName%3Dnode-a")),
+        "every request selects the node's pods: {reqs:?}"
+    );
+
+    // search-0 runs.
+    push.send(json!({"type": "MODIFIED", "object": pod("search-0", c, NODE, "Running", "Guaranteed", slo("300"), 11)}))
+        .unwrap();
+    let set = wait_for(&rx, "search-0 running", &mut seen, |s| s.lcs.len() == 2);
+    assert_eq!(names(&set), ["shop/cart-0", "shop/search-0"]);
+    assert_eq!(
+        set.get("shop/search-0").unwrap().cgroup,
+        format!("kubepods/pod{c}").as_str()
+    );
+
+    // cart-0's SLO changes, then the pod is deleted.
+    push.send(json!({"type": "MODIFIED", "object": pod("cart-0", a, NODE, "Running", "Burstable", slo("200"), 12)}))
+        .unwrap();
+    let set = wait_for(&rx, "cart-0's new SLO", &mut seen, |s| {
+        s.get("shop/cart-0").is_some_and(|l| l.target_us == 200.0)
+    });
+    assert_eq!(set.get("shop/cart-0").unwrap().latency_port, None);
+    push.send(json!({"type": "DELETED", "object": pod("cart-0", a, NODE, "Running", "Burstable", slo("200"), 13)}))
+        .unwrap();
+    let set = wait_for(&rx, "cart-0 gone", &mut seen, |s| {
+        s.get("shop/cart-0").is_none()
+    });
+    assert_eq!(names(&set), ["shop/search-0"]);
+
+    // The bad pod is fixed by its owner: no longer refused, an LC.
+    push.send(json!({"type": "MODIFIED", "object": pod("slow-0", b, NODE, "Running", "Burstable", slo("800"), 14)}))
+        .unwrap();
+    let set = wait_for(&rx, "slow-0 fixed", &mut seen, |s| {
+        s.get("shop/slow-0").is_some()
+    });
+    assert!(set.refused.is_empty());
+
+    // A new pod whose group kubelet has not made yet waits, and becomes an LC when it appears.
+    push.send(json!({"type": "ADDED", "object": pod("api-0", d, NODE, "Running", "Guaranteed", slo("1000"), 15)}))
+        .unwrap();
+    let set = wait_for(&rx, "api-0 waiting", &mut seen, |s| {
+        s.waiting.iter().any(|w| w.pod == "shop/api-0")
+    });
+    assert!(set.get("shop/api-0").is_none());
+    std::fs::create_dir_all(group(&format!("kubepods/pod{d}"))).unwrap();
+    wait_for(&rx, "api-0's group", &mut seen, |s| {
+        s.get("shop/api-0").is_some()
+    });
+
+    // search-0's group goes before the API says so: it is no longer an LC.
+    std::fs::remove_dir(group(&format!("kubepods/pod{c}"))).unwrap();
+    let set = wait_for(&rx, "search-0's group gone", &mut seen, |s| {
+        s.get("shop/search-0").is_none()
+    });
+    assert_eq!(names(&set), ["shop/api-0", "shop/slow-0"]);
+
+    assert_eq!(discovery.snapshot(), set);
+    for want in ["shop/cart-0", "shop/search-0"] {
+        assert!(seen
+            .iter()
+            .any(|c| matches!(c, LcChange::Removed { name } if name == want)));
+    }
+    assert!(!seen
+        .iter()
+        .any(|c| matches!(c, LcChange::Added { lc } if lc.name.contains("elsewhere") || lc.name.contains("batch"))));
+    discovery.stop();
+}
