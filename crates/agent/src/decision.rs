@@ -129,6 +129,11 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
                 via_json(&decision.reason),
             );
             compare("state", via_json(&record.state), via_json(&decision.state));
+            compare(
+                "binding_lc",
+                via_json(&record.binding_lc),
+                via_json(&decision.binding_lc),
+            );
         }
     }
     mismatches

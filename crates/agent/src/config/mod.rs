@@ -29,6 +29,7 @@ pub use safety::*;
 pub use crate::policy::blind::config::BlindConfig;
 pub use crate::policy::heracles::config::{HeraclesConfig, LowSlackAction};
 pub use crate::policy::hybrid::config::HybridConfig;
+pub use crate::policy::multi::config::MultiConfig;
 pub use crate::policy::simple::config::{StaticCoresConfig, StaticCyclesConfig};
 pub use crate::policy::weights::config::{WeightGroupConfig, WeightsConfig, WeightsMode};
 
@@ -384,8 +385,11 @@ impl Config {
 
     fn validate_policy(&self, problems: &mut Problems) {
         let p = &self.policy;
-        let needs_latency = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
-            || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
+        let needs_latency = matches!(
+            p.kind,
+            PolicyKind::Heracles | PolicyKind::Hybrid | PolicyKind::Multi
+        ) || (p.kind == PolicyKind::Weights
+            && p.weights.mode != WeightsMode::Static);
         if needs_latency && self.lc().latency.is_none() && self.lc().load.is_none() {
             problems.push(invalid(
                 "policy.kind",
@@ -398,8 +402,10 @@ impl Config {
                 p.kind.as_str(),
                 "needs [lc.latency] to be configured",
             ));
-        } else if matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
-            && self.lc().load.is_none()
+        } else if matches!(
+            p.kind,
+            PolicyKind::Heracles | PolicyKind::Hybrid | PolicyKind::Multi
+        ) && self.lc().load.is_none()
         {
             problems.push(invalid(
                 "policy.kind",
@@ -413,6 +419,10 @@ impl Config {
         p.blind.validate(problems);
         p.heracles.validate(problems);
         p.hybrid.validate(problems);
+        p.multi.validate(problems);
+        if p.kind == PolicyKind::Multi {
+            crate::policy::multi::config::validate_services(self, problems);
+        }
     }
 }
 
