@@ -106,6 +106,7 @@ fn every_policy_replays_identically() {
         "blind",
         "heracles",
         "hybrid",
+        "multi",
     ] {
         let config = Config::from_toml_str(&CONFIG.replace("KIND", kind)).expect("valid");
         let lines = record(&config, &machine, 1000);
@@ -119,7 +120,7 @@ fn every_policy_replays_identically() {
             mismatches.len(),
             mismatches[0]
         );
-        if kind == "hybrid" || kind == "blind" || kind == "heracles" {
+        if kind == "hybrid" || kind == "blind" || kind == "heracles" || kind == "multi" {
             assert!(
                 reasons.len() >= 4,
                 "{kind}: the script exercises the policy: {reasons:?}"

@@ -85,6 +85,9 @@ pub struct SimHost {
     pub(crate) last: Option<TickState>,
     /// A knob or an input changed since the last `sense` (else `sense` returns what it had).
     pub(crate) dirty: bool,
+    /// Several LC services (crate::multi): their signals, reported as `obs.lc_groups`;
+    /// empty for the one-LC server.
+    pub(crate) groups: Vec<headroom_agent::observation::LcGroupObservation>,
 }
 
 fn mask_of(cpus: &CpuSet, all: u128) -> u128 {
@@ -130,6 +133,7 @@ impl SimHost {
             obs: Observation::default(),
             last: None,
             dirty: true,
+            groups: Vec::new(),
         };
         host.refresh_be_alone();
         host
@@ -191,6 +195,14 @@ impl SimHost {
 
     pub fn applied(&self) -> &Applied {
         &self.applied
+    }
+
+    /// The LC's service-time distribution (several services sharing one queue: their mix).
+    pub fn set_service(&mut self, service: ServiceDist) {
+        if self.service != service {
+            self.service = service;
+            self.dirty = true;
+        }
     }
 
     /// Switches the BE job (a new one from the pool started).

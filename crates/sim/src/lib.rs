@@ -9,6 +9,7 @@ pub mod error;
 pub mod fleet;
 pub mod host;
 pub mod model;
+pub mod multi;
 pub mod node;
 pub mod queue;
 pub mod report;

@@ -67,6 +67,13 @@ impl SimHost {
         self.inputs = (lc_qps, latency_us, peak_qps);
         self.dirty = true;
     }
+
+    /// With several LC services: each one's signals for the next [`Node::sense`]
+    /// (`obs.lc_groups`; the top-level fields keep [`SimHost::set_inputs`]'s).
+    pub fn set_groups(&mut self, groups: Vec<headroom_agent::observation::LcGroupObservation>) {
+        self.groups = groups;
+        self.dirty = true;
+    }
 }
 
 impl Node for SimHost {
@@ -82,6 +89,14 @@ impl Node for SimHost {
         let (qps, latency, peak) = self.inputs;
         let state = self.evaluate(qps);
         self.obs = self.observation(&state, latency, peak);
+        if let Some(first) = self.groups.first() {
+            // several services: the top-level fields repeat the first's (the agent's contract)
+            self.obs.lc_qps = first.qps;
+            self.obs.lc_load = first.load;
+            self.obs.lc_latency_us = first.latency_us;
+            self.obs.lc_latency_age_ms = first.latency_age_ms;
+            self.obs.lc_groups.clone_from(&self.groups);
+        }
         self.last = Some(state);
         &self.obs
     }

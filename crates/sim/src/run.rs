@@ -37,17 +37,19 @@ pub const ALL_POLICIES: [PolicyKind; 7] = [
     PolicyKind::Hybrid,
 ];
 
-/// Parses a policy name as `policy.kind` spells it.
+/// Parses a policy name as `policy.kind` spells it (`multi` too: it runs on one-LC servers as
+/// `hybrid` does, and is the arbitration of multi-service servers, `sim fleet --services`).
 pub fn parse_policy(name: &str) -> Result<PolicyKind, SimError> {
     ALL_POLICIES
         .iter()
         .copied()
+        .chain([PolicyKind::Multi])
         .find(|k| k.as_str() == name)
         .ok_or_else(|| {
             SimError::invalid(
                 "--policies",
                 name,
-                "unknown policy; one of none, static-cores, static-cycles, weights, blind, heracles, hybrid",
+                "unknown policy; one of none, static-cores, static-cycles, weights, blind, heracles, hybrid, multi",
             )
         })
 }
@@ -192,14 +194,14 @@ impl ServerOutcome {
 }
 
 /// The BE job schedule of a server: which kind runs when (the same under every policy).
-struct BeJobs {
+pub(crate) struct BeJobs {
     rng: ChaCha8Rng,
     until_s: f64,
     current: usize,
 }
 
 impl BeJobs {
-    fn new(seed: u64, pool: usize) -> BeJobs {
+    pub(crate) fn new(seed: u64, pool: usize) -> BeJobs {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xbe_b0b);
         let current = rng.random_range(0..pool.max(1));
         BeJobs {
@@ -210,7 +212,7 @@ impl BeJobs {
     }
 
     /// The pool index running at `t_s` (call with increasing t).
-    fn at(&mut self, t_s: f64, pool: usize, mean_s: f64) -> usize {
+    pub(crate) fn at(&mut self, t_s: f64, pool: usize, mean_s: f64) -> usize {
         while t_s >= self.until_s {
             if self.until_s > 0.0 {
                 self.current = self.rng.random_range(0..pool.max(1));

@@ -31,6 +31,7 @@ pub use safety::*;
 pub use crate::policy::blind::config::BlindConfig;
 pub use crate::policy::heracles::config::{HeraclesConfig, LowSlackAction};
 pub use crate::policy::hybrid::config::HybridConfig;
+pub use crate::policy::multi::config::MultiConfig;
 pub use crate::policy::simple::config::{StaticCoresConfig, StaticCyclesConfig};
 pub use crate::policy::weights::config::{WeightGroupConfig, WeightsConfig, WeightsMode};
 
@@ -412,11 +413,16 @@ impl Config {
 
     fn validate_policy(&self, problems: &mut Problems) {
         let p = &self.policy;
-        let needs_latency = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid)
-            || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
+        let steered = matches!(
+            p.kind,
+            PolicyKind::Heracles | PolicyKind::Hybrid | PolicyKind::Multi
+        );
+        let needs_latency =
+            steered || (p.kind == PolicyKind::Weights && p.weights.mode != WeightsMode::Static);
         // Each service needs the signals the policy steers by. One LC keeps the message it
         // always had (on `policy.kind`); among several, the service's own key is named.
-        let latency_and_load = matches!(p.kind, PolicyKind::Heracles | PolicyKind::Hybrid);
+        // heracles/hybrid steer by the first service's load alone, multi by every service's.
+        let needs_load = |i: usize| steered && (i == 0 || p.kind == PolicyKind::Multi);
         for (i, lc) in self.lcs.iter().enumerate() {
             let (key, value) = if self.lcs.len() == 1 {
                 ("policy.kind".to_string(), p.kind.as_str().to_string())
@@ -430,7 +436,7 @@ impl Config {
             };
             let ix = self.lc_key(i);
             if needs_latency && lc.latency.is_none() {
-                let and_load = if lc.load.is_none() && latency_and_load && i == 0 {
+                let and_load = if lc.load.is_none() && needs_load(i) {
                     format!(" (and [{ix}.load])")
                 } else {
                     String::new()
@@ -440,8 +446,7 @@ impl Config {
                     &value,
                     format!("{of}needs [{ix}.latency]{and_load} to be configured"),
                 ));
-            } else if latency_and_load && lc.load.is_none() && i == 0 {
-                // (Only the first service's load steers heracles/hybrid.)
+            } else if needs_load(i) && lc.load.is_none() {
                 let key = if self.lcs.len() == 1 {
                     key
                 } else {
@@ -460,6 +465,10 @@ impl Config {
         p.blind.validate(problems);
         p.heracles.validate(problems);
         p.hybrid.validate(problems);
+        p.multi.validate(problems);
+        if p.kind == PolicyKind::Multi {
+            crate::policy::multi::config::validate_services(self, problems);
+        }
     }
 }
 

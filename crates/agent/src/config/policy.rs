@@ -1,7 +1,8 @@
 //! `[policy]`: which policy runs; each policy's own section lives beside it in `crate::policy`.
 
 use crate::config::{
-    BlindConfig, HeraclesConfig, HybridConfig, StaticCoresConfig, StaticCyclesConfig, WeightsConfig,
+    BlindConfig, HeraclesConfig, HybridConfig, MultiConfig, StaticCoresConfig, StaticCyclesConfig,
+    WeightsConfig,
 };
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,9 @@ pub enum PolicyKind {
     Blind,
     Heracles,
     Hybrid,
+    /// `hybrid` bound by the tightest of several `[[lc]]` services, with PARTIES' CPU moves
+    /// between pinned services (issue 29).
+    Multi,
 }
 
 impl PolicyKind {
@@ -28,6 +32,7 @@ impl PolicyKind {
             PolicyKind::Blind => "blind",
             PolicyKind::Heracles => "heracles",
             PolicyKind::Hybrid => "hybrid",
+            PolicyKind::Multi => "multi",
         }
     }
 }
@@ -45,6 +50,7 @@ pub struct PolicyConfig {
     pub blind: BlindConfig,
     pub heracles: HeraclesConfig,
     pub hybrid: HybridConfig,
+    pub multi: MultiConfig,
 }
 
 impl Default for PolicyConfig {
@@ -57,6 +63,7 @@ impl Default for PolicyConfig {
             blind: BlindConfig::default(),
             heracles: HeraclesConfig::default(),
             hybrid: HybridConfig::default(),
+            multi: MultiConfig::default(),
         }
     }
 }

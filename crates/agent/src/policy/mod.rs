@@ -6,6 +6,7 @@
 pub(crate) mod blind;
 pub(crate) mod heracles;
 pub(crate) mod hybrid;
+pub(crate) mod multi;
 mod safety;
 pub(crate) mod simple;
 pub(crate) mod weights;
@@ -23,6 +24,7 @@ use headroom_types::CpuSet;
 pub use blind::Blind;
 pub use heracles::Heracles;
 pub use hybrid::Hybrid;
+pub use multi::Multi;
 pub use safety::Guarded;
 pub use simple::{NonePolicy, StaticCores, StaticCycles};
 pub use weights::Weights;
@@ -175,6 +177,7 @@ pub fn build_unguarded(config: &Config, machine: &MachineInfo) -> Box<dyn Policy
         PolicyKind::Blind => Box::new(Blind::new(config, machine)),
         PolicyKind::Heracles => Box::new(Heracles::new(config, machine)),
         PolicyKind::Hybrid => Box::new(Hybrid::new(config, machine)),
+        PolicyKind::Multi => Box::new(Multi::new(config, machine)),
     }
 }
 

@@ -17,6 +17,7 @@
 //! `pause` holds the policy's last decision (the rules still apply); `set` changes a config key
 //! live, keeping the policy's state.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde_json::json;
@@ -24,6 +25,8 @@ use serde_json::json;
 use super::{
     build_unguarded, lc_pinned_cpus, IdleCrossings, LcCpusMemo, MachineInfo, Mechanism, Policy,
 };
+
+mod multi;
 use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
 use crate::observation::Observation;
@@ -49,6 +52,8 @@ pub struct Guarded {
     explain: bool,
     /// The CPUs the LC is pinned to (they change only with the LC's affinity or the config).
     lc_cpus: LcCpusMemo,
+    /// The service that bound the policy's last decision (held while paused).
+    binding: Option<String>,
 }
 
 impl Guarded {
@@ -73,6 +78,7 @@ impl Guarded {
             last_shrink: None,
             explain: true,
             lc_cpus: LcCpusMemo::default(),
+            binding: None,
         }
     }
 
@@ -168,10 +174,13 @@ impl Policy for Guarded {
                     }
                     None => self.held = Some((d.allocation.clone(), d.reason.clone())),
                 }
+                if self.binding != d.binding_lc {
+                    self.binding = d.binding_lc;
+                }
                 (d.allocation, d.reason, d.state)
             }
         };
-        let mut overrides: Vec<&'static str> = Vec::new();
+        let mut overrides: Vec<Cow<'static, str>> = Vec::new();
         let proposed_enabled = a.be_enabled;
 
         // Rule 1: the LC is never restricted; BE never on the LC's pinned CPUs.
@@ -180,18 +189,29 @@ impl Policy for Guarded {
         let lc_cpus = self
             .lc_cpus
             .get(obs, || lc_pinned_cpus(&self.machine, &self.config, obs));
+        // Several services: every service's CPUs count, and the services' sets are sane.
+        let several = self.config.lcs.len() > 1 || !a.lc_services.is_empty();
+        let services_cpus = if several {
+            overrides.extend(multi::sanitize_lc_services(&self.config, &mut a));
+            multi::services_cpus(&self.config, &self.machine, obs, &a)
+        } else {
+            Vec::new()
+        };
         // Exception: BE in the `cpu.idle` class may share the LC's CPUs (hybrid's
         // `share_lc_cpus` on small machines): the idle class yields to the LC at every wake-up,
         // the mainline successor of BVT warp, so it does not restrict the LC.
         let shares_as_idle =
             a.be_cpu_idle == Some(true) && self.machine.mechanisms.has(Mechanism::CpuIdle);
         if let (Some(cpus), false) = (&mut a.be_cpus, shares_as_idle) {
-            *cpus = cpus.iter().filter(|c| !lc_cpus.contains(c)).collect();
+            *cpus = cpus
+                .iter()
+                .filter(|c| !lc_cpus.contains(c) && !services_cpus.contains(c))
+                .collect();
             if cpus.is_empty() {
                 a.be_cpus = None;
                 if a.be_enabled {
                     a.be_enabled = false;
-                    overrides.push("safety:no-cpu-besides-lc:disable");
+                    overrides.push("safety:no-cpu-besides-lc:disable".into());
                 }
             }
         }
@@ -205,10 +225,27 @@ impl Policy for Guarded {
 
         let latency_rules =
             self.config.lc().latency.is_some() && self.config.policy.kind != PolicyKind::None;
-        let fresh = obs.lc_latency_us.is_some_and(f64::is_finite)
-            && obs
-                .lc_latency_age_ms
-                .is_some_and(|age| age <= s.latency_max_age_ms);
+        // `multi` with several services: rules 2 and 3 judge every service (the first stale
+        // one, or the first violating one, is named); other policies protect the first.
+        let per_service = (self.config.policy.kind == PolicyKind::Multi
+            && self.config.lcs.len() > 1)
+            .then(|| multi::services_latency(&self.config, obs));
+        let fresh = match &per_service {
+            Some(l) => l.stale.is_none(),
+            None => {
+                obs.lc_latency_us.is_some_and(f64::is_finite)
+                    && obs
+                        .lc_latency_age_ms
+                        .is_some_and(|age| age <= s.latency_max_age_ms)
+            }
+        };
+        let named = |what: &'static str, name: Option<&String>| -> Cow<'static, str> {
+            match name {
+                Some(n) => Cow::Owned(format!("{what}:{n}")),
+                None => Cow::Borrowed(what),
+            }
+        };
+        let stale_name = per_service.as_ref().and_then(|l| l.stale.as_ref());
         // Rule 2: unknown or stale latency.
         if latency_rules && !fresh {
             // Counted only up to the tick rule's limit (none when it is off): a tick beyond it
@@ -220,13 +257,13 @@ impl Policy for Guarded {
                 && now.saturating_sub(since) >= Duration::from_millis(s.stale_disable_ms);
             if by_ticks || by_time {
                 if a.be_enabled {
-                    overrides.push("safety:latency-stale:disable");
+                    overrides.push(named("safety:latency-stale:disable", stale_name));
                 }
                 a.be_enabled = false;
             } else if let Some(prev) = &self.last {
                 let limited = a.limit_growth(prev);
                 if limited != a {
-                    overrides.push("safety:latency-unknown:no-growth");
+                    overrides.push(named("safety:latency-unknown:no-growth", stale_name));
                     a = limited;
                 }
             }
@@ -236,14 +273,18 @@ impl Policy for Guarded {
         }
         // Rule 3: cooldown after an SLO violation.
         if latency_rules && fresh && s.violation_cooldown_s > 0.0 {
-            let latency = obs.lc_latency_us.unwrap_or(0.0);
-            if latency > self.config.lc().slo.target_us {
+            let violating = match &per_service {
+                Some(l) => l.violating.is_some(),
+                None => obs.lc_latency_us.unwrap_or(0.0) > self.config.lc().slo.target_us,
+            };
+            if violating {
                 self.violation_until = Some(now + super::secs(s.violation_cooldown_s));
             }
         }
         if self.violation_until.is_some_and(|t| now < t) {
             if a.be_enabled {
-                overrides.push("safety:slo-violation:cooldown");
+                let who = per_service.as_ref().and_then(|l| l.violating.as_ref());
+                overrides.push(named("safety:slo-violation:cooldown", who));
             }
             a.be_enabled = false;
         }
@@ -257,11 +298,14 @@ impl Policy for Guarded {
             (Some(max), Some(psi)) if psi > max
         );
         if low_mem || mem_stall {
-            overrides.push(if low_mem {
-                "safety:low-memory:kill"
-            } else {
-                "safety:memory-pressure:kill"
-            });
+            overrides.push(
+                if low_mem {
+                    "safety:low-memory:kill"
+                } else {
+                    "safety:memory-pressure:kill"
+                }
+                .into(),
+            );
             a.be_enabled = false;
             a.be_kill = true;
         }
@@ -278,7 +322,7 @@ impl Policy for Guarded {
                     || since(self.last_shrink)
                         .is_some_and(|d| d < Duration::from_millis(s.grow_after_shrink_ms));
                 if too_soon {
-                    overrides.push("safety:grow-paced:hold");
+                    overrides.push("safety:grow-paced:hold".into());
                     a = a.limit_growth(prev);
                 } else {
                     self.last_grow = Some(now);
@@ -296,6 +340,7 @@ impl Policy for Guarded {
         if !same_as_last {
             self.last = Some(a.clone());
         }
+        let binding_lc = self.binding.clone();
         let reason = match overrides.first() {
             Some(r) => Some(r.to_string()),
             None if self.paused => Some("safety:paused:hold".to_string()),
@@ -303,7 +348,7 @@ impl Policy for Guarded {
         };
         if !self.explain {
             return Decision {
-                binding_lc: None,
+                binding_lc,
                 allocation: a,
                 reason: reason.unwrap_or(inner_reason),
                 state: serde_json::Value::Null,
@@ -311,7 +356,7 @@ impl Policy for Guarded {
         }
         let reason = reason.unwrap_or_else(|| inner_reason.clone());
         Decision {
-            binding_lc: None,
+            binding_lc,
             allocation: a,
             reason,
             state: json!({

@@ -7,6 +7,8 @@ use std::time::Instant;
 use anyhow::Context as _;
 use headroom_sim::fleet::{run_fleet, FleetSpec};
 use headroom_sim::model::ServerModel;
+use headroom_sim::multi::report::{text_table, write_multi_report};
+use headroom_sim::multi::{run_multi_fleet, ServiceSpec, ServicesFile, DEFAULT_POLICIES};
 use headroom_sim::queue::StallForm;
 use headroom_sim::report::write_fleet_report;
 use headroom_sim::run::{parse_policy, SimSetup, ALL_POLICIES};
@@ -65,6 +67,12 @@ pub struct FleetArgs {
     /// Use the model outside the load/size range its calibration covered
     #[arg(long)]
     pub allow_extrapolation: bool,
+    /// Several LC services per server: a TOML file of `[[service]]` tables (`name`,
+    /// `service_us`, `service_cv`, `slo_us`, `percentile`, `share`, `offset_h`, `priority`);
+    /// reports violating windows per service (services.csv, multi.json); default policies
+    /// none, hybrid, multi
+    #[arg(long)]
+    pub services: Option<PathBuf>,
     /// Output directory (report.html, summary.json, figures/, servers.csv)
     #[arg(long)]
     pub out: PathBuf,
@@ -177,7 +185,13 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         setup.agent_extra =
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     }
-    let policies = if a.policies.is_empty() {
+    let services = match &a.services {
+        Some(p) => Some(ServicesFile::from_file(p).map_err(input)?.service),
+        None => None,
+    };
+    let policies = if a.policies.is_empty() && services.is_some() {
+        DEFAULT_POLICIES.to_vec()
+    } else if a.policies.is_empty() {
         ALL_POLICIES.to_vec()
     } else {
         a.policies
@@ -204,6 +218,9 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
             .expect("template"),
         )
     };
+    if let Some(services) = services {
+        return fleet_services(&a, &setup, &spec, &services, bar);
+    }
     let started = Instant::now();
     let cpu_before = headroom_load::clock::process_cpu_s();
     let results = run_fleet(&setup, &spec, &|done, _| bar.set_position(done)).map_err(classify)?;
@@ -252,6 +269,40 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         "simulated {server_hours:.0} server-hours in {wall:.1} s wall, {cpu:.1} CPU-s: {:.0} server-hours per CPU-second",
         server_hours / cpu.max(1e-9)
     );
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+/// `sim fleet --services F`: servers hosting several LC services.
+fn fleet_services(
+    a: &FleetArgs,
+    setup: &SimSetup,
+    spec: &FleetSpec,
+    services: &[ServiceSpec],
+    bar: ProgressBar,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let results = run_multi_fleet(setup, services, spec, &|done, _| bar.set_position(done))
+        .map_err(classify)?;
+    bar.finish_and_clear();
+    let invocation = std::env::args().collect::<Vec<_>>().join(" ");
+    let files = write_multi_report(&a.out, services, &results, &invocation).map_err(classify)?;
+    let slos: Vec<String> = services
+        .iter()
+        .map(|s| format!("{} p{} ≤ {} µs", s.name, s.percentile, s.slo_us))
+        .collect();
+    println!(
+        "{} servers × {} h × {} policies, {} services ({}) per 15 s window",
+        spec.servers,
+        spec.hours,
+        spec.policies.len(),
+        services.len(),
+        slos.join(", ")
+    );
+    print!("{}", text_table(services, &results));
+    println!("simulated in {:.1} s wall", started.elapsed().as_secs_f64());
     for f in files {
         println!("wrote {}", f.display());
     }
