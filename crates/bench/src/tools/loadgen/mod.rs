@@ -20,7 +20,6 @@ use anyhow::Context;
 use headroom_load::clock::CpuSplit;
 use serde::Serialize;
 
-#[path = "bench_loadgen_runs.rs"]
 mod runs;
 
 use runs::{
@@ -118,7 +117,7 @@ struct Figures {
     no_binary_name = true,
     about = "The load generator's CPU per request, highest held rate and added latency against one loopback memcached, side by side with mutilate (--peer)"
 )]
-struct Opts {
+pub struct Opts {
     /// A mutilate binary (built outside this repository) to run side by side, in its -B mode
     #[arg(long, value_name = "PATH", value_parser = existing_file)]
     peer: Option<PathBuf>,
@@ -171,8 +170,7 @@ fn existing_file(v: &str) -> Result<PathBuf, String> {
     }
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let o: Opts = crate::cmd::parse_flags(rest)?;
+pub fn run(out: Option<PathBuf>, o: Opts) -> anyhow::Result<()> {
     let out = o.out.clone().or(out);
     // Read before pinning: a pinned thread sees one CPU.
     let machine = machine();
@@ -473,8 +471,9 @@ mod tests {
         }
     }
 
-    fn flags(a: &[&str]) -> anyhow::Result<Opts> {
-        crate::cmd::parse_flags(&args(a))
+    fn flags(a: &[&str]) -> Result<Opts, clap::Error> {
+        use clap::Parser;
+        Opts::try_parse_from(args(a))
     }
 
     #[test]
@@ -500,7 +499,8 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
-        let usage = |e: &anyhow::Error| super::super::super::exit_code(e) == 2;
+        // a usage error: clap's own kinds (the CLI exits 2 on them), never help or version
+        let usage = |e: &clap::Error| e.use_stderr();
         let e = flags(&["--hold-connections", "many"]).unwrap_err();
         assert!(e.to_string().contains("--hold-connections"), "{e}");
         assert!(e.to_string().contains("\"many\""), "{e}");
@@ -516,7 +516,10 @@ mod tests {
         let e = flags(&["--frobnicate"]).unwrap_err();
         assert!(e.to_string().contains("--frobnicate"), "{e}");
         assert!(usage(&e));
-        assert!(e.to_string().starts_with("unexpected argument"), "{e}");
+        assert!(
+            e.to_string().starts_with("error: unexpected argument"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use anyhow::{bail, Context};
 use headroom_host::idle_bpf::{BpfIdleTracker, Direction};
 use headroom_host::{Cgroups, FreezeState, GroupPath};
 
-use super::bench_agent::{loadavg, pinned, process_run_ns, signal, wait_state, Cleanup};
+use super::{loadavg, pinned, process_run_ns, signal, wait_state, Cleanup};
 
 /// B of the reaction and churn runs. Half a CPU: on 2 CPUs the thresholds are "no CPU idle"
 /// (shrink by half a CPU, a quota write) and "one CPU idle" (grow), so BE runs and is shrunk

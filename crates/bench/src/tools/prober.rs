@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use super::bench_host::positive_f64;
-use headroom_bench::runner::{free_port, now_unix_ms, Placement, Proc, Runner, ServeSpec};
+use super::host::positive_f64;
+use crate::runner::{free_port, now_unix_ms, Placement, Proc, Runner, ServeSpec};
 use headroom_types::decision::DecisionRecord;
 use headroom_types::load_result::LoadResult;
 use serde::Serialize;
@@ -52,7 +52,7 @@ const LOAD_MARGIN_S: f64 = 10.0;
 
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench prober", no_binary_name = true)]
-struct Flags {
+pub struct Flags {
     /// Seconds of the load generator's run (and of the prober's window), 5 to 3600
     #[arg(long, default_value_t = 240.0, value_parser = seconds)]
     seconds: f64,
@@ -213,8 +213,7 @@ fn mutilate_latencies(path: &Path) -> anyhow::Result<Vec<f64>> {
         .collect())
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let flags: Flags = super::super::parse_flags(rest)?;
+pub fn run(out: Option<PathBuf>, flags: Flags) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         bail!(

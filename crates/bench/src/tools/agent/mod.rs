@@ -27,9 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use headroom_host::{Cgroups, FreezeState, GroupPath, LinuxHost};
 
+mod events;
+
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench agent", no_binary_name = true)]
-struct Flags {
+pub struct Flags {
     /// Seconds of each CPU-use measurement
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -148,8 +150,7 @@ fn pin_command(cmd: &mut Command, cpu: usize) {
     }
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let flags: Flags = super::super::parse_flags(rest)?;
+pub fn run(out: Option<PathBuf>, flags: Flags) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("headroom bench agent needs root (it creates cgroups)");
@@ -227,7 +228,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         )?;
     }
     if events {
-        super::bench_agent_events::reactions(
+        events::reactions(
             &bin,
             &cgroups,
             &top,
@@ -237,7 +238,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             &mut clean,
             &mut report,
         )?;
-        super::bench_agent_events::churn(
+        events::churn(
             &bin,
             &top,
             dir.path(),
@@ -465,7 +466,7 @@ fn cpu_use(
                 serde_json::json!(steady),
             );
             if sensor == "events" {
-                let (answered, counters) = super::bench_agent_events::read_log(&reactions);
+                let (answered, counters) = events::read_log(&reactions);
                 if let Some(c) = counters {
                     println!(
                         "  its idle program over the whole run: {} events ({} answered with a write), {} of its own wake-ups discounted, {} crossings held back by hysteresis",

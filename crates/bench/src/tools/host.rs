@@ -13,7 +13,7 @@ use headroom_host::LinuxHost;
 /// Flags of `headroom bench host`.
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench host", no_binary_name = true)]
-struct Options {
+pub struct Options {
     /// Reads per timed reader (median and p99 are reported)
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     reads: u64,
@@ -42,10 +42,6 @@ fn poll_hz(s: &str) -> Result<f64, String> {
     })
 }
 
-fn parse(rest: &[String]) -> anyhow::Result<Options> {
-    crate::cmd::parse_flags(rest)
-}
-
 /// (median, p99) of per-call durations in ns.
 fn time_calls(
     n: usize,
@@ -67,8 +63,7 @@ fn time_calls(
     ))
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let o = parse(rest)?;
+pub fn run(out: Option<PathBuf>, o: Options) -> anyhow::Result<()> {
     let host = LinuxHost::system();
     let cpus = host.topology().map(|t| t.cpus_online.len()).unwrap_or(0);
     let kernel = host.kernel_release().unwrap_or_default();
