@@ -302,25 +302,29 @@ fn run_search(
     Ok(())
 }
 
-/// One-line progress on stderr: rewritten in place on a terminal, a line per second with -v.
+/// One-line progress on stderr: a live line (indicatif) on a terminal, a line per second with -v
+/// when stderr is not one, nothing otherwise.
 struct Ticker {
-    on_tty: bool,
+    live: Option<indicatif::ProgressBar>,
     lines: bool,
-    shown: bool,
 }
 
 impl Ticker {
     fn new(quiet: bool, verbose: u8) -> Ticker {
         let tty = std::io::stderr().is_terminal();
+        let live = (!quiet && tty).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(indicatif::ProgressStyle::with_template("{msg}").expect("template"));
+            bar
+        });
         Ticker {
-            on_tty: !quiet && tty,
+            live,
             lines: !quiet && !tty && verbose > 0,
-            shown: false,
         }
     }
 
     fn tick(&mut self, iv: &Interval) {
-        if !self.on_tty && !self.lines {
+        if self.live.is_none() && !self.lines {
             return;
         }
         let p99 = if iv.hist.count() > 0 {
@@ -334,19 +338,16 @@ impl Ticker {
             if iv.warmup { " warmup" } else { "" },
             iv.qps
         );
-        let mut err = std::io::stderr().lock();
-        if self.on_tty {
-            let _ = write!(err, "\r\x1b[2K{line}");
-            self.shown = true;
-        } else {
-            let _ = writeln!(err, "{line}");
+        match &self.live {
+            Some(bar) => bar.set_message(line),
+            None => eprintln!("{line}"),
         }
-        let _ = err.flush();
     }
 
+    /// Leaves the last live line on the terminal, as the table follows on stdout.
     fn done(&mut self) {
-        if self.shown {
-            eprintln!();
+        if let Some(bar) = self.live.take() {
+            bar.finish();
         }
     }
 }
