@@ -4,6 +4,9 @@
 //! binary's subcommands directly, and print their figures (and write them as JSON with `--out`).
 
 pub mod agent;
+pub mod error;
 pub mod host;
 pub mod loadgen;
 pub mod prober;
+
+pub use error::{Result, ToolError};

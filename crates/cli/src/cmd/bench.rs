@@ -80,10 +80,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (late_out, rest) = split_out(&rest.args)?;
     let out = args.out.or(late_out);
     match name {
-        "loadgen" => tools::loadgen::run(out, super::parse_flags(&rest)?),
-        "host" => tools::host::run(out, super::parse_flags(&rest)?),
-        "agent" => tools::agent::run(out, super::parse_flags(&rest)?),
-        "prober" => tools::prober::run(out, super::parse_flags(&rest)?),
+        "loadgen" => Ok(tools::loadgen::run(out, super::parse_flags(&rest)?)?),
+        "host" => Ok(tools::host::run(out, super::parse_flags(&rest)?)?),
+        "agent" => Ok(tools::agent::run(out, super::parse_flags(&rest)?)?),
+        "prober" => Ok(tools::prober::run(out, super::parse_flags(&rest)?)?),
         other => experiments(other, out, &rest),
     }
 }

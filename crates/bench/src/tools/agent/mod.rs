@@ -3,7 +3,7 @@
 //! Each measurement is taken once per idle sensor (`[sensors] idle = "bpf"`, then
 //! `"proc_stat"`; BPF is skipped with the reason when it cannot load), polling, and with BPF
 //! also event-driven (`idle_sensing = "events"`, listed as sensor `events`); the per-event
-//! reaction histograms and the churn run are in `bench_agent_events`.
+//! reaction histograms and the churn run are in `events.rs`.
 //! - CPU use of a running `headroom agent` (blind, B = 1, no BE command, no decision log) at
 //!   `poll_ms` = 1 and 10: steady state over `--seconds` (default 10) after 2 s of start-up,
 //!   from the run time of its threads (`/proc/<pid>/task/*/schedstat`, ns), and the whole run
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use super::error::{Context, Result, ToolError};
 use headroom_host::{Cgroups, FreezeState, GroupPath, LinuxHost};
 
 mod events;
@@ -150,23 +150,27 @@ fn pin_command(cmd: &mut Command, cpu: usize) {
     }
 }
 
-pub fn run(out: Option<PathBuf>, flags: Flags) -> anyhow::Result<()> {
+pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        bail!("headroom bench agent needs root (it creates cgroups)");
+        return Err(ToolError::Needs {
+            tool: "headroom bench agent",
+            need: "root (it creates cgroups)".into(),
+        });
     }
-    let cgroups = LinuxHost::system().cgroups().context("cgroups")?;
+    let cgroups = LinuxHost::system().cgroups()?;
     let top = GroupPath::new(&format!("headroom-bench-agent-{}", std::process::id()))?;
     let dir = ScratchDir(
         std::env::temp_dir().join(format!("headroom-bench-agent-{}", std::process::id())),
     );
-    std::fs::create_dir_all(dir.path())?;
+    std::fs::create_dir_all(dir.path())
+        .with_context(|| format!("creating {}", dir.path().display()))?;
     let mut clean = Cleanup {
         cgroups: cgroups.clone(),
         top: top.clone(),
         children: Vec::new(),
     };
-    let bin = std::env::current_exe()?;
+    let bin = std::env::current_exe().context("locating the headroom binary")?;
     // The LC: an idle process (sleep) pinned on CPU 1.
     let lc = {
         let mut sleeper = Command::new("sleep");
@@ -301,12 +305,11 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> anyhow::Result<()> {
     report.insert("loadavg_end".into(), serde_json::json!(loadavg()));
     drop(clean);
     if let Some(out) = out {
-        std::fs::create_dir_all(&out)?;
+        std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
         let p = out.join("bench-agent.json");
-        std::fs::write(
-            &p,
-            serde_json::to_string_pretty(&serde_json::Value::Object(report))?,
-        )?;
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(report))
+            .context("encoding the figures")?;
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
         println!("wrote {}", p.display());
     }
     Ok(())
@@ -351,7 +354,7 @@ impl Drop for Spinners {
 }
 
 /// One `antagonist spin` per CPU, pinned there at nice 19.
-fn start_spinners() -> anyhow::Result<Spinners> {
+fn start_spinners() -> Result<Spinners> {
     use std::os::unix::process::CommandExt;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut children = Spinners(Vec::new());
@@ -390,7 +393,7 @@ fn cpu_use(
     host: HostState,
     sensors: &[&str],
     report: &mut serde_json::Map<String, serde_json::Value>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let suffix = host.key_suffix();
     let mut floors = std::collections::BTreeMap::new();
     let seconds = flags.seconds;
@@ -398,7 +401,7 @@ fn cpu_use(
         let floor =
             std::thread::spawn(move || wake_up_floor_pct(Duration::from_millis(poll_ms), seconds))
                 .join()
-                .map_err(|_| anyhow::anyhow!("the wake-up floor thread panicked"))?;
+                .map_err(|_| ToolError::Measurement("the wake-up floor thread panicked".into()))?;
         println!(
             "wake-up floor: a thread that only sleeps to absolute {poll_ms:>2} ms deadlines: {floor:.2}% of one CPU"
         );
@@ -444,16 +447,21 @@ fn cpu_use(
                 let text = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
-                bail!(
+                return Err(ToolError::Measurement(format!(
                     "agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}; the end of its log:\n{}",
                     tail.join("\n")
-                );
+                )));
             }
             let steady = match (a.1, b.1) {
                 (Some(x), Some(y)) => {
                     100.0 * y.saturating_sub(x) as f64 / 1e9 / (b.0 - a.0).as_secs_f64()
                 }
-                _ => bail!("could not read the agent's schedstat"),
+                _ => {
+                    return Err(ToolError::Measurement(format!(
+                        "could not read /proc/{}/task/*/schedstat (the agent's)",
+                        child.id()
+                    )))
+                }
             };
             let whole = 100.0 * cpu / total_s;
             println!(
@@ -601,14 +609,15 @@ fn reaction(
     sensor: &str,
     flags: &Flags,
     clean: &mut Cleanup,
-) -> anyhow::Result<Reactions> {
+) -> Result<Reactions> {
     let cfg = write_config(dir, top, flags.poll_ms, lc_pid, true, sensor);
     let agent = Command::new(bin)
         .args(["agent", "--config"])
         .arg(&cfg)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()?;
+        .spawn()
+        .context("running the agent")?;
     let agent_pid = agent.id();
     clean.children.push(agent);
     let be = top.join("be")?;
@@ -622,17 +631,19 @@ fn reaction(
         )
     };
     // The step: a spinner on CPU 1 in the LC group, held stopped until t0.
-    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1).spawn()?;
+    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)
+        .spawn()
+        .context("starting the step spinner")?;
     let step_pid = step.id();
     clean.children.push(step);
     signal(step_pid, libc::SIGSTOP);
     if !wait_state(step_pid, 'T') {
-        bail!("the step spinner {step_pid} did not stop");
+        return Err(ToolError::Measurement(format!(
+            "the step spinner {step_pid} did not stop"
+        )));
     }
     std::thread::sleep(Duration::from_millis(500));
-    cgroups
-        .move_process(&lc_group, step_pid as i32)
-        .context("moving the step spinner into the LC group")?;
+    cgroups.move_process(&lc_group, step_pid as i32)?;
     let mut r = Reactions {
         ms: Vec::new(),
         no_baseline: 0,

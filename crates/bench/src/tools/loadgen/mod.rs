@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::Context;
+use super::error::{Context, Result, ToolError};
 use headroom_load::clock::CpuSplit;
 use serde::Serialize;
 
@@ -170,14 +170,17 @@ fn existing_file(v: &str) -> Result<PathBuf, String> {
     }
 }
 
-pub fn run(out: Option<PathBuf>, o: Opts) -> anyhow::Result<()> {
+pub fn run(out: Option<PathBuf>, o: Opts) -> Result<()> {
     let out = o.out.clone().or(out);
     // Read before pinning: a pinned thread sees one CPU.
     let machine = machine();
     let cpus = headroom_load::clock::online_cpus();
     let server_cpu = if o.pin {
         if cpus < 2 {
-            anyhow::bail!("--pin needs two CPUs, this machine has {cpus}");
+            return Err(ToolError::Needs {
+                tool: "headroom bench loadgen --pin",
+                need: format!("two CPUs, this machine has {cpus}"),
+            });
         }
         // Pinned before anything is started: every client this process runs inherits CPU 0.
         headroom_load::clock::pin_current_thread(0).context("pinning the benchmark to CPU 0")?;
@@ -218,7 +221,7 @@ pub fn run(out: Option<PathBuf>, o: Opts) -> anyhow::Result<()> {
                 (Some(b), Some(a)) if wall > 0.0 => Some((a - b) * 100.0 / wall),
                 _ => None,
             };
-            anyhow::Ok(r)
+            Ok::<_, ToolError>(r)
         };
         let run_at = |q: u64, t: u64, c: usize, ia: &str| run_mode(q, t, c, ia, frugal);
         let mut fixed = Vec::new();
@@ -280,8 +283,11 @@ pub fn run(out: Option<PathBuf>, o: Opts) -> anyhow::Result<()> {
     if let Some(dir) = out {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("loadgen.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&figures)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&figures).context("encoding the figures")? + "\n",
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())
