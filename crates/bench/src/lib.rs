@@ -16,6 +16,7 @@ pub mod record;
 pub mod runner;
 pub mod stats;
 pub mod study;
+pub mod tools;
 pub mod validity;
 
 pub use error::{BenchError, Result};

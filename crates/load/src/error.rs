@@ -13,6 +13,15 @@ pub enum LoadError {
         value: String,
         reason: String,
     },
+    /// A flag headroom accepts for mutilate's command lines but does not implement.
+    #[error("{flags}: not supported: {reason}")]
+    Unsupported { flags: String, reason: String },
+    /// A flag whose meaning contradicts another's value (`--binary --protocol redis`).
+    #[error("{flag} conflicts with {other}")]
+    Conflict { flag: String, other: String },
+    /// Two flags that each choose what the run is (`--scan`, `--search`).
+    #[error("{flag} and {other} cannot be combined")]
+    Combined { flag: String, other: String },
     /// A server address that does not resolve.
     #[error("cannot resolve server address {addr:?}: {reason}")]
     Resolve { addr: String, reason: String },
@@ -75,6 +84,12 @@ impl LoadError {
 
     /// True when the user asked for something impossible (maps to the CLI's usage exit code).
     pub fn is_usage(&self) -> bool {
-        matches!(self, LoadError::InvalidOption { .. })
+        matches!(
+            self,
+            LoadError::InvalidOption { .. }
+                | LoadError::Unsupported { .. }
+                | LoadError::Conflict { .. }
+                | LoadError::Combined { .. }
+        )
     }
 }

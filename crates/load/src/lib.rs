@@ -8,6 +8,7 @@ pub mod protocol;
 pub mod stats;
 
 pub mod agent;
+pub mod args;
 pub mod checks;
 pub mod clock;
 pub mod engine;
@@ -25,6 +26,7 @@ pub mod sizing;
 pub mod sweep;
 pub mod testkit;
 
+pub use args::{LoadArgs, Sweep};
 pub use error::LoadError;
 pub use options::{LoadOptions, Popularity, ProtocolKind, ScanSpec, SearchSpec};
 pub use report::LoadReport;

@@ -1,18 +1,9 @@
 //! `headroom bench NAME`: the papers' experiments (headroom-bench) and the tools' own benchmarks.
 //!
-//! Tool benchmarks live in their own modules, each owned by the crate they measure:
-//! `loadgen` (bench_loadgen.rs), `host` (bench_host.rs), `agent` (bench_agent.rs), `prober` (bench_prober.rs).
+//! The tools' benchmarks live in `headroom_bench::tools` (`loadgen`, `host`, `agent`, `prober`);
+//! this module parses their flags and calls them.
 
-#[path = "bench_agent.rs"]
-mod bench_agent;
-#[path = "bench_agent_events.rs"]
-mod bench_agent_events;
-#[path = "bench_host.rs"]
-mod bench_host;
-#[path = "bench_loadgen.rs"]
-mod bench_loadgen;
-#[path = "bench_prober.rs"]
-mod bench_prober;
+use headroom_bench::tools;
 
 /// Flags of `headroom bench`: one subcommand per experiment or benchmark, each parsing its own
 /// flags with clap (`headroom bench NAME --help` lists them).
@@ -89,10 +80,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (late_out, rest) = split_out(&rest.args)?;
     let out = args.out.or(late_out);
     match name {
-        "loadgen" => bench_loadgen::run(out, &rest),
-        "host" => bench_host::run(out, &rest),
-        "agent" => bench_agent::run(out, &rest),
-        "prober" => bench_prober::run(out, &rest),
+        "loadgen" => Ok(tools::loadgen::run(out, super::parse_flags(&rest)?)?),
+        "host" => Ok(tools::host::run(out, super::parse_flags(&rest)?)?),
+        "agent" => Ok(tools::agent::run(out, super::parse_flags(&rest)?)?),
+        "prober" => Ok(tools::prober::run(out, super::parse_flags(&rest)?)?),
         other => experiments(other, out, &rest),
     }
 }

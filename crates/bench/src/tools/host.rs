@@ -7,13 +7,13 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use super::error::{Context, Result};
 use headroom_host::LinuxHost;
 
 /// Flags of `headroom bench host`.
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench host", no_binary_name = true)]
-struct Options {
+pub struct Options {
     /// Reads per timed reader (median and p99 are reported)
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     reads: u64,
@@ -42,15 +42,8 @@ fn poll_hz(s: &str) -> Result<f64, String> {
     })
 }
 
-fn parse(rest: &[String]) -> anyhow::Result<Options> {
-    crate::cmd::parse_flags(rest)
-}
-
 /// (median, p99) of per-call durations in ns.
-fn time_calls(
-    n: usize,
-    mut call: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<(u64, u64)> {
+fn time_calls(n: usize, mut call: impl FnMut() -> Result<()>) -> Result<(u64, u64)> {
     let mut ns = Vec::with_capacity(n);
     for _ in 0..n.min(100) {
         call()?; // warm-up: buffers reach their size, page cache is hot
@@ -67,17 +60,16 @@ fn time_calls(
     ))
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let o = parse(rest)?;
+pub fn run(out: Option<PathBuf>, o: Options) -> Result<()> {
     let host = LinuxHost::system();
     let cpus = host.topology().map(|t| t.cpus_online.len()).unwrap_or(0);
     let kernel = host.kernel_release().unwrap_or_default();
 
-    let mut reader = host.proc_stat().context("opening /proc/stat")?;
+    let mut reader = host.proc_stat()?;
     let (stat_med, stat_p99) = time_calls(o.reads as usize, || {
         reader.read().map(|_| ()).map_err(Into::into)
     })?;
-    let mut sampler = host.idle_sampler().context("opening /proc/stat")?;
+    let mut sampler = host.idle_sampler()?;
     let (idle_med, idle_p99) = time_calls(o.reads as usize, || {
         sampler.sample().map(|_| ()).map_err(Into::into)
     })?;
@@ -154,8 +146,11 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
                      "achieved_hz": achieved_hz, "cpu_s": cpu, "cpu_share": share},
         });
         let path = dir.join("bench-host.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&json).context("encoding the figures")?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
         println!("  wrote {}", path.display());
     }
     Ok(())

@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::Context;
+use super::error::{Context, Result, ToolError};
 use headroom_load::clock::CpuSplit;
 use serde::Serialize;
 
-#[path = "bench_loadgen_runs.rs"]
 mod runs;
 
 use runs::{
@@ -118,7 +117,7 @@ struct Figures {
     no_binary_name = true,
     about = "The load generator's CPU per request, highest held rate and added latency against one loopback memcached, side by side with mutilate (--peer)"
 )]
-struct Opts {
+pub struct Opts {
     /// A mutilate binary (built outside this repository) to run side by side, in its -B mode
     #[arg(long, value_name = "PATH", value_parser = existing_file)]
     peer: Option<PathBuf>,
@@ -171,15 +170,17 @@ fn existing_file(v: &str) -> Result<PathBuf, String> {
     }
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let o: Opts = crate::cmd::parse_flags(rest)?;
+pub fn run(out: Option<PathBuf>, o: Opts) -> Result<()> {
     let out = o.out.clone().or(out);
     // Read before pinning: a pinned thread sees one CPU.
     let machine = machine();
     let cpus = headroom_load::clock::online_cpus();
     let server_cpu = if o.pin {
         if cpus < 2 {
-            anyhow::bail!("--pin needs two CPUs, this machine has {cpus}");
+            return Err(ToolError::Needs {
+                tool: "headroom bench loadgen --pin",
+                need: format!("two CPUs, this machine has {cpus}"),
+            });
         }
         // Pinned before anything is started: every client this process runs inherits CPU 0.
         headroom_load::clock::pin_current_thread(0).context("pinning the benchmark to CPU 0")?;
@@ -220,7 +221,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
                 (Some(b), Some(a)) if wall > 0.0 => Some((a - b) * 100.0 / wall),
                 _ => None,
             };
-            anyhow::Ok(r)
+            Ok::<_, ToolError>(r)
         };
         let run_at = |q: u64, t: u64, c: usize, ia: &str| run_mode(q, t, c, ia, frugal);
         let mut fixed = Vec::new();
@@ -282,8 +283,11 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     if let Some(dir) = out {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("loadgen.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&figures)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&figures).context("encoding the figures")? + "\n",
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
         println!("figures written to {}", path.display());
     }
     Ok(())
@@ -473,8 +477,9 @@ mod tests {
         }
     }
 
-    fn flags(a: &[&str]) -> anyhow::Result<Opts> {
-        crate::cmd::parse_flags(&args(a))
+    fn flags(a: &[&str]) -> Result<Opts, clap::Error> {
+        use clap::Parser;
+        Opts::try_parse_from(args(a))
     }
 
     #[test]
@@ -500,7 +505,8 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
-        let usage = |e: &anyhow::Error| super::super::super::exit_code(e) == 2;
+        // a usage error: clap's own kinds (the CLI exits 2 on them), never help or version
+        let usage = |e: &clap::Error| e.use_stderr();
         let e = flags(&["--hold-connections", "many"]).unwrap_err();
         assert!(e.to_string().contains("--hold-connections"), "{e}");
         assert!(e.to_string().contains("\"many\""), "{e}");
@@ -516,7 +522,10 @@ mod tests {
         let e = flags(&["--frobnicate"]).unwrap_err();
         assert!(e.to_string().contains("--frobnicate"), "{e}");
         assert!(usage(&e));
-        assert!(e.to_string().starts_with("unexpected argument"), "{e}");
+        assert!(
+            e.to_string().starts_with("error: unexpected argument"),
+            "{e}"
+        );
     }
 
     #[test]

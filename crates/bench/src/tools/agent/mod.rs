@@ -3,7 +3,7 @@
 //! Each measurement is taken once per idle sensor (`[sensors] idle = "bpf"`, then
 //! `"proc_stat"`; BPF is skipped with the reason when it cannot load), polling, and with BPF
 //! also event-driven (`idle_sensing = "events"`, listed as sensor `events`); the per-event
-//! reaction histograms and the churn run are in `bench_agent_events`.
+//! reaction histograms and the churn run are in `events.rs`.
 //! - CPU use of a running `headroom agent` (blind, B = 1, no BE command, no decision log) at
 //!   `poll_ms` = 1 and 10: steady state over `--seconds` (default 10) after 2 s of start-up,
 //!   from the run time of its threads (`/proc/<pid>/task/*/schedstat`, ns), and the whole run
@@ -24,12 +24,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use headroom_host::{Cgroups, FreezeState, GroupPath, LinuxHost};
+use super::error::{Context, Result, ToolError};
+use headroom_host::{Cgroups, GroupPath, LinuxHost};
+
+mod events;
+mod reaction;
+
+use reaction::reaction;
 
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench agent", no_binary_name = true)]
-struct Flags {
+pub struct Flags {
     /// Seconds of each CPU-use measurement
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -148,24 +153,27 @@ fn pin_command(cmd: &mut Command, cpu: usize) {
     }
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let flags: Flags = super::super::parse_flags(rest)?;
+pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        bail!("headroom bench agent needs root (it creates cgroups)");
+        return Err(ToolError::Needs {
+            tool: "headroom bench agent",
+            need: "root (it creates cgroups)".into(),
+        });
     }
-    let cgroups = LinuxHost::system().cgroups().context("cgroups")?;
+    let cgroups = LinuxHost::system().cgroups()?;
     let top = GroupPath::new(&format!("headroom-bench-agent-{}", std::process::id()))?;
     let dir = ScratchDir(
         std::env::temp_dir().join(format!("headroom-bench-agent-{}", std::process::id())),
     );
-    std::fs::create_dir_all(dir.path())?;
+    std::fs::create_dir_all(dir.path())
+        .with_context(|| format!("creating {}", dir.path().display()))?;
     let mut clean = Cleanup {
         cgroups: cgroups.clone(),
         top: top.clone(),
         children: Vec::new(),
     };
-    let bin = std::env::current_exe()?;
+    let bin = std::env::current_exe().context("locating the headroom binary")?;
     // The LC: an idle process (sleep) pinned on CPU 1.
     let lc = {
         let mut sleeper = Command::new("sleep");
@@ -227,7 +235,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         )?;
     }
     if events {
-        super::bench_agent_events::reactions(
+        events::reactions(
             &bin,
             &cgroups,
             &top,
@@ -237,7 +245,7 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
             &mut clean,
             &mut report,
         )?;
-        super::bench_agent_events::churn(
+        events::churn(
             &bin,
             &top,
             dir.path(),
@@ -300,12 +308,11 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     report.insert("loadavg_end".into(), serde_json::json!(loadavg()));
     drop(clean);
     if let Some(out) = out {
-        std::fs::create_dir_all(&out)?;
+        std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
         let p = out.join("bench-agent.json");
-        std::fs::write(
-            &p,
-            serde_json::to_string_pretty(&serde_json::Value::Object(report))?,
-        )?;
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(report))
+            .context("encoding the figures")?;
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
         println!("wrote {}", p.display());
     }
     Ok(())
@@ -350,7 +357,7 @@ impl Drop for Spinners {
 }
 
 /// One `antagonist spin` per CPU, pinned there at nice 19.
-fn start_spinners() -> anyhow::Result<Spinners> {
+fn start_spinners() -> Result<Spinners> {
     use std::os::unix::process::CommandExt;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut children = Spinners(Vec::new());
@@ -389,7 +396,7 @@ fn cpu_use(
     host: HostState,
     sensors: &[&str],
     report: &mut serde_json::Map<String, serde_json::Value>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let suffix = host.key_suffix();
     let mut floors = std::collections::BTreeMap::new();
     let seconds = flags.seconds;
@@ -397,7 +404,7 @@ fn cpu_use(
         let floor =
             std::thread::spawn(move || wake_up_floor_pct(Duration::from_millis(poll_ms), seconds))
                 .join()
-                .map_err(|_| anyhow::anyhow!("the wake-up floor thread panicked"))?;
+                .map_err(|_| ToolError::Measurement("the wake-up floor thread panicked".into()))?;
         println!(
             "wake-up floor: a thread that only sleeps to absolute {poll_ms:>2} ms deadlines: {floor:.2}% of one CPU"
         );
@@ -443,16 +450,21 @@ fn cpu_use(
                 let text = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
-                bail!(
+                return Err(ToolError::Measurement(format!(
                     "agent at poll_ms {poll_ms} (idle sensor {sensor}) exited with {status}; the end of its log:\n{}",
                     tail.join("\n")
-                );
+                )));
             }
             let steady = match (a.1, b.1) {
                 (Some(x), Some(y)) => {
                     100.0 * y.saturating_sub(x) as f64 / 1e9 / (b.0 - a.0).as_secs_f64()
                 }
-                _ => bail!("could not read the agent's schedstat"),
+                _ => {
+                    return Err(ToolError::Measurement(format!(
+                        "could not read /proc/{}/task/*/schedstat (the agent's)",
+                        child.id()
+                    )))
+                }
             };
             let whole = 100.0 * cpu / total_s;
             println!(
@@ -465,7 +477,7 @@ fn cpu_use(
                 serde_json::json!(steady),
             );
             if sensor == "events" {
-                let (answered, counters) = super::bench_agent_events::read_log(&reactions);
+                let (answered, counters) = events::read_log(&reactions);
                 if let Some(c) = counters {
                     println!(
                         "  its idle program over the whole run: {} events ({} answered with a write), {} of its own wake-ups discounted, {} crossings held back by hysteresis",
@@ -552,23 +564,6 @@ pub(super) fn loadavg() -> String {
         .join(" ")
 }
 
-/// Reaction times of one agent run, ms, sorted.
-struct Reactions {
-    ms: Vec<f64>,
-    no_baseline: usize,
-    no_reaction: usize,
-}
-
-impl Reactions {
-    fn quantile(&self, q: f64) -> Option<f64> {
-        if self.ms.is_empty() {
-            return None;
-        }
-        let i = ((self.ms.len() - 1) as f64 * q).round() as usize;
-        self.ms.get(i).copied()
-    }
-}
-
 pub(super) fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) on the benchmark's own child.
     unsafe { libc::kill(pid as i32, sig) };
@@ -588,114 +583,4 @@ pub(super) fn wait_state(pid: u32, want: char) -> bool {
         std::thread::sleep(Duration::from_micros(200));
     }
     false
-}
-
-#[allow(clippy::too_many_arguments)]
-fn reaction(
-    bin: &Path,
-    cgroups: &Cgroups,
-    top: &GroupPath,
-    dir: &Path,
-    lc_pid: u32,
-    sensor: &str,
-    flags: &Flags,
-    clean: &mut Cleanup,
-) -> anyhow::Result<Reactions> {
-    let cfg = write_config(dir, top, flags.poll_ms, lc_pid, true, sensor);
-    let agent = Command::new(bin)
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let agent_pid = agent.id();
-    clean.children.push(agent);
-    let be = top.join("be")?;
-    let lc_group = top.join("lc")?;
-    let state = |cg: &Cgroups| -> (String, bool) {
-        (
-            cg.cpuset_cpus(&be).map(|c| c.to_list()).unwrap_or_default(),
-            cg.freeze_state(&be)
-                .map(|s| s != FreezeState::Thawed)
-                .unwrap_or(true),
-        )
-    };
-    // The step: a spinner on CPU 1 in the LC group, held stopped until t0.
-    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1).spawn()?;
-    let step_pid = step.id();
-    clean.children.push(step);
-    signal(step_pid, libc::SIGSTOP);
-    if !wait_state(step_pid, 'T') {
-        bail!("the step spinner {step_pid} did not stop");
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    cgroups
-        .move_process(&lc_group, step_pid as i32)
-        .context("moving the step spinner into the LC group")?;
-    let mut r = Reactions {
-        ms: Vec::new(),
-        no_baseline: 0,
-        no_reaction: 0,
-    };
-    for _ in 0..flags.steps {
-        // Wait for BE to be running (grown back) and settled before stepping.
-        let t = Instant::now();
-        let mut ready = false;
-        while t.elapsed() < Duration::from_secs(3) {
-            if !state(cgroups).1 {
-                ready = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        if !ready {
-            r.no_baseline += 1;
-            continue;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        let before = state(cgroups);
-        if before.1 {
-            r.no_baseline += 1;
-            continue;
-        }
-        let t0 = Instant::now();
-        signal(step_pid, libc::SIGCONT);
-        let mut reacted = None;
-        while t0.elapsed() < Duration::from_secs(2) {
-            if state(cgroups) != before {
-                reacted = Some(t0.elapsed());
-                break;
-            }
-            std::hint::spin_loop();
-        }
-        signal(step_pid, libc::SIGSTOP);
-        wait_state(step_pid, 'T');
-        match reacted {
-            Some(d) => r.ms.push(d.as_secs_f64() * 1000.0),
-            None => r.no_reaction += 1,
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // Stop this agent (restoring the groups) and the step before the next sensor's run.
-    signal(agent_pid, libc::SIGTERM);
-    signal(step_pid, libc::SIGKILL);
-    signal(step_pid, libc::SIGCONT);
-    for c in clean.children.iter_mut() {
-        if c.id() == agent_pid || c.id() == step_pid {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(5) {
-                if c.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-    clean
-        .children
-        .retain(|c| c.id() != agent_pid && c.id() != step_pid);
-    r.ms.sort_by(f64::total_cmp);
-    Ok(r)
 }

@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::tools::error::{Context, Result, ToolError};
 use headroom_host::idle_bpf::{BpfIdleTracker, Direction};
 use headroom_host::{Cgroups, FreezeState, GroupPath};
 
-use super::bench_agent::{loadavg, pinned, process_run_ns, signal, wait_state, Cleanup};
+use super::{loadavg, pinned, process_run_ns, signal, wait_state, Cleanup};
 
 /// B of the reaction and churn runs. Half a CPU: on 2 CPUs the thresholds are "no CPU idle"
 /// (shrink by half a CPU, a quota write) and "one CPU idle" (grow), so BE runs and is shrunk
@@ -207,7 +207,7 @@ fn stop_agent(clean: &mut Cleanup, pid: u32) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn spawn_agent(bin: &Path, cfg: &Path, log: &Path, clean: &mut Cleanup) -> anyhow::Result<u32> {
+fn spawn_agent(bin: &Path, cfg: &Path, log: &Path, clean: &mut Cleanup) -> Result<u32> {
     let _ = std::fs::remove_file(log);
     let agent = Command::new(bin)
         .args(["agent", "--config"])
@@ -233,7 +233,7 @@ pub(super) fn reactions(
     steps: usize,
     clean: &mut Cleanup,
     report: &mut serde_json::Map<String, serde_json::Value>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let be = top.join("be")?;
     let lc_group = top.join("lc")?;
     for busy in [false, true] {
@@ -262,16 +262,18 @@ pub(super) fn reactions(
             let log = dir.join(format!("reactions-{}-{tag}.log", mode.name));
             let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
             std::thread::sleep(Duration::from_secs(2));
-            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1).spawn()?;
+            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)
+                .spawn()
+                .context("starting the step spinner")?;
             let step_pid = step.id();
             clean.children.push(step);
             signal(step_pid, libc::SIGSTOP);
             if !wait_state(step_pid, 'T') {
-                bail!("the step spinner {step_pid} did not stop");
+                return Err(ToolError::Measurement(format!(
+                    "the step spinner {step_pid} did not stop"
+                )));
             }
-            cgroups
-                .move_process(&lc_group, step_pid as i32)
-                .context("moving the step spinner into the LC group")?;
+            cgroups.move_process(&lc_group, step_pid as i32)?;
             let be_running = || {
                 cgroups
                     .freeze_state(&be)
@@ -345,15 +347,14 @@ pub(super) fn churn(
     seconds: f64,
     clean: &mut Cleanup,
     report: &mut serde_json::Map<String, serde_json::Value>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let mode = MODES[0];
     let cfg = write_config(dir, top, lc_pid, mode, "churn");
     let log = dir.join("reactions-churn.log");
     let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
     std::thread::sleep(Duration::from_secs(2));
     // an independent tracker watching CPU 1 alone, no hysteresis: every flip is a crossing
-    let mut own = BpfIdleTracker::attach_watching(Path::new("/"), Some(&[1]))
-        .context("the bench's idle tracker")?;
+    let mut own = BpfIdleTracker::attach_watching(Path::new("/"), Some(&[1]))?;
     own.program().set_thresholds(1, 1);
     let stop = Arc::new(AtomicBool::new(false));
     let flipper = duty_thread(
@@ -369,7 +370,8 @@ pub(super) fn churn(
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut seen = Vec::new();
     while Instant::now() < end {
-        own.wait(Some(Duration::from_millis(100)))?;
+        own.wait(Some(Duration::from_millis(100)))
+            .context("waiting on the bench's idle tracker")?;
         own.program_mut().ring().drain(|e| seen.push(e.direction));
     }
     let after = (Instant::now(), process_run_ns(agent_pid));
@@ -383,7 +385,11 @@ pub(super) fn churn(
         (Some(a), Some(b)) => {
             100.0 * b.saturating_sub(a) as f64 / 1e9 / (after.0 - before.0).as_secs_f64()
         }
-        _ => bail!("could not read the agent's schedstat during churn"),
+        _ => {
+            return Err(ToolError::Measurement(format!(
+                "could not read /proc/{agent_pid}/task/*/schedstat (the agent's) during churn"
+            )))
+        }
     };
     let (rows, counters) = read_log(&log);
     let alternating = seen.windows(2).all(|w| w[0] != w[1]);

@@ -1,7 +1,7 @@
 //! What `headroom bench loadgen` runs and times: a memcached on a free loopback port, headroom's
 //! and mutilate's clients (each a child process whose CPU is read with getrusage), the minimal
 //! blocking ping-pong client that gives the kernel's floor, and the search for the highest rate a
-//! client holds. The figures and their table are in `bench_loadgen.rs`.
+//! client holds. The figures and their table are in `mod.rs`.
 
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::tools::error::{Context, Result, ToolError};
 use headroom_load::clock::{children_cpu_split, thread_cpu_split, CpuSplit};
 
 use super::{cpu_shares, RunFigures};
@@ -37,7 +37,7 @@ impl Drop for Memcached {
 
 /// memcached with one worker thread; with `cpu`, pinned there (its threads inherit the
 /// affinity set before exec).
-pub(super) fn start_memcached(cpu: Option<usize>) -> anyhow::Result<Memcached> {
+pub(super) fn start_memcached(cpu: Option<usize>) -> Result<Memcached> {
     // Ready when *our* memcached answers `stats` with its pid, not when the port accepts.
     let (child, addr) = headroom_load::readiness::spawn_memcache_server(
         |port| {
@@ -66,7 +66,7 @@ pub(super) fn start_memcached(cpu: Option<usize>) -> anyhow::Result<Memcached> {
         5,
         Duration::from_secs(5),
     )
-    .context("starting memcached (apt-get install memcached)")?;
+    .map_err(ToolError::Memcached)?;
     Ok(Memcached {
         port: addr.port(),
         child,
@@ -77,7 +77,7 @@ pub(super) fn start_memcached(cpu: Option<usize>) -> anyhow::Result<Memcached> {
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new() -> anyhow::Result<Scratch> {
+    fn new() -> Result<Scratch> {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let p =
@@ -98,7 +98,7 @@ impl Drop for Scratch {
 }
 
 /// Runs `cmd` to completion; returns stdout and the CPU it used.
-pub(super) fn run_measured(cmd: &mut Command) -> anyhow::Result<(String, CpuSplit)> {
+pub(super) fn run_measured(cmd: &mut Command) -> Result<(String, CpuSplit)> {
     let before = children_cpu_split();
     let out = cmd
         .stdin(Stdio::null())
@@ -107,15 +107,15 @@ pub(super) fn run_measured(cmd: &mut Command) -> anyhow::Result<(String, CpuSpli
         .with_context(|| format!("running {cmd:?}"))?;
     let cpu = children_cpu_split() - before;
     if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        return Err(ToolError::Command {
+            command: format!("{cmd:?}"),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), cpu))
 }
 
-pub(super) fn headroom_exe() -> anyhow::Result<PathBuf> {
+pub(super) fn headroom_exe() -> Result<PathBuf> {
     match std::env::var_os("HEADROOM_BIN") {
         Some(p) => Ok(PathBuf::from(p)),
         None => std::env::current_exe().context("locating the headroom binary"),
@@ -139,7 +139,7 @@ pub(super) fn ours(
     conns: usize,
     iadist: &str,
     mode: OurMode,
-) -> anyhow::Result<RunFigures> {
+) -> Result<RunFigures> {
     let dir = Scratch::new()?;
     let json = dir.path().join("r.json");
     let (_, cpu) = run_measured(
@@ -158,7 +158,10 @@ pub(super) fn ours(
             .args(["-t", &time_s.to_string(), "--json"])
             .arg(&json),
     )?;
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    let text =
+        std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
     let requests = v["completed"].as_u64().unwrap_or(0);
     let mut r = RunFigures::new(
         "headroom",
@@ -184,7 +187,7 @@ pub(super) fn mutilate(
     time_s: u64,
     conns: usize,
     iadist: &str,
-) -> anyhow::Result<RunFigures> {
+) -> Result<RunFigures> {
     let dir = Scratch::new()?;
     let save = dir.path().join("samples.txt");
     let (stdout, cpu) = run_measured(
@@ -198,18 +201,20 @@ pub(super) fn mutilate(
     let line = stdout
         .lines()
         .find(|l| l.starts_with("Total QPS"))
-        .with_context(|| format!("no 'Total QPS' in mutilate's output:\n{stdout}"))?;
+        .ok_or_else(|| {
+            ToolError::Measurement(format!("no 'Total QPS' in mutilate's output:\n{stdout}"))
+        })?;
     let achieved: f64 = line
         .split_whitespace()
         .nth(3)
         .and_then(|v| v.parse().ok())
-        .with_context(|| format!("unreadable {line:?}"))?;
+        .ok_or_else(|| ToolError::Measurement(format!("mutilate's {line:?} is unreadable")))?;
     let requests: u64 = line
         .split('(')
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .with_context(|| format!("unreadable {line:?}"))?;
+        .ok_or_else(|| ToolError::Measurement(format!("mutilate's {line:?} is unreadable")))?;
     let mut lat: Vec<f64> = std::fs::read_to_string(&save)
         .unwrap_or_default()
         .lines()
@@ -237,8 +242,8 @@ fn achieved(r: &RunFigures) -> String {
 
 /// Highest rate held within 1%: grow by 1.25x until a run falls short, then bisect 3 times.
 pub(super) fn max_held(
-    mut run: impl FnMut(u64) -> anyhow::Result<RunFigures>,
-) -> anyhow::Result<(u64, Vec<RunFigures>)> {
+    mut run: impl FnMut(u64) -> Result<RunFigures>,
+) -> Result<(u64, Vec<RunFigures>)> {
     let holds =
         |r: &RunFigures| (r.achieved_qps - r.target_qps as f64).abs() <= 0.01 * r.target_qps as f64;
     let mut runs = Vec::new();
@@ -285,10 +290,12 @@ pub(super) struct PingPong {
     pub(super) cpu_per_request: CpuSplit,
 }
 
-pub(super) fn pingpong(port: u16, requests: usize) -> anyhow::Result<PingPong> {
+pub(super) fn pingpong(port: u16, requests: usize) -> Result<PingPong> {
     use std::io::{Read, Write};
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_nodelay(true)?;
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .with_context(|| format!("connecting to memcached on 127.0.0.1:{port}"))?;
+    s.set_nodelay(true)
+        .context("TCP_NODELAY on the ping-pong connection")?;
     let key = format!("{:030}", 1);
     let req = format!("get {key}\r\n");
     let mut buf = [0u8; 4096];
@@ -296,12 +303,15 @@ pub(super) fn pingpong(port: u16, requests: usize) -> anyhow::Result<PingPong> {
     let cpu_before = thread_cpu_split();
     for _ in 0..requests {
         let t = Instant::now();
-        s.write_all(req.as_bytes())?;
+        s.write_all(req.as_bytes())
+            .context("sending a ping-pong request")?;
         let mut got = Vec::new();
         while !got.ends_with(b"END\r\n") {
-            let n = s.read(&mut buf)?;
+            let n = s.read(&mut buf).context("reading a ping-pong reply")?;
             if n == 0 {
-                bail!("memcached closed the ping-pong connection");
+                return Err(ToolError::Measurement(
+                    "memcached closed the ping-pong connection".into(),
+                ));
             }
             got.extend_from_slice(&buf[..n]);
         }

@@ -29,10 +29,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use super::error::{Context, Result, ToolError};
 
-use super::bench_host::positive_f64;
-use headroom_bench::runner::{free_port, now_unix_ms, Placement, Proc, Runner, ServeSpec};
+use super::host::positive_f64;
+use crate::runner::{free_port, now_unix_ms, Placement, Proc, Runner, ServeSpec};
 use headroom_types::decision::DecisionRecord;
 use headroom_types::load_result::LoadResult;
 use serde::Serialize;
@@ -52,7 +52,7 @@ const LOAD_MARGIN_S: f64 = 10.0;
 
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench prober", no_binary_name = true)]
-struct Flags {
+pub struct Flags {
     /// Seconds of the load generator's run (and of the prober's window), 5 to 3600
     #[arg(long, default_value_t = 240.0, value_parser = seconds)]
     seconds: f64,
@@ -204,7 +204,7 @@ fn order_statistic(v: &mut [f64], q: f64) -> Option<f64> {
 }
 
 /// mutilate's `--save` file: one `start_time latency_us` line per request.
-fn mutilate_latencies(path: &Path) -> anyhow::Result<Vec<f64>> {
+fn mutilate_latencies(path: &Path) -> Result<Vec<f64>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text
@@ -213,19 +213,20 @@ fn mutilate_latencies(path: &Path) -> anyhow::Result<Vec<f64>> {
         .collect())
 }
 
-pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
-    let flags: Flags = super::super::parse_flags(rest)?;
+pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
-        bail!(
-            "headroom bench prober needs 2 CPUs (the prober's and the LC's); this host has {cpus}"
-        );
+        return Err(ToolError::Needs {
+            tool: "headroom bench prober",
+            need: format!("2 CPUs (the prober's and the LC's); this host has {cpus}"),
+        });
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        bail!(
-            "headroom bench prober needs root (SCHED_FIFO for the prober and the load generator)"
-        );
+        return Err(ToolError::Needs {
+            tool: "headroom bench prober",
+            need: "root (SCHED_FIFO for the prober and the load generator)".into(),
+        });
     }
     let dir = match &out {
         Some(d) => d.clone(),
@@ -250,8 +251,10 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for &case in &flags.cases {
-        let row = run_case(&runner, &dir, &flags, case)
-            .with_context(|| format!("case {}", case.name()))?;
+        let row = run_case(&runner, &dir, &flags, case).map_err(|e| ToolError::Case {
+            case: case.name(),
+            source: Box::new(e),
+        })?;
         print_row(&row);
         rows.push(row);
     }
@@ -264,8 +267,11 @@ pub fn run(out: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
         "rows": rows,
     });
     let path = dir.join("bench-prober.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&report).context("encoding the figures")?,
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     println!("wrote {}", path.display());
     if out.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -305,7 +311,7 @@ fn print_row(r: &Row) {
     }
 }
 
-fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::Result<Row> {
+fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> Result<Row> {
     let name = case.name();
     let (mut serve, addr) = runner.start_serve(&ServeSpec {
         threads: 1,
@@ -419,12 +425,12 @@ fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::R
     let loadgen_p99_us = result.read_uncorrected.p99_us;
     let records = read_decisions(&decisions)?;
     let Some(window) = window_at_end(&records, load_end_ms.saturating_sub(1000), 2000) else {
-        bail!(
+        return Err(ToolError::Measurement(format!(
             "the agent published no prober window ending 1–3 s before the load run's end ({} decisions in {}; its log: {})",
             records.len(),
             decisions.display(),
             agent_log.display()
-        );
+        )));
     };
     let refused = std::fs::read(&agent_log)
         .map(|b| {
@@ -437,7 +443,10 @@ fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::R
         Some((_, save)) => {
             let mut lat = mutilate_latencies(save)?;
             let Some(p99_us) = order_statistic(&mut lat, 0.99) else {
-                bail!("mutilate wrote no samples to {}", save.display());
+                return Err(ToolError::Measurement(format!(
+                    "mutilate wrote no samples to {}",
+                    save.display()
+                )));
             };
             Some(PeerFigures {
                 p99_us,
@@ -471,7 +480,7 @@ fn run_case(runner: &Runner, dir: &Path, flags: &Flags, case: Case) -> anyhow::R
     })
 }
 
-fn read_decisions(path: &Path) -> anyhow::Result<Vec<DecisionRecord>> {
+fn read_decisions(path: &Path) -> Result<Vec<DecisionRecord>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     text.lines()
