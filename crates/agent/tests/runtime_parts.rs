@@ -23,19 +23,31 @@ fn repo_file(rel: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-#[test]
-fn shipped_configs_are_valid() {
-    Config::from_toml_str(&repo_file("deploy/headroom.toml")).unwrap();
-    let manifest = repo_file("deploy/kubernetes/headroom-daemonset.yaml");
+/// The agent config inside a DaemonSet manifest's ConfigMap.
+fn configmap_body(manifest: &str) -> String {
+    let manifest = repo_file(manifest);
     let start = manifest.find("headroom.toml: |").unwrap();
-    let body: String = manifest[start..]
+    manifest[start..]
         .lines()
         .skip(1)
         .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
         .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
-        .collect();
-    // The LCs are the node's annotated pods (no [lc] table): validate the rest with one
-    // discovered pod standing in, as `[kubernetes]` turns it into an LC service.
+        .collect()
+}
+
+#[test]
+fn shipped_configs_are_valid() {
+    Config::from_toml_str(&repo_file("deploy/headroom.toml")).unwrap();
+    let shipped =
+        Config::from_toml_str(&configmap_body("deploy/kubernetes/headroom-daemonset.yaml"))
+            .unwrap();
+    assert!(
+        !shipped.kubernetes.discover,
+        "the shipped DaemonSet selects its LC pod at start"
+    );
+    // The discovery manifest: the LCs are the node's annotated pods (no [lc] table): validate
+    // the rest with one discovered pod standing in, as `[kubernetes]` turns it into an LC.
+    let body = configmap_body("deploy/kubernetes/headroom-daemonset-discovery.yaml");
     let tables = |name: &str| {
         body.lines()
             .any(|l| l.trim_start().trim_start_matches('[').starts_with(name))
