@@ -247,23 +247,37 @@ fn be_after_violation(
             windows.len()
         );
     };
-    match windows[v + 1..].iter().find(|w| be_on(w)) {
+    // BE "came back" only after a window it was off in: one still running while the agent cut
+    // it (a tenth of a CPU on average in the window after the violation) did not come back.
+    let Some(off) = (v..windows.len()).find(|&k| !be_on(&windows[k])) else {
+        return format!(
+            "BE was never off after the violation in window {} (the agent shrank it, or did not act)",
+            v + 1
+        );
+    };
+    match windows[off + 1..].iter().find(|w| be_on(w)) {
         Some(w) => format!(
-            "BE came back in window {} after the violation in window {} (violation cooldown {cooldown_s:.0} s)",
+            "BE was off from window {} and came back in window {} after the violation in window {} (violation cooldown {cooldown_s:.0} s)",
+            off + 1,
             w.index + 1,
             v + 1
         ),
-        None if v + 1 == windows.len() => {
-            format!("the violation was in the last window ({})", v + 1)
+        None if off + 1 == windows.len() => {
+            format!(
+                "BE was off in the last window ({}) after the violation in window {}",
+                off + 1,
+                v + 1
+            )
         }
         None => {
-            let reason = windows[v + 1..]
+            let reason = windows[off + 1..]
                 .iter()
                 .rev()
                 .find_map(|w| w.agent.as_ref().and_then(|a| a.last_reason.clone()))
                 .unwrap_or_else(|| "no decision logged".into());
             format!(
-                "BE stayed off from the violation in window {} to the end (violation cooldown {cooldown_s:.0} s); the agent's last reason: {reason}",
+                "BE stayed off from window {} to the end after the violation in window {} (violation cooldown {cooldown_s:.0} s); the agent's last reason: {reason}",
+                off + 1,
                 v + 1
             )
         }
@@ -373,11 +387,25 @@ mod tests {
         ];
         let s = be_after_violation(&stayed, 500.0, 99.0, 300.0);
         assert!(
-            s.contains("stayed off from the violation in window 2"),
+            s.contains("stayed off from window 2") && s.contains("violation in window 2"),
             "{s}"
         );
         assert!(
             s.contains("cooldown 300 s") && s.contains("290 s left"),
+            "{s}"
+        );
+        // The 16-CPU demo: BE at 14 CPUs in the violating window, a tenth of a CPU in the next
+        // (cut during it), then off: it did not come back.
+        let cut = [
+            window(0, 200.0, 14.0, "slack"),
+            window(1, 314.0, 14.0, "slack"),
+            window(2, 3992.0, 0.1, "slo violated"),
+            window(3, 1738.0, 0.0, "violation cooldown"),
+            window(4, 49.0, 0.0, "violation cooldown"),
+        ];
+        let s = be_after_violation(&cut, 292.0, 99.0, 10.0);
+        assert!(
+            s.contains("stayed off from window 4") && s.contains("violation in window 2"),
             "{s}"
         );
         let calm = [window(0, 200.0, 1.0, "slack")];
