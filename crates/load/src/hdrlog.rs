@@ -79,3 +79,124 @@ impl HdrLogWriter {
         r.map_err(|e| self.err(e))
     }
 }
+
+/// One interval read back from a `--hdr` log, on the wall clock.
+#[derive(Debug, Clone)]
+pub struct LoggedInterval {
+    /// Start, seconds since the Unix epoch (the log's base time + the interval's offset).
+    pub start_unix_s: f64,
+    pub duration_s: f64,
+    /// Tagged `warmup`.
+    pub warmup: bool,
+    /// Corrected latency (from each request's scheduled send).
+    pub hist: crate::stats::LatencyHist,
+}
+
+impl LoggedInterval {
+    pub fn end_unix_s(&self) -> f64 {
+        self.start_unix_s + self.duration_s
+    }
+}
+
+/// Reads a `--hdr` log written by [`HdrLogWriter`] (or any HdrHistogram interval log with a
+/// `BaseTime` or `StartTime`): its intervals in order, on the wall clock.
+pub fn read_intervals(path: &Path) -> Result<Vec<LoggedInterval>, LoadError> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    let bad = |detail: String| LoadError::Output {
+        what: "reading the HDR interval log",
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, detail),
+    };
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Output {
+        what: "reading the HDR interval log",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut base: Option<f64> = None;
+    let mut start: Option<f64> = None;
+    let mut out = Vec::new();
+    for (i, entry) in IntervalLogIterator::new(&bytes).enumerate() {
+        match entry.map_err(|e| bad(format!("entry {}: {e:?}", i + 1)))? {
+            LogEntry::BaseTime(t) => base = Some(t.as_secs_f64()),
+            LogEntry::StartTime(t) => start = Some(t.as_secs_f64()),
+            LogEntry::Interval(iv) => {
+                // Interval offsets count from BaseTime; without one they are absolute.
+                let origin = base.or(start.map(|_| 0.0)).unwrap_or(0.0);
+                let hist = crate::stats::LatencyHist::from_base64(iv.encoded_histogram())
+                    .map_err(|e| bad(format!("interval {}: {e}", out.len() + 1)))?;
+                out.push(LoggedInterval {
+                    start_unix_s: origin + iv.start_timestamp().as_secs_f64(),
+                    duration_s: iv.duration().as_secs_f64(),
+                    warmup: iv.tag().is_some_and(|t| t.as_str() == "warmup"),
+                    hist,
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("no intervals".into()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::LatencyHist;
+
+    fn interval(index: u64, t_s: f64, warmup: bool, values_us: &[u64]) -> Interval {
+        let mut hist = LatencyHist::new();
+        for v in values_us {
+            hist.record_ns(v * 1000);
+        }
+        Interval {
+            index,
+            t_s,
+            interval_s: 1.0,
+            qps: values_us.len() as f64,
+            hist,
+            warmup,
+        }
+    }
+
+    #[test]
+    fn a_written_log_reads_back_on_the_wall_clock_with_its_warmup_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.hdr");
+        let before = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let mut w = HdrLogWriter::create(&path).unwrap();
+        w.log(&interval(0, 1.0, true, &[5_000])).unwrap();
+        w.log(&interval(1, 2.0, false, &[100, 200, 300])).unwrap();
+        w.finish().unwrap();
+        let after = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let ivs = read_intervals(&path).unwrap();
+        assert_eq!(ivs.len(), 2);
+        assert!(ivs[0].warmup && !ivs[1].warmup);
+        // the first interval starts at the log's base time (ms resolution)
+        assert!(
+            ivs[0].start_unix_s >= before - 0.002 && ivs[0].start_unix_s <= after + 0.002,
+            "{} not in {before}..{after}",
+            ivs[0].start_unix_s
+        );
+        assert!((ivs[1].start_unix_s - ivs[0].start_unix_s - 1.0).abs() < 0.002);
+        assert!((ivs[1].end_unix_s() - ivs[1].start_unix_s - 1.0).abs() < 0.002);
+        assert_eq!(ivs[1].hist.count(), 3);
+        let p99 = ivs[1].hist.percentile_us(99.0);
+        assert!((299.0..=301.0).contains(&p99), "{p99}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_log_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("junk.hdr");
+        std::fs::write(&path, "Tag=x,not,a,log\n").unwrap();
+        let e = read_intervals(&path).unwrap_err().to_string();
+        assert!(e.contains("junk.hdr"), "{e}");
+    }
+}

@@ -133,6 +133,23 @@ impl Run {
     }
 }
 
+/// Whether `now` carries a latency window `prev` did not (any service's): a run of identical
+/// decisions ends there, so that every window the agent saw is the first observation of a
+/// line — the log holds each window's figure, not only the decisions it led to.
+fn new_latency_window(prev: &Observation, now: &Observation) -> bool {
+    let fresher = |p: Option<u64>, n: Option<u64>| match (p, n) {
+        (Some(p), Some(n)) => n < p,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    fresher(prev.lc_latency_age_ms, now.lc_latency_age_ms)
+        || prev.lc_latency_us != now.lc_latency_us
+        || prev.lc_groups.len() != now.lc_groups.len()
+        || prev.lc_groups.iter().zip(&now.lc_groups).any(|(p, n)| {
+            fresher(p.latency_age_ms, n.latency_age_ms) || p.latency_us != n.latency_us
+        })
+}
+
 /// Where the Linux agent's ticks go.
 pub struct Publisher {
     pub log: Option<DecisionLog>,
@@ -197,7 +214,9 @@ impl TickSink for Publisher {
         });
         if same {
             if let Some(run) = &mut self.pending {
-                if t.saturating_sub(Duration::from_millis(run.first.t_ms)) < RUN_MAX {
+                if t.saturating_sub(Duration::from_millis(run.first.t_ms)) < RUN_MAX
+                    && !new_latency_window(&run.last_observation, obs)
+                {
                     run.count += 1;
                     run.last_t = t;
                     run.last_unix_ms = unix_ms;
@@ -281,6 +300,46 @@ impl TickSink for Publisher {
 #[cfg(test)]
 mod tests {
     use super::DecisionLog;
+
+    /// A fresher window (its age fell), another figure or none, or a service's own window breaks a run;
+    /// the same window growing older does not.
+    #[test]
+    fn a_new_latency_window_is_told_from_the_same_one_aging() {
+        use super::new_latency_window;
+        use crate::observation::Observation;
+        use headroom_types::observation::LcGroupObservation;
+        let obs = |p99: Option<f64>, age: Option<u64>, group_age: Option<u64>| Observation {
+            lc_latency_us: p99,
+            lc_latency_age_ms: age,
+            lc_groups: vec![LcGroupObservation {
+                name: "b".into(),
+                latency_us: Some(80.0),
+                latency_age_ms: group_age,
+                ..LcGroupObservation::default()
+            }],
+            ..Observation::default()
+        };
+        let a = obs(Some(100.0), Some(10), Some(10));
+        assert!(!new_latency_window(
+            &a,
+            &obs(Some(100.0), Some(900), Some(900))
+        ));
+        assert!(new_latency_window(
+            &a,
+            &obs(Some(100.0), Some(5), Some(900))
+        ));
+        assert!(new_latency_window(
+            &a,
+            &obs(Some(120.0), Some(900), Some(900))
+        ));
+        assert!(new_latency_window(
+            &a,
+            &obs(Some(100.0), Some(900), Some(3))
+        ));
+        assert!(new_latency_window(&obs(None, None, None), &a));
+        // the window gone (stale) is a change too
+        assert!(new_latency_window(&a, &obs(None, None, None)));
+    }
 
     /// At 1 ms a log grows ~1.5 MB/s: past its cap it is rotated once, so the disk holds at
     /// most twice the cap however long the agent runs.
