@@ -231,21 +231,12 @@ fn spawn_mutilate(
             // mutilate segfaults on a bare `exponential`; `:1` is its own default spread
             "-i",
             "exponential:1",
-            "-T",
-            "1",
-            "-c",
-            "1",
-            "-d",
-            &LOAD_DEPTH.to_string(),
-            "-q",
-            &format!("{:.0}", flags.qps),
-            "-t",
-            &format!("{:.0}", flags.seconds),
             "--save",
             &save.display().to_string(),
         ]
         .map(String::from),
     );
+    argv.extend(common_load_flags(flags));
     Ok(runner.spawn("mutilate", &argv)?)
 }
 
@@ -446,38 +437,46 @@ metrics = "127.0.0.1:{metrics_port}"
     )
 }
 
-/// `headroom load`'s arguments: one connection at `--qps` for the run, its per-second
-/// histograms in `hdr`.
-fn load_args(flags: &Flags, addr: &str, json: &Path, hdr: &Path) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "load",
-        "-s",
-        addr,
-        "-T",
-        "1",
-        "-c",
-        "1",
+/// The flags `headroom load` and mutilate share: one thread, one connection, `LOAD_DEPTH` in
+/// flight, the rate and the run's length.
+fn common_load_flags(flags: &Flags) -> Vec<String> {
+    [
+        "-T".to_string(),
+        "1".into(),
+        "-c".into(),
+        "1".into(),
         // on schedule whatever is in flight, as the prober sends: at depth 1 a request due while
         // the previous one is unanswered waits for it and is timed from then, so the 1–2% that
         // meet the previous one at the LC (the tail the p99 is made of) would carry that wait in
         // the prober's figure and not in this one
-        "-d",
-        &LOAD_DEPTH.to_string(),
-        "-q",
-        &format!("{:.0}", flags.qps),
-        "-t",
-        &format!("{:.0}", flags.seconds),
-        "--noload",
-        "--quiet",
-        "--invalid-exit-code",
-        "0",
-        "--json",
-        &json.display().to_string(),
-        "--hdr",
-        &hdr.display().to_string(),
+        "-d".into(),
+        LOAD_DEPTH.to_string(),
+        "-q".into(),
+        format!("{:.0}", flags.qps),
+        "-t".into(),
+        format!("{:.0}", flags.seconds),
     ]
-    .map(String::from)
-    .to_vec();
+    .to_vec()
+}
+
+/// `headroom load`'s arguments: one connection at `--qps` for the run, its per-second
+/// histograms in `hdr`.
+fn load_args(flags: &Flags, addr: &str, json: &Path, hdr: &Path) -> Vec<String> {
+    let mut args: Vec<String> = ["load", "-s", addr].map(String::from).to_vec();
+    args.extend(common_load_flags(flags));
+    args.extend(
+        [
+            "--noload",
+            "--quiet",
+            "--invalid-exit-code",
+            "0",
+            "--json",
+            &json.display().to_string(),
+            "--hdr",
+            &hdr.display().to_string(),
+        ]
+        .map(String::from),
+    );
     if !flags.loadgen_busy_poll {
         args.push("--sleep-only".into());
     }

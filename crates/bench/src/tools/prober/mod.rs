@@ -93,26 +93,25 @@ pub struct Flags {
     no_rt: bool,
 }
 
-/// The load run is 5 s to 1 h.
-fn seconds(s: &str) -> Result<f64, String> {
+/// A number of seconds in `lo..=hi`.
+fn seconds_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
     positive_f64(s).and_then(|v| {
-        if (5.0..=3600.0).contains(&v) {
+        if (lo..=hi).contains(&v) {
             Ok(v)
         } else {
-            Err(format!("{s:?} is outside 5..=3600 s"))
+            Err(format!("{s:?} is outside {lo}..={hi} s"))
         }
     })
 }
 
+/// The load run is 5 s to 1 h.
+fn seconds(s: &str) -> Result<f64, String> {
+    seconds_in(s, 5.0, 3600.0)
+}
+
 /// The agent takes windows of 1 s to 1 h.
 fn window(s: &str) -> Result<f64, String> {
-    positive_f64(s).and_then(|v| {
-        if (1.0..=3600.0).contains(&v) {
-            Ok(v)
-        } else {
-            Err(format!("{s:?} is outside 1..=3600 s"))
-        }
-    })
+    seconds_in(s, 1.0, 3600.0)
 }
 
 fn probe_hz(s: &str) -> Result<f64, String> {
