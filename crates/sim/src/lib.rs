@@ -4,6 +4,7 @@
 //! (`headroom plan`).
 
 pub mod calibrate;
+mod closed_loop;
 pub mod des;
 pub mod error;
 pub mod fleet;

@@ -12,23 +12,17 @@
 pub mod report;
 pub mod spec;
 
-use std::time::Duration;
-
-use headroom_agent::actuation::Actuation;
-use headroom_agent::allocation::Allocation;
 use headroom_agent::config::{Config, PolicyKind};
-use headroom_agent::controller::{Controller, Discard};
 use headroom_agent::observation::LcGroupObservation;
-use headroom_agent::policy::{self, MachineInfo};
 use rayon::prelude::*;
 
+use crate::closed_loop::ClosedLoop;
 use crate::error::SimError;
 use crate::fleet::FleetSpec;
 use crate::host::SimHost;
-use crate::model::{BeKind, ServerModel};
-use crate::node::sim_groups;
+use crate::model::ServerModel;
 use crate::queue::{quantile_of_mix, ResponseTail};
-use crate::run::{model_window_s, BeJobs, ServerSpec, SimSetup};
+use crate::run::{model_window_s, ServerSpec, SimSetup};
 use crate::trace::ServerLoad;
 pub use spec::{mixed_service, ServiceSpec, ServicesFile};
 
@@ -271,16 +265,7 @@ pub fn run_multi_server(
         window_s,
         &setup.agent_extra,
     )?;
-    let machine = MachineInfo::with_cpus(spec.cores);
-    let mut policy = policy::build(&config, &machine);
-    policy.set_explain(record);
-    let poll = policy.poll_interval();
-    let kinds: Vec<&BeKind> = setup
-        .be_pool
-        .iter()
-        .map(|n| model.be_kind(n))
-        .collect::<Result<_, _>>()?;
-    let mut host = SimHost::new(model, spec.cores, kinds[0], setup.tick_s);
+    let mut lp = ClosedLoop::new(setup, spec, &config, kind, window_s, record)?;
     let mut loads: Vec<ServerLoad> = (0..services.len())
         .map(|i| {
             // the first service draws as a one-LC server would; the others their own noise
@@ -288,29 +273,7 @@ pub fn run_multi_server(
             ServerLoad::new(seed, setup.noise_sd, setup.tick_s, setup.vary_servers)
         })
         .collect();
-    let mut jobs = BeJobs::new(spec.seed, kinds.len());
-    let mut current_kind = usize::MAX;
-    let ticks_per_window = (window_s / setup.tick_s).round().max(1.0) as usize;
-    let total_ticks = (spec.duration_s / setup.tick_s).round() as usize;
-    let fast = poll < Duration::from_millis(100);
-    let pace = Duration::from_millis(
-        config
-            .policy
-            .blind
-            .grow_interval_ms
-            .max(config.safety.grow_interval_ms)
-            .max(poll.as_millis() as u64),
-    );
-    let tick = Duration::from_secs_f64(setup.tick_s);
-    let actuation = Actuation::attach(&mut host, sim_groups()).map_err(|e| SimError::Invalid {
-        file: None,
-        key: "SimHost".into(),
-        value: "attach".into(),
-        reason: e.to_string(),
-    })?;
-    let mut controller = Controller::new(policy, Some(actuation), machine.cpus.clone(), 720);
-    let mut applied = Allocation::default();
-    let mut sink = Discard;
+    let (ticks_per_window, total_ticks) = (lp.ticks_per_window, lp.total_ticks);
     let mut out = MultiOutcome {
         cores: spec.cores,
         emu_min: f64::INFINITY,
@@ -336,13 +299,8 @@ pub fn run_multi_server(
     let (mut emu_sum, mut be_sum, mut lc_sum) = (0.0, 0.0, 0.0);
     let mut last = (String::new(), None);
     for i in 0..total_ticks {
-        let t0 = tick * i as u32;
+        let t0 = lp.start_tick(i, setup.be_job_mean_s);
         let t_s = t0.as_secs_f64();
-        let job = jobs.at(t_s, kinds.len(), setup.be_job_mean_s);
-        if job != current_kind {
-            current_kind = job;
-            host.set_be_kind(kinds[job]);
-        }
         // each service's arrivals: its trace (shifted) × its share of its peak alone
         let rates: Vec<f64> = services
             .iter()
@@ -378,43 +336,14 @@ pub fn run_multi_server(
             })
             .collect();
         let total: f64 = rates.iter().sum();
-        host.set_service(mixed_service(services, &rates));
-        host.set_inputs(total, groups[0].latency_us, peaks[0]);
-        host.set_groups(groups);
-        let mut t = t0;
-        loop {
-            let outcome = controller.step(&mut host, t, &mut sink);
-            if let Some(Err(e)) = &outcome.actuation {
-                return Err(SimError::Invalid {
-                    file: None,
-                    key: "SimHost".into(),
-                    value: kind.as_str().into(),
-                    reason: format!("the write path failed on the model: {e}"),
-                });
-            }
-            out.decisions += 1;
-            let changed = outcome.decision.allocation != applied;
-            if changed {
-                applied = outcome.decision.allocation;
-                out.writes += 1;
-            }
+        lp.host.set_service(mixed_service(services, &rates));
+        lp.host.set_inputs(total, groups[0].latency_us, peaks[0]);
+        lp.host.set_groups(groups);
+        let state = lp.run_tick(t0, |d| {
             if record {
-                last = (outcome.decision.reason, outcome.decision.binding_lc);
+                last = (d.reason, d.binding_lc);
             }
-            let step = if fast {
-                if !changed {
-                    break;
-                }
-                pace
-            } else {
-                poll
-            };
-            t += step;
-            if t >= t0 + tick {
-                break;
-            }
-        }
-        let state = *host.last_state().expect("sensed this tick");
+        })?;
         let lc_load: f64 = rates.iter().zip(&peaks).map(|(r, p)| r / p).sum();
         w_emu += lc_load + state.be_norm;
         w_be += state.be_norm;
@@ -463,7 +392,7 @@ pub fn run_multi_server(
                     services: per,
                     be_norm: w_be / nf,
                     emu,
-                    be_cpus: applied.be_cpu_capacity(spec.cores as usize),
+                    be_cpus: lp.applied.be_cpu_capacity(spec.cores as usize),
                     reason: last.0.clone(),
                     binding: last.1.clone(),
                 });
@@ -481,6 +410,8 @@ pub fn run_multi_server(
     if out.windows == 0 {
         out.emu_min = 0.0;
     }
+    out.decisions = lp.decisions;
+    out.writes = lp.writes;
     Ok(out)
 }
 

@@ -3,26 +3,16 @@
 //! SimHost. Simulated time only; the same seed gives the same numbers.
 //!
 //! Time advances in model ticks (`tick_s`, 5 s by default): within a tick the load is constant and
-//! the model is in steady state. The policy is called at its own poll period when that is ≥ 100 ms
-//! (Heracles' 2 s sub-controllers, its 15 s top level, `weights`); a fast poller (`blind`, the
-//! inner loop of `hybrid`, 1 ms) is called at the tick's start and again, one growth pacing
-//! interval later, for as long as its allocation keeps changing: between model changes its input
-//! is constant, so the polls skipped would have decided the same (event-exact up to the tick).
+//! the model is in steady state; how often the policy is called within one is `closed_loop`'s.
 
-use std::time::Duration;
-
-use headroom_agent::actuation::Actuation;
-use headroom_agent::allocation::Allocation;
 use headroom_agent::config::{Config, PolicyKind};
-use headroom_agent::controller::{Controller, Discard};
-use headroom_agent::policy::{self, MachineInfo};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::closed_loop::ClosedLoop;
 use crate::error::SimError;
-use crate::host::{SimHost, TickState};
-use crate::model::{BeKind, ServerModel};
-use crate::node::sim_groups;
+use crate::host::TickState;
+use crate::model::ServerModel;
 use crate::queue::{quantile_of_mix, ResponseTail};
 use crate::trace::{LoadTrace, ServerLoad};
 
@@ -244,47 +234,11 @@ pub fn run_server(
         window_s,
         &setup.agent_extra,
     )?;
-    let machine = MachineInfo::with_cpus(spec.cores);
-    let mut policy = policy::build(&config, &machine);
-    policy.set_explain(record);
-    let poll = policy.poll_interval();
-    let kinds: Vec<&BeKind> = setup
-        .be_pool
-        .iter()
-        .map(|n| model.be_kind(n))
-        .collect::<Result<_, _>>()?;
-    let mut host = SimHost::new(model, spec.cores, kinds[0], setup.tick_s);
+    let mut lp = ClosedLoop::new(setup, spec, &config, kind, window_s, record)?;
     let mut load_gen = ServerLoad::new(spec.seed, setup.noise_sd, setup.tick_s, setup.vary_servers);
-    let mut jobs = BeJobs::new(spec.seed, kinds.len());
-    let mut current_kind = usize::MAX;
-
-    let ticks_per_window = (window_s / setup.tick_s).round().max(1.0) as usize;
-    let total_ticks = (spec.duration_s / setup.tick_s).round() as usize;
+    let (ticks_per_window, total_ticks) = (lp.ticks_per_window, lp.total_ticks);
     let q = model.lc.percentile / 100.0;
     let slo = model.lc.slo_us;
-    let fast = poll < Duration::from_millis(100);
-    let pace = Duration::from_millis(
-        config
-            .policy
-            .blind
-            .grow_interval_ms
-            .max(config.safety.grow_interval_ms)
-            .max(poll.as_millis() as u64),
-    );
-    let tick = Duration::from_secs_f64(setup.tick_s);
-
-    // the agent's tick over the model: sense → decide (policy + safety) → actuate (the one
-    // ordered write path, through `impl Node for SimHost`)
-    let actuation = Actuation::attach(&mut host, sim_groups()).map_err(|e| SimError::Invalid {
-        file: None,
-        key: "SimHost".into(),
-        value: "attach".into(),
-        reason: e.to_string(),
-    })?;
-    // read every knob back once an hour of ticks (the model never drifts, the cost is the plan)
-    let mut controller = Controller::new(policy, Some(actuation), machine.cpus.clone(), 720);
-    let mut applied = Allocation::default();
-    let mut sink = Discard;
     let mut out = ServerOutcome {
         emu_min: f64::INFINITY,
         ..ServerOutcome::default()
@@ -297,13 +251,8 @@ pub fn run_server(
     // the p99 of the window that closed at the previous tick, when it was a full one
     let mut closed_window_p99: Option<f64> = None;
     for i in 0..total_ticks {
-        let t0 = tick * i as u32;
+        let t0 = lp.start_tick(i, setup.be_job_mean_s);
         let t_s = t0.as_secs_f64();
-        let job = jobs.at(t_s, kinds.len(), setup.be_job_mean_s);
-        if job != current_kind {
-            current_kind = job;
-            host.set_be_kind(kinds[job]);
-        }
         let load = load_gen.next(&setup.trace, spec.start_s + t_s);
         let qps = load * peak_qps;
         // the latency source's window: the last window_s of requests, current at the tick
@@ -318,41 +267,12 @@ pub fn run_server(
             )
         };
         closed_window_p99 = None;
-        host.set_inputs(qps, latency, peak_qps);
-        let mut t = t0;
-        loop {
-            let outcome = controller.step(&mut host, t, &mut sink);
-            if let Some(Err(e)) = &outcome.actuation {
-                return Err(SimError::Invalid {
-                    file: None,
-                    key: "SimHost".into(),
-                    value: kind.as_str().into(),
-                    reason: format!("the write path failed on the model: {e}"),
-                });
-            }
-            out.decisions += 1;
-            let changed = outcome.decision.allocation != applied;
-            if changed {
-                applied = outcome.decision.allocation;
-                out.writes += 1;
-            }
+        lp.host.set_inputs(qps, latency, peak_qps);
+        let state = lp.run_tick(t0, |d| {
             if record {
-                last_reason = outcome.decision.reason;
+                last_reason = d.reason;
             }
-            let step = if fast {
-                if !changed {
-                    break;
-                }
-                pace
-            } else {
-                poll
-            };
-            t += step;
-            if t >= t0 + tick {
-                break;
-            }
-        }
-        let state = *host.last_state().expect("sensed this tick");
+        })?;
         account_tick(&state, load, &mut w_emu, &mut w_be, &mut w_load);
         let weight = qps.max(1e-9);
         if recent.len() == ticks_per_window {
@@ -385,8 +305,8 @@ pub fn run_server(
                     be_norm: w_be / n,
                     emu,
                     violating,
-                    be_cpus: applied.be_cpu_capacity(spec.cores as usize),
-                    be: setup.be_pool[current_kind].clone(),
+                    be_cpus: lp.applied.be_cpu_capacity(spec.cores as usize),
+                    be: setup.be_pool[lp.current_kind()].clone(),
                     reason: last_reason.clone(),
                 });
             }
@@ -397,6 +317,8 @@ pub fn run_server(
     if out.windows == 0 {
         out.emu_min = 0.0;
     }
+    out.decisions = lp.decisions;
+    out.writes = lp.writes;
     Ok(out)
 }
 
