@@ -179,8 +179,9 @@ pub struct Extra {
     /// measured wake-up lateness)
     #[arg(long = "spin-us", default_value_t = 0)]
     pub spin_us: u64,
-    /// Never busy-poll: sleep on the timer until each send (least CPU; sends late by the timer's
-    /// wake-up, tens of µs on a VM)
+    /// Never wake early to busy-poll: sleep on the timer until each send (least CPU; sends late
+    /// by the timer's wake-up, tens of µs on a VM); a wait shorter than a sleep's own CPU cost
+    /// (measured at start) is polled instead
     #[arg(long = "sleep-only")]
     pub sleep_only: bool,
     /// Event loop: auto (io_uring where the kernel allows it, else epoll with the reason

@@ -110,6 +110,9 @@ impl Timer {
 #[derive(Clone, Copy, Debug)]
 pub struct WakeLead {
     estimate_ns: f64,
+    /// CPU time one sleep and wake-up costs the thread (measured by [`Self::calibrated`]; 0
+    /// when not measured).
+    sleep_cpu_ns: u64,
 }
 
 impl WakeLead {
@@ -125,6 +128,7 @@ impl WakeLead {
     pub fn new() -> WakeLead {
         WakeLead {
             estimate_ns: Self::INITIAL_NS,
+            sleep_cpu_ns: 0,
         }
     }
 
@@ -134,8 +138,10 @@ impl WakeLead {
 
     /// A lead measured on the calling thread (its CPU, its class, its timer slack): the 90th
     /// percentile of the overshoot of [`Self::CALIBRATION_SLEEPS`] short absolute sleeps (~5 ms
-    /// in all), instead of a guess; [`Self::observe`] follows it from there.
+    /// in all), instead of a guess; [`Self::observe`] follows it from there. The same sleeps
+    /// give the thread CPU one sleep and wake-up costs (see [`Self::sleep_cpu_ns`]).
     pub fn calibrated() -> WakeLead {
+        let cpu_before = thread_cpu_ns();
         let mut late: Vec<u64> = (0..Self::CALIBRATION_SLEEPS)
             .map(|_| {
                 let at = now_ns() + Self::CALIBRATION_SLEEP_NS;
@@ -143,16 +149,33 @@ impl WakeLead {
                 now_ns().saturating_sub(at)
             })
             .collect();
+        let sleep_cpu_ns =
+            thread_cpu_ns().saturating_sub(cpu_before) / Self::CALIBRATION_SLEEPS as u64;
         late.sort_unstable();
         let rank = (late.len() * 9).div_ceil(10).max(1);
-        WakeLead::from_lateness(late[rank - 1])
+        WakeLead::from_lateness(late[rank - 1]).with_sleep_cpu(sleep_cpu_ns)
     }
 
     /// A lead starting at `late_ns` (capped at [`Self::MAX_NS`]).
     pub fn from_lateness(late_ns: u64) -> WakeLead {
         WakeLead {
             estimate_ns: late_ns.min(Self::MAX_NS) as f64,
+            sleep_cpu_ns: 0,
         }
+    }
+
+    /// The same lead with a sleep costing `ns` of CPU (capped at [`Self::MAX_NS`]).
+    pub fn with_sleep_cpu(self, ns: u64) -> WakeLead {
+        WakeLead {
+            sleep_cpu_ns: ns.min(Self::MAX_NS),
+            ..self
+        }
+    }
+
+    /// CPU one sleep and wake-up costs the thread: a wait shorter than this is cheaper polled
+    /// than slept (on a nested VM a timer sleep costs ~20 µs of CPU, whatever its length).
+    pub fn sleep_cpu_ns(&self) -> u64 {
+        self.sleep_cpu_ns
     }
 
     /// A timer armed for `armed_ns` was seen to expire at `now_ns`.
@@ -198,6 +221,17 @@ pub fn sleep_until(at_ns: u64) {
             return;
         }
     }
+}
+
+/// CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID), in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; the thread CPU clock always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Timer slack of the calling thread: 1 ns so sleeps end when asked (default is 50 µs).
@@ -371,5 +405,13 @@ mod wake_lead_tests {
         assert!(lead.ns() <= WakeLead::MAX_NS);
         assert_eq!(WakeLead::from_lateness(10_000_000).ns(), WakeLead::MAX_NS);
         assert_eq!(WakeLead::from_lateness(7_000).ns(), 7_000);
+        // The sleeps' CPU is measured (a sleep costs some) and capped like the lead.
+        assert!(lead.sleep_cpu_ns() > 0 && lead.sleep_cpu_ns() <= WakeLead::MAX_NS);
+        assert_eq!(WakeLead::from_lateness(7_000).sleep_cpu_ns(), 0);
+        let costly = WakeLead::from_lateness(7_000).with_sleep_cpu(u64::MAX);
+        assert_eq!(
+            (costly.ns(), costly.sleep_cpu_ns()),
+            (7_000, WakeLead::MAX_NS)
+        );
     }
 }

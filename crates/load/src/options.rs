@@ -253,8 +253,9 @@ pub struct LoadOptions {
     /// `--no_nodelay`: leave Nagle's algorithm on.
     #[serde(default)]
     pub no_nodelay: bool,
-    /// `--sleep-only`: never busy-poll before a send (sleep on the timer to the send's time; the
-    /// cheapest in CPU, the sends late by the timer's wake-up).
+    /// `--sleep-only`: never wake early to busy-poll before a send (sleep on the timer to the
+    /// send's time; the cheapest in CPU, the sends late by the timer's wake-up). A wait shorter
+    /// than a sleep's own CPU cost is polled, in every mode.
     #[serde(default)]
     pub sleep_only: bool,
     /// `-l/--lambda_mul`: this client's weight in the split of the rate among clients.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use super::{Io, Worker};
+use super::{Io, Wait, Worker};
 use crate::clock::{now_ns, Timer};
 use crate::error::LoadError;
 
@@ -75,19 +75,21 @@ impl Worker<'_> {
             if wake <= now {
                 continue;
             }
-            let lead = self.lead_ns();
-            // The last `lead` before something is due is busy-polled (epoll with a zero timeout:
-            // replies keep being read and timestamped); before that the thread sleeps on the
-            // timer, armed `lead` early because its wake-ups come late.
-            let busy = wake - now <= lead;
-            let timeout = if busy {
-                Duration::ZERO
-            } else {
-                self.epoll()
-                    .timer
-                    .arm(wake - lead)
-                    .map_err(|e| LoadError::system("arming the send timer", e))?;
-                Duration::from_millis(200)
+            // The last `lead` before something is due, and any wait shorter than a sleep's CPU,
+            // is busy-polled (epoll with a zero timeout: replies keep being read and
+            // timestamped); before that the thread sleeps on the timer, armed `lead` early
+            // because its wake-ups come late.
+            let plan = self.wait_plan(now, wake);
+            let busy = plan == Wait::Poll;
+            let timeout = match plan {
+                Wait::Poll => Duration::ZERO,
+                Wait::SleepUntil(at) => {
+                    self.epoll()
+                        .timer
+                        .arm(at)
+                        .map_err(|e| LoadError::system("arming the send timer", e))?;
+                    Duration::from_millis(200)
+                }
             };
             match self.epoll().poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}

@@ -298,6 +298,28 @@ pub fn run_worker(
     Ok(w.out)
 }
 
+/// How an event loop waits for the next thing due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Poll (no sleep) until it is due.
+    Poll,
+    /// Sleep until this time, then poll the rest.
+    SleepUntil(u64),
+}
+
+/// The wait from `now` to `wake`: polled for the last `lead` (the timer wakes that late), and
+/// polled outright when it is shorter than what a sleep and wake-up cost in CPU (`sleep_cpu`):
+/// such a sleep would cost more than the wait, and it would wake late besides. Every send still
+/// goes out at or after its scheduled time; only the waiting changes.
+fn wait_for(now: u64, wake: u64, lead: u64, sleep_cpu: u64) -> Wait {
+    let left = wake.saturating_sub(now);
+    if left <= lead.max(sleep_cpu) {
+        Wait::Poll
+    } else {
+        Wait::SleepUntil(wake - lead)
+    }
+}
+
 #[inline]
 fn secs_to_ns(s: f64) -> u64 {
     if s.is_finite() && s > 0.0 {
@@ -349,6 +371,11 @@ impl Worker<'_> {
         } else {
             self.shared.spin_ns
         }
+    }
+
+    /// How the loop waits from `now` for what is due at `wake` (see [`wait_for`]).
+    fn wait_plan(&self, now: u64, wake: u64) -> Wait {
+        wait_for(now, wake, self.lead_ns(), self.lead.sleep_cpu_ns())
     }
 
     /// After the loop: requests due but never sent, and replies that never came.
@@ -746,5 +773,35 @@ impl Conn {
         } else {
             (self.backoff_ns * 2).min(RECONNECT_BACKOFF_MAX_NS)
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{wait_for, Wait};
+
+    #[test]
+    fn a_wait_shorter_than_a_sleep_costs_is_polled() {
+        // Sleeping costs 20 µs of CPU: a 15 µs wait is polled, a 50 µs one slept, with or
+        // without a lead.
+        assert_eq!(wait_for(1_000, 16_000, 0, 20_000), Wait::Poll);
+        assert_eq!(wait_for(1_000, 21_000, 0, 20_000), Wait::Poll);
+        assert_eq!(wait_for(1_000, 51_000, 0, 20_000), Wait::SleepUntil(51_000));
+        assert_eq!(
+            wait_for(1_000, 51_000, 10_000, 20_000),
+            Wait::SleepUntil(41_000)
+        );
+    }
+
+    #[test]
+    fn the_lead_is_polled_and_a_free_sleep_is_taken() {
+        // The lead (timer lateness) is polled whatever a sleep costs.
+        assert_eq!(wait_for(0, 40_000, 40_000, 0), Wait::Poll);
+        assert_eq!(wait_for(0, 40_001, 40_000, 0), Wait::SleepUntil(1));
+        // Nothing measured (sleep cost 0, no lead): sleep to the due time itself.
+        assert_eq!(wait_for(5, 6, 0, 0), Wait::SleepUntil(6));
+        // Already due: poll (the loop sends at once).
+        assert_eq!(wait_for(10, 10, 0, 0), Wait::Poll);
+        assert_eq!(wait_for(10, 3, 0, 20_000), Wait::Poll);
     }
 }

@@ -21,7 +21,7 @@ use io_uring::types::{BufRingEntry, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
 use super::rx_stamp::{realtime_offset_ns, rx_timestamp_ns};
-use super::{Io, Worker};
+use super::{Io, Wait, Worker};
 use crate::clock::now_ns;
 use crate::error::LoadError;
 
@@ -343,15 +343,12 @@ impl Worker<'_> {
             let Some(wake) = self.step(now) else {
                 break;
             };
-            let lead = self.lead_ns();
             // Sleep (in the enter, with a timeout) until `lead` before the next due time, then
-            // busy-poll (enters that wait for nothing) up to it, as the epoll engine does.
-            let busy = wake.saturating_sub(now) <= lead;
-            let woke_at = if busy {
-                self.enter(None)?;
-                None
-            } else {
-                let target = wake - lead;
+            // busy-poll (enters that wait for nothing) up to it, as the epoll engine does; a
+            // wait shorter than a sleep's CPU is polled outright.
+            let plan = self.wait_plan(now, wake);
+            let busy = plan == Wait::Poll;
+            let woke_at = if let Wait::SleepUntil(target) = plan {
                 let capped = target > now + MAX_WAIT_NS;
                 let want = if self.replies_can_wait(target) {
                     WAIT_FOR_TIMER
@@ -361,6 +358,9 @@ impl Worker<'_> {
                 self.enter_waiting(target.min(now + MAX_WAIT_NS) - now, want)?;
                 // Only a wait for the due time itself tells how late the timer wakes us.
                 (!capped && now_ns() >= target).then_some(target)
+            } else {
+                self.enter(None)?;
+                None
             };
             let reaped = self.reap()?;
             if let Some(target) = woke_at {
