@@ -9,9 +9,9 @@
 //! - Per policy, the same schedule: `a` falls from `--hi-pct` to `--lo-pct` of its capacity and
 //!   back while `b` rises (so `b` peaks where `a` is at its trough: an agent watching only `a`
 //!   grows BE exactly when `b` is most fragile). Each window runs one `headroom load` per LC at
-//!   once (each its own load generator, under SCHED_FIFO, `--sleep-only` so neither busy-polls
-//!   the other off their shared CPU); a run failing its self-checks makes the window invalid
-//!   for that LC, not ok.
+//!   once (each its own load generator, under SCHED_FIFO; `--sleep-only` keeps either from
+//!   busy-polling, at the cost of the interarrival self-check); a run failing its self-checks
+//!   makes the window invalid for that LC, not ok.
 //! - Under `hybrid`, `b` sits in a cpu group of its own (made here), outside BE's.
 
 mod config;
@@ -81,6 +81,11 @@ pub struct Flags {
     /// Where the agent takes each LC's latency from
     #[arg(long, value_enum, default_value = "feed")]
     latency: Latency,
+    /// The load generators never busy-poll (`headroom load --sleep-only`): off by default, as
+    /// the timer's late wake-ups then fail the interarrival self-check (every window invalid in
+    /// a trial on the 2-CPU VM); on, neither busy-polls the other off their shared CPU
+    #[arg(long)]
+    sleep_only: bool,
     /// BE workload (antagonist kind: spin, llc:0.5, dram, ...)
     #[arg(long, default_value = "spin")]
     be: String,
@@ -94,9 +99,9 @@ impl Flags {
     }
     fn probe_s(&self) -> f64 {
         if self.quick {
-            1.0
-        } else {
             2.0
+        } else {
+            3.0
         }
     }
     fn validate(&self) -> Result<()> {
@@ -232,9 +237,12 @@ fn load_once(
     shape: &LoadShape,
     json: &Path,
     feed: Option<&Path>,
+    sleep_only: bool,
 ) -> crate::Result<LoadMetrics> {
     let mut argv = runner.load_argv_shaped(addr, qps, shape, json);
-    argv.push("--sleep-only".into());
+    if sleep_only {
+        argv.push("--sleep-only".into());
+    }
     if let Some(f) = feed {
         argv.push("--feed".into());
         argv.push(f.display().to_string());
@@ -264,7 +272,7 @@ fn valid_probe(
     let json = dir.join(format!("probe-{name}.json"));
     let shape = runner.shape_for(qps, seconds);
     let m = validity::measure_valid(shape, runner.placement.loadgen_threads(), |s| {
-        load_once(runner, addr, qps, s, &json, None)
+        load_once(runner, addr, qps, s, &json, None, false)
     })?;
     let line = |m: &LoadMetrics| {
         format!(
@@ -300,7 +308,7 @@ fn capacity(
     flags: &Flags,
 ) -> Result<f64> {
     let s = flags.probe_s();
-    let low = valid_probe(runner, dir, name, addr, 1000.0, s)?
+    let low = valid_probe(runner, dir, name, addr, 2000.0, s)?
         .and_then(|m| m.percentile_us(99.0))
         .unwrap_or(100.0);
     let knee = (10.0 * low).max(1000.0);
@@ -422,10 +430,10 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
         "load generators: {}",
         match &rt {
             Ok(()) => format!(
-                "SCHED_FIFO ({}), --sleep-only, one per LC",
+                "SCHED_FIFO ({}), one per LC",
                 runner.loadgen_prefix.join(" ")
             ),
-            Err(why) => format!("normal scheduler ({why}), --sleep-only, one per LC"),
+            Err(why) => format!("normal scheduler ({why}), one per LC"),
         }
     );
     let mut notes = Vec::new();

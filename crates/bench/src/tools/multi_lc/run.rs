@@ -292,7 +292,15 @@ impl Ctx<'_> {
                 .map(|(addr, qps, json, feed)| {
                     s.spawn(move || {
                         let shape = runner.shape_for(*qps, seconds);
-                        load_once(runner, *addr, *qps, &shape, json, feed.as_deref())
+                        load_once(
+                            runner,
+                            *addr,
+                            *qps,
+                            &shape,
+                            json,
+                            feed.as_deref(),
+                            self.flags.sleep_only,
+                        )
                     })
                 })
                 .collect();
