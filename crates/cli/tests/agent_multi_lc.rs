@@ -346,8 +346,9 @@ fn procs_with(marker: &str) -> Vec<i32> {
     out
 }
 
-/// Every BE process is inside `be` in the hierarchies the agent manages (cpu, cpuset, freezer).
-fn assert_be_confined(marker: &str, be: &GroupPath, when: &str) {
+/// Every BE process is inside `be` in the hierarchies the agent manages (cpu, cpuset, freezer;
+/// the unified line only where those are on cgroup v2).
+fn assert_be_confined(marker: &str, be: &GroupPath, v2: bool, when: &str) {
     for pid in procs_with(marker) {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
         for line in text.lines() {
@@ -357,7 +358,7 @@ fn assert_be_confined(marker: &str, be: &GroupPath, when: &str) {
                 parts.next().unwrap_or(""),
                 parts.next().unwrap_or(""),
             );
-            let managed = ctrls.is_empty()
+            let managed = (ctrls.is_empty() && v2)
                 || ["cpuset", "cpu", "freezer"]
                     .iter()
                     .any(|c| ctrls.split(',').any(|x| x == *c));
@@ -429,6 +430,10 @@ metrics = ""
     let cfg = dir.join("kill.toml");
     std::fs::write(&cfg, text).unwrap();
     let be = top.join("be").unwrap();
+    let v2 = guard
+        .cgroups
+        .backend(Controller::Cpu)
+        .is_ok_and(|b| b.is_v2());
     let kill_be = || {
         for pid in procs_with(&marker) {
             // SAFETY: kill(2) on a pid whose command line carries this test's marker.
@@ -453,6 +458,7 @@ metrics = ""
         assert_be_confined(
             &marker,
             &be,
+            v2,
             &format!("after kill -9 at {after_ms} ms (round {i})"),
         );
         let n = procs_with(&marker).len();
@@ -467,7 +473,14 @@ metrics = ""
         ctl(&dir, &["--json", "status"]).0
     });
     assert!(up, "the final agent came up; log:\n{}", log());
-    assert_be_confined(&marker, &be, "final agent running");
+    let running = wait_for(Duration::from_secs(10), || procs_with(&marker).len() == 2);
+    assert!(
+        running,
+        "the BE command and its child run: {:?}; log:\n{}",
+        procs_with(&marker),
+        log()
+    );
+    assert_be_confined(&marker, &be, v2, "final agent running");
     let st = wait_exit(&mut guard, idx, true);
     assert!(st.success(), "agent exit {st}; log:\n{}", log());
     let gone = wait_for(Duration::from_secs(5), || procs_with(&marker).is_empty());
