@@ -41,7 +41,7 @@ const TOOL: &str = "headroom bench multi-lc";
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench multi-lc", no_binary_name = true)]
 pub struct Flags {
-    /// 6 windows per policy and 1 s probes: about 4-5 minutes on a 2-CPU host
+    /// 6 windows per policy, 2 s probes: about 5 minutes on a 2-CPU host (4 min 53 s in one trial)
     #[arg(long)]
     quick: bool,
     /// Seconds per window (also the agent's latency window)

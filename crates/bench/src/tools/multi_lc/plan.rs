@@ -234,7 +234,10 @@ mod tests {
         let (a, b) = schedules(6, 0.1, 0.6);
         assert!(b[2] > 0.5 && b[3] > 0.5 && a[2] < 0.2, "{a:?} {b:?}");
         let (a, b) = schedules(1, 0.1, 0.6);
-        assert!((a[0] - 0.1).abs() < 1e-9 && (b[0] - 0.6).abs() < 1e-9, "{a:?} {b:?}");
+        assert!(
+            (a[0] - 0.1).abs() < 1e-9 && (b[0] - 0.6).abs() < 1e-9,
+            "{a:?} {b:?}"
+        );
     }
 
     #[test]
