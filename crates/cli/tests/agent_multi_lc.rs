@@ -328,3 +328,171 @@ fn a_second_service_that_fails_undoes_the_first() {
         "no state file left; log:\n{log}"
     );
 }
+
+/// Processes whose command line holds `marker` (the BE command's `sleep MARKER`s; not the
+/// `sh -c` that names it).
+fn procs_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(marker) && !cmd.starts_with("sh ") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Every BE process is inside `be` in the hierarchies the agent manages (cpu, cpuset, freezer;
+/// the unified line only where those are on cgroup v2).
+fn assert_be_confined(marker: &str, be: &GroupPath, v2: bool, when: &str) {
+    for pid in procs_with(marker) {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, ctrls, path) = (
+                parts.next(),
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+            );
+            let managed = (ctrls.is_empty() && v2)
+                || ["cpuset", "cpu", "freezer"]
+                    .iter()
+                    .any(|c| ctrls.split(',').any(|x| x == *c));
+            if managed {
+                assert!(
+                    path.trim_start_matches('/').starts_with(be.as_str()),
+                    "{when}: BE process {pid} outside {be}: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// agent_faults' kill -9 check with two `[[lc]]` services: killed at deterministic "random"
+/// moments of start-up and running, the agent never leaves a BE process outside the BE group
+/// nor starts a second BE; a final agent's `restore` puts both services back, stops BE and
+/// removes every group.
+#[test]
+fn kill_9_with_two_lc_services_leaves_be_confined() {
+    let test = "kill_9_with_two_lc_services_leaves_be_confined";
+    let Some((mut guard, _lock)) = setup(test, "headroom-2lckill") else {
+        return;
+    };
+    if guard.cgroups.backend(Controller::Freezer).is_err() {
+        eprintln!("SKIP {test}: no freezer controller");
+        return;
+    }
+    let (a_pid, b_pid) = (sleeper(&mut guard), sleeper(&mut guard));
+    let (a_before, b_before) = (proc_cgroup(a_pid), proc_cgroup(b_pid));
+    let marker = format!(
+        "{}.{:05}",
+        8000 + std::process::id() % 1000,
+        std::process::id() % 100_000
+    );
+    let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
+    let text = format!(
+        r#"
+[[lc]]
+name = "alpha"
+cgroup = "{top}/a"
+pids = [{a_pid}]
+
+[[lc]]
+name = "beta"
+cgroup = "{top}/b"
+pids = [{b_pid}]
+
+[[be]]
+name = "forker"
+cgroup = "{top}/be"
+command = ["sh", "-c", "sleep {marker} & exec sleep {marker}"]
+restart_backoff_ms = 50
+
+[policy]
+kind = "static-cores"
+[policy.static-cores]
+cores = 1
+
+[safety]
+on_exit = "restore"
+state_file = "{d}/state.json"
+
+[api]
+socket = "{d}/ctl.sock"
+metrics = ""
+"#,
+        d = dir.display()
+    );
+    let cfg = dir.join("kill.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let be = top.join("be").unwrap();
+    let v2 = guard
+        .cgroups
+        .backend(Controller::Cpu)
+        .is_ok_and(|b| b.is_v2());
+    let kill_be = || {
+        for pid in procs_with(&marker) {
+            // SAFETY: kill(2) on a pid whose command line carries this test's marker.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    };
+    let mut x: u64 = 0x2545_f491;
+    for i in 0..12 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let after_ms = if i % 4 == 0 {
+            (x >> 33) % 20
+        } else {
+            (x >> 33) % 200
+        };
+        let idx = spawn_agent(&mut guard, &cfg, &format!("crash{i}.log"));
+        std::thread::sleep(Duration::from_millis(after_ms));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(guard.children[idx].id() as i32, libc::SIGKILL) };
+        wait_exit(&mut guard, idx, false);
+        assert_be_confined(
+            &marker,
+            &be,
+            v2,
+            &format!("after kill -9 at {after_ms} ms (round {i})"),
+        );
+        let n = procs_with(&marker).len();
+        if n > 2 {
+            kill_be();
+            panic!("round {i}: {n} BE processes: a second BE was started");
+        }
+    }
+    let idx = spawn_agent(&mut guard, &cfg, "final.log");
+    let log = || std::fs::read_to_string(dir.join("final.log")).unwrap_or_default();
+    let up = wait_for(Duration::from_secs(20), || {
+        ctl(&dir, &["--json", "status"]).0
+    });
+    assert!(up, "the final agent came up; log:\n{}", log());
+    let running = wait_for(Duration::from_secs(10), || procs_with(&marker).len() == 2);
+    assert!(
+        running,
+        "the BE command and its child run: {:?}; log:\n{}",
+        procs_with(&marker),
+        log()
+    );
+    assert_be_confined(&marker, &be, v2, "final agent running");
+    let st = wait_exit(&mut guard, idx, true);
+    assert!(st.success(), "agent exit {st}; log:\n{}", log());
+    let gone = wait_for(Duration::from_secs(5), || procs_with(&marker).is_empty());
+    let left = procs_with(&marker);
+    kill_be();
+    assert!(gone, "BE processes outlived restore: {left:?}");
+    assert_eq!(proc_cgroup(a_pid), a_before, "alpha back; log:\n{}", log());
+    assert_eq!(proc_cgroup(b_pid), b_before, "beta back; log:\n{}", log());
+    let cg = guard.cgroups.clone();
+    for g in ["a", "b", "be"] {
+        let g = top.join(g).unwrap();
+        assert!(!cg.exists(&g), "{g} removed; log:\n{}", log());
+    }
+    assert!(!dir.join("state.json").exists(), "state file removed");
+}

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod error;
 pub mod host;
 pub mod loadgen;
+pub mod multi_lc;
 pub mod prober;
 
 pub use error::{Result, ToolError};

@@ -50,6 +50,9 @@ pub enum Which {
     /// The agent's latency prober against an independent load generator, with a CPU hog on the prober's CPU
     #[command(disable_help_flag = true)]
     Prober(Rest),
+    /// Two LC services (memcached and serve, own SLOs, opposite load schedules) and one BE under none, the single-LC agent and multi
+    #[command(disable_help_flag = true)]
+    MultiLc(Rest),
 }
 
 /// The chosen benchmark's own flags, parsed by its own clap parser (`--help` included).
@@ -75,6 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Which::Host(r) => ("host", r),
         Which::Agent(r) => ("agent", r),
         Which::Prober(r) => ("prober", r),
+        Which::MultiLc(r) => ("multi-lc", r),
     };
     // `--out` may also come after NAME (it is then among the benchmark's flags).
     let (late_out, rest) = split_out(&rest.args)?;
@@ -84,6 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "host" => Ok(tools::host::run(out, super::parse_flags(&rest)?)?),
         "agent" => Ok(tools::agent::run(out, super::parse_flags(&rest)?)?),
         "prober" => Ok(tools::prober::run(out, super::parse_flags(&rest)?)?),
+        "multi-lc" => Ok(tools::multi_lc::run(out, super::parse_flags(&rest)?)?),
         other => experiments(other, out, &rest),
     }
 }
@@ -248,7 +253,7 @@ pub(crate) fn experiment_options(
 fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     let exp: headroom_bench::experiments::Experiment = name.parse().map_err(|_| {
         super::usage(format!(
-            "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent, prober"
+            "headroom bench: unknown experiment {name:?}: expected one of latency-vs-load, interference, scheduling, imbalance, isolation, colocation, loadgen, host, agent, prober, multi-lc"
         ))
     })?;
     let out = out.unwrap_or_else(|| std::path::PathBuf::from("headroom-results").join(name));

@@ -1,0 +1,188 @@
+//! The agent's config for one policy of `headroom bench multi-lc` (pure: text from values).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Where the agent takes each service's latency from.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Latency {
+    /// Each service's own load generator pushes its live windows (`headroom load --feed`): the
+    /// measurement that judges the SLO, as `bench colocation` does
+    Feed,
+    /// The agent's prober on each service's port
+    Probe,
+    /// The in-kernel sensor on each service's port (BPF), the prober where it cannot run
+    Kernel,
+}
+
+/// One service as the agent sees it.
+#[derive(Debug, Clone)]
+pub struct LcEntry {
+    pub name: String,
+    pub cgroup: String,
+    pub pid: u32,
+    pub addr: SocketAddr,
+    pub slo_us: f64,
+    /// The service's capacity alone: its load is relative to it.
+    pub peak_qps: f64,
+    /// The feed socket (`Latency::Feed`).
+    pub feed: PathBuf,
+}
+
+/// Everything the config says.
+#[derive(Debug, Clone)]
+pub struct AgentSpec {
+    pub policy: String,
+    /// `[[lc]]` tables in order (`hybrid` protects the first only: it gets one).
+    pub lcs: Vec<LcEntry>,
+    pub latency: Latency,
+    pub probe_hz: f64,
+    pub percentile: f64,
+    pub window_s: f64,
+    pub be_cgroup: String,
+    pub be_argv: Vec<String>,
+    pub violation_cooldown_s: f64,
+    pub state_file: PathBuf,
+    pub socket: PathBuf,
+    pub metrics_port: u16,
+}
+
+fn latency_table(spec: &AgentSpec, lc: &LcEntry) -> String {
+    match spec.latency {
+        Latency::Feed => format!("source = \"feed\"\nsocket = \"{}\"", lc.feed.display()),
+        Latency::Probe => format!(
+            "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{}\"\nrate_hz = {:?}",
+            lc.addr, spec.probe_hz
+        ),
+        Latency::Kernel => format!(
+            "source = \"kernel\"\nport = {}\nfallback = \"probe\"\nprotocol = \"memcache\"\naddress = \"{}\"\nrate_hz = {:?}",
+            lc.addr.port(),
+            lc.addr,
+            spec.probe_hz
+        ),
+    }
+}
+
+/// The TOML text.
+pub fn agent_toml(spec: &AgentSpec) -> String {
+    let mut t = format!(
+        "# Written by headroom bench multi-lc: policy {}, {} LC service(s)\n",
+        spec.policy,
+        spec.lcs.len()
+    );
+    for lc in &spec.lcs {
+        t.push_str(&format!(
+            r#"
+[[lc]]
+name = "{name}"
+cgroup = "{cgroup}"
+pids = [{pid}]
+
+[lc.slo]
+percentile = {pct:?}
+target_us = {slo:?}
+window_s = {window:?}
+
+[lc.latency]
+{latency}
+
+[lc.load]
+source = "memcache-stats"
+address = "{addr}"
+peak_qps = {peak:?}
+"#,
+            name = lc.name,
+            cgroup = lc.cgroup,
+            pid = lc.pid,
+            pct = spec.percentile,
+            slo = lc.slo_us,
+            window = spec.window_s,
+            latency = latency_table(spec, lc),
+            addr = lc.addr,
+            peak = lc.peak_qps,
+        ));
+    }
+    let cmd: Vec<String> = spec.be_argv.iter().map(|a| format!("{a:?}")).collect();
+    t.push_str(&format!(
+        r#"
+[[be]]
+name = "be"
+cgroup = "{be}"
+command = [{cmd}]
+
+[policy]
+kind = "{policy}"
+
+[safety]
+on_exit = "restore"
+state_file = "{state}"
+# the agent shares its CPU with the load generators: a SCHED_FIFO agent would preempt them
+agent_fifo_priority = 0
+# the trace stands for a day: the production cooldown scaled, at least one latency window
+violation_cooldown_s = {cooldown:?}
+
+[api]
+socket = "{socket}"
+metrics = "127.0.0.1:{port}"
+"#,
+        be = spec.be_cgroup,
+        cmd = cmd.join(", "),
+        policy = spec.policy,
+        state = spec.state_file.display(),
+        cooldown = spec.violation_cooldown_s,
+        socket = spec.socket.display(),
+        port = spec.metrics_port,
+    ));
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(policy: &str, n: usize, latency: Latency) -> AgentSpec {
+        let lc = |name: &str, port: u16, slo: f64| LcEntry {
+            name: name.into(),
+            cgroup: format!("headroom-mlc-1/{name}"),
+            pid: 4242,
+            addr: ([127, 0, 0, 1], port).into(),
+            slo_us: slo,
+            peak_qps: 30_000.0,
+            feed: PathBuf::from(format!("/tmp/feed-{name}.sock")),
+        };
+        AgentSpec {
+            policy: policy.into(),
+            lcs: [lc("a", 11211, 300.0), lc("b", 11212, 800.0)]
+                .into_iter()
+                .take(n)
+                .collect(),
+            latency,
+            probe_hz: 200.0,
+            percentile: 99.0,
+            window_s: 10.0,
+            be_cgroup: "headroom-mlc-1/be".into(),
+            be_argv: vec!["taskset".into(), "-c".into(), "1".into(), "/bin/x".into()],
+            violation_cooldown_s: 10.0,
+            state_file: "/tmp/s.json".into(),
+            socket: "/tmp/ctl.sock".into(),
+            metrics_port: 9999,
+        }
+    }
+
+    #[test]
+    fn the_configs_are_ones_the_agent_reads() {
+        for latency in [Latency::Feed, Latency::Probe, Latency::Kernel] {
+            for (policy, n) in [("hybrid", 1), ("multi", 2)] {
+                let text = agent_toml(&spec(policy, n, latency));
+                let c = headroom_agent::config::Config::from_toml_str(&text)
+                    .unwrap_or_else(|e| panic!("{policy} {latency:?}: {e}\n{text}"));
+                assert_eq!(c.lcs.len(), n, "{text}");
+                assert_eq!(c.lcs[0].name, "a");
+                if n == 2 {
+                    assert_eq!(c.lcs[1].slo.target_us, 800.0);
+                }
+            }
+        }
+    }
+}
