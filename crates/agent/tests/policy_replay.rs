@@ -220,7 +220,7 @@ fn ctl_events_in_the_log_replay_identically() {
                 CtlEvent::Set { key, value, .. } => p.set_param(key, value).expect("live set"),
                 CtlEvent::Pause { .. } => p.pause(),
                 CtlEvent::Resume { .. } => p.resume(),
-                CtlEvent::Off { .. } => {}
+                CtlEvent::Off { .. } | CtlEvent::LcSet { .. } => {}
             }
             lines.push(e.to_json_line());
         }

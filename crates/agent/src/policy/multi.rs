@@ -508,11 +508,34 @@ impl Policy for Multi {
 
     fn reconfigure(&mut self, config: &Config) {
         self.hybrid.reconfigure(config);
-        for s in &mut self.services {
-            if let Some(lc) = config.lcs.iter().find(|l| l.name == s.name) {
-                s.priority = lc.priority;
-                s.target_us = lc.slo.target_us;
+        let before: Vec<String> = self.services.iter().map(|s| s.name.clone()).collect();
+        let after: Vec<String> = config.lcs.iter().map(|l| l.name.clone()).collect();
+        if before == after {
+            for s in &mut self.services {
+                if let Some(lc) = config.lcs.iter().find(|l| l.name == s.name) {
+                    s.priority = lc.priority;
+                    s.target_us = lc.slo.target_us;
+                }
             }
+        } else {
+            // The service set changed (Kubernetes discovery): services that stay keep the CPU
+            // sets they had; new ones learn theirs from the next observation; a move in
+            // flight is dropped (its indexes no longer mean the same services).
+            let old = std::mem::take(&mut self.services);
+            let fresh = Multi::new(config, &self.machine).services;
+            self.services = fresh
+                .into_iter()
+                .map(|mut s| {
+                    if let Some(o) = old.iter().find(|o| o.name == s.name) {
+                        if s.cpus.is_empty() {
+                            s.cpus.clone_from(&o.cpus);
+                        }
+                    }
+                    s
+                })
+                .collect();
+            self.sets_known = false;
+            self.pending = None;
         }
         self.config = config.clone();
     }
