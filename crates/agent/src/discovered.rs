@@ -111,7 +111,10 @@ mod tests {
         assert_eq!(names(&p), [HOLDER_NAME]);
         assert!(p.lc().latency.is_some(), "the safety rules must judge it");
         let a = pod("shop/a", "kubepods/burstable/poda", 500.0);
-        assert_eq!(names(&policy_config(&c, false, &[a.clone()])), [HOLDER_NAME, "shop/a"]);
+        assert_eq!(
+            names(&policy_config(&c, false, &[a.clone()])),
+            [HOLDER_NAME, "shop/a"]
+        );
         assert_eq!(names(&policy_config(&c, true, &[a.clone()])), ["shop/a"]);
         assert_eq!(names(&policy_config(&c, true, &[])), [HOLDER_NAME]);
         let p = policy_config(&c, true, &[a]);
@@ -127,7 +130,10 @@ mod tests {
         )
         .unwrap();
         let e = accept(&c, &pod("shop/m", "kubepods/burstable/podm", 500.0)).unwrap_err();
-        assert!(e.contains("shop/m") && e.contains("lc[0].cgroup") && e.contains("memcached"), "{e}");
+        assert!(
+            e.contains("shop/m") && e.contains("lc[0].cgroup") && e.contains("memcached"),
+            "{e}"
+        );
         let e = accept(&c, &pod("shop/b", "kubepods/besteffort/podb", 500.0)).unwrap_err();
         assert!(e.contains("shop/b") && e.contains("be[0].cgroup"), "{e}");
         let e = accept(&c, &pod("shop/z", "kubepods/burstable/podz", 0.0)).unwrap_err();
@@ -140,13 +146,14 @@ mod tests {
 
     #[test]
     fn no_lc_at_all_is_refused_without_discovery_and_single_lc_policies_need_one() {
-        let e = Config::from_toml_str("[policy]\nkind = \"none\"\n").unwrap_err().to_string();
+        let e = Config::from_toml_str("[policy]\nkind = \"none\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lc") && e.contains("discover"), "{e}");
-        let e = Config::from_toml_str(
-            "[kubernetes]\ndiscover = true\n[policy]\nkind = \"hybrid\"\n",
-        )
-        .unwrap_err()
-        .to_string();
+        let e =
+            Config::from_toml_str("[kubernetes]\ndiscover = true\n[policy]\nkind = \"hybrid\"\n")
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("policy.kind") && e.contains("multi"), "{e}");
     }
 }

@@ -267,8 +267,8 @@ fn ctl_events_in_the_log_replay_identically() {
 fn discovered_lc_sets_in_the_log_replay_identically() {
     use headroom_agent::decision::{CtlEvent, LogLine};
     use headroom_agent::discovered::{initial_policy_config, policy_config};
-    use headroom_types::observation::LcGroupObservation;
     use headroom_types::discovery::{DiscoveredLc, PodQos};
+    use headroom_types::observation::LcGroupObservation;
     let machine = MachineInfo::with_cpus(8);
     let config = Config::from_toml_str(
         "[kubernetes]\ndiscover = true\nnode_name = \"n1\"\n[policy]\nkind = \"multi\"\n\
@@ -280,8 +280,10 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
         name: name.into(),
         uid: name.into(),
         qos: PodQos::Burstable,
-        cgroup: headroom_agent::allocation::GroupPath::new(&format!("kubepods/burstable/pod{name}"))
-            .unwrap(),
+        cgroup: headroom_agent::allocation::GroupPath::new(&format!(
+            "kubepods/burstable/pod{name}"
+        ))
+        .unwrap(),
         target_us,
         percentile: 99.0,
         latency_port: Some(8080),
@@ -316,9 +318,7 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
             .chain(lcs.iter().map(|l| l.name.as_str()))
             .map(|name| LcGroupObservation {
                 name: name.into(),
-                latency_us: (name != "kubernetes")
-                    .then(|| obs.lc_latency_us)
-                    .flatten(),
+                latency_us: (name != "kubernetes").then(|| obs.lc_latency_us).flatten(),
                 latency_age_ms: (name != "kubernetes").then_some(5),
                 ..LcGroupObservation::default()
             })

@@ -323,7 +323,11 @@ socket = "{d}/ctl.sock"
         .clone();
     assert_eq!(a["slo_us"], 500.0);
     assert_eq!(a["group"], pa.as_str());
-    assert!(log().contains("shop/bad"), "the refusal is logged:\n{}", log());
+    assert!(
+        log().contains("shop/bad"),
+        "the refusal is logged:\n{}",
+        log()
+    );
 
     // A pod added while the agent runs.
     tx.send(json!({"type": "ADDED", "object": pod("b", UID_B, "800", 11)}))
@@ -338,7 +342,9 @@ socket = "{d}/ctl.sock"
     let a_pid = guard.children[0].id();
     let _ = guard.children[0].kill();
     let _ = guard.children[0].wait();
-    assert!(wait_for(Duration::from_secs(5), || cgroups.remove(&pa).is_ok()
+    assert!(wait_for(Duration::from_secs(5), || cgroups
+        .remove(&pa)
+        .is_ok()
         || !cgroups.exists(&pa)));
     tx.send(json!({"type": "DELETED", "object": pod("a", UID_A, "500", 12)}))
         .unwrap();
@@ -347,7 +353,11 @@ socket = "{d}/ctl.sock"
         let n = lc_names(&st);
         !n.contains(&"shop/a".to_string()) && n.contains(&"shop/b".to_string())
     });
-    assert!(gone, "shop/a left (pid {a_pid}); status {st}\nlog:\n{}", log());
+    assert!(
+        gone,
+        "shop/a left (pid {a_pid}); status {st}\nlog:\n{}",
+        log()
+    );
     assert!(status(d).is_some(), "the agent still answers");
 
     // SIGTERM: restored; the agent's own groups removed, the pods' left to kubelet.
@@ -363,7 +373,10 @@ socket = "{d}/ctl.sock"
     assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
     assert!(!cgroups.exists(&group("kubepods/besteffort")), "{}", log());
     assert!(!cgroups.exists(&group("headroom-discovery")), "{}", log());
-    assert!(cgroups.exists(&pb) && cgroups.exists(&pbad), "pods' groups left");
+    assert!(
+        cgroups.exists(&pb) && cgroups.exists(&pbad),
+        "pods' groups left"
+    );
     assert!(!d.join("state.json").exists(), "state file removed");
 
     // The decision log holds the set's changes and replays exactly.

@@ -62,7 +62,10 @@ pub fn holder(with_latency: bool) -> LcConfig {
     if with_latency {
         let mut lat = toml::Table::new();
         lat.insert("source".into(), "feed".into());
-        lat.insert("socket".into(), "/nonexistent/headroom-discovery.sock".into());
+        lat.insert(
+            "socket".into(),
+            "/nonexistent/headroom-discovery.sock".into(),
+        );
         t.insert("latency".into(), lat.into());
     }
     toml::Value::Table(t)

@@ -302,9 +302,16 @@ impl Agent {
             _lock: lock,
         };
         if agent.config.kubernetes.discover {
-            let node = agent.config.kubernetes.node_name.clone().unwrap_or_default();
+            let node = agent
+                .config
+                .kubernetes
+                .node_name
+                .clone()
+                .unwrap_or_default();
             let events = agent.options.discovery.clone().unwrap_or_else(|| {
-                tracing::warn!("[kubernetes] discover = true but no discovery is connected: BE stays held");
+                tracing::warn!(
+                    "[kubernetes] discover = true but no discovery is connected: BE stays held"
+                );
                 super::LcEvents::new(std::sync::mpsc::channel().1)
             });
             agent.kube = Some(super::kube::KubeLive::new(events, &node));

@@ -89,7 +89,8 @@ fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<headroom
 fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<()>> {
     if options.config.kubernetes.discover {
         return Err(super::usage(
-            "[kubernetes] discover = true: this headroom was built without the `kube` feature".into(),
+            "[kubernetes] discover = true: this headroom was built without the `kube` feature"
+                .into(),
         ));
     }
     Ok(None)
