@@ -112,10 +112,13 @@ mod tests {
         assert!(p.lc().latency.is_some(), "the safety rules must judge it");
         let a = pod("shop/a", "kubepods/burstable/poda", 500.0);
         assert_eq!(
-            names(&policy_config(&c, false, &[a.clone()])),
+            names(&policy_config(&c, false, std::slice::from_ref(&a))),
             [HOLDER_NAME, "shop/a"]
         );
-        assert_eq!(names(&policy_config(&c, true, &[a.clone()])), ["shop/a"]);
+        assert_eq!(
+            names(&policy_config(&c, true, std::slice::from_ref(&a))),
+            ["shop/a"]
+        );
         assert_eq!(names(&policy_config(&c, true, &[])), [HOLDER_NAME]);
         let p = policy_config(&c, true, &[a]);
         assert_eq!(p.lc().slo.target_us, 500.0);

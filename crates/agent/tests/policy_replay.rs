@@ -318,7 +318,9 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
             .chain(lcs.iter().map(|l| l.name.as_str()))
             .map(|name| LcGroupObservation {
                 name: name.into(),
-                latency_us: (name != "kubernetes").then(|| obs.lc_latency_us).flatten(),
+                latency_us: (name != "kubernetes")
+                    .then_some(obs.lc_latency_us)
+                    .flatten(),
                 latency_age_ms: (name != "kubernetes").then_some(5),
                 ..LcGroupObservation::default()
             })
