@@ -63,12 +63,21 @@ pub fn replay(config: &Config, machine: &MachineInfo, records: &[DecisionRecord]
 /// (`set` through [`Policy::set_param`], `pause`/`resume`), as the live agent applied them.
 /// Record indexes in the mismatches count decisions only.
 pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> Vec<Mismatch> {
-    let mut policy = policy::build(config, machine);
+    // With Kubernetes discovery the policy's services are the config's and the discovered
+    // pods' (`LcSet` events), rebuilt here as the live agent built them.
+    let mut policy = policy::build(&crate::discovered::initial_policy_config(config), machine);
+    let mut current = config.clone();
     let mut mismatches = Vec::new();
     let mut index = 0usize;
     for line in lines {
         let record = match line {
+            LogLine::Event(CtlEvent::LcSet { synced, lcs, .. }) => {
+                let c = crate::discovered::policy_config(&current, *synced, lcs);
+                policy.reconfigure(&c);
+                continue;
+            }
             LogLine::Event(CtlEvent::Set { t_ms, key, value }) => {
+                let _ = current.set(key, value);
                 if let Err(e) = policy.set_param(key, value) {
                     mismatches.push(Mismatch {
                         index,

@@ -6,6 +6,7 @@ pub mod allocation;
 pub mod config;
 pub mod controller;
 pub mod decision;
+pub mod discovered;
 pub mod observation;
 pub mod policy;
 

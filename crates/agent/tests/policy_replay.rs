@@ -220,7 +220,7 @@ fn ctl_events_in_the_log_replay_identically() {
                 CtlEvent::Set { key, value, .. } => p.set_param(key, value).expect("live set"),
                 CtlEvent::Pause { .. } => p.pause(),
                 CtlEvent::Resume { .. } => p.resume(),
-                CtlEvent::Off { .. } => {}
+                CtlEvent::Off { .. } | CtlEvent::LcSet { .. } => {}
             }
             lines.push(e.to_json_line());
         }
@@ -257,4 +257,96 @@ fn ctl_events_in_the_log_replay_identically() {
     let diverged = decision::replay(&config, &machine, &decisions_only);
     assert!(!diverged.is_empty(), "the events changed nothing?");
     assert!(diverged[0].index >= 200, "{}", diverged[0]);
+}
+
+/// Kubernetes discovery under `multi`: pods come and go while the policy decides; the log
+/// carries each change of the set as an `lc_set` event, and replaying the log rebuilds the
+/// policy's services at the same points — identical decisions. Without the events the replay
+/// diverges (the holder service would hold BE throughout).
+#[test]
+fn discovered_lc_sets_in_the_log_replay_identically() {
+    use headroom_agent::decision::{CtlEvent, LogLine};
+    use headroom_agent::discovered::{initial_policy_config, policy_config};
+    use headroom_types::discovery::{DiscoveredLc, PodQos};
+    use headroom_types::observation::LcGroupObservation;
+    let machine = MachineInfo::with_cpus(8);
+    let config = Config::from_toml_str(
+        "[kubernetes]\ndiscover = true\nnode_name = \"n1\"\n[policy]\nkind = \"multi\"\n\
+         [policy.blind]\nbuffer_cores = 1.5\n[safety]\nstale_disable_ms = 40\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"kubepods/besteffort\"\n",
+    )
+    .expect("valid");
+    let pod = |name: &str, target_us: f64| DiscoveredLc {
+        name: name.into(),
+        uid: name.into(),
+        qos: PodQos::Burstable,
+        cgroup: headroom_agent::allocation::GroupPath::new(&format!(
+            "kubepods/burstable/pod{name}"
+        ))
+        .unwrap(),
+        target_us,
+        percentile: 99.0,
+        latency_port: Some(8080),
+        priority: 0,
+    };
+    let mut p = policy::build(&initial_policy_config(&config), &machine);
+    let mut be = 0.0;
+    let mut lines: Vec<String> = Vec::new();
+    let mut lcs: Vec<DiscoveredLc> = Vec::new();
+    for i in 0..900u64 {
+        let now = decision::tick_time(Duration::from_micros(i * 7_300 + 17));
+        let t_ms = now.as_millis() as u64;
+        let change = match i {
+            100 => Some(vec![pod("a", 500.0)]),
+            300 => Some(vec![pod("a", 500.0), pod("b", 2000.0)]),
+            500 => Some(vec![pod("a", 300.0), pod("b", 2000.0)]),
+            700 => Some(vec![pod("b", 2000.0)]),
+            _ => None,
+        };
+        if let Some(set) = change {
+            lcs = set;
+            p.reconfigure(&policy_config(&config, true, &lcs));
+            let e = CtlEvent::LcSet {
+                t_ms,
+                synced: true,
+                lcs: lcs.clone(),
+            };
+            lines.push(e.to_json_line());
+        }
+        let mut obs = observation(i, be);
+        obs.lc_groups = std::iter::once("kubernetes")
+            .chain(lcs.iter().map(|l| l.name.as_str()))
+            .map(|name| LcGroupObservation {
+                name: name.into(),
+                latency_us: (name != "kubernetes")
+                    .then_some(obs.lc_latency_us)
+                    .flatten(),
+                latency_age_ms: (name != "kubernetes").then_some(5),
+                ..LcGroupObservation::default()
+            })
+            .collect();
+        let d = p.decide(&obs, now);
+        be = d.allocation.be_cpu_capacity(machine.cpus.len());
+        lines.push(DecisionRecord::new(now, t_ms, "multi", &obs, &d).to_json_line());
+    }
+    let log: Vec<LogLine> = lines
+        .iter()
+        .map(|l| LogLine::from_json_line(l).expect("log line parses"))
+        .collect();
+    let mismatches = decision::replay_log(&config, &machine, &log);
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches, first: {}",
+        mismatches.len(),
+        mismatches[0]
+    );
+    let decisions_only: Vec<DecisionRecord> = log
+        .into_iter()
+        .filter_map(|l| match l {
+            LogLine::Decision(r) => Some(*r),
+            LogLine::Event(_) => None,
+        })
+        .collect();
+    let diverged = decision::replay(&config, &machine, &decisions_only);
+    assert!(!diverged.is_empty(), "the events changed nothing?");
 }

@@ -38,26 +38,24 @@ fn configmap_body(manifest: &str) -> String {
 #[test]
 fn shipped_configs_are_valid() {
     Config::from_toml_str(&repo_file("deploy/headroom.toml")).unwrap();
-    let shipped =
-        Config::from_toml_str(&configmap_body("deploy/kubernetes/headroom-daemonset.yaml"))
-            .unwrap();
-    assert!(
-        !shipped.kubernetes.discover,
-        "the shipped DaemonSet selects its LC pod at start"
-    );
-    // The discovery manifest: the LCs are the node's annotated pods (no [lc] table): validate
-    // the rest with one discovered pod standing in, as `[kubernetes]` turns it into an LC.
-    let body = configmap_body("deploy/kubernetes/headroom-daemonset-discovery.yaml");
+    // The single-LC variant: its LC pod is selected at start.
+    let single = Config::from_toml_str(&configmap_body(
+        "deploy/kubernetes/headroom-daemonset-single-lc.yaml",
+    ))
+    .unwrap();
+    assert!(!single.kubernetes.discover);
+    // The shipped manifest: the LCs are the node's annotated pods (no [lc] table); the config
+    // runs as it is, the holder service standing first until pods are found.
+    let body = configmap_body("deploy/kubernetes/headroom-daemonset.yaml");
     let tables = |name: &str| {
         body.lines()
             .any(|l| l.trim_start().trim_start_matches('[').starts_with(name))
     };
     assert!(!tables("lc]") && !tables("lc."), "LCs come from discovery");
-    let with_lc = format!(
-        "{body}\n[lc]\nname = \"shop/cart-0\"\ncgroup = \"kubepods/burstable/pod0c0c0c0c-0000\"\n"
-    );
-    let cfg = Config::from_toml_str(&with_lc).unwrap();
+    let cfg = Config::from_toml_str(&body).unwrap();
     assert!(cfg.kubernetes.discover);
+    assert!(cfg.static_lcs().is_empty());
+    assert_eq!(cfg.policy.kind.as_str(), "multi");
     assert_eq!(cfg.be[0].cgroup, "kubepods/besteffort");
 }
 

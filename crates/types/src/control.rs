@@ -90,6 +90,10 @@ pub struct AgentStatus {
     /// The service whose slack bound the last decision (several `[[lc]]`; extension).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binding_lc: Option<String>,
+    /// `[kubernetes] discover`: the node's LC set as the agent last took it (the discovered
+    /// LCs, refused and waiting pods, whether the first pod list has arrived).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<crate::discovery::LcSet>,
 }
 
 /// The LC as the agent sees it.

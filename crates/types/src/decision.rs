@@ -108,6 +108,14 @@ pub enum CtlEvent {
     Off {
         t_ms: u64,
     },
+    /// Kubernetes discovery changed the LC services the policy sees (`[kubernetes] discover`):
+    /// whether the first pod list has arrived, and every discovered LC after the change. Replay
+    /// rebuilds the policy's services from these and the config, as the live agent did.
+    LcSet {
+        t_ms: u64,
+        synced: bool,
+        lcs: Vec<crate::discovery::DiscoveredLc>,
+    },
 }
 
 impl CtlEvent {

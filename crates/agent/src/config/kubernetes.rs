@@ -43,6 +43,42 @@ impl Default for KubernetesConfig {
     }
 }
 
+/// The LC slot standing for "the node's LC pods" while discovery has none to show (before the
+/// first pod list, or when the node runs no LC pod), and the first service of a config with
+/// `discover = true` and no static `[lc]`: an empty group the agent creates (and removes on
+/// exit) so the runtime always has a first service; it never has a latency, so the safety
+/// rules hold BE (no growth, then disabled) while it is the only service.
+pub const HOLDER_NAME: &str = "kubernetes";
+/// The holder's group (an empty group at the hierarchy's root, not a pod's).
+pub const HOLDER_CGROUP: &str = "headroom-discovery";
+
+/// The holder service ([`HOLDER_NAME`]). `with_latency`: the form the policy sees, whose
+/// latency rules then apply to it (no source is ever started for it, so its latency is never
+/// known); the runtime's form has none (nothing to start).
+pub fn holder(with_latency: bool) -> LcConfig {
+    let mut t = toml::Table::new();
+    t.insert("name".into(), HOLDER_NAME.into());
+    t.insert("cgroup".into(), HOLDER_CGROUP.into());
+    if with_latency {
+        let mut lat = toml::Table::new();
+        lat.insert("source".into(), "feed".into());
+        lat.insert(
+            "socket".into(),
+            "/nonexistent/headroom-discovery.sock".into(),
+        );
+        t.insert("latency".into(), lat.into());
+    }
+    toml::Value::Table(t)
+        .try_into()
+        .expect("the holder service is a valid [lc]")
+}
+
+/// Whether `lc` is the holder service (by name and group: a config printed by `ctl status` and
+/// read back keeps it as a plain `[lc]`).
+pub fn is_holder(lc: &LcConfig) -> bool {
+    lc.name == HOLDER_NAME && lc.cgroup == HOLDER_CGROUP
+}
+
 /// The environment variable the node name comes from by default.
 pub const NODE_NAME_ENV: &str = "NODE_NAME";
 

@@ -15,7 +15,7 @@ mod api;
 mod be;
 pub(crate) mod checks;
 mod host;
-mod kubernetes;
+pub mod kubernetes;
 mod lc;
 mod policy;
 mod safety;
@@ -142,7 +142,9 @@ pub(crate) fn invalid(
 pub struct Config {
     /// The LC services: one `[lc]` table or several `[[lc]]`, never empty; the first is the
     /// one the agent protects ([`Config::lc`]) until issue 29's arbitration lands.
-    #[serde(rename = "lc", with = "lc::lc_list")]
+    /// With `[kubernetes] discover = true` and no `[lc]`, the holder service
+    /// ([`kubernetes::holder`]) stands first.
+    #[serde(rename = "lc", with = "lc::lc_list", default)]
     pub lcs: Vec<LcConfig>,
     #[serde(default)]
     pub be: Vec<BeConfig>,
@@ -226,9 +228,27 @@ impl Config {
                 unreachable!("a failed read leaves at least one problem")
             }
         };
+        if config.lcs.is_empty() {
+            if !config.kubernetes.discover {
+                return Err(invalid(
+                    "lc",
+                    "",
+                    "missing: at least one LC service ([lc] or [[lc]]) is needed, unless [kubernetes] discover = true finds them",
+                ));
+            }
+            config.lcs.push(kubernetes::holder(false));
+        }
         config.normalize();
         config.validate()?;
         Ok(config)
+    }
+
+    /// The LC services the config names itself (the holder of a discovery-only config is none).
+    pub fn static_lcs(&self) -> &[LcConfig] {
+        match self.lcs.first() {
+            Some(first) if kubernetes::is_holder(first) => &self.lcs[1..],
+            _ => &self.lcs,
+        }
     }
 
     /// Reads, parses and validates a config file.
@@ -378,6 +398,13 @@ impl Config {
         self.safety.validate(&mut p);
         self.api.validate(&mut p);
         self.kubernetes.validate(&mut p);
+        if self.static_lcs().is_empty() && self.policy.kind != PolicyKind::Multi {
+            p.push(invalid(
+                "policy.kind",
+                self.policy.kind.as_str(),
+                "[kubernetes] discover = true with no static [lc] needs policy.kind = \"multi\" (the policy that arbitrates between the pods it finds)",
+            ));
+        }
         p.into_result()
     }
 
@@ -424,6 +451,9 @@ impl Config {
         // heracles/hybrid steer by the first service's load alone, multi by every service's.
         let needs_load = |i: usize| steered && (i == 0 || p.kind == PolicyKind::Multi);
         for (i, lc) in self.lcs.iter().enumerate() {
+            if kubernetes::is_holder(lc) {
+                continue;
+            }
             let (key, value) = if self.lcs.len() == 1 {
                 ("policy.kind".to_string(), p.kind.as_str().to_string())
             } else {

@@ -67,6 +67,8 @@ struct Service {
     cgroup: GroupPath,
     priority: i32,
     target_us: f64,
+    /// Whether it has a load source (`[lc.load]`); one without is judged by latency alone.
+    has_load: bool,
     /// The CPUs the service owns (sorted); empty = not pinned.
     cpus: Vec<u32>,
 }
@@ -97,6 +99,7 @@ impl Multi {
                 cgroup: lc.cgroup.clone(),
                 priority: lc.priority,
                 target_us: lc.slo.target_us,
+                has_load: lc.load.is_some(),
                 cpus: if lc.threads.pin {
                     lc.threads.cpus.iter().collect()
                 } else {
@@ -358,12 +361,21 @@ impl Multi {
             None
         };
         v.lc_latency_age_ms = b.latency_age_ms;
-        v.lc_load = if signals.iter().all(|s| s.load.is_some()) {
-            let loads = signals.iter().filter_map(|s| s.load);
+        // Services with no load source at all (discovered pods: no `[lc.load]`) are judged by
+        // their latency alone; the others' loads make the aggregate (0 when none has one).
+        let loaded = || {
+            signals
+                .iter()
+                .zip(&self.services)
+                .filter(|(_, svc)| svc.has_load)
+        };
+        v.lc_load = if loaded().all(|(s, _)| s.load.is_some()) {
+            let loads = loaded().filter_map(|(s, _)| s.load);
             match self.config.policy.multi.load {
                 LoadAggregate::Sum => loads.reduce(|a, b| a + b),
                 LoadAggregate::Max => loads.reduce(f64::max),
             }
+            .or(Some(0.0))
         } else {
             None
         };
@@ -508,11 +520,34 @@ impl Policy for Multi {
 
     fn reconfigure(&mut self, config: &Config) {
         self.hybrid.reconfigure(config);
-        for s in &mut self.services {
-            if let Some(lc) = config.lcs.iter().find(|l| l.name == s.name) {
-                s.priority = lc.priority;
-                s.target_us = lc.slo.target_us;
+        let before: Vec<String> = self.services.iter().map(|s| s.name.clone()).collect();
+        let after: Vec<String> = config.lcs.iter().map(|l| l.name.clone()).collect();
+        if before == after {
+            for s in &mut self.services {
+                if let Some(lc) = config.lcs.iter().find(|l| l.name == s.name) {
+                    s.priority = lc.priority;
+                    s.target_us = lc.slo.target_us;
+                }
             }
+        } else {
+            // The service set changed (Kubernetes discovery): services that stay keep the CPU
+            // sets they had; new ones learn theirs from the next observation; a move in
+            // flight is dropped (its indexes no longer mean the same services).
+            let old = std::mem::take(&mut self.services);
+            let fresh = Multi::new(config, &self.machine).services;
+            self.services = fresh
+                .into_iter()
+                .map(|mut s| {
+                    if let Some(o) = old.iter().find(|o| o.name == s.name) {
+                        if s.cpus.is_empty() {
+                            s.cpus.clone_from(&o.cpus);
+                        }
+                    }
+                    s
+                })
+                .collect();
+            self.sets_known = false;
+            self.pending = None;
         }
         self.config = config.clone();
     }

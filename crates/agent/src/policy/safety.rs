@@ -223,13 +223,15 @@ impl Policy for Guarded {
         }
         let dropped = self.drop_missing_mechanisms(&mut a);
 
-        let latency_rules =
-            self.config.lc().latency.is_some() && self.config.policy.kind != PolicyKind::None;
-        // `multi` with several services: rules 2 and 3 judge every service (the first stale
-        // one, or the first violating one, is named); other policies protect the first.
+        // `multi` with several services (or services the observation lists by name, as
+        // Kubernetes discovery's do): rules 2 and 3 judge every service (the first stale one,
+        // or the first violating one, is named); other policies protect the first.
         let per_service = (self.config.policy.kind == PolicyKind::Multi
-            && self.config.lcs.len() > 1)
-            .then(|| multi::services_latency(&self.config, obs));
+            && (self.config.lcs.len() > 1 || !obs.lc_groups.is_empty()))
+        .then(|| multi::services_latency(&self.config, obs));
+        // A discovered pod without a latency port has no source: its latency is unknown.
+        let latency_rules = (self.config.lc().latency.is_some() || per_service.is_some())
+            && self.config.policy.kind != PolicyKind::None;
         let fresh = match &per_service {
             Some(l) => l.stale.is_none(),
             None => {

@@ -38,6 +38,11 @@ pub struct Metrics {
     pub lc_cpu_usage: F64Gauge,
     pub be_cpu_usage: F64Gauge,
     pub cpus: F64Gauge,
+    /// `[kubernetes] discover`: pods refused as LCs now, and refusals since start.
+    pub kube_refused: F64Gauge,
+    pub kube_refusals_total: F64Gauge,
+    /// `[kubernetes] discover`: discovered LC pods now.
+    pub kube_lcs: F64Gauge,
     pub be_enabled: F64Gauge,
     pub be_cpus: F64Gauge,
     pub be_cpu_weight: F64Gauge,
@@ -126,6 +131,9 @@ impl Metrics {
             lc_cpu_usage: g(),
             be_cpu_usage: g(),
             cpus: g(),
+            kube_refused: g(),
+            kube_refusals_total: g(),
+            kube_lcs: g(),
             be_cpu_weight: g(),
             be_cpu_idle: g(),
             be_quota_pct: g(),
@@ -201,6 +209,21 @@ impl Metrics {
             m.be_cpu_usage.clone(),
         );
         r.register("cpus", "Online CPUs of this machine", m.cpus.clone());
+        r.register(
+            "kube_refused_pods",
+            "Annotated pods refused as LC services now (bad annotation, BestEffort, a static [lc]'s or BE's group)",
+            m.kube_refused.clone(),
+        );
+        r.register(
+            "kube_refusals",
+            "Pod refusals since start (each distinct refusal once)",
+            m.kube_refusals_total.clone(),
+        );
+        r.register(
+            "kube_lc_pods",
+            "Discovered LC pods the agent protects now",
+            m.kube_lcs.clone(),
+        );
         r.register(
             "be_held_off_reason",
             "1 while BE is held off for lack of a trustworthy latency signal, by reason",

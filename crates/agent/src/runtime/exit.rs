@@ -62,6 +62,10 @@ impl Agent {
         if let Some(log) = &mut self.publisher.log {
             log.flush();
         }
+        if let Some(k) = &mut self.kube {
+            let t = k.stop_all();
+            self.threads.extend(t);
+        }
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.requests = None;
         // The accept loops sleep up to a second between looks at `stop`: a connection wakes

@@ -7,7 +7,14 @@ use std::time::Duration;
 use crate::sensors::lc_signal::Refusal;
 
 /// Every reason label the metric carries.
-pub const REASONS: [&str; 4] = ["send_lag", "too_few_samples", "source_error", "no_window"];
+pub const REASONS: [&str; 6] = [
+    "send_lag",
+    "too_few_samples",
+    "source_error",
+    "no_window",
+    "kube_not_synced",
+    "kube_no_lc",
+];
 
 /// What the latency source said (a snapshot of its cell).
 #[derive(Debug, Clone, Default)]

@@ -41,7 +41,7 @@ pub(super) fn lc_signals(
 
 /// One service's sources. A feed socket named by several services is bound once (its cells
 /// shared, at the first service's window).
-fn service_signals(
+pub(super) fn service_signals(
     config: &Config,
     lc: &LcConfig,
     stop: &StopFlag,

@@ -211,6 +211,7 @@ impl Agent {
     }
 
     fn slow_work(&mut self, now: Instant) {
+        self.take_discovery();
         let killing = self
             .publisher
             .last_allocation
@@ -330,6 +331,14 @@ impl Agent {
             };
             held_off::held_off(be_enabled, fresh, unseen_for, &says)
         });
+        // Discovery holds BE before the first pod list and while no pod is an LC: that is the
+        // reason then, whatever the (holder's) latency source says.
+        let statics = self.config.static_lcs().len();
+        let reason = self
+            .kube
+            .as_ref()
+            .and_then(|k| k.holding(statics))
+            .or(reason);
         self.publisher
             .metrics
             .be_held_off_reason(reason.as_ref().map(|(l, _)| *l), &held_off::REASONS);

@@ -6,6 +6,7 @@
 mod exit;
 pub mod held_off;
 mod host_steps;
+mod kube;
 mod lc_sources;
 mod loops;
 mod publish;
@@ -42,6 +43,7 @@ use crate::state::{self, AgentState, OriginalValue, StateError, StateLock, STATE
 use crate::supervisor::{LaunchError, Supervised};
 use headroom_host::idle_bpf::monotonic_ns;
 
+pub use kube::LcEvents;
 pub use publish::DecisionLog;
 use publish::Publisher;
 
@@ -137,6 +139,10 @@ pub struct AgentOptions {
     pub run_for: Option<Duration>,
     /// Install signal handlers (off when embedded in a test or benchmark).
     pub handle_signals: bool,
+    /// `[kubernetes] discover`: the LC sets the discovery publishes (the binary connects
+    /// headroom-kube here; without it a discovery config runs with the holder service alone,
+    /// BE held).
+    pub discovery: Option<LcEvents>,
 }
 
 impl AgentOptions {
@@ -148,6 +154,7 @@ impl AgentOptions {
             root: PathBuf::from("/"),
             run_for: None,
             handle_signals: true,
+            discovery: None,
         }
     }
 }
@@ -236,6 +243,8 @@ pub struct Agent {
     started: Instant,
     state_written: Option<Instant>,
     metrics_addr: Option<std::net::SocketAddr>,
+    /// `[kubernetes] discover`: the discovered services and the last set.
+    kube: Option<kube::KubeLive>,
     /// Held for the agent's life: no second agent manages the same groups.
     _lock: Option<StateLock>,
 }

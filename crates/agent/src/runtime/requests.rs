@@ -15,7 +15,7 @@ impl Agent {
         }
     }
 
-    fn t_ms(&self) -> u64 {
+    pub(super) fn t_ms(&self) -> u64 {
         tick_time(self.started.elapsed()).as_millis() as u64
     }
 
@@ -100,8 +100,12 @@ impl Agent {
 
     /// Service `i` as `ctl status` shows it: from `obs.lc_groups` among several services,
     /// from the top-level fields with one.
-    fn lc_status(&self, i: usize, obs: &crate::observation::Observation) -> LcStatus {
-        let lc = &self.config.lcs[i];
+    fn lc_status(
+        &self,
+        i: usize,
+        lc: &crate::config::LcConfig,
+        obs: &crate::observation::Observation,
+    ) -> LcStatus {
         let slo = &lc.slo;
         let mut s = LcStatus {
             name: lc.name.clone(),
@@ -111,7 +115,9 @@ impl Agent {
             percentile: slo.percentile,
             ..LcStatus::default()
         };
-        match obs.lc_groups.get(i).filter(|_| self.config.lcs.len() > 1) {
+        // Among several services (or discovered ones) each by its name in `lc_groups`.
+        let listed = obs.lc_groups.iter().find(|g| g.name == lc.name);
+        match listed.filter(|_| self.config.lcs.len() > 1 || self.kube.is_some()) {
             Some(g) => {
                 s.latency_us = g.latency_us;
                 s.latency_age_ms = g.latency_age_ms;
@@ -164,10 +170,16 @@ impl Agent {
             writes: p.summary.writes,
             write_errors: p.summary.write_errors,
             last_write_error: p.last_write_error.clone(),
-            lc: self.lc_status(0, obs),
-            lcs: (0..self.config.lcs.len())
-                .map(|i| self.lc_status(i, obs))
+            lc: self.lc_status(0, self.config.lc(), obs),
+            lcs: self
+                .config
+                .lcs
+                .iter()
+                .chain(self.kube.iter().flat_map(|k| k.services()))
+                .enumerate()
+                .map(|(i, lc)| self.lc_status(i, lc, obs))
                 .collect(),
+            kubernetes: self.kube.as_ref().map(|k| k.set().clone()),
             binding_lc: p.last_binding_lc.clone(),
             idle_cpus: obs.idle_cpu_count(0.5),
             be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),

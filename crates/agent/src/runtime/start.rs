@@ -128,6 +128,9 @@ impl Agent {
                     .collect();
                 sensors.set_lc_services(&config.lc().name, more);
             }
+            if config.kubernetes.discover {
+                sensors.set_list_services(&config.lc().name, true);
+            }
             if node.egress_be_classid().is_some() {
                 let link = node.facts_link_bits();
                 sensors.set_egress(crate::sensors::EgressSensor::new(
@@ -145,7 +148,9 @@ impl Agent {
             }
         };
 
-        let policy = policy::build(&config, &machine);
+        // With discovery the policy starts with the holder service (BE held until the first
+        // pod list); the runtime's config stays the static one.
+        let policy = policy::build(&crate::discovered::initial_policy_config(&config), &machine);
         let mut node = node;
         let mut lc_threads = crate::sensors::lc_threads::LcThreads::from_state(
             previous
@@ -293,8 +298,24 @@ impl Agent {
             started: started_at,
             state_written: None,
             metrics_addr,
+            kube: None,
             _lock: lock,
         };
+        if agent.config.kubernetes.discover {
+            let node = agent
+                .config
+                .kubernetes
+                .node_name
+                .clone()
+                .unwrap_or_default();
+            let events = agent.options.discovery.clone().unwrap_or_else(|| {
+                tracing::warn!(
+                    "[kubernetes] discover = true but no discovery is connected: BE stays held"
+                );
+                super::LcEvents::new(std::sync::mpsc::channel().1)
+            });
+            agent.kube = Some(super::kube::KubeLive::new(events, &node));
+        }
         if !dry {
             if let Err(e) = agent.confine_and_launch(previous.as_ref()) {
                 agent.undo_start(steps.had_state);

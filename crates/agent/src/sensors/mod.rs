@@ -105,6 +105,8 @@ pub struct Sensors {
     /// observation then lists every service in `lc_groups`.
     lc_name: String,
     more_lcs: Vec<lc_services::LcServiceSensor>,
+    /// List every service in `lc_groups`, even the first alone (Kubernetes discovery).
+    list_services: bool,
     slow_due: Instant,
     slow: Observation,
     usage_prev: Option<(Instant, u64, u64)>,
@@ -168,6 +170,7 @@ impl Sensors {
             signals,
             lc_name: String::new(),
             more_lcs: Vec::new(),
+            list_services: false,
             slow_due: Instant::now(),
             slow: Observation::default(),
             usage_prev: None,
@@ -316,6 +319,19 @@ impl Sensors {
         self.more_lcs = more;
     }
 
+    /// The other services' sensors, to add or drop one (Kubernetes discovery). With `listed`
+    /// the observation lists every service in `lc_groups` even when there is only the first
+    /// (the policy then finds each by name).
+    pub fn lc_services_mut(&mut self) -> &mut Vec<lc_services::LcServiceSensor> {
+        &mut self.more_lcs
+    }
+
+    /// See [`Sensors::lc_services_mut`].
+    pub fn set_list_services(&mut self, first: &str, listed: bool) {
+        self.lc_name = first.to_string();
+        self.list_services = listed;
+    }
+
     fn count_error(&mut self, name: &'static str, e: &dyn std::fmt::Display) {
         let n = self.errors.entry(name).or_insert(0);
         *n += 1;
@@ -395,15 +411,23 @@ impl Sensors {
                 obs.lc_load_age_ms = Some(now.saturating_duration_since(r.at).as_millis() as u64);
             }
         }
-        if !self.more_lcs.is_empty() {
+        if self.list_services || !self.more_lcs.is_empty() {
             // Every service in the config's order; the first from the fields above.
             let mut groups = std::mem::take(&mut obs.lc_groups);
             if let Some(g) = groups.first_mut() {
                 let label = self.signals.latency_label.map(str::to_string);
                 lc_services::first_service(&self.lc_name, obs, label, g);
             }
-            for (g, s) in groups.iter_mut().skip(1).zip(&self.more_lcs) {
-                s.sample_fast(g, now);
+            for (i, g) in groups.iter_mut().skip(1).enumerate() {
+                // By position, checked by name: a service added or dropped since the last
+                // slow sample must not lend its readings to another.
+                let s = match self.more_lcs.get(i) {
+                    Some(s) if s.name == g.name => Some(s),
+                    _ => self.more_lcs.iter().find(|s| s.name == g.name),
+                };
+                if let Some(s) = s {
+                    s.sample_fast(g, now);
+                }
             }
             obs.lc_groups = groups;
         }
@@ -546,7 +570,7 @@ impl Sensors {
             Ok(b) => o.be_memory_bytes = Some(b),
             Err(e) => self.count_error("be_memory", &e),
         }
-        if !self.more_lcs.is_empty() {
+        if self.list_services || !self.more_lcs.is_empty() {
             let mut first = headroom_types::observation::LcGroupObservation::default();
             lc_services::first_service(&self.lc_name, &o, None, &mut first);
             let mut groups = vec![first];

@@ -44,6 +44,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         options.run_for = Some(std::time::Duration::from_secs_f64(s));
     }
+    // `[kubernetes] discover`: the watch runs on its own thread; the agent takes its sets
+    // between ticks. Kept alive until the agent stops.
+    let _discovery = start_discovery(&mut options)?;
     let agent = Agent::start(options).map_err(|e| {
         if e.is_usage() {
             super::usage(e.to_string())
@@ -60,6 +63,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         summary.ticks, summary.writes, summary.write_errors, summary.exit_action
     );
     Ok(())
+}
+
+#[cfg(feature = "kube")]
+fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<headroom_kube::Discovery>> {
+    let k = &options.config.kubernetes;
+    if !k.discover {
+        return Ok(None);
+    }
+    let node = k
+        .node(std::env::var(headroom_agent::config::NODE_NAME_ENV).ok())
+        .map_err(|e| super::usage(e.to_string()))?;
+    let mut opts = headroom_kube::DiscoveryOptions::new(&node);
+    opts.kubeconfig = k.kubeconfig.as_ref().map(PathBuf::from);
+    opts.layout = k.cgroup_layout;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let discovery = headroom_kube::Discovery::start(opts, Some(tx))
+        .map_err(|e| anyhow::anyhow!("[kubernetes] discover = true: {e}"))?;
+    options.config.kubernetes.node_name = Some(node);
+    options.discovery = Some(headroom_agent::runtime::LcEvents::new(rx));
+    Ok(Some(discovery))
+}
+
+#[cfg(not(feature = "kube"))]
+fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<()>> {
+    if options.config.kubernetes.discover {
+        return Err(super::usage(
+            "[kubernetes] discover = true: this headroom was built without the `kube` feature"
+                .into(),
+        ));
+    }
+    Ok(None)
 }
 
 fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {

@@ -102,6 +102,9 @@ impl MultiConfig {
 pub(crate) fn validate_services(config: &Config, p: &mut Problems) {
     for (i, lc) in config.lcs.iter().enumerate() {
         let key = config.lc_key(i);
+        if crate::config::kubernetes::is_holder(lc) {
+            continue;
+        }
         if lc.latency.is_none() {
             p.push(invalid(
                 &format!("{key}.latency"),

@@ -1,0 +1,268 @@
+//! `[kubernetes] discover`: the LC sets the discovery publishes (headroom-kube, connected by
+//! the binary) taken in between ticks. Each discovered pod the agent accepts becomes a service:
+//! its sources started, its group sampled (never created, moved into or removed: it is
+//! kubelet's), its SLO given to the policy through [`crate::discovered::policy_config`] (the
+//! change logged for `--replay`). A pod that goes has its sources stopped; a group that
+//! vanished first only costs sensor errors until the set drops it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal};
+
+use super::lc_sources::service_signals;
+use super::Agent;
+use crate::config::LcConfig;
+use crate::decision::CtlEvent;
+use crate::discovered::{accept, policy_config};
+use crate::sensors::lc_services::LcServiceSensor;
+use crate::sensors::lc_signal::StopFlag;
+
+/// The receiving end of the discovery's events (shared so [`super::AgentOptions`] stays
+/// `Clone`; only the running agent reads it).
+#[derive(Clone)]
+pub struct LcEvents(Arc<Mutex<mpsc::Receiver<LcSetEvent>>>);
+
+impl LcEvents {
+    pub fn new(rx: mpsc::Receiver<LcSetEvent>) -> LcEvents {
+        LcEvents(Arc::new(Mutex::new(rx)))
+    }
+
+    /// The newest event waiting (each carries the whole set), if any.
+    fn latest(&self) -> Option<LcSetEvent> {
+        let rx = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = None;
+        while let Ok(ev) = rx.try_recv() {
+            last = Some(ev);
+        }
+        last
+    }
+}
+
+impl std::fmt::Debug for LcEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LcEvents")
+    }
+}
+
+/// A discovered service the agent runs.
+struct Running {
+    config: LcConfig,
+    stop: StopFlag,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    fn stop(self) -> Vec<JoinHandle<()>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.threads
+    }
+}
+
+/// The discovery as the agent last took it.
+pub(super) struct KubeLive {
+    events: LcEvents,
+    /// The last set taken, with the agent's own refusals added to `refused`.
+    set: LcSet,
+    running: Vec<Running>,
+    /// Refusals of the agent's own (a static [lc]'s or BE's group) since start.
+    own_refusals: u64,
+}
+
+impl KubeLive {
+    pub(super) fn new(events: LcEvents, node: &str) -> KubeLive {
+        KubeLive {
+            events,
+            set: LcSet {
+                node: node.to_string(),
+                ..LcSet::default()
+            },
+            running: Vec::new(),
+            own_refusals: 0,
+        }
+    }
+
+    pub(super) fn set(&self) -> &LcSet {
+        &self.set
+    }
+
+    /// The discovered services now, in the set's order.
+    pub(super) fn services(&self) -> impl Iterator<Item = &LcConfig> {
+        self.running.iter().map(|r| &r.config)
+    }
+
+    /// Stops every discovered service's sources; their threads, to join.
+    pub(super) fn stop_all(&mut self) -> Vec<JoinHandle<()>> {
+        self.running.drain(..).flat_map(Running::stop).collect()
+    }
+
+    /// Why BE is held for the discovery's sake, if it is: (metric label, line).
+    pub(super) fn holding(&self, statics: usize) -> Option<(&'static str, String)> {
+        if !self.set.synced {
+            return Some((
+                "kube_not_synced",
+                "kubernetes: waiting for the first list of the node's pods: BE held at its minimum until it arrives".into(),
+            ));
+        }
+        if statics == 0 && self.running.is_empty() {
+            return Some((
+                "kube_no_lc",
+                format!(
+                    "kubernetes: no LC pod on node {} ({} refused, {} waiting for their group): BE held at its minimum",
+                    self.set.node,
+                    self.set.refused.len(),
+                    self.set.waiting.len()
+                ),
+            ));
+        }
+        None
+    }
+}
+
+impl Agent {
+    /// Takes the newest LC set the discovery sent, if any (between ticks).
+    pub(super) fn take_discovery(&mut self) {
+        let Some(ev) = self.kube.as_ref().and_then(|k| k.events.latest()) else {
+            return;
+        };
+        self.take_lc_set(ev.set);
+    }
+
+    fn take_lc_set(&mut self, mut set: LcSet) {
+        let Some(mut kube) = self.kube.take() else {
+            return;
+        };
+        let policy_changed = set.synced != kube.set.synced || set.lcs != kube.set.lcs;
+        // The pods the agent accepts, and its own refusals (a static [lc]'s or BE's group).
+        let mut accepted = Vec::new();
+        for d in &set.lcs {
+            match accept(&self.config, d) {
+                Ok(c) => accepted.push(c),
+                Err(reason) => {
+                    tracing::warn!("kubernetes: pod refused as an LC: {reason}");
+                    let r = PodRefusal {
+                        pod: d.name.clone(),
+                        key: "cgroup".into(),
+                        value: d.cgroup.to_string(),
+                        reason,
+                    };
+                    if !kube.set.refused.contains(&r) {
+                        kube.own_refusals += 1;
+                    }
+                    set.refused.push(r);
+                }
+            }
+        }
+        set.refusals_total += kube.own_refusals;
+        // Services that go, or whose sources must restart (another port or percentile);
+        // the others keep their sources and take the new SLO and priority in place.
+        let mut old: BTreeMap<String, Running> = kube
+            .running
+            .drain(..)
+            .map(|r| (r.config.name.clone(), r))
+            .collect();
+        let mut running = Vec::new();
+        let mut sensors: BTreeMap<String, LcServiceSensor> = self
+            .node
+            .sensors_mut()
+            .map(|s| std::mem::take(s.lc_services_mut()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        for c in accepted {
+            let kept = old.remove(&c.name).filter(|r| {
+                r.config.latency == c.latency && r.config.slo.percentile == c.slo.percentile
+            });
+            match kept {
+                Some(mut r) => {
+                    if r.config != c {
+                        tracing::info!(lc = %c.name, target_us = c.slo.target_us, priority = c.priority, "kubernetes: LC service changed in place");
+                    }
+                    r.config = c;
+                    running.push(r);
+                }
+                None => {
+                    if let Some(r) = old.remove(&c.name) {
+                        self.threads.extend(r.stop());
+                    }
+                    let stop: StopFlag = Arc::new(AtomicBool::new(false));
+                    let mut threads = Vec::new();
+                    let signals = match service_signals(
+                        &self.config,
+                        &c,
+                        &stop,
+                        &mut threads,
+                        &mut BTreeMap::new(),
+                    ) {
+                        Ok((signals, _cells)) => signals,
+                        Err(e) => {
+                            // Measured by nothing: its latency is unknown, the safety rules
+                            // hold BE for it.
+                            tracing::warn!(lc = %c.name, error = %e, "kubernetes: the LC's latency source did not start");
+                            Default::default()
+                        }
+                    };
+                    tracing::info!(lc = %c.name, cgroup = %c.cgroup, target_us = c.slo.target_us, "kubernetes: LC service added");
+                    sensors.insert(
+                        c.name.clone(),
+                        LcServiceSensor::new(&c.name, c.cgroup.clone(), signals),
+                    );
+                    running.push(Running {
+                        config: c,
+                        stop,
+                        threads,
+                    });
+                }
+            }
+        }
+        for (name, r) in old {
+            tracing::info!(lc = %name, "kubernetes: LC service gone");
+            sensors.remove(&name);
+            self.threads.extend(r.stop());
+        }
+        // The sensors in the runtime's order: the static services after the first, then the
+        // discovered ones.
+        let mut list: Vec<LcServiceSensor> = Vec::new();
+        for lc in self.config.lcs.iter().skip(1) {
+            list.extend(sensors.remove(&lc.name));
+        }
+        for r in &running {
+            list.extend(sensors.remove(&r.config.name));
+        }
+        if let Some(s) = self.node.sensors_mut() {
+            *s.lc_services_mut() = list;
+        }
+        kube.running = running;
+        // What the metrics and status compare against.
+        self.publisher.lcs = self
+            .config
+            .lcs
+            .iter()
+            .chain(kube.services())
+            .map(|l| crate::publish::metrics::ServiceSlo {
+                name: l.name.clone(),
+                slo_us: l.slo.target_us,
+            })
+            .collect();
+        let m = &self.publisher.metrics;
+        m.kube_refused.set(set.refused.len() as f64);
+        m.kube_refusals_total.set(set.refusals_total as f64);
+        m.kube_lcs.set(kube.running.len() as f64);
+        if policy_changed {
+            let pc = policy_config(&self.config, set.synced, &set.lcs);
+            self.controller.policy_mut().reconfigure(&pc);
+            let t_ms = self.t_ms();
+            self.publisher.log_event(&CtlEvent::LcSet {
+                t_ms,
+                synced: set.synced,
+                lcs: set.lcs.clone(),
+            });
+        }
+        kube.set = set;
+        self.kube = Some(kube);
+        self.publisher.state_dirty = true;
+    }
+}

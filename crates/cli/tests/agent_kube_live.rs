@@ -1,0 +1,398 @@
+//! The agent with `[kubernetes] discover = true` against a stand-in API server on 127.0.0.1
+//! (no cluster runs here), `sleep` processes standing in for pods in real cgroups of kubelet's
+//! cgroupfs layout (root + writable v1 cgroups; skips otherwise, and when a `kubepods` group
+//! exists already: a real kubelet's is not ours to touch). A pod listed at start is an LC in
+//! `ctl status`; a pod with `headroom.io/slo-p99-us: "fast"` is refused by key while the others
+//! stay protected; a pod added later becomes an LC; a pod deleted (its group removed too)
+//! leaves and the agent goes on; SIGTERM restores and removes only what the agent made; the
+//! decision log, with the set's changes in it, replays exactly.
+#![cfg(feature = "kube")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+const UID_A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
+const UID_B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
+const UID_BAD: &str = "cccccccc-0000-4000-8000-00000000000c";
+
+fn pod(name: &str, uid: &str, slo: &str, rv: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "shop", "name": name, "uid": uid,
+                     "resourceVersion": rv.to_string(),
+                     "annotations": {"headroom.io/slo-p99-us": slo}},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running", "qosClass": "Burstable"}
+    })
+}
+
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        if h == "\r\n" {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    Some(line.split_whitespace().nth(1).unwrap_or("").to_string())
+}
+
+/// Answers the pod list with `list`; the first watch streams what the test sends, later ones
+/// stay open and silent (bounded: 60 s, or until `stop`).
+fn stand_in(list: Vec<Value>, events: mpsc::Receiver<Value>, stop: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let events = Arc::new(Mutex::new(Some(events)));
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(64) {
+            let Ok(conn) = conn else { continue };
+            let (list, stop, events) = (list.clone(), stop.clone(), events.clone());
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                let mut r = BufReader::new(conn);
+                while let Some(path) = read_request(&mut r) {
+                    if !path.starts_with("/api/v1/pods") {
+                        let _ = write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                        continue;
+                    }
+                    if !path.contains("watch=true") {
+                        let body = json!({"apiVersion": "v1", "kind": "PodList",
+                                          "metadata": {"resourceVersion": "10"}, "items": list})
+                        .to_string();
+                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                        continue;
+                    }
+                    let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+                    let _ = w.flush();
+                    let mine = events.lock().unwrap().take();
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        match &mine {
+                            Some(rx) => match rx.recv_timeout(Duration::from_millis(50)) {
+                                Ok(ev) => {
+                                    let data = format!("{ev}\n");
+                                    if write!(w, "{:x}\r\n{data}\r\n", data.len()).is_err() {
+                                        return;
+                                    }
+                                    let _ = w.flush();
+                                }
+                                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                            },
+                            None => std::thread::sleep(Duration::from_millis(50)),
+                        }
+                    }
+                    let _ = write!(w, "0\r\n\r\n");
+                    return;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The test's groups (removed deepest first) and processes.
+struct Guard {
+    cgroups: Cgroups,
+    groups: Vec<GroupPath>,
+    children: Vec<Child>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for g in self.groups.iter().rev() {
+            for _ in 0..50 {
+                if !self.cgroups.exists(g) || self.cgroups.remove(g).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn group(s: &str) -> GroupPath {
+    GroupPath::new(s).unwrap()
+}
+
+fn sleeper_in(guard: &mut Guard, g: &GroupPath) -> u32 {
+    let c = Command::new("sleep")
+        .arg("60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = c.id();
+    guard.cgroups.move_process(g, pid as i32).unwrap();
+    guard.children.push(c);
+    pid
+}
+
+fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn status(dir: &Path) -> Option<Value> {
+    let out = Command::new(BIN)
+        .args(["ctl", "--socket"])
+        .arg(dir.join("ctl.sock"))
+        .args(["--json", "status"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(v["status"].clone())
+}
+
+fn lc_names(st: &Value) -> Vec<String> {
+    st["lcs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|l| l["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
+    let test = "discovered_pods_come_are_refused_and_go_while_the_agent_runs";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {test}: not root");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
+        _ => {
+            eprintln!("SKIP {test}: no writable cpu/cpuset cgroups");
+            return;
+        }
+    };
+    if cgroups.exists(&group("kubepods")) || cgroups.exists(&group("headroom-discovery")) {
+        eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut guard = Guard {
+        cgroups: cgroups.clone(),
+        groups: Vec::new(),
+        children: Vec::new(),
+        stop: stop.clone(),
+    };
+    let (pa, pb, pbad) = (
+        group(&format!("kubepods/burstable/pod{UID_A}")),
+        group(&format!("kubepods/burstable/pod{UID_B}")),
+        group(&format!("kubepods/burstable/pod{UID_BAD}")),
+    );
+    for g in ["kubepods", "kubepods/burstable"] {
+        cgroups.create(&group(g)).unwrap();
+        guard.groups.push(group(g));
+    }
+    for g in [&pa, &pb, &pbad] {
+        cgroups.create(g).unwrap();
+        guard.groups.push(g.clone());
+        sleeper_in(&mut guard, g);
+    }
+    // Made by the agent (removed on exit), listed so a failed test cleans up too.
+    guard.groups.insert(2, group("kubepods/besteffort"));
+    guard.groups.insert(0, group("headroom-discovery"));
+
+    let (tx, rx) = mpsc::channel();
+    let port = stand_in(
+        vec![pod("a", UID_A, "500", 3), pod("bad", UID_BAD, "fast", 4)],
+        rx,
+        stop.clone(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubeconfig = d.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+             contexts:\n- name: s\n  context:\n    cluster: s\n    user: u\ncurrent-context: s\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let cfg = d.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[kubernetes]
+discover = true
+node_name = "node-a"
+kubeconfig = "{kc}"
+cgroup_layout = "cgroupfs"
+
+[[be]]
+name = "besteffort-pods"
+cgroup = "kubepods/besteffort"
+
+[policy]
+kind = "multi"
+
+[safety]
+on_exit = "restore"
+state_file = "{d}/state.json"
+
+[api]
+socket = "{d}/ctl.sock"
+"#,
+            kc = kubeconfig.display(),
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let log_path = d.join("decisions.jsonl");
+    let stderr = std::fs::File::create(d.join("agent.log")).unwrap();
+    let agent = Command::new(BIN)
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .arg("--log")
+        .arg(&log_path)
+        .env("HEADROOM_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start the agent");
+    guard.children.push(agent);
+    let agent_idx = guard.children.len() - 1;
+    let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
+
+    // The listed pod is an LC; the bad one refused by key; the others protected.
+    let mut st = Value::Null;
+    let found = wait_for(Duration::from_secs(30), || {
+        st = status(d).unwrap_or(Value::Null);
+        lc_names(&st).contains(&"shop/a".to_string())
+    });
+    assert!(found, "shop/a became an LC; status {st}\nlog:\n{}", log());
+    let k = &st["kubernetes"];
+    assert_eq!(k["synced"], true, "{st}");
+    let refused = k["refused"].as_array().expect("kubernetes.refused");
+    assert_eq!(refused.len(), 1, "{st}");
+    assert_eq!(refused[0]["pod"], "shop/bad");
+    assert_eq!(refused[0]["key"], "headroom.io/slo-p99-us");
+    assert_eq!(refused[0]["value"], "fast");
+    assert!(!lc_names(&st).contains(&"shop/bad".to_string()), "{st}");
+    let a = st["lcs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "shop/a")
+        .unwrap()
+        .clone();
+    assert_eq!(a["slo_us"], 500.0);
+    assert_eq!(a["group"], pa.as_str());
+    assert!(
+        log().contains("shop/bad"),
+        "the refusal is logged:\n{}",
+        log()
+    );
+
+    // A pod added while the agent runs.
+    tx.send(json!({"type": "ADDED", "object": pod("b", UID_B, "800", 11)}))
+        .unwrap();
+    let added = wait_for(Duration::from_secs(20), || {
+        st = status(d).unwrap_or(Value::Null);
+        lc_names(&st).contains(&"shop/b".to_string())
+    });
+    assert!(added, "shop/b became an LC; status {st}\nlog:\n{}", log());
+
+    // A pod deleted, its group gone with it: the LC leaves, the agent goes on.
+    let a_pid = guard.children[0].id();
+    let _ = guard.children[0].kill();
+    let _ = guard.children[0].wait();
+    assert!(wait_for(Duration::from_secs(5), || cgroups
+        .remove(&pa)
+        .is_ok()
+        || !cgroups.exists(&pa)));
+    tx.send(json!({"type": "DELETED", "object": pod("a", UID_A, "500", 12)}))
+        .unwrap();
+    let gone = wait_for(Duration::from_secs(20), || {
+        st = status(d).unwrap_or(Value::Null);
+        let n = lc_names(&st);
+        !n.contains(&"shop/a".to_string()) && n.contains(&"shop/b".to_string())
+    });
+    assert!(
+        gone,
+        "shop/a left (pid {a_pid}); status {st}\nlog:\n{}",
+        log()
+    );
+    assert!(status(d).is_some(), "the agent still answers");
+
+    // SIGTERM: restored; the agent's own groups removed, the pods' left to kubelet.
+    let child = &mut guard.children[agent_idx];
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let mut exit = None;
+    assert!(wait_for(Duration::from_secs(20), || {
+        exit = child.try_wait().unwrap();
+        exit.is_some()
+    }));
+    let exit = exit.unwrap();
+    assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
+    assert!(!cgroups.exists(&group("kubepods/besteffort")), "{}", log());
+    assert!(!cgroups.exists(&group("headroom-discovery")), "{}", log());
+    assert!(
+        cgroups.exists(&pb) && cgroups.exists(&pbad),
+        "pods' groups left"
+    );
+    assert!(!d.join("state.json").exists(), "state file removed");
+
+    // The decision log holds the set's changes and replays exactly.
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(text.contains("\"event\":\"lc_set\""), "{text}");
+    let out = Command::new(BIN)
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .arg("--replay")
+        .arg(&log_path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("reproduced exactly"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
