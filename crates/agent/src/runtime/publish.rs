@@ -133,21 +133,37 @@ impl Run {
     }
 }
 
-/// Whether `now` carries a latency window `prev` did not (any service's): a run of identical
-/// decisions ends there, so that every window the agent saw is the first observation of a
-/// line — the log holds each window's figure, not only the decisions it led to.
-fn new_latency_window(prev: &Observation, now: &Observation) -> bool {
-    let fresher = |p: Option<u64>, n: Option<u64>| match (p, n) {
-        (Some(p), Some(n)) => n < p,
-        (None, Some(_)) => true,
-        _ => false,
+/// Windows whose ends (tick time − the latency's age) lie closer than this are one window:
+/// the sources publish one a second, the age is read in whole milliseconds.
+const SAME_WINDOW: Duration = Duration::from_millis(500);
+
+/// Whether the observation at `now_t` carries a latency window (any service's) the one at
+/// `prev_t` did not: a run of identical decisions ends there, so that every window the agent
+/// saw is the first observation of a line — the log holds each window's figure, not only the
+/// decisions it led to. A window is known by its end, not its figure (two windows can give the
+/// same p99) nor its age (a tick a second after each publication sees the same age each time).
+fn new_latency_window(
+    prev: &Observation,
+    prev_t: Duration,
+    now: &Observation,
+    now_t: Duration,
+) -> bool {
+    let end =
+        |t: Duration, age: Option<u64>| age.map(|a| t.saturating_sub(Duration::from_millis(a)));
+    let other = |p: Option<Duration>, n: Option<Duration>| match (p, n) {
+        (Some(p), Some(n)) => n.abs_diff(p) >= SAME_WINDOW,
+        (None, None) => false,
+        _ => true,
     };
-    fresher(prev.lc_latency_age_ms, now.lc_latency_age_ms)
-        || prev.lc_latency_us != now.lc_latency_us
-        || prev.lc_groups.len() != now.lc_groups.len()
-        || prev.lc_groups.iter().zip(&now.lc_groups).any(|(p, n)| {
-            fresher(p.latency_age_ms, n.latency_age_ms) || p.latency_us != n.latency_us
-        })
+    other(
+        end(prev_t, prev.lc_latency_age_ms),
+        end(now_t, now.lc_latency_age_ms),
+    ) || prev.lc_groups.len() != now.lc_groups.len()
+        || prev
+            .lc_groups
+            .iter()
+            .zip(&now.lc_groups)
+            .any(|(p, n)| other(end(prev_t, p.latency_age_ms), end(now_t, n.latency_age_ms)))
 }
 
 /// Where the Linux agent's ticks go.
@@ -215,7 +231,7 @@ impl TickSink for Publisher {
         if same {
             if let Some(run) = &mut self.pending {
                 if t.saturating_sub(Duration::from_millis(run.first.t_ms)) < RUN_MAX
-                    && !new_latency_window(&run.last_observation, obs)
+                    && !new_latency_window(&run.last_observation, run.last_t, obs, t)
                 {
                     run.count += 1;
                     run.last_t = t;
@@ -301,44 +317,59 @@ impl TickSink for Publisher {
 mod tests {
     use super::DecisionLog;
 
-    /// A fresher window (its age fell), another figure or none, or a service's own window breaks a run;
-    /// the same window growing older does not.
+    /// A window is known by its end (tick time − age): the same window a tick later is not a
+    /// new one; another end is, even with the same figure and the same age (ticks a second
+    /// apart, each a second after a publication); a service's own window counts too, and a
+    /// window appearing or going stale is a change.
     #[test]
     fn a_new_latency_window_is_told_from_the_same_one_aging() {
         use super::new_latency_window;
         use crate::observation::Observation;
         use headroom_types::observation::LcGroupObservation;
-        let obs = |p99: Option<f64>, age: Option<u64>, group_age: Option<u64>| Observation {
-            lc_latency_us: p99,
+        use std::time::Duration;
+        let obs = |age: Option<u64>, group_age: Option<u64>| Observation {
+            lc_latency_us: age.map(|_| 100.0),
             lc_latency_age_ms: age,
             lc_groups: vec![LcGroupObservation {
                 name: "b".into(),
-                latency_us: Some(80.0),
+                latency_us: group_age.map(|_| 80.0),
                 latency_age_ms: group_age,
                 ..LcGroupObservation::default()
             }],
             ..Observation::default()
         };
-        let a = obs(Some(100.0), Some(10), Some(10));
+        let s = Duration::from_secs;
+        let a = obs(Some(10), Some(10));
+        // the same windows, 890 ms older
         assert!(!new_latency_window(
             &a,
-            &obs(Some(100.0), Some(900), Some(900))
+            s(10),
+            &obs(Some(900), Some(900)),
+            s(10) + Duration::from_millis(890)
         ));
+        // a tick a second later with the same age: the next window
         assert!(new_latency_window(
             &a,
-            &obs(Some(100.0), Some(5), Some(900))
+            s(10),
+            &obs(Some(10), Some(1010)),
+            s(11)
         ));
+        // the other service's window only
         assert!(new_latency_window(
             &a,
-            &obs(Some(120.0), Some(900), Some(900))
+            s(10),
+            &obs(Some(1010), Some(10)),
+            s(11)
         ));
-        assert!(new_latency_window(
-            &a,
-            &obs(Some(100.0), Some(900), Some(3))
+        // appearing, going stale
+        assert!(new_latency_window(&obs(None, None), s(10), &a, s(10)));
+        assert!(new_latency_window(&a, s(10), &obs(None, Some(10)), s(10)));
+        assert!(!new_latency_window(
+            &obs(None, None),
+            s(10),
+            &obs(None, None),
+            s(11)
         ));
-        assert!(new_latency_window(&obs(None, None, None), &a));
-        // the window gone (stale) is a change too
-        assert!(new_latency_window(&a, &obs(None, None, None)));
     }
 
     /// At 1 ms a log grows ~1.5 MB/s: past its cap it is rotated once, so the disk holds at

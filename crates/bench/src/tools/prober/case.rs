@@ -134,9 +134,20 @@ pub struct Row {
     pub loadgen_count: u64,
     pub loadgen_valid: bool,
     pub loadgen_failed_checks: Vec<String>,
+    /// The agent's median window against the load generator's p99 over its run from each
+    /// request's actual send (its per-window figures are from the scheduled send: where its
+    /// own sends ran late, this is the comparison that leaves its lateness out).
+    pub run_level: RunLevel,
     /// With `--peer`: mutilate -B's p99 over its run against the agent's median window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mutilate: Option<PeerFigures>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunLevel {
+    pub agent_p99_median_us: Option<f64>,
+    pub loadgen_p99_actual_send_us: f64,
+    pub within_bound: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -348,9 +359,17 @@ pub fn run(
         }
         None => None,
     };
+    let run_level = RunLevel {
+        agent_p99_median_us: figures.agent_p99_median_us,
+        loadgen_p99_actual_send_us: result.read_uncorrected.p99_us,
+        within_bound: figures
+            .agent_p99_median_us
+            .is_some_and(|a| agrees(a, result.read_uncorrected.p99_us)),
+    };
     Ok(Row {
         source,
         case,
+        run_level,
         windows: figures,
         mutilate,
         loadgen_p99_us: result.read_uncorrected.p99_us,
@@ -477,7 +496,7 @@ fn load_args(flags: &Flags, addr: &str, json: &Path, hdr: &Path) -> Vec<String> 
         ]
         .map(String::from),
     );
-    if !flags.loadgen_busy_poll {
+    if flags.loadgen_sleep_only {
         args.push("--sleep-only".into());
     }
     args
@@ -493,7 +512,7 @@ mod tests {
     }
 
     /// The reference instrument sends as the prober does — on schedule whatever is in flight —
-    /// and, unless asked, does not busy-poll on the agent's CPU.
+    /// and sleeps to each send only when asked.
     #[test]
     fn the_load_generator_sends_on_schedule_like_the_prober_and_sleeps_between_sends() {
         let args = |extra: &[&str]| {
@@ -507,13 +526,13 @@ mod tests {
         let a = args(&[]);
         let depth = a.iter().position(|x| x == "-d").expect("a depth");
         assert!(a[depth + 1].parse::<u32>().unwrap() >= 8, "{a:?}");
-        assert!(a.contains(&"--sleep-only".to_string()), "{a:?}");
+        assert!(!a.contains(&"--sleep-only".to_string()), "{a:?}");
         let q = a.iter().position(|x| x == "-q").unwrap();
         assert_eq!(a[q + 1], "500");
         let h = a.iter().position(|x| x == "--hdr").unwrap();
         assert_eq!(a[h + 1], "d/load.hdr");
-        let a = args(&["--loadgen-busy-poll", "--qps", "800"]);
-        assert!(!a.contains(&"--sleep-only".to_string()), "{a:?}");
+        let a = args(&["--loadgen-sleep-only", "--qps", "800"]);
+        assert!(a.contains(&"--sleep-only".to_string()), "{a:?}");
         let q = a.iter().position(|x| x == "-q").unwrap();
         assert_eq!(a[q + 1], "800");
     }

@@ -12,11 +12,12 @@
 //!   `--window-s` windows; with `--no-rt`, started inside a `cpu` group without a real-time
 //!   budget (a new cgroup-v1 group has `cpu.rt_runtime_us = 0`), or without CAP_SYS_NICE where
 //!   there is no such group, so its SCHED_FIFO is refused (checked before the run);
-//! - after 2 s, `headroom load -c 1 -d 16 -q QPS --sleep-only --hdr …` on CPU 0, under
-//!   `chrt -f 1` where the bench itself may use it (the reference instrument: it preempts
-//!   the hog, so its own wake-ups do not inflate what it reports). It sends on schedule
-//!   whatever is in flight, as the prober does, and does not busy-poll on the agent's CPU
-//!   (`--loadgen-busy-poll` lets it);
+//! - after 2 s, `headroom load -c 1 -d 16 -q QPS --hdr …` on CPU 0, under `chrt -f 1` where
+//!   the bench itself may use it (the reference instrument: it preempts the hog, so its own
+//!   wake-ups do not inflate what it reports). It sends on schedule whatever is in flight, as
+//!   the prober does, busy-polling only the few microseconds before each send
+//!   (`--loadgen-sleep-only` makes it sleep); with kernel transmit stamps a probe it delays
+//!   is delayed, not mismeasured;
 //! - every agent window lying wholly inside the load run (its end = the decision's wall time −
 //!   the latency's age) against the load generator's one-second intervals inside the same
 //!   seconds (`windows`), and the slots in which the agent published no window (refused).
@@ -81,11 +82,11 @@ pub struct Flags {
     /// shipped here.
     #[arg(long, value_name = "PATH")]
     peer: Option<PathBuf>,
-    /// Let `headroom load` busy-poll before its sends (its default elsewhere). Off here: on the
-    /// agent's CPU at FIFO priority a busy-polling load generator holds the CPU the prober's
-    /// due send waits for
+    /// Make the reference load generator sleep to each send instead of busy-polling the
+    /// last microseconds before it (on a 2-vCPU VM its sends then ran ~250 µs late, and its
+    /// per-window figures, timed from the scheduled send, carried that lateness)
     #[arg(long)]
-    loadgen_busy_poll: bool,
+    loadgen_sleep_only: bool,
     /// Refuse SCHED_FIFO to the agent as many hosts do: start it in a cpu group without a
     /// real-time budget (cgroup v1 `cpu.rt_runtime_us = 0`) or, with no such group, without
     /// CAP_SYS_NICE. The reference load generator keeps FIFO where the bench may use it
@@ -295,6 +296,14 @@ fn print_row(name: &str, r: &Row) {
         } else {
             format!("self-checks FAILED: {}", r.loadgen_failed_checks.join("; "))
         },
+    );
+    let run = &r.run_level;
+    println!(
+        "{:<13} over the whole run: agent p99 median {} µs vs load generator {:.1} µs from actual send → {}",
+        "",
+        us(run.agent_p99_median_us),
+        run.loadgen_p99_actual_send_us,
+        if run.within_bound { "within bound" } else { "OUTSIDE bound" },
     );
     if let Some(m) = &r.mutilate {
         println!(
