@@ -437,8 +437,14 @@ window_s = {window:?}
 name = "be"
 cgroup = "headroom-bench-prober/be"
 
+# dry run: blind decides and writes nothing; it ticks every 100 ms, so every window the
+# sensors publish (one a second) is seen by a tick and lands in the decision log (policy none
+# ticks once a second, and the publications falling between two of its ticks were never seen)
 [policy]
-kind = "none"
+kind = "blind"
+
+[policy.blind]
+poll_ms = 100
 
 [safety]
 on_exit = "restore"
@@ -545,6 +551,8 @@ mod tests {
         let f = flags(&["--window-s", "5"]);
         for source in [Source::Probe, Source::Kernel] {
             let text = agent_config(Path::new("/d"), "x", 1, addr, source, &f, 9);
+            headroom_agent::config::Config::from_toml_str(&text)
+                .unwrap_or_else(|e| panic!("the agent refuses the config: {e}\n{text}"));
             let v: toml::Value = toml::from_str(&text).expect("the config parses");
             let lat = &v["lc"]["latency"];
             match source {

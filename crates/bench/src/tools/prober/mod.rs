@@ -8,7 +8,7 @@
 //! `kernel`: the passive BPF sensor of the LC's own requests, no probes) and case (`hog`: a
 //! spinning antagonist, a normal CFS task, on the agent's CPU; `no-hog`: nothing beside it):
 //! - `headroom serve --threads 1` on the last CPU (the LC);
-//! - `headroom agent --dry-run` (`policy none`: it changes nothing) on CPU 0 at nice 0 with
+//! - `headroom agent --dry-run` (`blind` ticking every 100 ms, writing nothing) on CPU 0 at nice 0 with
 //!   `--window-s` windows; with `--no-rt`, started inside a `cpu` group without a real-time
 //!   budget (a new cgroup-v1 group has `cpu.rt_runtime_us = 0`), or without CAP_SYS_NICE where
 //!   there is no such group, so its SCHED_FIFO is refused (checked before the run);
