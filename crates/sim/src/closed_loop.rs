@@ -16,12 +16,14 @@ use headroom_agent::config::{Config, PolicyKind};
 use headroom_agent::controller::{Controller, Discard};
 use headroom_agent::policy::{self, MachineInfo};
 use headroom_types::decision::Decision;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::error::SimError;
 use crate::host::{SimHost, TickState};
 use crate::model::BeKind;
 use crate::node::sim_groups;
-use crate::run::{BeJobs, ServerSpec, SimSetup};
+use crate::setup::{ServerSpec, SimSetup};
 
 /// One server's host, policy and BE jobs, stepped a model tick at a time.
 pub(crate) struct ClosedLoop<'m> {
@@ -159,5 +161,36 @@ impl<'m> ClosedLoop<'m> {
             }
         }
         Ok(*self.host.last_state().expect("sensed this tick"))
+    }
+}
+
+/// The BE job schedule of a server: which kind runs when (the same under every policy).
+struct BeJobs {
+    rng: ChaCha8Rng,
+    until_s: f64,
+    current: usize,
+}
+
+impl BeJobs {
+    fn new(seed: u64, pool: usize) -> BeJobs {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xbe_b0b);
+        let current = rng.random_range(0..pool.max(1));
+        BeJobs {
+            rng,
+            until_s: 0.0,
+            current,
+        }
+    }
+
+    /// The pool index running at `t_s` (call with increasing t).
+    fn at(&mut self, t_s: f64, pool: usize, mean_s: f64) -> usize {
+        while t_s >= self.until_s {
+            if self.until_s > 0.0 {
+                self.current = self.rng.random_range(0..pool.max(1));
+            }
+            let u: f64 = self.rng.random::<f64>().max(1e-12);
+            self.until_s += -u.ln() * mean_s;
+        }
+        self.current
     }
 }

@@ -15,6 +15,7 @@ pub mod node;
 pub mod queue;
 pub mod report;
 pub mod run;
+pub mod setup;
 pub mod tco;
 pub mod trace;
 pub mod validate;

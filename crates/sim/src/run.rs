@@ -6,15 +6,14 @@
 //! the model is in steady state; how often the policy is called within one is `closed_loop`'s.
 
 use headroom_agent::config::{Config, PolicyKind};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use crate::closed_loop::ClosedLoop;
 use crate::error::SimError;
 use crate::host::TickState;
 use crate::model::ServerModel;
 use crate::queue::{quantile_of_mix, ResponseTail};
-use crate::trace::{LoadTrace, ServerLoad};
+pub use crate::setup::{ServerSpec, SimSetup};
+use crate::trace::ServerLoad;
 
 /// Every policy, in report order.
 pub const ALL_POLICIES: [PolicyKind; 7] = [
@@ -91,54 +90,6 @@ percent = 25
     })
 }
 
-/// What is simulated for every server.
-#[derive(Debug, Clone)]
-pub struct SimSetup {
-    pub model: ServerModel,
-    pub trace: LoadTrace,
-    /// BE kinds the job pool draws from (names in `model.be`).
-    pub be_pool: Vec<String>,
-    /// Mean length of a BE job, s (exponential).
-    pub be_job_mean_s: f64,
-    /// Per-server AR(1) load noise, fraction of peak.
-    pub noise_sd: f64,
-    pub tick_s: f64,
-    /// Extra agent TOML for every policy.
-    pub agent_extra: String,
-    /// The SLO window (`lc.slo.window_s`), s: a multiple of `tick_s`.
-    pub window_s: f64,
-    /// Each server's trace shifted (±30 min) and scaled (±5 %) by its seed, as servers of a
-    /// fleet differ; off for the replay of one measured run, whose trace is the run's own.
-    pub vary_servers: bool,
-}
-
-impl SimSetup {
-    pub fn new(model: ServerModel, trace: LoadTrace) -> SimSetup {
-        let be_pool = model.be.keys().cloned().collect();
-        SimSetup {
-            model,
-            trace,
-            be_pool,
-            be_job_mean_s: 2.0 * 3600.0,
-            noise_sd: 0.03,
-            tick_s: 5.0,
-            agent_extra: String::new(),
-            window_s: 15.0,
-            vary_servers: true,
-        }
-    }
-}
-
-/// One server of the fleet.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerSpec {
-    pub cores: u32,
-    pub seed: u64,
-    /// Simulated seconds from `start_s` (seconds since midnight).
-    pub start_s: f64,
-    pub duration_s: f64,
-}
-
 /// One SLO window of one server.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct WindowRecord {
@@ -180,37 +131,6 @@ pub struct ServerOutcome {
 impl ServerOutcome {
     pub fn emu_mean(&self) -> f64 {
         self.emu_sum / self.windows.max(1) as f64
-    }
-}
-
-/// The BE job schedule of a server: which kind runs when (the same under every policy).
-pub(crate) struct BeJobs {
-    rng: ChaCha8Rng,
-    until_s: f64,
-    current: usize,
-}
-
-impl BeJobs {
-    pub(crate) fn new(seed: u64, pool: usize) -> BeJobs {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xbe_b0b);
-        let current = rng.random_range(0..pool.max(1));
-        BeJobs {
-            rng,
-            until_s: 0.0,
-            current,
-        }
-    }
-
-    /// The pool index running at `t_s` (call with increasing t).
-    pub(crate) fn at(&mut self, t_s: f64, pool: usize, mean_s: f64) -> usize {
-        while t_s >= self.until_s {
-            if self.until_s > 0.0 {
-                self.current = self.rng.random_range(0..pool.max(1));
-            }
-            let u: f64 = self.rng.random::<f64>().max(1e-12);
-            self.until_s += -u.ln() * mean_s;
-        }
-        self.current
     }
 }
 
