@@ -199,30 +199,9 @@ impl Session<'_> {
         let capacity = if let Some(peak) = self.opts.peak_qps {
             peak
         } else {
-            let mut ok = 0.0;
-            let mut bad = None;
-            let mut q = 10_000.0;
-            for _ in 0..9 {
-                if self.holds_at(addr, q, knee, "capacity", b)? {
-                    ok = q;
-                    q *= 2.0;
-                } else {
-                    bad = Some(q);
-                    break;
-                }
-            }
-            if let Some(mut hi) = bad {
-                let mut lo: f64 = ok;
-                for _ in 0..4 {
-                    let mid = (lo + hi) / 2.0;
-                    if self.holds_at(addr, mid, knee, "capacity", b)? {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                ok = lo;
-            }
+            let ok = capacity_search(10_000.0, 9, 4, |q| {
+                self.holds_at(addr, q, knee, "capacity", b)
+            })?;
             if ok <= 0.0 {
                 return Err(BenchError::Unavailable(format!(
                     "the LC alone could not sustain 10000 QPS within p{p} ≤ {knee:.0} µs with the load generator unsaturated: see the probes in {}",
@@ -362,4 +341,69 @@ pub fn held_by_majority(mut try_once: impl FnMut() -> Result<bool>) -> Result<bo
         }
     }
     Ok(false)
+}
+
+/// The highest rate that `holds`: doubling from `start` (at most `doublings` steps) until one
+/// does not hold, then `bisections` halvings between the last that held and the first that did
+/// not. 0 when `start` does not hold.
+pub(crate) fn capacity_search<E>(
+    start: f64,
+    doublings: usize,
+    bisections: usize,
+    mut holds: impl FnMut(f64) -> Result<bool, E>,
+) -> Result<f64, E> {
+    let (mut ok, mut bad) = (0.0, None);
+    let mut q = start;
+    for _ in 0..doublings {
+        if holds(q)? {
+            ok = q;
+            q *= 2.0;
+        } else {
+            bad = Some(q);
+            break;
+        }
+    }
+    if let Some(mut hi) = bad {
+        let mut lo: f64 = ok;
+        for _ in 0..bisections {
+            let mid = (lo + hi) / 2.0;
+            if holds(mid)? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        ok = lo;
+    }
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod capacity_search_tests {
+    use super::capacity_search;
+
+    #[test]
+    fn doubles_then_bisects_to_the_highest_rate_that_holds() {
+        let mut asked = Vec::new();
+        let cap = capacity_search(10_000.0, 9, 4, |q| {
+            asked.push(q);
+            Ok::<_, ()>(q <= 50_000.0)
+        })
+        .unwrap();
+        // 10k, 20k, 40k hold, 80k not; then 60k no, 50k yes, 55k no, 52.5k no
+        assert_eq!(asked, [10e3, 20e3, 40e3, 80e3, 60e3, 50e3, 55e3, 52.5e3]);
+        assert_eq!(cap, 50_000.0);
+        assert_eq!(
+            capacity_search(10_000.0, 9, 4, |_| Ok::<_, ()>(false)),
+            Ok(0.0)
+        );
+        assert_eq!(
+            capacity_search(10_000.0, 2, 4, |_| Ok::<_, ()>(true)),
+            Ok(20_000.0)
+        );
+        assert_eq!(
+            capacity_search(1.0, 9, 4, |_| Err("probe failed")),
+            Err("probe failed")
+        );
+    }
 }

@@ -19,6 +19,7 @@ mod colocation;
 mod sweep;
 
 pub use agent::{scaled_cooldown_s, AgentRun, PRODUCTION_COOLDOWN_S, TRACE_DAY_S};
+pub(crate) use baselines::capacity_search;
 pub use baselines::held_by_majority;
 pub use colocation::WindowView;
 pub use sweep::{be_spec, has_smt, sweep_configs, SweepConfig};

@@ -315,29 +315,7 @@ fn capacity(
     let holds = |q: f64| -> Result<bool> {
         Ok(valid_probe(runner, dir, name, addr, q, s)?.is_some_and(|m| m.holds(q, 99.0, knee)))
     };
-    let (mut ok, mut bad) = (0.0, None);
-    let mut q = 5000.0;
-    for _ in 0..8 {
-        if holds(q)? {
-            ok = q;
-            q *= 2.0;
-        } else {
-            bad = Some(q);
-            break;
-        }
-    }
-    if let Some(mut hi) = bad {
-        let mut lo: f64 = ok;
-        for _ in 0..if flags.quick { 2 } else { 4 } {
-            let mid = (lo + hi) / 2.0;
-            if holds(mid)? {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        ok = lo;
-    }
+    let ok = crate::record::capacity_search(5000.0, 8, if flags.quick { 2 } else { 4 }, holds)?;
     if ok <= 0.0 {
         return Err(ToolError::Measurement(format!(
             "LC {name} alone did not hold 5000 QPS validly within p99 ≤ {knee:.0} µs: give --capacity-{name}-qps"
