@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::hybrid::Hybrid;
-use super::{secs, MachineInfo, Policy};
+use super::{secs, IdleCrossings, MachineInfo, Policy};
 use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
 use crate::observation::Observation;
@@ -507,6 +507,11 @@ impl Policy for Multi {
 
     fn idle_crossings_matter(&self) -> bool {
         self.hybrid.idle_crossings_matter()
+    }
+
+    /// Hybrid's: none while BE is off, the inner loop's sides while it runs.
+    fn idle_crossings(&self) -> IdleCrossings {
+        self.hybrid.idle_crossings()
     }
 
     fn set_explain(&mut self, on: bool) {
