@@ -42,6 +42,9 @@ pub struct AgentSpec {
     pub window_s: f64,
     pub be_cgroup: String,
     pub be_argv: Vec<String>,
+    /// The CPUs BE may be given (the services' CPUs): without them blind isolation gives BE
+    /// every CPU the services do not use — the load generators' and the agent's.
+    pub be_cpus: Vec<usize>,
     pub violation_cooldown_s: f64,
     pub state_file: PathBuf,
     pub socket: PathBuf,
@@ -114,6 +117,9 @@ command = [{cmd}]
 [policy]
 kind = "{policy}"
 
+[policy.blind]
+be_cpus = [{be_cpus}]
+
 [safety]
 on_exit = "restore"
 state_file = "{state}"
@@ -129,6 +135,12 @@ metrics = "127.0.0.1:{port}"
         be = spec.be_cgroup,
         cmd = cmd.join(", "),
         policy = spec.policy,
+        be_cpus = spec
+            .be_cpus
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         state = spec.state_file.display(),
         cooldown = spec.violation_cooldown_s,
         socket = spec.socket.display(),
@@ -163,6 +175,7 @@ mod tests {
             window_s: 10.0,
             be_cgroup: "headroom-mlc-1/be".into(),
             be_argv: vec!["taskset".into(), "-c".into(), "1".into(), "/bin/x".into()],
+            be_cpus: vec![1],
             violation_cooldown_s: 10.0,
             state_file: "/tmp/s.json".into(),
             socket: "/tmp/ctl.sock".into(),
@@ -179,6 +192,12 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{policy} {latency:?}: {e}\n{text}"));
                 assert_eq!(c.lcs.len(), n, "{text}");
                 assert_eq!(c.lcs[0].name, "a");
+                // BE only where the services run (the load generators' CPU 0 is not BE's)
+                assert_eq!(
+                    c.policy.blind.be_cpus.iter().collect::<Vec<_>>(),
+                    vec![1],
+                    "{text}"
+                );
                 if n == 2 {
                     assert_eq!(c.lcs[1].slo.target_us, 800.0);
                 }

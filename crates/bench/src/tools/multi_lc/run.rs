@@ -147,6 +147,7 @@ impl Ctx<'_> {
                     &self.be.prefix,
                     &self.be.args(&progress),
                 ),
+                be_cpus: runner.placement.be_cpus().to_vec(),
                 violation_cooldown_s: scaled_cooldown_s(
                     flags.window_s * flags.windows() as f64,
                     flags.window_s,
@@ -176,6 +177,7 @@ impl Ctx<'_> {
         let n = flags.windows();
         let threads = runner.placement.server.len().max(1);
         let mut windows = Vec::new();
+        let mut be_silent_said = false;
         for i in 0..n {
             if let Some((c, s)) = procs
                 .iter_mut()
@@ -247,6 +249,18 @@ impl Ctx<'_> {
                 agent,
             };
             println!("{}", live_line(&rec, n));
+            let given = rec.agent.as_ref().and_then(|a| a.be_cpus_mean);
+            if samples.is_empty() && given.is_some_and(|c| c >= 0.5) && !be_silent_said {
+                // the agent gave BE CPUs and BE reported nothing: its command failed there
+                // (a taskset outside BE's cpuset did, unseen, in every earlier run)
+                println!(
+                    "note: BE reported no progress although the agent gave it {:.2} CPUs: \
+                     its command fails in BE's group? (see {})",
+                    given.unwrap_or(0.0),
+                    self.path("logs").display()
+                );
+                be_silent_said = true;
+            }
             windows.push(rec);
         }
         for p in procs.iter_mut() {
