@@ -1,6 +1,10 @@
-//! `--hdr F`: the per-second corrected-latency histograms as an HdrHistogram interval log (the
-//! format of HdrHistogram's `HistogramLogWriter`, readable by HdrHistogram's log tools), values in
-//! nanoseconds, one line per interval, tagged `warmup` during the warmup.
+//! `--hdr F`: the per-second latency histograms as an HdrHistogram interval log (the format of
+//! HdrHistogram's `HistogramLogWriter`, readable by HdrHistogram's log tools), values in
+//! nanoseconds. Two lines per interval: the corrected latency (from each request's scheduled
+//! send; untagged, `warmup` during the warmup), then the same requests from their actual send
+//! (tagged `actual-send`, `warmup-actual-send`) — what a sensor that stamps requests in the
+//! kernel or the server sees, without the client's own send lag. Tools that read one histogram
+//! per interval select by tag.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -12,6 +16,11 @@ use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::error::LoadError;
 use crate::runner::Interval;
+
+/// The tags of an interval's two lines.
+const WARMUP: &str = "warmup";
+const ACTUAL_SEND: &str = "actual-send";
+const WARMUP_ACTUAL_SEND: &str = "warmup-actual-send";
 
 /// An open interval log.
 pub struct HdrLogWriter {
@@ -32,7 +41,11 @@ impl HdrLogWriter {
         let mut serializer = V2DeflateSerializer::new();
         let now = SystemTime::now();
         IntervalLogWriterBuilder::new()
-            .add_comment("headroom load: corrected latency per interval, values in nanoseconds")
+            .add_comment(
+                "headroom load: latency per interval, values in nanoseconds; untagged/warmup: \
+                 from the scheduled send (corrected), actual-send/warmup-actual-send: from the \
+                 actual send",
+            )
             .with_start_time(now)
             .with_base_time(now)
             .with_max_value_divisor(1e6)
@@ -45,11 +58,15 @@ impl HdrLogWriter {
         })
     }
 
-    /// Appends one interval.
+    /// Appends one interval: its corrected line, then its actual-send line.
     pub fn log(&mut self, iv: &Interval) -> Result<(), LoadError> {
-        let h = iv.hist.histogram();
         let start = Duration::from_secs_f64((iv.t_s - iv.interval_s).max(0.0));
-        let tag = if iv.warmup { Tag::new("warmup") } else { None };
+        let duration = Duration::from_secs_f64(iv.interval_s);
+        let (corrected_tag, actual_tag) = if iv.warmup {
+            (Some(WARMUP), WARMUP_ACTUAL_SEND)
+        } else {
+            (None, ACTUAL_SEND)
+        };
         let mut w = IntervalLogWriterBuilder::new()
             .begin_log_with(&mut self.out, &mut self.serializer)
             .map_err(|e| LoadError::Output {
@@ -57,12 +74,18 @@ impl HdrLogWriter {
                 path: self.path.clone(),
                 source: e,
             })?;
-        w.write_histogram(h, start, Duration::from_secs_f64(iv.interval_s), tag)
-            .map_err(|e| LoadError::Output {
-                what: "writing the HDR interval log",
-                path: self.path.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })
+        for (h, tag) in [
+            (iv.hist.histogram(), corrected_tag),
+            (iv.actual_send.histogram(), Some(actual_tag)),
+        ] {
+            w.write_histogram(h, start, duration, tag.and_then(Tag::new))
+                .map_err(|e| LoadError::Output {
+                    what: "writing the HDR interval log",
+                    path: self.path.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        }
+        Ok(())
     }
 
     fn err(&self, source: std::io::Error) -> LoadError {
@@ -90,6 +113,8 @@ pub struct LoggedInterval {
     pub warmup: bool,
     /// Corrected latency (from each request's scheduled send).
     pub hist: crate::stats::LatencyHist,
+    /// The same requests from their actual send (`None` in a log written before it was kept).
+    pub actual_send: Option<crate::stats::LatencyHist>,
 }
 
 impl LoggedInterval {
@@ -124,11 +149,30 @@ pub fn read_intervals(path: &Path) -> Result<Vec<LoggedInterval>, LoadError> {
                 let origin = base.or(start.map(|_| 0.0)).unwrap_or(0.0);
                 let hist = crate::stats::LatencyHist::from_base64(iv.encoded_histogram())
                     .map_err(|e| bad(format!("interval {}: {e}", out.len() + 1)))?;
+                let start_unix_s = origin + iv.start_timestamp().as_secs_f64();
+                let tag = iv.tag().map(|t| t.as_str().to_owned());
+                if matches!(tag.as_deref(), Some(ACTUAL_SEND | WARMUP_ACTUAL_SEND)) {
+                    // the second line of the interval just read
+                    let last: Option<&mut LoggedInterval> = out.last_mut();
+                    match last {
+                        Some(l) if (l.start_unix_s - start_unix_s).abs() < 1e-3 => {
+                            l.actual_send = Some(hist)
+                        }
+                        _ => {
+                            return Err(bad(format!(
+                                "an actual-send line at {start_unix_s:.3} s follows no interval \
+                                 starting then"
+                            )))
+                        }
+                    }
+                    continue;
+                }
                 out.push(LoggedInterval {
-                    start_unix_s: origin + iv.start_timestamp().as_secs_f64(),
+                    start_unix_s,
                     duration_s: iv.duration().as_secs_f64(),
-                    warmup: iv.tag().is_some_and(|t| t.as_str() == "warmup"),
+                    warmup: tag.as_deref() == Some(WARMUP),
                     hist,
+                    actual_send: None,
                 });
             }
         }
@@ -149,12 +193,18 @@ mod tests {
         for v in values_us {
             hist.record_ns(v * 1000);
         }
+        // the actual-send figures: each 10 µs less (the client's send lag)
+        let mut actual_send = LatencyHist::new();
+        for v in values_us {
+            actual_send.record_ns((v - 10) * 1000);
+        }
         Interval {
             index,
             t_s,
             interval_s: 1.0,
             qps: values_us.len() as f64,
             hist,
+            actual_send,
             warmup,
         }
     }
@@ -189,6 +239,12 @@ mod tests {
         assert_eq!(ivs[1].hist.count(), 3);
         let p99 = ivs[1].hist.percentile_us(99.0);
         assert!((299.0..=301.0).contains(&p99), "{p99}");
+        // each interval's actual-send line is paired with it, warm-up included
+        let actual = ivs[1].actual_send.as_ref().expect("an actual-send line");
+        assert_eq!(actual.count(), 3);
+        let p99 = actual.percentile_us(99.0);
+        assert!((289.0..=291.0).contains(&p99), "{p99}");
+        assert_eq!(ivs[0].actual_send.as_ref().map(|h| h.count()), Some(1));
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Interval {
     pub qps: f64,
     /// Corrected latencies of the reported connections completed in this interval.
     pub hist: LatencyHist,
+    /// The same requests from their actual send.
+    pub actual_send: LatencyHist,
     /// The interval ends inside the warmup.
     pub warmup: bool,
 }
@@ -466,12 +468,33 @@ fn write_samples(path: &std::path::Path, saved: &mut [SavedSample]) -> Result<()
     w.flush().map_err(io)
 }
 
+/// One interval's reports so far.
+#[derive(Default)]
+struct PendingInterval {
+    hist: LatencyHist,
+    actual_send: LatencyHist,
+    completed: u64,
+    /// Workers that reported it (a straggler folded in does not count).
+    reports: usize,
+}
+
+impl PendingInterval {
+    fn merge(&mut self, msg: &IntervalMsg, counts: bool) {
+        self.hist.merge(&msg.hist);
+        self.actual_send.merge(&msg.actual_send);
+        self.completed += msg.completed;
+        if counts {
+            self.reports += 1;
+        }
+    }
+}
+
 /// Merges per-worker interval reports into whole intervals, in order.
 struct IntervalMerger {
     workers: usize,
     t0: u64,
     warm_end: u64,
-    pending: BTreeMap<u64, (LatencyHist, u64, usize)>,
+    pending: BTreeMap<u64, PendingInterval>,
     next: u64,
 }
 
@@ -489,27 +512,19 @@ impl IntervalMerger {
     fn add(&mut self, msg: IntervalMsg) -> Vec<Interval> {
         if msg.index < self.next {
             // A straggler for an interval already shown: fold it into the next one.
-            let e = self
-                .pending
+            self.pending
                 .entry(self.next)
-                .or_insert_with(|| (LatencyHist::new(), 0, 0));
-            e.0.merge(&msg.hist);
-            e.1 += msg.completed;
+                .or_default()
+                .merge(&msg, false);
             return Vec::new();
         }
-        let e = self
-            .pending
-            .entry(msg.index)
-            .or_insert_with(|| (LatencyHist::new(), 0, 0));
-        e.0.merge(&msg.hist);
-        e.1 += msg.completed;
-        e.2 += 1;
+        self.pending.entry(msg.index).or_default().merge(&msg, true);
         let _ = msg.worker;
         // Every interval up to the newest complete one is ready.
         let ready = self
             .pending
             .iter()
-            .filter(|(_, v)| v.2 >= self.workers)
+            .filter(|(_, v)| v.reports >= self.workers)
             .map(|(k, _)| *k)
             .max();
         match ready {
@@ -522,7 +537,7 @@ impl IntervalMerger {
         let mut out = Vec::new();
         let keys: Vec<u64> = self.pending.range(..=upto).map(|(k, _)| *k).collect();
         for k in keys {
-            let (hist, completed, _) = self.pending.remove(&k).expect("key listed");
+            let p = self.pending.remove(&k).expect("key listed");
             let start = self.t0 + k * INTERVAL_NS;
             let stop = match end_ns {
                 Some(e) if k == upto => e.clamp(start + 1, start + INTERVAL_NS),
@@ -533,8 +548,9 @@ impl IntervalMerger {
                 index: k,
                 t_s: (stop - self.t0) as f64 * 1e-9,
                 interval_s,
-                qps: completed as f64 / interval_s,
-                hist,
+                qps: p.completed as f64 / interval_s,
+                hist: p.hist,
+                actual_send: p.actual_send,
                 warmup: stop <= self.warm_end,
             });
             self.next = k + 1;

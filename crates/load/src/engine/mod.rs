@@ -118,6 +118,9 @@ pub struct IntervalMsg {
     pub index: u64,
     /// Corrected latencies of the reported class completed in this interval.
     pub hist: LatencyHist,
+    /// The same requests' latencies from their actual send (`--hdr`'s `actual-send` lines:
+    /// what a server-side or kernel-stamped sensor can see, without the client's send lag).
+    pub actual_send: LatencyHist,
     /// Requests of all classes completed in this interval.
     pub completed: u64,
 }
@@ -203,6 +206,7 @@ struct Worker<'a> {
     out: WorkerOut,
     key: Vec<u8>,
     interval: LatencyHist,
+    interval_actual_send: LatencyHist,
     interval_completed: u64,
     interval_index: u64,
     interval_tx: mpsc::Sender<IntervalMsg>,
@@ -276,6 +280,7 @@ pub fn run_worker(
         },
         key: Vec::with_capacity(256),
         interval: LatencyHist::new(),
+        interval_actual_send: LatencyHist::new(),
         interval_completed: 0,
         interval_index: 0,
         interval_tx,
@@ -446,10 +451,12 @@ impl Worker<'_> {
             return;
         }
         let hist = std::mem::take(&mut self.interval);
+        let actual_send = std::mem::take(&mut self.interval_actual_send);
         let msg = IntervalMsg {
             worker: self.id,
             index: self.interval_index,
             hist,
+            actual_send,
             completed: self.interval_completed,
         };
         // The receiver may be gone (a caller that stopped listening); results still count.
@@ -684,14 +691,15 @@ impl Worker<'_> {
 
     fn complete(&mut self, req: Inflight, hit: bool, measure: bool, reported: bool, now: u64) {
         let corrected = now.saturating_sub(req.sched);
+        let uncorrected = now.saturating_sub(req.sent);
         if reported {
             self.interval.record_ns(corrected);
+            self.interval_actual_send.record_ns(uncorrected);
         }
         self.interval_completed += 1;
         if req.sched < self.shared.warm_end {
             return;
         }
-        let uncorrected = now.saturating_sub(req.sent);
         let hists = if measure {
             &mut self.out.measure
         } else {

@@ -75,7 +75,9 @@ pub fn window_slots(start_ms: u64, end_ms: u64, window_ms: u64) -> usize {
     }
 }
 
-/// The load generator's p99 over one agent window, if its intervals cover it.
+/// The load generator's p99 over one agent window, if its intervals cover it: from each
+/// request's actual send where the log keeps it (the agent's sensors stamp requests in the
+/// kernel and never see the reference's own send lag), else corrected.
 pub fn loadgen_p99_over(
     intervals: &[LoggedInterval],
     window_start_s: f64,
@@ -88,7 +90,7 @@ pub fn loadgen_p99_over(
             && iv.start_unix_s >= window_start_s - EDGE_SLACK_S
             && iv.end_unix_s() <= window_end_s + EDGE_SLACK_S
     }) {
-        merged.merge(&iv.hist);
+        merged.merge(iv.actual_send.as_ref().unwrap_or(&iv.hist));
         covered += iv.duration_s;
     }
     let span = window_end_s - window_start_s;
@@ -258,7 +260,32 @@ mod tests {
             duration_s: 1.0,
             warmup,
             hist,
+            actual_send: None,
         }
+    }
+
+    /// The actual-send figures are compared where the log keeps them: the reference's send lag
+    /// is no part of what the agent's sensors see.
+    #[test]
+    fn the_reference_is_taken_from_actual_send_where_logged() {
+        let mut ivs: Vec<LoggedInterval> = (0..10)
+            .map(|i| interval(100.0 + i as f64, false, &[500; 100]))
+            .collect();
+        assert_eq!(
+            loadgen_p99_over(&ivs, 100.0, 110.0).map(|p| p.round()),
+            Some(500.0)
+        );
+        for iv in &mut ivs {
+            let mut a = LatencyHist::new();
+            for _ in 0..100 {
+                a.record_ns(200_000);
+            }
+            iv.actual_send = Some(a);
+        }
+        assert_eq!(
+            loadgen_p99_over(&ivs, 100.0, 110.0).map(|p| p.round()),
+            Some(200.0)
+        );
     }
 
     #[test]
