@@ -86,6 +86,9 @@ pub struct WindowRecord {
     pub emu: Option<f64>,
     /// What the agent allowed BE over the window (from its decision log), when one ran.
     pub agent: Option<crate::model::AgentWindow>,
+    /// CPU time the hypervisor took over the window, % of all CPU time (`/proc/stat` steal):
+    /// a VM's neighbours show here, not in the guest's load.
+    pub steal_pct: Option<f64>,
 }
 
 /// EMU of a window (Heracles: LC load + BE throughput, each relative to alone), summed over the

@@ -10,7 +10,8 @@ use super::plan::{window_emu, LcWindow, Verdict, WindowRecord};
 use super::{be_alone, load_once, Flags, Lc};
 use crate::record::scaled_cooldown_s;
 use crate::runner::{
-    now_unix_ms, read_progress, summarize_decisions, BeSpec, DecisionTail, Proc, Runner,
+    now_unix_ms, read_progress, steal_jiffies, steal_pct_since, summarize_decisions, BeSpec,
+    DecisionTail, Proc, Runner,
 };
 use crate::stats;
 use crate::tools::error::{Context, Result};
@@ -200,6 +201,7 @@ impl Ctx<'_> {
                 t.read_new();
                 t.last.clone()
             });
+            let steal_before = steal_jiffies(Path::new("/proc/stat"));
             let start = now_unix_ms();
             let results = self.loads(
                 &rates,
@@ -247,6 +249,7 @@ impl Ctx<'_> {
                 be_ops_per_s: Some(be_ops),
                 be_fraction: Some(be_fraction),
                 agent,
+                steal_pct: steal_pct_since(steal_before, Path::new("/proc/stat")),
             };
             println!("{}", live_line(&rec, n));
             let given = rec.agent.as_ref().and_then(|a| a.be_cpus_mean);
@@ -347,7 +350,7 @@ fn live_line(w: &WindowRecord, n: usize) -> String {
         })
         .collect();
     format!(
-        "{:<6} w{:>2}/{n} | {} | BE {:>4.0}% of alone{} | EMU {}",
+        "{:<6} w{:>2}/{n} | {} | BE {:>4.0}% of alone{} | EMU {}{}",
         w.policy,
         w.index + 1,
         lcs.join(" | "),
@@ -357,5 +360,9 @@ fn live_line(w: &WindowRecord, n: usize) -> String {
             .and_then(|a| a.be_cpus_mean)
             .map_or(String::new(), |c| format!(", {c:.2} CPUs")),
         w.emu.map_or("–".into(), |e| format!("{:.0}%", e * 100.0)),
+        // a VM's neighbours: worth a look from a few percent on
+        w.steal_pct
+            .filter(|s| *s >= 0.5)
+            .map_or(String::new(), |s| format!(" | steal {s:.1}%")),
     )
 }
