@@ -462,14 +462,14 @@ metrics = "127.0.0.1:{metrics_port}"
     )
 }
 
-/// The flags `headroom load` and mutilate share: one thread, one connection, `LOAD_DEPTH` in
-/// flight, the rate and the run's length.
+/// The flags `headroom load` and mutilate share: one thread, `--connections` (1 by default),
+/// `LOAD_DEPTH` in flight on each, the rate and the run's length.
 fn common_load_flags(flags: &Flags) -> Vec<String> {
     [
         "-T".to_string(),
         "1".into(),
         "-c".into(),
-        "1".into(),
+        flags.connections.to_string(),
         // on schedule whatever is in flight, as the prober sends: at depth 1 a request due while
         // the previous one is unanswered waits for it and is timed from then, so the 1–2% that
         // meet the previous one at the LC (the tail the p99 is made of) would carry that wait in
@@ -541,6 +541,9 @@ mod tests {
         assert!(a.contains(&"--sleep-only".to_string()), "{a:?}");
         let q = a.iter().position(|x| x == "-q").unwrap();
         assert_eq!(a[q + 1], "800");
+        let a = args(&["--qps", "30000", "--connections", "8"]);
+        let c = a.iter().position(|x| x == "-c").expect("-c");
+        assert_eq!(a[c + 1], "8", "{a:?}");
     }
 
     /// The kernel sensor watches the LC's port with no prober behind it; the prober probes

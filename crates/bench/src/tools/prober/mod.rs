@@ -65,6 +65,10 @@ pub struct Flags {
     /// The independent load generator's rate (the LC's only load apart from the prober)
     #[arg(long, default_value_t = 500.0, value_parser = positive_f64)]
     qps: f64,
+    /// The independent load generator's connections (one thread): more than 1 for rates of
+    /// thousands, where one connection's requests queue behind each other at the LC
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    connections: u32,
     /// The prober's rate, probes per second (at most 10000)
     #[arg(long, default_value_t = 500.0, value_parser = probe_hz)]
     probe_hz: f64,
