@@ -58,6 +58,8 @@ pub struct Supervised {
     started: Option<Instant>,
     restart_at: Option<Instant>,
     pub restarts: u64,
+    /// How the command last ended and after how long (`ctl status`).
+    pub last_exit: Option<String>,
 }
 
 impl Supervised {
@@ -82,6 +84,7 @@ impl Supervised {
             started: None,
             restart_at: None,
             restarts: 0,
+            last_exit: None,
         }
     }
 
@@ -135,6 +138,7 @@ impl Supervised {
             }
             self.child = None;
             self.adopted = None;
+            self.last_exit = Some(format!("{how} after {:.1} s", ran.as_secs_f64()));
             if self.restart {
                 self.restart_at = Some(now + self.backoff);
                 tracing::warn!(name = %self.name, status = %how, ran_ms = ran.as_millis() as u64,

@@ -153,6 +153,9 @@ pub struct BeCommandStatus {
     pub name: String,
     pub pid: Option<u32>,
     pub restarts: u64,
+    /// How it last ended (`exit status: 1 after 0.9 s`), when it has: a command that dies at
+    /// once (a `taskset` outside BE's cpuset) leaves BE "enabled" with nothing running.
+    pub last_exit: Option<String>,
 }
 
 /// A decision reason and when it first appeared (ms since the agent started).

@@ -190,6 +190,7 @@ impl Agent {
                     name: s.name.clone(),
                     pid: s.pid(),
                     restarts: s.restarts,
+                    last_exit: s.last_exit.clone(),
                 })
                 .collect(),
             allocation: p.last_allocation.clone(),

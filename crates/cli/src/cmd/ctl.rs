@@ -130,6 +130,21 @@ fn print_status(s: &AgentStatus) {
         f(a.be_quota_pct),
         f(s.idle_cpus),
     );
+    for c in &s.be_commands {
+        // only what needs a look: a command that died (the agent restarts it with backoff)
+        if c.restarts > 0 || c.last_exit.is_some() {
+            println!(
+                "BE command {}: {}  restarts {}{}",
+                c.name,
+                c.pid.map_or("not running".into(), |p| format!("pid {p}")),
+                c.restarts,
+                c.last_exit
+                    .as_deref()
+                    .map(|e| format!("  (last ended: {e})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
     println!(
         "writes {}  failed reconciliations {}{}",
         s.writes,

@@ -1,0 +1,81 @@
+//! A BE command that dies at once (a `taskset` to a CPU outside BE's cpuset did, in every
+//! `bench multi-lc` run before 2026-11-27) is visible where an operator looks: `ctl status`
+//! lists it with its restarts and how it last ended, instead of "BE enabled" with nothing
+//! running. Needs root (cgroups); prints SKIP otherwise.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_agent::config::Config;
+use headroom_agent::control::{request, Request};
+use headroom_agent::runtime::{Agent, AgentOptions};
+
+const TEST: &str = "a_be_command_that_dies_at_once_is_listed_with_how_it_ended";
+
+/// Ends the stand-in LC at the end, whatever happens.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_be_command_that_dies_at_once_is_listed_with_how_it_ended() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return eprintln!("SKIP {TEST}: needs root (cgroups)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lc = Child(
+        Command::new("sleep")
+            .arg("60")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let top = format!("headroom-be-dies-{}", std::process::id());
+    let d = dir.path().display();
+    let text = format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{pid}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\n\
+         command = [\"sh\", \"-c\", \"exit 3\"]\nrestart_backoff_ms = 200\n\n\
+         [policy]\nkind = \"none\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
+         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        pid = lc.0.id()
+    );
+    let config = Config::from_toml_str(&text).unwrap();
+    let mut options = AgentOptions::new(config);
+    options.handle_signals = false;
+    options.run_for = Some(Duration::from_secs(4));
+    let agent = match Agent::start(options) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {TEST}: the agent does not start here: {e}"),
+    };
+    let runner = std::thread::spawn(move || agent.run());
+    let socket = dir.path().join("ctl.sock");
+    // the first restart comes after the 200 ms backoff and the supervision period (100 ms)
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut seen = None;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let status = request(&socket, &Request::Status)
+            .expect("ctl status")
+            .status
+            .expect("a status");
+        let c = status.be_commands.first().cloned().expect("the BE command");
+        if c.restarts >= 1 && c.last_exit.is_some() {
+            seen = Some(c);
+            break;
+        }
+    }
+    let _ = runner.join();
+    let c = seen.expect("the dying command listed with a restart and how it ended");
+    assert_eq!(c.name, "batch");
+    let how = c.last_exit.unwrap();
+    assert!(how.contains("exit status: 3"), "{how}");
+    assert!(how.contains(" after "), "{how}");
+}
