@@ -115,8 +115,9 @@ impl Controller {
         };
         self.actuate(node, t, &mut outcome);
         self.ticks += 1;
-        // publish: the node's last observation (sensing twice would cost a second sample)
-        let obs = node.sense(t).clone();
+        // publish: the node's observation after the writes (on a real host the tick's own
+        // sample: sensing twice cost a second sample every tick)
+        let obs = node.observed(t).clone();
         sink.publish(t, &obs, &outcome);
         outcome
     }

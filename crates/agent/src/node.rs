@@ -74,6 +74,14 @@ pub trait Node {
     /// The observation at `t` since the agent started (monotonic; simulated time on a model).
     fn sense(&mut self, t: Duration) -> &Observation;
 
+    /// The observation the tick at `t` publishes, after its writes. The default senses again
+    /// (a model re-evaluates and shows its writes' effect); a real host returns the sample the
+    /// tick decided on, as a second sample would cost as much as the first and take what only
+    /// the first may take once (the idle count of a crossing).
+    fn observed(&mut self, t: Duration) -> &Observation {
+        self.sense(t)
+    }
+
     /// What the node holds for `knob` now.
     fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError>;
 

@@ -260,17 +260,44 @@ pub fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<()> {
 
 /// The CPUs thread `tid` may run on.
 pub fn affinity(tid: i32) -> Result<CpuSet> {
-    let set =
-        nix::sched::sched_getaffinity(Pid::from_raw(tid)).map_err(|errno| HostError::Syscall {
+    // The mask as 64-bit words, walked by their set bits: testing each of the 1024 possible
+    // CPUs one by one was most of the agent's 100 ms slow sample (one call per LC thread).
+    let mut words = [0u64; CPU_MASK_WORDS];
+    // SAFETY: the kernel writes at most the given size into `words`, which is that large.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getaffinity,
+            tid,
+            std::mem::size_of_val(&words),
+            words.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(HostError::Syscall {
             call: "sched_getaffinity",
             target: format!("tid {tid}"),
             value: "-".to_owned(),
-            source: io::Error::from_raw_os_error(errno as i32),
-        })?;
-    Ok((0..nix::sched::CpuSet::count())
-        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
-        .map(|cpu| cpu as u32)
-        .collect())
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(mask_cpus(&words).collect())
+}
+
+/// Words of the affinity mask read: 1024 CPUs, as glibc's `cpu_set_t`.
+const CPU_MASK_WORDS: usize = 16;
+
+/// The CPUs set in an affinity mask (bit `c % 64` of word `c / 64` is CPU `c`), ascending.
+fn mask_cpus(words: &[u64]) -> impl Iterator<Item = u32> + '_ {
+    words.iter().enumerate().flat_map(|(i, &w)| {
+        let mut rest = w;
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let bit = rest.trailing_zeros();
+                rest &= rest - 1;
+                i as u32 * 64 + bit
+            })
+        })
+    })
 }
 
 /// The thread ids of process `pid` from `<root>/proc/<pid>/task`.
@@ -308,4 +335,38 @@ pub fn last_cpu(root: &Path, pid: i32, tid: i32) -> Result<usize> {
         .nth(39 - 3)
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| HostError::parse(&path, &text, "no field 39 (processor)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_words_give_their_set_cpus_in_order() {
+        let mut words = [0u64; CPU_MASK_WORDS];
+        assert_eq!(mask_cpus(&words).count(), 0);
+        words[0] = 0b1011;
+        words[1] = 1 << 63;
+        words[15] = 1 << 63;
+        let cpus: Vec<u32> = mask_cpus(&words).collect();
+        assert_eq!(cpus, vec![0, 1, 3, 127, 1023]);
+    }
+
+    #[test]
+    fn affinity_of_this_thread_is_what_the_kernel_reports() {
+        let mine = nix::sched::sched_getaffinity(Pid::from_raw(0)).expect("own affinity");
+        let want: Vec<u32> = (0..nix::sched::CpuSet::count())
+            .filter(|&c| mine.is_set(c).unwrap_or(false))
+            .map(|c| c as u32)
+            .collect();
+        let got = affinity(0).expect("affinity");
+        assert_eq!(got.iter().collect::<Vec<u32>>(), want);
+        assert!(!want.is_empty());
+    }
+
+    #[test]
+    fn affinity_of_a_missing_thread_names_it() {
+        let e = affinity(i32::MAX).expect_err("no such thread");
+        assert!(e.to_string().contains(&format!("tid {}", i32::MAX)), "{e}");
+    }
 }

@@ -53,6 +53,21 @@ impl PolledFile {
         Ok(&self.buf[..len])
     }
 
+    /// Re-reads a file the kernel writes as one record (a one-line proc file): one pread, and a
+    /// read shorter than the buffer is the whole file (the second pread, which would return 0,
+    /// is saved); a read that fills the buffer goes on as [`PolledFile::read`].
+    pub fn read_record(&mut self) -> Result<&[u8]> {
+        let n = self
+            .file
+            .read_at(&mut self.buf, 0)
+            .map_err(|e| HostError::io(IoOp::Read, &self.path, None, e))?;
+        if n == self.buf.len() {
+            return self.read();
+        }
+        self.len = n;
+        Ok(&self.buf[..n])
+    }
+
     /// The last content read, as text.
     pub fn text(&self) -> &str {
         std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
@@ -237,7 +252,8 @@ impl SchedstatReader {
     }
 
     pub fn read(&mut self) -> Result<ThreadSchedstat> {
-        self.file.read()?;
+        // one line, produced whole by the kernel: one pread per read
+        self.file.read_record()?;
         let text = self.file.text();
         let mut parts = text.split_ascii_whitespace().map(|v| v.parse::<u64>());
         match (parts.next(), parts.next(), parts.next()) {
@@ -393,4 +409,53 @@ pub fn parse_proc_net_dev(path: &Path, text: &str, device: &str) -> Result<NetDe
         format!("network device {device}"),
         format!("not listed in {}", path.display()),
     ))
+}
+
+#[cfg(test)]
+mod polled_file_tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_open_record_reread_gives_fresh_values() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("schedstat");
+        std::fs::write(&path, "1 2 3\n").expect("write");
+        let mut r = SchedstatReader {
+            file: PolledFile::open(&path).expect("open"),
+        };
+        assert_eq!(r.read().expect("read").wait_ns, 2);
+        std::fs::write(&path, "10 20000 30\n").expect("rewrite");
+        let s = r.read().expect("re-read");
+        assert_eq!((s.run_ns, s.wait_ns, s.timeslices), (10, 20000, 30));
+        // shorter than before: nothing of the old content is left over
+        std::fs::write(&path, "4 5 6\n").expect("rewrite");
+        let s = r.read().expect("re-read");
+        assert_eq!((s.run_ns, s.wait_ns, s.timeslices), (4, 5, 6));
+    }
+
+    #[test]
+    fn a_record_larger_than_the_buffer_is_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("big");
+        let text = "x".repeat(10_000) + "end";
+        std::fs::write(&path, &text).expect("write");
+        let mut f = PolledFile::open(&path).expect("open");
+        assert_eq!(f.read_record().expect("read").len(), text.len());
+        assert!(f.text().ends_with("end"));
+    }
+
+    #[test]
+    fn this_threads_schedstat_is_read() {
+        let Ok(mut r) = SchedstatReader::open(
+            Path::new("/"),
+            std::process::id() as i32,
+            std::process::id() as i32,
+        ) else {
+            eprintln!("SKIP this_threads_schedstat_is_read: no /proc/PID/task/TID/schedstat here");
+            return;
+        };
+        let a = r.read().expect("read");
+        let b = r.read().expect("re-read");
+        assert!(b.run_ns >= a.run_ns && b.timeslices >= a.timeslices);
+    }
 }

@@ -536,10 +536,11 @@ impl crate::policy::Policy for Fixed {
     fn reconfigure(&mut self, _config: &crate::config::Config) {}
 }
 
-/// Counts the knob reads the controller makes through the node.
+/// Counts the knob reads (and samples) the controller makes through the node.
 struct CountingNode {
     inner: LinuxNode,
     reads: usize,
+    senses: usize,
 }
 
 impl crate::node::Node for CountingNode {
@@ -547,7 +548,11 @@ impl crate::node::Node for CountingNode {
         self.inner.facts()
     }
     fn sense(&mut self, t: std::time::Duration) -> &crate::observation::Observation {
+        self.senses += 1;
         self.inner.sense(t)
+    }
+    fn observed(&mut self, t: std::time::Duration) -> &crate::observation::Observation {
+        self.inner.observed(t)
     }
     fn read(
         &mut self,
@@ -578,6 +583,7 @@ fn read_backs_follow_the_period_in_tick_time_not_the_tick_count() {
     let mut node = CountingNode {
         inner: node,
         reads: 0,
+        senses: 0,
     };
     let mut c = Controller::new(
         Box::new(Fixed(restricted())),
@@ -608,4 +614,29 @@ fn read_backs_follow_the_period_in_tick_time_not_the_tick_count() {
         n += usize::from(node.reads > before);
     }
     assert_eq!(n, 3, "300 ms of 10 ms ticks read back 3 times");
+}
+
+/// A tick on a real host samples once: its publish phase shows the observation it decided on
+/// (a second sample cost as much as the first, every tick, and took the crossing's idle count).
+#[test]
+fn a_linux_tick_samples_once() {
+    use crate::controller::{Controller, Discard};
+    use std::time::Duration;
+    let m = Machine::new(false);
+    let (node, act) = m.node();
+    let mut node = CountingNode {
+        inner: node,
+        reads: 0,
+        senses: 0,
+    };
+    let mut c = Controller::new(
+        Box::new(Fixed(restricted())),
+        Some(act),
+        vec![0, 1, 2, 3],
+        1000,
+    );
+    for i in 0..5u64 {
+        c.step(&mut node, Duration::from_millis(i * 100), &mut Discard);
+    }
+    assert_eq!(node.senses, 5, "one sample per tick");
 }

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -57,6 +57,9 @@ pub struct Metrics {
     /// 1 for the reason BE is held off for lack of a trustworthy latency signal now, 0 for
     /// the others seen (`headroom_be_held_off_reason{reason}`).
     pub be_held_off: Family<Labels, F64Gauge>,
+    /// The reason last set in `be_held_off` (`Some(None)`: none; `None`: never set): the
+    /// gauges are rewritten only when it changes (every slow pass rebuilt each label set).
+    held_off_shown: Arc<Mutex<Option<Option<String>>>>,
     pub writes: Counter,
     pub write_errors: Counter,
     pub drift_repairs: Counter,
@@ -144,6 +147,7 @@ impl Metrics {
             decisions: Family::default(),
             sensor_errors: Family::default(),
             be_held_off: Family::default(),
+            held_off_shown: Arc::default(),
             writes: Counter::default(),
             write_errors: Counter::default(),
             drift_repairs: Counter::default(),
@@ -550,6 +554,12 @@ impl Metrics {
     /// Sets `headroom_be_held_off_reason`: 1 for `reason` (none: BE is not held off), 0 for
     /// every other reason seen.
     pub fn be_held_off_reason(&self, reason: Option<&str>, seen: &[&str]) {
+        if let Ok(mut shown) = self.held_off_shown.lock() {
+            if shown.as_ref().is_some_and(|s| s.as_deref() == reason) {
+                return;
+            }
+            *shown = Some(reason.map(str::to_string));
+        }
         for r in seen {
             let v = if Some(*r) == reason { 1.0 } else { 0.0 };
             self.be_held_off
@@ -649,4 +659,44 @@ fn answer_scrape(mut s: std::net::TcpStream, registry: &Registry, scrapes: &Atom
     );
     let _ = s.write_all(head.as_bytes());
     let _ = s.write_all(body.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_off_lines(registry: &Registry) -> Vec<String> {
+        render(registry)
+            .lines()
+            .filter(|l| l.starts_with("headroom_be_held_off_reason{"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn held_off_reason_is_rewritten_only_when_it_changes_and_always_shown() {
+        let (m, registry) = Metrics::new();
+        let seen = ["a", "b"];
+        m.be_held_off_reason(None, &seen);
+        let none = held_off_lines(&registry);
+        assert_eq!(none.len(), 2, "{none:?}");
+        assert!(none.iter().all(|l| l.ends_with(" 0.0")), "{none:?}");
+        m.be_held_off_reason(Some("b"), &seen);
+        let b = held_off_lines(&registry);
+        assert!(
+            b.iter().any(|l| l.contains("\"b\"") && l.ends_with(" 1.0")),
+            "{b:?}"
+        );
+        // unchanged: the same exposition (a gauge set behind its back stays: not rewritten)
+        m.be_held_off
+            .get_or_create(&vec![("reason".into(), "a".into())])
+            .set(7.0);
+        m.be_held_off_reason(Some("b"), &seen);
+        assert!(held_off_lines(&registry)
+            .iter()
+            .any(|l| l.ends_with(" 7.0")));
+        m.be_held_off_reason(None, &seen);
+        let back = held_off_lines(&registry);
+        assert!(back.iter().all(|l| l.ends_with(" 0.0")), "{back:?}");
+    }
 }

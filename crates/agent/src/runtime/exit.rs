@@ -74,9 +74,7 @@ impl Agent {
         if let Some(addr) = self.metrics_addr {
             let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100));
         }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        crate::sensors::wake_and_join(self.threads.drain(..));
         self.publisher.summary.exit_action = exit_action.clone();
         if failures.is_empty() {
             Ok(self.publisher.summary.clone())

@@ -57,6 +57,7 @@ struct Running {
 impl Running {
     fn stop(self) -> Vec<JoinHandle<()>> {
         self.stop.store(true, Ordering::SeqCst);
+        crate::sensors::wake(&self.threads);
         self.threads
     }
 }

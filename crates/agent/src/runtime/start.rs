@@ -404,9 +404,7 @@ impl Agent {
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for t in threads {
-        let _ = t.join();
-    }
+    crate::sensors::wake_and_join(threads);
 }
 
 /// Opens the decision log (and writes the machine description replay needs beside it).

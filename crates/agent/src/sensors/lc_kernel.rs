@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use headroom_host::latency_bpf::{listening, LatencySensor, LatencySnapshot};
-use headroom_load::stats::LatencyHist;
+use headroom_host::latency_bpf::{listening, LatencySensor};
 use headroom_types::control::LatencySources;
 
-use super::lc_signal::{LatencyWindow, SignalCell, StopFlag};
+use super::lc_signal::{SignalCell, StopFlag};
 use super::probe::ProbeSpec;
+
+mod window;
+use window::KernelWindow;
 
 /// Settings of the kernel source.
 #[derive(Debug, Clone)]
@@ -88,14 +90,6 @@ impl Prober {
     }
 }
 
-fn hist_of(window: &LatencySnapshot) -> LatencyHist {
-    let mut h = LatencyHist::new();
-    for (ns, n) in window.values() {
-        h.record_n_ns(ns, n);
-    }
-    h
-}
-
 /// Starts the kernel source publishing into `main` (the LC latency the policy reads).
 /// Without a fallback, a sensor that cannot attach is an error here (never a silent empty
 /// signal); with one, the prober takes over and the reason is kept for `ctl status`.
@@ -155,32 +149,32 @@ fn run(
     stop: &StopFlag,
     listen_note: &str,
 ) {
-    let mut window = LatencyWindow::new(spec.window_s, spec.min_samples);
     let mut prober = spec.fallback.clone().map(|s| Prober {
         spec: s,
         cell: SignalCell::new(),
         running: None,
     });
     let start = Instant::now();
-    let mut last = sensor.snapshot().unwrap_or_default();
+    let mut window = KernelWindow::new(
+        spec.window_s,
+        spec.min_samples,
+        sensor.snapshot().unwrap_or_default(),
+    );
     let mut next = start + Duration::from_secs(1);
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         if now < next {
-            std::thread::sleep((next - now).min(Duration::from_millis(100)));
+            // One wake-up a second; a stop unparks the thread (see `super::wake_and_join`).
+            std::thread::park_timeout(next - now);
             continue;
         }
         next += Duration::from_secs(1);
         let sec = now.saturating_duration_since(start).as_secs();
         match sensor.snapshot() {
-            Ok(snap) => {
-                window.add(sec, &hist_of(&snap.since(&last)));
-                last = snap;
-            }
+            Ok(snap) => window.add(sec, snap),
             Err(e) => main.error("kernel", e.to_string()),
         }
-        let kernel = window.percentile_us(sec, spec.percentile);
-        let requests = window.count(sec);
+        let (requests, kernel) = window.window(sec, spec.percentile);
         let probe_hz = prober
             .as_ref()
             .filter(|p| p.running.is_some())
@@ -230,6 +224,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headroom_host::latency_bpf::LatencySnapshot;
 
     #[test]
     fn a_window_becomes_the_agents_histogram() {
@@ -237,11 +232,13 @@ mod tests {
         let b = headroom_host::latency_bpf::program::bucket_of(2_000_000);
         w.buckets[b] = 99;
         w.buckets[headroom_host::latency_bpf::program::bucket_of(10_000_000)] = 1;
-        let h = hist_of(&w);
-        assert_eq!(h.count(), 100);
-        let p50 = h.percentile_us(50.0);
+        let mut window = KernelWindow::new(1.0, 1, LatencySnapshot::default());
+        window.add(1, w);
+        let (n, p50) = window.window(1, 50.0);
+        assert_eq!(n, 100);
+        let p50 = p50.expect("a full window");
         assert!((p50 / 2000.0 - 1.0).abs() < 0.04, "{p50}");
-        let p100 = h.percentile_us(100.0);
+        let p100 = window.window(1, 100.0).1.expect("a full window");
         assert!((p100 / 10_000.0 - 1.0).abs() < 0.04, "{p100}");
     }
 }

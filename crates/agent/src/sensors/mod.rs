@@ -30,6 +30,22 @@ pub mod probe;
 pub mod scrape;
 pub use hardware::{DramSensor, EgressSensor, PowerSensor};
 
+/// Joins source threads whose stop flag is set: each is unparked first, so one asleep until
+/// its next poll (a second away) sees the flag now.
+pub fn wake_and_join(threads: impl IntoIterator<Item = std::thread::JoinHandle<()>>) {
+    for t in threads {
+        t.thread().unpark();
+        let _ = t.join();
+    }
+}
+
+/// Wakes source threads whose stop flag is set (to be joined later).
+pub fn wake(threads: &[std::thread::JoinHandle<()>]) {
+    for t in threads {
+        t.thread().unpark();
+    }
+}
+
 /// How often the slower sensors are read.
 pub const SLOW_PERIOD: Duration = idle_wake::EVENT_PERIOD;
 

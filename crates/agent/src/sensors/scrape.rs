@@ -52,15 +52,18 @@ pub fn spawn(
         .spawn(move || {
             let mut hist_history: VecDeque<(Instant, Vec<(f64, f64)>)> = VecDeque::new();
             let mut rate = CounterRate::default();
+            let mut conn = None;
             let mut next = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let now = Instant::now();
                 if now < next {
-                    std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                    // One wake-up a period; a stop unparks the thread (see
+                    // `crate::sensors::wake_and_join`).
+                    std::thread::park_timeout(next - now);
                     continue;
                 }
                 next = now + period;
-                let result = poll_once(&kind, &mut hist_history, &mut rate, now);
+                let result = poll_once(&kind, &mut hist_history, &mut rate, &mut conn, now);
                 match result {
                     Ok(Some(v)) => cell.publish(v, now),
                     Ok(None) => {}
@@ -83,6 +86,7 @@ fn poll_once(
     kind: &PullKind,
     history: &mut VecDeque<(Instant, Vec<(f64, f64)>)>,
     rate: &mut CounterRate,
+    conn: &mut Option<TcpStream>,
     now: Instant,
 ) -> Result<Option<f64>, String> {
     match kind {
@@ -120,7 +124,7 @@ fn poll_once(
             Ok(rate.update(value, now))
         }
         PullKind::MemcacheStats { address } => {
-            let text = request(address, b"stats\r\n", b"END\r\n")?;
+            let text = request(conn, address, b"stats\r\n", b"END\r\n")?;
             let mut total = None::<f64>;
             for line in text.lines() {
                 let mut f = line.split_whitespace();
@@ -136,7 +140,7 @@ fn poll_once(
             Ok(rate.update(total, now))
         }
         PullKind::RedisInfo { address } => {
-            let text = request(address, b"INFO stats\r\n", b"\r\n\r\n")?;
+            let text = request(conn, address, b"INFO stats\r\n", b"\r\n\r\n")?;
             let value = text
                 .lines()
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
@@ -150,30 +154,61 @@ fn poll_once(
     }
 }
 
-/// Sends `req` on a fresh connection and reads until `until` ends the data (or 1 s passes).
-fn request(address: &str, req: &[u8], until: &[u8]) -> Result<String, String> {
+/// Sends `req` and reads until `until` ends the data (or 1 s passes), on the connection kept
+/// in `conn` from the last poll where there is one: a fresh connection each second cost a TCP
+/// handshake and teardown on both sides (the agent's and the LC's) every poll. A kept
+/// connection that fails (the LC restarted, or closed it) is dropped and the request made
+/// once more on a fresh one; a connection is kept only after a complete answer, so nothing of
+/// an earlier answer can be read as the next.
+fn request(
+    conn: &mut Option<TcpStream>,
+    address: &str,
+    req: &[u8],
+    until: &[u8],
+) -> Result<String, String> {
+    if let Some(s) = conn.as_mut() {
+        match exchange(s, address, req, until) {
+            Ok((text, true)) => return Ok(text),
+            _ => *conn = None,
+        }
+    }
     let addr = resolve(address)?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
         .map_err(|e| format!("connecting to {address}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(1)))
         .map_err(|e| e.to_string())?;
+    let (text, complete) = exchange(&mut s, address, req, until)?;
+    if complete {
+        *conn = Some(s);
+    }
+    Ok(text)
+}
+
+/// One request and its answer; `true` when the answer ended with `until` (else the peer
+/// closed first).
+fn exchange(
+    s: &mut TcpStream,
+    address: &str,
+    req: &[u8],
+    until: &[u8],
+) -> Result<(String, bool), String> {
     s.write_all(req)
         .map_err(|e| format!("writing to {address}: {e}"))?;
     let mut out = Vec::new();
     let mut chunk = [0u8; 8192];
-    loop {
+    let complete = loop {
         let n = s
             .read(&mut chunk)
             .map_err(|e| format!("reading from {address}: {e}"))?;
         if n == 0 {
-            break;
+            break false;
         }
         out.extend_from_slice(&chunk[..n]);
         if out.ends_with(until) {
-            break;
+            break true;
         }
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    };
+    Ok((String::from_utf8_lossy(&out).into_owned(), complete))
 }
 
 fn resolve(address: &str) -> Result<SocketAddr, String> {
@@ -377,5 +412,81 @@ mod tests {
         let d = bucket_delta(&now, &base);
         assert_eq!(d, vec![(0.001, 0.0), (f64::INFINITY, 100.0)]);
         assert_eq!(percentile_from_buckets(&d, 99.0), Some(0.001));
+    }
+
+    /// A fake memcached on loopback: answers `stats` with `cmd_get` = the request's number
+    /// times 100, closes the connection after `close_after` answers; gives the connections
+    /// it accepted when done.
+    fn fake_memcached(
+        requests: usize,
+        close_after: usize,
+    ) -> (String, std::thread::JoinHandle<usize>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        let t = std::thread::spawn(move || {
+            let (mut served, mut accepted) = (0, 0);
+            while served < requests {
+                let (mut c, _) = l.accept().expect("accept");
+                c.set_read_timeout(Some(Duration::from_secs(5)))
+                    .expect("timeout");
+                accepted += 1;
+                let mut on_this = 0;
+                let mut buf = [0u8; 64];
+                while served < requests && on_this < close_after {
+                    let n = c.read(&mut buf).expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    assert_eq!(&buf[..n], b"stats\r\n");
+                    served += 1;
+                    on_this += 1;
+                    let body = format!(
+                        "STAT pid 1\r\nSTAT cmd_get {}\r\nSTAT cmd_set 0\r\nEND\r\n",
+                        served * 100
+                    );
+                    c.write_all(body.as_bytes()).expect("write");
+                }
+            }
+            accepted
+        });
+        (addr, t)
+    }
+
+    #[test]
+    fn memcache_stats_keep_one_connection_and_reconnect_when_it_closes() {
+        let kind = |address: &str| PullKind::MemcacheStats {
+            address: address.to_string(),
+        };
+        // one connection for every poll
+        let (addr, server) = fake_memcached(4, usize::MAX);
+        let (mut hist, mut rate, mut conn) = (VecDeque::new(), CounterRate::default(), None);
+        let t0 = Instant::now();
+        for i in 0..4u64 {
+            let now = t0 + Duration::from_secs(i);
+            let got = poll_once(&kind(&addr), &mut hist, &mut rate, &mut conn, now);
+            let got = got.expect("poll");
+            if i > 0 {
+                assert_eq!(got, Some(100.0), "poll {i}: 100 gets a second");
+            }
+        }
+        drop(conn.take());
+        assert_eq!(server.join().expect("server"), 1, "one connection kept");
+        // the LC closes each connection after two answers: every poll still answered
+        let (addr, server) = fake_memcached(5, 2);
+        let (mut hist, mut rate, mut conn) = (VecDeque::new(), CounterRate::default(), None);
+        for i in 0..5u64 {
+            let now = t0 + Duration::from_secs(i);
+            let got = poll_once(&kind(&addr), &mut hist, &mut rate, &mut conn, now);
+            assert!(got.is_ok(), "poll {i}: {got:?}");
+            if i > 0 {
+                assert_eq!(got.expect("poll"), Some(100.0), "poll {i}");
+            }
+        }
+        drop(conn.take());
+        assert_eq!(
+            server.join().expect("server"),
+            3,
+            "a new connection after each close"
+        );
     }
 }

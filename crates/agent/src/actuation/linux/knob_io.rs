@@ -123,6 +123,13 @@ impl Node for LinuxNode {
         }
     }
 
+    fn observed(&mut self, _t: Duration) -> &Observation {
+        match self.sensors.as_ref() {
+            Some(s) => s.last(),
+            None => &self.blank,
+        }
+    }
+
     fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
         let with_what = |e: HostError| NodeError {
             not_found: e.is_not_found(),
