@@ -415,6 +415,16 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
         }
     );
     let mut notes = Vec::new();
+    if placement.loadgen.len() < 2 {
+        // measured on the 2-vCPU VM: every window of both services failed its self-checks
+        let why = format!(
+            "{cpus} CPUs: the two load generators share CPU {}; expect windows that fail their \
+             self-checks (4 or more CPUs give each its own)",
+            runner::cpu_arg(&placement.loadgen)
+        );
+        println!("note: {why}");
+        notes.push(why);
+    }
     if let Err(why) = &rt {
         notes.push(format!("load generators without SCHED_FIFO: {why}"));
     }
