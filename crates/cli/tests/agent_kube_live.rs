@@ -3,9 +3,11 @@
 //! cgroupfs layout (root + writable v1 cgroups; skips otherwise, and when a `kubepods` group
 //! exists already: a real kubelet's is not ours to touch). A pod listed at start is an LC in
 //! `ctl status`; a pod with `headroom.io/slo-p99-us: "fast"` is refused by key while the others
-//! stay protected; a pod added later becomes an LC; a pod deleted (its group removed too)
-//! leaves and the agent goes on; SIGTERM restores and removes only what the agent made; the
-//! decision log, with the set's changes in it, replays exactly.
+//! stay protected; a pod with only a TCP `containerPort` is measured on it, and one with no port
+//! at all is listed as unmeasured with BE held for it, the reason in `be_held_off`; a pod added
+//! later becomes an LC; a pod deleted (its group removed too) leaves and the agent goes on;
+//! SIGTERM restores and removes only what the agent made; the decision log, with the set's
+//! changes in it, replays exactly.
 #![cfg(feature = "kube")]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,14 +25,22 @@ const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 const UID_A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
 const UID_B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
 const UID_BAD: &str = "cccccccc-0000-4000-8000-00000000000c";
+const UID_PORTS: &str = "dddddddd-0000-4000-8000-00000000000d";
+/// shop/ports' declared TCP containerPort (no pod serves it: the sensor only watches it).
+const TCP_PORT: u16 = 47311;
 
 fn pod(name: &str, uid: &str, slo: &str, rv: u32) -> Value {
+    pod_with_ports(name, uid, slo, rv, json!([]))
+}
+
+/// A pod whose one container declares `ports` (`spec.containers[0].ports`).
+fn pod_with_ports(name: &str, uid: &str, slo: &str, rv: u32, ports: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": "shop", "name": name, "uid": uid,
                      "resourceVersion": rv.to_string(),
                      "annotations": {"headroom.io/slo-p99-us": slo}},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x"}]},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x", "ports": ports}]},
         "status": {"phase": "Running", "qosClass": "Burstable"}
     })
 }
@@ -180,6 +190,25 @@ fn status(dir: &Path) -> Option<Value> {
     Some(v["status"].clone())
 }
 
+/// A log without its colours' escape sequences.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // `ESC [ … m`
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn lc_names(st: &Value) -> Vec<String> {
     st["lcs"]
         .as_array()
@@ -217,16 +246,17 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
         children: Vec::new(),
         stop: stop.clone(),
     };
-    let (pa, pb, pbad) = (
+    let (pa, pb, pbad, pports) = (
         group(&format!("kubepods/burstable/pod{UID_A}")),
         group(&format!("kubepods/burstable/pod{UID_B}")),
         group(&format!("kubepods/burstable/pod{UID_BAD}")),
+        group(&format!("kubepods/burstable/pod{UID_PORTS}")),
     );
     for g in ["kubepods", "kubepods/burstable"] {
         cgroups.create(&group(g)).unwrap();
         guard.groups.push(group(g));
     }
-    for g in [&pa, &pb, &pbad] {
+    for g in [&pa, &pb, &pbad, &pports] {
         cgroups.create(g).unwrap();
         guard.groups.push(g.clone());
         sleeper_in(&mut guard, g);
@@ -237,7 +267,18 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
 
     let (tx, rx) = mpsc::channel();
     let port = stand_in(
-        vec![pod("a", UID_A, "500", 3), pod("bad", UID_BAD, "fast", 4)],
+        vec![
+            pod("a", UID_A, "500", 3),
+            pod("bad", UID_BAD, "fast", 4),
+            // No latency-port annotation: measured on its TCP containerPort (UDP ignored).
+            pod_with_ports(
+                "ports",
+                UID_PORTS,
+                "700",
+                5,
+                json!([{"containerPort": TCP_PORT}, {"containerPort": 5353, "protocol": "UDP"}]),
+            ),
+        ],
         rx,
         stop.clone(),
     );
@@ -304,6 +345,9 @@ socket = "{d}/ctl.sock"
     let found = wait_for(Duration::from_secs(30), || {
         st = status(d).unwrap_or(Value::Null);
         lc_names(&st).contains(&"shop/a".to_string())
+            && st["be_held_off"]
+                .as_str()
+                .is_some_and(|h| h.contains("no latency port"))
     });
     assert!(found, "shop/a became an LC; status {st}\nlog:\n{}", log());
     let k = &st["kubernetes"];
@@ -329,6 +373,39 @@ socket = "{d}/ctl.sock"
         log()
     );
 
+    // shop/ports, with only a containerPort, is an LC measured on it; shop/a, with neither,
+    // is an LC too, listed as unmeasured, and BE is held for it with the reason said.
+    assert!(lc_names(&st).contains(&"shop/ports".to_string()), "{st}");
+    let kube_lc = |st: &Value, name: &str| {
+        k["lcs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|l| l["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("{name} in kubernetes.lcs: {st}"))
+    };
+    let p = kube_lc(&st, "shop/ports");
+    assert_eq!(p["container_ports"], json!([TCP_PORT]), "{st}");
+    assert!(p.get("latency_port").is_none(), "{st}");
+    let unmeasured = k["unmeasured"].as_array().expect("kubernetes.unmeasured");
+    assert_eq!(unmeasured.len(), 1, "{st}");
+    assert_eq!(unmeasured[0]["pod"], "shop/a");
+    assert_eq!(unmeasured[0]["key"], "headroom.io/latency-port");
+    assert_eq!(
+        unmeasured[0]["reason"],
+        "no latency port: annotate headroom.io/latency-port or declare a containerPort"
+    );
+    let held = st["be_held_off"].as_str().unwrap_or_default().to_string();
+    assert!(
+        held.contains("shop/a") && held.contains("no latency port") && !held.contains("shop/ports"),
+        "be_held_off names the unmeasured pod: {st}"
+    );
+    assert!(
+        plain(&log()).contains(&format!(
+            "lc=shop/ports cgroup={pports} target_us=700.0 ports=[{TCP_PORT}]"
+        )),
+        "shop/ports' sensor ports are logged:\n{}",
+        log()
+    );
+
     // A pod added while the agent runs.
     tx.send(json!({"type": "ADDED", "object": pod("b", UID_B, "800", 11)}))
         .unwrap();
@@ -351,7 +428,9 @@ socket = "{d}/ctl.sock"
     let gone = wait_for(Duration::from_secs(20), || {
         st = status(d).unwrap_or(Value::Null);
         let n = lc_names(&st);
-        !n.contains(&"shop/a".to_string()) && n.contains(&"shop/b".to_string())
+        !n.contains(&"shop/a".to_string())
+            && n.contains(&"shop/b".to_string())
+            && n.contains(&"shop/ports".to_string())
     });
     assert!(
         gone,
@@ -374,7 +453,7 @@ socket = "{d}/ctl.sock"
     assert!(!cgroups.exists(&group("kubepods/besteffort")), "{}", log());
     assert!(!cgroups.exists(&group("headroom-discovery")), "{}", log());
     assert!(
-        cgroups.exists(&pb) && cgroups.exists(&pbad),
+        cgroups.exists(&pb) && cgroups.exists(&pbad) && cgroups.exists(&pports),
         "pods' groups left"
     );
     assert!(!d.join("state.json").exists(), "state file removed");
