@@ -10,16 +10,17 @@
 //! changes in it, replays exactly.
 #![cfg(feature = "kube")]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "../../kube/tests/support/stand_in.rs"]
+mod stand_in;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
 use serde_json::{json, Value};
+use stand_in::{with_ports, StandIn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 const UID_A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
@@ -30,96 +31,13 @@ const UID_PORTS: &str = "dddddddd-0000-4000-8000-00000000000d";
 const TCP_PORT: u16 = 47311;
 
 fn pod(name: &str, uid: &str, slo: &str, rv: u32) -> Value {
-    pod_with_ports(name, uid, slo, rv, json!([]))
+    let slo = json!({"headroom.io/slo-p99-us": slo});
+    stand_in::pod(name, uid, "node-a", "Running", "Burstable", slo, rv)
 }
 
 /// A pod whose one container declares `ports` (`spec.containers[0].ports`).
 fn pod_with_ports(name: &str, uid: &str, slo: &str, rv: u32, ports: Value) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "shop", "name": name, "uid": uid,
-                     "resourceVersion": rv.to_string(),
-                     "annotations": {"headroom.io/slo-p99-us": slo}},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x", "ports": ports}]},
-        "status": {"phase": "Running", "qosClass": "Burstable"}
-    })
-}
-
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut line = String::new();
-    if r.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        if h == "\r\n" {
-            break;
-        }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).ok()?;
-    Some(line.split_whitespace().nth(1).unwrap_or("").to_string())
-}
-
-/// Answers the pod list with `list`; the first watch streams what the test sends, later ones
-/// stay open and silent (bounded: 60 s, or until `stop`).
-fn stand_in(list: Vec<Value>, events: mpsc::Receiver<Value>, stop: Arc<AtomicBool>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let events = Arc::new(Mutex::new(Some(events)));
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(64) {
-            let Ok(conn) = conn else { continue };
-            let (list, stop, events) = (list.clone(), stop.clone(), events.clone());
-            std::thread::spawn(move || {
-                let mut w = conn.try_clone().unwrap();
-                let mut r = BufReader::new(conn);
-                while let Some(path) = read_request(&mut r) {
-                    if !path.starts_with("/api/v1/pods") {
-                        let _ = write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-                        continue;
-                    }
-                    if !path.contains("watch=true") {
-                        let body = json!({"apiVersion": "v1", "kind": "PodList",
-                                          "metadata": {"resourceVersion": "10"}, "items": list})
-                        .to_string();
-                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                        continue;
-                    }
-                    let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-                    let _ = w.flush();
-                    let mine = events.lock().unwrap().take();
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        match &mine {
-                            Some(rx) => match rx.recv_timeout(Duration::from_millis(50)) {
-                                Ok(ev) => {
-                                    let data = format!("{ev}\n");
-                                    if write!(w, "{:x}\r\n{data}\r\n", data.len()).is_err() {
-                                        return;
-                                    }
-                                    let _ = w.flush();
-                                }
-                                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                            },
-                            None => std::thread::sleep(Duration::from_millis(50)),
-                        }
-                    }
-                    let _ = write!(w, "0\r\n\r\n");
-                    return;
-                }
-            });
-        }
-    });
-    port
+    with_ports(pod(name, uid, slo, rv), ports)
 }
 
 /// The test's groups (removed deepest first) and processes.
@@ -127,12 +45,10 @@ struct Guard {
     cgroups: Cgroups,
     groups: Vec<GroupPath>,
     children: Vec<Child>,
-    stop: Arc<AtomicBool>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
         // A frozen process dies only once thawed (an agent killed with BE frozen).
         for g in &self.groups {
             if self.cgroups.exists(g) {
@@ -246,12 +162,10 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
         eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
         return;
     }
-    let stop = Arc::new(AtomicBool::new(false));
     let mut guard = Guard {
         cgroups: cgroups.clone(),
         groups: Vec::new(),
         children: Vec::new(),
-        stop: stop.clone(),
     };
     let (pa, pb, pbad, pports) = (
         group(&format!("kubepods/burstable/pod{UID_A}")),
@@ -273,7 +187,7 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     guard.groups.insert(0, group("headroom-discovery"));
 
     let (tx, rx) = mpsc::channel();
-    let port = stand_in(
+    let server = StandIn::start(
         vec![
             pod("a", UID_A, "500", 3),
             pod("bad", UID_BAD, "fast", 4),
@@ -287,19 +201,10 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
             ),
         ],
         rx,
-        stop.clone(),
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = d.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-             contexts:\n- name: s\n  context:\n    cluster: s\n    user: u\ncurrent-context: s\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.kubeconfig(d);
     let cfg = d.join("agent.toml");
     std::fs::write(
         &cfg,
@@ -532,12 +437,10 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
         eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
         return;
     }
-    let stop = Arc::new(AtomicBool::new(false));
     let mut guard = Guard {
         cgroups: cgroups.clone(),
         groups: Vec::new(),
         children: Vec::new(),
-        stop: stop.clone(),
     };
     // kubelet's groups, made by the test: an LC pod, and a BestEffort pod under the parent.
     let be = group("kubepods/besteffort");
@@ -558,7 +461,7 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
     let lc_originals = be_knobs(&cgroups, &lc_pod);
 
     let (_tx, rx) = mpsc::channel();
-    let port = stand_in(
+    let server = StandIn::start(
         vec![pod_with_ports(
             "ports",
             UID_PORTS,
@@ -567,19 +470,10 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
             json!([{"containerPort": TCP_PORT}]),
         )],
         rx,
-        stop.clone(),
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = d.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-             contexts:\n- name: s\n  context:\n    cluster: s\n    user: u\ncurrent-context: s\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.kubeconfig(d);
     let cfg = d.join("agent.toml");
     std::fs::write(
         &cfg,
