@@ -40,10 +40,10 @@ impl Cgroups {
         // groups under the BestEffort parent keep their own cpuset.cpus. So the groups below
         // follow here: one that had its parent's CPUs takes the new ones, a narrower one keeps
         // what it can of its own (its CPUs within the new set; the new set where none are).
-        let old = self.read_cpuset(&path)?;
-        match path.parent() {
-            Some(dir) => self.follow_v1(dir, &old, cpus, 0),
-            None => self.knobs.write(&path, &cpus.to_list()),
+        match (self.read_cpuset(&path), path.parent()) {
+            (Ok(old), Some(dir)) => self.follow_v1(dir, &old, cpus, 0),
+            // unreadable: the write says what is wrong, naming path and value
+            _ => self.knobs.write(&path, &cpus.to_list()),
         }
     }
 
