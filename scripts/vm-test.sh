@@ -136,6 +136,12 @@ cp "$kernel_dir"/modules/*.ko "$root/lib/modules/" 2>/dev/null || true
 # doctor reads the kernel's build configuration here (the Debian kernel has no /proc/config.gz).
 cp "$kernel_dir/config" "$root/boot/config-$kver"
 echo "root:x:0:0:root:/:/bin/sh" > "$root/etc/passwd"
+# The kube client (rustls) loads the system's CA roots even for the plain-HTTP stand-in API server
+# of checks.sh's kube_live, and refuses to start with none.
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  mkdir -p "$root/etc/ssl/certs"
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+fi
 cp scripts/vm/init "$root/init"
 cp scripts/vm/checks.sh "$root/vm/checks.sh"
 chmod 755 "$root/init"

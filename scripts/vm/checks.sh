@@ -408,6 +408,117 @@ EOT
   kill "$lc" 2>/dev/null
 }
 
+# 8. Discovery live (issue 29) on v2: `[kubernetes] discover = true` against a stand-in
+#    kube-apiserver on loopback inside the VM (busybox httpd; a CGI answers the pod list and
+#    streams the lines appended to an events file on each watch), pods standing in as `sleep`s
+#    in kubelet's LAYOUT. A listed pod (its TCP containerPort measured) is an LC in `ctl status`,
+#    BE (the BestEffort parent) is held while no LC latency is known, a pod added while the
+#    agent runs becomes an LC, and SIGTERM (on_exit restore) thaws the parent and removes the
+#    holder group.
+kube_live() {
+  layout=$1; port=$2
+  D=/tmp/kube-live-$layout; mkdir -p "$D/www/cgi-bin"
+  ua=aaaaaaaa-0000-4000-8000-00000000000a; ub=bbbbbbbb-0000-4000-8000-00000000000b
+  if [ "$layout" = systemd ]; then
+    parent=kubepods.slice/kubepods-besteffort.slice; burst=kubepods.slice/kubepods-burstable.slice
+    ga=$burst/kubepods-burstable-pod$(echo $ua | tr - _).slice; gb=$burst/kubepods-burstable-pod$(echo $ub | tr - _).slice
+  else
+    parent=kubepods/besteffort; burst=kubepods/burstable
+    ga=$burst/pod$ua; gb=$burst/pod$ub
+  fi
+  mkgroup "${parent%%/*}"; mkgroup "$parent"; mkgroup "$burst"
+  mkdir -p "$CG/$ga" "$CG/$gb" "$CG/$parent/pod-be-$layout"
+  a=$(sleeper "$ga"); b=$(sleeper "$gb"); e=$(sleeper "$parent/pod-be-$layout")
+  pod() { # NAME UID RV PORT
+    echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"namespace\":\"shop\",\"name\":\"$1\",\"uid\":\"$2\",\"resourceVersion\":\"$3\",\"annotations\":{\"headroom.io/slo-p99-us\":\"500\"}},\"spec\":{\"nodeName\":\"node-a\",\"containers\":[{\"name\":\"c\",\"image\":\"x\",\"ports\":[{\"containerPort\":$4}]}]},\"status\":{\"phase\":\"Running\",\"qosClass\":\"Burstable\"}}"
+  }
+  echo "{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[$(pod lc-a $ua 3 8080)]}" > "$D/list.json"
+  : > "$D/events.jsonl"
+  cat > "$D/www/cgi-bin/api" <<EOT
+#!/bin/sh
+printf 'Content-Type: application/json\r\n\r\n'
+case "\$QUERY_STRING" in
+*watch=true*)
+  sent=0; n=0
+  while [ \$n -lt 300 ]; do
+    total=\$(wc -l < $D/events.jsonl)
+    if [ "\$total" -gt "\$sent" ]; then sed -n "\$((sent + 1)),\${total}p" $D/events.jsonl; sent=\$total; fi
+    sleep 0.1; n=\$((n + 1))
+  done ;;
+*) cat $D/list.json ;;
+esac
+EOT
+  chmod 755 "$D/www/cgi-bin/api"
+  httpd -f -p "127.0.0.1:$port" -h "$D/www" &
+  HTTPD=$!
+  cat > "$D/kubeconfig" <<EOT
+apiVersion: v1
+kind: Config
+clusters:
+- name: s
+  cluster:
+    server: http://127.0.0.1:$port/cgi-bin/api
+contexts:
+- name: s
+  context:
+    cluster: s
+    user: u
+current-context: s
+users:
+- name: u
+  user: {}
+EOT
+  cat > "$D/agent.toml" <<EOT
+[kubernetes]
+discover = true
+node_name = "node-a"
+kubeconfig = "$D/kubeconfig"
+cgroup_layout = "$layout"
+
+[[be]]
+name = "besteffort-pods"
+cgroup = "$parent"
+
+[policy]
+kind = "multi"
+
+[safety]
+on_exit = "restore"
+state_file = "$D/state.json"
+
+[api]
+socket = "$D/ctl.sock"
+metrics = ""
+EOT
+  echo "VMOUT kube-live[$layout] LC pod $ga (pid $a), BE pod $parent/pod-be-$layout (pid $e), stand-in API on 127.0.0.1:$port"
+  start_agent $D || { kill $HTTPD $a $b $e 2>/dev/null; return; }
+  pass "kube-live[$layout]: agent start with discover = true (pid $AGENT)"
+  ctl $D --json status 2>&1 | tr -d ' \n' > "$D/status.json"
+  _n=200
+  while [ "$_n" -gt 0 ] && ! grep -q '"name":"shop/lc-a"' "$D/status.json"; do
+    sleep 0.1; _n=$((_n - 1)); ctl $D --json status 2>&1 | tr -d ' \n' > "$D/status.json"
+  done
+  if grep -q "\"name\":\"shop/lc-a\",.*\"container_ports\":\[8080\]" "$D/status.json"; then
+    pass "kube-live[$layout]: the listed pod is an LC, measured on its containerPort 8080"
+  else fail "kube-live[$layout]: listed pod" "$(head -c 600 "$D/status.json"); log: $(tail -n 5 $D/agent.log | tr '\n' '|')"; fi
+  if grep -q "\"group\":\"$ga\"" "$D/status.json"; then pass "kube-live[$layout]: its group is $ga"
+  else fail "kube-live[$layout]: LC group" "$(head -c 600 "$D/status.json")"; fi
+  wait_grep "kube-live[$layout]: BE held (no LC latency known): the BestEffort parent" "$CG/$parent/cgroup.events" "^frozen 1"
+  echo "{\"type\":\"ADDED\",\"object\":$(pod lc-b $ub 11 9090)}" >> "$D/events.jsonl"
+  _n=200
+  while [ "$_n" -gt 0 ] && ! ctl $D --json status 2>/dev/null | tr -d ' \n' | grep -q '"name":"shop/lc-b"'; do sleep 0.1; _n=$((_n - 1)); done
+  if [ "$_n" -gt 0 ]; then pass "kube-live[$layout]: a pod added while the agent runs is an LC"
+  else fail "kube-live[$layout]: added pod" "not in ctl status; log: $(tail -n 5 $D/agent.log | tr '\n' '|')"; fi
+  stop_agent TERM; rc=$?
+  expect "kube-live[$layout]: SIGTERM exit status" 0 "$rc"
+  wait_grep "kube-live[$layout]: on_exit restore thawed the BestEffort parent" "$CG/$parent/cgroup.events" "^frozen 0"
+  if [ -d "$CG/headroom-discovery" ]; then fail "kube-live[$layout]: holder group" "headroom-discovery left"
+  else pass "kube-live[$layout]: the holder group is removed"; fi
+  if [ -d "$CG/$ga" ] && [ -d "$CG/$gb" ]; then pass "kube-live[$layout]: the pods' groups are left to kubelet"
+  else fail "kube-live[$layout]: pods' groups" "removed"; fi
+  kill $HTTPD $a $b $e 2>/dev/null
+}
+
 lifecycle
 crash_restart
 kill9_loop
@@ -416,3 +527,5 @@ doctor
 kubelet systemd kubepods.slice/kubepods-pod0c0c0c0c_0000.slice \
   kubepods.slice/kubepods-besteffort.slice kubepods-besteffort-pod .slice
 kubelet cgroupfs kubepods/pod0c0c0c0c-0000 kubepods/besteffort pod ""
+kube_live systemd 18081
+kube_live cgroupfs 18082

@@ -91,6 +91,7 @@ mod tests {
             percentile: 99.0,
             latency_port: None,
             priority: 0,
+            container_ports: Vec::new(),
         }
     }
 

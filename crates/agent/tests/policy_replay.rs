@@ -288,6 +288,7 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
         percentile: 99.0,
         latency_port: Some(8080),
         priority: 0,
+        container_ports: Vec::new(),
     };
     let mut p = policy::build(&initial_policy_config(&config), &machine);
     let mut be = 0.0;

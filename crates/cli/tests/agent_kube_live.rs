@@ -3,113 +3,41 @@
 //! cgroupfs layout (root + writable v1 cgroups; skips otherwise, and when a `kubepods` group
 //! exists already: a real kubelet's is not ours to touch). A pod listed at start is an LC in
 //! `ctl status`; a pod with `headroom.io/slo-p99-us: "fast"` is refused by key while the others
-//! stay protected; a pod added later becomes an LC; a pod deleted (its group removed too)
-//! leaves and the agent goes on; SIGTERM restores and removes only what the agent made; the
-//! decision log, with the set's changes in it, replays exactly.
+//! stay protected; a pod with only a TCP `containerPort` is measured on it, and one with no port
+//! at all is listed as unmeasured with BE held for it, the reason in `be_held_off`; a pod added
+//! later becomes an LC; a pod deleted (its group removed too) leaves and the agent goes on;
+//! SIGTERM restores and removes only what the agent made; the decision log, with the set's
+//! changes in it, replays exactly.
 #![cfg(feature = "kube")]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "../../kube/tests/support/stand_in.rs"]
+mod stand_in;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
 use serde_json::{json, Value};
+use stand_in::{with_ports, StandIn};
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 const UID_A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
 const UID_B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
 const UID_BAD: &str = "cccccccc-0000-4000-8000-00000000000c";
+const UID_PORTS: &str = "dddddddd-0000-4000-8000-00000000000d";
+/// shop/ports' declared TCP containerPort (no pod serves it: the sensor only watches it).
+const TCP_PORT: u16 = 47311;
 
 fn pod(name: &str, uid: &str, slo: &str, rv: u32) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "shop", "name": name, "uid": uid,
-                     "resourceVersion": rv.to_string(),
-                     "annotations": {"headroom.io/slo-p99-us": slo}},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x"}]},
-        "status": {"phase": "Running", "qosClass": "Burstable"}
-    })
+    let slo = json!({"headroom.io/slo-p99-us": slo});
+    stand_in::pod(name, uid, "node-a", "Running", "Burstable", slo, rv)
 }
 
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut line = String::new();
-    if r.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        if h == "\r\n" {
-            break;
-        }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).ok()?;
-    Some(line.split_whitespace().nth(1).unwrap_or("").to_string())
-}
-
-/// Answers the pod list with `list`; the first watch streams what the test sends, later ones
-/// stay open and silent (bounded: 60 s, or until `stop`).
-fn stand_in(list: Vec<Value>, events: mpsc::Receiver<Value>, stop: Arc<AtomicBool>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let events = Arc::new(Mutex::new(Some(events)));
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(64) {
-            let Ok(conn) = conn else { continue };
-            let (list, stop, events) = (list.clone(), stop.clone(), events.clone());
-            std::thread::spawn(move || {
-                let mut w = conn.try_clone().unwrap();
-                let mut r = BufReader::new(conn);
-                while let Some(path) = read_request(&mut r) {
-                    if !path.starts_with("/api/v1/pods") {
-                        let _ = write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-                        continue;
-                    }
-                    if !path.contains("watch=true") {
-                        let body = json!({"apiVersion": "v1", "kind": "PodList",
-                                          "metadata": {"resourceVersion": "10"}, "items": list})
-                        .to_string();
-                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                        continue;
-                    }
-                    let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-                    let _ = w.flush();
-                    let mine = events.lock().unwrap().take();
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        match &mine {
-                            Some(rx) => match rx.recv_timeout(Duration::from_millis(50)) {
-                                Ok(ev) => {
-                                    let data = format!("{ev}\n");
-                                    if write!(w, "{:x}\r\n{data}\r\n", data.len()).is_err() {
-                                        return;
-                                    }
-                                    let _ = w.flush();
-                                }
-                                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                            },
-                            None => std::thread::sleep(Duration::from_millis(50)),
-                        }
-                    }
-                    let _ = write!(w, "0\r\n\r\n");
-                    return;
-                }
-            });
-        }
-    });
-    port
+/// A pod whose one container declares `ports` (`spec.containers[0].ports`).
+fn pod_with_ports(name: &str, uid: &str, slo: &str, rv: u32, ports: Value) -> Value {
+    with_ports(pod(name, uid, slo, rv), ports)
 }
 
 /// The test's groups (removed deepest first) and processes.
@@ -117,12 +45,16 @@ struct Guard {
     cgroups: Cgroups,
     groups: Vec<GroupPath>,
     children: Vec<Child>,
-    stop: Arc<AtomicBool>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        // A frozen process dies only once thawed (an agent killed with BE frozen).
+        for g in &self.groups {
+            if self.cgroups.exists(g) {
+                let _ = self.cgroups.thaw(g);
+            }
+        }
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
@@ -180,6 +112,25 @@ fn status(dir: &Path) -> Option<Value> {
     Some(v["status"].clone())
 }
 
+/// A log without its colours' escape sequences.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // `ESC [ … m`
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn lc_names(st: &Value) -> Vec<String> {
     st["lcs"]
         .as_array()
@@ -206,27 +157,27 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
             return;
         }
     };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if cgroups.exists(&group("kubepods")) || cgroups.exists(&group("headroom-discovery")) {
         eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
         return;
     }
-    let stop = Arc::new(AtomicBool::new(false));
     let mut guard = Guard {
         cgroups: cgroups.clone(),
         groups: Vec::new(),
         children: Vec::new(),
-        stop: stop.clone(),
     };
-    let (pa, pb, pbad) = (
+    let (pa, pb, pbad, pports) = (
         group(&format!("kubepods/burstable/pod{UID_A}")),
         group(&format!("kubepods/burstable/pod{UID_B}")),
         group(&format!("kubepods/burstable/pod{UID_BAD}")),
+        group(&format!("kubepods/burstable/pod{UID_PORTS}")),
     );
     for g in ["kubepods", "kubepods/burstable"] {
         cgroups.create(&group(g)).unwrap();
         guard.groups.push(group(g));
     }
-    for g in [&pa, &pb, &pbad] {
+    for g in [&pa, &pb, &pbad, &pports] {
         cgroups.create(g).unwrap();
         guard.groups.push(g.clone());
         sleeper_in(&mut guard, g);
@@ -236,22 +187,24 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     guard.groups.insert(0, group("headroom-discovery"));
 
     let (tx, rx) = mpsc::channel();
-    let port = stand_in(
-        vec![pod("a", UID_A, "500", 3), pod("bad", UID_BAD, "fast", 4)],
+    let server = StandIn::start(
+        vec![
+            pod("a", UID_A, "500", 3),
+            pod("bad", UID_BAD, "fast", 4),
+            // No latency-port annotation: measured on its TCP containerPort (UDP ignored).
+            pod_with_ports(
+                "ports",
+                UID_PORTS,
+                "700",
+                5,
+                json!([{"containerPort": TCP_PORT}, {"containerPort": 5353, "protocol": "UDP"}]),
+            ),
+        ],
         rx,
-        stop.clone(),
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = d.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-             contexts:\n- name: s\n  context:\n    cluster: s\n    user: u\ncurrent-context: s\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.kubeconfig(d);
     let cfg = d.join("agent.toml");
     std::fs::write(
         &cfg,
@@ -304,6 +257,9 @@ socket = "{d}/ctl.sock"
     let found = wait_for(Duration::from_secs(30), || {
         st = status(d).unwrap_or(Value::Null);
         lc_names(&st).contains(&"shop/a".to_string())
+            && st["be_held_off"]
+                .as_str()
+                .is_some_and(|h| h.contains("no latency port"))
     });
     assert!(found, "shop/a became an LC; status {st}\nlog:\n{}", log());
     let k = &st["kubernetes"];
@@ -329,6 +285,39 @@ socket = "{d}/ctl.sock"
         log()
     );
 
+    // shop/ports, with only a containerPort, is an LC measured on it; shop/a, with neither,
+    // is an LC too, listed as unmeasured, and BE is held for it with the reason said.
+    assert!(lc_names(&st).contains(&"shop/ports".to_string()), "{st}");
+    let kube_lc = |st: &Value, name: &str| {
+        k["lcs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|l| l["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("{name} in kubernetes.lcs: {st}"))
+    };
+    let p = kube_lc(&st, "shop/ports");
+    assert_eq!(p["container_ports"], json!([TCP_PORT]), "{st}");
+    assert!(p.get("latency_port").is_none(), "{st}");
+    let unmeasured = k["unmeasured"].as_array().expect("kubernetes.unmeasured");
+    assert_eq!(unmeasured.len(), 1, "{st}");
+    assert_eq!(unmeasured[0]["pod"], "shop/a");
+    assert_eq!(unmeasured[0]["key"], "headroom.io/latency-port");
+    assert_eq!(
+        unmeasured[0]["reason"],
+        "no latency port: annotate headroom.io/latency-port or declare a containerPort"
+    );
+    let held = st["be_held_off"].as_str().unwrap_or_default().to_string();
+    assert!(
+        held.contains("shop/a") && held.contains("no latency port") && !held.contains("shop/ports"),
+        "be_held_off names the unmeasured pod: {st}"
+    );
+    assert!(
+        plain(&log()).contains(&format!(
+            "lc=shop/ports cgroup={pports} target_us=700.0 ports=[{TCP_PORT}]"
+        )),
+        "shop/ports' sensor ports are logged:\n{}",
+        log()
+    );
+
     // A pod added while the agent runs.
     tx.send(json!({"type": "ADDED", "object": pod("b", UID_B, "800", 11)}))
         .unwrap();
@@ -351,7 +340,9 @@ socket = "{d}/ctl.sock"
     let gone = wait_for(Duration::from_secs(20), || {
         st = status(d).unwrap_or(Value::Null);
         let n = lc_names(&st);
-        !n.contains(&"shop/a".to_string()) && n.contains(&"shop/b".to_string())
+        !n.contains(&"shop/a".to_string())
+            && n.contains(&"shop/b".to_string())
+            && n.contains(&"shop/ports".to_string())
     });
     assert!(
         gone,
@@ -374,7 +365,7 @@ socket = "{d}/ctl.sock"
     assert!(!cgroups.exists(&group("kubepods/besteffort")), "{}", log());
     assert!(!cgroups.exists(&group("headroom-discovery")), "{}", log());
     assert!(
-        cgroups.exists(&pb) && cgroups.exists(&pbad),
+        cgroups.exists(&pb) && cgroups.exists(&pbad) && cgroups.exists(&pports),
         "pods' groups left"
     );
     assert!(!d.join("state.json").exists(), "state file removed");
@@ -395,4 +386,258 @@ socket = "{d}/ctl.sock"
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The groups this file's tests make (`kubepods`, `headroom-discovery`) are the same names:
+/// one test at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The knobs the agent writes on the BestEffort parent (and may on an LC's group), as read.
+fn be_knobs(cg: &Cgroups, be: &GroupPath) -> String {
+    format!(
+        "cpuset.cpus {:?}, weight {:?}, quota {:?}, freezer {:?}",
+        cg.cpuset_cpus(be).map(|c| c.to_string()).ok(),
+        cg.cpu_weight(be).ok(),
+        cg.cpu_quota(be).ok(),
+        cg.freeze_state(be).ok()
+    )
+}
+
+/// agent_multi_lc's kill -9 check with discovery on: the agent is killed at deterministic
+/// "random" moments of start-up (before and after the first pod list) and while running. Once
+/// an agent has confined the BestEffort parent (frozen: no LC latency is known here), it stays
+/// confined after every later kill: BE never runs unconfined between agents. A final agent
+/// takes the state file (originals kept), reuses the `headroom-discovery` holder group an
+/// earlier one made, protects the listed pod, and its SIGTERM restores the parent's originals
+/// and removes the holder group, leaving the pods' groups to kubelet.
+#[test]
+fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
+    let test = "kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {test}: not root");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c)
+            if c.backend(Controller::Cpu).is_ok()
+                && c.backend(Controller::Cpuset).is_ok()
+                && c.backend(Controller::Freezer).is_ok() =>
+        {
+            c
+        }
+        _ => {
+            eprintln!("SKIP {test}: no writable cpu/cpuset/freezer cgroups");
+            return;
+        }
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let holder = group("headroom-discovery");
+    if cgroups.exists(&group("kubepods")) || cgroups.exists(&holder) {
+        eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
+        return;
+    }
+    let mut guard = Guard {
+        cgroups: cgroups.clone(),
+        groups: Vec::new(),
+        children: Vec::new(),
+    };
+    // kubelet's groups, made by the test: an LC pod, and a BestEffort pod under the parent.
+    let be = group("kubepods/besteffort");
+    let lc_pod = group(&format!("kubepods/burstable/pod{UID_PORTS}"));
+    let be_pod = group(&format!("kubepods/besteffort/pod{UID_A}"));
+    guard.groups.push(holder.clone());
+    for g in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+        cgroups.create(&group(g)).unwrap();
+        guard.groups.push(group(g));
+    }
+    for g in [&lc_pod, &be_pod] {
+        cgroups.create(g).unwrap();
+        guard.groups.push(g.clone());
+        sleeper_in(&mut guard, g);
+    }
+    let be_pid = guard.children[1].id();
+    let originals = be_knobs(&cgroups, &be);
+    let lc_originals = be_knobs(&cgroups, &lc_pod);
+
+    let (_tx, rx) = mpsc::channel();
+    let server = StandIn::start(
+        vec![pod_with_ports(
+            "ports",
+            UID_PORTS,
+            "700",
+            3,
+            json!([{"containerPort": TCP_PORT}]),
+        )],
+        rx,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubeconfig = server.kubeconfig(d);
+    let cfg = d.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[kubernetes]
+discover = true
+node_name = "node-a"
+kubeconfig = "{kc}"
+cgroup_layout = "cgroupfs"
+
+[[be]]
+name = "besteffort-pods"
+cgroup = "kubepods/besteffort"
+
+[policy]
+kind = "multi"
+
+[safety]
+on_exit = "restore"
+state_file = "{d}/state.json"
+
+[api]
+socket = "{d}/ctl.sock"
+metrics = ""
+"#,
+            kc = kubeconfig.display(),
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let spawn = |guard: &mut Guard, log: &str| {
+        let stderr = std::fs::File::create(d.join(log)).unwrap();
+        let child = Command::new(BIN)
+            .args(["agent", "--config"])
+            .arg(&cfg)
+            .env("HEADROOM_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start the agent");
+        guard.children.push(child);
+        guard.children.len() - 1
+    };
+    let wait_exit = |guard: &mut Guard, idx: usize| {
+        let mut exit = None;
+        assert!(
+            wait_for(Duration::from_secs(20), || {
+                exit = guard.children[idx].try_wait().unwrap();
+                exit.is_some()
+            }),
+            "agent did not exit"
+        );
+        exit.unwrap()
+    };
+
+    // Kills at 0-20 ms (start-up, before the holder group or the first list) and at 0.1-2.5 s
+    // (the first list taken, the pod an LC, BE held).
+    let mut confined_since = None;
+    let mut x: u64 = 0x2545_f491;
+    for i in 0..10 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let after_ms = if i % 3 == 0 {
+            (x >> 33) % 20
+        } else {
+            100 + (x >> 33) % 2400
+        };
+        let idx = spawn(&mut guard, &format!("crash{i}.log"));
+        std::thread::sleep(Duration::from_millis(after_ms));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(guard.children[idx].id() as i32, libc::SIGKILL) };
+        wait_exit(&mut guard, idx);
+        let now = be_knobs(&cgroups, &be);
+        let frozen = cgroups.freeze_state(&be).ok() != Some(headroom_host::FreezeState::Thawed);
+        eprintln!("{test}: round {i}: kill -9 at {after_ms} ms: BestEffort parent {now}");
+        if frozen {
+            confined_since.get_or_insert(i);
+        }
+        if let Some(first) = confined_since {
+            assert!(
+                frozen,
+                "round {i} (kill -9 at {after_ms} ms): the BestEffort parent, confined since round \
+                 {first}, runs unconfined: {now}; log:\n{}",
+                std::fs::read_to_string(d.join(format!("crash{i}.log"))).unwrap_or_default()
+            );
+        }
+        let in_be = std::fs::read_to_string(format!("/proc/{be_pid}/cgroup")).unwrap_or_default();
+        assert!(
+            in_be.contains(be_pod.as_str()),
+            "round {i}: the BestEffort pod left its group: {in_be}"
+        );
+    }
+    assert!(
+        confined_since.is_some(),
+        "no agent got as far as confining BE in 10 rounds (kills too early?)"
+    );
+
+    // The final agent: up, the pod an LC, BE still held; SIGTERM restores the originals.
+    let idx = spawn(&mut guard, "final.log");
+    let log = || std::fs::read_to_string(d.join("final.log")).unwrap_or_default();
+    let mut st = Value::Null;
+    let up = wait_for(Duration::from_secs(30), || {
+        st = status(d).unwrap_or(Value::Null);
+        lc_names(&st).contains(&"shop/ports".to_string())
+    });
+    assert!(
+        up,
+        "the final agent protects shop/ports; status {st}\nlog:\n{}",
+        log()
+    );
+    assert!(cgroups.exists(&holder), "the holder group is there");
+    assert_ne!(
+        cgroups.freeze_state(&be).ok(),
+        Some(headroom_host::FreezeState::Thawed),
+        "BE held (no latency known): {}; status {st}",
+        be_knobs(&cgroups, &be)
+    );
+    // On v1 the BestEffort pod's own group follows its parent's narrower cpuset (a v1 child
+    // must stay within its parent: without that the parent's write is EBUSY, BE on every CPU).
+    let all = cgroups.cpuset_cpus(&be_pod).map(|c| c.len()).unwrap_or(0);
+    if all > 1 {
+        let narrowed = wait_for(Duration::from_secs(10), || {
+            let (p, c) = (cgroups.cpuset_cpus(&be), cgroups.cpuset_cpus(&be_pod));
+            matches!((p, c), (Ok(p), Ok(c)) if p.len() < all && p == c)
+        });
+        assert!(
+            narrowed,
+            "the BestEffort parent narrowed, its pod with it: {} / pod {:?}; log:\n{}",
+            be_knobs(&cgroups, &be),
+            cgroups.cpuset_cpus(&be_pod).map(|c| c.to_string()),
+            plain(&log())
+        );
+        assert!(!plain(&log()).contains("EBUSY"), "{}", plain(&log()));
+    }
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(
+        unsafe { libc::kill(guard.children[idx].id() as i32, libc::SIGTERM) },
+        0
+    );
+    let exit = wait_exit(&mut guard, idx);
+    assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
+    assert_eq!(
+        be_knobs(&cgroups, &be),
+        originals,
+        "the BestEffort parent's originals back; log:\n{}",
+        log()
+    );
+    assert_eq!(
+        be_knobs(&cgroups, &lc_pod),
+        lc_originals,
+        "the LC pod's group as kubelet left it; log:\n{}",
+        log()
+    );
+    assert!(
+        !cgroups.exists(&holder),
+        "the holder group an earlier (killed) agent made is removed; log:\n{}",
+        log()
+    );
+    assert!(
+        cgroups.exists(&lc_pod) && cgroups.exists(&be_pod) && cgroups.exists(&be),
+        "kubelet's groups left"
+    );
+    assert!(!d.join("state.json").exists(), "state file removed");
 }

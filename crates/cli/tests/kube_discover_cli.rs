@@ -3,68 +3,19 @@
 //! refuses bad flags with exit code 2.
 #![cfg(feature = "kube")]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+#[path = "../../kube/tests/support/stand_in.rs"]
+mod stand_in;
+
 use std::process::Command;
-use std::time::Duration;
 
 use headroom_types::discovery::LcSetEvent;
+use stand_in::StandIn;
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 
 fn pod(name: &str, uid: &str, qos: &str, slo: &str) -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "shop", "name": name, "uid": uid, "resourceVersion": "3",
-                     "annotations": {"headroom.io/slo-p99-us": slo}},
-        "spec": {"nodeName": "node-a", "containers": []},
-        "status": {"phase": "Running", "qosClass": qos}
-    })
-}
-
-/// Answers the pod list with `items`, and holds each watch open and silent for a few seconds.
-fn stand_in(items: serde_json::Value) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(8).flatten() {
-            let items = items.clone();
-            std::thread::spawn(move || {
-                let mut w = conn.try_clone().unwrap();
-                let mut r = BufReader::new(conn);
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut len = 0;
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    let _ = r.read_exact(&mut body);
-                    if line.contains("watch=true") {
-                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-                        let _ = w.flush();
-                        std::thread::sleep(Duration::from_secs(5));
-                        let _ = write!(w, "0\r\n\r\n");
-                        return;
-                    }
-                    let body = serde_json::json!({"apiVersion": "v1", "kind": "PodList",
-                        "metadata": {"resourceVersion": "3"}, "items": items})
-                    .to_string();
-                    let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                }
-            });
-        }
-    });
-    port
+    let slo = serde_json::json!({"headroom.io/slo-p99-us": slo});
+    stand_in::pod(name, uid, "node-a", "Running", qos, slo, 3)
 }
 
 #[test]
@@ -80,19 +31,11 @@ fn prints_the_nodes_lc_pods_as_json_lines() {
         good.replace('-', "_")
     )))
     .unwrap();
-    let port = stand_in(serde_json::json!([
+    let server = StandIn::listing(vec![
         pod("cart-0", good, "Guaranteed", "500"),
         pod("slow-0", bad, "Burstable", "fast"),
-    ]));
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-             contexts:\n- name: s\n  context:\n    cluster: s\n    user: u\ncurrent-context: s\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    ]);
+    let kubeconfig = server.kubeconfig(dir.path());
     let out = Command::new(BIN)
         .args([
             "kube-discover",

@@ -249,3 +249,89 @@ fn scratch_groups_are_removed_even_when_the_test_panics() {
         assert!(!d.exists(), "{} left behind", d.display());
     }
 }
+
+/// kubelet's v1 layout: the BestEffort parent has pod groups (and containers) below it, each
+/// with its own cpuset.cpus. Narrowing the parent is EBUSY while a child uses more, and children
+/// do not follow as on v2: `set_cpuset_cpus` makes them follow (narrowed first, widened after).
+#[test]
+fn a_v1_cpuset_parent_narrows_and_widens_with_the_groups_below_it() {
+    let test = "a_v1_cpuset_parent_narrows_and_widens_with_the_groups_below_it";
+    let _s = serial();
+    let Some(cg) = real_cgroups(test, &[Controller::Cpuset]) else {
+        return;
+    };
+    if cg.backend(Controller::Cpuset).is_ok_and(|b| b.is_v2()) {
+        eprintln!("SKIP {test}: cpuset is on cgroup v2 (children follow in the kernel)");
+        return;
+    }
+    let online = headroom_host::LinuxHost::system()
+        .topology()
+        .unwrap()
+        .cpus_online;
+    if !online.contains(0) || !online.contains(1) {
+        eprintln!("SKIP {test}: needs CPUs 0 and 1 online");
+        return;
+    }
+    let both = CpuSet::from(vec![0, 1]);
+    let be = ScratchGroup::new(&cg, "be").unwrap();
+    cg.set_cpuset_cpus(&be.path, &both).unwrap();
+    let pod = ScratchGroup::new(&cg, "be/pod1").unwrap();
+    cg.set_cpuset_cpus(&pod.path, &both).unwrap();
+    let container = ScratchGroup::new(&cg, "be/pod1/c").unwrap();
+    cg.set_cpuset_cpus(&container.path, &both).unwrap();
+    let pinned = ScratchGroup::new(&cg, "be/pod2").unwrap();
+    cg.set_cpuset_cpus(&pinned.path, &CpuSet::from(vec![1]))
+        .unwrap();
+    let sleeper = ChildGuard(
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep"),
+    );
+    cg.move_process(&container.path, sleeper.pid()).unwrap();
+    let cpus = |g: &ScratchGroup| cg.cpuset_cpus(&g.path).unwrap().to_list();
+    let affinity = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", sleeper.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+
+    // Narrower: the groups that had the parent's CPUs follow, the pinned one keeps its own.
+    cg.set_cpuset_cpus(&be.path, &CpuSet::from(vec![0]))
+        .unwrap();
+    assert_eq!(
+        (cpus(&be), cpus(&pod), cpus(&container)),
+        ("0".into(), "0".into(), "0".into())
+    );
+    assert_eq!(cpus(&pinned), "0", "none of its CPUs left: the parent's");
+    assert_eq!(affinity(), "0");
+    // Neither narrower nor wider: through the union.
+    cg.set_cpuset_cpus(&be.path, &CpuSet::from(vec![1]))
+        .unwrap();
+    assert_eq!(
+        (cpus(&be), cpus(&pod), cpus(&container), cpus(&pinned)),
+        ("1".into(), "1".into(), "1".into(), "1".into())
+    );
+    assert_eq!(affinity(), "1");
+    // Wider again: they follow back.
+    cg.set_cpuset_cpus(&be.path, &both).unwrap();
+    assert_eq!(
+        (cpus(&be), cpus(&pod), cpus(&container)),
+        ("0-1".into(), "0-1".into(), "0-1".into())
+    );
+    assert_eq!(affinity(), "0-1");
+    // A child pinned narrower than its parent keeps its CPUs when the parent narrows around them.
+    cg.set_cpuset_cpus(&pinned.path, &CpuSet::from(vec![1]))
+        .unwrap();
+    cg.set_cpuset_cpus(&pod.path, &CpuSet::from(vec![0]))
+        .unwrap();
+    cg.set_cpuset_cpus(&be.path, &CpuSet::from(vec![1]))
+        .unwrap();
+    assert_eq!(cpus(&pinned), "1");
+    assert_eq!(cpus(&pod), "1", "its CPU 0 is gone: the parent's");
+    drop(sleeper);
+}

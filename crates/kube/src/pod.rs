@@ -31,6 +31,9 @@ pub struct PodFacts {
     /// `status.qosClass` as the API spells it (`Guaranteed`, `Burstable`, `BestEffort`).
     pub qos_class: String,
     pub annotations: BTreeMap<String, String>,
+    /// The TCP `containerPorts` the pod's containers declare (`spec.containers[].ports[]`
+    /// whose protocol is TCP, the default), sorted and distinct.
+    pub container_ports: Vec<u16>,
 }
 
 impl PodFacts {
@@ -55,7 +58,43 @@ impl PodFacts {
             phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
             qos_class: status.and_then(|s| s.qos_class.clone()).unwrap_or_default(),
             annotations: m.annotations.clone().unwrap_or_default(),
+            container_ports: tcp_container_ports(pod),
         }
+    }
+}
+
+/// The TCP ports the pod's containers declare (UDP and SCTP ports are no TCP sensor's;
+/// a number outside 1–65535 cannot be one either and is left out: the API refuses it anyway).
+fn tcp_container_ports(pod: &Pod) -> Vec<u16> {
+    let mut ports: Vec<u16> = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.protocol.as_deref().is_none_or(|proto| proto == "TCP"))
+        .filter_map(|p| u16::try_from(p.container_port).ok())
+        .filter(|&p| p > 0)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// Where the kernel sensor measures a pod: `headroom.io/latency-port` when annotated (a bad
+/// value refused, naming key and value), else the declared TCP `containerPorts`; `(None, [])`:
+/// nowhere (the pod is still an LC; `LcSet::unmeasured` says why its latency is unknown).
+pub fn latency_ports(pod: &PodFacts) -> Result<(Option<u16>, Vec<u16>), PodRefusal> {
+    match pod.annotations.get(LATENCY_PORT) {
+        Some(v) => match v.trim().parse::<u16>() {
+            Ok(p) if p > 0 => Ok((Some(p), Vec::new())),
+            _ => Err(refusal(
+                pod,
+                LATENCY_PORT,
+                v,
+                "not a TCP port (an integer from 1 to 65535)",
+            )),
+        },
+        None => Ok((None, pod.container_ports.clone())),
     }
 }
 
@@ -94,19 +133,9 @@ pub fn verdict(pod: &PodFacts, node: &str, layout: Option<KubeletLayout>) -> Ver
         Ok(t) => t,
         Err(why) => return Verdict::Refused(refusal(pod, SLO_P99_US, slo, why)),
     };
-    let latency_port = match pod.annotations.get(LATENCY_PORT) {
-        None => None,
-        Some(v) => match v.trim().parse::<u16>() {
-            Ok(p) if p > 0 => Some(p),
-            _ => {
-                return Verdict::Refused(refusal(
-                    pod,
-                    LATENCY_PORT,
-                    v,
-                    "not a TCP port (an integer from 1 to 65535)",
-                ))
-            }
-        },
+    let (latency_port, container_ports) = match latency_ports(pod) {
+        Ok(ports) => ports,
+        Err(r) => return Verdict::Refused(r),
     };
     let priority = match pod.annotations.get(PRIORITY) {
         None => 0,
@@ -167,6 +196,7 @@ pub fn verdict(pod: &PodFacts, node: &str, layout: Option<KubeletLayout>) -> Ver
         percentile: 99.0,
         latency_port,
         priority,
+        container_ports,
     })
 }
 
@@ -205,6 +235,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            container_ports: Vec::new(),
         }
     }
 
@@ -327,6 +358,98 @@ mod tests {
         match verdict(&pod(&[(SLO_P99_US, "500")]), "node-a", None) {
             Verdict::Waiting(w) => assert_eq!(w.key, "cgroup"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A pod of the API with these containers' `ports` (each a list of `(port, protocol)`,
+    /// protocol `None` = left out, which the API reads as TCP).
+    fn api_pod(annotations: serde_json::Value, containers: &[&[(i32, Option<&str>)]]) -> Pod {
+        let containers: Vec<serde_json::Value> = containers
+            .iter()
+            .enumerate()
+            .map(|(i, ports)| {
+                let ports: Vec<serde_json::Value> = ports
+                    .iter()
+                    .map(|(p, proto)| match proto {
+                        Some(proto) => serde_json::json!({"containerPort": p, "protocol": proto}),
+                        None => serde_json::json!({"containerPort": p}),
+                    })
+                    .collect();
+                serde_json::json!({"name": format!("c{i}"), "image": "x", "ports": ports})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "shop", "name": "cart-0", "uid": UID,
+                         "annotations": annotations},
+            "spec": {"nodeName": "node-a", "containers": containers},
+            "status": {"phase": "Running", "qosClass": "Burstable"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_latency_port_annotation_wins_over_container_ports() {
+        let p = PodFacts::from_pod(&api_pod(
+            serde_json::json!({SLO_P99_US: "500", LATENCY_PORT: "11211"}),
+            &[&[(8080, None), (9090, Some("TCP"))]],
+        ));
+        assert_eq!(p.container_ports, [8080, 9090]);
+        assert_eq!(latency_ports(&p), Ok((Some(11211), Vec::new())));
+        let l = lc(verdict(&p, "node-a", Some(KubeletLayout::Cgroupfs)));
+        assert_eq!(l.latency_port, Some(11211));
+        assert!(l.container_ports.is_empty(), "the annotation wins");
+        assert_eq!(l.latency_ports(), [11211]);
+    }
+
+    #[test]
+    fn without_the_annotation_the_declared_tcp_container_ports_are_watched() {
+        // Several containers, a port declared twice, UDP and SCTP ports beside TCP ones.
+        let p = PodFacts::from_pod(&api_pod(
+            serde_json::json!({SLO_P99_US: "500"}),
+            &[
+                &[(9090, Some("TCP")), (53, Some("UDP")), (8080, None)],
+                &[
+                    (8080, Some("TCP")),
+                    (7000, Some("SCTP")),
+                    (5353, Some("UDP")),
+                ],
+            ],
+        ));
+        assert_eq!(p.container_ports, [8080, 9090], "UDP and SCTP ignored");
+        assert_eq!(latency_ports(&p), Ok((None, vec![8080, 9090])));
+        let l = lc(verdict(&p, "node-a", Some(KubeletLayout::Cgroupfs)));
+        assert_eq!(l.latency_port, None);
+        assert_eq!(l.container_ports, [8080, 9090]);
+        assert_eq!(l.latency_ports(), [8080, 9090]);
+    }
+
+    #[test]
+    fn only_udp_ports_or_none_leave_the_pod_an_lc_without_a_latency_port() {
+        for containers in [&[&[(53, Some("UDP"))][..]][..], &[&[][..]], &[]] {
+            let p =
+                PodFacts::from_pod(&api_pod(serde_json::json!({SLO_P99_US: "500"}), containers));
+            assert_eq!(latency_ports(&p), Ok((None, Vec::new())), "{containers:?}");
+            let l = lc(verdict(&p, "node-a", Some(KubeletLayout::Cgroupfs)));
+            assert!(l.latency_ports().is_empty(), "{containers:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_latency_port_annotation_is_refused_even_with_container_ports() {
+        for bad in ["0", "65536", "http", "-1", ""] {
+            let p = PodFacts::from_pod(&api_pod(
+                serde_json::json!({SLO_P99_US: "500", LATENCY_PORT: bad}),
+                &[&[(8080, None)]],
+            ));
+            let r = latency_ports(&p).unwrap_err();
+            assert_eq!((r.key.as_str(), r.value.as_str()), (LATENCY_PORT, bad));
+            let r = refused(verdict(&p, "node-a", Some(KubeletLayout::Cgroupfs)));
+            assert_eq!(
+                r.to_string(),
+                format!(
+                    "shop/cart-0: headroom.io/latency-port = {bad:?}: not a TCP port (an integer from 1 to 65535)"
+                )
+            );
         }
     }
 

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use headroom_types::discovery::{lc_changes, LcSet, LcSetEvent};
+use headroom_types::discovery::{lc_changes, LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
 use headroom_types::GroupPath;
 
 use crate::layout::KubeletLayout;
-use crate::pod::{verdict, PodFacts, Verdict};
+use crate::pod::{verdict, PodFacts, Verdict, LATENCY_PORT};
 
 /// What the watch says about the node's pods (kube-runtime's watcher events, reduced).
 #[derive(Debug, Clone, PartialEq)]
@@ -96,7 +96,7 @@ impl Discoverer {
                 Verdict::Refused(r) => next.refused.push(r),
                 Verdict::Waiting(w) => next.waiting.push(w),
                 Verdict::Lc(lc) if exists(&lc.cgroup) => next.lcs.push(lc),
-                Verdict::Lc(lc) => next.waiting.push(headroom_types::discovery::PodRefusal {
+                Verdict::Lc(lc) => next.waiting.push(PodRefusal {
                     pod: lc.name,
                     key: "cgroup".into(),
                     value: lc.cgroup.to_string(),
@@ -104,6 +104,19 @@ impl Discoverer {
                 }),
             }
         }
+        // Protected, but measured by nothing: said next to the set (the agent holds BE for
+        // them and says so), never silent.
+        next.unmeasured = next
+            .lcs
+            .iter()
+            .filter(|lc| lc.latency_ports().is_empty())
+            .map(|lc| PodRefusal {
+                pod: lc.name.clone(),
+                key: LATENCY_PORT.into(),
+                value: String::new(),
+                reason: NO_LATENCY_PORT.into(),
+            })
+            .collect();
         let changes = lc_changes(&self.set, &next);
         let same = next.lcs == self.set.lcs
             && next.refused == self.set.refused
@@ -130,7 +143,7 @@ impl Discoverer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::{LATENCY_PORT, SLO_P99_US};
+    use crate::pod::SLO_P99_US;
     use headroom_types::discovery::LcChange;
 
     fn pod(name: &str, uid: &str, slo: Option<&str>, phase: &str) -> PodFacts {
@@ -145,6 +158,7 @@ mod tests {
                 .map(|s| (SLO_P99_US.to_string(), s.to_string()))
                 .into_iter()
                 .collect(),
+            container_ports: Vec::new(),
         }
     }
 
@@ -167,6 +181,13 @@ mod tests {
         assert!(e.set.synced);
         assert_eq!(names(&d), ["ns/a"]);
         assert!(matches!(&e.changes[..], [LcChange::Added { lc }] if lc.name == "ns/a"));
+        // Neither a port annotation nor a containerPort: an LC, listed as unmeasured.
+        assert_eq!(e.set.unmeasured.len(), 1);
+        assert_eq!(
+            e.set.unmeasured[0].to_string(),
+            "ns/a: headroom.io/latency-port = \"\": no latency port: annotate \
+             headroom.io/latency-port or declare a containerPort"
+        );
         assert_eq!(d.evaluate(L, |_| true, 2), None, "nothing changed");
 
         // A pod that is not yet Running, then runs.
@@ -185,6 +206,17 @@ mod tests {
         assert!(
             matches!(&e.changes[..], [LcChange::Changed { lc }] if lc.target_us == 200.0 && lc.latency_port == Some(8080))
         );
+        let unmeasured: Vec<&str> = e.set.unmeasured.iter().map(|r| r.pod.as_str()).collect();
+        assert_eq!(unmeasured, ["ns/a"], "b has a port now");
+        // A pod measured on its declared containerPorts is not unmeasured.
+        let mut c = pod("c", "u4", Some("100"), "Running");
+        c.container_ports = vec![8080];
+        d.apply(PodEvent::Apply(c));
+        let e = d.evaluate(L, |_| true, 5).unwrap();
+        assert_eq!(e.set.get("ns/c").unwrap().latency_ports(), [8080]);
+        assert_eq!(e.set.unmeasured.len(), 1);
+        d.apply(PodEvent::Delete(pod("c", "u4", Some("100"), "Running")));
+        d.evaluate(L, |_| true, 5).unwrap();
 
         // a finishes, b is deleted.
         d.apply(PodEvent::Apply(pod("a", "u1", Some("500"), "Succeeded")));

@@ -104,17 +104,26 @@ fn log_changes(ev: &LcSetEvent) {
         match c {
             LcChange::Added { lc } => tracing::info!(
                 lc = %lc.name, cgroup = %lc.cgroup, target_us = lc.target_us,
-                port = ?lc.latency_port, priority = lc.priority, "kubernetes: LC pod added"
+                ports = ?lc.latency_ports(), priority = lc.priority, "kubernetes: LC pod added"
             ),
             LcChange::Changed { lc } => tracing::info!(
                 lc = %lc.name, cgroup = %lc.cgroup, target_us = lc.target_us,
-                port = ?lc.latency_port, priority = lc.priority, "kubernetes: LC pod changed"
+                ports = ?lc.latency_ports(), priority = lc.priority, "kubernetes: LC pod changed"
             ),
             LcChange::Removed { name } => {
                 tracing::info!(lc = %name, "kubernetes: LC pod gone")
             }
             LcChange::Refused { refusal } => {
                 tracing::warn!("kubernetes: pod refused as an LC: {refusal}")
+            }
+        }
+        if let LcChange::Added { lc } | LcChange::Changed { lc } = c {
+            if lc.latency_ports().is_empty() {
+                tracing::warn!(
+                    "kubernetes: LC pod {}: {}: its latency is unknown, BE is held for it",
+                    lc.name,
+                    headroom_types::discovery::NO_LATENCY_PORT
+                );
             }
         }
     }

@@ -3,153 +3,18 @@
 //! stream of watch events), and the pods come, change, go, and one has a bad annotation. The
 //! pod groups are directories of a temp cgroup root in kubelet's cgroupfs layout.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use headroom_kube::{Discovery, DiscoveryOptions};
 use headroom_types::discovery::{LayoutChoice, LcChange, LcSet, LcSetEvent};
-use serde_json::{json, Value};
+use serde_json::json;
+use stand_in::{pod, StandIn};
 
 const NODE: &str = "node-a";
-
-fn pod(name: &str, uid: &str, node: &str, phase: &str, qos: &str, ann: Value, rv: u32) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"namespace": "shop", "name": name, "uid": uid,
-                     "resourceVersion": rv.to_string(), "annotations": ann},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
-        "status": {"phase": phase, "qosClass": qos}
-    })
-}
-
-/// The stand-in server: the list answers `list`; the first watch streams what the test sends,
-/// later watches (the watcher's reconnects) stay open and silent until the server stops.
-struct StandIn {
-    port: u16,
-    requests: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-}
-
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut line = String::new();
-    if r.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        if h == "\r\n" {
-            break;
-        }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).ok()?;
-    Some(line.split_whitespace().nth(1).unwrap_or("").to_string())
-}
-
-fn chunk(w: &mut TcpStream, data: &str) -> std::io::Result<()> {
-    write!(w, "{:x}\r\n{}\r\n", data.len(), data)?;
-    w.flush()
-}
-
-impl StandIn {
-    fn start(list: Vec<Value>, events: mpsc::Receiver<Value>) -> StandIn {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let events = Arc::new(Mutex::new(Some(events)));
-        let (reqs, stopped) = (requests.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                if stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                let (list, reqs, stopped, events) =
-                    (list.clone(), reqs.clone(), stopped.clone(), events.clone());
-                std::thread::spawn(move || {
-                    let mut w = conn.try_clone().unwrap();
-                    let mut r = BufReader::new(conn);
-                    while let Some(path) = read_request(&mut r) {
-                        reqs.lock().unwrap().push(path.clone());
-                        if !path.starts_with("/api/v1/pods") {
-                            let _ =
-                                write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-                            continue;
-                        }
-                        if !path.contains("watch=true") {
-                            let body = json!({"apiVersion": "v1", "kind": "PodList",
-                                              "metadata": {"resourceVersion": "10"},
-                                              "items": list})
-                            .to_string();
-                            let _ = write!(
-                                w,
-                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                                body.len()
-                            );
-                            continue;
-                        }
-                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-                        let _ = w.flush();
-                        let mine = events.lock().unwrap().take();
-                        let deadline = Instant::now() + Duration::from_secs(60);
-                        while !stopped.load(Ordering::SeqCst) && Instant::now() < deadline {
-                            match &mine {
-                                Some(rx) => match rx.recv_timeout(Duration::from_millis(50)) {
-                                    Ok(ev) => {
-                                        if chunk(&mut w, &format!("{ev}\n")).is_err() {
-                                            return;
-                                        }
-                                    }
-                                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                                },
-                                None => std::thread::sleep(Duration::from_millis(50)),
-                            }
-                        }
-                        let _ = chunk(&mut w, "");
-                        return;
-                    }
-                });
-            }
-        });
-        StandIn {
-            port,
-            requests,
-            stop,
-        }
-    }
-
-    fn kubeconfig(&self, dir: &Path) -> std::path::PathBuf {
-        let path = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: http://127.0.0.1:{}\n\
-             contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\n\
-             current-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n",
-            self.port
-        );
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for StandIn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
 
 /// The next event whose set satisfies `want` (events in between are checked by the caller's
 /// later waits only through the set they lead to), within 20 s.

@@ -85,6 +85,7 @@ fn facts(name: &str, uid: &str, qos: &str) -> PodFacts {
         phase: "Running".into(),
         qos_class: qos.into(),
         annotations: [("headroom.io/slo-p99-us".to_string(), "500".to_string())].into(),
+        container_ports: Vec::new(),
     }
 }
 

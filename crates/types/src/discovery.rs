@@ -57,6 +57,25 @@ pub struct DiscoveredLc {
     /// Rank among LCs, higher = more important (`headroom.io/priority`, default 0).
     #[serde(default)]
     pub priority: i32,
+    /// The pod's declared TCP `containerPorts` (sorted, distinct), watched by the kernel
+    /// sensor when the pod has no `latency_port` (empty when it has one: the annotation wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_ports: Vec<u16>,
+}
+
+/// Why a discovered LC has no latency source (`LcSet::unmeasured`).
+pub const NO_LATENCY_PORT: &str =
+    "no latency port: annotate headroom.io/latency-port or declare a containerPort";
+
+impl DiscoveredLc {
+    /// The TCP ports the kernel sensor watches: the annotated port, else the declared
+    /// container ports; empty: the LC has no latency source.
+    pub fn latency_ports(&self) -> Vec<u16> {
+        match self.latency_port {
+            Some(p) => vec![p],
+            None => self.container_ports.clone(),
+        }
+    }
 }
 
 /// Why a pod is not (or not yet) an LC: the pod, the key and value at fault, the reason.
@@ -96,6 +115,10 @@ pub struct LcSet {
     /// Annotated Running pods whose cgroup is not (yet, or no longer) on the node.
     #[serde(default)]
     pub waiting: Vec<PodRefusal>,
+    /// LCs of `lcs` with no latency source (no `headroom.io/latency-port`, no TCP
+    /// `containerPort`): protected, but their latency is unknown (see docs/kubernetes.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<PodRefusal>,
     /// Refusals since the discovery started (each distinct refusal of a pod counted once).
     #[serde(default)]
     pub refusals_total: u64,

@@ -116,10 +116,17 @@ impl KubernetesConfig {
         slo.insert("target_us".into(), lc.target_us.into());
         slo.insert("window_s".into(), self.window_s.into());
         t.insert("slo".into(), slo.into());
-        if let Some(port) = lc.latency_port {
+        // The annotated port, else every declared TCP containerPort (the sensor takes several).
+        let ports = lc.latency_ports();
+        if !ports.is_empty() {
             let mut lat = toml::Table::new();
             lat.insert("source".into(), "kernel".into());
-            lat.insert("port".into(), i64::from(port).into());
+            if let [port] = ports[..] {
+                lat.insert("port".into(), i64::from(port).into());
+            } else {
+                let list: Vec<toml::Value> = ports.iter().map(|&p| i64::from(p).into()).collect();
+                lat.insert("ports".into(), list.into());
+            }
             if self.probe_fallback {
                 lat.insert("fallback".into(), "probe".into());
             }
@@ -192,6 +199,7 @@ mod tests {
             percentile: 99.0,
             latency_port: port,
             priority: 3,
+            container_ports: Vec::new(),
         }
     }
 
@@ -219,6 +227,24 @@ mod tests {
             .lc_config(&discovered(None))
             .unwrap();
         assert!(lc.latency.is_none());
+
+        // No annotation: the declared TCP containerPorts, all of them.
+        let mut d = discovered(None);
+        d.container_ports = vec![8080, 9090];
+        let lat = KubernetesConfig::default()
+            .lc_config(&d)
+            .unwrap()
+            .latency
+            .unwrap();
+        assert_eq!(lat.source, LatencySource::Kernel);
+        assert_eq!(lat.kernel_ports(), [8080, 9090]);
+        d.container_ports = vec![8080];
+        let lat = KubernetesConfig::default()
+            .lc_config(&d)
+            .unwrap()
+            .latency
+            .unwrap();
+        assert_eq!(lat.kernel_ports(), [8080]);
     }
 
     #[test]

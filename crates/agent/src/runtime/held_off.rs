@@ -7,13 +7,14 @@ use std::time::Duration;
 use crate::sensors::lc_signal::Refusal;
 
 /// Every reason label the metric carries.
-pub const REASONS: [&str; 6] = [
+pub const REASONS: [&str; 7] = [
     "send_lag",
     "too_few_samples",
     "source_error",
     "no_window",
     "kube_not_synced",
     "kube_no_lc",
+    "kube_no_latency_port",
 ];
 
 /// What the latency source said (a snapshot of its cell).

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal};
+use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
 
 use super::lc_sources::service_signals;
 use super::Agent;
@@ -118,6 +118,25 @@ impl KubeLive {
                 ),
             ));
         }
+        // An LC measured by nothing: its latency is never known, so the safety rules hold BE
+        // for it (docs/kubernetes.md); say so, naming the pods and the fix.
+        let unmeasured: Vec<&str> = self
+            .set
+            .unmeasured
+            .iter()
+            .map(|u| u.pod.as_str())
+            .filter(|p| self.running.iter().any(|r| r.config.name == *p))
+            .collect();
+        if !unmeasured.is_empty() {
+            return Some((
+                "kube_no_latency_port",
+                format!(
+                    "kubernetes: LC pod {} has {}: its latency is unknown, so BE is held at its minimum",
+                    unmeasured.join(", "),
+                    NO_LATENCY_PORT
+                ),
+            ));
+        }
         None
     }
 }
@@ -157,6 +176,11 @@ impl Agent {
             }
         }
         set.refusals_total += kube.own_refusals;
+        set.unmeasured.retain(|u| {
+            accepted
+                .iter()
+                .any(|c: &crate::config::LcConfig| c.name == u.pod)
+        });
         // Services that go, or whose sources must restart (another port or percentile);
         // the others keep their sources and take the new SLO and priority in place.
         let mut old: BTreeMap<String, Running> = kube

@@ -14,6 +14,10 @@ const CPUSET_CPUS_EFFECTIVE: KnobFile = KnobFile::both(
     "cpuset.effective_cpus",
     "cpuset.cpus.effective",
 );
+/// The v1 file of [`CPUSET_CPUS`].
+const V1_CPUS: &str = "cpuset.cpus";
+/// How deep below a group [`Cgroups::set_cpuset_cpus`] makes v1 groups follow it.
+const MAX_FOLLOW_DEPTH: usize = 8;
 const CPUSET_MEMS: KnobFile = KnobFile::both(Controller::Cpuset, "cpuset.mems", "cpuset.mems");
 
 impl Cgroups {
@@ -26,8 +30,75 @@ impl Cgroups {
                 "an empty cpuset is refused; freeze the group instead",
             ));
         }
-        let (_, path) = self.knob(&CPUSET_CPUS, group)?;
-        self.knobs.write(&path, &cpus.to_list())
+        let (v2, path) = self.knob(&CPUSET_CPUS, group)?;
+        if v2 {
+            // Groups below follow in the kernel (their effective cpusets).
+            return self.knobs.write(&path, &cpus.to_list());
+        }
+        // v1: a child's CPUs must stay within its parent's (a narrower parent is EBUSY while a
+        // child uses more), and children do not follow their parent as on v2 — kubelet's pod
+        // groups under the BestEffort parent keep their own cpuset.cpus. So the groups below
+        // follow here: one that had its parent's CPUs takes the new ones, a narrower one keeps
+        // what it can of its own (its CPUs within the new set; the new set where none are).
+        match (self.read_cpuset(&path), path.parent()) {
+            (Ok(old), Some(dir)) => self.follow_v1(dir, &old, cpus, 0),
+            // unreadable: the write says what is wrong, naming path and value
+            _ => self.knobs.write(&path, &cpus.to_list()),
+        }
+    }
+
+    /// Sets the v1 group at `dir` from `old` to `new` CPUs, its descendants following: narrowed
+    /// before it when it shrinks, widened after it when it grows, through the union when neither.
+    fn follow_v1(&self, dir: &Path, old: &CpuSet, new: &CpuSet, depth: usize) -> Result<()> {
+        let file = dir.join(V1_CPUS);
+        if !new.is_subset(old) && !old.is_subset(new) {
+            let union = old.union(new);
+            self.follow_v1(dir, old, &union, depth)?;
+            return self.follow_v1(dir, &union, new, depth);
+        }
+        // kubelet's tree is a few levels deep; a bound keeps a loop of links from recursing.
+        let children = if depth < MAX_FOLLOW_DEPTH && old != new {
+            self.knobs.list_dirs(dir)?
+        } else {
+            Vec::new()
+        };
+        let mut plan = Vec::new();
+        for name in children {
+            let child = dir.join(&name);
+            let Ok(mine) = self.read_cpuset(&child.join(V1_CPUS)) else {
+                continue; // gone meanwhile, or not a group
+            };
+            let next = if mine.is_empty() {
+                mine.clone() // runs nothing, fits anywhere
+            } else if mine == *old {
+                new.clone()
+            } else {
+                let kept = mine.intersection(new);
+                if kept.is_empty() {
+                    new.clone()
+                } else {
+                    kept
+                }
+            };
+            if next != mine {
+                plan.push((child, mine, next));
+            }
+        }
+        let shrinking = new.is_subset(old);
+        if shrinking {
+            for (child, mine, next) in &plan {
+                self.follow_v1(child, mine, next, depth + 1)?;
+            }
+        }
+        if old != new || depth == 0 {
+            self.knobs.write(&file, &new.to_list())?;
+        }
+        if !shrinking {
+            for (child, mine, next) in &plan {
+                self.follow_v1(child, mine, next, depth + 1)?;
+            }
+        }
+        Ok(())
     }
 
     /// Clears a v2 `cpuset.cpus` back to "inherit the parent's CPUs" (an empty value); v1 has no
