@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use headroom_agent::control::{request, Request};
 use headroom_host::{Controller, FreezeState, GroupPath};
-use support::{forking_be, procs_with, root_cgroups, wait_for, write_config, Guard, BIN};
+use support::{
+    forking_be, kill_moments, procs_with, root_cgroups, wait_for, write_config, Guard, BIN,
+};
 
 struct Env {
     /// The agents and the LC (children), the scratch directory, the top group.
@@ -118,6 +120,18 @@ impl Env {
         support::assert_be_confined(&self.marker, &self.be(), v2, when);
     }
 
+    /// Within 5 s of a restore no BE process is left.
+    fn assert_no_be_left(&self) {
+        let gone = wait_for("no BE process", Duration::from_secs(5), || {
+            procs_with(&self.marker).is_empty()
+        });
+        assert!(
+            gone.is_some(),
+            "BE processes outlived restore: {:?}",
+            procs_with(&self.marker)
+        );
+    }
+
     fn lc_groups(&self) -> String {
         support::proc_cgroup(self.lc)
     }
@@ -145,16 +159,7 @@ fn kill_9_at_random_moments_leaves_no_be_unconfined_and_restore_cleans_up() {
     let socket = env.socket();
     let cfg = env.config("a.toml", "restore", "", &socket);
     // Deterministic "random" moments: 0..150 ms, several inside the first 20 ms.
-    let mut x: u64 = 0x9e37_79b9;
-    for i in 0..20 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let after_ms = if i % 4 == 0 {
-            (x >> 33) % 20
-        } else {
-            (x >> 33) % 150
-        };
+    for (i, after_ms) in kill_moments(0x9e37_79b9, 20, 150).into_iter().enumerate() {
         let idx = env.spawn(&cfg, &format!("crash{i}.log"));
         std::thread::sleep(Duration::from_millis(after_ms));
         env.signal(idx, nix::sys::signal::Signal::SIGKILL);
@@ -173,15 +178,7 @@ fn kill_9_at_random_moments_leaves_no_be_unconfined_and_restore_cleans_up() {
     env.signal(idx, nix::sys::signal::Signal::SIGTERM);
     let st = env.wait_exit(idx);
     assert!(st.success(), "exit {st}; log:\n{}", env.log("final.log"));
-    assert!(
-        wait_for("no BE process", Duration::from_secs(5), || procs_with(
-            &env.marker
-        )
-        .is_empty())
-        .is_some(),
-        "BE processes outlived restore: {:?}",
-        procs_with(&env.marker)
-    );
+    env.assert_no_be_left();
     assert_eq!(
         env.lc_groups(),
         lc_before,
@@ -229,15 +226,7 @@ fn restore_stops_an_adopted_be_and_everything_it_forked() {
     env.signal(second, nix::sys::signal::Signal::SIGTERM);
     let st = env.wait_exit(second);
     assert!(st.success(), "exit {st}; log:\n{}", env.log("second.log"));
-    assert!(
-        wait_for("no BE process", Duration::from_secs(5), || procs_with(
-            &env.marker
-        )
-        .is_empty())
-        .is_some(),
-        "outlived restore: {:?}",
-        procs_with(&env.marker)
-    );
+    env.assert_no_be_left();
     assert!(!env.state().exists());
     assert!(env.leaked().is_empty(), "leaked groups: {:?}", env.leaked());
 }
@@ -427,14 +416,6 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
         !env.state().exists(),
         "state file removed after the restore completed"
     );
-    assert!(
-        wait_for("no BE process", Duration::from_secs(5), || procs_with(
-            &env.marker
-        )
-        .is_empty())
-        .is_some(),
-        "BE processes outlived restore: {:?}",
-        procs_with(&env.marker)
-    );
+    env.assert_no_be_left();
     let _ = env.guard.cgroups.remove(&job);
 }

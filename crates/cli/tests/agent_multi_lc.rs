@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use headroom_host::Controller;
 use support::{
-    assert_be_confined, ctl, forking_be, proc_cgroup, procs_with, read_log, root_cgroups, signal,
-    wait_exit, wait_for, write_config, Guard,
+    assert_be_confined, ctl, forking_be, kill_moments, proc_cgroup, procs_with, read_log,
+    root_cgroups, signal, wait_exit, wait_for, write_config, Guard,
 };
 
 /// The agents here take turns (each test's groups are its own, but two agents at once would
@@ -251,16 +251,7 @@ pids = [{b_pid}]
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     };
-    let mut x: u64 = 0x2545_f491;
-    for i in 0..12 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let after_ms = if i % 4 == 0 {
-            (x >> 33) % 20
-        } else {
-            (x >> 33) % 200
-        };
+    for (i, after_ms) in kill_moments(0x2545_f491, 12, 200).into_iter().enumerate() {
         let idx = guard.spawn_agent(&cfg, &format!("crash{i}.log"));
         std::thread::sleep(Duration::from_millis(after_ms));
         signal(&guard.children[idx], nix::sys::signal::Signal::SIGKILL);

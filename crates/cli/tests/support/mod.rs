@@ -171,6 +171,20 @@ cores = 1
     )
 }
 
+/// Deterministic "random" moments (ms) to kill an agent at, one a round: a linear congruential
+/// sequence from `seed`, below `max_ms`, every fourth inside the first 20 ms of start-up.
+pub fn kill_moments(seed: u64, rounds: usize, max_ms: u64) -> Vec<u64> {
+    let mut x = seed;
+    (0..rounds)
+        .map(|i| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % if i % 4 == 0 { 20 } else { max_ms }
+        })
+        .collect()
+}
+
 /// Calls `f` every 10 ms until it holds (how long that took) or `timeout` passes (`None`, after
 /// a line naming `what`).
 pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
