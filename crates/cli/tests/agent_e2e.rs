@@ -433,11 +433,7 @@ fn the_kernel_sensor_times_the_lcs_own_requests_and_sends_none() {
     let Some(cgroups) = root_cgroups(TEST, &[Controller::Cpu]) else {
         return;
     };
-    let Some(memcached) = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        eprintln!("SKIP {TEST}: memcached is not installed");
+    let Some(memcached) = support::find_memcached(TEST) else {
         return;
     };
     if let Err(e) = headroom_host::latency_bpf::LatencySensor::attach(&[1]) {
@@ -447,28 +443,7 @@ fn the_kernel_sensor_times_the_lcs_own_requests_and_sends_none() {
     let _rt = rt_budget();
     let mut guard = Guard::fresh(&cgroups, "headroom-ksense");
     let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
-    let (mc, addr) = headroom_load::readiness::spawn_memcache_server(
-        |port| {
-            let mut c = Command::new(memcached);
-            c.args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-t",
-                "1",
-            ])
-            .args(["-u", "root"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-            c
-        },
-        5,
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| panic!("{TEST}: memcached did not start: {e}"));
+    let (mc, addr) = support::start_memcached(TEST, memcached);
     let mc_pid = mc.id();
     guard.children.push(mc);
     let port = addr.port();

@@ -171,6 +171,44 @@ cores = 1
     )
 }
 
+/// The installed `memcached`, or `None` after a `SKIP test: …` line.
+pub fn find_memcached(test: &str) -> Option<&'static str> {
+    let found = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if found.is_none() {
+        eprintln!("SKIP {test}: memcached is not installed");
+    }
+    found
+}
+
+/// `path` (a memcached) on a free loopback port, one thread, no UDP; ready when *our*
+/// memcached answers `stats` with its pid, not when the port accepts.
+pub fn start_memcached(test: &str, path: &str) -> (Child, std::net::SocketAddr) {
+    headroom_load::readiness::spawn_memcache_server(
+        |port| {
+            let mut c = Command::new(path);
+            c.args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-t",
+                "1",
+            ])
+            .args(["-u", "root"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            c
+        },
+        5,
+        Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("{test}: memcached did not start: {e}"))
+}
+
 /// Deterministic "random" moments (ms) to kill an agent at, one a round: a linear congruential
 /// sequence from `seed`, below `max_ms`, every fourth inside the first 20 ms of start-up.
 pub fn kill_moments(seed: u64, rounds: usize, max_ms: u64) -> Vec<u64> {
