@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use headroom_agent::config::Config;
-use headroom_agent::decision::{self, DecisionRecord};
+use headroom_agent::decision::{self, DecisionRecord, LogLine, Mismatch};
 use headroom_agent::observation::Observation;
 use headroom_agent::policy::{self, MachineInfo};
 
@@ -93,6 +93,38 @@ fn parse(lines: &[String]) -> Vec<DecisionRecord> {
         .iter()
         .map(|l| DecisionRecord::from_json_line(l).expect("log line parses"))
         .collect()
+}
+
+/// `lines` (decisions and events, as the runtime writes them) replay identically through a
+/// fresh policy; their decisions alone (the events dropped) do not. How many events the log
+/// holds, and where the decisions alone diverged (never empty).
+fn assert_replays_only_with_its_events(
+    config: &Config,
+    machine: &MachineInfo,
+    lines: &[String],
+) -> (usize, Vec<Mismatch>) {
+    let log: Vec<LogLine> = lines
+        .iter()
+        .map(|l| LogLine::from_json_line(l).expect("log line parses"))
+        .collect();
+    let mismatches = decision::replay_log(config, machine, &log);
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches, first: {}",
+        mismatches.len(),
+        mismatches[0]
+    );
+    let decisions_only: Vec<DecisionRecord> = log
+        .iter()
+        .filter_map(|l| match l {
+            LogLine::Decision(r) => Some((**r).clone()),
+            LogLine::Event(_) => None,
+        })
+        .collect();
+    let events = log.len() - decisions_only.len();
+    let diverged = decision::replay(config, machine, &decisions_only);
+    assert!(!diverged.is_empty(), "the events changed nothing?");
+    (events, diverged)
 }
 
 #[test]
@@ -196,7 +228,7 @@ fn record_json_has_the_contract_keys() {
 /// events the replay diverges (what the events are for).
 #[test]
 fn ctl_events_in_the_log_replay_identically() {
-    use headroom_agent::decision::{CtlEvent, LogLine};
+    use headroom_agent::decision::CtlEvent;
     let machine = MachineInfo::with_cpus(8);
     let config = Config::from_toml_str(&CONFIG.replace("KIND", "hybrid")).expect("valid");
     let mut p = policy::build(&config, &machine);
@@ -229,33 +261,9 @@ fn ctl_events_in_the_log_replay_identically() {
         be = d.allocation.be_cpu_capacity(machine.cpus.len());
         lines.push(DecisionRecord::new(now, t_ms, "hybrid", &obs, &d).to_json_line());
     }
-    let log: Vec<LogLine> = lines
-        .iter()
-        .map(|l| LogLine::from_json_line(l).expect("log line parses"))
-        .collect();
-    assert_eq!(
-        log.iter()
-            .filter(|l| matches!(l, LogLine::Event(_)))
-            .count(),
-        3
-    );
-    let mismatches = decision::replay_log(&config, &machine, &log);
-    assert!(
-        mismatches.is_empty(),
-        "{} mismatches, first: {}",
-        mismatches.len(),
-        mismatches[0]
-    );
-    // the same decisions without their events do not replay
-    let decisions_only: Vec<DecisionRecord> = log
-        .into_iter()
-        .filter_map(|l| match l {
-            LogLine::Decision(r) => Some(*r),
-            LogLine::Event(_) => None,
-        })
-        .collect();
-    let diverged = decision::replay(&config, &machine, &decisions_only);
-    assert!(!diverged.is_empty(), "the events changed nothing?");
+    let (events, diverged) = assert_replays_only_with_its_events(&config, &machine, &lines);
+    assert_eq!(events, 3);
+    // the decisions without their events diverge, from the first event on
     assert!(diverged[0].index >= 200, "{}", diverged[0]);
 }
 
@@ -265,7 +273,7 @@ fn ctl_events_in_the_log_replay_identically() {
 /// diverges (the holder service would hold BE throughout).
 #[test]
 fn discovered_lc_sets_in_the_log_replay_identically() {
-    use headroom_agent::decision::{CtlEvent, LogLine};
+    use headroom_agent::decision::CtlEvent;
     use headroom_agent::discovered::{initial_policy_config, policy_config};
     use headroom_types::discovery::{DiscoveredLc, PodQos};
     use headroom_types::observation::LcGroupObservation;
@@ -330,24 +338,5 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
         be = d.allocation.be_cpu_capacity(machine.cpus.len());
         lines.push(DecisionRecord::new(now, t_ms, "multi", &obs, &d).to_json_line());
     }
-    let log: Vec<LogLine> = lines
-        .iter()
-        .map(|l| LogLine::from_json_line(l).expect("log line parses"))
-        .collect();
-    let mismatches = decision::replay_log(&config, &machine, &log);
-    assert!(
-        mismatches.is_empty(),
-        "{} mismatches, first: {}",
-        mismatches.len(),
-        mismatches[0]
-    );
-    let decisions_only: Vec<DecisionRecord> = log
-        .into_iter()
-        .filter_map(|l| match l {
-            LogLine::Decision(r) => Some(*r),
-            LogLine::Event(_) => None,
-        })
-        .collect();
-    let diverged = decision::replay(&config, &machine, &decisions_only);
-    assert!(!diverged.is_empty(), "the events changed nothing?");
+    assert_replays_only_with_its_events(&config, &machine, &lines);
 }

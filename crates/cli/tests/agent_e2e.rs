@@ -6,13 +6,16 @@
 //! config with `cgroup = "../../x"` is refused with exit 2. Every group and process is removed
 //! by a guard, also when the test fails.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use headroom_host::{Cgroups, Controller, CpuSet, FreezeState, GroupPath, LinuxHost};
+use headroom_host::{Controller, CpuSet, FreezeState, GroupPath};
+use support::{ctl, read_log, root_cgroups, sigterm_and_wait, wait_for, write_config, Guard, BIN};
 
 /// An LC that is already SCHED_FIFO when the agent starts (launched under `chrt`, as the
 /// scheduling bench does) joins its group: on cgroup v1 with RT group scheduling the kernel
@@ -20,17 +23,9 @@ use headroom_host::{Cgroups, Controller, CpuSet, FreezeState, GroupPath, LinuxHo
 /// chain a budget before moving it.
 #[test]
 fn an_lc_already_sched_fifo_joins_its_group() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP an_lc_already_sched_fifo_joins_its_group: not root");
+    let test = "an_lc_already_sched_fifo_joins_its_group";
+    let Some(cgroups) = root_cgroups(test, &[Controller::Cpu]) else {
         return;
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) if c.backend(Controller::Cpu).is_ok() => c,
-        _ => {
-            eprintln!("SKIP an_lc_already_sched_fifo_joins_its_group: no cpu cgroup");
-            return;
-        }
     };
     let _rt = rt_budget();
     let mut guard = Guard::fresh(&cgroups, "headroom-rtlc");
@@ -66,9 +61,9 @@ cgroup = "{top}/be"
 kind = "static-cycles"
 "#
     );
-    let cfg = write_config(&dir, "rt.toml", &text);
-    let agent = start_agent(&mut guard, &cfg, "rt.log");
-    let log = || std::fs::read_to_string(dir.join("rt.log")).unwrap_or_default();
+    let cfg = restore_config(&dir, "rt.toml", &text);
+    let agent = guard.start_agent(&cfg, "rt.log");
+    let log = || read_log(&dir, "rt.log");
     let lc = top.join("lc").unwrap();
     assert!(
         cgroups.procs(&lc).unwrap().contains(&(lc_pid as i32)),
@@ -85,11 +80,9 @@ kind = "static-cycles"
         libc::SCHED_FIFO,
         "the LC keeps its policy"
     );
-    let st = sigterm_and_wait(&mut guard, agent);
+    let st = sigterm_and_wait(&mut guard.children[agent]);
     assert!(st.success(), "agent exit status {st}; log:\n{}", log());
 }
-
-const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 
 /// The machine's real-time budget (root `cpu.rt_runtime_us`) is one: an agent gives its LC
 /// group chain all that is spare, so two tests whose agents need it would refuse each other
@@ -102,68 +95,10 @@ fn rt_budget() -> std::sync::MutexGuard<'static, ()> {
 }
 const POLL_MS: u64 = 100;
 
-struct Guard {
-    cgroups: Cgroups,
-    top: GroupPath,
-    children: Vec<Child>,
-    dir: tempfile::TempDir,
-}
-
-impl Guard {
-    /// A guard for a fresh top group `<prefix>-<pid>` (asserted absent) and a scratch directory.
-    fn fresh(cgroups: &Cgroups, prefix: &str) -> Guard {
-        let top = GroupPath::new(&format!("{prefix}-{}", std::process::id())).unwrap();
-        assert!(!cgroups.exists(&top));
-        Guard {
-            cgroups: cgroups.clone(),
-            top,
-            children: Vec::new(),
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-}
-
-/// Writes an agent config: `head` plus what every test agent shares (restore on exit, its state
+/// Writes an agent config: `head` plus what the tests here share (restore on exit, its state
 /// file and control socket in `dir`, no metrics endpoint).
-fn write_config(dir: &Path, file: &str, head: &str) -> PathBuf {
-    let text = format!(
-        "{head}\n[safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
-        d = dir.display()
-    );
-    let path = dir.join(file);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for name in ["be", "lc"] {
-            let g = self.top.join(name).unwrap();
-            if !self.cgroups.exists(&g) {
-                continue;
-            }
-            let _ = self.cgroups.thaw(&g);
-            for _ in 0..50 {
-                let procs = self.cgroups.procs(&g).unwrap_or_default();
-                if procs.is_empty() {
-                    break;
-                }
-                for pid in procs {
-                    // SAFETY: kill(2) on a pid read from the test's own group.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        if let Err(e) = self.cgroups.remove(&self.top) {
-            eprintln!("cleanup: removing {}: {e}", self.top);
-        }
-        let _ = &self.dir;
-    }
+fn restore_config(dir: &Path, file: &str, head: &str) -> PathBuf {
+    write_config(dir, file, head, "restore", &dir.join("ctl.sock"), "")
 }
 
 fn skip(reason: &str) {
@@ -183,18 +118,6 @@ fn pin_to(cmd: &mut Command, cpu: usize) {
             Ok(())
         });
     }
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    eprintln!("timed out after {timeout:?} waiting for {what}");
-    None
 }
 
 fn config(
@@ -223,101 +146,27 @@ kind = "blind"
 buffer_cores = 1
 poll_ms = {POLL_MS}
 grow_interval_ms = {POLL_MS}
-
-[safety]
-on_exit = "{on_exit}"
-state_file = "{dir}/state.json"
-
-[api]
-socket = "{dir}/ctl.sock"
-metrics = "127.0.0.1:0"
-"#,
-        dir = dir.display()
+"#
     );
-    let path = dir.join(format!("agent-{on_exit}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn start_agent(guard: &mut Guard, config: &Path, log: &str) -> usize {
-    let stderr = std::fs::File::create(guard.dir.path().join(log)).unwrap();
-    let child = Command::new(BIN)
-        .args(["agent", "--config"])
-        .arg(config)
-        .env("HEADROOM_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("start the agent");
-    guard.children.push(child);
-    let socket = guard.dir.path().join("ctl.sock");
-    let idx = guard.children.len() - 1;
-    // The socket is bound before the host is touched; an answer comes once start-up is done.
-    let up = wait_for("the agent's first status", Duration::from_secs(20), || {
-        std::os::unix::net::UnixStream::connect(&socket).is_ok()
-            && headroom_agent::control::request(&socket, &headroom_agent::control::Request::Status)
-                .is_ok_and(|r| r.ok)
-    });
-    if up.is_none() {
-        let log = std::fs::read_to_string(guard.dir.path().join(log)).unwrap_or_default();
-        panic!("agent did not come up; its log:\n{log}");
-    }
-    idx
-}
-
-fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(BIN)
-        .args(["ctl", "--socket"])
-        .arg(dir.join("ctl.sock"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    write_config(
+        dir,
+        &format!("agent-{on_exit}.toml"),
+        &text,
+        on_exit,
+        &dir.join("ctl.sock"),
+        "127.0.0.1:0",
     )
-}
-
-fn sigterm_and_wait(guard: &mut Guard, idx: usize) -> std::process::ExitStatus {
-    let child = &mut guard.children[idx];
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "agent ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
 fn agent_e2e() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("not root");
-    }
+    let controllers = [Controller::Cpuset, Controller::Cpu, Controller::Freezer];
+    let Some(cgroups) = root_cgroups("agent_e2e", &controllers) else {
+        return;
+    };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         return skip("needs 2 CPUs");
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) => c,
-        Err(e) => return skip(&format!("no cgroups: {e}")),
-    };
-    for c in [Controller::Cpuset, Controller::Cpu, Controller::Freezer] {
-        if let Err(e) = cgroups.backend(c) {
-            return skip(&format!("{e}"));
-        }
     }
     // its agent moves an LC whose threads may be real-time: the machine's one budget again
     let _rt = rt_budget();
@@ -326,12 +175,7 @@ fn agent_e2e() {
     if let Err(e) = cgroups.create(&be) {
         return skip(&format!("cgroupfs not writable: {e}"));
     }
-    let mut guard = Guard {
-        cgroups: cgroups.clone(),
-        top: top.clone(),
-        children: Vec::new(),
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let mut guard = Guard::new(&cgroups, top.clone());
     let dir = guard.dir.path().to_path_buf();
     // The BE group's settings before the agent: both CPUs, shares 512.
     cgroups
@@ -359,7 +203,7 @@ fn agent_e2e() {
 
     // 1. Load step → BE shrinks within 3 polls.
     let cfg = config(&dir, &top, serve_pid, "freeze", None);
-    let agent = start_agent(&mut guard, &cfg, "agent1.log");
+    let agent = guard.start_agent(&cfg, "agent1.log");
     let lc = top.join("lc").unwrap();
     assert!(
         cgroups.procs(&lc).unwrap().contains(&(serve_pid as i32)),
@@ -421,7 +265,7 @@ fn agent_e2e() {
     assert!(!frozen(), "BE thawed after ctl off");
     std::thread::sleep(Duration::from_millis(3 * POLL_MS));
     assert_eq!(be_cpus(), "0-1", "no actuation after ctl off");
-    let st = sigterm_and_wait(&mut guard, agent);
+    let st = sigterm_and_wait(&mut guard.children[agent]);
     assert!(st.success(), "agent exit status {st}");
     // The kill switch restored the originals, but the exit action still runs: a BE left
     // running unconfined with no agent watching it is what on_exit = "freeze" prevents.
@@ -432,9 +276,9 @@ fn agent_e2e() {
 
     // 3. SIGTERM with on_exit = "freeze" leaves BE frozen.
     let _ = std::fs::remove_file(dir.join("state.json"));
-    let agent = start_agent(&mut guard, &cfg, "agent2.log");
+    let agent = guard.start_agent(&cfg, "agent2.log");
     std::thread::sleep(Duration::from_millis(5 * POLL_MS));
-    let st = sigterm_and_wait(&mut guard, agent);
+    let st = sigterm_and_wait(&mut guard.children[agent]);
     assert!(st.success(), "agent exit status {st}");
     assert!(frozen(), "BE frozen after SIGTERM with on_exit = freeze");
     let state = std::fs::read_to_string(dir.join("state.json")).unwrap();
@@ -475,39 +319,22 @@ fn thread_state(pid: u32) -> (String, i32) {
 /// the LC group, once the LC is back in the groups it came from (the agent never stops it).
 #[test]
 fn agent_exit_restores_the_lc_and_removes_its_groups() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP agent_exit_restores_the_lc_and_removes_its_groups: not root");
+    let test = "agent_exit_restores_the_lc_and_removes_its_groups";
+    let Some(cgroups) = root_cgroups(test, &[Controller::Cpu, Controller::Cpuset]) else {
         return;
-    }
+    };
     let _rt = rt_budget();
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("SKIP agent_exit_restores_the_lc_and_removes_its_groups: needs 2 CPUs");
+        eprintln!("SKIP {test}: needs 2 CPUs");
         return;
     }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
-        _ => {
-            eprintln!(
-                "SKIP agent_exit_restores_the_lc_and_removes_its_groups: no cpu/cpuset cgroups"
-            );
-            return;
-        }
-    };
     let mut guard = Guard::fresh(&cgroups, "headroom-exit");
     let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
     // The LC: an idle process allowed on both CPUs, SCHED_OTHER.
-    let lc_proc = Command::new("sleep")
-        .arg("60")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lc_pid = lc_proc.id();
-    guard.children.push(lc_proc);
+    let lc_pid = guard.sleeper();
     let before = thread_state(lc_pid);
     assert_eq!(before.1, libc::SCHED_OTHER);
-    let lc_groups_before = std::fs::read_to_string(format!("/proc/{lc_pid}/cgroup")).unwrap();
+    let lc_groups_before = support::proc_cgroup(lc_pid);
     let text = format!(
         r#"
 [lc]
@@ -530,15 +357,15 @@ kind = "blind"
 poll_ms = 20
 "#
     );
-    let cfg = write_config(&dir, "exit.toml", &text);
-    let agent = start_agent(&mut guard, &cfg, "exit1.log");
+    let cfg = restore_config(&dir, "exit.toml", &text);
+    let agent = guard.start_agent(&cfg, "exit1.log");
     let lc = top.join("lc").unwrap();
     let treated = wait_for(
         "the LC pinned on CPU 1 and SCHED_FIFO",
         Duration::from_secs(10),
         || thread_state(lc_pid) == ("1".to_string(), libc::SCHED_FIFO),
     );
-    let log = || std::fs::read_to_string(dir.join("exit1.log")).unwrap_or_default();
+    let log = || read_log(&dir, "exit1.log");
     assert!(
         treated.is_some(),
         "LC never treated: {:?}; agent log:\n{}",
@@ -550,7 +377,7 @@ poll_ms = 20
     if let Some(b) = rt_budget {
         assert!(b > 0, "an RT budget was given to the LC group");
     }
-    let st = sigterm_and_wait(&mut guard, agent);
+    let st = sigterm_and_wait(&mut guard.children[agent]);
     assert!(st.success(), "agent exit status {st}; log:\n{}", log());
     assert_eq!(
         thread_state(lc_pid),
@@ -561,7 +388,7 @@ poll_ms = 20
     // The LC went back to the groups it came from, so the LC group (with its RT budget) the
     // agent created is empty and removed too.
     assert_eq!(
-        std::fs::read_to_string(format!("/proc/{lc_pid}/cgroup")).unwrap(),
+        support::proc_cgroup(lc_pid),
         lc_groups_before,
         "the LC is back in its original groups"
     );
@@ -603,54 +430,20 @@ fn memcached_gets(addr: std::net::SocketAddr) -> u64 {
 #[test]
 fn the_kernel_sensor_times_the_lcs_own_requests_and_sends_none() {
     const TEST: &str = "the_kernel_sensor_times_the_lcs_own_requests_and_sends_none";
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP {TEST}: not root");
+    let Some(cgroups) = root_cgroups(TEST, &[Controller::Cpu]) else {
         return;
-    }
-    let Some(memcached) = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        eprintln!("SKIP {TEST}: memcached is not installed");
+    };
+    let Some(memcached) = support::find_memcached(TEST) else {
         return;
     };
     if let Err(e) = headroom_host::latency_bpf::LatencySensor::attach(&[1]) {
         eprintln!("SKIP {TEST}: the kernel latency sensor does not load here: {e}");
         return;
     }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) if c.backend(Controller::Cpu).is_ok() => c,
-        _ => {
-            eprintln!("SKIP {TEST}: no cpu cgroup");
-            return;
-        }
-    };
     let _rt = rt_budget();
     let mut guard = Guard::fresh(&cgroups, "headroom-ksense");
     let (top, dir) = (guard.top.clone(), guard.dir.path().to_path_buf());
-    let (mc, addr) = headroom_load::readiness::spawn_memcache_server(
-        |port| {
-            let mut c = Command::new(memcached);
-            c.args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-t",
-                "1",
-            ])
-            .args(["-u", "root"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-            c
-        },
-        5,
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| panic!("{TEST}: memcached did not start: {e}"));
+    let (mc, addr) = support::start_memcached(TEST, memcached);
     let mc_pid = mc.id();
     guard.children.push(mc);
     let port = addr.port();
@@ -676,9 +469,9 @@ cgroup = "{top}/be"
 kind = "none"
 "#
     );
-    let cfg = write_config(&dir, "kernel.toml", &text);
-    let agent = start_agent(&mut guard, &cfg, "kernel.log");
-    let log = || std::fs::read_to_string(dir.join("kernel.log")).unwrap_or_default();
+    let cfg = restore_config(&dir, "kernel.toml", &text);
+    let agent = guard.start_agent(&cfg, "kernel.log");
+    let log = || read_log(&dir, "kernel.log");
     let socket = dir.join("ctl.sock");
     let sources = || {
         headroom_agent::control::request(&socket, &headroom_agent::control::Request::Status)
@@ -742,6 +535,6 @@ kind = "none"
         "gets arrived with no load running: the agent added traffic; log:\n{}",
         log()
     );
-    let st = sigterm_and_wait(&mut guard, agent);
+    let st = sigterm_and_wait(&mut guard.children[agent]);
     assert!(st.success(), "agent exit status {st}; log:\n{}", log());
 }

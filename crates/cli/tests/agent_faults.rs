@@ -5,68 +5,43 @@
 //! it was. Real kernel (root, a writable cgroup v1 or v2 with cpuset, cpu and freezer); each
 //! test skips with a printed reason elsewhere.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use headroom_agent::control::{request, Request};
-use headroom_host::{Cgroups, Controller, FreezeState, GroupPath, LinuxHost};
-
-const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+use headroom_host::{Controller, FreezeState, GroupPath};
+use support::{
+    forking_be, kill_moments, procs_with, root_cgroups, wait_for, write_config, Guard, BIN,
+};
 
 struct Env {
-    dir: tempfile::TempDir,
-    top: GroupPath,
-    cgroups: Cgroups,
-    children: Vec<Child>,
+    /// The agents and the LC (children), the scratch directory, the top group.
+    guard: Guard,
     /// A unique `sleep` argument: the BE command's processes carry it (and only they do).
     marker: String,
-    lc: Child,
+    /// The LC's pid (a child in `guard`).
+    lc: u32,
 }
 
 impl Drop for Env {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = self.lc.kill();
-        let _ = self.lc.wait();
+        // the agents first, so none starts a BE again; `guard` then removes the groups
+        self.guard.stop_children();
         for pid in procs_with(&self.marker) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        for g in ["be", "lc"] {
-            if let Ok(g) = self.top.join(g) {
-                let _ = self.cgroups.kill_all(&g);
-                let _ = self.cgroups.remove(&g);
-            }
-        }
-        let _ = self.cgroups.remove(&self.top);
     }
 }
 
 fn setup(test: &str) -> Option<Env> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP {test}: not root");
-        return None;
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("SKIP {test}: no cgroups: {e}");
-            return None;
-        }
-    };
-    for c in [Controller::Cpuset, Controller::Cpu, Controller::Freezer] {
-        if cgroups.backend(c).is_err() {
-            eprintln!("SKIP {test}: no {c} controller");
-            return None;
-        }
-    }
+    let controllers = [Controller::Cpuset, Controller::Cpu, Controller::Freezer];
+    let cgroups = root_cgroups(test, &controllers)?;
     let probe = GroupPath::new(&format!("headroom-probe-{}", std::process::id())).unwrap();
     if let Err(e) = cgroups.create(&probe) {
         eprintln!("SKIP {test}: cgroupfs not writable: {e}");
@@ -76,188 +51,100 @@ fn setup(test: &str) -> Option<Env> {
     let id = std::process::id() % 100_000;
     let n = test.len() as u32;
     let top = GroupPath::new(&format!("headroom-faults-{id}-{n}")).unwrap();
+    let mut guard = Guard::new(&cgroups, top);
     let lc = Command::new("sleep")
         .arg("600")
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
+    let lc_pid = lc.id();
+    guard.children.push(lc);
     Some(Env {
-        dir: tempfile::tempdir().unwrap(),
-        top,
-        cgroups,
-        children: Vec::new(),
+        guard,
         marker: format!("{}.{:03}{}", 7000 + id % 1000, n, id),
-        lc,
+        lc: lc_pid,
     })
 }
 
 impl Env {
     fn socket(&self) -> PathBuf {
-        self.dir.path().join("ctl.sock")
+        self.guard.dir.path().join("ctl.sock")
     }
 
     fn state(&self) -> PathBuf {
-        self.dir.path().join("state.json")
+        self.guard.dir.path().join("state.json")
     }
 
     fn be(&self) -> GroupPath {
-        self.top.join("be").unwrap()
+        self.guard.top.join("be").unwrap()
     }
 
     /// A config whose BE command forks: a background `sleep MARKER` and a foreground one.
     fn config(&self, name: &str, on_exit: &str, metrics: &str, socket: &Path) -> PathBuf {
-        let d = self.dir.path().display();
-        let m = &self.marker;
-        let text = format!(
-            r#"
-[lc]
-name = "lc"
-cgroup = "{top}/lc"
-pids = [{lc}]
-
-[[be]]
-name = "forker"
-cgroup = "{top}/be"
-command = ["sh", "-c", "sleep {m} & exec sleep {m}"]
-restart_backoff_ms = 50
-
-[policy]
-kind = "static-cores"
-[policy.static-cores]
-cores = 1
-
-[safety]
-on_exit = "{on_exit}"
-state_file = "{d}/state.json"
-
-[api]
-socket = "{socket}"
-metrics = "{metrics}"
-"#,
-            top = self.top,
-            lc = self.lc.id(),
-            socket = socket.display(),
+        let head = format!(
+            "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc}]\n{be}",
+            top = self.guard.top,
+            lc = self.lc,
+            be = forking_be(&self.guard.top, &self.marker),
         );
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p
+        write_config(self.guard.dir.path(), name, &head, on_exit, socket, metrics)
     }
 
     fn spawn(&mut self, config: &Path, log: &str) -> usize {
-        let stderr = std::fs::File::create(self.dir.path().join(log)).unwrap();
-        let child = Command::new(BIN)
-            .args(["agent", "--config"])
-            .arg(config)
-            .env("HEADROOM_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        self.children.push(child);
-        self.children.len() - 1
+        self.guard.spawn_agent(config, log)
     }
 
     fn log(&self, name: &str) -> String {
-        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+        self.guard.log(name)
     }
 
     fn wait_up(&mut self, socket: &Path, log: &str) {
-        let up = wait_for(Duration::from_secs(20), || {
-            request(socket, &Request::Status).is_ok_and(|r| r.ok)
-        });
-        assert!(up, "agent did not come up; log:\n{}", self.log(log));
+        support::wait_up(socket, self.guard.dir.path(), log);
     }
 
     fn signal(&mut self, idx: usize, sig: nix::sys::signal::Signal) {
-        let pid = nix::unistd::Pid::from_raw(self.children[idx].id() as i32);
-        let _ = nix::sys::signal::kill(pid, sig);
+        support::signal(&self.guard.children[idx], sig);
     }
 
     fn wait_exit(&mut self, idx: usize) -> std::process::ExitStatus {
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = self.children[idx].try_wait().unwrap() {
-                return st;
-            }
-            assert!(Instant::now() < end, "agent did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        support::wait_exit(&mut self.guard.children[idx])
     }
 
     /// Every BE process is inside the BE group (in every hierarchy): never unconfined.
     fn assert_be_confined(&self, when: &str) {
-        let be = self.be();
-        for pid in procs_with(&self.marker) {
-            let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            if text.is_empty() {
-                continue; // exited meanwhile
-            }
-            for line in text.lines() {
-                let mut parts = line.splitn(3, ':');
-                let (_, ctrls, path) = (
-                    parts.next(),
-                    parts.next().unwrap_or(""),
-                    parts.next().unwrap_or(""),
-                );
-                let managed = ctrls.is_empty()
-                    && self
-                        .cgroups
-                        .backend(Controller::Cpu)
-                        .is_ok_and(|b| b.is_v2())
-                    || ["cpuset", "cpu", "freezer"]
-                        .iter()
-                        .any(|c| ctrls.split(',').any(|x| x == *c));
-                if managed {
-                    assert!(
-                        path.trim_start_matches('/').starts_with(be.as_str()),
-                        "{when}: BE process {pid} outside {be}: {line}"
-                    );
-                }
-            }
-        }
+        let v2 = self
+            .guard
+            .cgroups
+            .backend(Controller::Cpu)
+            .is_ok_and(|b| b.is_v2());
+        support::assert_be_confined(&self.marker, &self.be(), v2, when);
+    }
+
+    /// Within 5 s of a restore no BE process is left.
+    fn assert_no_be_left(&self) {
+        let gone = wait_for("no BE process", Duration::from_secs(5), || {
+            procs_with(&self.marker).is_empty()
+        });
+        assert!(
+            gone.is_some(),
+            "BE processes outlived restore: {:?}",
+            procs_with(&self.marker)
+        );
     }
 
     fn lc_groups(&self) -> String {
-        std::fs::read_to_string(format!("/proc/{}/cgroup", self.lc.id())).unwrap()
+        support::proc_cgroup(self.lc)
     }
 
     fn leaked(&self) -> Vec<PathBuf> {
-        self.cgroups
-            .group_dirs(&self.top)
+        self.guard
+            .cgroups
+            .group_dirs(&self.guard.top)
             .into_iter()
             .map(|(_, d)| d)
             .filter(|d| d.is_dir())
             .collect()
     }
-}
-
-fn wait_for(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
-/// Processes whose command line holds `marker`.
-fn procs_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        // zombies have an empty cmdline; `sh -c "…marker…"` is the BE's own shell
-        if cmd.contains(marker) && !cmd.starts_with("sh ") {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 /// The issue's check: kill -9 at random moments (the first 20 ms included) in a loop of 20
@@ -272,16 +159,7 @@ fn kill_9_at_random_moments_leaves_no_be_unconfined_and_restore_cleans_up() {
     let socket = env.socket();
     let cfg = env.config("a.toml", "restore", "", &socket);
     // Deterministic "random" moments: 0..150 ms, several inside the first 20 ms.
-    let mut x: u64 = 0x9e37_79b9;
-    for i in 0..20 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let after_ms = if i % 4 == 0 {
-            (x >> 33) % 20
-        } else {
-            (x >> 33) % 150
-        };
+    for (i, after_ms) in kill_moments(0x9e37_79b9, 20, 150).into_iter().enumerate() {
         let idx = env.spawn(&cfg, &format!("crash{i}.log"));
         std::thread::sleep(Duration::from_millis(after_ms));
         env.signal(idx, nix::sys::signal::Signal::SIGKILL);
@@ -300,12 +178,7 @@ fn kill_9_at_random_moments_leaves_no_be_unconfined_and_restore_cleans_up() {
     env.signal(idx, nix::sys::signal::Signal::SIGTERM);
     let st = env.wait_exit(idx);
     assert!(st.success(), "exit {st}; log:\n{}", env.log("final.log"));
-    assert!(
-        wait_for(Duration::from_secs(5), || procs_with(&env.marker)
-            .is_empty()),
-        "BE processes outlived restore: {:?}",
-        procs_with(&env.marker)
-    );
+    env.assert_no_be_left();
     assert_eq!(
         env.lc_groups(),
         lc_before,
@@ -330,8 +203,12 @@ fn restore_stops_an_adopted_be_and_everything_it_forked() {
     let first = env.spawn(&cfg, "first.log");
     env.wait_up(&socket, "first.log");
     assert!(
-        wait_for(Duration::from_secs(10), || procs_with(&env.marker).len()
-            == 2),
+        wait_for(
+            "the BE's two processes",
+            Duration::from_secs(10),
+            || procs_with(&env.marker).len() == 2
+        )
+        .is_some(),
         "the BE command and its child run: {:?}",
         procs_with(&env.marker)
     );
@@ -349,12 +226,7 @@ fn restore_stops_an_adopted_be_and_everything_it_forked() {
     env.signal(second, nix::sys::signal::Signal::SIGTERM);
     let st = env.wait_exit(second);
     assert!(st.success(), "exit {st}; log:\n{}", env.log("second.log"));
-    assert!(
-        wait_for(Duration::from_secs(5), || procs_with(&env.marker)
-            .is_empty()),
-        "outlived restore: {:?}",
-        procs_with(&env.marker)
-    );
+    env.assert_no_be_left();
     assert!(!env.state().exists());
     assert!(env.leaked().is_empty(), "leaked groups: {:?}", env.leaked());
 }
@@ -394,7 +266,7 @@ fn a_second_agent_on_the_same_groups_is_refused() {
     let cfg = env.config("a.toml", "restore", "", &socket);
     let first = env.spawn(&cfg, "first.log");
     env.wait_up(&socket, "first.log");
-    let other = env.dir.path().join("other.sock");
+    let other = env.guard.dir.path().join("other.sock");
     let cfg2 = env.config("b.toml", "restore", "", &other);
     let second = env.spawn(&cfg2, "second.log");
     let st = env.wait_exit(second);
@@ -422,7 +294,7 @@ fn stray_signals_a_closed_pipe_and_off_then_sigterm() {
     env.signal(idx, nix::sys::signal::Signal::SIGUSR1);
     std::thread::sleep(Duration::from_millis(200));
     assert!(
-        env.children[idx].try_wait().unwrap().is_none(),
+        env.guard.children[idx].try_wait().unwrap().is_none(),
         "HUP/USR1 killed the agent"
     );
     assert!(request(&socket, &Request::Status).is_ok_and(|r| r.ok));
@@ -441,7 +313,7 @@ fn stray_signals_a_closed_pipe_and_off_then_sigterm() {
     env.signal(idx, nix::sys::signal::Signal::SIGTERM);
     assert!(env.wait_exit(idx).success(), "{}", env.log("a.log"));
     assert_eq!(
-        env.cgroups.freeze_state(&env.be()).unwrap(),
+        env.guard.cgroups.freeze_state(&env.be()).unwrap(),
         FreezeState::Frozen,
         "after ctl off, SIGTERM still freezes BE; log:\n{}",
         env.log("a.log")
@@ -459,6 +331,7 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
         return;
     };
     if env
+        .guard
         .cgroups
         .backend(Controller::Cpuset)
         .is_ok_and(|b| b.is_v2())
@@ -466,7 +339,7 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
         eprintln!("SKIP {test}: cgroup v2 accepts a cpuset beyond the parent's (it only narrows the effective set): this fault needs v1");
         return;
     }
-    let online = env.cgroups.cpuset_cpus(&GroupPath::root()).unwrap();
+    let online = env.guard.cgroups.cpuset_cpus(&GroupPath::root()).unwrap();
     if online.len() < 2 {
         eprintln!(
             "SKIP {test}: needs 2 CPUs, this machine has {}",
@@ -477,11 +350,11 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
     // BE group `top/be/job` exists before the agent, with every CPU: that is its original.
     let parent = env.be();
     let job = parent.join("job").unwrap();
-    let mems = env.cgroups.cpuset_mems(&GroupPath::root()).unwrap();
-    for g in [&env.top, &parent, &job] {
-        env.cgroups.create(g).unwrap();
-        env.cgroups.set_cpuset_mems(g, &mems).unwrap();
-        env.cgroups.set_cpuset_cpus(g, &online).unwrap();
+    let mems = env.guard.cgroups.cpuset_mems(&GroupPath::root()).unwrap();
+    for g in [&env.guard.top, &parent, &job] {
+        env.guard.cgroups.create(g).unwrap();
+        env.guard.cgroups.set_cpuset_mems(g, &mems).unwrap();
+        env.guard.cgroups.set_cpuset_cpus(g, &online).unwrap();
     }
     let socket = env.socket();
     let cfg = env.config("a.toml", "restore", "", &socket);
@@ -496,17 +369,20 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
     .unwrap();
     let first = env.spawn(&cfg, "first.log");
     env.wait_up(&socket, "first.log");
-    let narrowed = wait_for(Duration::from_secs(10), || {
-        env.cgroups.cpuset_cpus(&job).is_ok_and(|c| c.len() == 1)
+    let narrowed = wait_for("BE on one CPU", Duration::from_secs(10), || {
+        env.guard
+            .cgroups
+            .cpuset_cpus(&job)
+            .is_ok_and(|c| c.len() == 1)
     });
     assert!(
-        narrowed,
+        narrowed.is_some(),
         "static-cores never gave BE one CPU; log:\n{}",
         env.log("first.log")
     );
-    let be_cpu = env.cgroups.cpuset_cpus(&job).unwrap();
+    let be_cpu = env.guard.cgroups.cpuset_cpus(&job).unwrap();
     // The fault: the parent shrinks to BE's one CPU while the agent runs.
-    env.cgroups.set_cpuset_cpus(&parent, &be_cpu).unwrap();
+    env.guard.cgroups.set_cpuset_cpus(&parent, &be_cpu).unwrap();
     env.signal(first, nix::sys::signal::Signal::SIGTERM);
     let st = env.wait_exit(first);
     let log = env.log("first.log");
@@ -522,17 +398,17 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
         env.state().exists(),
         "the state file is kept for the next start"
     );
-    assert_eq!(env.cgroups.cpuset_cpus(&job).unwrap(), be_cpu);
+    assert_eq!(env.guard.cgroups.cpuset_cpus(&job).unwrap(), be_cpu);
     // The cause goes away; the next agent restores from the recorded originals, not from
     // what it finds (the narrowed cpuset).
-    env.cgroups.set_cpuset_cpus(&parent, &online).unwrap();
+    env.guard.cgroups.set_cpuset_cpus(&parent, &online).unwrap();
     let second = env.spawn(&cfg, "second.log");
     env.wait_up(&socket, "second.log");
     env.signal(second, nix::sys::signal::Signal::SIGTERM);
     let st = env.wait_exit(second);
     assert!(st.success(), "exit {st}; log:\n{}", env.log("second.log"));
     assert_eq!(
-        env.cgroups.cpuset_cpus(&job).unwrap(),
+        env.guard.cgroups.cpuset_cpus(&job).unwrap(),
         online,
         "the original cpuset is back"
     );
@@ -540,11 +416,6 @@ fn a_restore_the_kernel_refuses_keeps_the_state_and_the_next_start_finishes_it()
         !env.state().exists(),
         "state file removed after the restore completed"
     );
-    assert!(
-        wait_for(Duration::from_secs(5), || procs_with(&env.marker)
-            .is_empty()),
-        "BE processes outlived restore: {:?}",
-        procs_with(&env.marker)
-    );
-    let _ = env.cgroups.remove(&job);
+    env.assert_no_be_left();
+    let _ = env.guard.cgroups.remove(&job);
 }

@@ -4,88 +4,27 @@
 //! `on_exit = "restore"` moves both back and removes both groups. A second service whose pid
 //! is gone fails the start, and the first service's start is undone with it.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+use headroom_host::Controller;
+use support::{
+    assert_be_confined, ctl, forking_be, kill_moments, proc_cgroup, procs_with, read_log,
+    root_cgroups, signal, wait_exit, wait_for, write_config, Guard,
+};
 
 /// The agents here take turns (each test's groups are its own, but two agents at once would
 /// only compete for the 2-core machine's attention).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-struct Guard {
-    cgroups: Cgroups,
-    top: GroupPath,
-    children: Vec<Child>,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for name in ["a", "b", "be"] {
-            let Ok(g) = self.top.join(name) else { continue };
-            if !self.cgroups.exists(&g) {
-                continue;
-            }
-            let _ = self.cgroups.thaw(&g);
-            for pid in self.cgroups.procs(&g).unwrap_or_default() {
-                // SAFETY: kill(2) on a pid read from the test's own group.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(50));
-            let _ = self.cgroups.remove(&g);
-        }
-        if self.cgroups.exists(&self.top) {
-            if let Err(e) = self.cgroups.remove(&self.top) {
-                eprintln!("cleanup: removing {}: {e}", self.top);
-            }
-        }
-    }
-}
-
 /// The cgroups to test on, or why not (printed as a SKIP).
 fn setup(test: &str, prefix: &str) -> Option<(Guard, std::sync::MutexGuard<'static, ()>)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP {test}: not root");
-        return None;
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
-        _ => {
-            eprintln!("SKIP {test}: no writable cpu/cpuset cgroups");
-            return None;
-        }
-    };
+    let cgroups = root_cgroups(test, &[Controller::Cpu, Controller::Cpuset])?;
     let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let top = GroupPath::new(&format!("{prefix}-{}", std::process::id())).unwrap();
-    assert!(!cgroups.exists(&top), "{top} exists already");
-    let guard = Guard {
-        cgroups,
-        top,
-        children: Vec::new(),
-        dir: tempfile::tempdir().unwrap(),
-    };
-    Some((guard, lock))
-}
-
-fn sleeper(guard: &mut Guard) -> u32 {
-    let c = Command::new("sleep")
-        .arg("60")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = c.id();
-    guard.children.push(c);
-    pid
+    Some((Guard::fresh(&cgroups, prefix), lock))
 }
 
 /// A free loopback port for the metrics endpoint.
@@ -98,7 +37,7 @@ fn free_port() -> u16 {
 }
 
 fn two_lcs(guard: &Guard, a_pid: u32, b_pid: u32, policy: &str, port: u16) -> PathBuf {
-    let (top, dir) = (&guard.top, guard.dir.path().display());
+    let (top, dir) = (&guard.top, guard.dir.path());
     let text = format!(
         r#"
 [[lc]]
@@ -123,61 +62,16 @@ cgroup = "{top}/be"
 
 [policy]
 kind = "{policy}"
-
-[safety]
-on_exit = "restore"
-state_file = "{dir}/state.json"
-
-[api]
-socket = "{dir}/ctl.sock"
-metrics = "127.0.0.1:{port}"
 "#
     );
-    let path = guard.dir.path().join("two.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn spawn_agent(guard: &mut Guard, config: &Path, log: &str) -> usize {
-    let stderr = std::fs::File::create(guard.dir.path().join(log)).unwrap();
-    let child = Command::new(BIN)
-        .args(["agent", "--config"])
-        .arg(config)
-        .env("HEADROOM_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("start the agent");
-    guard.children.push(child);
-    guard.children.len() - 1
-}
-
-fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
-
-fn ctl(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(BIN)
-        .args(["ctl", "--socket"])
-        .arg(dir.join("ctl.sock"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    let metrics = format!("127.0.0.1:{port}");
+    write_config(
+        dir,
+        "two.toml",
+        &text,
+        "restore",
+        &dir.join("ctl.sock"),
+        &metrics,
     )
 }
 
@@ -193,46 +87,19 @@ fn scrape(port: u16) -> String {
     out
 }
 
-fn wait_exit(guard: &mut Guard, idx: usize, signal: bool) -> std::process::ExitStatus {
-    let child = &mut guard.children[idx];
-    if signal {
-        // SAFETY: kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    }
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "agent did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn proc_cgroup(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()
-}
-
 #[test]
 fn two_lc_services_run_publish_and_are_restored() {
     let test = "two_lc_services_run_publish_and_are_restored";
     let Some((mut guard, _lock)) = setup(test, "headroom-2lc") else {
         return;
     };
-    let (a_pid, b_pid) = (sleeper(&mut guard), sleeper(&mut guard));
+    let (a_pid, b_pid) = (guard.sleeper(), guard.sleeper());
     let (a_before, b_before) = (proc_cgroup(a_pid), proc_cgroup(b_pid));
     let port = free_port();
     let cfg = two_lcs(&guard, a_pid, b_pid, "none", port);
     let dir = guard.dir.path().to_path_buf();
-    let agent = spawn_agent(&mut guard, &cfg, "agent.log");
-    let log = || std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
-    let up = wait_for(Duration::from_secs(20), || {
-        ctl(&dir, &["--json", "status"]).0
-    });
-    assert!(up, "the agent came up; log:\n{}", log());
+    let agent = guard.start_agent(&cfg, "agent.log");
+    let log = || read_log(&dir, "agent.log");
 
     // Both groups made, each holding its own service.
     let (a, b) = (guard.top.join("a").unwrap(), guard.top.join("b").unwrap());
@@ -268,19 +135,19 @@ fn two_lc_services_run_publish_and_are_restored() {
 
     // The metrics carry both services by label, the unlabelled series the first's.
     let mut metrics = String::new();
-    let labelled = wait_for(Duration::from_secs(10), || {
+    let labelled = wait_for("both services' metrics", Duration::from_secs(10), || {
         metrics = scrape(port);
         metrics.contains("headroom_lc_service_slo_us{lc=\"alpha\"} 500")
             && metrics.contains("headroom_lc_service_slo_us{lc=\"beta\"} 2000")
     });
-    assert!(labelled, "{metrics}");
+    assert!(labelled.is_some(), "{metrics}");
     assert!(
         metrics.contains("\nheadroom_lc_slo_us 500"),
         "the unlabelled series is the first service's:\n{metrics}"
     );
 
     // Restore: both back where they came from, both groups gone.
-    let st = wait_exit(&mut guard, agent, true);
+    let st = support::sigterm_and_wait(&mut guard.children[agent]);
     assert!(st.success(), "agent exit {st}; log:\n{}", log());
     assert_eq!(proc_cgroup(a_pid), a_before, "alpha back in its own groups");
     assert_eq!(proc_cgroup(b_pid), b_before, "beta back in its own groups");
@@ -298,16 +165,16 @@ fn a_second_service_that_fails_undoes_the_first() {
     let Some((mut guard, _lock)) = setup(test, "headroom-2lcfail") else {
         return;
     };
-    let a_pid = sleeper(&mut guard);
+    let a_pid = guard.sleeper();
     let a_before = proc_cgroup(a_pid);
     // A pid that is gone: a child that has exited and been reaped.
     let mut gone = Command::new("true").spawn().unwrap();
     let gone_pid = gone.id();
     gone.wait().unwrap();
     let cfg = two_lcs(&guard, a_pid, gone_pid, "none", free_port());
-    let agent = spawn_agent(&mut guard, &cfg, "fail.log");
-    let st = wait_exit(&mut guard, agent, false);
-    let log = std::fs::read_to_string(guard.dir.path().join("fail.log")).unwrap_or_default();
+    let agent = guard.spawn_agent(&cfg, "fail.log");
+    let st = wait_exit(&mut guard.children[agent]);
+    let log = guard.log("fail.log");
     assert!(!st.success(), "the start fails; log:\n{log}");
     assert!(
         log.contains(&gone_pid.to_string()),
@@ -329,49 +196,6 @@ fn a_second_service_that_fails_undoes_the_first() {
     );
 }
 
-/// Processes whose command line holds `marker` (the BE command's `sleep MARKER`s; not the
-/// `sh -c` that names it).
-fn procs_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(marker) && !cmd.starts_with("sh ") {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// Every BE process is inside `be` in the hierarchies the agent manages (cpu, cpuset, freezer;
-/// the unified line only where those are on cgroup v2).
-fn assert_be_confined(marker: &str, be: &GroupPath, v2: bool, when: &str) {
-    for pid in procs_with(marker) {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (_, ctrls, path) = (
-                parts.next(),
-                parts.next().unwrap_or(""),
-                parts.next().unwrap_or(""),
-            );
-            let managed = (ctrls.is_empty() && v2)
-                || ["cpuset", "cpu", "freezer"]
-                    .iter()
-                    .any(|c| ctrls.split(',').any(|x| x == *c));
-            if managed {
-                assert!(
-                    path.trim_start_matches('/').starts_with(be.as_str()),
-                    "{when}: BE process {pid} outside {be}: {line}"
-                );
-            }
-        }
-    }
-}
-
 /// agent_faults' kill -9 check with two `[[lc]]` services: killed at deterministic "random"
 /// moments of start-up and running, the agent never leaves a BE process outside the BE group
 /// nor starts a second BE; a final agent's `restore` puts both services back, stops BE and
@@ -386,7 +210,7 @@ fn kill_9_with_two_lc_services_leaves_be_confined() {
         eprintln!("SKIP {test}: no freezer controller");
         return;
     }
-    let (a_pid, b_pid) = (sleeper(&mut guard), sleeper(&mut guard));
+    let (a_pid, b_pid) = (guard.sleeper(), guard.sleeper());
     let (a_before, b_before) = (proc_cgroup(a_pid), proc_cgroup(b_pid));
     let marker = format!(
         "{}.{:05}",
@@ -405,30 +229,17 @@ pids = [{a_pid}]
 name = "beta"
 cgroup = "{top}/b"
 pids = [{b_pid}]
-
-[[be]]
-name = "forker"
-cgroup = "{top}/be"
-command = ["sh", "-c", "sleep {marker} & exec sleep {marker}"]
-restart_backoff_ms = 50
-
-[policy]
-kind = "static-cores"
-[policy.static-cores]
-cores = 1
-
-[safety]
-on_exit = "restore"
-state_file = "{d}/state.json"
-
-[api]
-socket = "{d}/ctl.sock"
-metrics = ""
-"#,
-        d = dir.display()
+{be}"#,
+        be = forking_be(&top, &marker)
     );
-    let cfg = dir.join("kill.toml");
-    std::fs::write(&cfg, text).unwrap();
+    let cfg = write_config(
+        &dir,
+        "kill.toml",
+        &text,
+        "restore",
+        &dir.join("ctl.sock"),
+        "",
+    );
     let be = top.join("be").unwrap();
     let v2 = guard
         .cgroups
@@ -440,21 +251,11 @@ metrics = ""
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     };
-    let mut x: u64 = 0x2545_f491;
-    for i in 0..12 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let after_ms = if i % 4 == 0 {
-            (x >> 33) % 20
-        } else {
-            (x >> 33) % 200
-        };
-        let idx = spawn_agent(&mut guard, &cfg, &format!("crash{i}.log"));
+    for (i, after_ms) in kill_moments(0x2545_f491, 12, 200).into_iter().enumerate() {
+        let idx = guard.spawn_agent(&cfg, &format!("crash{i}.log"));
         std::thread::sleep(Duration::from_millis(after_ms));
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(guard.children[idx].id() as i32, libc::SIGKILL) };
-        wait_exit(&mut guard, idx, false);
+        signal(&guard.children[idx], nix::sys::signal::Signal::SIGKILL);
+        wait_exit(&mut guard.children[idx]);
         assert_be_confined(
             &marker,
             &be,
@@ -467,26 +268,26 @@ metrics = ""
             panic!("round {i}: {n} BE processes: a second BE was started");
         }
     }
-    let idx = spawn_agent(&mut guard, &cfg, "final.log");
-    let log = || std::fs::read_to_string(dir.join("final.log")).unwrap_or_default();
-    let up = wait_for(Duration::from_secs(20), || {
-        ctl(&dir, &["--json", "status"]).0
+    let idx = guard.start_agent(&cfg, "final.log");
+    let log = || read_log(&dir, "final.log");
+    let running = wait_for("the BE's two processes", Duration::from_secs(10), || {
+        procs_with(&marker).len() == 2
     });
-    assert!(up, "the final agent came up; log:\n{}", log());
-    let running = wait_for(Duration::from_secs(10), || procs_with(&marker).len() == 2);
     assert!(
-        running,
+        running.is_some(),
         "the BE command and its child run: {:?}; log:\n{}",
         procs_with(&marker),
         log()
     );
     assert_be_confined(&marker, &be, v2, "final agent running");
-    let st = wait_exit(&mut guard, idx, true);
+    let st = support::sigterm_and_wait(&mut guard.children[idx]);
     assert!(st.success(), "agent exit {st}; log:\n{}", log());
-    let gone = wait_for(Duration::from_secs(5), || procs_with(&marker).is_empty());
+    let gone = wait_for("no BE process", Duration::from_secs(5), || {
+        procs_with(&marker).is_empty()
+    });
     let left = procs_with(&marker);
     kill_be();
-    assert!(gone, "BE processes outlived restore: {left:?}");
+    assert!(gone.is_some(), "BE processes outlived restore: {left:?}");
     assert_eq!(proc_cgroup(a_pid), a_before, "alpha back; log:\n{}", log());
     assert_eq!(proc_cgroup(b_pid), b_before, "beta back; log:\n{}", log());
     let cg = guard.cgroups.clone();

@@ -1,8 +1,9 @@
 //! `headroom load` as users and the bench call it: usage errors exit 2 naming the flag and value,
 //! an unreachable server exits 1 naming the address, a real run writes the result JSON and CSV.
 
+mod support;
+
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 fn headroom(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_headroom"))
@@ -40,36 +41,8 @@ impl Drop for Memcached {
 }
 
 fn memcached(test: &str) -> Option<Memcached> {
-    let found = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
-        .iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let Some(path) = found else {
-        eprintln!("SKIP {test}: memcached is not installed");
-        return None;
-    };
-    // Ready when *our* memcached answers `stats` with its pid, not when the port accepts.
-    let (child, addr) = headroom_load::readiness::spawn_memcache_server(
-        |port| {
-            let mut c = Command::new(path);
-            c.args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-t",
-                "1",
-            ])
-            .args(["-u", "root"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-            c
-        },
-        5,
-        Duration::from_secs(5),
-    )
-    .unwrap_or_else(|e| panic!("{test}: memcached did not start: {e}"));
+    let path = support::find_memcached(test)?;
+    let (child, addr) = support::start_memcached(test, path);
     Some(Memcached {
         port: addr.port(),
         child,

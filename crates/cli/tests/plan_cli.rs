@@ -2,22 +2,9 @@
 //! TOML file (EMU given or from a summary.json), and bad plan files → exit 2 naming file, line or
 //! field.
 
-use std::process::{Command, Output};
+mod support;
 
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::{headroom, text};
 
 #[test]
 fn paper_table2_within_one_point() {

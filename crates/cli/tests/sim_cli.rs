@@ -2,25 +2,12 @@
 //! exit code and message on bad input, calibration from fixture bench directories (invalid
 //! points refused) and validation against a fixture colocation run.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 use headroom_bench::experiments::Experiment;
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::{headroom, text};
 
 #[test]
 fn fleet_writes_the_bench_report_with_fleet_fields() {
@@ -117,11 +104,9 @@ fn write(dir: &Path, name: &str, body: &str) -> String {
     p.to_str().unwrap().to_string()
 }
 
-#[test]
-fn bad_trace_and_model_files_exit_2_naming_file_line_and_reason() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("o");
-    let trace = write(tmp.path(), "day.csv", "t_s,load\n0,0.2\n60,lots\n");
+/// `sim fleet` of one server for an hour with `FLAG FILE` (the input under test) into `out`
+/// exits 2 with a message holding `says`.
+fn fleet_refuses(flag: &str, file: &str, out: &Path, says: &str) {
     let o = headroom(&[
         "sim",
         "fleet",
@@ -129,61 +114,33 @@ fn bad_trace_and_model_files_exit_2_naming_file_line_and_reason() {
         "1",
         "--hours",
         "1",
-        "--trace",
-        &trace,
+        flag,
+        file,
         "--out",
         out.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let msg = text(&o);
-    assert!(
-        msg.contains("day.csv: line 3: load `lots` is not a number"),
-        "{msg}"
-    );
+    assert!(text(&o).contains(says), "{}", text(&o));
+}
+
+#[test]
+fn bad_trace_and_model_files_exit_2_naming_file_line_and_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let trace = write(tmp.path(), "day.csv", "t_s,load\n0,0.2\n60,lots\n");
+    let says = "day.csv: line 3: load `lots` is not a number";
+    fleet_refuses("--trace", &trace, &out, says);
 
     let model = write(
         tmp.path(),
         "m.toml",
         "[lc]\nservice_us = 20\nservice_cv = -1\n",
     );
-    let o = headroom(&[
-        "sim",
-        "fleet",
-        "--servers",
-        "1",
-        "--hours",
-        "1",
-        "--model",
-        &model,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("m.toml: lc.service_cv = -1"),
-        "{}",
-        text(&o)
-    );
+    fleet_refuses("--model", &model, &out, "m.toml: lc.service_cv = -1");
 
     let model = write(tmp.path(), "typo.toml", "\n[sched]\ndelay_fair = 3\n");
-    let o = headroom(&[
-        "sim",
-        "fleet",
-        "--servers",
-        "1",
-        "--hours",
-        "1",
-        "--model",
-        &model,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("typo.toml: line 3: unknown field `delay_fair`"),
-        "{}",
-        text(&o)
-    );
+    let says = "typo.toml: line 3: unknown field `delay_fair`";
+    fleet_refuses("--model", &model, &out, says);
 
     let o = headroom(&["sim", "fleet", "--policies", "fastest", "--out", "x"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -244,24 +201,8 @@ fn calibrate_refuses_invalid_points_and_validate_compares_per_window() {
 
     // a 16-CPU fleet from a 1-CPU calibration is refused unless asked to extrapolate
     let out = tmp.path().join("f");
-    let o = headroom(&[
-        "sim",
-        "fleet",
-        "--servers",
-        "1",
-        "--hours",
-        "1",
-        "--model",
-        model.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("not covered by the model's calibration"),
-        "{}",
-        text(&o)
-    );
+    let says = "not covered by the model's calibration";
+    fleet_refuses("--model", model.to_str().unwrap(), &out, says);
 
     // a colocation run is validation data, not calibration data
     let coloc = tmp.path().join("coloc");

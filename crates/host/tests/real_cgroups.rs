@@ -122,6 +122,27 @@ fn co_pinned_shares(normal: &ChildGuard, yielding: &ChildGuard, window: Duration
     ((n1 - n0) / w, (y1 - y0) / w)
 }
 
+/// Whether CPU 1 is there to pin two spinners on (a SKIP line for `test` if not).
+fn has_cpu_1(test: &str) -> bool {
+    let online = headroom_host::LinuxHost::system()
+        .topology()
+        .unwrap()
+        .cpus_online;
+    if online.len() < 2 {
+        eprintln!("SKIP {test}: needs CPU 1");
+        return false;
+    }
+    true
+}
+
+/// Pins both on CPU 1 for 1.5 s: `normal` gets more than 10 times what `yielding` (made to
+/// yield by `how`) gets.
+fn assert_normal_wins(how: &str, normal: &ChildGuard, yielding: &ChildGuard) {
+    let (n, y) = co_pinned_shares(normal, yielding, Duration::from_millis(1500));
+    eprintln!("{how}: normal {:.1}%, idle {:.1}%", n * 100.0, y * 100.0);
+    assert!(n > 10.0 * y.max(0.005), "normal {n} vs idle {y}");
+}
+
 #[test]
 fn cpu_idle_makes_a_co_pinned_busy_group_yield_to_a_normal_one() {
     let _s = serial();
@@ -131,14 +152,7 @@ fn cpu_idle_makes_a_co_pinned_busy_group_yield_to_a_normal_one() {
     ) else {
         return;
     };
-    if headroom_host::LinuxHost::system()
-        .topology()
-        .unwrap()
-        .cpus_online
-        .len()
-        < 2
-    {
-        eprintln!("SKIP cpu_idle_makes_a_co_pinned_busy_group_yield: needs CPU 1");
+    if !has_cpu_1("cpu_idle_makes_a_co_pinned_busy_group_yield") {
         return;
     }
     let idle_group = ScratchGroup::new(&cg, "idle").unwrap();
@@ -148,26 +162,13 @@ fn cpu_idle_makes_a_co_pinned_busy_group_yield_to_a_normal_one() {
     let (normal, yielding) = (ChildGuard::spinner(), ChildGuard::spinner());
     cg.move_process(&normal_group.path, normal.pid()).unwrap();
     cg.move_process(&idle_group.path, yielding.pid()).unwrap();
-    let (n, y) = co_pinned_shares(&normal, &yielding, Duration::from_millis(1500));
-    eprintln!(
-        "cpu.idle: normal {:.1}%, idle group {:.1}%",
-        n * 100.0,
-        y * 100.0
-    );
-    assert!(n > 10.0 * y.max(0.005), "normal {n} vs idle {y}");
+    assert_normal_wins("cpu.idle", &normal, &yielding);
 }
 
 #[test]
 fn sched_idle_makes_a_co_pinned_busy_process_yield_to_a_normal_one() {
     let _s = serial();
-    if headroom_host::LinuxHost::system()
-        .topology()
-        .unwrap()
-        .cpus_online
-        .len()
-        < 2
-    {
-        eprintln!("SKIP sched_idle_makes_a_co_pinned_busy_process_yield: needs CPU 1");
+    if !has_cpu_1("sched_idle_makes_a_co_pinned_busy_process_yield") {
         return;
     }
     let (normal, yielding) = (ChildGuard::spinner(), ChildGuard::spinner());
@@ -176,13 +177,7 @@ fn sched_idle_makes_a_co_pinned_busy_process_yield_to_a_normal_one() {
         sched::sched(yielding.pid()).unwrap().policy,
         libc::SCHED_IDLE as u32
     );
-    let (n, y) = co_pinned_shares(&normal, &yielding, Duration::from_millis(1500));
-    eprintln!(
-        "SCHED_IDLE: normal {:.1}%, idle {:.1}%",
-        n * 100.0,
-        y * 100.0
-    );
-    assert!(n > 10.0 * y.max(0.005), "normal {n} vs idle {y}");
+    assert_normal_wins("SCHED_IDLE", &normal, &yielding);
 }
 
 #[test]

@@ -9,6 +9,8 @@ pub(crate) mod hybrid;
 pub(crate) mod multi;
 mod safety;
 pub(crate) mod simple;
+#[cfg(test)]
+mod testing;
 pub(crate) mod weights;
 
 use std::time::Duration;

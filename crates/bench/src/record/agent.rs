@@ -65,16 +65,23 @@ impl Session<'_> {
             .iter()
             .map(|c| c.to_string())
             .collect();
-        let cmd: Vec<String> = be_argv.iter().map(|a| format!("{a:?}")).collect();
         // The latency the agent acts on: the load generator's own windows when it feeds them
         // (the same measurement that judges the SLO), else the agent's prober.
         let window_s = self.agent_window_s();
         let latency = match feed_socket {
-            Some(sock) => format!("source = \"feed\"\nsocket = \"{}\"", sock.display()),
-            None => format!(
-                "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = {:?}",
-                probe_rate_hz(self.opts.percentile, window_s)
-            ),
+            Some(sock) => feed_latency(sock),
+            None => probe_latency(*addr, probe_rate_hz(self.opts.percentile, window_s)),
+        };
+        let lc = LcTables {
+            name: "serve",
+            cgroup: "headroom-bench/lc",
+            pid: *lc_pid,
+            percentile: self.opts.percentile,
+            slo_us: *slo_us,
+            window_s,
+            latency: &latency,
+            addr: *addr,
+            peak_qps: *peak_qps,
         };
         // PerfIso's static baselines, Blagodurov's weights and blind isolation do not react to an
         // SLO violation by switching BE off for minutes; the agent's safety layer would (its
@@ -95,32 +102,8 @@ impl Session<'_> {
         };
         let text = format!(
             r#"# Written by headroom bench {exp}: {name}
-[lc]
-name = "serve"
-cgroup = "headroom-bench/lc"
-pids = [{lc_pid}]
-
-[lc.slo]
-percentile = {pct:?}
-target_us = {slo_us:?}
-window_s = {window:?}
-
-[lc.latency]
-{latency}
-
-[lc.load]
-source = "memcache-stats"
-address = "{addr}"
-peak_qps = {peak_qps:?}
-
-[[be]]
-name = "be"
-cgroup = "headroom-bench/be"
-command = [{cmd}]
-
-[policy]
-kind = "{policy}"
-
+{lc}
+{be}
 [policy.blind]
 be_cpus = [{server}]
 
@@ -139,9 +122,8 @@ socket = "{socket}"
 metrics = "127.0.0.1:{metrics_port}"
 "#,
             exp = self.exp.name(),
-            pct = self.opts.percentile,
-            window = window_s,
-            cmd = cmd.join(", "),
+            lc = lc.toml("[lc]"),
+            be = be_and_policy("headroom-bench/be", be_argv, policy),
             server = server.join(", "),
             state = state.display(),
             socket = socket.display(),
@@ -149,6 +131,77 @@ metrics = "127.0.0.1:{metrics_port}"
         std::fs::write(&path, text).map_err(|e| BenchError::io("writing", &path, e))?;
         Ok(path)
     }
+}
+
+/// One LC service's tables in an agent config the bench writes: the service, its SLO, where
+/// the agent takes its latency from and its load (memcache stats).
+pub(crate) struct LcTables<'a> {
+    pub name: &'a str,
+    pub cgroup: &'a str,
+    pub pid: u32,
+    pub percentile: f64,
+    pub slo_us: f64,
+    pub window_s: f64,
+    /// The `[lc.latency]` table's body ([`feed_latency`], [`probe_latency`]).
+    pub latency: &'a str,
+    pub addr: SocketAddr,
+    pub peak_qps: f64,
+}
+
+impl LcTables<'_> {
+    /// The tables under `header` (`[lc]`, or `[[lc]]` for one of several services).
+    pub(crate) fn toml(&self, header: &str) -> String {
+        format!(
+            r#"{header}
+name = "{name}"
+cgroup = "{cgroup}"
+pids = [{pid}]
+
+[lc.slo]
+percentile = {pct:?}
+target_us = {slo:?}
+window_s = {window:?}
+
+[lc.latency]
+{latency}
+
+[lc.load]
+source = "memcache-stats"
+address = "{addr}"
+peak_qps = {peak:?}
+"#,
+            name = self.name,
+            cgroup = self.cgroup,
+            pid = self.pid,
+            pct = self.percentile,
+            slo = self.slo_us,
+            window = self.window_s,
+            latency = self.latency,
+            addr = self.addr,
+            peak = self.peak_qps,
+        )
+    }
+}
+
+/// `[lc.latency]` from the service's load generator, which pushes its windows to `socket`.
+pub(crate) fn feed_latency(socket: &Path) -> String {
+    format!("source = \"feed\"\nsocket = \"{}\"", socket.display())
+}
+
+/// `[lc.latency]` from the agent's memcache prober on `addr`, `rate_hz` probes a second.
+pub(crate) fn probe_latency(addr: SocketAddr, rate_hz: f64) -> String {
+    format!(
+        "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = {rate_hz:?}"
+    )
+}
+
+/// The BE group `cgroup` running `argv`, and the `[policy]` table naming `policy`.
+pub(crate) fn be_and_policy(cgroup: &str, argv: &[String], policy: &str) -> String {
+    let cmd: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "[[be]]\nname = \"be\"\ncgroup = \"{cgroup}\"\ncommand = [{}]\n\n[policy]\nkind = \"{policy}\"\n",
+        cmd.join(", ")
+    )
 }
 
 /// The day a diurnal trace stands for, seconds.

@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::record::{be_and_policy, feed_latency, probe_latency, LcTables};
+
 /// Where the agent takes each service's latency from.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -53,11 +55,8 @@ pub struct AgentSpec {
 
 fn latency_table(spec: &AgentSpec, lc: &LcEntry) -> String {
     match spec.latency {
-        Latency::Feed => format!("source = \"feed\"\nsocket = \"{}\"", lc.feed.display()),
-        Latency::Probe => format!(
-            "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{}\"\nrate_hz = {:?}",
-            lc.addr, spec.probe_hz
-        ),
+        Latency::Feed => feed_latency(&lc.feed),
+        Latency::Probe => probe_latency(lc.addr, spec.probe_hz),
         Latency::Kernel => format!(
             "source = \"kernel\"\nport = {}\nfallback = \"probe\"\nprotocol = \"memcache\"\naddress = \"{}\"\nrate_hz = {:?}",
             lc.addr.port(),
@@ -75,48 +74,24 @@ pub fn agent_toml(spec: &AgentSpec) -> String {
         spec.lcs.len()
     );
     for lc in &spec.lcs {
-        t.push_str(&format!(
-            r#"
-[[lc]]
-name = "{name}"
-cgroup = "{cgroup}"
-pids = [{pid}]
-
-[lc.slo]
-percentile = {pct:?}
-target_us = {slo:?}
-window_s = {window:?}
-
-[lc.latency]
-{latency}
-
-[lc.load]
-source = "memcache-stats"
-address = "{addr}"
-peak_qps = {peak:?}
-"#,
-            name = lc.name,
-            cgroup = lc.cgroup,
-            pid = lc.pid,
-            pct = spec.percentile,
-            slo = lc.slo_us,
-            window = spec.window_s,
-            latency = latency_table(spec, lc),
-            addr = lc.addr,
-            peak = lc.peak_qps,
-        ));
+        let latency = latency_table(spec, lc);
+        let tables = LcTables {
+            name: &lc.name,
+            cgroup: &lc.cgroup,
+            pid: lc.pid,
+            percentile: spec.percentile,
+            slo_us: lc.slo_us,
+            window_s: spec.window_s,
+            latency: &latency,
+            addr: lc.addr,
+            peak_qps: lc.peak_qps,
+        };
+        t.push('\n');
+        t.push_str(&tables.toml("[[lc]]"));
     }
-    let cmd: Vec<String> = spec.be_argv.iter().map(|a| format!("{a:?}")).collect();
     t.push_str(&format!(
         r#"
-[[be]]
-name = "be"
-cgroup = "{be}"
-command = [{cmd}]
-
-[policy]
-kind = "{policy}"
-
+{be}
 [policy.blind]
 be_cpus = [{be_cpus}]
 
@@ -132,9 +107,7 @@ violation_cooldown_s = {cooldown:?}
 socket = "{socket}"
 metrics = "127.0.0.1:{port}"
 "#,
-        be = spec.be_cgroup,
-        cmd = cmd.join(", "),
-        policy = spec.policy,
+        be = be_and_policy(&spec.be_cgroup, &spec.be_argv, &spec.policy),
         be_cpus = spec
             .be_cpus
             .iter()
