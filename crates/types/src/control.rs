@@ -140,6 +140,10 @@ pub struct LatencySources {
     pub kernel_us: Option<f64>,
     /// Requests the kernel sensor timed in its last window.
     pub kernel_requests: u64,
+    /// Data segments on the LC's ports in that window: where well above the requests, requests
+    /// arrive pipelined behind a pending one and only the first of each burst is timed (the
+    /// figure then reads low), or requests span several segments.
+    pub kernel_segments: u64,
     /// The prober's window percentile, µs (`None`: not running, or no window yet).
     pub probe_us: Option<f64>,
     /// Whether the prober runs now (it runs only while the kernel sensor's windows are short).

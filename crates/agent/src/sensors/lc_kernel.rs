@@ -175,6 +175,7 @@ fn run(
             Err(e) => main.error("kernel", e.to_string()),
         }
         let (requests, kernel) = window.window(sec, spec.percentile);
+        let segments = window.segments(sec);
         let probe_hz = prober
             .as_ref()
             .filter(|p| p.running.is_some())
@@ -212,6 +213,7 @@ fn run(
             s.reason = reason;
             s.kernel_us = kernel;
             s.kernel_requests = requests;
+            s.kernel_segments = segments;
             s.probe_us = probe.map(|r| r.value);
             s.probe_running = prober.as_ref().is_some_and(|p| p.running.is_some());
         });

@@ -57,6 +57,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kernel sensor and the prober side by side, and what the kernel's counts say about its
+/// figure.
+fn sensors_line(l: &headroom_types::control::LatencySources) -> String {
+    let us = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1} µs"));
+    // segments far above requests: pipelined requests behind a pending one are not timed
+    let behind = l.kernel_segments.saturating_sub(l.kernel_requests) as f64
+        / l.kernel_segments.max(1) as f64;
+    format!(
+        "chosen {}{}; kernel {} over {} requests ({} segments{}); probe {}{}",
+        l.chosen,
+        if l.reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", l.reason)
+        },
+        us(l.kernel_us),
+        l.kernel_requests,
+        l.kernel_segments,
+        if behind >= 0.1 {
+            format!(
+                ": {:.0}% arrived behind a pending request — pipelined requests are timed from \
+                 the first of each burst, so the figure reads low",
+                behind * 100.0
+            )
+        } else {
+            String::new()
+        },
+        us(l.probe_us),
+        if l.probe_running { " (running)" } else { "" },
+    )
+}
+
 fn print_status(s: &AgentStatus) {
     let f = |v: Option<f64>| {
         v.map_or("-".to_string(), |x| {
@@ -187,6 +219,16 @@ fn print_status(s: &AgentStatus) {
     );
     if let Some(src) = &s.latency_source {
         println!("latency source: {src}");
+    }
+    let services: Vec<&headroom_types::control::LcStatus> = if s.lcs.len() > 1 {
+        s.lcs.iter().collect()
+    } else {
+        vec![&s.lc]
+    };
+    for lc in services {
+        if let Some(l) = &lc.latency_sources {
+            println!("latency sensors of {}: {}", lc.name, sensors_line(l));
+        }
     }
     if let Some(why) = &s.be_held_off {
         println!("{why}");

@@ -56,15 +56,26 @@ impl KernelWindow {
         }
     }
 
+    /// Data segments on the LC's ports in the window ending at `now_sec`: more than its
+    /// requests where requests arrive behind a pending one (pipelined: only the first of each
+    /// burst is timed) or span several segments.
+    pub fn segments(&self, now_sec: u64) -> u64 {
+        match (
+            base_of(&self.reads, self.window_s, now_sec),
+            self.reads.back(),
+        ) {
+            (Some((_, base)), Some((_, newest))) => newest
+                .counters
+                .segments
+                .saturating_sub(base.counters.segments),
+            _ => 0,
+        }
+    }
+
     /// Requests in the window ending at `now_sec` (the newest read), and their `percentile`
     /// in µs — `None` while the window holds fewer than the floor or has not filled once.
     pub fn window(&mut self, now_sec: u64, percentile: f64) -> (u64, Option<f64>) {
-        let base = self
-            .reads
-            .iter()
-            .rev()
-            .find(|(s, _)| s + self.window_s <= now_sec)
-            .or(self.reads.front());
+        let base = base_of(&self.reads, self.window_s, now_sec);
         let (Some((_, base)), Some((_, newest))) = (base, self.reads.back()) else {
             return (0, None);
         };
@@ -89,6 +100,19 @@ impl KernelWindow {
         }
         (count, Some(self.hist.percentile_us(percentile)))
     }
+}
+
+/// The newest read at least a window older than `now_sec` (or the first read).
+fn base_of(
+    reads: &VecDeque<(u64, LatencySnapshot)>,
+    window_s: u64,
+    now_sec: u64,
+) -> Option<&(u64, LatencySnapshot)> {
+    reads
+        .iter()
+        .rev()
+        .find(|(s, _)| s + window_s <= now_sec)
+        .or(reads.front())
 }
 
 #[cfg(test)]
@@ -174,5 +198,23 @@ mod tests {
         assert!(w.reads.len() <= 16, "{} reads kept", w.reads.len());
         let newest = reads.last().expect("reads").0;
         assert!(w.reads[0].0 + 15 <= newest && w.reads[1].0 + 15 > newest);
+    }
+
+    /// The window's segments are the counter's growth over the same seconds as its requests.
+    #[test]
+    fn segments_over_the_window() {
+        let read = |segments: u64| {
+            let mut r = LatencySnapshot::default();
+            r.counters.segments = segments;
+            r
+        };
+        let mut w = KernelWindow::new(2.0, 1, read(0));
+        for (sec, segs) in [(1, 100), (2, 250), (3, 600), (4, 1000)] {
+            w.add(sec, read(segs));
+        }
+        // the window ending at 4 s starts at the read of 2 s
+        assert_eq!(w.segments(4), 1000 - 250);
+        w.add(5, read(1200));
+        assert_eq!(w.segments(5), 1200 - 600);
     }
 }
