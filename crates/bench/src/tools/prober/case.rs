@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::windows::{self, agrees, WindowFigures};
-use super::{Case, Flags, Source, LOAD_DEPTH, PROBER_FIFO_PRIORITY};
+use super::{Case, Flags, Source, PROBER_FIFO_PRIORITY};
 use crate::runner::{free_port, Proc, Runner, ServeSpec};
 use crate::tools::error::{Context, Result, ToolError};
 use headroom_types::decision::DecisionRecord;
@@ -463,7 +463,7 @@ metrics = "127.0.0.1:{metrics_port}"
 }
 
 /// The flags `headroom load` and mutilate share: one thread, `--connections` (1 by default),
-/// `LOAD_DEPTH` in flight on each, the rate and the run's length.
+/// `--depth` in flight on each (`LOAD_DEPTH` by default), the rate and the run's length.
 fn common_load_flags(flags: &Flags) -> Vec<String> {
     [
         "-T".to_string(),
@@ -475,7 +475,7 @@ fn common_load_flags(flags: &Flags) -> Vec<String> {
         // meet the previous one at the LC (the tail the p99 is made of) would carry that wait in
         // the prober's figure and not in this one
         "-d".into(),
-        LOAD_DEPTH.to_string(),
+        flags.depth.to_string(),
         "-q".into(),
         format!("{:.0}", flags.qps),
         "-t".into(),
@@ -541,9 +541,11 @@ mod tests {
         assert!(a.contains(&"--sleep-only".to_string()), "{a:?}");
         let q = a.iter().position(|x| x == "-q").unwrap();
         assert_eq!(a[q + 1], "800");
-        let a = args(&["--qps", "30000", "--connections", "8"]);
+        let a = args(&["--qps", "30000", "--connections", "8", "--depth", "1"]);
         let c = a.iter().position(|x| x == "-c").expect("-c");
         assert_eq!(a[c + 1], "8", "{a:?}");
+        let d = a.iter().position(|x| x == "-d").expect("-d");
+        assert_eq!(a[d + 1], "1", "{a:?}");
     }
 
     /// The kernel sensor watches the LC's port with no prober behind it; the prober probes

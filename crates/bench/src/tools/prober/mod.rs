@@ -69,6 +69,11 @@ pub struct Flags {
     /// thousands, where one connection's requests queue behind each other at the LC
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     connections: u32,
+    /// Requests in flight per connection (default 16: on schedule whatever is in flight). The
+    /// kernel sensor times the first request of a pipelined burst only (it parses no protocol):
+    /// at rates of thousands give `--connections N --depth 1`, as RPC clients send
+    #[arg(long, default_value_t = LOAD_DEPTH, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    depth: u32,
     /// The prober's rate, probes per second (at most 10000)
     #[arg(long, default_value_t = 500.0, value_parser = probe_hz)]
     probe_hz: f64,
