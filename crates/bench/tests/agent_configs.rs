@@ -96,3 +96,35 @@ fn with_a_feed_the_agent_acts_on_the_load_generators_windows() {
         assert_eq!(lat.socket.as_deref(), Some("/tmp/headroom-feed-test.sock"));
     }
 }
+
+/// A colocation trace stands for a day: both cooldowns after an SLO violation — the safety
+/// layer's and Heracles' own top level (hybrid's outer loop) — are the production 300 s scaled
+/// by the trace's compression, so one bad window does not keep BE off for the rest of a demo.
+#[test]
+fn colocation_scales_both_cooldowns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("no-such-headroom");
+    let opts = Options::defaults(Experiment::Colocation, false, bin);
+    let s = common::quiet_session(Experiment::Colocation, opts, &tmp.path().join("run"));
+    for policy in ["hybrid", "heracles"] {
+        let path = s
+            .agent_config(&AgentRun {
+                name: format!("coloc-{policy}"),
+                policy: policy.into(),
+                extra: String::new(),
+                lc_pid: 4242,
+                addr: "127.0.0.1:11211".parse().unwrap(),
+                be_argv: vec!["headroom".into(), "antagonist".into(), "spin".into()],
+                slo_us: 500.0,
+                peak_qps: 50_000.0,
+                feed_socket: None,
+            })
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let c = Config::from_toml_str(&text)
+            .unwrap_or_else(|e| panic!("the agent refuses the {policy} config: {e}\n{text}"));
+        let safety = c.safety.violation_cooldown_s;
+        assert!(safety < 300.0, "{policy}: safety cooldown {safety}\n{text}");
+        assert_eq!(c.policy.heracles.cooldown_s, safety, "{policy}\n{text}");
+    }
+}

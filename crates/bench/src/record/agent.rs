@@ -100,6 +100,22 @@ impl Session<'_> {
         } else {
             String::new()
         };
+        // Heracles' top level keeps its own cooldown after a negative slack (Alg. 1,
+        // `policy.heracles.cooldown_s`, also hybrid's and multi's outer loop): scaled the same,
+        // or one violation kept BE off for the rest of a demo (measured 2026-11-27: BE off from
+        // window 6 of 9 with the safety layer's cooldown already 10 s).
+        let heracles_cooldown = if self.exp == Experiment::Colocation
+            && !LATENCY_BLIND_POLICIES.contains(&policy.as_str())
+            && !extra.contains("[policy.heracles]")
+        {
+            let trace_s = self.opts.minutes * 60.0;
+            format!(
+                "[policy.heracles]\n# Alg. 1's cooldown, scaled as the safety layer's below\ncooldown_s = {:?}\n",
+                scaled_cooldown_s(trace_s, window_s)
+            )
+        } else {
+            String::new()
+        };
         let text = format!(
             r#"# Written by headroom bench {exp}: {name}
 {lc}
@@ -110,6 +126,7 @@ be_cpus = [{server}]
 [policy.static-cores]
 cpus = [{server}]
 {extra}
+{heracles_cooldown}
 [safety]
 on_exit = "restore"
 state_file = "{state}"

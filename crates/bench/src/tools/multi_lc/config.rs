@@ -95,6 +95,10 @@ pub fn agent_toml(spec: &AgentSpec) -> String {
 [policy.blind]
 be_cpus = [{be_cpus}]
 
+[policy.heracles]
+# Alg. 1's cooldown after a negative slack, scaled as the safety layer's below
+cooldown_s = {cooldown:?}
+
 [safety]
 on_exit = "restore"
 state_file = "{state}"
