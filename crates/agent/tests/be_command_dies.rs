@@ -3,39 +3,21 @@
 //! lists it with its restarts and how it last ended, instead of "BE enabled" with nothing
 //! running. Needs root (cgroups); prints SKIP otherwise.
 
-use std::process::{Command, Stdio};
+mod live;
+
 use std::time::{Duration, Instant};
 
-use headroom_agent::config::Config;
 use headroom_agent::control::{request, Request};
-use headroom_agent::runtime::{Agent, AgentOptions};
 
 const TEST: &str = "a_be_command_that_dies_at_once_is_listed_with_how_it_ended";
 
-/// Ends the stand-in LC at the end, whatever happens.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_be_command_that_dies_at_once_is_listed_with_how_it_ended() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !live::is_root() {
         return eprintln!("SKIP {TEST}: needs root (cgroups)");
     }
     let dir = tempfile::tempdir().unwrap();
-    let lc = Child(
-        Command::new("sleep")
-            .arg("60")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let lc = live::Children::sleepers(1);
     let top = format!("headroom-be-dies-{}", std::process::id());
     let d = dir.path().display();
     let text = format!(
@@ -45,17 +27,12 @@ fn a_be_command_that_dies_at_once_is_listed_with_how_it_ended() {
          [policy]\nkind = \"none\"\n\n\
          [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
          [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
-        pid = lc.0.id()
+        pid = lc.pid(0)
     );
-    let config = Config::from_toml_str(&text).unwrap();
-    let mut options = AgentOptions::new(config);
-    options.handle_signals = false;
-    options.run_for = Some(Duration::from_secs(4));
-    let agent = match Agent::start(options) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {TEST}: the agent does not start here: {e}"),
+    let runner = match live::start_agent(&text, Duration::from_secs(4)) {
+        Ok(r) => r,
+        Err(why) => return eprintln!("SKIP {TEST}: {why}"),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let socket = dir.path().join("ctl.sock");
     // the first restart comes after the 200 ms backoff and the supervision period (100 ms)
     let deadline = Instant::now() + Duration::from_secs(3);

@@ -4,13 +4,12 @@
 //! reason the loop counts, and by a generous bound on each answer (well under the period).
 //! Needs root (cgroups, BPF); prints SKIP otherwise.
 
+mod live;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_agent::config::Config;
 use headroom_agent::control::{request, Request};
-use headroom_agent::runtime::{Agent, AgentOptions};
 
 const TEST: &str = "a_ctl_request_wakes_the_event_driven_agent_at_once";
 
@@ -18,33 +17,16 @@ fn skip(reason: &str) {
     eprintln!("SKIP {TEST}: {reason}");
 }
 
-/// Kills the idle LC at the end, whatever happens.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_ctl_request_wakes_the_event_driven_agent_at_once() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !live::is_root() {
         return skip("needs root (cgroups, BPF)");
     }
     if let Err(e) = headroom_host::idle_bpf::BpfIdleSampler::attach(Path::new("/")) {
         return skip(&format!("no BPF idle program here: {e}"));
     }
     let dir = tempfile::tempdir().unwrap();
-    let lc = Child(
-        Command::new("sleep")
-            .arg("60")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let lc = live::Children::sleepers(1);
     let top = format!("headroom-ctl-wake-{}", std::process::id());
     let d = dir.path().display();
     let text = format!(
@@ -54,17 +36,12 @@ fn a_ctl_request_wakes_the_event_driven_agent_at_once() {
          [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
          [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n\n\
          [sensors]\nidle = \"bpf\"\nidle_sensing = \"events\"\n",
-        pid = lc.0.id()
+        pid = lc.pid(0)
     );
-    let config = Config::from_toml_str(&text).unwrap();
-    let mut options = AgentOptions::new(config);
-    options.handle_signals = false;
-    options.run_for = Some(Duration::from_secs(4));
-    let agent = match Agent::start(options) {
-        Ok(a) => a,
-        Err(e) => return skip(&format!("the agent does not start here: {e}")),
+    let runner = match live::start_agent(&text, Duration::from_secs(4)) {
+        Ok(r) => r,
+        Err(why) => return skip(&why),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let socket = dir.path().join("ctl.sock");
 
     let first = request(&socket, &Request::Status).expect("ctl status");

@@ -5,27 +5,14 @@
 //! (a count, not a timing: polling gives thousands, events a few per period).
 //! Needs root (cgroups, BPF); prints SKIP otherwise.
 
+mod live;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use headroom_agent::config::Config;
 use headroom_agent::control::{request, Request};
-use headroom_agent::runtime::{Agent, AgentOptions};
 
 const TEST: &str = "multi_is_event_driven_and_quiet_while_be_is_held";
-
-/// Ends the stand-in services at the end, whatever happens.
-struct Children(Vec<std::process::Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn lc_table(top: &str, d: &str, name: &str, pid: u32) -> String {
     format!(
@@ -37,22 +24,14 @@ fn lc_table(top: &str, d: &str, name: &str, pid: u32) -> String {
 
 #[test]
 fn multi_is_event_driven_and_quiet_while_be_is_held() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !live::is_root() {
         return eprintln!("SKIP {TEST}: needs root (cgroups, BPF)");
     }
     if let Err(e) = headroom_host::idle_bpf::BpfIdleSampler::attach(Path::new("/")) {
         return eprintln!("SKIP {TEST}: no BPF idle program here: {e}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let sleeper = || {
-        Command::new("sleep")
-            .arg("60")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let lcs = Children(vec![sleeper(), sleeper()]);
+    let lcs = live::Children::sleepers(2);
     let top = format!("headroom-multi-events-{}", std::process::id());
     let d = dir.path().display().to_string();
     let text = format!(
@@ -61,19 +40,14 @@ fn multi_is_event_driven_and_quiet_while_be_is_held() {
          [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
          [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n\n\
          [sensors]\nidle = \"bpf\"\nidle_sensing = \"events\"\n",
-        a = lc_table(&top, &d, "a", lcs.0[0].id()),
-        b = lc_table(&top, &d, "b", lcs.0[1].id()),
+        a = lc_table(&top, &d, "a", lcs.pid(0)),
+        b = lc_table(&top, &d, "b", lcs.pid(1)),
     );
-    let config = Config::from_toml_str(&text).unwrap();
-    let mut options = AgentOptions::new(config);
-    options.handle_signals = false;
     let run_for = Duration::from_secs(3);
-    options.run_for = Some(run_for);
-    let agent = match Agent::start(options) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {TEST}: the agent does not start here: {e}"),
+    let runner = match live::start_agent(&text, run_for) {
+        Ok(r) => r,
+        Err(why) => return eprintln!("SKIP {TEST}: {why}"),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let status = request(&dir.path().join("ctl.sock"), &Request::Status)
         .expect("ctl status")
         .status
