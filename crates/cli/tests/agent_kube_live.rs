@@ -205,36 +205,7 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let kubeconfig = server.kubeconfig(d);
-    let cfg = d.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[kubernetes]
-discover = true
-node_name = "node-a"
-kubeconfig = "{kc}"
-cgroup_layout = "cgroupfs"
-
-[[be]]
-name = "besteffort-pods"
-cgroup = "kubepods/besteffort"
-
-[policy]
-kind = "multi"
-
-[safety]
-on_exit = "restore"
-state_file = "{d}/state.json"
-
-[api]
-socket = "{d}/ctl.sock"
-"#,
-            kc = kubeconfig.display(),
-            d = d.display()
-        ),
-    )
-    .unwrap();
+    let cfg = write_discovery_config(d, &kubeconfig, "");
     let log_path = d.join("decisions.jsonl");
     let stderr = std::fs::File::create(d.join("agent.log")).unwrap();
     let agent = Command::new(BIN)
@@ -474,37 +445,7 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let kubeconfig = server.kubeconfig(d);
-    let cfg = d.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[kubernetes]
-discover = true
-node_name = "node-a"
-kubeconfig = "{kc}"
-cgroup_layout = "cgroupfs"
-
-[[be]]
-name = "besteffort-pods"
-cgroup = "kubepods/besteffort"
-
-[policy]
-kind = "multi"
-
-[safety]
-on_exit = "restore"
-state_file = "{d}/state.json"
-
-[api]
-socket = "{d}/ctl.sock"
-metrics = ""
-"#,
-            kc = kubeconfig.display(),
-            d = d.display()
-        ),
-    )
-    .unwrap();
+    let cfg = write_discovery_config(d, &kubeconfig, "metrics = \"\"\n");
     let spawn = |guard: &mut Guard, log: &str| {
         let stderr = std::fs::File::create(d.join(log)).unwrap();
         let child = Command::new(BIN)
@@ -640,4 +581,44 @@ metrics = ""
         "kubelet's groups left"
     );
     assert!(!d.join("state.json").exists(), "state file removed");
+}
+
+/// The agent's config with live discovery on the stand-in (multi, BE = the BestEffort parent,
+/// restore on exit), `api_extra` appended to its `[api]` table.
+fn write_discovery_config(
+    d: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    api_extra: &str,
+) -> std::path::PathBuf {
+    let cfg = d.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[kubernetes]
+discover = true
+node_name = "node-a"
+kubeconfig = "{kc}"
+cgroup_layout = "cgroupfs"
+
+[[be]]
+name = "besteffort-pods"
+cgroup = "kubepods/besteffort"
+
+[policy]
+kind = "multi"
+
+[safety]
+on_exit = "restore"
+state_file = "{d}/state.json"
+
+[api]
+socket = "{d}/ctl.sock"
+{api_extra}"#,
+            kc = kubeconfig.display(),
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    cfg
 }
