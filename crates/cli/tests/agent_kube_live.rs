@@ -207,20 +207,8 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     let kubeconfig = server.kubeconfig(d);
     let cfg = write_discovery_config(d, &kubeconfig, "");
     let log_path = d.join("decisions.jsonl");
-    let stderr = std::fs::File::create(d.join("agent.log")).unwrap();
-    let agent = Command::new(BIN)
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .arg("--log")
-        .arg(&log_path)
-        .env("HEADROOM_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("start the agent");
-    guard.children.push(agent);
-    let agent_idx = guard.children.len() - 1;
+    let log_arg = log_path.display().to_string();
+    let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &["--log", &log_arg]);
     let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
 
     // The listed pod is an LC; the bad one refused by key; the others protected.
@@ -446,20 +434,7 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
     let d = dir.path();
     let kubeconfig = server.kubeconfig(d);
     let cfg = write_discovery_config(d, &kubeconfig, "metrics = \"\"\n");
-    let spawn = |guard: &mut Guard, log: &str| {
-        let stderr = std::fs::File::create(d.join(log)).unwrap();
-        let child = Command::new(BIN)
-            .args(["agent", "--config"])
-            .arg(&cfg)
-            .env("HEADROOM_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start the agent");
-        guard.children.push(child);
-        guard.children.len() - 1
-    };
+    let spawn = |guard: &mut Guard, log: &str| spawn_agent(guard, &cfg, &d.join(log), &[]);
     let wait_exit = |guard: &mut Guard, idx: usize| {
         let mut exit = None;
         assert!(
@@ -621,4 +596,22 @@ socket = "{d}/ctl.sock"
     )
     .unwrap();
     cfg
+}
+
+/// Starts `headroom agent --config cfg` with `extra` arguments, its stderr in `stderr_to`; the
+/// index of its child in the guard.
+fn spawn_agent(guard: &mut Guard, cfg: &Path, stderr_to: &Path, extra: &[&str]) -> usize {
+    let stderr = std::fs::File::create(stderr_to).unwrap();
+    let child = Command::new(BIN)
+        .args(["agent", "--config"])
+        .arg(cfg)
+        .args(extra)
+        .env("HEADROOM_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start the agent");
+    guard.children.push(child);
+    guard.children.len() - 1
 }
