@@ -454,6 +454,57 @@ fn the_safety_wrapper_passes_services_through_and_never_gives_their_cpus_to_be()
 }
 
 #[test]
+fn services_sharing_cpus_own_none_and_share_them_with_be_as_hybrid_does() {
+    // Seen on 16 vCPUs: two unpinned LCs both on the server's CPUs read as owning them, BE got
+    // "what no service owns" (nothing) and stayed at 0 CPUs for the whole run, where hybrid
+    // ran BE on those CPUs in `cpu.idle`.
+    let machine = machine();
+    let c = config("multi", false, "be_cpus = [4, 5, 6, 7]\n");
+    let mut multi = Multi::new(&c, &machine);
+    let mut hybrid = Hybrid::new(
+        &config("hybrid", false, "be_cpus = [4, 5, 6, 7]\n"),
+        &machine,
+    );
+    let on_server = |slacks| {
+        let mut o = obs(slacks, 3.0);
+        for g in &mut o.lc_groups {
+            g.cpus = Some(vec![4, 5, 6, 7]);
+        }
+        o.lc_cpus = Some(vec![4, 5, 6, 7]);
+        o.cpu_idle = Some(vec![1.0, 1.0, 1.0, 1.0, 0.8, 0.8, 0.7, 0.7]);
+        o
+    };
+    // kv short of slack (< upsize_slack) but not violating: nothing to move between services
+    let fine = on_server([Some(0.5), Some(0.03), Some(0.5)]);
+    for t in 0..3 {
+        let (m, h) = (
+            multi.decide(&fine, ms(t * 1000)),
+            hybrid.decide(&fine, ms(t * 1000)),
+        );
+        assert!(m.allocation.be_enabled, "multi: {} {}", m.reason, m.state);
+        assert_eq!(
+            m.allocation.be_cpu_idle, h.allocation.be_cpu_idle,
+            "{}",
+            m.reason
+        );
+        assert_eq!(m.allocation.be_cpu_idle, Some(true), "{}", m.reason);
+        assert_eq!(
+            m.allocation.be_cpus,
+            Some(CpuSet::from([4, 5, 6, 7])),
+            "{}",
+            m.reason
+        );
+        assert!(m.allocation.lc_services.is_empty(), "{:?}", sets(&m));
+        assert!(!m.reason.contains("cpu-from"), "{}", m.reason);
+        assert_eq!(m.state["shared_cpus"], serde_json::json!([4, 5, 6, 7]));
+    }
+    // the tightest slack still binds: kv violating disables BE
+    let d = multi.decide(&on_server([Some(0.5), Some(-0.2), Some(0.5)]), ms(3000));
+    assert!(!d.allocation.be_enabled, "{}", d.reason);
+    assert_eq!(d.binding_lc.as_deref(), Some("kv"));
+}
+
+#[test]
 fn hybrid_is_unchanged_by_the_services() {
     // the single-LC hybrid on a several-LC config decides on the first service only
     let c = config("hybrid", false, "");

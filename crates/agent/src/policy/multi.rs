@@ -11,7 +11,9 @@
 //! one older than `safety.latency_max_age_ms` is the safety rules' (no growth, then BE disabled).
 //!
 //! With every service pinned (`[lc.threads] pin` + `cpus`, or an observed affinity narrower
-//! than the machine) the services own disjoint CPU sets and BE gets what none owns; blind
+//! than the machine) to disjoint CPU sets, the services own them and BE gets what none owns
+//! (sets that intersect own nothing: the services are then judged as one LC on their CPUs,
+//! BE as under `hybrid`, sharing them in `cpu.idle` where it has no others); blind
 //! isolation's idle count is then the idle of the services' CPUs. Once per `interval_s`
 //! (PARTIES' order, one step at a time): a service whose slack is below `upsize_slack` takes one
 //! CPU, first from BE, then from the service with the most slack (lower priority on ties, which
@@ -82,6 +84,9 @@ pub struct Multi {
     services: Vec<Service>,
     /// Whether the services' CPU sets were taken (from the config or the first observation).
     sets_known: bool,
+    /// The union of those sets when they intersected (then none is owned: no moves, BE as
+    /// under `hybrid` on these CPUs); empty otherwise.
+    shared_cpus: Vec<u32>,
     pending: Option<Move>,
     next_arbitration: Option<Duration>,
     /// The last arbitration's event (a move, a kept move, a revert), for the state.
@@ -112,6 +117,7 @@ impl Multi {
             machine: machine.clone(),
             hybrid: Hybrid::new(config, machine),
             sets_known: false,
+            shared_cpus: Vec::new(),
             services,
             pending: None,
             next_arbitration: None,
@@ -209,6 +215,25 @@ impl Multi {
                 }
             }
         }
+        // Services that share CPUs own none of them: there is nothing to move between them,
+        // and "BE gets what no service owns" would leave BE nothing where hybrid shares the
+        // services' CPUs with it in `cpu.idle` (two LCs both on the server's CPUs did exactly
+        // this on 16 vCPUs: BE held at 0 CPUs for the whole run). They are judged as one LC.
+        if self.sets_overlap() {
+            self.shared_cpus = self.union();
+            for s in &mut self.services {
+                s.cpus.clear();
+            }
+        }
+    }
+
+    /// Whether two services' CPU sets intersect.
+    fn sets_overlap(&self) -> bool {
+        self.services.iter().enumerate().any(|(i, a)| {
+            self.services[i + 1..]
+                .iter()
+                .any(|b| a.cpus.iter().any(|c| b.cpus.contains(c)))
+        })
     }
 
     /// Whether every service owns a CPU set (PARTIES' moves need owners).
@@ -379,8 +404,12 @@ impl Multi {
         } else {
             None
         };
-        if self.pinned() {
-            let union = self.union();
+        let lc_cpus = if self.pinned() {
+            Some(self.union())
+        } else {
+            (!self.shared_cpus.is_empty()).then(|| self.shared_cpus.clone())
+        };
+        if let Some(union) = lc_cpus {
             if let Some(per_cpu) = &obs.cpu_idle {
                 let idle: f64 = union
                     .iter()
@@ -484,6 +513,7 @@ impl Policy for Multi {
                 })),
                 "last_event": self.last_event,
                 "next_arbitration_ms": self.next_arbitration.map(|t| t.as_millis() as u64),
+                "shared_cpus": CpuSet::from(self.shared_cpus.as_slice()),
                 "hybrid": d.state,
             })
         } else {
