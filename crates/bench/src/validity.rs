@@ -234,28 +234,29 @@ impl Measured {
     pub fn last(&self) -> &Attempt {
         self.attempts.last().expect("at least one attempt")
     }
-    /// The run to use: the first whose self-checks all passed; else, once a longer run was
-    /// tried, the last that failed only `independence`. Such a run kept its schedule and
-    /// measured the LC; only its confidence interval is untrusted (latencies correlated over
-    /// longer than the run: on the 2-vCPU VM, host stalls correlate low-load latencies over
-    /// 40+ s, and no probe of a few seconds passes). It is stored `valid: false, used: true`.
+    /// The run to use: the first whose self-checks all passed. (A run that failed only
+    /// `independence` after a longer one was tried used to be taken too; capacity, SLO and
+    /// peak now come from valid runs only, and such a run is kept `"used": false`.)
     pub fn valid(&self) -> Option<&Attempt> {
         self.used_index().map(|i| &self.attempts[i])
     }
 
     /// Which attempt [`Measured::valid`] uses.
     pub fn used_index(&self) -> Option<usize> {
+        self.attempts.iter().position(|a| a.metrics.valid)
+    }
+
+    /// The last run that failed only `independence` once a longer run was tried: it kept its
+    /// schedule and measured the LC, only its confidence interval is untrusted. Never used for
+    /// a figure; a tail above a bound in it is still evidence that the rate is not held.
+    pub fn schedule_kept(&self) -> Option<&Attempt> {
+        if self.attempts.len() < 2 {
+            return None;
+        }
         self.attempts
             .iter()
-            .position(|a| a.metrics.valid)
-            .or_else(|| {
-                if self.attempts.len() < 2 {
-                    return None;
-                }
-                self.attempts
-                    .iter()
-                    .rposition(|a| only_independence_failed(&a.metrics))
-            })
+            .rev()
+            .find(|a| only_independence_failed(&a.metrics))
     }
     /// The failed checks of the last run, `name: detail` each.
     pub fn failed_checks(&self) -> &[String] {
@@ -307,6 +308,13 @@ pub fn judge(
         } else {
             RateVerdict::NotHeld
         });
+    }
+    // No valid run, but one that kept its schedule read the tail above the bound: whatever its
+    // interval, the LC did not hold the rate (a tail within the bound proves nothing here).
+    if m.schedule_kept()
+        .is_some_and(|a| !a.metrics.holds(qps, percentile, bound_us))
+    {
+        return Ok(RateVerdict::NotHeld);
     }
     if server_limited(&m.last().metrics) {
         return Ok(RateVerdict::Beyond);

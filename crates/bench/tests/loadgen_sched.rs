@@ -74,12 +74,12 @@ fn the_manifest_names_the_load_generators_scheduler() {
             .find(|n| n.starts_with("the load generator ran under"))
             .unwrap_or_else(|| panic!("no scheduler note in {:?}", s.manifest.notes));
         if fifo {
-            assert!(realtime, "--no-realtime-loadgen must leave it normal");
+            assert!(realtime, "without --realtime-loadgen it stays normal");
             assert!(note.contains("SCHED_FIFO priority"), "{note}");
         } else {
             assert!(note.contains("normal scheduler ("), "{note}");
             if !realtime {
-                assert!(note.contains("--no-realtime-loadgen"), "{note}");
+                assert!(note.contains("--realtime-loadgen"), "{note}");
             }
         }
     }

@@ -246,13 +246,23 @@ fn colocation_agents_get_the_scaled_cooldown_and_the_agent_accepts_it() {
 }
 
 #[test]
-fn a_run_failing_only_independence_is_used_once_a_longer_run_was_tried() {
-    // Every run failing only `independence`: the last one is used (its CI is not trusted).
+fn a_run_failing_only_independence_is_never_used_but_its_high_tail_says_not_held() {
+    // Every run failing only `independence`: none is used (figures come from valid runs only),
+    // the last is the one that kept its schedule.
     let (ran, m) = scripted(1, vec![result(150.0, &[CORRELATED])]);
     let m = m.unwrap();
     assert!(ran.len() >= 2, "a longer run was tried");
-    assert_eq!(m.used_index(), Some(m.attempts.len() - 1));
-    // Independence beside an instrument failure: never used.
+    assert_eq!(m.used_index(), None);
+    assert!(m.valid().is_none());
+    assert!(std::ptr::eq(m.schedule_kept().unwrap(), m.last()));
+    // its tail (150 µs) above a 100 µs bound: not held; within 200 µs: not a verdict
+    assert_eq!(
+        judge(&m, 20000.0, 99.0, 100.0, "x", 1).unwrap(),
+        RateVerdict::NotHeld
+    );
+    assert!(judge(&m, 20000.0, 99.0, 200.0, "x", 1).is_err());
+    // Independence beside an instrument failure: never used, never evidence.
     let (_, m) = scripted(1, vec![result(150.0, &[CORRELATED, CLIENT_CPU])]);
-    assert!(m.unwrap().valid().is_none());
+    let m = m.unwrap();
+    assert!(m.valid().is_none() && m.schedule_kept().is_none());
 }

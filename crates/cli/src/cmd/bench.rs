@@ -143,9 +143,13 @@ struct ExperimentFlags {
     /// Run the agent with --dry-run (decide and log, change nothing)
     #[arg(long)]
     dry_run: bool,
-    /// Leave the load generator under the normal scheduler (default: SCHED_FIFO where allowed,
-    /// so the agent sharing its CPU cannot delay its sends)
+    /// Run the load generator under SCHED_FIFO where allowed (default: the normal scheduler; a
+    /// real-time client that polls most of a second is throttled by the kernel's real-time
+    /// budget, docs/bench.md)
     #[arg(long)]
+    realtime_loadgen: bool,
+    /// The default, kept for scripts written when SCHED_FIFO was
+    #[arg(long, hide = true, conflicts_with = "realtime_loadgen")]
     no_realtime_loadgen: bool,
 }
 
@@ -232,7 +236,7 @@ pub(crate) fn experiment_options(
         o.placement.be = cpus(&c, "--be-cpus")?;
     }
     o.dry_run = flags.dry_run;
-    o.realtime_loadgen = !flags.no_realtime_loadgen;
+    o.realtime_loadgen = flags.realtime_loadgen && !flags.no_realtime_loadgen;
     if !o.dry_run {
         if let Err(why) =
             headroom_bench::capability::agent_can_actuate(std::path::Path::new("/sys/fs/cgroup"))
@@ -365,8 +369,10 @@ mod tests {
     }
 
     #[test]
-    fn the_load_generator_is_real_time_unless_told_otherwise() {
-        assert!(opts(&[]).unwrap().realtime_loadgen);
+    fn the_load_generator_is_a_normal_task_unless_asked() {
+        assert!(!opts(&[]).unwrap().realtime_loadgen);
+        assert!(opts(&["--realtime-loadgen"]).unwrap().realtime_loadgen);
         assert!(!opts(&["--no-realtime-loadgen"]).unwrap().realtime_loadgen);
+        assert!(opts(&["--realtime-loadgen", "--no-realtime-loadgen"]).is_err());
     }
 }

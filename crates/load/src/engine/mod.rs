@@ -8,6 +8,7 @@
 
 mod choice;
 mod epoll;
+pub mod poll_budget;
 mod rx_stamp;
 mod uring;
 
@@ -212,6 +213,8 @@ struct Worker<'a> {
     interval_tx: mpsc::Sender<IntervalMsg>,
     ia_seen: u64,
     lead: WakeLead,
+    /// Under SCHED_FIFO/RR: polling stops while the thread nears the kernel's real-time budget.
+    poll_budget: poll_budget::PollBudget,
 }
 
 /// The worker's event loop and what it owns.
@@ -253,6 +256,7 @@ pub fn run_worker(
     // The busy-poll window starts from this thread's measured wake-up error (on its CPU, in its
     // class) and follows it during the run.
     let lead = WakeLead::calibrated();
+    let poll_budget = poll_budget::PollBudget::for_current_thread();
     let io = match shared.engine {
         EngineKind::Epoll => Io::Epoll(epoll::EpollIo::new()?),
         EngineKind::IoUring => Io::Uring(Box::new(uring::UringIo::new(plan.conns.len())?)),
@@ -286,6 +290,7 @@ pub fn run_worker(
         interval_tx,
         ia_seen: 0,
         lead,
+        poll_budget,
     };
     for i in 0..w.conns.len() {
         w.attach(i).map_err(|e| {
@@ -300,6 +305,12 @@ pub fn run_worker(
         Io::Uring(_) => w.uring_loop()?,
     }
     w.finish();
+    if w.poll_budget.stopped_ticks > 0 {
+        w.out.sched.reason = format!(
+            "{}; no early wake-up to poll for the send time in {} of its 10 ms ticks (its CPU share neared the kernel's real-time budget, which throttles the thread for the rest of the period)",
+            w.out.sched.reason, w.poll_budget.stopped_ticks
+        );
+    }
     Ok(w.out)
 }
 
@@ -378,9 +389,17 @@ impl Worker<'_> {
         }
     }
 
-    /// How the loop waits from `now` for what is due at `wake` (see [`wait_for`]).
-    fn wait_plan(&self, now: u64, wake: u64) -> Wait {
-        wait_for(now, wake, self.lead_ns(), self.lead.sleep_cpu_ns())
+    /// How the loop waits from `now` for what is due at `wake` (see [`wait_for`]); without the
+    /// early wake-up while a real-time thread is over its CPU budget ([`poll_budget`]).
+    fn wait_plan(&mut self, now: u64, wake: u64) -> Wait {
+        self.poll_budget.tick(now);
+        if self.poll_budget.allowed() {
+            wait_for(now, wake, self.lead_ns(), self.lead.sleep_cpu_ns())
+        } else {
+            // no lead: the timer's lateness is taken as send lag; a wait shorter than a sleep's
+            // own CPU is still polled (sleeping it would cost the budget more)
+            wait_for(now, wake, 0, self.lead.sleep_cpu_ns())
+        }
     }
 
     /// After the loop: requests due but never sent, and replies that never came.
