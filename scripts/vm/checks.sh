@@ -66,27 +66,43 @@ restored_cpuset() {
 allowed_cpus() { awk '/^Cpus_allowed_list/ {print $2}' "/proc/$1/status"; }
 
 # start_agent DIR: the agent with DIR/agent.toml, its log in DIR/agent.log; waits for `ctl`.
+# Where a process is waiting, thread by thread (a hang is named, not timed out in silence).
+where_is() {
+  for t in /proc/"$1"/task/*; do
+    printf '%s:%s:%s ' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)"
+  done
+}
+
+# start_agent DIR: starts the agent and waits (at most 60 s of wall time: a ctl request that
+# hangs is cut at 5 s) until it answers `ctl status`.
 start_agent() {
   $H agent --config "$1/agent.toml" >/dev/null 2>>"$1/agent.log" &
   AGENT=$!
-  _n=300
-  while [ "$_n" -gt 0 ]; do
-    $H ctl --socket "$1/ctl.sock" status >/dev/null 2>&1 && return 0
+  _until=$(($(date +%s) + 60))
+  while [ "$(date +%s)" -lt "$_until" ]; do
+    timeout 5 $H ctl --socket "$1/ctl.sock" status >/dev/null 2>&1 && return 0
     kill -0 "$AGENT" 2>/dev/null || break
     sleep 0.1
-    _n=$((_n - 1))
   done
-  fail "agent start ($1)" "no control socket; log: $(tail -n 5 "$1/agent.log" | tr '\n' '|')"
+  if kill -0 "$AGENT" 2>/dev/null; then
+    fail "agent start ($1)" "alive but not answering ctl status after 60 s; threads: $(where_is "$AGENT"); log: $(tail -n 5 "$1/agent.log" | tr '\n' '|')"
+  else
+    fail "agent start ($1)" "exited before answering; log: $(tail -n 5 "$1/agent.log" | tr '\n' '|')"
+  fi
   return 1
 }
 
-ctl() { _d=$1; shift; $H ctl --socket "$_d/ctl.sock" "$@"; }
+ctl() { _d=$1; shift; timeout 20 $H ctl --socket "$_d/ctl.sock" "$@"; }
 
 # stop_agent SIGNAL: signals the agent and waits for it (up to 20 s); prints its exit status.
 stop_agent() {
   kill "-$1" "$AGENT" 2>/dev/null
   _n=200
   while [ "$_n" -gt 0 ] && kill -0 "$AGENT" 2>/dev/null; do sleep 0.1; _n=$((_n - 1)); done
+  if kill -0 "$AGENT" 2>/dev/null; then
+    echo "VMOUT stop_agent: pid $AGENT still running 20 s after SIG$1; threads: $(where_is "$AGENT")"
+    kill -KILL "$AGENT" 2>/dev/null
+  fi
   wait "$AGENT"
 }
 
