@@ -206,6 +206,28 @@ fn be_shares_the_lc_cpu_as_idle_when_no_other_cpu_is_left() {
 }
 
 #[test]
+fn while_be_shares_the_lc_cpu_no_idle_crossing_wakes_the_agent() {
+    let mut h = small_machine_hybrid(true);
+    let d = h.decide(&pinned_obs(0.5, 0.5), ms(0));
+    assert_eq!(d.reason, "hybrid:share-lc-cpus:idle");
+    // no inner loop runs: the idle count decides nothing, the loop keeps the periodic duty
+    assert!(!h.idle_crossings_matter());
+    assert!(!h.idle_crossings().any());
+    assert!(h.poll_interval() >= ms(100), "{:?}", h.poll_interval());
+    // with CPU 1 no longer the LC's, blind isolation decides BE's CPUs and its crossings matter
+    let mut h = small_machine_hybrid(true);
+    let d = h.decide(
+        &Observation {
+            lc_cpus: Some(vec![0]),
+            ..obs(0.5, 0.5, 0.5)
+        },
+        ms(0),
+    );
+    assert_ne!(d.reason, "hybrid:share-lc-cpus:idle");
+    assert!(h.idle_crossings_matter(), "{}", d.reason);
+}
+
+#[test]
 fn without_sharing_be_gets_nothing_on_the_lc_cpu() {
     let mut h = small_machine_hybrid(false);
     let d = h.decide(&pinned_obs(0.5, 0.5), ms(0));

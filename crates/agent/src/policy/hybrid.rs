@@ -24,6 +24,9 @@ use crate::config::Config;
 use crate::observation::Observation;
 use headroom_types::decision::Decision;
 
+/// How often the loop looks while BE shares the LC's CPUs (the periodic duty's period).
+const SHARING_POLL: Duration = Duration::from_millis(100);
+
 /// The `hybrid` policy.
 #[derive(Debug, Clone)]
 pub struct Hybrid {
@@ -35,6 +38,8 @@ pub struct Hybrid {
     last_outcome: Option<TopOutcome>,
     /// B was widened by a violation and BE has not run since.
     widened_by_violation: bool,
+    /// The last decision ran BE on the LC's CPUs in `cpu.idle` (no inner loop).
+    sharing: bool,
     explain: bool,
 }
 
@@ -49,6 +54,7 @@ impl Hybrid {
             inner: inner.clone(),
             last_outcome: None,
             widened_by_violation: false,
+            sharing: false,
             explain: true,
         };
         inner.set_buffer(me.clamp_buffer(config.policy.blind.buffer_cores));
@@ -158,7 +164,8 @@ impl Policy for Hybrid {
             }
         }
         let shared = self.shared_lc_cpus(obs);
-        let (allocation, inner_state, inner_reason) = if self.top.enabled && !shared.is_empty() {
+        self.sharing = self.top.enabled && !shared.is_empty();
+        let (allocation, inner_state, inner_reason) = if self.sharing {
             (
                 Allocation {
                     be_cpus: Some(shared.clone()),
@@ -208,23 +215,32 @@ impl Policy for Hybrid {
         }
     }
 
+    /// The inner loop's, except while BE shares the LC's CPUs: nothing then decides on the
+    /// idle count, and the outer loop keeps its own schedule.
     fn poll_interval(&self) -> Duration {
-        self.inner.poll_interval()
+        if self.sharing {
+            self.inner.poll_interval().max(SHARING_POLL)
+        } else {
+            self.inner.poll_interval()
+        }
     }
 
     fn idle_buffer(&self) -> Option<f64> {
         Some(self.inner.buffer())
     }
 
-    /// While BE is disabled only the outer loop (on its own schedule) can enable it.
+    /// While BE is disabled only the outer loop (on its own schedule) can enable it; while it
+    /// shares the LC's CPUs in `cpu.idle` no inner loop runs, so no crossing can change the
+    /// next decision (armed, they would follow every sleep of any CPU, the agent's own
+    /// neighbours included).
     fn idle_crossings_matter(&self) -> bool {
-        self.top.enabled
+        self.top.enabled && !self.sharing
     }
 
-    /// While BE is enabled, the inner loop's: none at its bounds' side, no rise while the
-    /// outer loop disallows growth.
+    /// While blind isolation runs BE, the inner loop's: none at its bounds' side, no rise while
+    /// the outer loop disallows growth.
     fn idle_crossings(&self) -> IdleCrossings {
-        if self.top.enabled {
+        if self.idle_crossings_matter() {
             self.inner.idle_crossings()
         } else {
             IdleCrossings::NONE
