@@ -505,6 +505,35 @@ fn services_sharing_cpus_own_none_and_share_them_with_be_as_hybrid_does() {
 }
 
 #[test]
+fn a_new_service_set_relearns_whether_its_services_share_cpus() {
+    let machine = machine();
+    let mut multi = Multi::new(
+        &config("multi", false, "be_cpus = [4, 5, 6, 7]\n"),
+        &machine,
+    );
+    let mut seen = obs([Some(0.5), Some(0.5), Some(0.5)], 3.0);
+    for g in &mut seen.lc_groups {
+        g.cpus = Some(vec![4, 5, 6, 7]);
+    }
+    let d = multi.decide(&seen, ms(0));
+    assert_eq!(d.state["shared_cpus"], serde_json::json!([4, 5, 6, 7]));
+    // Discovery drops `search` and moves the others onto CPUs of their own.
+    let two = Config::from_toml_str(&config_text_with_cpus("[4, 5]", "[6]").replace(
+        "[policy]\nkind = \"multi\"\n",
+        "[policy]\nkind = \"multi\"\n[policy.blind]\nbe_cpus = [4, 5, 6, 7]\n",
+    ))
+    .expect("valid");
+    multi.reconfigure(&two);
+    seen.lc_groups.truncate(2);
+    let d = multi.decide(&seen, ms(1000));
+    assert_eq!(d.state["shared_cpus"], serde_json::json!([]), "{}", d.state);
+    assert_eq!(
+        sets(&d),
+        vec![("web".into(), vec![4, 5]), ("kv".into(), vec![6])]
+    );
+}
+
+#[test]
 fn hybrid_is_unchanged_by_the_services() {
     // the single-LC hybrid on a several-LC config decides on the first service only
     let c = config("hybrid", false, "");

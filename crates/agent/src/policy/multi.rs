@@ -219,6 +219,8 @@ impl Multi {
         // and "BE gets what no service owns" would leave BE nothing where hybrid shares the
         // services' CPUs with it in `cpu.idle` (two LCs both on the server's CPUs did exactly
         // this on 16 vCPUs: BE held at 0 CPUs for the whole run). They are judged as one LC.
+        // (re-learned when the service set changes: the old union says nothing of the new one)
+        self.shared_cpus.clear();
         if self.sets_overlap() {
             self.shared_cpus = self.union();
             for s in &mut self.services {
