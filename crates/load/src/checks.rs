@@ -87,8 +87,8 @@ pub fn limited_by(raw: &RawResults, checks: &[Check]) -> Option<String> {
                     ));
                 }
                 return Some(format!(
-                    "connections: {reached}; grown from {} to {} connection(s) × depth {} (the cap), {} sends found them all full",
-                    s.total, s.grown_to, s.depth, s.growth_refused
+                    "connections: {reached}; grown from {} to {} connection(s) × depth {} (the cap: {} per server per thread), {} sends found them all full",
+                    s.total, s.grown_to, s.depth, s.grow_cap, s.growth_refused
                 ));
             }
             Some(s) => {

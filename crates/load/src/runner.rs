@@ -268,6 +268,7 @@ fn size_connections(
     let s = sizing::size_connections(rate, p99, opts.depth);
     Ok(ConnectionSizing {
         mode: "auto".into(),
+        grow_cap: sizing::grow_cap(s.per_thread),
         per_thread: s.per_thread,
         depth: opts.depth,
         rtt_p50_us: p50 as f64 * 1e-3,
@@ -338,7 +339,7 @@ pub fn run_local(
         nodelay: !opts.no_nodelay,
         engine: engine.kind,
         grow: opts.connections_auto,
-        grow_cap: crate::sizing::grow_cap(sizing.per_thread),
+        grow_cap: sizing.grow_cap,
         fifo: opts.fifo,
     };
     let nworkers = plans.len();

@@ -102,6 +102,9 @@ pub struct ConnectionSizing {
     /// Sends that found every connection full with growth at its cap (they waited, late).
     #[serde(default)]
     pub growth_refused: u64,
+    /// Most load connections per server per thread the run may grow to (0: no growth).
+    #[serde(default)]
+    pub grow_cap: usize,
 }
 
 /// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).

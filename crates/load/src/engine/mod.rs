@@ -9,6 +9,7 @@
 mod choice;
 mod epoll;
 pub mod poll_budget;
+mod pool;
 mod rx_stamp;
 mod uring;
 
@@ -172,6 +173,10 @@ struct Conn {
     /// Opened during the run (`-c auto`): no schedule of its own, it carries sends that found
     /// the scheduled connections to its server at their depth cap.
     grown: bool,
+    /// `-c auto`: its server's index in the worker's [`pool::ConnPool`] (None: not pooled, as a
+    /// measurement connection or a fixed `-c`), and whether it is listed there now.
+    pool_server: Option<usize>,
+    pooled: bool,
 }
 
 impl Conn {
@@ -194,6 +199,8 @@ impl Conn {
             last_rx: 0,
             ring: uring::ConnRing::default(),
             grown,
+            pool_server: None,
+            pooled: false,
         }
     }
 }
@@ -215,6 +222,13 @@ struct Worker<'a> {
     lead: WakeLead,
     /// Under SCHED_FIFO/RR: polling stops while the thread nears the kernel's real-time budget.
     poll_budget: poll_budget::PollBudget,
+    /// The earliest due time the last [`Worker::step`] found: handling a batch of replies
+    /// yields to a send that falls due (io_uring), so the send does not wait behind the batch.
+    due_at: u64,
+    /// Connections with a schedule (the plan's, at the front of `conns`; grown ones follow).
+    scheduled: usize,
+    /// `-c auto`: the load connections a send may take when its own is at the depth cap.
+    pool: pool::ConnPool,
 }
 
 /// The worker's event loop and what it owns.
@@ -291,7 +305,21 @@ pub fn run_worker(
         ia_seen: 0,
         lead,
         poll_budget,
+        due_at: u64::MAX,
+        scheduled: 0,
+        pool: pool::ConnPool::default(),
     };
+    w.scheduled = w.conns.len();
+    if shared.grow {
+        for i in 0..w.conns.len() {
+            if !w.conns[i].plan.measure {
+                let s = w.pool.server(w.conns[i].plan.addr);
+                w.pool.add(s);
+                w.conns[i].pool_server = Some(s);
+                w.offer(i);
+            }
+        }
+    }
     for i in 0..w.conns.len() {
         w.attach(i).map_err(|e| {
             LoadError::system(
@@ -368,7 +396,8 @@ impl Worker<'_> {
     fn step(&mut self, now: u64) -> Option<u64> {
         self.flush_interval_if_due(now);
         self.reconnect_due(now);
-        for i in 0..self.conns.len() {
+        // Grown connections have no schedule: nothing of theirs falls due.
+        for i in 0..self.scheduled {
             self.pump(i, now);
         }
         let sending = self.conns.iter().any(|c| !c.done_sending);
@@ -435,7 +464,7 @@ impl Worker<'_> {
         let mut wake = self.shared.drain_end;
         let boundary = self.shared.t0 + (self.interval_index + 1) * INTERVAL_NS;
         wake = wake.min(boundary);
-        for c in &self.conns {
+        for c in &self.conns[..self.scheduled] {
             if c.stream.is_none() {
                 wake = wake.min(c.reconnect_at);
                 continue;
@@ -487,7 +516,7 @@ impl Worker<'_> {
     }
 
     fn reconnect_due(&mut self, now: u64) {
-        for i in 0..self.conns.len() {
+        for i in 0..self.scheduled {
             if self.conns[i].stream.is_some() || now < self.conns[i].reconnect_at {
                 continue;
             }
@@ -500,6 +529,7 @@ impl Worker<'_> {
                     self.conns[i].stream = Some(s);
                     if self.attach(i).is_ok() {
                         self.out.counters.reconnects += 1;
+                        self.offer(i);
                     } else {
                         self.conns[i].stream = None;
                         self.conns[i].back_off(now);
@@ -523,7 +553,16 @@ impl Worker<'_> {
                 return;
             }
         }
+        let mut now = now;
+        let mut first = true;
         loop {
+            if !first {
+                // Each send is stamped when it is made, not when the pass began: a second send in
+                // one pass is later than the first (its lag and its gap say so), and one that fell
+                // due meanwhile goes now.
+                now = now_ns();
+            }
+            first = false;
             let c = &mut self.conns[i];
             let sched = if c.plan.ia.is_some() {
                 c.next_sched
@@ -632,23 +671,25 @@ impl Worker<'_> {
     /// or a new one (counted) while the worker has fewer than `grow_cap` to that server. None
     /// when every one is full and growth is at its cap (`count_refusal`: counted once per send).
     fn pool_slot(&mut self, i: usize, count_refusal: bool) -> Option<usize> {
-        let addr = self.conns[i].plan.addr;
-        let mut to_server = 0;
-        for (j, c) in self.conns.iter().enumerate() {
-            if c.plan.measure || c.plan.addr != addr {
-                continue;
-            }
-            to_server += 1;
+        let s = self.conns[i].pool_server?;
+        while let Some(j) = self.pool.take(s) {
+            let c = &mut self.conns[j];
+            c.pooled = false;
             if j != i && c.stream.is_some() && c.inflight.len() < c.plan.depth {
+                if c.inflight.len() + 1 < c.plan.depth {
+                    // Room left after this send: still a candidate.
+                    self.offer(j);
+                }
                 return Some(j);
             }
         }
-        if to_server >= self.shared.grow_cap {
+        if self.pool.count(s) >= self.shared.grow_cap {
             if count_refusal {
                 self.out.counters.growth_refused += 1;
             }
             return None;
         }
+        let addr = self.conns[i].plan.addr;
         let stream = match connect(addr, self.shared.nodelay) {
             Ok(s) => s,
             Err(e) => {
@@ -668,7 +709,24 @@ impl Worker<'_> {
             return None;
         }
         self.out.counters.grown += 1;
+        self.pool.add(s);
+        self.conns[j].pool_server = Some(s);
+        if self.conns[j].plan.depth > 1 {
+            self.offer(j);
+        }
         Some(j)
+    }
+
+    /// Lists connection `i` in its server's pool if it is pooled, open, not listed and has room.
+    fn offer(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        let Some(s) = c.pool_server else {
+            return;
+        };
+        if !c.pooled && c.stream.is_some() && c.inflight.len() < c.plan.depth {
+            c.pooled = true;
+            self.pool.offer(s, i);
+        }
     }
 
     /// Completes every whole reply in the buffer. False when the connection was faulted.
@@ -691,6 +749,7 @@ impl Worker<'_> {
                     c.last_rx = now;
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
+                    self.offer(i);
                     self.complete(req, reply.hit, measure, reported, now);
                 }
                 Ok(None) => break,

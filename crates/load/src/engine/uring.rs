@@ -96,6 +96,10 @@ pub(super) struct UringIo {
     msghdr: Box<libc::msghdr>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC (ns), to map kernel receive timestamps onto our clock.
     realtime_offset_ns: i64,
+    /// The last reap stopped for a due send with completions still queued: the next wait polls.
+    replies_left: bool,
+    /// Some connection's replies came without kernel receive stamps (sticky).
+    unstamped: bool,
 }
 
 /// Page-aligned memory for the buffer ring's entries.
@@ -185,6 +189,8 @@ impl UringIo {
             // SAFETY: msghdr is plain data; all-zero is a valid (empty) header.
             msghdr: Box::new(unsafe { std::mem::zeroed() }),
             realtime_offset_ns: realtime_offset_ns(),
+            replies_left: false,
+            unstamped: false,
         };
         io.msghdr.msg_controllen = CONTROL_LEN as _;
         // SAFETY: the entries stay allocated (and the buffers too) until after the ring closes.
@@ -275,6 +281,7 @@ impl Worker<'_> {
         let generation = c.ring.generation;
         c.ring.recv_armed = true;
         let u = self.uring();
+        u.unstamped |= rc != 0;
         let entry = opcode::RecvMsgMulti::new(Fd(fd), &*u.msghdr, BUFFER_GROUP)
             .build()
             .user_data(user_data(KIND_RECV, generation, i));
@@ -343,10 +350,15 @@ impl Worker<'_> {
             let Some(wake) = self.step(now) else {
                 break;
             };
+            self.due_at = wake;
             // Sleep (in the enter, with a timeout) until `lead` before the next due time, then
             // busy-poll (enters that wait for nothing) up to it, as the epoll engine does; a
-            // wait shorter than a sleep's CPU is polled outright.
-            let plan = self.wait_plan(now, wake);
+            // wait shorter than a sleep's CPU is polled outright, and so is any wait while
+            // replies are left in the queue.
+            let mut plan = self.wait_plan(now, wake);
+            if self.uring().replies_left {
+                plan = Wait::Poll;
+            }
             let busy = plan == Wait::Poll;
             let woke_at = if let Wait::SleepUntil(target) = plan {
                 let capped = target > now + MAX_WAIT_NS;
@@ -397,6 +409,15 @@ impl Worker<'_> {
                     && c.inflight.len() <= 1
                     && (c.inflight.len() < c.plan.depth || c.next_sched >= until)
             })
+    }
+
+    /// Whether every connection's replies carry kernel receive stamps, so that handling them
+    /// later does not add to their latency.
+    fn replies_carry_stamps(&self) -> bool {
+        match &self.io {
+            Io::Uring(u) => !u.unstamped,
+            Io::Epoll(_) => false,
+        }
     }
 
     /// Submits what is queued and sleeps until `want` completions or `wait_ns`.
@@ -454,7 +475,13 @@ impl Worker<'_> {
     /// Handles every completion in the queue; returns how many.
     fn reap(&mut self) -> Result<usize, LoadError> {
         let mut n = 0;
+        self.uring().replies_left = false;
         loop {
+            if n > 0 && now_ns() >= self.due_at && self.replies_carry_stamps() {
+                // A send fell due: it goes before the rest, which keep their kernel stamps.
+                self.uring().replies_left = true;
+                break;
+            }
             let Some(cqe) = self.uring().ring.completion().next() else {
                 break;
             };
