@@ -268,7 +268,7 @@ fn size_connections(
     let s = sizing::size_connections(rate, p99, opts.depth);
     Ok(ConnectionSizing {
         mode: "auto".into(),
-        grow_cap: sizing::grow_cap(s.per_thread),
+        grow_cap: sizing::grow_cap(s.per_thread, rate, opts.depth),
         per_thread: s.per_thread,
         depth: opts.depth,
         rtt_p50_us: p50 as f64 * 1e-3,
@@ -340,6 +340,7 @@ pub fn run_local(
         engine: engine.kind,
         grow: opts.connections_auto,
         grow_cap: sizing.grow_cap,
+        grow_connect_timeout: crate::sizing::grow_connect_timeout((sizing.rtt_p99_us * 1e3) as u64),
         fifo: opts.fifo,
     };
     let nworkers = plans.len();

@@ -64,14 +64,40 @@ pub fn size_connections(rate: f64, rtt_p99_ns: u64, depth: usize) -> Sizing {
     }
 }
 
-/// Most load connections per server per thread a run may grow to from `initial`.
-///
-/// Not sized to ride out a stalled server (rate × 10 ms in flight was tried: 300 connections at
-/// 120k/s with depth 4): each growth is a blocking connect in the send path, and a server slow to
-/// accept made single connects take 24 ms to 2 s, which the whole schedule waited for; against
-/// a server that stays behind its arrivals no cap makes a run valid.
-pub fn grow_cap(initial: usize) -> usize {
-    (initial * 4).max(initial + 16).min(1024)
+/// A server that stalls this long finds the open-loop schedule going on when it wakes: a run may
+/// grow to rate × this in flight before its sends wait for replies. On the 2-vCPU VM memcached's
+/// vCPU stalls for ~25 ms now and then; at 20k/s with 4× the start as the cap (28 connections of
+/// depth 1) 183 sends found them all full and the run's send lag p99 read 614 µs.
+pub const RIDE_OUT_S: f64 = 0.025;
+/// Most load connections per server per thread a run may grow to, whatever the rate.
+pub const MAX_GROWN: usize = 512;
+/// A connection opened during the run is given this long (at least; 4× the round trip's p99 if
+/// longer, at most [`GROW_CONNECT_MAX`]) to connect: the send path waits for it. One that does
+/// not connect in time pauses growth for [`GROW_PAUSE`] (a server slow to accept made single
+/// blocking connects take 24 ms to 2 s, the whole schedule waiting behind them).
+pub const GROW_CONNECT_MIN: Duration = Duration::from_millis(2);
+pub const GROW_CONNECT_MAX: Duration = Duration::from_millis(20);
+pub const GROW_PAUSE: Duration = Duration::from_millis(100);
+
+/// Most load connections per server per thread a run may grow to from `initial`, for `rate`
+/// requests/s over them with `depth` each: room for rate × [`RIDE_OUT_S`] in flight, and at
+/// least 4× the start (16 more where that is few).
+pub fn grow_cap(initial: usize, rate: f64, depth: usize) -> usize {
+    let ride_out = if rate.is_finite() && rate > 0.0 {
+        (rate * RIDE_OUT_S / depth.max(1) as f64).ceil() as usize
+    } else {
+        0
+    };
+    (initial * 4)
+        .max(initial + 16)
+        .max(ride_out)
+        .min(MAX_GROWN)
+        .max(initial)
+}
+
+/// How long a connection opened during the run may take to connect (see [`GROW_CONNECT_MIN`]).
+pub fn grow_connect_timeout(rtt_p99_ns: u64) -> Duration {
+    Duration::from_nanos(rtt_p99_ns.saturating_mul(4)).clamp(GROW_CONNECT_MIN, GROW_CONNECT_MAX)
 }
 
 /// Round trips of the ping phase, sorted (ns).
@@ -164,7 +190,27 @@ mod tests {
     fn sizing_is_capped_and_peak_mode_keeps_one() {
         assert_eq!(size_connections(1e7, 10_000_000, 1).per_thread, MAX_AUTO);
         assert_eq!(size_connections(0.0, 100_000, 4).per_thread, 1);
-        assert!(grow_cap(4) >= 20 && grow_cap(100) == 400);
+    }
+
+    #[test]
+    fn growth_rides_out_a_stalled_server_at_the_rate() {
+        // Few: at least 4× the start, or 16 more.
+        assert_eq!(grow_cap(4, 0.0, 4), 20);
+        assert_eq!(grow_cap(100, 0.0, 1), 400);
+        // 20k/s with depth 1: 25 ms of replies is 500 in flight.
+        assert_eq!(grow_cap(7, 20_000.0, 1), 500);
+        // 120k/s with depth 4: 3000 in flight would be 750 connections; bounded.
+        assert_eq!(grow_cap(6, 120_000.0, 4), MAX_GROWN);
+        // Bounded whatever the rate, never below the start.
+        assert_eq!(grow_cap(6, 1e9, 1), MAX_GROWN);
+        assert_eq!(grow_cap(2000, 1e9, 1), 2000);
+    }
+
+    #[test]
+    fn a_grown_connection_waits_for_its_connect_a_bounded_time() {
+        assert_eq!(grow_connect_timeout(0), GROW_CONNECT_MIN);
+        assert_eq!(grow_connect_timeout(1_000_000), Duration::from_millis(4));
+        assert_eq!(grow_connect_timeout(u64::MAX), GROW_CONNECT_MAX);
     }
 
     #[test]

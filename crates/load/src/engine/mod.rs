@@ -72,6 +72,8 @@ pub struct WorkerShared {
     /// depth cap goes out on a new connection (up to `grow_cap` per server per worker).
     pub grow: bool,
     pub grow_cap: usize,
+    /// How long a connection opened during the run may take to connect (the send path waits).
+    pub grow_connect_timeout: Duration,
     /// `--fifo PRIO`: the class each worker asks for (see [`crate::sched`]).
     pub fifo: Option<u32>,
 }
@@ -229,6 +231,8 @@ struct Worker<'a> {
     scheduled: usize,
     /// `-c auto`: the load connections a send may take when its own is at the depth cap.
     pool: pool::ConnPool,
+    /// `-c auto`: no connection is opened before this (a connect that timed out pauses growth).
+    grow_paused_until: u64,
 }
 
 /// The worker's event loop and what it owns.
@@ -239,13 +243,21 @@ enum Io {
 
 /// Opens a blocking connection with a timeout and makes it non-blocking (TCP_NODELAY as asked).
 pub fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, LoadError> {
-    let std_stream =
-        std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| {
-            LoadError::Connect {
-                addr: addr.to_string(),
-                source,
-            }
-        })?;
+    connect_within(addr, nodelay, CONNECT_TIMEOUT)
+}
+
+/// [`connect`] with its own timeout.
+fn connect_within(
+    addr: SocketAddr,
+    nodelay: bool,
+    timeout: Duration,
+) -> Result<TcpStream, LoadError> {
+    let std_stream = std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|source| {
+        LoadError::Connect {
+            addr: addr.to_string(),
+            source,
+        }
+    })?;
     let _ = std_stream.set_nodelay(nodelay);
     std_stream
         .set_nonblocking(true)
@@ -273,7 +285,11 @@ pub fn run_worker(
     let poll_budget = poll_budget::PollBudget::for_current_thread();
     let io = match shared.engine {
         EngineKind::Epoll => Io::Epoll(epoll::EpollIo::new()?),
-        EngineKind::IoUring => Io::Uring(Box::new(uring::UringIo::new(plan.conns.len())?)),
+        EngineKind::IoUring => {
+            // Room in the queues for every connection the run may grow to, not only the first.
+            let most = plan.conns.len() + if shared.grow { shared.grow_cap } else { 0 };
+            Io::Uring(Box::new(uring::UringIo::new(most)?))
+        }
     };
     let mut rng = SmallRng::seed_from_u64(plan.seed);
     let mut conns = Vec::with_capacity(plan.conns.len());
@@ -308,6 +324,7 @@ pub fn run_worker(
         due_at: u64::MAX,
         scheduled: 0,
         pool: pool::ConnPool::default(),
+        grow_paused_until: 0,
     };
     w.scheduled = w.conns.len();
     if shared.grow {
@@ -683,17 +700,23 @@ impl Worker<'_> {
                 return Some(j);
             }
         }
-        if self.pool.count(s) >= self.shared.grow_cap {
+        let now = now_ns();
+        if self.pool.count(s) >= self.shared.grow_cap || now < self.grow_paused_until {
             if count_refusal {
                 self.out.counters.growth_refused += 1;
             }
             return None;
         }
         let addr = self.conns[i].plan.addr;
-        let stream = match connect(addr, self.shared.nodelay) {
+        let timeout = self.shared.grow_connect_timeout;
+        let stream = match connect_within(addr, self.shared.nodelay, timeout) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("growing the connections: {e}");
+                self.grow_paused_until = now_ns() + crate::sizing::GROW_PAUSE.as_nanos() as u64;
+                if count_refusal {
+                    self.out.counters.growth_refused += 1;
+                }
                 return None;
             }
         };
@@ -820,6 +843,15 @@ impl Worker<'_> {
         tracing::debug!("connection to {}: {why}; re-opening", c.plan.addr);
         let lost = c.inflight.iter().filter(|r| r.sched >= warm_end).count() as u64;
         self.out.counters.errors += lost.max(1);
+        if c.grown && c.last_rx == 0 && self.grow_paused_until != u64::MAX {
+            // A connection opened during the run that never answered: the server's connection
+            // limit, most likely. Opening more would lose more requests.
+            tracing::warn!(
+                "{}: a connection opened during the run failed before its first reply ({why}); no more are opened in this run",
+                c.plan.addr
+            );
+            self.grow_paused_until = u64::MAX;
+        }
         c.inflight.clear();
         c.wbuf.clear();
         c.wpos = 0;
