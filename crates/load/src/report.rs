@@ -227,8 +227,8 @@ pub fn format_table(r: &LoadReport) -> String {
             s.reason,
             if s.grown > 0 || s.growth_refused > 0 {
                 format!(
-                    "; grown to {} during the run ({} sends found them all full at the cap)",
-                    s.grown_to, s.growth_refused
+                    "; {} more opened during the run, {} in all ({} sends found them all full at the cap)",
+                    s.grown, s.grown_to, s.growth_refused
                 )
             } else {
                 String::new()

@@ -266,15 +266,26 @@ fn size_connections(
         p99 = p99.max(rtt.quantile_ns(0.99));
     }
     let s = sizing::size_connections(rate, p99, opts.depth);
+    let reserve = sizing::reserve(s.per_thread, rate, opts.depth);
+    let reason = if reserve > 0 {
+        format!(
+            "{}; + {reserve} reserve connection(s) for {:.0} ms of the rate in flight",
+            s.reason,
+            sizing::RESERVE_S * 1e3
+        )
+    } else {
+        s.reason.clone()
+    };
     Ok(ConnectionSizing {
         mode: "auto".into(),
-        grow_cap: sizing::grow_cap(s.per_thread, rate, opts.depth),
+        grow_cap: sizing::grow_cap(s.per_thread).max(s.per_thread + reserve),
+        reserve,
         per_thread: s.per_thread,
         depth: opts.depth,
         rtt_p50_us: p50 as f64 * 1e-3,
         rtt_p99_us: p99 as f64 * 1e-3,
         needed_in_flight: s.needed_in_flight,
-        reason: s.reason,
+        reason,
         ..ConnectionSizing::default()
     })
 }
@@ -315,7 +326,9 @@ pub fn run_local(
         .flat_map(|p| &p.conns)
         .filter(|c| !c.measure)
         .count();
-    let nconns: usize = plans.iter().map(|p| p.conns.len()).sum();
+    let groups = sizing.total / sizing.per_thread.max(1);
+    let reserve_total = sizing.reserve * groups;
+    let nconns: usize = plans.iter().map(|p| p.conns.len()).sum::<usize>() + reserve_total;
     // Time to open the connections before the first send is due.
     let setup_ns = 50_000_000 + nconns as u64 * 200_000;
     let t0 = now_ns() + setup_ns;
@@ -340,6 +353,7 @@ pub fn run_local(
         engine: engine.kind,
         grow: opts.connections_auto,
         grow_cap: sizing.grow_cap,
+        reserve: sizing.reserve,
         grow_connect_timeout: crate::sizing::grow_connect_timeout((sizing.rtt_p99_us * 1e3) as u64),
         fifo: opts.fifo,
     };
@@ -418,7 +432,7 @@ pub fn run_local(
         write_samples(path, &mut saved)?;
     }
     sizing.grown = raw.counters.grown;
-    sizing.grown_to = sizing.total + raw.counters.grown as usize;
+    sizing.grown_to = sizing.total + reserve_total + raw.counters.grown as usize;
     sizing.growth_refused = raw.counters.growth_refused;
     raw.sched = sched;
     raw.connections = Some(sizing);

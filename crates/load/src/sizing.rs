@@ -64,13 +64,17 @@ pub fn size_connections(rate: f64, rtt_p99_ns: u64, depth: usize) -> Sizing {
     }
 }
 
-/// A server that stalls this long finds the open-loop schedule going on when it wakes: a run may
-/// grow to rate × this in flight before its sends wait for replies. On the 2-vCPU VM memcached's
-/// vCPU stalls for ~25 ms now and then; at 20k/s with 4× the start as the cap (28 connections of
-/// depth 1) 183 sends found them all full and the run's send lag p99 read 614 µs.
-pub const RIDE_OUT_S: f64 = 0.025;
-/// Most load connections per server per thread a run may grow to, whatever the rate.
-pub const MAX_GROWN: usize = 512;
+/// Connections opened before the run beside the scheduled ones, with no schedule of their own:
+/// room for rate × this in flight, so a server that stalls this long finds the schedule going
+/// on without a connect in the send path (see [`grow_cap`] for why not later). Replies that
+/// stalled ~4–6 ms at 20k/s found 4× the start (24 connections of depth 1) full and put the
+/// run's send lag p99 at 67–110 µs.
+pub const RESERVE_S: f64 = 0.005;
+/// Most reserve connections per server per thread.
+pub const MAX_RESERVE: usize = 128;
+
+/// Most load connections per server per thread a run may grow to, whatever the start.
+pub const MAX_GROWN: usize = 1024;
 /// A connection opened during the run is given this long (at least; 4× the round trip's p99 if
 /// longer, at most [`GROW_CONNECT_MAX`]) to connect: the send path waits for it. One that does
 /// not connect in time pauses growth for [`GROW_PAUSE`] (a server slow to accept made single
@@ -79,20 +83,27 @@ pub const GROW_CONNECT_MIN: Duration = Duration::from_millis(2);
 pub const GROW_CONNECT_MAX: Duration = Duration::from_millis(20);
 pub const GROW_PAUSE: Duration = Duration::from_millis(100);
 
-/// Most load connections per server per thread a run may grow to from `initial`, for `rate`
-/// requests/s over them with `depth` each: room for rate × [`RIDE_OUT_S`] in flight, and at
-/// least 4× the start (16 more where that is few).
-pub fn grow_cap(initial: usize, rate: f64, depth: usize) -> usize {
-    let ride_out = if rate.is_finite() && rate > 0.0 {
-        (rate * RIDE_OUT_S / depth.max(1) as f64).ceil() as usize
-    } else {
-        0
-    };
-    (initial * 4)
-        .max(initial + 16)
-        .max(ride_out)
-        .min(MAX_GROWN)
-        .max(initial)
+/// Most load connections per server per thread a run may grow to from `initial`: 4× the start
+/// (16 more where that is few).
+///
+/// Not sized to ride out a stalled server. Rate × 25 ms in flight was tried (memcached's vCPU
+/// stalls ~25 ms now and then on the 2-vCPU VM; at 20k/s 28 connections of depth 1 then fill and
+/// the run's send lag p99 reads ~614 µs): `headroom load -c auto` at 50k/s went from 10 of 10
+/// runs valid to 1 of 10, send lag p99 0.6–13 ms. A connection opened in the send path takes
+/// longer than the gap between sends, so the sends due meanwhile find every connection full and
+/// open more: each stall grew the run to the cap (512), the connects being the stall.
+pub fn grow_cap(initial: usize) -> usize {
+    (initial * 4).max(initial + 16).min(MAX_GROWN).max(initial)
+}
+
+/// Reserve connections per server per thread for `rate` requests/s over `initial` scheduled
+/// connections of `depth` each: what rate × [`RESERVE_S`] in flight needs beyond them.
+pub fn reserve(initial: usize, rate: f64, depth: usize) -> usize {
+    if !(rate.is_finite() && rate > 0.0) {
+        return 0;
+    }
+    let want = (rate * RESERVE_S / depth.max(1) as f64).ceil() as usize;
+    want.saturating_sub(initial).min(MAX_RESERVE)
 }
 
 /// How long a connection opened during the run may take to connect (see [`GROW_CONNECT_MIN`]).
@@ -193,17 +204,23 @@ mod tests {
     }
 
     #[test]
-    fn growth_rides_out_a_stalled_server_at_the_rate() {
-        // Few: at least 4× the start, or 16 more.
-        assert_eq!(grow_cap(4, 0.0, 4), 20);
-        assert_eq!(grow_cap(100, 0.0, 1), 400);
-        // 20k/s with depth 1: 25 ms of replies is 500 in flight.
-        assert_eq!(grow_cap(7, 20_000.0, 1), 500);
-        // 120k/s with depth 4: 3000 in flight would be 750 connections; bounded.
-        assert_eq!(grow_cap(6, 120_000.0, 4), MAX_GROWN);
-        // Bounded whatever the rate, never below the start.
-        assert_eq!(grow_cap(6, 1e9, 1), MAX_GROWN);
-        assert_eq!(grow_cap(2000, 1e9, 1), 2000);
+    fn the_reserve_holds_five_ms_of_the_rate_beyond_the_scheduled_connections() {
+        // 20k/s, depth 1, 6 scheduled: 100 in flight for 5 ms, 94 more connections.
+        assert_eq!(reserve(6, 20_000.0, 1), 94);
+        // Depth 4: 25 connections hold it; 6 are there.
+        assert_eq!(reserve(6, 20_000.0, 4), 19);
+        // Enough scheduled already, no rate, or a rate past the bound.
+        assert_eq!(reserve(200, 20_000.0, 1), 0);
+        assert_eq!(reserve(6, 0.0, 1), 0);
+        assert_eq!(reserve(6, 1e9, 1), MAX_RESERVE);
+    }
+
+    #[test]
+    fn growth_is_four_times_the_start_or_sixteen_more_bounded() {
+        assert_eq!(grow_cap(4), 20);
+        assert_eq!(grow_cap(100), 400);
+        assert_eq!(grow_cap(600), MAX_GROWN);
+        assert_eq!(grow_cap(2000), 2000);
     }
 
     #[test]

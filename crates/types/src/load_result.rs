@@ -97,7 +97,7 @@ pub struct ConnectionSizing {
     pub reason: String,
     /// Connections opened during the run because a send found its connection at the depth cap.
     pub grown: u64,
-    /// Load connections at the end (total + grown).
+    /// Load connections at the end (total + reserve + grown).
     pub grown_to: usize,
     /// Sends that found every connection full with growth at its cap (they waited, late).
     #[serde(default)]
@@ -105,6 +105,10 @@ pub struct ConnectionSizing {
     /// Most load connections per server per thread the run may grow to (0: no growth).
     #[serde(default)]
     pub grow_cap: usize,
+    /// Connections per server per thread opened before the run beside the scheduled ones, with
+    /// no schedule of their own: they take sends that find their connection at the depth cap.
+    #[serde(default)]
+    pub reserve: usize,
 }
 
 /// Summary of one latency histogram, in microseconds (mutilate's table plus confidence intervals).

@@ -72,6 +72,9 @@ pub struct WorkerShared {
     /// depth cap goes out on a new connection (up to `grow_cap` per server per worker).
     pub grow: bool,
     pub grow_cap: usize,
+    /// `-c auto`: connections per server opened before the run with no schedule (they take
+    /// sends that find their own connection at the depth cap; counted under `grow_cap`).
+    pub reserve: usize,
     /// How long a connection opened during the run may take to connect (the send path waits).
     pub grow_connect_timeout: Duration,
     /// `--fifo PRIO`: the class each worker asks for (see [`crate::sched`]).
@@ -172,8 +175,8 @@ struct Conn {
     last_rx: u64,
     /// The io_uring engine's send and receive state (unused by epoll).
     ring: uring::ConnRing,
-    /// Opened during the run (`-c auto`): no schedule of its own, it carries sends that found
-    /// the scheduled connections to its server at their depth cap.
+    /// Opened beside the schedule (`-c auto`: a reserve before the run, or grown during it): no
+    /// schedule of its own, it carries sends that found the scheduled connections at their cap.
     grown: bool,
     /// `-c auto`: its server's index in the worker's [`pool::ConnPool`] (None: not pooled, as a
     /// measurement connection or a fixed `-c`), and whether it is listed there now.
@@ -287,7 +290,15 @@ pub fn run_worker(
         EngineKind::Epoll => Io::Epoll(epoll::EpollIo::new()?),
         EngineKind::IoUring => {
             // Room in the queues for every connection the run may grow to, not only the first.
-            let most = plan.conns.len() + if shared.grow { shared.grow_cap } else { 0 };
+            let mut servers: Vec<SocketAddr> = plan.conns.iter().map(|c| c.addr).collect();
+            servers.sort();
+            servers.dedup();
+            let most = plan.conns.len()
+                + if shared.grow {
+                    shared.grow_cap.saturating_mul(servers.len())
+                } else {
+                    0
+                };
             Io::Uring(Box::new(uring::UringIo::new(most)?))
         }
     };
@@ -328,12 +339,31 @@ pub fn run_worker(
     };
     w.scheduled = w.conns.len();
     if shared.grow {
+        let mut templates: Vec<(usize, ConnPlan)> = Vec::new();
         for i in 0..w.conns.len() {
             if !w.conns[i].plan.measure {
                 let s = w.pool.server(w.conns[i].plan.addr);
                 w.pool.add(s);
                 w.conns[i].pool_server = Some(s);
                 w.offer(i);
+                if !templates.iter().any(|(t, _)| *t == s) {
+                    templates.push((s, w.conns[i].plan.clone()));
+                }
+            }
+        }
+        for (s, template) in templates {
+            for _ in 0..shared.reserve {
+                let stream = connect(template.addr, shared.nodelay)?;
+                let plan = ConnPlan {
+                    rate: 0.0,
+                    ia: None,
+                    ..template.clone()
+                };
+                w.conns.push(Conn::new(plan, stream, 0, true));
+                let j = w.conns.len() - 1;
+                w.pool.add(s);
+                w.conns[j].pool_server = Some(s);
+                w.offer(j);
             }
         }
     }
@@ -844,10 +874,10 @@ impl Worker<'_> {
         let lost = c.inflight.iter().filter(|r| r.sched >= warm_end).count() as u64;
         self.out.counters.errors += lost.max(1);
         if c.grown && c.last_rx == 0 && self.grow_paused_until != u64::MAX {
-            // A connection opened during the run that never answered: the server's connection
-            // limit, most likely. Opening more would lose more requests.
+            // A connection opened beside the schedule that never answered: the server's
+            // connection limit, most likely. Opening more would lose more requests.
             tracing::warn!(
-                "{}: a connection opened during the run failed before its first reply ({why}); no more are opened in this run",
+                "{}: a connection opened beside the schedule failed before its first reply ({why}); no more are opened in this run",
                 c.plan.addr
             );
             self.grow_paused_until = u64::MAX;
