@@ -266,7 +266,7 @@ fn size_connections(
         p99 = p99.max(rtt.quantile_ns(0.99));
     }
     let s = sizing::size_connections(rate, p99, opts.depth);
-    let reserve = sizing::reserve(s.per_thread, rate, opts.depth);
+    let reserve = sizing::reserve(s.per_thread, rate, opts.depth, opts.threads);
     let reason = if reserve > 0 {
         format!(
             "{}; + {reserve} reserve connection(s) for {:.0} ms of the rate in flight",

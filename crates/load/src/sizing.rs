@@ -70,7 +70,8 @@ pub fn size_connections(rate: f64, rtt_p99_ns: u64, depth: usize) -> Sizing {
 /// stalled ~4–6 ms at 20k/s found 4× the start (24 connections of depth 1) full and put the
 /// run's send lag p99 at 67–110 µs.
 pub const RESERVE_S: f64 = 0.005;
-/// Most reserve connections per server per thread.
+/// Most reserve connections per server, over all threads: a server's connection limit is shared
+/// (memcached's default is 1 024; a connection past it is accepted and closed).
 pub const MAX_RESERVE: usize = 128;
 
 /// Most load connections per server per thread a run may grow to, whatever the start.
@@ -96,14 +97,16 @@ pub fn grow_cap(initial: usize) -> usize {
     (initial * 4).max(initial + 16).min(MAX_GROWN).max(initial)
 }
 
-/// Reserve connections per server per thread for `rate` requests/s over `initial` scheduled
-/// connections of `depth` each: what rate × [`RESERVE_S`] in flight needs beyond them.
-pub fn reserve(initial: usize, rate: f64, depth: usize) -> usize {
+/// Reserve connections per server per thread for `rate` requests/s (one thread's share) over
+/// `initial` scheduled connections of `depth` each: what rate × [`RESERVE_S`] in flight needs
+/// beyond them, within the thread's share of [`MAX_RESERVE`].
+pub fn reserve(initial: usize, rate: f64, depth: usize, threads: usize) -> usize {
     if !(rate.is_finite() && rate > 0.0) {
         return 0;
     }
     let want = (rate * RESERVE_S / depth.max(1) as f64).ceil() as usize;
-    want.saturating_sub(initial).min(MAX_RESERVE)
+    want.saturating_sub(initial)
+        .min(MAX_RESERVE / threads.max(1))
 }
 
 /// How long a connection opened during the run may take to connect (see [`GROW_CONNECT_MIN`]).
@@ -206,13 +209,15 @@ mod tests {
     #[test]
     fn the_reserve_holds_five_ms_of_the_rate_beyond_the_scheduled_connections() {
         // 20k/s, depth 1, 6 scheduled: 100 in flight for 5 ms, 94 more connections.
-        assert_eq!(reserve(6, 20_000.0, 1), 94);
+        assert_eq!(reserve(6, 20_000.0, 1, 1), 94);
         // Depth 4: 25 connections hold it; 6 are there.
-        assert_eq!(reserve(6, 20_000.0, 4), 19);
+        assert_eq!(reserve(6, 20_000.0, 4, 1), 19);
         // Enough scheduled already, no rate, or a rate past the bound.
-        assert_eq!(reserve(200, 20_000.0, 1), 0);
-        assert_eq!(reserve(6, 0.0, 1), 0);
-        assert_eq!(reserve(6, 1e9, 1), MAX_RESERVE);
+        assert_eq!(reserve(200, 20_000.0, 1, 1), 0);
+        assert_eq!(reserve(6, 0.0, 1, 1), 0);
+        assert_eq!(reserve(6, 1e9, 1, 1), MAX_RESERVE);
+        // The bound is the server's, shared by the threads.
+        assert_eq!(reserve(6, 1e9, 1, 8), MAX_RESERVE / 8);
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn a_server_that_stalls_mid_run_makes_auto_open_connections() {
     eprintln!("{c:?}; late {}", r.result.late);
     assert!(c.grown > 0, "no connection opened during the stall: {c:?}");
     // 5 ms of 2000/s is 10 in flight: the reserve holds what the scheduled ones do not.
-    let reserve = headroom_load::sizing::reserve(c.per_thread, 2000.0, c.depth);
+    let reserve = headroom_load::sizing::reserve(c.per_thread, 2000.0, c.depth, 1);
     assert_eq!(c.reserve, reserve, "{c:?}");
     assert_eq!(c.grown_to, c.total + c.reserve + c.grown as usize);
     assert_eq!(c.grow_cap, headroom_load::sizing::grow_cap(c.per_thread));
