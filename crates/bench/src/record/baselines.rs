@@ -259,19 +259,23 @@ impl Session<'_> {
     /// in bursts, does not show in a second (on the 2-vCPU VM a 1 s probe held 250k QPS at p99
     /// 852 µs; 2-5 s runs at 187k-219k read 30-39 ms, and the colocation's 10 s windows at 87%
     /// of the peak found from those probes read 34 ms with BE off).
+    /// `runs`: how many runs in a row each rate must hold (the peak's: [`PEAK_RUNS`]).
     fn confirmed(
         &mut self,
         addr: SocketAddr,
         qps: f64,
         bound_us: f64,
         purpose: &str,
+        runs: usize,
         b: &mut LcBaseline,
     ) -> Result<f64> {
         let seconds = self.confirm_s();
         let mut lowest = qps;
         let held = highest_confirmed(qps, CONFIRM_STEPS, |q| {
             lowest = q;
-            self.holds_for(addr, q, bound_us, seconds, purpose, b)
+            held_every_time(runs, || {
+                self.holds_for(addr, q, bound_us, seconds, purpose, b)
+            })
         })?;
         held.ok_or_else(|| {
             BenchError::Unavailable(format!(
@@ -313,7 +317,7 @@ impl Session<'_> {
                     self.dir.root().display()
                 )));
             }
-            self.confirmed(addr, ok, knee, "capacity confirmation", b)?
+            self.confirmed(addr, ok, knee, "capacity confirmation", 1, b)?
         };
         b.capacity_qps = capacity;
         // SLO: given, or 5x the LC-alone tail at 50% of capacity (median of 3 probes).
@@ -349,10 +353,10 @@ impl Session<'_> {
                 }
                 lo
             };
-            let peak = self.confirmed(addr, peak, slo, "peak confirmation", b)?;
+            let peak = self.confirmed(addr, peak, slo, "peak confirmation", PEAK_RUNS, b)?;
             b.peak_qps = peak.round();
             b.peak_source = format!(
-                "highest rate with LC alone meeting the SLO for {:.0} s (capacity {capacity:.0} QPS: rate sustained with p{} ≤ {knee:.0} µs and the load generator below {:.0}% CPU, for {:.0} s)",
+                "highest rate with LC alone meeting the SLO in {PEAK_RUNS} runs of {:.0} s in a row (capacity {capacity:.0} QPS: rate sustained with p{} ≤ {knee:.0} µs and the load generator below {:.0}% CPU, for {:.0} s)",
                 self.confirm_s(),
                 crate::plot::trim_num(p),
                 headroom_load::checks::CPU_SATURATED * 100.0,
@@ -432,6 +436,25 @@ impl Session<'_> {
 /// How many rates, each 7/8 of the one before, a confirmation tries (down to 59% of the first).
 pub const CONFIRM_STEPS: usize = 5;
 
+/// Runs in a row the peak's rate must hold the SLO with the LC alone. The experiment runs to 87-90%
+/// of the peak, so one lucky run must not set it: on the 2-vCPU VM one 8 s run held 188k QPS within
+/// the SLO (738 µs), and 15 s runs of the LC alone at 87% of it (163k) then read p99 568-743 µs;
+/// the colocation's hybrid windows there violated with BE at 0 CPUs.
+pub const PEAK_RUNS: usize = 2;
+
+/// Whether `try_once` succeeds `runs` times in a row (stopping at the first failure).
+pub fn held_every_time<E>(
+    runs: usize,
+    mut try_once: impl FnMut() -> std::result::Result<bool, E>,
+) -> std::result::Result<bool, E> {
+    for _ in 0..runs.max(1) {
+        if !try_once()? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Runs `try_once` until the outcome is decided: a first success decides; after a failure, the
 /// answer is whether 2 of 3 tries succeed (stopping as soon as that is settled).
 pub fn held_by_majority(mut try_once: impl FnMut() -> Result<bool>) -> Result<bool> {
@@ -504,7 +527,35 @@ pub(crate) fn capacity_search<E>(
 
 #[cfg(test)]
 mod capacity_search_tests {
-    use super::{capacity_search, highest_confirmed};
+    use super::{capacity_search, held_every_time, highest_confirmed};
+
+    #[test]
+    fn a_rate_held_every_time_stops_at_the_first_miss() {
+        let mut tries = 0;
+        assert_eq!(
+            held_every_time(2, || {
+                tries += 1;
+                Ok::<_, ()>(true)
+            }),
+            Ok(true)
+        );
+        assert_eq!(tries, 2);
+        let outcomes = [true, false, true];
+        let mut n = 0;
+        assert_eq!(
+            held_every_time(3, || {
+                n += 1;
+                Ok::<_, ()>(outcomes[n - 1])
+            }),
+            Ok(false)
+        );
+        assert_eq!(n, 2, "stops at the miss");
+        assert_eq!(held_every_time(0, || Ok::<_, ()>(true)), Ok(true));
+        assert_eq!(
+            held_every_time(2, || Err("probe failed")),
+            Err("probe failed")
+        );
+    }
 
     #[test]
     fn a_confirmation_steps_down_by_eighths_to_the_first_rate_that_holds() {
