@@ -339,33 +339,7 @@ pub fn run_worker(
     };
     w.scheduled = w.conns.len();
     if shared.grow {
-        let mut templates: Vec<(usize, ConnPlan)> = Vec::new();
-        for i in 0..w.conns.len() {
-            if !w.conns[i].plan.measure {
-                let s = w.pool.server(w.conns[i].plan.addr);
-                w.pool.add(s);
-                w.conns[i].pool_server = Some(s);
-                w.offer(i);
-                if !templates.iter().any(|(t, _)| *t == s) {
-                    templates.push((s, w.conns[i].plan.clone()));
-                }
-            }
-        }
-        for (s, template) in templates {
-            for _ in 0..shared.reserve {
-                let stream = connect(template.addr, shared.nodelay)?;
-                let plan = ConnPlan {
-                    rate: 0.0,
-                    ia: None,
-                    ..template.clone()
-                };
-                w.conns.push(Conn::new(plan, stream, 0, true));
-                let j = w.conns.len() - 1;
-                w.pool.add(s);
-                w.conns[j].pool_server = Some(s);
-                w.offer(j);
-            }
-        }
+        w.open_pool()?;
     }
     for i in 0..w.conns.len() {
         w.attach(i).map_err(|e| {
@@ -711,74 +685,6 @@ impl Worker<'_> {
         }
         if issued {
             self.flush(i, now);
-        }
-    }
-
-    /// `-c auto`: another connection to connection `i`'s server with room under its depth cap,
-    /// or a new one (counted) while the worker has fewer than `grow_cap` to that server. None
-    /// when every one is full and growth is at its cap (`count_refusal`: counted once per send).
-    fn pool_slot(&mut self, i: usize, count_refusal: bool) -> Option<usize> {
-        let s = self.conns[i].pool_server?;
-        while let Some(j) = self.pool.take(s) {
-            let c = &mut self.conns[j];
-            c.pooled = false;
-            if j != i && c.stream.is_some() && c.inflight.len() < c.plan.depth {
-                if c.inflight.len() + 1 < c.plan.depth {
-                    // Room left after this send: still a candidate.
-                    self.offer(j);
-                }
-                return Some(j);
-            }
-        }
-        let now = now_ns();
-        if self.pool.count(s) >= self.shared.grow_cap || now < self.grow_paused_until {
-            if count_refusal {
-                self.out.counters.growth_refused += 1;
-            }
-            return None;
-        }
-        let addr = self.conns[i].plan.addr;
-        let timeout = self.shared.grow_connect_timeout;
-        let stream = match connect_within(addr, self.shared.nodelay, timeout) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!("growing the connections: {e}");
-                self.grow_paused_until = now_ns() + crate::sizing::GROW_PAUSE.as_nanos() as u64;
-                if count_refusal {
-                    self.out.counters.growth_refused += 1;
-                }
-                return None;
-            }
-        };
-        let plan = ConnPlan {
-            rate: 0.0,
-            ia: None,
-            ..self.conns[i].plan.clone()
-        };
-        self.conns.push(Conn::new(plan, stream, 0, true));
-        let j = self.conns.len() - 1;
-        if self.attach(j).is_err() {
-            self.conns[j].stream = None;
-            return None;
-        }
-        self.out.counters.grown += 1;
-        self.pool.add(s);
-        self.conns[j].pool_server = Some(s);
-        if self.conns[j].plan.depth > 1 {
-            self.offer(j);
-        }
-        Some(j)
-    }
-
-    /// Lists connection `i` in its server's pool if it is pooled, open, not listed and has room.
-    fn offer(&mut self, i: usize) {
-        let c = &mut self.conns[i];
-        let Some(s) = c.pool_server else {
-            return;
-        };
-        if !c.pooled && c.stream.is_some() && c.inflight.len() < c.plan.depth {
-            c.pooled = true;
-            self.pool.offer(s, i);
         }
     }
 
