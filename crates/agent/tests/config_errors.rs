@@ -612,3 +612,25 @@ fn one_services_slo_changes_live_by_its_index() {
     assert!(e.contains("not changeable at run time"), "{e}");
     assert_eq!(c.lcs[1].cgroup.as_str(), "headroom/serve");
 }
+
+/// A BE memory limit of 0 or a few bytes is no cap on a working set: v1 refuses it (EBUSY) and
+/// v2 kills every BE task. Refused in the file and through `ctl set` alike.
+#[test]
+fn a_be_memory_limit_below_a_working_set_is_refused() {
+    for bytes in ["0", "1", "2097152"] {
+        let msg = refuse(&format!(
+            "{GOOD}[safety]\nbe_memory_limit_bytes = {bytes}\n"
+        ));
+        assert!(msg.contains("safety.be_memory_limit_bytes"), "{msg}");
+        assert!(msg.contains("4194304"), "names the least accepted: {msg}");
+    }
+    let mut c = Config::from_toml_str(GOOD).unwrap();
+    let err = c.set("safety.be_memory_limit_bytes", "1").unwrap_err();
+    assert!(
+        err.to_string().contains("safety.be_memory_limit_bytes"),
+        "{err}"
+    );
+    assert_eq!(c.safety.be_memory_limit_bytes, None, "unchanged on error");
+    c.set("safety.be_memory_limit_bytes", "67108864").unwrap();
+    assert_eq!(c.safety.be_memory_limit_bytes, Some(64 << 20));
+}

@@ -124,7 +124,7 @@ fn drift_is_repaired_on_a_verifying_pass() {
 }
 
 #[test]
-fn a_half_failed_change_is_rolled_back() {
+fn a_failed_write_keeps_what_confines_be_and_skips_what_gives() {
     let fake = Fake::v1();
     let mut r = setup(&fake);
     let safe = Allocation {
@@ -140,6 +140,10 @@ fn a_half_failed_change_is_rolled_back() {
         be_cpu_weight: Some(CpuWeight::BATCH),
         be_quota_pct: Some(50.0),
         be_quota_period_us: Some(100_000),
+        lc: LcTreatment {
+            cpu_weight: Some(CpuWeight::CRITICAL),
+            ..LcTreatment::default()
+        },
         ..Allocation::default()
     };
     let err = r.apply(&change, true).unwrap_err();
@@ -154,21 +158,149 @@ fn a_half_failed_change_is_rolled_back() {
                 }
             ));
             assert_eq!(f.attempts, 3);
-            assert_eq!(f.rollback, RollbackOutcome::RolledBack(2), "{msg}");
+            assert_eq!(f.kept.len(), 2, "{msg}");
+            assert_eq!(f.rollback, RollbackOutcome::NothingToUndo, "{msg}");
         }
         other => panic!("unexpected error {other}"),
     }
     assert!(msg.contains("cpu.cfs_quota_us"), "names the path: {msg}");
     assert!(msg.contains("50000"), "names the value: {msg}");
-    // Back to the previous consistent allocation, not half of the new one.
-    assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "1-3");
-    assert_eq!(fake.knob("cpu", "hr/be", "cpu.shares"), "1024");
+    assert!(msg.contains("kept 2 confining write(s)"), "{msg}");
+    // BE keeps the narrower cpuset and the lower weight; what gives (the LC's weight) waits.
+    assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "3");
+    assert_eq!(fake.knob("cpu", "hr/be", "cpu.shares"), "2");
     assert_eq!(fake.knob("cpu", "hr/be", "cpu.cfs_quota_us"), "-1");
-    // Once the knob works again the change goes through.
+    assert_eq!(fake.knob("cpu", "hr/lc", "cpu.shares"), "1024");
+    // The next pass retries only what is missing; once the knob works the change completes.
+    fake.io.take_writes();
+    assert!(r.apply(&change, false).is_err());
+    // (v1 writes the quota as two files: the period goes in before the quota is refused)
+    let again: Vec<String> = files(&fake.io.take_writes())
+        .into_iter()
+        .filter(|w| !w.starts_with("cpu/hr/be/cpu.cfs_period_us"))
+        .collect();
+    assert!(
+        again.is_empty(),
+        "nothing kept is rewritten, nothing giving is written: {again:?}"
+    );
     fake.io.heal();
     r.apply(&change, false).unwrap();
     assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "3");
     assert_eq!(fake.knob("cpu", "hr/be", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(fake.knob("cpu", "hr/lc", "cpu.shares"), "10000");
+}
+
+#[test]
+fn a_failed_write_undoes_what_gave_before_it() {
+    let fake = Fake::v1();
+    let mut r = setup(&fake);
+    // BE idle on CPUs 1-3; the change clears idle (the kernel wants that before a weight) and
+    // narrows the quota, which fails: idle goes back on, the narrower cpuset stays.
+    let idle = Allocation {
+        be_cpus: Some(CpuSet::from([1, 2, 3])),
+        be_cpu_idle: Some(true),
+        ..Allocation::default()
+    };
+    r.apply(&idle, true).unwrap();
+    fake.io.fail("hr/be/cpu.cfs_quota_us", libc::EINVAL);
+    let change = Allocation {
+        be_cpus: Some(CpuSet::from([2, 3])),
+        be_cpu_idle: Some(false),
+        be_cpu_weight: Some(CpuWeight::BATCH),
+        be_quota_pct: Some(50.0),
+        be_quota_period_us: Some(100_000),
+        ..Allocation::default()
+    };
+    let err = r.apply(&change, true).unwrap_err();
+    let ActuationError::Write(f) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(f.rollback, RollbackOutcome::RolledBack(1), "{err}");
+    assert_eq!(fake.knob("cpu", "hr/be", "cpu.idle"), "1");
+    assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "2-3");
+}
+
+/// The hostile tester's high defect: a BE memory limit the kernel refuses (EBUSY: BE uses more)
+/// rolled the whole plan back, the freeze and the cpuset shrink included, every tick, so a
+/// forced disable left BE thawed on the LC's CPUs while status said "enabled false".
+#[test]
+fn a_failing_memory_limit_never_keeps_be_unconfined() {
+    use headroom_agent::controller::{Controller, Discard};
+    use headroom_agent::decision::Decision;
+    use headroom_agent::observation::Observation;
+    use std::time::Duration;
+
+    /// A policy that says what the test tells it (here: BE off on CPU 1, 2 MiB of memory).
+    struct Say(Allocation);
+    impl headroom_agent::policy::Policy for Say {
+        fn name(&self) -> &'static str {
+            "say"
+        }
+        fn decide(&mut self, _: &Observation, _: Duration) -> Decision {
+            Decision {
+                binding_lc: None,
+                allocation: self.0.clone(),
+                reason: "forced".into(),
+                state: serde_json::Value::Null,
+            }
+        }
+        fn poll_interval(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn reconfigure(&mut self, _: &headroom_agent::config::Config) {}
+    }
+
+    for attempt in 0..20u64 {
+        let fake = Fake::v1();
+        let plan = setup(&fake);
+        fake.io.fail("hr/be/memory.limit_in_bytes", libc::EBUSY);
+        // Every other tick the freeze fails too: the cpuset must narrow on its own.
+        if attempt % 2 == 1 {
+            fake.io.fail("hr/be/freezer.state", libc::EIO);
+        }
+        let disabled = Allocation {
+            be_enabled: false,
+            be_cpus: Some(CpuSet::from([1])),
+            be_memory_limit_bytes: Some(2 << 20),
+            ..Allocation::default()
+        };
+        let mut c = Controller::new(Box::new(Say(disabled)), Some(plan.act), vec![0, 1], 5);
+        let mut node = plan.node;
+        let outcome = c.step(&mut node, Duration::from_millis(attempt), &mut Discard);
+        let Some(Err(ActuationError::Write(f))) = &outcome.actuation else {
+            panic!("the memory write should fail: {:?}", outcome.actuation)
+        };
+        assert!(f.to_string().contains("memory.limit_in_bytes"), "{f}");
+        // Within the tick: BE narrowed to CPU 1 and (where the kernel took it) frozen.
+        assert_eq!(
+            fake.knob("cpuset", "hr/be", "cpuset.cpus"),
+            "1",
+            "try {attempt}"
+        );
+        if attempt % 2 == 0 {
+            assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "FROZEN");
+        } else {
+            assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
+            assert!(f.to_string().contains("freezer.state"), "{f}");
+        }
+        // Later ticks keep it so (nothing rolled back, nothing widened).
+        for t in 1..5 {
+            c.step(&mut node, Duration::from_millis(100 * t), &mut Discard);
+            assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "1");
+        }
+        // The kill switch reports the writes it made to put the originals back.
+        let restored = c
+            .actuation_mut()
+            .unwrap()
+            .restore_original(&mut node)
+            .unwrap();
+        assert!(
+            !restored.writes.is_empty(),
+            "try {attempt}: off made no write"
+        );
+        assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "0-3");
+        assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
+    }
 }
 
 #[test]

@@ -176,8 +176,13 @@ pub struct ReasonAt {
 pub struct ActuatorsStatus {
     pub active: Vec<String>,
     pub disabled: Vec<DisabledActuator>,
-    /// File (or command) → value last written.
+    /// File (or command) → value last written, for the optional actuators.
     pub applied: BTreeMap<String, String>,
+    /// Every BE knob as the kernel holds it (written or read back), file → value: after a
+    /// failed plan this, not `allocation`, is what BE runs under. Extension: an older agent
+    /// leaves it empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub be_held: BTreeMap<String, String>,
 }
 
 /// An actuator that does not run here.

@@ -6,8 +6,10 @@
 //! node already holds (what was last applied; on a verifying pass, what is read back, so drift
 //! made by others is found and repaired), ordered by [`knob::phase`] — freeze first, everything
 //! BE loses, what the LC gains, what BE gains, thaw last. A write that keeps failing after
-//! [`WRITE_ATTEMPTS`] tries stops the plan and the writes already made are undone newest first,
-//! so the node is never left half-way between two allocations. Each knob's original value is
+//! [`WRITE_ATTEMPTS`] tries never blocks confinement: the plan's other writes that confine BE
+//! (the freeze, a narrower cpuset, a lower quota, weight or cap) are still made and kept with
+//! those already made, while the writes that give (to BE or to the LC) are skipped or undone
+//! newest first, so BE holds no more than the smaller of the two allocations. Each knob's original value is
 //! read before the agent's first write to it; [`Actuation::restore_original`] puts them all
 //! back (`ctl off`, `on_exit = "restore"`) and they survive a restart in the state file.
 
@@ -74,7 +76,8 @@ pub enum ActuationError {
 
 /// A write that kept failing, and what happened to the writes made before it.
 #[derive(Debug, thiserror::Error)]
-#[error("setting {what} to {value} failed after {attempts} attempts: {source}; {rollback}")]
+#[error("setting {what} to {value} failed after {attempts} attempts: {source}; {}; {rollback}{}",
+    kept_text(.kept), also_text(.also_failed))]
 pub struct WriteFailure {
     pub knob: Knob,
     /// The file or command (`/sys/fs/cgroup/cpuset/hr/be/cpuset.cpus`, `tc HTB on dev eth0`).
@@ -84,6 +87,33 @@ pub struct WriteFailure {
     #[source]
     pub source: NodeError,
     pub rollback: RollbackOutcome,
+    /// Writes that confine BE, made (before or after the failure) and kept.
+    pub kept: Vec<Write>,
+    /// Other confining writes that failed too (each named with its error).
+    pub also_failed: Vec<String>,
+}
+
+fn kept_text(kept: &[Write]) -> String {
+    if kept.is_empty() {
+        return "no confining write kept".to_string();
+    }
+    let named: Vec<String> = kept
+        .iter()
+        .map(|w| format!("{} = {}", w.knob, w.to))
+        .collect();
+    format!(
+        "kept {} confining write(s): {}",
+        kept.len(),
+        named.join(", ")
+    )
+}
+
+fn also_text(also: &[String]) -> String {
+    if also.is_empty() {
+        String::new()
+    } else {
+        format!("; also failed: {}", also.join("; "))
+    }
 }
 
 /// How a rollback went.
@@ -432,7 +462,14 @@ impl Actuation {
         self.sort(&mut changes);
 
         let mut done: Vec<(Knob, KnobValue, KnobValue)> = Vec::new();
+        let mut failed: Option<(Knob, KnobValue, KnobValue, u32, NodeError)> = None;
+        let mut also_failed = Vec::new();
         for (key, from, to) in changes {
+            // After a failure only what confines BE goes on: the node must never keep BE
+            // wider than the plan's target because an unrelated knob refused a value.
+            if failed.is_some() && !self.confines_be(&key, &from, &to) {
+                continue;
+            }
             match self.write_with_retry(node, &key, &from, &to, &mut report.retries) {
                 Ok(()) => {
                     tracing::info!(knob = %node.describe(&key), from = %from, to = %to, "write");
@@ -444,27 +481,52 @@ impl Actuation {
                     });
                     done.push((key, from, to));
                 }
-                Err((attempts, source)) => {
-                    let rollback = self.roll_back(node, &key, &from, &to, &done);
-                    // What the node holds now: the values before this plan where the rollback
-                    // worked; knobs whose undo failed are unknown and read back next time.
-                    for (k, v) in before {
-                        if !self.unknown.contains(&k) {
-                            self.current.insert(k, v);
-                        }
+                Err((attempts, source)) if failed.is_none() => {
+                    failed = Some((key, from, to, attempts, source));
+                }
+                Err((_, source)) => {
+                    also_failed.push(format!("{} to {to}: {source}", node.describe(&key)));
+                    // One that may be half-made (several files) is read back next time.
+                    if half_made(&key, &from, &to) {
+                        self.unknown.insert(key);
                     }
-                    let failure = WriteFailure {
-                        what: node.describe(&key),
-                        knob: key,
-                        value: to,
-                        attempts,
-                        source,
-                        rollback,
-                    };
-                    tracing::error!(error = %failure, "write failed");
-                    return Err(ActuationError::Write(Box::new(failure)));
                 }
             }
+        }
+        if let Some((key, from, to, attempts, source)) = failed {
+            let (kept, undo): (Vec<_>, Vec<_>) = done
+                .into_iter()
+                .partition(|(k, from, to)| self.confines_be(k, from, to));
+            let rollback = self.roll_back(node, &key, &from, &to, &undo);
+            // What the node holds now: the confining writes kept, the values before this plan
+            // where the rollback worked; knobs whose undo failed are unknown and read back.
+            for (k, v) in before {
+                if !self.unknown.contains(&k) {
+                    self.current.insert(k, v);
+                }
+            }
+            for (k, _, v) in &kept {
+                self.current.insert(k.clone(), v.clone());
+            }
+            let failure = WriteFailure {
+                what: node.describe(&key),
+                knob: key,
+                value: to,
+                attempts,
+                source,
+                rollback,
+                kept: kept
+                    .into_iter()
+                    .map(|(knob, from, to)| Write {
+                        knob,
+                        from: Some(from),
+                        to,
+                    })
+                    .collect(),
+                also_failed,
+            };
+            tracing::error!(error = %failure, "write failed");
+            return Err(ActuationError::Write(Box::new(failure)));
         }
         // A cgroup knob left out of this target (an idle group's weight) may be changed by the
         // kernel meanwhile: forget it, so the next target holding it reads it back first.
@@ -482,6 +544,16 @@ impl Actuation {
             let lc = self.lc_side(k);
             (knob::phase(lc, from, to), !lc, k.clone())
         });
+    }
+
+    /// Whether a change takes from BE (and only from BE): the freeze, `cpu.idle` set, and any
+    /// narrowing of a knob that is not the LC's. These are kept when a plan fails.
+    fn confines_be(&self, k: &Knob, from: &KnobValue, to: &KnobValue) -> bool {
+        !self.lc_side(k)
+            && matches!(
+                knob::phase(false, from, to),
+                Phase::Freeze | Phase::Shrink | Phase::SetIdle
+            )
     }
 
     /// The LC's own knobs: its cgroup's, and the default resctrl group's mask.
@@ -532,13 +604,7 @@ impl Actuation {
     ) -> RollbackOutcome {
         let mut errors = Vec::new();
         let mut ignored = 0;
-        let half_made = match (failed, failed_to) {
-            (Knob::Schemata { .. }, KnobValue::Schemata(v)) => !v.l3.is_empty() && !v.mb.is_empty(),
-            (Knob::Io { .. }, _) => true,
-            (Knob::Egress, _) => matches!(failed_from, KnobValue::Htb(None)),
-            _ => false,
-        };
-        if half_made {
+        if half_made(failed, failed_from, failed_to) {
             if let Err((_, e)) =
                 self.write_with_retry(node, failed, failed_to, failed_from, &mut ignored)
             {
@@ -571,6 +637,17 @@ impl Actuation {
     /// Forgets what was applied: the next pass reads every knob back.
     pub fn invalidate(&mut self) {
         self.current.clear();
+    }
+}
+
+/// Whether a failed write may have been partly made: two schemata lines, four v1 throttle
+/// files, a partly built HTB tree.
+fn half_made(knob: &Knob, from: &KnobValue, to: &KnobValue) -> bool {
+    match (knob, to) {
+        (Knob::Schemata { .. }, KnobValue::Schemata(v)) => !v.l3.is_empty() && !v.mb.is_empty(),
+        (Knob::Io { .. }, _) => true,
+        (Knob::Egress, _) => matches!(from, KnobValue::Htb(None)),
+        _ => false,
     }
 }
 

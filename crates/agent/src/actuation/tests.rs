@@ -1,7 +1,7 @@
 //! The one write path over every resource of a fake machine: resctrl (11 ways, MBA, two
 //! domains), cpufreq on CPUs 0-3, a v1 blkio/freezer/cpuset tree, egress through a recording
-//! `tc`. Only what differs is written, in the plan's order; a failed write undoes the plan; the
-//! originals come back.
+//! `tc`. Only what differs is written, in the plan's order; a failed write keeps BE confined and
+//! undoes what gave; the originals come back.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -439,7 +439,7 @@ fn restore_puts_every_original_back_and_removes_the_resctrl_group() {
 }
 
 #[test]
-fn a_write_that_keeps_failing_rolls_the_whole_plan_back() {
+fn a_write_that_keeps_failing_keeps_be_confined_and_undoes_what_gave() {
     let m = Machine::new(false);
     let (mut node, mut act) = m.node();
     m.kernel.fail("scaling_max_freq", u32::MAX);
@@ -450,22 +450,36 @@ fn a_write_that_keeps_failing_rolls_the_whole_plan_back() {
         panic!("{err}")
     };
     assert_eq!(f.attempts, super::WRITE_ATTEMPTS);
+    assert!(f.what.ends_with("scaling_max_freq"), "{}", f.what);
+    // What takes from BE stays (its cpuset, its egress and disk caps); what gives waits (BE's
+    // own resctrl group), and the LC's mask, narrowed only to make room for it, is put back.
+    assert!(!f.kept.is_empty(), "{f}");
     assert!(
         matches!(f.rollback, RollbackOutcome::RolledBack(n) if n > 0),
         "{}",
         f.rollback
     );
-    assert!(f.what.ends_with("scaling_max_freq"), "{}", f.what);
-    m.kernel.heal();
-    // nothing of the plan is left: the masks and the cpuset are the originals
+    assert_eq!(m.read("sys/fs/cgroup/tree/hr/be/cpuset.cpus"), "2-3");
+    assert!(!m.dir.path().join("sys/fs/resctrl/headroom-be").exists());
     assert_eq!(
         m.read("sys/fs/resctrl/schemata"),
         "L3:0=7ff;1=7ff\nMB:0=100;1=100"
     );
-    assert_eq!(m.read("sys/fs/cgroup/tree/hr/be/cpuset.cpus"), "0-3");
+    assert!(
+        m.tc.calls()
+            .iter()
+            .any(|c| c.contains("ceil 1000000000bit")),
+        "{:?}",
+        m.tc.calls()
+    );
+    m.kernel.heal();
     // and the next pass carries it out whole
     act.apply(&mut node, &restricted(), &[2, 3], false).unwrap();
     assert_eq!(m.freq(2), "1600000");
+    assert_eq!(
+        m.read("sys/fs/resctrl/schemata"),
+        "L3:0=ff;1=ff\nMB:0=100;1=100"
+    );
 }
 
 #[test]

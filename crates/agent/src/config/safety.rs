@@ -13,6 +13,9 @@ pub enum OnExit {
     Leave,
 }
 
+/// The smallest BE memory limit accepted (a limit is a cap on a working set, not a switch).
+pub const MIN_BE_MEMORY_LIMIT_BYTES: u64 = 4 << 20;
+
 /// `[safety]`: rules that override every policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -114,6 +117,16 @@ impl SafetyConfig {
                 self.grow_interval_ms.max(self.grow_after_shrink_ms),
                 "growth pacing above one hour would stop BE growing",
             ));
+        }
+        if let Some(bytes) = self.be_memory_limit_bytes {
+            if bytes < MIN_BE_MEMORY_LIMIT_BYTES {
+                p.push(invalid(
+                    "safety.be_memory_limit_bytes",
+                    bytes,
+                    "must be at least 4194304 (4 MiB): below that v1 refuses the write \
+                     (EBUSY) and v2 kills every BE task; leave it out for no limit",
+                ));
+            }
         }
         // Device numbers are checked when read (DeviceId).
     }

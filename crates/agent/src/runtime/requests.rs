@@ -238,6 +238,22 @@ impl Agent {
                             .collect()
                     })
                     .unwrap_or_default(),
+                be_held: self
+                    .controller
+                    .actuation()
+                    .map(|a| {
+                        a.current()
+                            .iter()
+                            .filter(|(k, _)| {
+                                matches!(k, crate::actuation::Knob::Cgroup { group, .. }
+                                    if self.groups.be.contains(group))
+                            })
+                            .map(|(k, v)| {
+                                (crate::node::Node::describe(&self.node, k), v.to_string())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             },
             idle_sensor: self
                 .node

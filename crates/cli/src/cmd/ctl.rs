@@ -162,6 +162,16 @@ fn print_status(s: &AgentStatus) {
         f(a.be_quota_pct),
         f(s.idle_cpus),
     );
+    if !s.actuators.be_held.is_empty() {
+        // What the kernel holds, which a failed plan makes differ from the line above.
+        let held: Vec<String> = s
+            .actuators
+            .be_held
+            .iter()
+            .map(|(file, v)| format!("{file} = {v}"))
+            .collect();
+        println!("BE holds (kernel): {}", held.join(", "));
+    }
     for c in &s.be_commands {
         // only what needs a look: a command that died (the agent restarts it with backoff)
         if c.restarts > 0 || c.last_exit.is_some() {
