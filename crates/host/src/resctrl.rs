@@ -1,7 +1,6 @@
 //! Intel RDT / AMD QoS through `/sys/fs/resctrl`: LLC way masks (`L3:`), memory bandwidth
 //! allocation (`MB:`) and monitoring (`mon_data`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -9,30 +8,7 @@ use crate::cpuset::CpuSet;
 use crate::error::{HostError, Result};
 use crate::knob_io::Knobs;
 
-/// L3 cache allocation capabilities (`info/L3`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct L3Info {
-    pub cbm_mask: u64,
-    pub min_cbm_bits: u32,
-    pub num_closids: u32,
-    pub shareable_bits: u64,
-}
-
-impl L3Info {
-    /// Number of cache ways (bits in the full mask).
-    pub fn ways(&self) -> u32 {
-        self.cbm_mask.count_ones()
-    }
-}
-
-/// Memory bandwidth allocation capabilities (`info/MB`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct MbInfo {
-    pub bandwidth_gran: u32,
-    pub min_bandwidth: u32,
-    pub num_closids: u32,
-    pub delay_linear: bool,
-}
+pub use headroom_types::resources::{top_ways_mask, L3Info, MbInfo, Schemata};
 
 /// Monitoring capabilities (`info/L3_MON`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -89,30 +65,14 @@ impl fmt::Display for ResctrlGroup {
     }
 }
 
-/// One group's allocation: L3 CBM and MB percent per cache domain id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Schemata {
-    pub l3: BTreeMap<u32, u64>,
-    pub mb: BTreeMap<u32, u32>,
+/// Reading a `schemata` file.
+pub trait ParseSchemata: Sized {
+    /// Parses a `schemata` file (other resources such as L2 or L3CODE are ignored).
+    fn parse(path: &Path, text: &str) -> Result<Self>;
 }
 
-impl Schemata {
-    /// The lines written to `schemata`: `L3:0=ff;1=ff` and `MB:0=50;1=50` (only non-empty ones).
-    pub fn to_lines(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if !self.l3.is_empty() {
-            let parts: Vec<String> = self.l3.iter().map(|(d, m)| format!("{d}={m:x}")).collect();
-            out.push(format!("L3:{}", parts.join(";")));
-        }
-        if !self.mb.is_empty() {
-            let parts: Vec<String> = self.mb.iter().map(|(d, p)| format!("{d}={p}")).collect();
-            out.push(format!("MB:{}", parts.join(";")));
-        }
-        out
-    }
-
-    /// Parses a `schemata` file (other resources such as L2 or L3CODE are ignored).
-    pub fn parse(path: &Path, text: &str) -> Result<Self> {
+impl ParseSchemata for Schemata {
+    fn parse(path: &Path, text: &str) -> Result<Self> {
         let mut schemata = Schemata::default();
         for line in text.lines() {
             let Some((resource, domains)) = line.trim().split_once(':') else {
@@ -385,12 +345,4 @@ pub fn validate_cbm(domain: u32, mask: u64, l3: &L3Info) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The contiguous mask of the `ways` highest ways of `cbm_mask` (BE gets the top, LC the bottom).
-pub fn top_ways_mask(l3: &L3Info, ways: u32) -> u64 {
-    let total = l3.ways();
-    let ways = ways.clamp(l3.min_cbm_bits.max(1), total);
-    let low = ((1u128 << ways) - 1) as u64;
-    low << (total - ways)
 }

@@ -16,55 +16,27 @@ const CPU_MAX: KnobFile = KnobFile::v2_only(Controller::Cpu, "cpu.max");
 const CPU_CFS_PERIOD_US: KnobFile = KnobFile::v1_only(Controller::Cpu, "cpu.cfs_period_us");
 const CPU_CFS_QUOTA_US: KnobFile = KnobFile::v1_only(Controller::Cpu, "cpu.cfs_quota_us");
 
-/// CPU bandwidth: `quota_us` of CPU time per `period_us` (`None` = unlimited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CpuQuota {
-    pub quota_us: Option<u64>,
-    pub period_us: u64,
-}
+pub use headroom_types::resources::CpuQuota;
 
-impl CpuQuota {
-    /// The kernel default period (100 ms).
-    pub const DEFAULT_PERIOD_US: u64 = 100_000;
-
-    /// No limit, default period.
-    pub fn unlimited() -> Self {
-        CpuQuota {
-            quota_us: None,
-            period_us: Self::DEFAULT_PERIOD_US,
-        }
+/// The kernel's bounds on a quota, checked before a write.
+fn validate_quota(quota: &CpuQuota) -> Result<()> {
+    if !(1000..=1_000_000).contains(&quota.period_us) {
+        return Err(HostError::invalid(
+            "cpu period",
+            quota.period_us.to_string(),
+            "must be within 1000..=1000000 µs",
+        ));
     }
-
-    /// `percent` of ONE CPU per default period (200 = two CPUs); at least the kernel's 1 ms.
-    pub fn percent_of_cpu(percent: f64) -> Self {
-        let quota = (percent / 100.0 * Self::DEFAULT_PERIOD_US as f64)
-            .round()
-            .max(1000.0) as u64;
-        CpuQuota {
-            quota_us: Some(quota),
-            period_us: Self::DEFAULT_PERIOD_US,
-        }
-    }
-
-    fn validate(&self) -> Result<()> {
-        if !(1000..=1_000_000).contains(&self.period_us) {
+    if let Some(q) = quota.quota_us {
+        if q < 1000 {
             return Err(HostError::invalid(
-                "cpu period",
-                self.period_us.to_string(),
-                "must be within 1000..=1000000 µs",
+                "cpu quota",
+                q.to_string(),
+                "must be at least 1000 µs",
             ));
         }
-        if let Some(q) = self.quota_us {
-            if q < 1000 {
-                return Err(HostError::invalid(
-                    "cpu quota",
-                    q.to_string(),
-                    "must be at least 1000 µs",
-                ));
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }
 
 /// CFS bandwidth throttling counters.
@@ -152,7 +124,7 @@ impl Cgroups {
 
     /// CPU bandwidth limit (`cpu.max`, or `cpu.cfs_period_us` then `cpu.cfs_quota_us`).
     pub fn set_cpu_quota(&self, group: &GroupPath, quota: CpuQuota) -> Result<()> {
-        quota.validate()?;
+        validate_quota(&quota)?;
         let backend = self.backend(Controller::Cpu)?;
         let dir = group.dir_in(backend.mount());
         match backend {

@@ -22,14 +22,7 @@ const BLKIO_WRITE_IOPS: KnobFile =
 const IO_WEIGHT: KnobFile = KnobFile::both(Controller::Io, "blkio.weight", "io.weight");
 const BLKIO_BFQ_WEIGHT: KnobFile = KnobFile::v1_only(Controller::Io, "blkio.bfq.weight");
 
-/// Disk throttles of one device (`None` = unlimited).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IoLimits {
-    pub read_bps: Option<u64>,
-    pub write_bps: Option<u64>,
-    pub read_iops: Option<u64>,
-    pub write_iops: Option<u64>,
-}
+pub use headroom_types::resources::IoLimits;
 
 impl Cgroups {
     /// Disk throttles for one device (`io.max` / `blkio.throttle.*_device`).

@@ -29,7 +29,7 @@ const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 
 /// Ports the sensor watches at most.
-pub const MAX_PORTS: usize = 64;
+pub const MAX_PORTS: usize = headroom_types::resources::MAX_LATENCY_PORTS;
 /// LC sockets tracked at once (an entry per open connection that has sent a request).
 pub const MAX_SOCKETS: u32 = 16_384;
 

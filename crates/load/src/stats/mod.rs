@@ -300,15 +300,7 @@ pub fn percentile_rank_interval(n: u64, quantile: f64) -> (u64, u64) {
     (lo.min(n.max(1)), hi)
 }
 
-/// Samples needed before the `percentile` (0–100) is worth reporting: 10 / (1 − p), so that at
-/// least 10 samples lie above it (p99 → 1000, p99.9 → 10000, p99.99 → 100000).
-pub fn min_samples_for(percentile: f64) -> u64 {
-    let tail = 1.0 - (percentile / 100.0).clamp(0.0, 1.0);
-    if tail <= 0.0 {
-        return u64::MAX;
-    }
-    (10.0 / tail).round() as u64
-}
+pub use headroom_types::resources::min_samples_for;
 
 /// True when `count` samples suffice for the `percentile` (0–100), see [`min_samples_for`].
 pub fn enough_samples(count: u64, percentile: f64) -> bool {
