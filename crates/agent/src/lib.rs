@@ -1,16 +1,13 @@
-//! headroom-agent: the colocation controller (sensors → Observation → Policy → Allocation →
-//! Reconciler → Host).
+//! headroom-agent: the colocation controller on Linux — sensors, the Linux node behind the
+//! `Node` seam, the runtime loop, the BE supervisor and what it publishes. The control logic it
+//! runs (config, policies, the controller, the write plan) is `headroom-control`.
 
-pub mod actuation;
-pub mod allocation;
-pub mod config;
-pub mod controller;
-pub mod decision;
-pub mod discovered;
-pub mod observation;
-pub mod policy;
+// The control crate's rooms, under the paths the agent's users import them by.
+pub use headroom_control::{
+    actuation, allocation, config, controller, decision, discovered, node, observation, policy,
+};
 
-pub mod node;
+pub mod linux_node;
 pub mod publish;
 pub mod runtime;
 pub mod sensors;

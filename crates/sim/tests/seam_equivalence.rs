@@ -7,10 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use headroom_agent::actuation::linux::LinuxNode;
 use headroom_agent::actuation::{Actuation, CgroupKnob, Knob, KnobValue, ManagedGroups};
 use headroom_agent::config::Config;
 use headroom_agent::controller::{Controller, Discard, TickOutcome};
+use headroom_agent::linux_node::LinuxNode;
 use headroom_agent::node::{Node, NodeError, NodeFacts};
 use headroom_agent::observation::Observation;
 use headroom_agent::policy::{self, MachineInfo};

@@ -8,10 +8,10 @@ use std::time::Duration;
 use headroom_host::{Cgroups, GroupPath};
 
 use super::AgentError;
-use crate::actuation::linux::LinuxNode;
 use crate::actuation::ManagedGroups;
 use crate::config::Config;
 use crate::controller::Controller;
+use crate::linux_node::LinuxNode;
 use crate::state::{self};
 use crate::supervisor::Supervised;
 

@@ -26,12 +26,12 @@ use headroom_types::control::{
     ActuatorsStatus, AgentStatus, BeCommandStatus, DisabledActuator, LcStatus, ReasonAt,
 };
 
-use crate::actuation::linux::LinuxNode;
 use crate::actuation::{ActuationError, ManagedGroups};
 use crate::config::IdleSensing;
 use crate::config::{Config, ConfigError};
 use crate::controller::Controller;
 use crate::decision::{tick_time, CtlEvent};
+use crate::linux_node::LinuxNode;
 use crate::node::NodeError;
 use crate::policy::{MachineInfo, Mechanism};
 use crate::publish::control::{ControlError, Request, Requests, Response};

@@ -17,11 +17,11 @@ use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSte
 use super::lc_sources::{has_realtime_thread, lc_signals};
 use super::publish::{DecisionLog, Publisher};
 use super::{machine_info, machine_sidecar, unix_ms, Agent, AgentError, AgentOptions, Signals};
-use crate::actuation::linux::LinuxNode;
 use crate::actuation::{Actuation, ManagedGroups};
 use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError};
 use crate::controller::Controller;
+use crate::linux_node::LinuxNode;
 use crate::policy;
 use crate::publish::metrics::Metrics;
 use crate::sensors::lc_services::LcServiceSensor;

@@ -180,7 +180,7 @@ impl Fake {
 /// The one write path over a fake host's cgroups (no resctrl, cpufreq or egress there).
 #[allow(dead_code)]
 pub struct Plan {
-    pub node: headroom_agent::actuation::linux::LinuxNode,
+    pub node: headroom_agent::linux_node::LinuxNode,
     pub act: headroom_agent::actuation::Actuation,
 }
 
@@ -188,7 +188,7 @@ pub struct Plan {
 impl Plan {
     pub fn attach(host: &LinuxHost, groups: headroom_agent::actuation::ManagedGroups) -> Plan {
         let cgroups = host.cgroups().unwrap();
-        let mut node = headroom_agent::actuation::linux::LinuxNode::probe(host, cgroups, &[]);
+        let mut node = headroom_agent::linux_node::LinuxNode::probe(host, cgroups, &[]);
         let act = headroom_agent::actuation::Actuation::attach(&mut node, groups).unwrap();
         Plan { node, act }
     }

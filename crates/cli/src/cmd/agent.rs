@@ -129,10 +129,9 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
                 .map(|t| t.cpus_online.to_vec())
                 .unwrap_or_default();
             let cgroups = host.cgroups()?;
-            let node = headroom_agent::actuation::linux::LinuxNode::from_config(
-                &host, cgroups, config, &cpus,
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let node =
+                headroom_agent::linux_node::LinuxNode::from_config(&host, cgroups, config, &cpus)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
             machine_info(&host, &node)
         }
     };

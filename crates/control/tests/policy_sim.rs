@@ -6,9 +6,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use headroom_agent::config::Config;
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{self, MachineInfo};
+use headroom_control::config::Config;
+use headroom_control::observation::Observation;
+use headroom_control::policy::{self, MachineInfo};
 
 const CPUS: f64 = 8.0;
 const TICK_MS: u64 = 10;

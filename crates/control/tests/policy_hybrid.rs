@@ -1,12 +1,12 @@
 //! `hybrid`: Heracles' top level (slack, load) sets blind isolation's buffer and enables or
 //! disables BE; blind isolation runs every poll underneath.
 
-use headroom_agent::allocation::CpuSet;
+use headroom_control::allocation::CpuSet;
 use std::time::Duration;
 
-use headroom_agent::config::Config;
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{Hybrid, MachineInfo, Policy};
+use headroom_control::config::Config;
+use headroom_control::observation::Observation;
+use headroom_control::policy::{Hybrid, MachineInfo, Policy};
 
 const BASE: &str = r#"
 [lc]
@@ -55,7 +55,7 @@ fn hybrid() -> Hybrid {
     )
 }
 
-fn be_cpus(d: &headroom_agent::decision::Decision) -> usize {
+fn be_cpus(d: &headroom_control::decision::Decision) -> usize {
     if d.allocation.be_enabled {
         d.allocation.be_cpus.as_ref().map_or(8, |c| c.len())
     } else {
@@ -242,7 +242,7 @@ fn without_sharing_be_gets_nothing_on_the_lc_cpu() {
 fn the_safety_wrapper_lets_idle_be_share_the_lc_cpu() {
     let toml = BASE.replace("buffer_cores = 2", "buffer_cores = 1\nbe_cpus = [1]");
     let config = Config::from_toml_str(&toml).expect("valid");
-    let mut p = headroom_agent::policy::build(&config, &MachineInfo::with_cpus(2));
+    let mut p = headroom_control::policy::build(&config, &MachineInfo::with_cpus(2));
     let d = p.decide(&pinned_obs(0.5, 0.5), ms(0));
     assert!(d.allocation.be_enabled, "reason {}", d.reason);
     assert_eq!(d.allocation.be_cpus, Some(CpuSet::from([1])));
@@ -255,8 +255,8 @@ fn the_safety_wrapper_lets_idle_be_share_the_lc_cpu() {
 fn explain_off_changes_no_decision() {
     let cfg = Config::from_toml_str(BASE).expect("config");
     let machine = MachineInfo::with_cpus(8);
-    let mut on = headroom_agent::policy::build(&cfg, &machine);
-    let mut off = headroom_agent::policy::build(&cfg, &machine);
+    let mut on = headroom_control::policy::build(&cfg, &machine);
+    let mut off = headroom_control::policy::build(&cfg, &machine);
     off.set_explain(false);
     // a scripted day: idle, load rising past the disable threshold, a violation, recovery
     let script: Vec<(f64, f64, f64)> = (0..4000u64)

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use headroom_host::resctrl::{top_ways_mask, Schemata};
-use headroom_host::{CpuQuota, DeviceId, GroupPath, IoLimits};
+use headroom_types::resources::{top_ways_mask, CpuQuota, IoLimits, Schemata};
+use headroom_types::{DeviceId, GroupPath};
 
 use super::knob::{CgroupKnob, Knob, KnobValue};
 use crate::allocation::{Allocation, CpuWeight};

@@ -4,8 +4,8 @@
 
 use std::fmt;
 
-use headroom_host::resctrl::Schemata;
-use headroom_host::{Controller, CpuQuota, CpuSet, DeviceId, GroupPath, IoLimits};
+use headroom_types::resources::{CpuQuota, IoLimits, Schemata};
+use headroom_types::{CpuSet, DeviceId, GroupPath};
 use serde::{Deserialize, Serialize};
 
 /// One cgroup knob of one group (each is one file on v2, one or two files of one v1 hierarchy).
@@ -29,16 +29,6 @@ impl CgroupKnob {
         CgroupKnob::Frozen,
         CgroupKnob::MemoryMax,
     ];
-
-    /// The controller (v1 hierarchy) the knob lives in.
-    pub fn controller(self) -> Controller {
-        match self {
-            CgroupKnob::CpusetCpus => Controller::Cpuset,
-            CgroupKnob::CpuWeight | CgroupKnob::CpuIdle | CgroupKnob::CpuQuota => Controller::Cpu,
-            CgroupKnob::Frozen => Controller::Freezer,
-            CgroupKnob::MemoryMax => Controller::Memory,
-        }
-    }
 }
 
 /// Anything the agent writes: the key of the one write path.

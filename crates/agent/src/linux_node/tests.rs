@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use headroom_host::tc::RecordingTc;
 use headroom_host::{GroupPath, KnobIo, LinuxHost, RealIo};
 
-use super::linux::LinuxNode;
-use super::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
+use super::LinuxNode;
+use crate::actuation::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
 use crate::allocation::{Allocation, CpuSet, IoLimit};
 use crate::policy::Mechanism;
 
@@ -411,7 +411,10 @@ fn a_disable_tick_freezes_be_before_any_resource_widens() {
         m.tc.calls()
     );
     let phases: Vec<_> = r.writes.iter().map(|w| w.to.clone()).collect();
-    assert_eq!(phases.first(), Some(&super::KnobValue::Frozen(true)));
+    assert_eq!(
+        phases.first(),
+        Some(&crate::actuation::KnobValue::Frozen(true))
+    );
 }
 
 #[test]
@@ -449,7 +452,7 @@ fn a_write_that_keeps_failing_keeps_be_confined_and_undoes_what_gave() {
     let ActuationError::Write(f) = err else {
         panic!("{err}")
     };
-    assert_eq!(f.attempts, super::WRITE_ATTEMPTS);
+    assert_eq!(f.attempts, crate::actuation::WRITE_ATTEMPTS);
     assert!(f.what.ends_with("scaling_max_freq"), "{}", f.what);
     // What takes from BE stays (its cpuset, its egress and disk caps); what gives waits (BE's
     // own resctrl group), and the LC's mask, narrowed only to make room for it, is put back.
@@ -570,16 +573,16 @@ impl crate::node::Node for CountingNode {
     }
     fn read(
         &mut self,
-        knob: &super::knob::Knob,
-    ) -> Result<super::knob::KnobValue, crate::node::NodeError> {
+        knob: &crate::actuation::knob::Knob,
+    ) -> Result<crate::actuation::knob::KnobValue, crate::node::NodeError> {
         self.reads += 1;
         self.inner.read(knob)
     }
     fn write(
         &mut self,
-        knob: &super::knob::Knob,
-        from: &super::knob::KnobValue,
-        to: &super::knob::KnobValue,
+        knob: &crate::actuation::knob::Knob,
+        from: &crate::actuation::knob::KnobValue,
+        to: &crate::actuation::knob::KnobValue,
     ) -> Result<(), crate::node::NodeError> {
         self.inner.write(knob, from, to)
     }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use headroom_host::GroupPath;
 use headroom_types::allocation::LcServiceCpus;
+use headroom_types::GroupPath;
 
 use super::{Actuation, ActuationError, CgroupKnob, Knob, KnobValue, ManagedGroups};
 use crate::allocation::{Allocation, CpuSet};

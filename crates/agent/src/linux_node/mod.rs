@@ -18,7 +18,7 @@ use headroom_host::resctrl::Resctrl;
 use headroom_host::tc::{Egress, HtbConfig, SystemTc, TcRunner};
 use headroom_host::{Cgroups, Controller, HostError, LinuxHost};
 
-use super::target::BE_RESCTRL_GROUP;
+use crate::actuation::target::BE_RESCTRL_GROUP;
 use crate::config::Config;
 use crate::node::{NodeError, NodeFacts};
 use crate::observation::Observation;
@@ -26,6 +26,8 @@ use crate::policy::{Mechanism, Mechanisms};
 use crate::sensors::Sensors;
 
 mod knob_io;
+#[cfg(test)]
+mod tests;
 
 /// Pause between attempts of a failing write (EBUSY during a migration settles quickly).
 const RETRY_PAUSE: Duration = Duration::from_micros(500);

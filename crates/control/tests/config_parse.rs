@@ -1,8 +1,8 @@
 //! The example config in docs/policies.md parses, defaults are the papers' constants, and the
 //! config survives a TOML round trip and live `set`.
 
-use headroom_agent::allocation::CpuSet;
-use headroom_agent::config::{
+use headroom_control::allocation::CpuSet;
+use headroom_control::config::{
     Config, LatencySource, LowSlackAction, OnExit, PolicyKind, WeightsMode,
 };
 

@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use headroom_agent::allocation::{Allocation, CpuSet};
-use headroom_agent::config::Config;
-use headroom_agent::decision::{self, Decision, DecisionRecord};
-use headroom_agent::observation::{LcGroupObservation, Observation};
-use headroom_agent::policy::{self, Guarded, Hybrid, MachineInfo, Multi, Policy};
+use headroom_control::allocation::{Allocation, CpuSet};
+use headroom_control::config::Config;
+use headroom_control::decision::{self, Decision, DecisionRecord};
+use headroom_control::observation::{LcGroupObservation, Observation};
+use headroom_control::policy::{self, Guarded, Hybrid, MachineInfo, Multi, Policy};
 use headroom_types::allocation::LcServiceCpus;
 use headroom_types::GroupPath;
 

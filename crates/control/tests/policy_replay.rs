@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use headroom_agent::config::Config;
-use headroom_agent::decision::{self, DecisionRecord, LogLine, Mismatch};
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{self, MachineInfo};
+use headroom_control::config::Config;
+use headroom_control::decision::{self, DecisionRecord, LogLine, Mismatch};
+use headroom_control::observation::Observation;
+use headroom_control::policy::{self, MachineInfo};
 
 const CONFIG: &str = r#"
 [lc]
@@ -228,7 +228,7 @@ fn record_json_has_the_contract_keys() {
 /// events the replay diverges (what the events are for).
 #[test]
 fn ctl_events_in_the_log_replay_identically() {
-    use headroom_agent::decision::CtlEvent;
+    use headroom_control::decision::CtlEvent;
     let machine = MachineInfo::with_cpus(8);
     let config = Config::from_toml_str(&CONFIG.replace("KIND", "hybrid")).expect("valid");
     let mut p = policy::build(&config, &machine);
@@ -273,8 +273,8 @@ fn ctl_events_in_the_log_replay_identically() {
 /// diverges (the holder service would hold BE throughout).
 #[test]
 fn discovered_lc_sets_in_the_log_replay_identically() {
-    use headroom_agent::decision::CtlEvent;
-    use headroom_agent::discovered::{initial_policy_config, policy_config};
+    use headroom_control::decision::CtlEvent;
+    use headroom_control::discovered::{initial_policy_config, policy_config};
     use headroom_types::discovery::{DiscoveredLc, PodQos};
     use headroom_types::observation::LcGroupObservation;
     let machine = MachineInfo::with_cpus(8);
@@ -288,7 +288,7 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
         name: name.into(),
         uid: name.into(),
         qos: PodQos::Burstable,
-        cgroup: headroom_agent::allocation::GroupPath::new(&format!(
+        cgroup: headroom_control::allocation::GroupPath::new(&format!(
             "kubepods/burstable/pod{name}"
         ))
         .unwrap(),

@@ -2,15 +2,15 @@
 //!
 //! Everything above this trait — the policies, the safety rules, the one ordered write path
 //! ([`crate::actuation`]) and the tick's phases ([`crate::controller`]) — is the same code on a
-//! real Linux host ([`crate::actuation::linux::LinuxNode`]) and on a simulated server (`SimHost`
+//! real Linux host (`LinuxNode` in `headroom-agent`) and on a simulated server (`SimHost`
 //! in `headroom-sim`). A node knows how to sense and how to read or write one knob; it knows
 //! nothing of allocations, order, retries or rollback.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use headroom_host::resctrl::{L3Info, MbInfo};
-use headroom_host::GroupPath;
+use headroom_types::resources::{L3Info, MbInfo};
+use headroom_types::GroupPath;
 
 use crate::actuation::knob::{Knob, KnobValue};
 use crate::observation::Observation;
@@ -32,16 +32,6 @@ impl NodeError {
             what: what.into(),
             reason: reason.into(),
             not_found: false,
-        }
-    }
-}
-
-impl From<headroom_host::HostError> for NodeError {
-    fn from(e: headroom_host::HostError) -> Self {
-        NodeError {
-            not_found: e.is_not_found(),
-            what: String::new(),
-            reason: e.to_string(),
         }
     }
 }

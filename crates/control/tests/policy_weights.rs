@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use headroom_agent::allocation::CpuWeight;
-use headroom_agent::config::Config;
-use headroom_agent::observation::{LcGroupObservation, Observation};
-use headroom_agent::policy::{MachineInfo, Policy, Weights};
+use headroom_control::allocation::CpuWeight;
+use headroom_control::config::Config;
+use headroom_control::observation::{LcGroupObservation, Observation};
+use headroom_control::policy::{MachineInfo, Policy, Weights};
 
 const TWO_WIKIS: &str = r#"
 [lc]
@@ -57,7 +57,7 @@ fn obs(groups: Vec<LcGroupObservation>) -> Observation {
     }
 }
 
-fn shares(d: &headroom_agent::decision::Decision, name: &str) -> u64 {
+fn shares(d: &headroom_control::decision::Decision, name: &str) -> u64 {
     d.allocation
         .lc_groups
         .iter()
@@ -107,7 +107,7 @@ fn static_with_be_as_cpu_idle() {
     // a host without cpu.idle falls back to weight 2 and says so
     let mut m = machine();
     m.mechanisms
-        .set(headroom_agent::policy::Mechanism::CpuIdle, false);
+        .set(headroom_control::policy::Mechanism::CpuIdle, false);
     let mut w = Weights::new(&cfg, &m);
     let d = w.decide(&Observation::default(), Duration::ZERO);
     assert_eq!(d.allocation.be_cpu_idle, None);

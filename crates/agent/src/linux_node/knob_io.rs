@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use headroom_host::resctrl::ResctrlGroup;
-use headroom_host::{FreezeState, GroupPath, HostError};
+use headroom_host::{Controller, FreezeState, GroupPath, HostError};
 
 use super::{LinuxNode, RETRY_PAUSE};
 
@@ -17,6 +17,16 @@ use crate::actuation::knob::{CgroupKnob, Knob, KnobValue};
 use crate::actuation::target::BE_RESCTRL_GROUP;
 use crate::node::{Node, NodeError, NodeFacts};
 use crate::observation::Observation;
+
+/// The controller (v1 hierarchy) a cgroup knob lives in.
+fn controller_of(knob: CgroupKnob) -> Controller {
+    match knob {
+        CgroupKnob::CpusetCpus => Controller::Cpuset,
+        CgroupKnob::CpuWeight | CgroupKnob::CpuIdle | CgroupKnob::CpuQuota => Controller::Cpu,
+        CgroupKnob::Frozen => Controller::Freezer,
+        CgroupKnob::MemoryMax => Controller::Memory,
+    }
+}
 
 impl LinuxNode {
     fn unsupported(&self, knob: &Knob) -> NodeError {
@@ -138,10 +148,12 @@ impl Node for LinuxNode {
         };
         match knob {
             // A controller this host lacks: the knob is not managed (as a missing file).
-            Knob::Cgroup { knob: k, .. } if !self.cgroups.has(k.controller()) => Err(NodeError {
-                not_found: true,
-                ..self.unsupported(knob)
-            }),
+            Knob::Cgroup { knob: k, .. } if !self.cgroups.has(controller_of(*k)) => {
+                Err(NodeError {
+                    not_found: true,
+                    ..self.unsupported(knob)
+                })
+            }
             Knob::Cgroup { group, knob: k } => self.read_cgroup(group, *k).map_err(with_what),
             Knob::Io { group, device } if self.facts.io => self
                 .cgroups
@@ -270,7 +282,7 @@ impl Node for LinuxNode {
                     CgroupKnob::MemoryMax if self.facts.v2_weights => "memory.max",
                     CgroupKnob::MemoryMax => "memory.limit_in_bytes",
                 };
-                let controller = knob.controller();
+                let controller = controller_of(*knob);
                 let dir = self.cgroups.backend(controller).ok().and_then(|b| {
                     dirs.iter()
                         .find(|(d, _)| d.mount() == b.mount())

@@ -1,6 +1,6 @@
 //! `[lc.latency] source = "kernel"`: ports and fallback parse, and mistakes name their key.
 
-use headroom_agent::config::{Config, LatencyFallback, LatencySource};
+use headroom_control::config::{Config, LatencyFallback, LatencySource};
 
 fn config(latency: &str) -> String {
     format!(

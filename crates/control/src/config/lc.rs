@@ -63,7 +63,7 @@ impl SloConfig {
     /// `min_samples`, or the default for the percentile.
     pub fn min_samples(&self) -> u64 {
         self.min_samples
-            .unwrap_or_else(|| headroom_load::stats::min_samples_for(self.percentile))
+            .unwrap_or_else(|| headroom_types::resources::min_samples_for(self.percentile))
     }
 }
 
@@ -292,11 +292,14 @@ impl LcConfig {
                         ));
                     } else if ports.contains(&0) {
                         p.push(invalid("lc.latency.ports", &ports, "port 0 is not a port"));
-                    } else if ports.len() > headroom_host::latency_bpf::MAX_PORTS {
+                    } else if ports.len() > headroom_types::resources::MAX_LATENCY_PORTS {
                         p.push(invalid(
                             "lc.latency.ports",
                             ports.len(),
-                            format!("at most {} ports", headroom_host::latency_bpf::MAX_PORTS),
+                            format!(
+                                "at most {} ports",
+                                headroom_types::resources::MAX_LATENCY_PORTS
+                            ),
                         ));
                     }
                     if lat.address.is_some() {

@@ -16,10 +16,7 @@
 pub mod knob;
 #[cfg(test)]
 mod lc_services_tests;
-pub mod linux;
 pub mod target;
-#[cfg(test)]
-mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -28,7 +25,7 @@ use serde::Serialize;
 
 use crate::allocation::Allocation;
 use crate::node::{Node, NodeError};
-use headroom_host::GroupPath;
+use headroom_types::GroupPath;
 pub use knob::{CgroupKnob, Knob, KnobValue, Phase};
 pub use target::{ManagedGroups, TargetError, BE_RESCTRL_GROUP};
 

@@ -1,14 +1,14 @@
 //! The safety wrapper: stale/unknown latency, SLO-violation cooldown, low memory, the LC never
 //! restricted, missing mechanisms dropped, pause/resume and live `set`.
 
-use headroom_agent::allocation::CpuSet;
+use headroom_control::allocation::CpuSet;
 use std::time::Duration;
 
-use headroom_agent::allocation::{Allocation, CpuWeight};
-use headroom_agent::config::{Config, ConfigError};
-use headroom_agent::decision::Decision;
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{self, Guarded, MachineInfo, Policy};
+use headroom_control::allocation::{Allocation, CpuWeight};
+use headroom_control::config::{Config, ConfigError};
+use headroom_control::decision::Decision;
+use headroom_control::observation::Observation;
+use headroom_control::policy::{self, Guarded, MachineInfo, Policy};
 
 const BLIND_WITH_LATENCY: &str = r#"
 [lc]
@@ -203,9 +203,9 @@ fn lc_is_never_restricted_and_missing_mechanisms_are_dropped() {
     let config = cfg(text);
     let mut m = MachineInfo::with_cpus(8);
     m.mechanisms
-        .set(headroom_agent::policy::Mechanism::ResctrlL3, false);
+        .set(headroom_control::policy::Mechanism::ResctrlL3, false);
     m.mechanisms
-        .set(headroom_agent::policy::Mechanism::CpuIdle, false);
+        .set(headroom_control::policy::Mechanism::CpuIdle, false);
     let mut p = Guarded::wrap(&config, &m, Box::new(Rogue));
     let o = Observation {
         lc_cpus: Some(vec![2]),

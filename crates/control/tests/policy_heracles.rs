@@ -1,11 +1,11 @@
 //! Heracles (ISCA'15) Alg. 1–4, one scripted observation sequence per rule.
 
-use headroom_agent::allocation::CpuSet;
+use headroom_control::allocation::CpuSet;
 use std::time::Duration;
 
-use headroom_agent::config::Config;
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{Heracles, MachineInfo, Policy};
+use headroom_control::config::Config;
+use headroom_control::observation::Observation;
+use headroom_control::policy::{Heracles, MachineInfo, Policy};
 
 const BASE: &str = r#"
 [lc]
@@ -44,7 +44,7 @@ fn obs(slack: f64, load: f64) -> Observation {
     }
 }
 
-fn state_u64(d: &headroom_agent::decision::Decision, key: &str) -> u64 {
+fn state_u64(d: &headroom_control::decision::Decision, key: &str) -> u64 {
     d.state[key]
         .as_u64()
         .unwrap_or_else(|| panic!("state.{key} in {}", d.state))
@@ -253,7 +253,7 @@ fn alg2_cores_that_would_saturate_dram_switch_to_grow_llc() {
 fn alg2_without_resctrl_grows_cores_only_and_says_why() {
     let mut m = MachineInfo::with_cpus(8);
     m.mechanisms
-        .set(headroom_agent::policy::Mechanism::ResctrlL3, false);
+        .set(headroom_control::policy::Mechanism::ResctrlL3, false);
     let mut h = Heracles::new(&config(""), &m);
     let mut last = None;
     for t in 0..12 {
@@ -351,7 +351,7 @@ fn alg3_disabled_without_guaranteed_frequency_or_rapl() {
         .contains("guaranteed_freq_mhz"));
     let mut m = MachineInfo::with_cpus(8);
     m.mechanisms
-        .set(headroom_agent::policy::Mechanism::Rapl, false);
+        .set(headroom_control::policy::Mechanism::Rapl, false);
     let cfg = config("[policy.heracles]\nguaranteed_freq_mhz = 2200\n");
     let mut h = Heracles::new(&cfg, &m);
     let d = h.decide(&power(obs(0.5, 0.5), 95.0, 2000.0), at(0.0));
@@ -391,7 +391,7 @@ fn alg4_be_ceiling_is_link_minus_lc_minus_headroom_every_second() {
 fn alg4_disabled_without_tc_or_rates_while_others_run() {
     let mut m = MachineInfo::with_cpus(8);
     m.mechanisms
-        .set(headroom_agent::policy::Mechanism::TcHtb, false);
+        .set(headroom_control::policy::Mechanism::TcHtb, false);
     let mut h = Heracles::new(&config(""), &m);
     let d = h.decide(&net(obs(0.5, 0.5), 100e6), at(0.0));
     assert_eq!(d.allocation.be_egress_ceil_bytes_per_s, None);

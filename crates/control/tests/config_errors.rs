@@ -1,6 +1,6 @@
 //! Bad configs are refused with the key, the value and the reason.
 
-use headroom_agent::config::{Config, ConfigError};
+use headroom_control::config::Config;
 
 const GOOD: &str = r#"
 [lc]
@@ -267,25 +267,6 @@ fn duplicate_be_names_and_pid_command_conflicts() {
         1,
     );
     assert!(refuse(&text).starts_with("lc.command = [\"x\"]: give either lc.pids or lc.command"));
-}
-
-#[test]
-fn io_errors_name_the_file() {
-    let err = Config::from_file(std::path::Path::new("/nonexistent/headroom.toml")).unwrap_err();
-    assert!(matches!(err, ConfigError::Io { .. }));
-    assert!(
-        err.to_string().contains("/nonexistent/headroom.toml"),
-        "{err}"
-    );
-}
-
-#[test]
-fn syntax_errors_name_the_file_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "[lc]\nname = \n").unwrap();
-    let msg = Config::from_file(&path).unwrap_err().to_string();
-    assert!(msg.contains("bad.toml") && msg.contains("line 2"), "{msg}");
 }
 
 #[test]
