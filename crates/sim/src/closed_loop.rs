@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-use headroom_agent::actuation::Actuation;
-use headroom_agent::allocation::Allocation;
-use headroom_agent::config::{Config, PolicyKind};
-use headroom_agent::controller::{Controller, Discard};
-use headroom_agent::policy::{self, MachineInfo};
+use headroom_control::actuation::Actuation;
+use headroom_control::allocation::Allocation;
+use headroom_control::config::{Config, PolicyKind};
+use headroom_control::controller::{Controller, Discard};
+use headroom_control::policy::{self, MachineInfo};
 use headroom_types::decision::Decision;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use headroom_agent::config::PolicyKind;
+use headroom_control::config::PolicyKind;
 use rayon::prelude::*;
 
 use crate::error::SimError;

@@ -12,8 +12,8 @@
 pub mod report;
 pub mod spec;
 
-use headroom_agent::config::{Config, PolicyKind};
-use headroom_agent::observation::LcGroupObservation;
+use headroom_control::config::{Config, PolicyKind};
+use headroom_control::observation::LcGroupObservation;
 use rayon::prelude::*;
 
 use crate::closed_loop::ClosedLoop;

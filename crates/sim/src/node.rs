@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue, ManagedGroups};
-use headroom_agent::node::{Node, NodeError, NodeFacts};
-use headroom_agent::observation::Observation;
-use headroom_host::cgroup::CpuQuota;
-use headroom_host::GroupPath;
+use headroom_control::actuation::{CgroupKnob, Knob, KnobValue, ManagedGroups};
+use headroom_control::node::{Node, NodeError, NodeFacts};
+use headroom_control::observation::Observation;
+use headroom_types::resources::CpuQuota;
+use headroom_types::GroupPath;
 
 use crate::host::SimHost;
 
@@ -70,7 +70,7 @@ impl SimHost {
 
     /// With several LC services: each one's signals for the next [`Node::sense`]
     /// (`obs.lc_groups`; the top-level fields keep [`SimHost::set_inputs`]'s).
-    pub fn set_groups(&mut self, groups: Vec<headroom_agent::observation::LcGroupObservation>) {
+    pub fn set_groups(&mut self, groups: Vec<headroom_control::observation::LcGroupObservation>) {
         self.groups = groups;
         self.dirty = true;
     }

@@ -5,7 +5,7 @@
 //! Time advances in model ticks (`tick_s`, 5 s by default): within a tick the load is constant and
 //! the model is in steady state; how often the policy is called within one is `closed_loop`'s.
 
-use headroom_agent::config::{Config, PolicyKind};
+use headroom_control::config::{Config, PolicyKind};
 
 use crate::closed_loop::ClosedLoop;
 use crate::error::SimError;

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue};
-use headroom_agent::node::Node;
-use headroom_host::cgroup::CpuQuota;
+use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
+use headroom_control::node::Node;
+use headroom_types::resources::CpuQuota;
 use headroom_sim::host::{SimHost, TickState};
 use headroom_sim::model::ServerModel;
 use headroom_sim::node::sim_groups;

@@ -7,13 +7,13 @@ mod support;
 
 use std::time::Duration;
 
-use headroom_agent::actuation::{Actuation, CgroupKnob, Knob, KnobValue, ManagedGroups};
-use headroom_agent::config::Config;
-use headroom_agent::controller::{Controller, Discard, TickOutcome};
+use headroom_control::actuation::{Actuation, CgroupKnob, Knob, KnobValue, ManagedGroups};
+use headroom_control::config::Config;
+use headroom_control::controller::{Controller, Discard, TickOutcome};
 use headroom_agent::linux_node::LinuxNode;
-use headroom_agent::node::{Node, NodeError, NodeFacts};
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{self, MachineInfo};
+use headroom_control::node::{Node, NodeError, NodeFacts};
+use headroom_control::observation::Observation;
+use headroom_control::policy::{self, MachineInfo};
 use headroom_host::GroupPath;
 use headroom_sim::host::SimHost;
 use headroom_sim::model::{BeKind, ServerModel};
