@@ -2,11 +2,6 @@
 //! `Node` seam, the runtime loop, the BE supervisor and what it publishes. The control logic it
 //! runs (config, policies, the controller, the write plan) is `headroom-control`.
 
-// The control crate's rooms, under the paths the agent's users import them by.
-pub use headroom_control::{
-    actuation, allocation, config, controller, decision, discovered, node, observation, policy,
-};
-
 pub mod linux_node;
 pub mod publish;
 pub mod runtime;

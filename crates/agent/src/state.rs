@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::actuation::{CgroupKnob, Knob, KnobValue};
-use crate::allocation::{Allocation, GroupPath};
+use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
+use headroom_control::allocation::{Allocation, GroupPath};
 
 /// Version of the state-file format (1: cgroup originals only, by group; still read).
 pub const STATE_VERSION: u32 = 2;
@@ -94,7 +94,7 @@ impl AgentState {
     }
 
     /// Whether the state names every group of `groups` (the same agent configuration).
-    pub fn manages(&self, groups: &crate::actuation::ManagedGroups) -> bool {
+    pub fn manages(&self, groups: &headroom_control::actuation::ManagedGroups) -> bool {
         let named: std::collections::BTreeSet<&headroom_host::GroupPath> = self
             .originals
             .iter()

@@ -1,6 +1,6 @@
 //! The config read from its file: errors name the file (and the line).
 
-use headroom_agent::config::{Config, ConfigError};
+use headroom_control::config::{Config, ConfigError};
 
 #[test]
 fn io_errors_name_the_file() {

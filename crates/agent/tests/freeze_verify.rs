@@ -5,8 +5,8 @@
 
 mod support;
 
-use headroom_agent::actuation::{CgroupKnob, Knob, ManagedGroups};
-use headroom_agent::allocation::Allocation;
+use headroom_control::actuation::{CgroupKnob, Knob, ManagedGroups};
+use headroom_control::allocation::Allocation;
 use headroom_host::GroupPath;
 use support::{Fake, Plan};
 

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use headroom_agent::config::Config;
-use headroom_agent::observation::Observation;
-use headroom_agent::policy::{self, MachineInfo};
+use headroom_control::config::Config;
+use headroom_control::observation::Observation;
+use headroom_control::policy::{self, MachineInfo};
 
 /// CPU time of this thread, so other load on the machine does not count.
 fn thread_cpu_ns() -> u64 {

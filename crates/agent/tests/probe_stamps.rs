@@ -39,7 +39,7 @@ fn a_late_prober_still_measures_the_server() {
     // The median, not a tail: the test shares its CPUs with whatever else runs, and a tail is
     // that noise; the median tells a 1 ms server from a 30 ms late prober either way.
     let mut spec = ProbeSpec::new(
-        headroom_agent::config::ProbeProtocol::Memcache,
+        headroom_control::config::ProbeProtocol::Memcache,
         &addr.to_string(),
         20.0,
         50.0,

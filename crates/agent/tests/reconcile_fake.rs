@@ -4,9 +4,9 @@
 
 mod support;
 
-use headroom_agent::actuation::{ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome};
-use headroom_agent::allocation::CpuSet;
-use headroom_agent::allocation::{Allocation, CpuWeight, LcTreatment};
+use headroom_control::actuation::{ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome};
+use headroom_control::allocation::CpuSet;
+use headroom_control::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_host::GroupPath;
 use support::{Fake, Plan};
 
@@ -225,14 +225,14 @@ fn a_failed_write_undoes_what_gave_before_it() {
 /// forced disable left BE thawed on the LC's CPUs while status said "enabled false".
 #[test]
 fn a_failing_memory_limit_never_keeps_be_unconfined() {
-    use headroom_agent::controller::{Controller, Discard};
-    use headroom_agent::decision::Decision;
-    use headroom_agent::observation::Observation;
+    use headroom_control::controller::{Controller, Discard};
+    use headroom_control::decision::Decision;
+    use headroom_control::observation::Observation;
     use std::time::Duration;
 
     /// A policy that says what the test tells it (here: BE off on CPU 1, 2 MiB of memory).
     struct Say(Allocation);
-    impl headroom_agent::policy::Policy for Say {
+    impl headroom_control::policy::Policy for Say {
         fn name(&self) -> &'static str {
             "say"
         }
@@ -247,7 +247,7 @@ fn a_failing_memory_limit_never_keeps_be_unconfined() {
         fn poll_interval(&self) -> Duration {
             Duration::from_millis(1)
         }
-        fn reconfigure(&mut self, _: &headroom_agent::config::Config) {}
+        fn reconfigure(&mut self, _: &headroom_control::config::Config) {}
     }
 
     for attempt in 0..20u64 {

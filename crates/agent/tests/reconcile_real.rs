@@ -2,8 +2,8 @@
 //! with a printed reason otherwise): an idle BE group's weight belongs to the kernel, so passes
 //! that read everything back neither "repair" it nor fail on it.
 
-use headroom_agent::actuation::ManagedGroups;
-use headroom_agent::allocation::{Allocation, CpuWeight};
+use headroom_control::actuation::ManagedGroups;
+use headroom_control::allocation::{Allocation, CpuWeight};
 use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
 
 mod support;

@@ -2,15 +2,15 @@
 //! the state file round-trips atomically, the control socket is 0600 and answers, the live
 //! feed turns pushed histograms into a window percentile, and the metrics endpoint serves.
 
-use headroom_agent::allocation::CpuSet;
+use headroom_control::allocation::CpuSet;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headroom_agent::actuation::{CgroupKnob, Knob, KnobValue};
-use headroom_agent::allocation::Allocation;
-use headroom_agent::config::Config;
+use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
+use headroom_control::allocation::Allocation;
+use headroom_control::config::Config;
 use headroom_agent::control::{self, Request, Response};
 use headroom_agent::lc_signal::SignalCell;
 use headroom_agent::state::OriginalValue;
@@ -222,7 +222,7 @@ fn feed_lines_become_a_window_percentile() {
 #[test]
 fn metrics_endpoint_serves_the_exposition() {
     let (m, registry) = headroom_agent::metrics::Metrics::new();
-    let obs = headroom_agent::observation::Observation {
+    let obs = headroom_control::observation::Observation {
         lc_latency_us: Some(250.0),
         ..Default::default()
     };
@@ -269,7 +269,7 @@ fn the_prober_times_a_memcache_server_open_loop() {
     let cell = SignalCell::new();
     let stop = Arc::new(AtomicBool::new(false));
     let mut spec = headroom_agent::probe::ProbeSpec::new(
-        headroom_agent::config::ProbeProtocol::Memcache,
+        headroom_control::config::ProbeProtocol::Memcache,
         &addr.to_string(),
         100.0,
         99.0,

@@ -6,7 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use headroom_agent::config::{Config, LatencySource};
+use headroom_control::config::{Config, LatencySource};
 use headroom_bench::experiments::Experiment;
 use headroom_bench::record::{self, AgentRun, Options, LATENCY_BLIND_POLICIES};
 

@@ -240,7 +240,7 @@ fn colocation_agents_get_the_scaled_cooldown_and_the_agent_accepts_it() {
         })
         .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    let c = headroom_agent::config::Config::from_toml_str(&text)
+    let c = headroom_control::config::Config::from_toml_str(&text)
         .unwrap_or_else(|e| panic!("the agent refuses it: {e}\n{text}"));
     assert_eq!(c.safety.violation_cooldown_s, 10.0, "{text}");
 }

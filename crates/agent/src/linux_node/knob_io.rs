@@ -13,10 +13,10 @@ use super::{LinuxNode, RETRY_PAUSE};
 /// not frozen (and the plan writes FROZEN again, reported as drift): the freeze write returns
 /// as soon as BE is confined, FROZEN follows once every task is in the refrigerator.
 const FREEZE_VERIFY_GRACE: Duration = Duration::from_secs(1);
-use crate::actuation::knob::{CgroupKnob, Knob, KnobValue};
-use crate::actuation::target::BE_RESCTRL_GROUP;
-use crate::node::{Node, NodeError, NodeFacts};
-use crate::observation::Observation;
+use headroom_control::actuation::knob::{CgroupKnob, Knob, KnobValue};
+use headroom_control::actuation::target::BE_RESCTRL_GROUP;
+use headroom_control::node::{Node, NodeError, NodeFacts};
+use headroom_control::observation::Observation;
 
 /// The controller (v1 hierarchy) a cgroup knob lives in.
 fn controller_of(knob: CgroupKnob) -> Controller {

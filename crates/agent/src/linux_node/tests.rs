@@ -11,9 +11,9 @@ use headroom_host::tc::RecordingTc;
 use headroom_host::{GroupPath, KnobIo, LinuxHost, RealIo};
 
 use super::LinuxNode;
-use crate::actuation::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
-use crate::allocation::{Allocation, CpuSet, IoLimit};
-use crate::policy::Mechanism;
+use headroom_control::actuation::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
+use headroom_control::allocation::{Allocation, CpuSet, IoLimit};
+use headroom_control::policy::Mechanism;
 
 /// A temp-dir stand-in for the kernel's files: schemata and v1 throttle files keep one
 /// line per resource / device (as the kernel does), a resctrl `tasks` write adds a task,
@@ -413,7 +413,7 @@ fn a_disable_tick_freezes_be_before_any_resource_widens() {
     let phases: Vec<_> = r.writes.iter().map(|w| w.to.clone()).collect();
     assert_eq!(
         phases.first(),
-        Some(&crate::actuation::KnobValue::Frozen(true))
+        Some(&headroom_control::actuation::KnobValue::Frozen(true))
     );
 }
 
@@ -452,7 +452,7 @@ fn a_write_that_keeps_failing_keeps_be_confined_and_undoes_what_gave() {
     let ActuationError::Write(f) = err else {
         panic!("{err}")
     };
-    assert_eq!(f.attempts, crate::actuation::WRITE_ATTEMPTS);
+    assert_eq!(f.attempts, headroom_control::actuation::WRITE_ATTEMPTS);
     assert!(f.what.ends_with("scaling_max_freq"), "{}", f.what);
     // What takes from BE stays (its cpuset, its egress and disk caps); what gives waits (BE's
     // own resctrl group), and the LC's mask, narrowed only to make room for it, is put back.
@@ -531,16 +531,16 @@ fn originals_survive_a_restart() {
 /// Always the same allocation (the controller then writes only on a read-back).
 struct Fixed(Allocation);
 
-impl crate::policy::Policy for Fixed {
+impl headroom_control::policy::Policy for Fixed {
     fn name(&self) -> &'static str {
         "fixed"
     }
     fn decide(
         &mut self,
-        _obs: &crate::observation::Observation,
+        _obs: &headroom_control::observation::Observation,
         _now: std::time::Duration,
-    ) -> crate::decision::Decision {
-        crate::decision::Decision {
+    ) -> headroom_control::decision::Decision {
+        headroom_control::decision::Decision {
             binding_lc: None,
             allocation: self.0.clone(),
             reason: "fixed".into(),
@@ -550,7 +550,7 @@ impl crate::policy::Policy for Fixed {
     fn poll_interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(1)
     }
-    fn reconfigure(&mut self, _config: &crate::config::Config) {}
+    fn reconfigure(&mut self, _config: &headroom_control::config::Config) {}
 }
 
 /// Counts the knob reads (and samples) the controller makes through the node.
@@ -560,30 +560,30 @@ struct CountingNode {
     senses: usize,
 }
 
-impl crate::node::Node for CountingNode {
-    fn facts(&self) -> &crate::node::NodeFacts {
+impl headroom_control::node::Node for CountingNode {
+    fn facts(&self) -> &headroom_control::node::NodeFacts {
         self.inner.facts()
     }
-    fn sense(&mut self, t: std::time::Duration) -> &crate::observation::Observation {
+    fn sense(&mut self, t: std::time::Duration) -> &headroom_control::observation::Observation {
         self.senses += 1;
         self.inner.sense(t)
     }
-    fn observed(&mut self, t: std::time::Duration) -> &crate::observation::Observation {
+    fn observed(&mut self, t: std::time::Duration) -> &headroom_control::observation::Observation {
         self.inner.observed(t)
     }
     fn read(
         &mut self,
-        knob: &crate::actuation::knob::Knob,
-    ) -> Result<crate::actuation::knob::KnobValue, crate::node::NodeError> {
+        knob: &headroom_control::actuation::knob::Knob,
+    ) -> Result<headroom_control::actuation::knob::KnobValue, headroom_control::node::NodeError> {
         self.reads += 1;
         self.inner.read(knob)
     }
     fn write(
         &mut self,
-        knob: &crate::actuation::knob::Knob,
-        from: &crate::actuation::knob::KnobValue,
-        to: &crate::actuation::knob::KnobValue,
-    ) -> Result<(), crate::node::NodeError> {
+        knob: &headroom_control::actuation::knob::Knob,
+        from: &headroom_control::actuation::knob::KnobValue,
+        to: &headroom_control::actuation::knob::KnobValue,
+    ) -> Result<(), headroom_control::node::NodeError> {
         self.inner.write(knob, from, to)
     }
 }
@@ -593,7 +593,7 @@ impl crate::node::Node for CountingNode {
 /// when the event-driven agent ticked every 100 ms).
 #[test]
 fn read_backs_follow_the_period_in_tick_time_not_the_tick_count() {
-    use crate::controller::{Controller, Discard};
+    use headroom_control::controller::{Controller, Discard};
     use std::time::Duration;
     let m = Machine::new(false);
     let (node, act) = m.node();
@@ -637,7 +637,7 @@ fn read_backs_follow_the_period_in_tick_time_not_the_tick_count() {
 /// (a second sample cost as much as the first, every tick, and took the crossing's idle count).
 #[test]
 fn a_linux_tick_samples_once() {
-    use crate::controller::{Controller, Discard};
+    use headroom_control::controller::{Controller, Discard};
     use std::time::Duration;
     let m = Machine::new(false);
     let (node, act) = m.node();

@@ -16,8 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::allocation::Allocation;
-use crate::observation::Observation;
+use headroom_control::allocation::Allocation;
+use headroom_control::observation::Observation;
 use crate::sensors::lc_signal::StopFlag;
 
 type F64Gauge = Gauge<f64, AtomicU64>;

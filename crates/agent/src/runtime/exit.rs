@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::host_steps::{move_lc_back, remove_created_groups};
 use super::{Agent, AgentError, RunSummary};
-use crate::config::OnExit;
+use headroom_control::config::OnExit;
 use crate::state;
 
 impl Agent {

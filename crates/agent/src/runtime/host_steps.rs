@@ -8,9 +8,9 @@ use std::time::Duration;
 use headroom_host::{Cgroups, GroupPath};
 
 use super::AgentError;
-use crate::actuation::ManagedGroups;
-use crate::config::Config;
-use crate::controller::Controller;
+use headroom_control::actuation::ManagedGroups;
+use headroom_control::config::Config;
+use headroom_control::controller::Controller;
 use crate::linux_node::LinuxNode;
 use crate::state::{self};
 use crate::supervisor::Supervised;

@@ -1,7 +1,7 @@
 //! `[kubernetes] discover`: the LC sets the discovery publishes (headroom-kube, connected by
 //! the binary) taken in between ticks. Each discovered pod the agent accepts becomes a service:
 //! its sources started, its group sampled (never created, moved into or removed: it is
-//! kubelet's), its SLO given to the policy through [`crate::discovered::policy_config`] (the
+//! kubelet's), its SLO given to the policy through [`headroom_control::discovered::policy_config`] (the
 //! change logged for `--replay`). A pod that goes has its sources stopped; a group that
 //! vanished first only costs sensor errors until the set drops it.
 
@@ -14,9 +14,9 @@ use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
 
 use super::lc_sources::service_signals;
 use super::Agent;
-use crate::config::LcConfig;
-use crate::decision::CtlEvent;
-use crate::discovered::{accept, policy_config};
+use headroom_control::config::LcConfig;
+use headroom_control::decision::CtlEvent;
+use headroom_control::discovered::{accept, policy_config};
 use crate::sensors::lc_services::LcServiceSensor;
 use crate::sensors::lc_signal::StopFlag;
 
@@ -179,7 +179,7 @@ impl Agent {
         set.unmeasured.retain(|u| {
             accepted
                 .iter()
-                .any(|c: &crate::config::LcConfig| c.name == u.pod)
+                .any(|c: &headroom_control::config::LcConfig| c.name == u.pod)
         });
         // Services that go, or whose sources must restart (another port or percentile);
         // the others keep their sources and take the new SLO and priority in place.

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::AgentError;
-use crate::config::{Config, LatencySource, LcConfig, LoadSource};
+use headroom_control::config::{Config, LatencySource, LcConfig, LoadSource};
 use crate::sensors::lc_signal::{SignalCell, StopFlag};
 use crate::sensors::scrape::PullKind;
 use crate::sensors::LcSignals;

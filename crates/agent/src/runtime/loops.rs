@@ -327,7 +327,7 @@ impl Agent {
                     .lc()
                     .latency
                     .as_ref()
-                    .is_some_and(|l| l.source == crate::config::LatencySource::Probe),
+                    .is_some_and(|l| l.source == headroom_control::config::LatencySource::Probe),
             };
             held_off::held_off(be_enabled, fresh, unseen_for, &says)
         });
@@ -349,11 +349,11 @@ impl Agent {
 /// The thread treatment a service's own `[lc.threads]` asks for (as the safety rules give the
 /// first service's: pinned onto its `cpus`, every CPU where it names none).
 pub(super) fn service_treatment(
-    lc: &crate::config::LcConfig,
+    lc: &headroom_control::config::LcConfig,
     machine_cpus: &[u32],
-) -> crate::allocation::LcTreatment {
+) -> headroom_control::allocation::LcTreatment {
     let t = &lc.threads;
-    crate::allocation::LcTreatment {
+    headroom_control::allocation::LcTreatment {
         pin_cpus: t.pin.then(|| {
             if t.cpus.is_empty() {
                 headroom_host::CpuSet::from(machine_cpus)

@@ -26,14 +26,14 @@ use headroom_types::control::{
     ActuatorsStatus, AgentStatus, BeCommandStatus, DisabledActuator, LcStatus, ReasonAt,
 };
 
-use crate::actuation::{ActuationError, ManagedGroups};
-use crate::config::IdleSensing;
-use crate::config::{Config, ConfigError};
-use crate::controller::Controller;
-use crate::decision::{tick_time, CtlEvent};
+use headroom_control::actuation::{ActuationError, ManagedGroups};
+use headroom_control::config::IdleSensing;
+use headroom_control::config::{Config, ConfigError};
+use headroom_control::controller::Controller;
+use headroom_control::decision::{tick_time, CtlEvent};
 use crate::linux_node::LinuxNode;
-use crate::node::NodeError;
-use crate::policy::{MachineInfo, Mechanism};
+use headroom_control::node::NodeError;
+use headroom_control::policy::{MachineInfo, Mechanism};
 use crate::publish::control::{ControlError, Request, Requests, Response};
 use crate::publish::reaction_log::ReactionLog;
 use crate::sensors::idle_wake::{self, Cause, EventSchedule, IdleEventSource, Woken};

@@ -7,10 +7,10 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::allocation::Allocation;
-use crate::controller::{TickOutcome, TickSink};
-use crate::decision::{CtlEvent, Decision, DecisionRecord};
-use crate::observation::Observation;
+use headroom_control::allocation::Allocation;
+use headroom_control::controller::{TickOutcome, TickSink};
+use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
+use headroom_control::observation::Observation;
 use crate::publish::metrics::{Metrics, ServiceSlo};
 use headroom_types::decision::Repeat;
 
@@ -324,7 +324,7 @@ mod tests {
     #[test]
     fn a_new_latency_window_is_told_from_the_same_one_aging() {
         use super::new_latency_window;
-        use crate::observation::Observation;
+        use headroom_control::observation::Observation;
         use headroom_types::observation::LcGroupObservation;
         use std::time::Duration;
         let obs = |age: Option<u64>, group_age: Option<u64>| Observation {
@@ -400,11 +400,11 @@ mod tests {
     /// thresholds are disarmed, and `--replay` reproduces every decision.
     #[test]
     fn identical_holds_are_one_line_and_replay() {
-        use crate::config::Config;
-        use crate::controller::TickSink;
-        use crate::decision::{replay_log, LogLine};
-        use crate::observation::Observation;
-        use crate::policy::{self, MachineInfo};
+        use headroom_control::config::Config;
+        use headroom_control::controller::TickSink;
+        use headroom_control::decision::{replay_log, LogLine};
+        use headroom_control::observation::Observation;
+        use headroom_control::policy::{self, MachineInfo};
         use std::time::Duration;
         let toml = r#"
 [lc]
@@ -457,7 +457,7 @@ kind = "hybrid"
                 ..Observation::default()
             };
             let t = Duration::from_micros(125 * i);
-            let t = crate::decision::tick_time(t);
+            let t = headroom_control::decision::tick_time(t);
             let d = policy.decide(&obs, t);
             assert!(!d.allocation.be_enabled, "{}", d.reason);
             disarmed += usize::from(!policy.idle_crossings_matter());
@@ -495,9 +495,9 @@ kind = "hybrid"
     /// run of the identical ones before it, and each line carries its binding service.
     #[test]
     fn a_different_binding_lc_is_a_different_decision() {
-        use crate::controller::TickSink;
-        use crate::decision::{Decision, LogLine};
-        use crate::observation::Observation;
+        use headroom_control::controller::TickSink;
+        use headroom_control::decision::{Decision, LogLine};
+        use headroom_control::observation::Observation;
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("decisions.jsonl");
@@ -521,7 +521,7 @@ kind = "hybrid"
             last_binding_lc: None,
         };
         let decision = |binding: &str| Decision {
-            allocation: crate::allocation::Allocation::default(),
+            allocation: headroom_control::allocation::Allocation::default(),
             reason: "multi:hold".into(),
             state: serde_json::Value::Null,
             binding_lc: Some(binding.into()),

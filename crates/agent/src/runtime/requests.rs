@@ -103,8 +103,8 @@ impl Agent {
     fn lc_status(
         &self,
         i: usize,
-        lc: &crate::config::LcConfig,
-        obs: &crate::observation::Observation,
+        lc: &headroom_control::config::LcConfig,
+        obs: &headroom_control::observation::Observation,
     ) -> LcStatus {
         let slo = &lc.slo;
         let mut s = LcStatus {
@@ -156,7 +156,7 @@ impl Agent {
     }
 
     fn status(&self) -> AgentStatus {
-        let blank = crate::observation::Observation::default();
+        let blank = headroom_control::observation::Observation::default();
         let obs = self.node.sensors().map_or(&blank, |s| s.last());
         let p = &self.publisher;
         AgentStatus {
@@ -231,9 +231,9 @@ impl Agent {
                     .map(|a| {
                         a.current()
                             .iter()
-                            .filter(|(k, _)| !matches!(k, crate::actuation::Knob::Cgroup { .. }))
+                            .filter(|(k, _)| !matches!(k, headroom_control::actuation::Knob::Cgroup { .. }))
                             .map(|(k, v)| {
-                                (crate::node::Node::describe(&self.node, k), v.to_string())
+                                (headroom_control::node::Node::describe(&self.node, k), v.to_string())
                             })
                             .collect()
                     })
@@ -245,11 +245,11 @@ impl Agent {
                         a.current()
                             .iter()
                             .filter(|(k, _)| {
-                                matches!(k, crate::actuation::Knob::Cgroup { group, .. }
+                                matches!(k, headroom_control::actuation::Knob::Cgroup { group, .. }
                                     if self.groups.be.contains(group))
                             })
                             .map(|(k, v)| {
-                                (crate::node::Node::describe(&self.node, k), v.to_string())
+                                (headroom_control::node::Node::describe(&self.node, k), v.to_string())
                             })
                             .collect()
                     })

@@ -17,12 +17,12 @@ use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSte
 use super::lc_sources::{has_realtime_thread, lc_signals};
 use super::publish::{DecisionLog, Publisher};
 use super::{machine_info, machine_sidecar, unix_ms, Agent, AgentError, AgentOptions, Signals};
-use crate::actuation::{Actuation, ManagedGroups};
-use crate::allocation::Allocation;
-use crate::config::{Config, ConfigError};
-use crate::controller::Controller;
+use headroom_control::actuation::{Actuation, ManagedGroups};
+use headroom_control::allocation::Allocation;
+use headroom_control::config::{Config, ConfigError};
+use headroom_control::controller::Controller;
 use crate::linux_node::LinuxNode;
-use crate::policy;
+use headroom_control::policy;
 use crate::publish::metrics::Metrics;
 use crate::sensors::lc_services::LcServiceSensor;
 use crate::sensors::lc_signal::StopFlag;
@@ -150,7 +150,7 @@ impl Agent {
 
         // With discovery the policy starts with the holder service (BE held until the first
         // pod list); the runtime's config stays the static one.
-        let policy = policy::build(&crate::discovered::initial_policy_config(&config), &machine);
+        let policy = policy::build(&headroom_control::discovered::initial_policy_config(&config), &machine);
         let mut node = node;
         let mut lc_threads = crate::sensors::lc_threads::LcThreads::from_state(
             previous
@@ -411,7 +411,7 @@ fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
 fn open_log(
     options: &AgentOptions,
     config: &Config,
-    machine: &crate::policy::MachineInfo,
+    machine: &headroom_control::policy::MachineInfo,
 ) -> Result<Option<DecisionLog>, AgentError> {
     let path = options
         .decision_log

@@ -112,7 +112,7 @@ impl DramSensor {
         }
         Some(DramSensor {
             resctrl,
-            be: headroom_host::resctrl::ResctrlGroup::new(crate::actuation::BE_RESCTRL_GROUP)
+            be: headroom_host::resctrl::ResctrlGroup::new(headroom_control::actuation::BE_RESCTRL_GROUP)
                 .ok()?,
             last: None,
         })

@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, PolicyKind};
-use crate::policy::IdleCrossings;
+use headroom_control::config::{Config, PolicyKind};
+use headroom_control::policy::IdleCrossings;
 
 /// The shortest periodic duty while sensing by events: a steady host costs one wake-up per
 /// this (the slow sensors' period).
@@ -153,7 +153,7 @@ impl EventSchedule {
 ///
 /// `high` is at least `low + 1` (see the body: the agent's own wake-up moves the count by one).
 ///
-/// `buffer` is the B the policy keeps now ([`crate::policy::Policy::idle_buffer`]: hybrid's
+/// `buffer` is the B the policy keeps now ([`headroom_control::policy::Policy::idle_buffer`]: hybrid's
 /// outer loop moves it); `None` falls back to the configured `policy.blind.buffer_cores`.
 pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
     if !matches!(
@@ -186,7 +186,7 @@ pub fn thresholds(config: &Config, buffer: Option<f64>) -> Option<(i64, i64)> {
 pub const DISARMED: (i64, i64) = (i64::MIN, i64::MAX);
 
 /// [`thresholds`] with each side disarmed where its crossing cannot change the policy's
-/// decision ([`crate::policy::Policy::idle_crossings`]): [`DISARMED`] when neither can.
+/// decision ([`headroom_control::policy::Policy::idle_crossings`]): [`DISARMED`] when neither can.
 pub fn armed_thresholds(
     config: &Config,
     buffer: Option<f64>,
@@ -405,14 +405,14 @@ mod tests {
     /// until it lifts on the periodic tick.
     #[test]
     fn nothing_is_armed_while_a_safety_rule_holds_be_off() {
-        use crate::policy::{self, MachineInfo};
-        let c = crate::config::Config::from_toml_str(
+        use headroom_control::policy::{self, MachineInfo};
+        let c = headroom_control::config::Config::from_toml_str(
             "[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[lc.latency]\nsource = \"feed\"\n\
              [policy]\nkind = \"blind\"\n",
         )
         .unwrap();
         let mut p = policy::build(&c, &MachineInfo::with_cpus(8));
-        let obs = |latency: Option<f64>| crate::observation::Observation {
+        let obs = |latency: Option<f64>| headroom_control::observation::Observation {
             lc_latency_us: latency,
             lc_latency_age_ms: latency.map(|_| 0),
             idle_cpus: Some(4.0),
@@ -431,8 +431,8 @@ mod tests {
     /// come from the policy's buffer of the moment, not from the config.
     #[test]
     fn thresholds_follow_the_buffer_the_policy_keeps_now() {
-        use crate::policy::{self, MachineInfo};
-        let c = crate::config::Config::from_toml_str(
+        use headroom_control::policy::{self, MachineInfo};
+        let c = headroom_control::config::Config::from_toml_str(
             "[lc]\nname = \"lc\"\ncgroup = \"lc\"\n[lc.latency]\nsource = \"feed\"\n\
              [lc.load]\nsource = \"feed\"\npeak_qps = 1000.0\n[policy]\nkind = \"hybrid\"\n",
         )
@@ -441,7 +441,7 @@ mod tests {
         let b0 = p.idle_buffer().expect("hybrid keeps a buffer");
         assert_eq!(thresholds(&c, Some(b0)), thresholds(&c, None));
         // an SLO violation: the outer loop disables BE and widens B by one step
-        let bad = crate::observation::Observation {
+        let bad = headroom_control::observation::Observation {
             lc_latency_us: Some(10_000.0),
             lc_latency_age_ms: Some(0),
             lc_load: Some(0.3),

@@ -14,10 +14,10 @@ use headroom_host::idle_bpf::BpfIdleSampler;
 use headroom_host::{Cgroups, CpuIdleSampler, GroupPath, LinuxHost, PsiResource};
 
 use self::idle_wake::{Drained, Fall, IdleEventSource, Woken};
-use crate::config::IdleSensor;
+use headroom_control::config::IdleSensor;
 
 use self::lc_signal::SignalCell;
-use crate::observation::Observation;
+use headroom_control::observation::Observation;
 
 pub mod feed;
 mod hardware;

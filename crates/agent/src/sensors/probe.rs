@@ -31,7 +31,7 @@ use headroom_load::protocol::{Op, Protocol};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::ProbeProtocol;
+use headroom_control::config::ProbeProtocol;
 use crate::sensors::lc_signal::{LatencyWindow, Refusal, SignalCell, StopFlag};
 
 mod http;

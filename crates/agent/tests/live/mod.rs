@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use headroom_agent::config::Config;
+use headroom_control::config::Config;
 use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
 
 /// Processes standing in for services: killed and reaped at the end, whatever happens.

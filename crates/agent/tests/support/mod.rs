@@ -181,30 +181,30 @@ impl Fake {
 #[allow(dead_code)]
 pub struct Plan {
     pub node: headroom_agent::linux_node::LinuxNode,
-    pub act: headroom_agent::actuation::Actuation,
+    pub act: headroom_control::actuation::Actuation,
 }
 
 #[allow(dead_code)]
 impl Plan {
-    pub fn attach(host: &LinuxHost, groups: headroom_agent::actuation::ManagedGroups) -> Plan {
+    pub fn attach(host: &LinuxHost, groups: headroom_control::actuation::ManagedGroups) -> Plan {
         let cgroups = host.cgroups().unwrap();
         let mut node = headroom_agent::linux_node::LinuxNode::probe(host, cgroups, &[]);
-        let act = headroom_agent::actuation::Actuation::attach(&mut node, groups).unwrap();
+        let act = headroom_control::actuation::Actuation::attach(&mut node, groups).unwrap();
         Plan { node, act }
     }
 
     pub fn apply(
         &mut self,
-        a: &headroom_agent::allocation::Allocation,
+        a: &headroom_control::allocation::Allocation,
         verify: bool,
-    ) -> Result<headroom_agent::actuation::ApplyReport, headroom_agent::actuation::ActuationError>
+    ) -> Result<headroom_control::actuation::ApplyReport, headroom_control::actuation::ActuationError>
     {
         self.act.apply(&mut self.node, a, &[], verify)
     }
 
     pub fn restore_original(
         &mut self,
-    ) -> Result<headroom_agent::actuation::ApplyReport, headroom_agent::actuation::ActuationError>
+    ) -> Result<headroom_control::actuation::ApplyReport, headroom_control::actuation::ActuationError>
     {
         self.act.restore_original(&mut self.node)
     }

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use headroom_agent::config::Config;
-use headroom_agent::decision::{replay_log, LogLine};
-use headroom_agent::policy::MachineInfo;
+use headroom_control::config::Config;
+use headroom_control::decision::{replay_log, LogLine};
+use headroom_control::policy::MachineInfo;
 use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 
 /// Flags of `headroom agent`.
@@ -72,7 +72,7 @@ fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<headroom
         return Ok(None);
     }
     let node = k
-        .node(std::env::var(headroom_agent::config::NODE_NAME_ENV).ok())
+        .node(std::env::var(headroom_control::config::NODE_NAME_ENV).ok())
         .map_err(|e| super::usage(e.to_string()))?;
     let mut opts = headroom_kube::DiscoveryOptions::new(&node);
     opts.kubeconfig = k.kubeconfig.as_ref().map(PathBuf::from);

@@ -165,7 +165,7 @@ mod tests {
         for latency in [Latency::Feed, Latency::Probe, Latency::Kernel] {
             for (policy, n) in [("hybrid", 1), ("multi", 2)] {
                 let text = agent_toml(&spec(policy, n, latency));
-                let c = headroom_agent::config::Config::from_toml_str(&text)
+                let c = headroom_control::config::Config::from_toml_str(&text)
                     .unwrap_or_else(|e| panic!("{policy} {latency:?}: {e}\n{text}"));
                 assert_eq!(c.lcs.len(), n, "{text}");
                 assert_eq!(c.lcs[0].name, "a");

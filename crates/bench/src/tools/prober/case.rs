@@ -556,7 +556,7 @@ mod tests {
         let f = flags(&["--window-s", "5"]);
         for source in [Source::Probe, Source::Kernel] {
             let text = agent_config(Path::new("/d"), "x", 1, addr, source, &f, 9);
-            headroom_agent::config::Config::from_toml_str(&text)
+            headroom_control::config::Config::from_toml_str(&text)
                 .unwrap_or_else(|e| panic!("the agent refuses the config: {e}\n{text}"));
             let v: toml::Value = toml::from_str(&text).expect("the config parses");
             let lat = &v["lc"]["latency"];
