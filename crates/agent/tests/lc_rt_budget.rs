@@ -5,8 +5,8 @@
 
 mod support;
 
-use headroom_control::allocation::LcTreatment;
 use headroom_agent::lc_threads::{LcThreads, LcThreadsState};
+use headroom_control::allocation::LcTreatment;
 use headroom_host::GroupPath;
 use support::Fake;
 

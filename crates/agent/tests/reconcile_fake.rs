@@ -4,7 +4,9 @@
 
 mod support;
 
-use headroom_control::actuation::{ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome};
+use headroom_control::actuation::{
+    ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome,
+};
 use headroom_control::allocation::CpuSet;
 use headroom_control::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_host::GroupPath;

@@ -8,13 +8,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
-use headroom_control::allocation::Allocation;
-use headroom_control::config::Config;
 use headroom_agent::control::{self, Request, Response};
 use headroom_agent::lc_signal::SignalCell;
 use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};
+use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
+use headroom_control::allocation::Allocation;
+use headroom_control::config::Config;
 
 fn repo_file(rel: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

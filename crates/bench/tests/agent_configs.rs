@@ -6,9 +6,9 @@ mod common;
 
 use std::net::SocketAddr;
 
-use headroom_control::config::{Config, LatencySource};
 use headroom_bench::experiments::Experiment;
 use headroom_bench::record::{self, AgentRun, Options, LATENCY_BLIND_POLICIES};
+use headroom_control::config::{Config, LatencySource};
 
 fn configs_for(percentile: f64, feed: Option<&str>) -> Vec<(String, Config)> {
     let tmp = tempfile::tempdir().unwrap();

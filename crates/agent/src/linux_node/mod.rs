@@ -18,12 +18,12 @@ use headroom_host::resctrl::Resctrl;
 use headroom_host::tc::{Egress, HtbConfig, SystemTc, TcRunner};
 use headroom_host::{Cgroups, Controller, HostError, LinuxHost};
 
+use crate::sensors::Sensors;
 use headroom_control::actuation::target::BE_RESCTRL_GROUP;
 use headroom_control::config::Config;
 use headroom_control::node::{NodeError, NodeFacts};
 use headroom_control::observation::Observation;
 use headroom_control::policy::{Mechanism, Mechanisms};
-use crate::sensors::Sensors;
 
 mod knob_io;
 #[cfg(test)]

@@ -574,7 +574,8 @@ impl headroom_control::node::Node for CountingNode {
     fn read(
         &mut self,
         knob: &headroom_control::actuation::knob::Knob,
-    ) -> Result<headroom_control::actuation::knob::KnobValue, headroom_control::node::NodeError> {
+    ) -> Result<headroom_control::actuation::knob::KnobValue, headroom_control::node::NodeError>
+    {
         self.reads += 1;
         self.inner.read(knob)
     }

@@ -16,9 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::sensors::lc_signal::StopFlag;
 use headroom_control::allocation::Allocation;
 use headroom_control::observation::Observation;
-use crate::sensors::lc_signal::StopFlag;
 
 type F64Gauge = Gauge<f64, AtomicU64>;
 type Labels = Vec<(String, String)>;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use super::host_steps::{move_lc_back, remove_created_groups};
 use super::{Agent, AgentError, RunSummary};
-use headroom_control::config::OnExit;
 use crate::state;
+use headroom_control::config::OnExit;
 
 impl Agent {
     pub(super) fn shutdown(mut self) -> Result<RunSummary, AgentError> {

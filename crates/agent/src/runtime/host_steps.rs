@@ -8,12 +8,12 @@ use std::time::Duration;
 use headroom_host::{Cgroups, GroupPath};
 
 use super::AgentError;
-use headroom_control::actuation::ManagedGroups;
-use headroom_control::config::Config;
-use headroom_control::controller::Controller;
 use crate::linux_node::LinuxNode;
 use crate::state::{self};
 use crate::supervisor::Supervised;
+use headroom_control::actuation::ManagedGroups;
+use headroom_control::config::Config;
+use headroom_control::controller::Controller;
 
 /// What a start did to the host so far (undone, newest first, if a later step fails).
 #[derive(Default)]

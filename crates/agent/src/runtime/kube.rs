@@ -14,11 +14,11 @@ use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
 
 use super::lc_sources::service_signals;
 use super::Agent;
+use crate::sensors::lc_services::LcServiceSensor;
+use crate::sensors::lc_signal::StopFlag;
 use headroom_control::config::LcConfig;
 use headroom_control::decision::CtlEvent;
 use headroom_control::discovered::{accept, policy_config};
-use crate::sensors::lc_services::LcServiceSensor;
-use crate::sensors::lc_signal::StopFlag;
 
 /// The receiving end of the discovery's events (shared so [`super::AgentOptions`] stays
 /// `Clone`; only the running agent reads it).

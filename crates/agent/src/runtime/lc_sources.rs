@@ -8,10 +8,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::AgentError;
-use headroom_control::config::{Config, LatencySource, LcConfig, LoadSource};
 use crate::sensors::lc_signal::{SignalCell, StopFlag};
 use crate::sensors::scrape::PullKind;
 use crate::sensors::LcSignals;
+use headroom_control::config::{Config, LatencySource, LcConfig, LoadSource};
 
 pub(super) type Cells = Vec<(String, Arc<SignalCell>)>;
 

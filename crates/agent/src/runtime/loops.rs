@@ -318,17 +318,15 @@ impl Agent {
             let unseen_for = cell
                 .latest()
                 .map_or_else(|| self.started.elapsed(), |r| r.at.elapsed());
-            let says = held_off::SourceSays {
-                refusal: cell.refusal(),
-                last_error: cell.last_error(),
-                send_lag_us: cell.send_lag_us(),
-                is_probe: self
-                    .config
-                    .lc()
-                    .latency
-                    .as_ref()
-                    .is_some_and(|l| l.source == headroom_control::config::LatencySource::Probe),
-            };
+            let says =
+                held_off::SourceSays {
+                    refusal: cell.refusal(),
+                    last_error: cell.last_error(),
+                    send_lag_us: cell.send_lag_us(),
+                    is_probe: self.config.lc().latency.as_ref().is_some_and(|l| {
+                        l.source == headroom_control::config::LatencySource::Probe
+                    }),
+                };
             held_off::held_off(be_enabled, fresh, unseen_for, &says)
         });
         // Discovery holds BE before the first pod list and while no pod is an LC: that is the

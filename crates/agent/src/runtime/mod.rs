@@ -26,14 +26,7 @@ use headroom_types::control::{
     ActuatorsStatus, AgentStatus, BeCommandStatus, DisabledActuator, LcStatus, ReasonAt,
 };
 
-use headroom_control::actuation::{ActuationError, ManagedGroups};
-use headroom_control::config::IdleSensing;
-use headroom_control::config::{Config, ConfigError};
-use headroom_control::controller::Controller;
-use headroom_control::decision::{tick_time, CtlEvent};
 use crate::linux_node::LinuxNode;
-use headroom_control::node::NodeError;
-use headroom_control::policy::{MachineInfo, Mechanism};
 use crate::publish::control::{ControlError, Request, Requests, Response};
 use crate::publish::reaction_log::ReactionLog;
 use crate::sensors::idle_wake::{self, Cause, EventSchedule, IdleEventSource, Woken};
@@ -41,6 +34,13 @@ use crate::sensors::lc_signal::{SignalCell, StopFlag};
 use crate::sensors::SLOW_PERIOD;
 use crate::state::{self, AgentState, OriginalValue, StateError, StateLock, STATE_VERSION};
 use crate::supervisor::{LaunchError, Supervised};
+use headroom_control::actuation::{ActuationError, ManagedGroups};
+use headroom_control::config::IdleSensing;
+use headroom_control::config::{Config, ConfigError};
+use headroom_control::controller::Controller;
+use headroom_control::decision::{tick_time, CtlEvent};
+use headroom_control::node::NodeError;
+use headroom_control::policy::{MachineInfo, Mechanism};
 use headroom_host::idle_bpf::monotonic_ns;
 
 pub use kube::LcEvents;

@@ -7,11 +7,11 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::publish::metrics::{Metrics, ServiceSlo};
 use headroom_control::allocation::Allocation;
 use headroom_control::controller::{TickOutcome, TickSink};
 use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
 use headroom_control::observation::Observation;
-use crate::publish::metrics::{Metrics, ServiceSlo};
 use headroom_types::decision::Repeat;
 
 use super::RunSummary;

@@ -231,9 +231,14 @@ impl Agent {
                     .map(|a| {
                         a.current()
                             .iter()
-                            .filter(|(k, _)| !matches!(k, headroom_control::actuation::Knob::Cgroup { .. }))
+                            .filter(|(k, _)| {
+                                !matches!(k, headroom_control::actuation::Knob::Cgroup { .. })
+                            })
                             .map(|(k, v)| {
-                                (headroom_control::node::Node::describe(&self.node, k), v.to_string())
+                                (
+                                    headroom_control::node::Node::describe(&self.node, k),
+                                    v.to_string(),
+                                )
                             })
                             .collect()
                     })
@@ -249,7 +254,10 @@ impl Agent {
                                     if self.groups.be.contains(group))
                             })
                             .map(|(k, v)| {
-                                (headroom_control::node::Node::describe(&self.node, k), v.to_string())
+                                (
+                                    headroom_control::node::Node::describe(&self.node, k),
+                                    v.to_string(),
+                                )
                             })
                             .collect()
                     })

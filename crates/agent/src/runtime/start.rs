@@ -17,18 +17,18 @@ use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSte
 use super::lc_sources::{has_realtime_thread, lc_signals};
 use super::publish::{DecisionLog, Publisher};
 use super::{machine_info, machine_sidecar, unix_ms, Agent, AgentError, AgentOptions, Signals};
-use headroom_control::actuation::{Actuation, ManagedGroups};
-use headroom_control::allocation::Allocation;
-use headroom_control::config::{Config, ConfigError};
-use headroom_control::controller::Controller;
 use crate::linux_node::LinuxNode;
-use headroom_control::policy;
 use crate::publish::metrics::Metrics;
 use crate::sensors::lc_services::LcServiceSensor;
 use crate::sensors::lc_signal::StopFlag;
 use crate::sensors::Sensors;
 use crate::state::{self, AgentState, StateLock};
 use crate::supervisor::Supervised;
+use headroom_control::actuation::{Actuation, ManagedGroups};
+use headroom_control::allocation::Allocation;
+use headroom_control::config::{Config, ConfigError};
+use headroom_control::controller::Controller;
+use headroom_control::policy;
 
 impl Agent {
     /// Validates, takes the state lock, binds the sockets and opens the log, then creates the
@@ -150,7 +150,10 @@ impl Agent {
 
         // With discovery the policy starts with the holder service (BE held until the first
         // pod list); the runtime's config stays the static one.
-        let policy = policy::build(&headroom_control::discovered::initial_policy_config(&config), &machine);
+        let policy = policy::build(
+            &headroom_control::discovered::initial_policy_config(&config),
+            &machine,
+        );
         let mut node = node;
         let mut lc_threads = crate::sensors::lc_threads::LcThreads::from_state(
             previous

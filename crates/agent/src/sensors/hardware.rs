@@ -112,8 +112,10 @@ impl DramSensor {
         }
         Some(DramSensor {
             resctrl,
-            be: headroom_host::resctrl::ResctrlGroup::new(headroom_control::actuation::BE_RESCTRL_GROUP)
-                .ok()?,
+            be: headroom_host::resctrl::ResctrlGroup::new(
+                headroom_control::actuation::BE_RESCTRL_GROUP,
+            )
+            .ok()?,
             last: None,
         })
     }

@@ -31,8 +31,8 @@ use headroom_load::protocol::{Op, Protocol};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use headroom_control::config::ProbeProtocol;
 use crate::sensors::lc_signal::{LatencyWindow, Refusal, SignalCell, StopFlag};
+use headroom_control::config::ProbeProtocol;
 
 mod http;
 mod stamps;

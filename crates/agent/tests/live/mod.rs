@@ -5,8 +5,8 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use headroom_control::config::Config;
 use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
+use headroom_control::config::Config;
 
 /// Processes standing in for services: killed and reaped at the end, whatever happens.
 pub struct Children(pub Vec<std::process::Child>);

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 use headroom_control::config::Config;
 use headroom_control::decision::{replay_log, LogLine};
 use headroom_control::policy::MachineInfo;
-use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 
 /// Flags of `headroom agent`.
 #[derive(clap::Args, Debug)]
