@@ -16,9 +16,9 @@ use std::process::Command;
 use headroom_types::doctor::{Availability, Doctor, Mechanisms, Sensors, TopologyInfo};
 
 use crate::cgroup::{Backend, Cgroups, Controller};
-use crate::group_path::GroupPath;
 use crate::host::LinuxHost;
 use crate::sensors::PsiResource;
+use headroom_types::values::GroupPath;
 
 pub use kernel_config::{KernelConfig, NoKernelConfig, Setting};
 
@@ -332,21 +332,37 @@ fn probe_schedstat(host: &LinuxHost, config: &platform::Config) -> Availability 
     Availability::yes("/proc/<pid>/task/<tid>/schedstat")
 }
 
-/// Runs a command, returning stderr on failure.
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
+/// A probing command that did not succeed: what ran and its first line of stderr (a tool that
+/// lacks a subcommand prints its whole usage after it).
+#[derive(Debug, thiserror::Error)]
+enum ProbeCommandError {
+    #[error("`{command}` failed: {stderr}")]
+    Failed { command: String, stderr: String },
+    #[error("cannot run {program}: {source}")]
+    NotRun {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs a probing command.
+fn run(program: &str, args: &[&str]) -> Result<(), ProbeCommandError> {
     match Command::new(program).args(args).output() {
         Ok(o) if o.status.success() => Ok(()),
-        // The first line: a tool that lacks a subcommand prints its whole usage after it.
-        Ok(o) => Err(format!(
-            "`{program} {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr)
+        Ok(o) => Err(ProbeCommandError::Failed {
+            command: format!("{program} {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&o.stderr)
                 .lines()
                 .next()
                 .unwrap_or("")
                 .trim()
-        )),
-        Err(e) => Err(format!("cannot run {program}: {e}")),
+                .to_string(),
+        }),
+        Err(source) => Err(ProbeCommandError::NotRun {
+            program: program.to_string(),
+            source,
+        }),
     }
 }
 

@@ -44,10 +44,8 @@
 pub mod bpf;
 pub mod bpf_asm;
 pub mod cgroup;
-pub mod cpuset;
 pub mod doctor;
 pub mod error;
-pub mod group_path;
 pub mod host;
 pub mod idle_bpf;
 pub mod knob_io;
@@ -63,9 +61,8 @@ pub use cgroup::{
     Backend, CgroupLayout, CgroupMode, Cgroups, Controller, CpuQuota, CpuThrottling, DeviceId,
     FreezeState, IoLimits, MemoryEvents,
 };
-pub use cpuset::CpuSet;
 pub use error::{HostError, IoOp};
-pub use group_path::GroupPath;
+pub use headroom_types::values::{CpuSet, GroupPath};
 pub use host::LinuxHost;
 pub use knob_io::{CachedIo, KnobIo, RealIo};
 pub use sched::{SchedAttr, SchedPolicy};

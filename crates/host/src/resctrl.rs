@@ -4,9 +4,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::cpuset::CpuSet;
 use crate::error::{HostError, Result};
 use crate::knob_io::Knobs;
+use headroom_types::values::CpuSet;
 
 pub use headroom_types::resources::{top_ways_mask, L3Info, MbInfo, Schemata};
 

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use nix::unistd::Pid;
 
-use crate::cpuset::CpuSet;
 use crate::error::{HostError, IoOp, Result};
+use headroom_types::values::CpuSet;
 
 /// The kernel's `struct sched_attr` (SCHED_ATTR_SIZE_VER1: 56 bytes, with the utilization clamps).
 #[repr(C)]

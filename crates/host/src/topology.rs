@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use crate::cpuset::CpuSet;
 use crate::error::{HostError, IoOp, Result};
+use headroom_types::values::CpuSet;
 
 /// What the machine's CPUs look like.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,7 +1,7 @@
 //! The cpu (and cpuacct) controller: weights, `cpu.idle`, CFS bandwidth, usage, real-time budget.
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
+use headroom_types::values::GroupPath;
 
 use super::{stat_field, Backend, Cgroups, Controller, KnobFile};
 

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use crate::cpuset::CpuSet;
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
+use headroom_types::values::CpuSet;
+use headroom_types::values::GroupPath;
 
 use super::{Cgroups, Controller, KnobFile};
 

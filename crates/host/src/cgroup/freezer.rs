@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
+use headroom_types::values::GroupPath;
 
 use super::{
     stat_field, walk_dirs, Cgroups, Controller, KnobFile, EVENTS, KILL, KILL_SETTLE, PROCS,

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
 pub use headroom_types::values::DeviceId;
+use headroom_types::values::GroupPath;
 
 use super::{Backend, Cgroups, Controller, KnobFile};
 

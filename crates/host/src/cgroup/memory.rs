@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
+use headroom_types::values::GroupPath;
 
 use super::{stat_field, Cgroups, Controller, KnobFile};
 

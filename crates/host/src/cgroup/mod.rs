@@ -12,8 +12,8 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
 use crate::knob_io::Knobs;
+use headroom_types::values::GroupPath;
 
 mod cpu;
 mod cpuset;

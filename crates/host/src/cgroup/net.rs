@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
+use headroom_types::values::GroupPath;
 
 use super::{Cgroups, Controller, KnobFile};
 

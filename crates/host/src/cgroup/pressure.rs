@@ -1,8 +1,8 @@
 //! Pressure stall information (PSI) of a group.
 
 use crate::error::{HostError, Result};
-use crate::group_path::GroupPath;
 use crate::sensors::{parse_psi, Psi, PsiResource};
+use headroom_types::values::GroupPath;
 
 use super::Cgroups;
 

@@ -223,7 +223,7 @@ fn the_callers_own_cpu_counts_as_idle_when_the_side_is_set() {
         return;
     };
     let original = crate::sched::affinity(0).expect("this thread's affinity");
-    let cpu0: crate::cpuset::CpuSet = [0u32].into_iter().collect();
+    let cpu0: headroom_types::values::CpuSet = [0u32].into_iter().collect();
     if crate::sched::set_affinity(0, &cpu0).is_err() || crate::sched::current_cpu() != Some(0) {
         eprintln!("SKIP {TEST}: cannot pin the test thread to CPU 0");
         return;

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::bpf::bpf;
-use crate::cpuset::CpuSet;
 use crate::error::{HostError, IoOp, Result};
+use headroom_types::values::CpuSet;
 
 use super::loaded::IdleProgram;
 use super::monotonic_ns;
