@@ -13,7 +13,7 @@ use headroom_bench::model::{LcBaseline, LoadMetrics};
 use headroom_bench::record::{scaled_cooldown_s, AgentRun, Options};
 use headroom_bench::validity::{
     judge, measure_valid, server_limited, Connections, LoadShape, RateVerdict, MAX_ATTEMPTS,
-    MAX_PROBE_S,
+    MAX_RERUN_S,
 };
 use serde_json::json;
 
@@ -123,9 +123,19 @@ fn a_client_with_no_cpu_left_stops_the_bench_with_the_check_and_the_fix() {
 }
 
 #[test]
-fn too_few_independent_samples_ask_for_a_longer_run_within_the_probe_limit() {
+fn too_few_independent_samples_ask_for_as_long_a_run_as_the_check_says_within_the_rerun_limit() {
     let (ran, _) = scripted(1, vec![result(150.0, &[CORRELATED]), result(150.0, &[])]);
-    assert_eq!(ran[1].seconds, MAX_PROBE_S, "20 s asked, capped");
+    assert_eq!(ran[1].seconds, 20.0, "20 s asked, 20 s run");
+    let long = (
+        "independence",
+        "variance of the median ×90: latencies are correlated over longer than this run can average; run ≥ 100 s for a trusted p99",
+    );
+    let (ran, _) = scripted(1, vec![result(150.0, &[long]), result(150.0, &[])]);
+    assert_eq!(ran[1].seconds, MAX_RERUN_S, "100 s asked, capped");
+    // A failure that names no length doubles the run, within the probe limit.
+    let samples = ("samples", "too few samples for p99: 600 < 1000; run longer");
+    let (ran, _) = scripted(1, vec![result(150.0, &[samples]), result(150.0, &[])]);
+    assert_eq!(ran[1].seconds, 2.0);
 }
 
 #[test]

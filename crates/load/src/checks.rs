@@ -2,6 +2,8 @@
 //! the configured distribution, are there enough samples for the percentiles asked for, did the
 //! client saturate, were requests lost. A failed check makes the result invalid.
 
+use std::fmt::Write as _;
+
 use headroom_types::load_result::Check;
 
 use crate::dist::Dist;
@@ -21,6 +23,11 @@ pub const CPU_SATURATED: f64 = 0.9;
 
 /// Significance level of the inter-arrival fit test.
 pub const FIT_ALPHA: f64 = 0.01;
+
+/// Most client send lag (p99, µs) a valid run may have. The lag is no part of the latencies
+/// (they are timed from the kernel's transmit stamp), but a client that sends this late no
+/// longer offers the arrivals it was asked for.
+pub const SEND_LAG_P99_MAX_US: f64 = 1000.0;
 
 /// Samples needed for the p-th percentile (p in percent) to have 10 samples beyond it.
 pub fn samples_needed(p: f64) -> u64 {
@@ -42,8 +49,66 @@ pub fn run_checks(raw: &RawResults, iadist_unit: &Dist, percentile: f64) -> Vec<
     ));
     checks.push(stationarity_check(&all, &blocks, percentile));
     checks.push(saturation_check(raw));
+    checks.push(send_lag_check(raw));
+    checks.push(timestamps_check(raw));
     checks.push(errors_check(raw));
     checks
+}
+
+/// The client's own lateness, bounded: the time from when the server let a send go (its
+/// scheduled time, or when a connection at the depth cap got room) to the kernel's transmit stamp
+/// of its bytes.
+pub fn send_lag_check(raw: &RawResults) -> Check {
+    let name = "send_lag".to_string();
+    let h = &raw.send_lag;
+    if h.count() == 0 {
+        return Check {
+            name,
+            ok: true,
+            detail: "no measured sends".into(),
+        };
+    }
+    let p99 = h.percentile_us(99.0);
+    let ok = p99 <= SEND_LAG_P99_MAX_US;
+    Check {
+        name,
+        ok,
+        detail: format!(
+            "the client's own lateness (transmit stamp − when the server let the send go): p50 {:.1} µs, p99 {p99:.1} µs, p99.9 {:.1} µs, max {:.0} µs (bound: p99 ≤ {SEND_LAG_P99_MAX_US:.0} µs); not part of the latencies{}",
+            h.percentile_us(50.0),
+            h.percentile_us(99.9),
+            h.percentile_us(100.0),
+            if ok {
+                ""
+            } else {
+                ": the client's thread ran late (a busy CPU, slow wake-ups), so the server was not offered the configured arrivals; give the client a CPU of its own (--affinity) or more threads (-T)"
+            }
+        ),
+    }
+}
+
+/// Where the figures' times come from: the kernel's transmit and receive stamps, or, where it
+/// gave none, the client's own clock (said, never silent; not a failure).
+pub fn timestamps_check(raw: &RawResults) -> Check {
+    let c = &raw.counters;
+    let n = c.completed;
+    let mut detail = format!(
+        "kernel transmit stamps timed {} of {n} requests, kernel receive stamps {} of {n}",
+        c.tx_stamped, c.rx_stamped
+    );
+    if n > 0 && (c.tx_stamped < n || c.rx_stamped < n) {
+        detail.push_str(
+            "; the rest were timed in user space (from the thread's send, to its read), which charges the client's own lateness around them to the server",
+        );
+    }
+    if let Some(why) = &raw.stamps_refused {
+        let _ = write!(detail, "; {why}");
+    }
+    Check {
+        name: "timestamps".into(),
+        ok: true,
+        detail,
+    }
 }
 
 /// For a run that did not carry its rate on time (its `rate` check failed, more than 1% of its

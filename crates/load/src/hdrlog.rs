@@ -1,10 +1,12 @@
 //! `--hdr F`: the per-second latency histograms as an HdrHistogram interval log (the format of
 //! HdrHistogram's `HistogramLogWriter`, readable by HdrHistogram's log tools), values in
-//! nanoseconds. Two lines per interval: the corrected latency (from each request's scheduled
-//! send; untagged, `warmup` during the warmup), then the same requests from their actual send
-//! (tagged `actual-send`, `warmup-actual-send`) — what a sensor that stamps requests in the
-//! kernel or the server sees, without the client's own send lag. Tools that read one histogram
-//! per interval select by tag.
+//! nanoseconds. Three lines per interval: the corrected latency (from each request's scheduled
+//! send, less the client's own lateness; untagged, `warmup` during the warmup), then the same
+//! requests from their actual send (the kernel's transmit stamp; tagged `actual-send`,
+//! `warmup-actual-send`) — what a sensor that stamps requests in the kernel or the server sees —
+//! then the same requests' send lag, the client's own lateness that neither latency includes
+//! (tagged `send-lag`, `warmup-send-lag`). Tools that read one histogram per interval select by
+//! tag.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -21,6 +23,8 @@ use crate::runner::Interval;
 const WARMUP: &str = "warmup";
 const ACTUAL_SEND: &str = "actual-send";
 const WARMUP_ACTUAL_SEND: &str = "warmup-actual-send";
+const SEND_LAG: &str = "send-lag";
+const WARMUP_SEND_LAG: &str = "warmup-send-lag";
 
 /// An open interval log.
 pub struct HdrLogWriter {
@@ -44,7 +48,7 @@ impl HdrLogWriter {
             .add_comment(
                 "headroom load: latency per interval, values in nanoseconds; untagged/warmup: \
                  from the scheduled send (corrected), actual-send/warmup-actual-send: from the \
-                 actual send",
+                 actual send, send-lag/warmup-send-lag: the client's own send lag",
             )
             .with_start_time(now)
             .with_base_time(now)
@@ -58,14 +62,14 @@ impl HdrLogWriter {
         })
     }
 
-    /// Appends one interval: its corrected line, then its actual-send line.
+    /// Appends one interval: its corrected line, its actual-send line, its send-lag line.
     pub fn log(&mut self, iv: &Interval) -> Result<(), LoadError> {
         let start = Duration::from_secs_f64((iv.t_s - iv.interval_s).max(0.0));
         let duration = Duration::from_secs_f64(iv.interval_s);
-        let (corrected_tag, actual_tag) = if iv.warmup {
-            (Some(WARMUP), WARMUP_ACTUAL_SEND)
+        let (corrected_tag, actual_tag, lag_tag) = if iv.warmup {
+            (Some(WARMUP), WARMUP_ACTUAL_SEND, WARMUP_SEND_LAG)
         } else {
-            (None, ACTUAL_SEND)
+            (None, ACTUAL_SEND, SEND_LAG)
         };
         let mut w = IntervalLogWriterBuilder::new()
             .begin_log_with(&mut self.out, &mut self.serializer)
@@ -77,6 +81,7 @@ impl HdrLogWriter {
         for (h, tag) in [
             (iv.hist.histogram(), corrected_tag),
             (iv.actual_send.histogram(), Some(actual_tag)),
+            (iv.send_lag.histogram(), Some(lag_tag)),
         ] {
             w.write_histogram(h, start, duration, tag.and_then(Tag::new))
                 .map_err(|e| LoadError::Output {
@@ -115,6 +120,9 @@ pub struct LoggedInterval {
     pub hist: crate::stats::LatencyHist,
     /// The same requests from their actual send (`None` in a log written before it was kept).
     pub actual_send: Option<crate::stats::LatencyHist>,
+    /// The same requests' send lag, the client's own (`None` in a log written before it was
+    /// kept).
+    pub send_lag: Option<crate::stats::LatencyHist>,
 }
 
 impl LoggedInterval {
@@ -151,17 +159,24 @@ pub fn read_intervals(path: &Path) -> Result<Vec<LoggedInterval>, LoadError> {
                     .map_err(|e| bad(format!("interval {}: {e}", out.len() + 1)))?;
                 let start_unix_s = origin + iv.start_timestamp().as_secs_f64();
                 let tag = iv.tag().map(|t| t.as_str().to_owned());
-                if matches!(tag.as_deref(), Some(ACTUAL_SEND | WARMUP_ACTUAL_SEND)) {
-                    // the second line of the interval just read
+                let second = matches!(tag.as_deref(), Some(ACTUAL_SEND | WARMUP_ACTUAL_SEND));
+                let third = matches!(tag.as_deref(), Some(SEND_LAG | WARMUP_SEND_LAG));
+                if second || third {
+                    // a further line of the interval just read
                     let last: Option<&mut LoggedInterval> = out.last_mut();
                     match last {
                         Some(l) if (l.start_unix_s - start_unix_s).abs() < 1e-3 => {
-                            l.actual_send = Some(hist)
+                            if second {
+                                l.actual_send = Some(hist)
+                            } else {
+                                l.send_lag = Some(hist)
+                            }
                         }
                         _ => {
                             return Err(bad(format!(
-                                "an actual-send line at {start_unix_s:.3} s follows no interval \
-                                 starting then"
+                                "a {} line at {start_unix_s:.3} s follows no interval starting \
+                                 then",
+                                tag.as_deref().unwrap_or_default()
                             )))
                         }
                     }
@@ -173,6 +188,7 @@ pub fn read_intervals(path: &Path) -> Result<Vec<LoggedInterval>, LoadError> {
                     warmup: tag.as_deref() == Some(WARMUP),
                     hist,
                     actual_send: None,
+                    send_lag: None,
                 });
             }
         }
@@ -198,6 +214,11 @@ mod tests {
         for v in values_us {
             actual_send.record_ns((v - 10) * 1000);
         }
+        // and a send lag of 3 µs each
+        let mut send_lag = LatencyHist::new();
+        for _ in values_us {
+            send_lag.record_ns(3_000);
+        }
         Interval {
             index,
             t_s,
@@ -205,6 +226,7 @@ mod tests {
             qps: values_us.len() as f64,
             hist,
             actual_send,
+            send_lag,
             warmup,
         }
     }
@@ -245,6 +267,11 @@ mod tests {
         let p99 = actual.percentile_us(99.0);
         assert!((289.0..=291.0).contains(&p99), "{p99}");
         assert_eq!(ivs[0].actual_send.as_ref().map(|h| h.count()), Some(1));
+        // and so is its send-lag line
+        let lag = ivs[1].send_lag.as_ref().expect("a send-lag line");
+        assert_eq!(lag.count(), 3);
+        assert!((2.9..=3.1).contains(&lag.percentile_us(99.0)));
+        assert_eq!(ivs[0].send_lag.as_ref().map(|h| h.count()), Some(1));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub struct LoadReport {
     pub result: LoadResult,
     /// SET latency timed from the actual send.
     pub update_uncorrected: LatencyStats,
-    /// Actual send − scheduled send of every measured request.
+    /// The client's own send lag of every measured request (see `client.send_lag_p99_us`).
     pub send_lag: LatencyStats,
     /// Requests sent in the measured interval.
     pub sent: u64,
@@ -211,6 +211,9 @@ pub fn format_table(r: &LoadReport) -> String {
     );
     if let Some(engine) = &res.client.engine {
         let _ = writeln!(out, "Engine: {engine}");
+    }
+    if let Some(t) = res.checks.iter().find(|c| c.name == "timestamps") {
+        let _ = writeln!(out, "Timestamps: {}", t.detail);
     }
     if let Some(reason) = &res.client.engine_fallback_reason {
         let _ = writeln!(out, "Engine fallback: {reason}");

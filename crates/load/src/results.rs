@@ -75,6 +75,14 @@ pub struct Counters {
     /// Sends that found every connection full with growth at its cap (they waited, late).
     #[serde(default)]
     pub growth_refused: u64,
+    /// Measured requests timed from the kernel's transmit stamp of their send (the rest from the
+    /// user-space send).
+    #[serde(default)]
+    pub tx_stamped: u64,
+    /// Measured requests whose reply was timed by the kernel's receive stamp (the rest by when
+    /// the thread read it).
+    #[serde(default)]
+    pub rx_stamped: u64,
 }
 
 impl Counters {
@@ -93,6 +101,8 @@ impl Counters {
         self.bytes_rx += o.bytes_rx;
         self.grown += o.grown;
         self.growth_refused += o.growth_refused;
+        self.tx_stamped += o.tx_stamped;
+        self.rx_stamped += o.rx_stamped;
     }
 }
 
@@ -107,8 +117,13 @@ pub struct RawResults {
     /// Measurement connections (`-C/-Q/-D`); empty when there are none.
     pub measure: OpHists,
     pub has_measure: bool,
-    /// Actual send − scheduled send, all connections.
+    /// The client's own send lag, all connections: the kernel's transmit stamp of a request −
+    /// when the server let it go (its scheduled time, or when a connection at its depth cap got
+    /// room).
     pub send_lag: LatencyHist,
+    /// What the kernel refused of the timestamps asked for (the first refusal of any thread or
+    /// agent): requests it concerns were timed in user space.
+    pub stamps_refused: Option<String>,
     pub counters: Counters,
     /// Target aggregate QPS (0 = peak).
     pub target_qps: f64,
@@ -173,6 +188,9 @@ impl RawResults {
         if self.engine_fallback_reason.is_none() {
             self.engine_fallback_reason = o.engine_fallback_reason.clone();
         }
+        if self.stamps_refused.is_none() {
+            self.stamps_refused = o.stamps_refused.clone();
+        }
         if self.sched.is_none() {
             self.sched = o.sched.clone();
         }
@@ -213,6 +231,7 @@ impl RawResults {
             clients: self.clients,
             engine: self.engine.clone(),
             engine_fallback_reason: self.engine_fallback_reason.clone(),
+            stamps_refused: self.stamps_refused.clone(),
         }
     }
 
@@ -255,6 +274,7 @@ impl RawResults {
             clients: w.clients,
             engine: w.engine.clone(),
             engine_fallback_reason: w.engine_fallback_reason.clone(),
+            stamps_refused: w.stamps_refused.clone(),
             sched: None,
             connections: None,
         })
@@ -296,4 +316,7 @@ pub struct WireResults {
     pub engine: String,
     #[serde(default)]
     pub engine_fallback_reason: Option<String>,
+    /// What the agent's kernel refused of the timestamps (absent from older agents).
+    #[serde(default)]
+    pub stamps_refused: Option<String>,
 }

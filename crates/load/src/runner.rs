@@ -40,8 +40,10 @@ pub struct Interval {
     pub qps: f64,
     /// Corrected latencies of the reported connections completed in this interval.
     pub hist: LatencyHist,
-    /// The same requests from their actual send.
+    /// The same requests from their actual send (the kernel's transmit stamp).
     pub actual_send: LatencyHist,
+    /// The same requests' send lag: the client's own lateness, not part of either latency.
+    pub send_lag: LatencyHist,
     /// The interval ends inside the warmup.
     pub warmup: bool,
 }
@@ -421,6 +423,9 @@ pub fn run_local(
         raw.measure.merge(&out.measure);
         raw.send_lag.merge(&out.send_lag);
         raw.counters.add(&out.counters);
+        if raw.stamps_refused.is_none() {
+            raw.stamps_refused = out.stamps_refused.clone();
+        }
         raw.busy_poll_s += out.busy_poll_ns as f64 * 1e-9;
         sched.get_or_insert(out.sched);
         let room = MAX_IA_SAMPLES.saturating_sub(raw.ia_samples.len());
@@ -489,6 +494,7 @@ fn write_samples(path: &std::path::Path, saved: &mut [SavedSample]) -> Result<()
 struct PendingInterval {
     hist: LatencyHist,
     actual_send: LatencyHist,
+    send_lag: LatencyHist,
     completed: u64,
     /// Workers that reported it (a straggler folded in does not count).
     reports: usize,
@@ -498,6 +504,7 @@ impl PendingInterval {
     fn merge(&mut self, msg: &IntervalMsg, counts: bool) {
         self.hist.merge(&msg.hist);
         self.actual_send.merge(&msg.actual_send);
+        self.send_lag.merge(&msg.send_lag);
         self.completed += msg.completed;
         if counts {
             self.reports += 1;
@@ -567,6 +574,7 @@ impl IntervalMerger {
                 qps: p.completed as f64 / interval_s,
                 hist: p.hist,
                 actual_send: p.actual_send,
+                send_lag: p.send_lag,
                 warmup: stop <= self.warm_end,
             });
             self.next = k + 1;

@@ -159,8 +159,10 @@ impl Session<'_> {
     /// and 19.4k, otherwise stopped a capacity search at a quarter of the LC's capacity).
     /// A rate no corrected run measures validly is beyond the LC when the failure is the LC's
     /// (sends waited for the depth cap, the tail drifted: [`validity::server_limited`]); one the
-    /// instrument could not offer validly is not held (the capacity is what was measured validly
-    /// below it). The low-load tail and the SLO's probes must be valid ([`Self::valid_tails`]).
+    /// instrument could not measure validly, rerun as long as its checks asked
+    /// ([`validity::MAX_RERUN_S`]), is *unknown here* with the reason — never "not held": the
+    /// host's noise says nothing about the LC. The low-load tail and the SLO's probes must be
+    /// valid ([`Self::valid_tails`]).
     pub(super) fn holds_at(
         &mut self,
         addr: SocketAddr,
@@ -168,51 +170,50 @@ impl Session<'_> {
         bound_us: f64,
         purpose: &str,
         b: &mut LcBaseline,
-    ) -> Result<bool> {
+    ) -> Result<Outcome> {
         let p = self.opts.percentile;
         let mut beyond = false;
-        let held = held_by_majority(|| {
+        held_by_majority_of_known(|| {
             if beyond {
-                return Ok(false);
+                return Ok(Outcome::NotHeld);
             }
             let m = self.probe(addr, qps, purpose, b)?;
             let what = format!("LC alone at {qps:.0} QPS ({purpose})");
             let cpus = self.runner.placement.loadgen.len();
             let verdict = match validity::judge(&m, qps, p, bound_us, &what, cpus) {
                 Ok(v) => v,
-                // The instrument could not offer this rate validly on its CPUs (after its
-                // corrections): the rate is not held — the capacity is the highest rate measured
-                // validly, said here — rather than a stop of the whole search.
                 Err(e @ crate::BenchError::Invalid { .. }) => {
+                    let why = validity::short_reason(&m.last().metrics);
                     (self.progress)(&format!(
-                        "  {qps:.0} QPS: not measurable validly here ({}); counted as not held, not used",
-                        validity::short_reason(&m.last().metrics)
+                        "  {qps:.0} QPS: unknown here (no valid run after {}: {why}); not used",
+                        tried_runs(&m)
                     ));
-                    tracing::info!(error = %e, "capacity probe beyond the instrument");
-                    beyond = true;
-                    return Ok(false);
+                    tracing::info!(error = %e, "a probe the instrument could not measure validly");
+                    return Ok(Outcome::Unknown(format!(
+                        "{qps:.0} QPS could not be measured validly here ({}: {why})",
+                        tried_runs(&m)
+                    )));
                 }
                 Err(e) => return Err(e),
             };
             match verdict {
-                RateVerdict::Held => Ok(true),
-                RateVerdict::NotHeld => Ok(false),
+                RateVerdict::Held => Ok(Outcome::Held),
+                RateVerdict::NotHeld => Ok(Outcome::NotHeld),
                 RateVerdict::Beyond => {
                     (self.progress)(&format!(
                         "  {qps:.0} QPS: beyond the LC alone (no valid run: {}); not used",
                         validity::short_reason(&m.last().metrics)
                     ));
                     beyond = true;
-                    Ok(false)
+                    Ok(Outcome::NotHeld)
                 }
             }
-        })?;
-        Ok(held)
+        })
     }
 
     /// Whether one measurement of `seconds` at `qps` holds the rate with the tail within
-    /// `bound_us`. A rate the instrument cannot offer validly for that long is not held: the
-    /// experiment's own runs could not offer it either.
+    /// `bound_us`. A rate the instrument cannot measure validly for that long (rerun as long as
+    /// its checks asked) is unknown here, with the reason.
     fn holds_for(
         &mut self,
         addr: SocketAddr,
@@ -221,13 +222,13 @@ impl Session<'_> {
         seconds: f64,
         purpose: &str,
         b: &mut LcBaseline,
-    ) -> Result<bool> {
+    ) -> Result<Outcome> {
         let p = self.opts.percentile;
         let m = self.probe_for(addr, qps, seconds, purpose, b)?;
         let what = format!("LC alone at {qps:.0} QPS ({purpose})");
         let cpus = self.runner.placement.loadgen.len();
         let held = match validity::judge(&m, qps, p, bound_us, &what, cpus) {
-            Ok(RateVerdict::Held) => return Ok(true),
+            Ok(RateVerdict::Held) => return Ok(Outcome::Held),
             Ok(RateVerdict::NotHeld) => m.valid().map_or_else(
                 || "no valid run".to_string(),
                 |a| {
@@ -241,16 +242,27 @@ impl Session<'_> {
                     )
                 },
             ),
-            Ok(RateVerdict::Beyond) | Err(crate::BenchError::Invalid { .. }) => format!(
-                "no valid run: {}",
+            Ok(RateVerdict::Beyond) => format!(
+                "no valid run, the LC's: {}",
                 validity::short_reason(&m.last().metrics)
             ),
+            Err(crate::BenchError::Invalid { .. }) => {
+                let why = validity::short_reason(&m.last().metrics);
+                (self.progress)(&format!(
+                    "  {qps:.0} QPS for {seconds:.0} s: unknown here (no valid run after {}: {why})",
+                    tried_runs(&m)
+                ));
+                return Ok(Outcome::Unknown(format!(
+                    "{qps:.0} QPS for {seconds:.0} s could not be measured validly here ({}: {why})",
+                    tried_runs(&m)
+                )));
+            }
             Err(e) => return Err(e),
         };
         (self.progress)(&format!(
             "  {qps:.0} QPS not held for {seconds:.0} s within {bound_us:.0} µs ({held})"
         ));
-        Ok(false)
+        Ok(Outcome::NotHeld)
     }
 
     /// The highest of `qps`, 7/8 of it, … ([`CONFIRM_STEPS`] at most) that the LC alone holds
@@ -260,6 +272,8 @@ impl Session<'_> {
     /// 852 µs; 2-5 s runs at 187k-219k read 30-39 ms, and the colocation's 10 s windows at 87%
     /// of the peak found from those probes read 34 ms with BE off).
     /// `runs`: how many runs in a row each rate must hold (the peak's: [`PEAK_RUNS`]).
+    /// A rate whose runs stay refused is unknown here: the step-down stops there and keeps it
+    /// (the host's noise is no reason to shrink it), with the reason in the second value.
     fn confirmed(
         &mut self,
         addr: SocketAddr,
@@ -268,21 +282,28 @@ impl Session<'_> {
         purpose: &str,
         runs: usize,
         b: &mut LcBaseline,
-    ) -> Result<f64> {
+    ) -> Result<(f64, Option<String>)> {
         let seconds = self.confirm_s();
         let mut lowest = qps;
         let held = highest_confirmed(qps, CONFIRM_STEPS, |q| {
             lowest = q;
-            held_every_time(runs, || {
+            held_every_time_known(runs, || {
                 self.holds_for(addr, q, bound_us, seconds, purpose, b)
             })
         })?;
-        held.ok_or_else(|| {
-            BenchError::Unavailable(format!(
+        match held {
+            Some((q, Outcome::Unknown(why))) => {
+                (self.progress)(&format!(
+                    "  {purpose}: {q:.0} QPS kept, not confirmed: {why}"
+                ));
+                Ok((q, Some(why)))
+            }
+            Some((q, _)) => Ok((q, None)),
+            None => Err(BenchError::Unavailable(format!(
                 "the LC alone held no rate from {qps:.0} down to {lowest:.0} QPS for {seconds:.0} s within {bound_us:.0} µs ({purpose}): see the probes in {}; give --peak-qps and --slo-us, or more --server-cpus",
                 self.dir.root().display()
-            ))
-        })
+            ))),
+        }
     }
 
     /// The length of a confirmation run: the experiment's own run length, within the probes'.
@@ -296,28 +317,53 @@ impl Session<'_> {
         let p = self.opts.percentile;
         // The low-load tail anchors the capacity knee: the median of 3 probes, so one probe
         // hit by other work on the machine does not move the knee tenfold.
-        let low_tails = self.valid_tails(addr, 2000.0, "low load", 3, b)?;
+        let low_tails = self.valid_tails(addr, LOW_LOAD_QPS, "low load", 3, b)?;
         b.low_load_p99_us = stats::median(&low_tails);
         let low_tail = b.low_load_p99_us.unwrap_or(100.0);
+        // The host's own noise first: the client's wake-up lateness and the LC's stalls at a
+        // low rate, where the LC has no queue. Nothing below it can be told apart from noise.
+        let noise = NoiseFloor::from_probes(&b.probes);
+        (self.progress)(&noise.line());
+        let mut cannot: Vec<String> = noise.cannot_show().into_iter().collect();
         // Capacity: the highest rate the LC sustains (rate self-check passes) before its tail
         // leaves the flat part of the curve (10x the low-load tail, at least 1 ms), measured by
         // a load generator with CPU to spare. A saturated client still reaches its rate, but its
         // tail is its own queue: on a 2-CPU VM the search otherwise found "capacity" 260k QPS
         // with send lag p99 0.8 ms, and LC alone then broke the SLO at 69% of that peak.
         let knee = (10.0 * low_tail).max(1000.0);
+        let mut unknown_notes: Vec<String> = Vec::new();
         let capacity = if let Some(peak) = self.opts.peak_qps {
             peak
         } else {
-            let ok = capacity_search(10_000.0, 9, 4, |q| {
+            let search = capacity_search(10_000.0, 9, 4, |q| {
                 self.holds_at(addr, q, knee, "capacity", b)
             })?;
-            if ok <= 0.0 {
-                return Err(BenchError::Unavailable(format!(
-                    "the LC alone could not sustain 10000 QPS within p{p} ≤ {knee:.0} µs with the load generator unsaturated: see the probes in {}",
-                    self.dir.root().display()
-                )));
+            if search.qps <= 0.0 {
+                return Err(BenchError::Unavailable(match &search.unknown {
+                    Some((_, why)) => format!(
+                        "LC alone: capacity unknown here: {why}. This host cannot show a colocation difference: its own noise ({}) keeps the load generator's self-checks from trusting a p{p} at the rates the search needs. Run on a quieter machine, give the load generator CPUs of its own (--loadgen-cpus), or give --peak-qps and --slo-us; the probes are in {}",
+                        noise.summary(),
+                        self.dir.root().display()
+                    ),
+                    None => format!(
+                        "the LC alone could not sustain 10000 QPS within p{p} ≤ {knee:.0} µs with the load generator unsaturated: see the probes in {}",
+                        self.dir.root().display()
+                    ),
+                }));
             }
-            self.confirmed(addr, ok, knee, "capacity confirmation", 1, b)?
+            if let Some((q, why)) = &search.unknown {
+                let note = format!(
+                    "capacity at least {:.0} QPS: unknown here from {q:.0} QPS ({why})",
+                    search.qps
+                );
+                (self.progress)(&format!("  {note}"));
+                unknown_notes.push(note);
+            }
+            let (c, unknown) =
+                self.confirmed(addr, search.qps, knee, "capacity confirmation", 1, b)?;
+            unknown_notes
+                .extend(unknown.map(|w| format!("capacity confirmation unknown here ({w})")));
+            c
         };
         b.capacity_qps = capacity;
         // SLO: given, or 5x the LC-alone tail at 50% of capacity (median of 3 probes).
@@ -327,11 +373,32 @@ impl Session<'_> {
         } else {
             let tails = self.valid_tails(addr, capacity * 0.5, "slo", 3, b)?;
             let med = stats::median(&tails).unwrap_or(low_tail);
-            b.slo_us = (5.0 * med).round();
-            b.slo_source = format!(
-                "5 × the LC-alone p{} at 50% of capacity ({med:.0} µs)",
-                crate::plot::trim_num(p)
-            );
+            let from_lc = (5.0 * med).round();
+            let floor = noise.floor_us().map(f64::round);
+            match floor {
+                Some(f) if f > from_lc => {
+                    b.slo_us = f;
+                    b.slo_source = format!(
+                        "the host's noise floor ({}), above 5 × the LC-alone p{} at 50% of capacity ({med:.0} µs → {from_lc:.0} µs)",
+                        noise.summary(),
+                        crate::plot::trim_num(p)
+                    );
+                    if f >= knee {
+                        cannot.push(format!(
+                            "the LC's own stalls at {LOW_LOAD_QPS:.0} QPS (p99.9 {:.0} µs) reach its saturation knee ({knee:.0} µs): BE's effect cannot be told from the host's noise",
+                            noise.p999_us.unwrap_or(f64::NAN)
+                        ));
+                    }
+                }
+                _ => {
+                    b.slo_us = from_lc;
+                    b.slo_source = format!(
+                        "5 × the LC-alone p{} at 50% of capacity ({med:.0} µs), above the host's noise floor ({})",
+                        crate::plot::trim_num(p),
+                        noise.summary()
+                    );
+                }
+            }
         }
         // Peak: the highest rate ≤ capacity at which the LC alone meets the SLO.
         if let Some(peak) = self.opts.peak_qps {
@@ -339,29 +406,51 @@ impl Session<'_> {
             b.peak_source = "set with --peak-qps".into();
         } else {
             let slo = b.slo_us;
-            let peak = if self.holds_at(addr, capacity, slo, "peak", b)? {
-                capacity
-            } else {
-                let (mut lo, mut hi) = (capacity * 0.5, capacity);
-                for _ in 0..4 {
-                    let mid = (lo + hi) / 2.0;
-                    if self.holds_at(addr, mid, slo, "peak", b)? {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
+            let peak = match self.holds_at(addr, capacity, slo, "peak", b)? {
+                Outcome::Held => capacity,
+                Outcome::Unknown(why) => {
+                    // Unknown at capacity: kept, not shrunk for the host's noise; the
+                    // confirmation below decides.
+                    unknown_notes.push(format!("peak at capacity unknown here ({why})"));
+                    capacity
                 }
-                lo
+                Outcome::NotHeld => {
+                    let (mut lo, mut hi) = (capacity * 0.5, capacity);
+                    for _ in 0..4 {
+                        let mid = (lo + hi) / 2.0;
+                        match self.holds_at(addr, mid, slo, "peak", b)? {
+                            Outcome::Held => lo = mid,
+                            Outcome::NotHeld => hi = mid,
+                            Outcome::Unknown(why) => {
+                                unknown_notes.push(format!(
+                                    "peak at least {lo:.0} QPS, unknown here from {mid:.0} QPS ({why})"
+                                ));
+                                break;
+                            }
+                        }
+                    }
+                    lo
+                }
             };
-            let peak = self.confirmed(addr, peak, slo, "peak confirmation", PEAK_RUNS, b)?;
+            let (peak, unknown) =
+                self.confirmed(addr, peak, slo, "peak confirmation", PEAK_RUNS, b)?;
+            unknown_notes.extend(unknown.map(|w| format!("peak confirmation unknown here ({w})")));
             b.peak_qps = peak.round();
             b.peak_source = format!(
-                "highest rate with LC alone meeting the SLO in {PEAK_RUNS} runs of {:.0} s in a row (capacity {capacity:.0} QPS: rate sustained with p{} ≤ {knee:.0} µs and the load generator below {:.0}% CPU, for {:.0} s)",
+                "highest rate with LC alone meeting the SLO in {PEAK_RUNS} runs of {:.0} s in a row (capacity {capacity:.0} QPS: rate sustained with p{} ≤ {knee:.0} µs and the load generator below {:.0}% CPU, for {:.0} s){}",
                 self.confirm_s(),
                 crate::plot::trim_num(p),
                 headroom_load::checks::CPU_SATURATED * 100.0,
-                self.confirm_s()
+                self.confirm_s(),
+                if unknown_notes.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", unknown_notes.join("; "))
+                }
             );
+        }
+        for why in &cannot {
+            (self.progress)(&format!("  this host cannot show a difference here: {why}"));
         }
         (self.progress)(&format!(
             "LC alone: capacity {:.0} QPS, SLO p{} ≤ {:.0} µs, peak {:.0} QPS",
@@ -433,6 +522,103 @@ impl Session<'_> {
     }
 }
 
+/// The low rate the host's noise is measured at (and the capacity's knee anchored on).
+pub const LOW_LOAD_QPS: f64 = 2000.0;
+
+/// The host's own noise, measured with the LC alone at [`LOW_LOAD_QPS`] (medians of the valid
+/// low-load probes): the load generator's wake-up lateness (its send lag, kernel-stamped, no part
+/// of the latency) and the LC's tail where it has no queue (its stalls).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NoiseFloor {
+    pub runs: usize,
+    pub client_lag_p99_us: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub p999_us: Option<f64>,
+}
+
+impl NoiseFloor {
+    /// From the baseline's used low-load probes.
+    pub fn from_probes(probes: &[crate::model::Probe]) -> NoiseFloor {
+        let used: Vec<&crate::model::LoadMetrics> = probes
+            .iter()
+            .filter(|p| p.purpose == "low load" && p.used && p.metrics.valid)
+            .map(|p| &p.metrics)
+            .collect();
+        let med = |f: &dyn Fn(&crate::model::LoadMetrics) -> Option<f64>| {
+            let v: Vec<f64> = used.iter().filter_map(|m| f(m)).collect();
+            stats::median(&v)
+        };
+        NoiseFloor {
+            runs: used.len(),
+            client_lag_p99_us: med(&|m| m.send_lag_p99_us),
+            p50_us: med(&|m| m.p50_us),
+            p99_us: med(&|m| m.p99_us),
+            p999_us: med(&|m| m.p999_us),
+        }
+    }
+
+    /// A stall: a request slower than 10 × the median, and at least 1 ms.
+    fn stall_us(&self) -> f64 {
+        (10.0 * self.p50_us.unwrap_or(0.0)).max(1000.0)
+    }
+
+    /// How often the LC stalled, bracketed by the percentiles the probes carry.
+    fn stall_rate(&self) -> String {
+        let s = self.stall_us();
+        match (self.p99_us, self.p999_us) {
+            (Some(p99), _) if p99 > s => "more than 1% of requests".into(),
+            (_, Some(p999)) if p999 > s => "0.1–1% of requests".into(),
+            (_, Some(_)) => "under 0.1% of requests".into(),
+            _ => "not measured".into(),
+        }
+    }
+
+    /// The figures in a phrase.
+    pub fn summary(&self) -> String {
+        let us = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} µs"));
+        format!(
+            "client wake-up lateness p99 {}; LC p50 {}, p99 {}, p99.9 {}; stalls over {:.0} µs in {}",
+            us(self.client_lag_p99_us),
+            us(self.p50_us),
+            us(self.p99_us),
+            us(self.p999_us),
+            self.stall_us(),
+            self.stall_rate()
+        )
+    }
+
+    /// The one line the demo and the bench print first.
+    pub fn line(&self) -> String {
+        format!(
+            "host noise at {LOW_LOAD_QPS:.0} QPS, LC alone ({} run{}): {}",
+            self.runs,
+            if self.runs == 1 { "" } else { "s" },
+            self.summary()
+        )
+    }
+
+    /// The least SLO that the host's noise alone does not violate: the low-load p99.9, and
+    /// twice the low-load p99 (a window's p99 at low load rarely passes either).
+    pub fn floor_us(&self) -> Option<f64> {
+        match (self.p99_us, self.p999_us) {
+            (None, None) => None,
+            (a, b) => Some((2.0 * a.unwrap_or(0.0)).max(b.unwrap_or(0.0))),
+        }
+    }
+
+    /// Why this host cannot show a colocation difference, where its noise alone says so.
+    pub fn cannot_show(&self) -> Option<String> {
+        let lag = self.client_lag_p99_us?;
+        (lag > headroom_load::checks::SEND_LAG_P99_MAX_US).then(|| {
+            format!(
+                "the load generator's own wake-up lateness (send lag p99 {lag:.0} µs at {LOW_LOAD_QPS:.0} QPS) passes its bound ({:.0} µs): its runs are refused here; give it a CPU of its own (--loadgen-cpus)",
+                headroom_load::checks::SEND_LAG_P99_MAX_US
+            )
+        })
+    }
+}
+
 /// How many rates, each 7/8 of the one before, a confirmation tries (down to 59% of the first).
 pub const CONFIRM_STEPS: usize = 5;
 
@@ -442,17 +628,73 @@ pub const CONFIRM_STEPS: usize = 5;
 /// the colocation's hybrid windows there violated with BE at 0 CPUs.
 pub const PEAK_RUNS: usize = 2;
 
-/// Whether `try_once` succeeds `runs` times in a row (stopping at the first failure).
-pub fn held_every_time<E>(
-    runs: usize,
-    mut try_once: impl FnMut() -> std::result::Result<bool, E>,
-) -> std::result::Result<bool, E> {
-    for _ in 0..runs.max(1) {
-        if !try_once()? {
-            return Ok(false);
+/// What a search learned at one rate: held, not held, or unknown here (no valid run after the
+/// reruns its self-checks asked for), with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Held,
+    NotHeld,
+    Unknown(String),
+}
+
+impl From<bool> for Outcome {
+    fn from(held: bool) -> Outcome {
+        if held {
+            Outcome::Held
+        } else {
+            Outcome::NotHeld
         }
     }
-    Ok(true)
+}
+
+/// "3 runs (8 s, 16 s, 32 s)": what a measurement tried before it was refused.
+fn tried_runs(m: &validity::Measured) -> String {
+    let secs: Vec<String> = m
+        .attempts
+        .iter()
+        .map(|a| format!("{:.0} s", a.shape.seconds))
+        .collect();
+    format!(
+        "{} run{} ({})",
+        m.attempts.len(),
+        if m.attempts.len() == 1 { "" } else { "s" },
+        secs.join(", ")
+    )
+}
+
+/// [`held_every_time`] with unknown outcomes: the first run that does not hold decides, and so
+/// does the first that is unknown (its reason kept).
+pub fn held_every_time_known<E>(
+    runs: usize,
+    mut try_once: impl FnMut() -> std::result::Result<Outcome, E>,
+) -> std::result::Result<Outcome, E> {
+    for _ in 0..runs.max(1) {
+        match try_once()? {
+            Outcome::Held => {}
+            other => return Ok(other),
+        }
+    }
+    Ok(Outcome::Held)
+}
+
+/// [`held_by_majority`] with unknown outcomes: a first hold decides; after a miss, 2 of 3; a try
+/// that is unknown before the answer is settled makes the answer unknown (never a miss).
+pub fn held_by_majority_of_known(mut try_once: impl FnMut() -> Result<Outcome>) -> Result<Outcome> {
+    let mut held = 0;
+    for tried in 1..=3 {
+        match try_once()? {
+            Outcome::Held => held += 1,
+            Outcome::NotHeld => {}
+            unknown @ Outcome::Unknown(_) => return Ok(unknown),
+        }
+        if (tried == 1 && held == 1) || held >= 2 {
+            return Ok(Outcome::Held);
+        }
+        if held + (3 - tried) < 2 {
+            return Ok(Outcome::NotHeld);
+        }
+    }
+    Ok(Outcome::NotHeld)
 }
 
 /// Runs `try_once` until the outcome is decided: a first success decides; after a failure, the
@@ -473,87 +715,165 @@ pub fn held_by_majority(mut try_once: impl FnMut() -> Result<bool>) -> Result<bo
     Ok(false)
 }
 
-/// The first of `start`, 7/8 of it, … (`steps` rates, each rounded) that `holds`; `None` when
-/// none does.
-pub(crate) fn highest_confirmed<E>(
+/// The first of `start`, 7/8 of it, … (`steps` rates, each rounded) that `holds`, with
+/// [`Outcome::Held`]; or the first whose outcome is unknown, with it (the step-down stops there:
+/// the host's noise is no reason to go lower). `None` when none holds.
+pub(crate) fn highest_confirmed<E, O: Into<Outcome>>(
     start: f64,
     steps: usize,
-    mut holds: impl FnMut(f64) -> Result<bool, E>,
-) -> Result<Option<f64>, E> {
+    mut holds: impl FnMut(f64) -> Result<O, E>,
+) -> Result<Option<(f64, Outcome)>, E> {
     let mut q = start;
     for _ in 0..steps {
-        if holds(q)? {
-            return Ok(Some(q));
+        match holds(q)?.into() {
+            Outcome::NotHeld => {}
+            done => return Ok(Some((q, done))),
         }
         q = (q * 7.0 / 8.0).round();
     }
     Ok(None)
 }
 
+/// Where a [`capacity_search`] ended: the highest rate that held (0: none), and the rate whose
+/// outcome was unknown here, with the reason, where one stopped the search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Search {
+    pub qps: f64,
+    pub unknown: Option<(f64, String)>,
+}
+
 /// The highest rate that `holds`: doubling from `start` (at most `doublings` steps) until one
 /// does not hold, then `bisections` halvings between the last that held and the first that did
-/// not. 0 when `start` does not hold.
-pub(crate) fn capacity_search<E>(
+/// not. 0 when `start` does not hold. A rate whose outcome is unknown stops the search where it
+/// is (the rates that held stay; nothing is concluded from the unknown one), and says so.
+pub(crate) fn capacity_search<E, O: Into<Outcome>>(
     start: f64,
     doublings: usize,
     bisections: usize,
-    mut holds: impl FnMut(f64) -> Result<bool, E>,
-) -> Result<f64, E> {
+    mut holds: impl FnMut(f64) -> Result<O, E>,
+) -> Result<Search, E> {
     let (mut ok, mut bad) = (0.0, None);
     let mut q = start;
     for _ in 0..doublings {
-        if holds(q)? {
-            ok = q;
-            q *= 2.0;
-        } else {
-            bad = Some(q);
-            break;
+        match holds(q)?.into() {
+            Outcome::Held => {
+                ok = q;
+                q *= 2.0;
+            }
+            Outcome::NotHeld => {
+                bad = Some(q);
+                break;
+            }
+            Outcome::Unknown(why) => {
+                return Ok(Search {
+                    qps: ok,
+                    unknown: Some((q, why)),
+                })
+            }
         }
     }
     if let Some(mut hi) = bad {
         let mut lo: f64 = ok;
         for _ in 0..bisections {
             let mid = (lo + hi) / 2.0;
-            if holds(mid)? {
-                lo = mid;
-            } else {
-                hi = mid;
+            match holds(mid)?.into() {
+                Outcome::Held => lo = mid,
+                Outcome::NotHeld => hi = mid,
+                Outcome::Unknown(why) => {
+                    return Ok(Search {
+                        qps: lo,
+                        unknown: Some((mid, why)),
+                    })
+                }
             }
         }
         ok = lo;
     }
-    Ok(ok)
+    Ok(Search {
+        qps: ok,
+        unknown: None,
+    })
 }
 
 #[cfg(test)]
 mod capacity_search_tests {
-    use super::{capacity_search, held_every_time, highest_confirmed};
+    use super::{
+        capacity_search, held_by_majority_of_known, held_every_time_known, highest_confirmed,
+        Outcome, Search,
+    };
+
+    fn unknown(why: &str) -> Outcome {
+        Outcome::Unknown(why.into())
+    }
 
     #[test]
-    fn a_rate_held_every_time_stops_at_the_first_miss() {
+    fn a_rate_held_every_time_stops_at_the_first_miss_or_unknown() {
         let mut tries = 0;
         assert_eq!(
-            held_every_time(2, || {
+            held_every_time_known(2, || {
                 tries += 1;
-                Ok::<_, ()>(true)
+                Ok::<_, ()>(Outcome::Held)
             }),
-            Ok(true)
+            Ok(Outcome::Held)
         );
         assert_eq!(tries, 2);
-        let outcomes = [true, false, true];
+        let outcomes = [Outcome::Held, Outcome::NotHeld, Outcome::Held];
         let mut n = 0;
         assert_eq!(
-            held_every_time(3, || {
+            held_every_time_known(3, || {
                 n += 1;
-                Ok::<_, ()>(outcomes[n - 1])
+                Ok::<_, ()>(outcomes[n - 1].clone())
             }),
-            Ok(false)
+            Ok(Outcome::NotHeld)
         );
         assert_eq!(n, 2, "stops at the miss");
-        assert_eq!(held_every_time(0, || Ok::<_, ()>(true)), Ok(true));
+        let mut n = 0;
         assert_eq!(
-            held_every_time(2, || Err("probe failed")),
+            held_every_time_known(2, || {
+                n += 1;
+                Ok::<_, ()>(if n == 1 {
+                    Outcome::Held
+                } else {
+                    unknown("noise")
+                })
+            }),
+            Ok(unknown("noise"))
+        );
+        assert_eq!(
+            held_every_time_known(0, || Ok::<_, ()>(Outcome::Held)),
+            Ok(Outcome::Held)
+        );
+        assert_eq!(
+            held_every_time_known(2, || Err("probe failed")),
             Err("probe failed")
+        );
+    }
+
+    #[test]
+    fn a_majority_is_taken_over_known_outcomes_and_an_unknown_one_is_never_a_miss() {
+        let run = |script: Vec<Outcome>| {
+            let mut calls = 0;
+            let out = held_by_majority_of_known(|| {
+                calls += 1;
+                Ok(script[calls - 1].clone())
+            })
+            .unwrap();
+            (out, calls)
+        };
+        assert_eq!(run(vec![Outcome::Held]), (Outcome::Held, 1));
+        assert_eq!(
+            run(vec![Outcome::NotHeld, Outcome::NotHeld]),
+            (Outcome::NotHeld, 2)
+        );
+        assert_eq!(
+            run(vec![Outcome::NotHeld, Outcome::Held, Outcome::Held]),
+            (Outcome::Held, 3)
+        );
+        assert_eq!(run(vec![unknown("noise")]), (unknown("noise"), 1));
+        assert_eq!(
+            run(vec![Outcome::NotHeld, unknown("noise")]),
+            (unknown("noise"), 2),
+            "a miss and then no valid run: unknown, not a second miss"
         );
     }
 
@@ -564,11 +884,11 @@ mod capacity_search_tests {
             asked.push(q);
             Ok::<_, ()>(q <= 170_000.0)
         });
-        assert_eq!(held, Ok(Some(167_480.0)));
+        assert_eq!(held, Ok(Some((167_480.0, Outcome::Held))));
         assert_eq!(asked, [250_000.0, 218_750.0, 191_406.0, 167_480.0]);
         assert_eq!(
             highest_confirmed(1000.0, 5, |_| Ok::<_, ()>(true)),
-            Ok(Some(1000.0))
+            Ok(Some((1000.0, Outcome::Held)))
         );
         let mut n = 0;
         assert_eq!(
@@ -580,9 +900,21 @@ mod capacity_search_tests {
         );
         assert_eq!(n, 5, "bounded");
         assert_eq!(
-            highest_confirmed(1.0, 5, |_| Err("probe failed")),
+            highest_confirmed(1.0, 5, |_| Err::<bool, _>("probe failed")),
             Err("probe failed")
         );
+        // A rate that cannot be measured validly here stops the step-down where it is.
+        let mut asked = Vec::new();
+        let held = highest_confirmed(8000.0, 5, |q| {
+            asked.push(q);
+            Ok::<_, ()>(if q == 8000.0 {
+                Outcome::NotHeld
+            } else {
+                unknown("independence")
+            })
+        });
+        assert_eq!(held, Ok(Some((7000.0, unknown("independence")))));
+        assert_eq!(asked, [8000.0, 7000.0]);
     }
 
     #[test]
@@ -595,18 +927,121 @@ mod capacity_search_tests {
         .unwrap();
         // 10k, 20k, 40k hold, 80k not; then 60k no, 50k yes, 55k no, 52.5k no
         assert_eq!(asked, [10e3, 20e3, 40e3, 80e3, 60e3, 50e3, 55e3, 52.5e3]);
-        assert_eq!(cap, 50_000.0);
         assert_eq!(
-            capacity_search(10_000.0, 9, 4, |_| Ok::<_, ()>(false)),
+            cap,
+            Search {
+                qps: 50_000.0,
+                unknown: None
+            }
+        );
+        assert_eq!(
+            capacity_search(10_000.0, 9, 4, |_| Ok::<_, ()>(false)).map(|s| s.qps),
             Ok(0.0)
         );
         assert_eq!(
-            capacity_search(10_000.0, 2, 4, |_| Ok::<_, ()>(true)),
+            capacity_search(10_000.0, 2, 4, |_| Ok::<_, ()>(true)).map(|s| s.qps),
             Ok(20_000.0)
         );
         assert_eq!(
-            capacity_search(1.0, 9, 4, |_| Err("probe failed")),
+            capacity_search(1.0, 9, 4, |_| Err::<bool, _>("probe failed")),
             Err("probe failed")
         );
+    }
+
+    #[test]
+    fn an_unknown_rate_stops_the_search_and_never_shrinks_the_capacity() {
+        // The case: the first rate refused by the host's noise. Before, it counted as not
+        // held and the bisection went down to 1875 QPS; now nothing is concluded.
+        let mut asked = Vec::new();
+        let s = capacity_search(10_000.0, 9, 4, |q| {
+            asked.push(q);
+            Ok::<_, ()>(unknown("independence: run ≥ 40 s"))
+        })
+        .unwrap();
+        assert_eq!(asked, [10_000.0]);
+        assert_eq!(s.qps, 0.0);
+        assert_eq!(
+            s.unknown,
+            Some((10_000.0, "independence: run ≥ 40 s".into()))
+        );
+        // Held at 10k and 20k, unknown at 40k: at least 20k, said so, and no bisection below.
+        let mut asked = Vec::new();
+        let s = capacity_search(10_000.0, 9, 4, |q| {
+            asked.push(q);
+            Ok::<_, ()>(if q < 40_000.0 {
+                Outcome::Held
+            } else {
+                unknown("noise")
+            })
+        })
+        .unwrap();
+        assert_eq!(asked, [10e3, 20e3, 40e3]);
+        assert_eq!(s.qps, 20_000.0);
+        assert_eq!(s.unknown.map(|u| u.0), Some(40_000.0));
+        // Unknown during the bisection: the highest held so far stays.
+        let s = capacity_search(10_000.0, 9, 4, |q| {
+            Ok::<_, ()>(if q <= 20_000.0 {
+                Outcome::Held
+            } else if q >= 40_000.0 {
+                Outcome::NotHeld
+            } else {
+                unknown("noise")
+            })
+        })
+        .unwrap();
+        assert_eq!(s.qps, 20_000.0);
+        assert_eq!(s.unknown.map(|u| u.0), Some(30_000.0));
+    }
+
+    #[test]
+    fn the_noise_floor_is_read_from_the_used_low_load_probes_and_says_when_it_hides_everything() {
+        use super::NoiseFloor;
+        use crate::model::{LoadMetrics, Probe};
+        let probe = |purpose: &str, used: bool, lag: f64, p50: f64, p99: f64, p999: f64| Probe {
+            target_qps: 2000.0,
+            valid: true,
+            used,
+            purpose: purpose.into(),
+            metrics: LoadMetrics {
+                valid: true,
+                send_lag_p99_us: Some(lag),
+                p50_us: Some(p50),
+                p99_us: Some(p99),
+                p999_us: Some(p999),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let probes = vec![
+            probe("low load", true, 20.0, 50.0, 300.0, 800.0),
+            probe("low load", true, 30.0, 60.0, 400.0, 2500.0),
+            probe("low load", true, 40.0, 70.0, 500.0, 3000.0),
+            // not used, or another purpose: not part of the floor
+            probe("low load", false, 5000.0, 1.0, 1.0, 1.0),
+            probe("capacity", true, 5000.0, 1.0, 1.0, 1.0),
+        ];
+        let n = NoiseFloor::from_probes(&probes);
+        assert_eq!(n.runs, 3);
+        assert_eq!(n.client_lag_p99_us, Some(30.0));
+        assert_eq!(
+            (n.p50_us, n.p99_us, n.p999_us),
+            (Some(60.0), Some(400.0), Some(2500.0))
+        );
+        // The floor: the p99.9 (2.5 ms) over twice the p99 (0.8 ms).
+        assert_eq!(n.floor_us(), Some(2500.0));
+        let line = n.line();
+        assert!(line.starts_with("host noise at 2000 QPS, LC alone (3 runs): client wake-up lateness p99 30 µs; LC p50 60 µs, p99 400 µs, p99.9 2500 µs"), "{line}");
+        assert!(
+            line.contains("stalls over 1000 µs in 0.1–1% of requests"),
+            "{line}"
+        );
+        assert_eq!(n.cannot_show(), None);
+        // A client that wakes 1.5 ms late cannot measure here, and it is said.
+        let late = NoiseFloor {
+            client_lag_p99_us: Some(1500.0),
+            ..n.clone()
+        };
+        assert!(late.cannot_show().unwrap().contains("send lag p99 1500 µs"));
+        assert_eq!(NoiseFloor::default().floor_us(), None);
     }
 }

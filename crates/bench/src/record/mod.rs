@@ -22,6 +22,7 @@ pub(crate) use agent::{be_and_policy, feed_latency, probe_latency, LcTables};
 pub use agent::{scaled_cooldown_s, AgentRun, PRODUCTION_COOLDOWN_S, TRACE_DAY_S};
 pub(crate) use baselines::capacity_search;
 pub use baselines::held_by_majority;
+pub use baselines::{NoiseFloor, Outcome, Search, LOW_LOAD_QPS};
 pub use colocation::WindowView;
 pub use sweep::{be_spec, has_smt, sweep_configs, SweepConfig};
 

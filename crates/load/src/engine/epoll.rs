@@ -1,12 +1,14 @@
 //! The epoll engine (the fallback where io_uring is unavailable): one mio poll per worker, the
 //! send timer a timerfd in the same poll, one `write` per flush and one `read` per readable event.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use super::rx_stamp::recv_stamped;
 use super::{Io, Wait, Worker};
 use crate::clock::{now_ns, Timer};
 use crate::error::LoadError;
@@ -149,14 +151,18 @@ impl Worker<'_> {
         c.wpos = 0;
     }
 
-    /// Reads and parses replies of connection `i`, completing requests in order.
+    /// Reads and parses replies of connection `i`, completing requests in order. Each read
+    /// carries the kernel's receive stamp (`SO_TIMESTAMPNS`), which times its replies; where the
+    /// kernel gives none, the time the read returned does.
     fn on_readable(&mut self, i: usize) {
         let sh = self.shared;
+        let offset = self.realtime_offset_ns;
         loop {
             let c = &mut self.conns[i];
-            let Some(stream) = c.stream.as_mut() else {
+            let Some(stream) = c.stream.as_ref() else {
                 return;
             };
+            let fd = stream.as_raw_fd();
             if c.rend == c.rbuf.len() {
                 if c.rpos > 0 {
                     c.rbuf.copy_within(c.rpos..c.rend, 0);
@@ -168,13 +174,13 @@ impl Worker<'_> {
                 }
             }
             let rend = c.rend;
-            match stream.read(&mut c.rbuf[rend..]) {
-                Ok(0) => {
+            match recv_stamped(fd, &mut c.rbuf[rend..], offset) {
+                Ok((0, _)) => {
                     let now = now_ns();
                     self.fault(i, now, "server closed the connection");
                     return;
                 }
-                Ok(n) => {
+                Ok((n, stamp)) => {
                     // A read that did not fill the buffer drained the socket: with edge-triggered
                     // epoll, later bytes raise a new event, so skip the read that would say EAGAIN.
                     let drained = rend + n < c.rbuf.len();
@@ -183,7 +189,12 @@ impl Worker<'_> {
                     if now >= sh.warm_end {
                         self.out.counters.bytes_rx += n as u64;
                     }
-                    if !self.parse_replies(i, now) || drained {
+                    // Never later than now (a stamp mapped past it: the clock slewed).
+                    let (at, kernel_rx) = match stamp {
+                        Some(t) => (t.min(now), true),
+                        None => (now, false),
+                    };
+                    if !self.parse_replies(i, at, kernel_rx) || drained {
                         return;
                     }
                 }

@@ -5,18 +5,46 @@
 //! waits, is counted late and keeps its scheduled time, so its latency includes the wait
 //! (coordinated-omission corrected). Threads share nothing mutable; they hand back their
 //! histograms at the end and one interval histogram per second (off the hot path).
+//!
+//! **Whose time is whose.** A request is timed from the kernel's transmit stamp of its bytes
+//! ([`tx_stamp`]) to the kernel's receive stamp of its reply ([`rx_stamp`]): the service's
+//! latency, whatever the client's thread was doing around them. The wait before the send is split
+//! in two: from the scheduled time to when the server let it go (its connection and every other
+//! one it may take at the depth cap, or closed: the time the reply or reconnect that made room
+//! came) is the server's, and is added back (the coordinated-omission correction); from then to
+//! the transmit stamp is the client's own lateness (a late wake-up, a busy CPU), the send lag,
+//! measured and bounded by a self-check but never charged to the server.
 
 mod choice;
 mod epoll;
 pub mod poll_budget;
 mod pool;
 mod rx_stamp;
+mod tx_stamp;
 mod uring;
+
+pub use tx_stamp::SIMULATE_ENV as TX_STAMP_SIMULATE_ENV;
+
+/// Test hook: µs the thread sleeps between making a send and handing it to the kernel (a late
+/// client, on demand: the tests' ground truth for what the transmit stamp leaves out).
+pub const SEND_DELAY_SIMULATE_ENV: &str = "HEADROOM_LOAD_SIMULATE_SEND_DELAY_US";
+
+fn simulated_send_delay() -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        std::env::var(SEND_DELAY_SIMULATE_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|us| *us > 0)
+            .map(Duration::from_micros)
+    })
+}
 
 pub use choice::{choose_engine, EngineChoice, EngineKind, EngineSelection};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -128,6 +156,8 @@ pub struct IntervalMsg {
     /// The same requests' latencies from their actual send (`--hdr`'s `actual-send` lines:
     /// what a server-side or kernel-stamped sensor can see, without the client's send lag).
     pub actual_send: LatencyHist,
+    /// The same requests' send lag (the client's own lateness; `--hdr`'s `send-lag` lines).
+    pub send_lag: LatencyHist,
     /// Requests of all classes completed in this interval.
     pub completed: u64,
 }
@@ -145,12 +175,22 @@ pub struct WorkerOut {
     pub busy_poll_ns: u64,
     /// The worker's scheduling class and why.
     pub sched: crate::sched::SchedInfo,
+    /// What the kernel refused of the timestamps asked for (the first refusal), if anything.
+    pub stamps_refused: Option<String>,
 }
 
 struct Inflight {
     op: Op,
     sched: u64,
+    /// When the thread made the send (user space: the fallback for a missing transmit stamp).
     sent: u64,
+    /// When the server let it go: `sched`, or later where it waited at the depth cap (see the
+    /// module's "whose time is whose").
+    ready: u64,
+    /// Offset of its last byte on the connection (what a transmit stamp's key is compared with).
+    end: u64,
+    /// The kernel's transmit stamp (0: none yet).
+    tx: u64,
 }
 
 struct Conn {
@@ -173,6 +213,15 @@ struct Conn {
     last_sent: Option<u64>,
     /// When the last reply arrived (for `--moderate`).
     last_rx: u64,
+    /// When the connection last got room for a send: its last reply's stamp, or when it was
+    /// (re)opened (a request that waited at the depth cap was the server's wait until then).
+    room_at: u64,
+    /// Bytes queued on the current socket so far (transmit stamps key on them).
+    tx_bytes: u64,
+    /// The current socket reports transmit stamps.
+    tx_stamps: bool,
+    /// What the kernel refused when stamps were asked for on one of this connection's sockets.
+    stamps_refused: Option<String>,
     /// The io_uring engine's send and receive state (unused by epoll).
     ring: uring::ConnRing,
     /// Opened beside the schedule (`-c auto`: a reserve before the run, or grown during it): no
@@ -202,10 +251,34 @@ impl Conn {
             rend: 0,
             last_sent: None,
             last_rx: 0,
+            room_at: now_ns(),
+            tx_bytes: 0,
+            tx_stamps: false,
+            stamps_refused: None,
             ring: uring::ConnRing::default(),
             grown,
             pool_server: None,
             pooled: false,
+        }
+        .with_stamps()
+    }
+
+    fn with_stamps(mut self) -> Conn {
+        self.arm_stamps();
+        self
+    }
+
+    /// Asks for kernel transmit and receive stamps on a new socket (before anything is sent).
+    fn arm_stamps(&mut self) {
+        self.tx_bytes = 0;
+        self.tx_stamps = false;
+        let Some(s) = self.stream.as_ref() else {
+            return;
+        };
+        let armed = tx_stamp::enable(s.as_raw_fd());
+        self.tx_stamps = armed.tx;
+        if let (Some(why), None) = (armed.refused, &self.stamps_refused) {
+            self.stamps_refused = Some(why);
         }
     }
 }
@@ -220,6 +293,9 @@ struct Worker<'a> {
     key: Vec<u8>,
     interval: LatencyHist,
     interval_actual_send: LatencyHist,
+    interval_send_lag: LatencyHist,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC (ns), to map kernel stamps onto our clock.
+    realtime_offset_ns: i64,
     interval_completed: u64,
     interval_index: u64,
     interval_tx: mpsc::Sender<IntervalMsg>,
@@ -326,6 +402,8 @@ pub fn run_worker(
         key: Vec::with_capacity(256),
         interval: LatencyHist::new(),
         interval_actual_send: LatencyHist::new(),
+        interval_send_lag: LatencyHist::new(),
+        realtime_offset_ns: rx_stamp::realtime_offset_ns(),
         interval_completed: 0,
         interval_index: 0,
         interval_tx,
@@ -354,6 +432,7 @@ pub fn run_worker(
         Io::Uring(_) => w.uring_loop()?,
     }
     w.finish();
+    w.out.stamps_refused = w.conns.iter().find_map(|c| c.stamps_refused.clone());
     if w.poll_budget.stopped_ticks > 0 {
         w.out.sched.reason = format!(
             "{}; no early wake-up to poll for the send time in {} of its 10 ms ticks (its CPU share neared the kernel's real-time budget, which throttles the thread for the rest of the period)",
@@ -406,6 +485,9 @@ impl Worker<'_> {
     /// Sends what is buffered for connection `i` (at once with epoll; queued for the next
     /// submission with io_uring).
     fn flush(&mut self, i: usize, now: u64) {
+        if let Some(d) = simulated_send_delay() {
+            std::thread::sleep(d);
+        }
         match self.io {
             Io::Epoll(_) => self.epoll_write(i, now),
             Io::Uring(_) => self.uring_queue_send(i),
@@ -516,16 +598,20 @@ impl Worker<'_> {
     }
 
     fn flush_interval(&mut self, now: u64, last: bool) {
+        // Kernel stamps are on the realtime clock: follow its slewing once a second.
+        self.realtime_offset_ns = rx_stamp::realtime_offset_ns();
         if last && self.interval_completed == 0 && self.interval.count() == 0 {
             return;
         }
         let hist = std::mem::take(&mut self.interval);
         let actual_send = std::mem::take(&mut self.interval_actual_send);
+        let send_lag = std::mem::take(&mut self.interval_send_lag);
         let msg = IntervalMsg {
             worker: self.id,
             index: self.interval_index,
             hist,
             actual_send,
+            send_lag,
             completed: self.interval_completed,
         };
         // The receiver may be gone (a caller that stopped listening); results still count.
@@ -548,6 +634,8 @@ impl Worker<'_> {
             match connect(addr, self.shared.nodelay) {
                 Ok(s) => {
                     self.conns[i].stream = Some(s);
+                    self.conns[i].arm_stamps();
+                    self.conns[i].room_at = now_ns();
                     if self.attach(i).is_ok() {
                         self.out.counters.reconnects += 1;
                         self.offer(i);
@@ -619,6 +707,16 @@ impl Worker<'_> {
             if sh.moderate && now < self.conns[i].last_rx + MODERATE_NS {
                 break;
             }
+            // When the server let this send go: at once, unless it waited for room (the reply
+            // or reconnect that made room on the connection that takes it), or for `--moderate`'s
+            // gap after a reply. What follows until its transmit stamp is the client's own.
+            let mut ready = sched;
+            if self.conns[i].late_marked {
+                ready = self.conns[t].room_at.clamp(sched, now.max(sched));
+            }
+            if sh.moderate {
+                ready = ready.max((self.conns[i].last_rx + MODERATE_NS).min(now));
+            }
             let c = &mut self.conns[t];
             // Issue the request due at `sched`.
             let index = sh.chooser.choose(&mut self.rng);
@@ -633,10 +731,14 @@ impl Worker<'_> {
                 sh.protocol.encode(Op::Get, &self.key, 0, &mut c.wbuf);
             }
             let op = if is_set { Op::Set } else { Op::Get };
+            c.tx_bytes += (c.wbuf.len() - before) as u64;
             c.inflight.push_back(Inflight {
                 op,
                 sched,
                 sent: now,
+                ready,
+                end: c.tx_bytes.saturating_sub(1),
+                tx: 0,
             });
             if now >= sh.warm_end && now < sh.end {
                 self.out.counters.sent += 1;
@@ -648,7 +750,6 @@ impl Worker<'_> {
             }
             let c = &mut self.conns[i];
             if sched >= sh.warm_end {
-                self.out.send_lag.record_ns(now - sched);
                 self.out.counters.scheduled += 1;
             }
             if let Some(ia) = &c.plan.ia {
@@ -688,8 +789,9 @@ impl Worker<'_> {
         }
     }
 
-    /// Completes every whole reply in the buffer. False when the connection was faulted.
-    fn parse_replies(&mut self, i: usize, now: u64) -> bool {
+    /// Completes every whole reply in the buffer, received at `now` (`kernel_rx`: the kernel's
+    /// receive stamp, else when the thread read it). False when the connection was faulted.
+    fn parse_replies(&mut self, i: usize, now: u64, kernel_rx: bool) -> bool {
         let sh = self.shared;
         loop {
             let c = &mut self.conns[i];
@@ -700,16 +802,22 @@ impl Worker<'_> {
                 }
                 break;
             };
+            let unstamped = front.tx == 0 && c.tx_stamps;
             match sh.protocol.parse(front.op, &c.rbuf[c.rpos..c.rend]) {
                 Ok(Some(reply)) => {
+                    if unstamped {
+                        self.collect_tx_stamps(i);
+                    }
+                    let c = &mut self.conns[i];
                     c.rpos += reply.consumed;
                     let req = c.inflight.pop_front().expect("front exists");
                     c.backoff_ns = 0;
                     c.last_rx = now;
+                    c.room_at = now;
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.offer(i);
-                    self.complete(req, reply.hit, measure, reported, now);
+                    self.complete(req, reply.hit, measure, reported, now, kernel_rx);
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -726,17 +834,80 @@ impl Worker<'_> {
         true
     }
 
-    fn complete(&mut self, req: Inflight, hit: bool, measure: bool, reported: bool, now: u64) {
-        let corrected = now.saturating_sub(req.sched);
-        let uncorrected = now.saturating_sub(req.sent);
+    /// Reads connection `i`'s error queue for transmit stamps until the request at the front of
+    /// its queue has one (or the queue is empty): each stamp goes to every request whose last
+    /// byte it covers.
+    fn collect_tx_stamps(&mut self, i: usize) {
+        let offset = self.realtime_offset_ns;
+        let c = &mut self.conns[i];
+        let Some(fd) = c.stream.as_ref().map(|s| s.as_raw_fd()) else {
+            return;
+        };
+        // Bounded: the queue holds at most one stamp per send still in flight, and others.
+        for _ in 0..1024 {
+            if c.inflight.front().is_none_or(|f| f.tx != 0) {
+                return;
+            }
+            match tx_stamp::read_errqueue(fd, offset) {
+                Ok(tx_stamp::ErrQueue::Stamp { key, ns }) => {
+                    for r in c.inflight.iter_mut() {
+                        if r.tx != 0 {
+                            continue;
+                        }
+                        if !tx_stamp::covers(key, r.end) {
+                            break;
+                        }
+                        r.tx = ns;
+                    }
+                }
+                Ok(tx_stamp::ErrQueue::Other) => {}
+                Ok(tx_stamp::ErrQueue::Empty) => return,
+                Err(e) => {
+                    tracing::debug!("reading the error queue of {}: {e}", c.plan.addr);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Records a completed request. Its latency is from its transmit stamp (the user-space send
+    /// where there is none) to its reply's receive stamp, plus the wait the server imposed before
+    /// the send (corrected); the uncorrected figure leaves that wait out. The time between the
+    /// server letting it go and its transmit stamp is the client's own: the send lag.
+    fn complete(
+        &mut self,
+        req: Inflight,
+        hit: bool,
+        measure: bool,
+        reported: bool,
+        now: u64,
+        kernel_rx: bool,
+    ) {
+        // The kernel sent the bytes after the thread made the send and before the reply came:
+        // a stamp mapped outside that (the realtime clock slewed since the offset was read) is
+        // held inside it.
+        let kernel_tx = req.tx != 0;
+        let tx = if kernel_tx {
+            req.tx.clamp(req.sent, now.max(req.sent))
+        } else {
+            req.sent
+        };
+        let uncorrected = now.saturating_sub(tx);
+        let server_wait = req.ready.saturating_sub(req.sched);
+        let corrected = uncorrected + server_wait;
+        let lag = tx.saturating_sub(req.ready);
         if reported {
             self.interval.record_ns(corrected);
             self.interval_actual_send.record_ns(uncorrected);
+            self.interval_send_lag.record_ns(lag);
         }
         self.interval_completed += 1;
         if req.sched < self.shared.warm_end {
             return;
         }
+        self.out.send_lag.record_ns(lag);
+        self.out.counters.tx_stamped += u64::from(kernel_tx);
+        self.out.counters.rx_stamped += u64::from(kernel_rx);
         let hists = if measure {
             &mut self.out.measure
         } else {

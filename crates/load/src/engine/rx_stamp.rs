@@ -1,5 +1,8 @@
-//! Kernel software receive timestamps (SO_TIMESTAMPNS) for the io_uring engine: read from a
-//! received message's control data and mapped from CLOCK_REALTIME onto CLOCK_MONOTONIC.
+//! Kernel software receive timestamps (SO_TIMESTAMPNS) for both engines: read from a received
+//! message's control data and mapped from CLOCK_REALTIME onto CLOCK_MONOTONIC (the io_uring
+//! engine's multishot `recvmsg` carries them; the epoll engine reads with [`recv_stamped`]).
+
+use std::os::fd::RawFd;
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC now, in ns (kernel software timestamps are realtime).
 pub(super) fn realtime_offset_ns() -> i64 {
@@ -18,7 +21,50 @@ pub(super) fn realtime_offset_ns() -> i64 {
     r - (m0 + (m1 - m0) / 2)
 }
 
-/// The SCM_TIMESTAMPNS in a received message's control data, on the monotonic clock.
+/// A realtime timespec on the monotonic clock (None for a zero stamp or one before the clock).
+pub(super) fn timespec_ns(ts: &libc::timespec, realtime_offset_ns: i64) -> Option<u64> {
+    if ts.tv_sec == 0 && ts.tv_nsec == 0 {
+        return None;
+    }
+    let real = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+    u64::try_from(real - realtime_offset_ns).ok()
+}
+
+/// Room for a received message's stamps: SCM_TIMESTAMPNS, and SCM_TIMESTAMPING (three
+/// timespecs), which TCP adds on a socket that also reports software transmit stamps.
+pub(super) const RX_CONTROL_LEN: usize = 128;
+
+/// Reads what `fd` has (non-blocking) into `buf` with its kernel receive stamp: the byte count
+/// (0 at end of stream) and the stamp on the monotonic clock (None where the kernel gave none).
+pub(super) fn recv_stamped(
+    fd: RawFd,
+    buf: &mut [u8],
+    realtime_offset_ns: i64,
+) -> std::io::Result<(usize, Option<u64>)> {
+    let mut control = [0u64; RX_CONTROL_LEN / 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid (empty) header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = RX_CONTROL_LEN as _;
+    // SAFETY: every buffer the header points at outlives the call.
+    let rc = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let len = (msg.msg_controllen as usize).min(RX_CONTROL_LEN);
+    // SAFETY: `control` is RX_CONTROL_LEN bytes long.
+    let bytes = unsafe { std::slice::from_raw_parts(control.as_ptr().cast::<u8>(), len) };
+    Ok((rc as usize, rx_timestamp_ns(bytes, realtime_offset_ns)))
+}
+
+/// The receive stamp in a received message's control data (SCM_TIMESTAMPNS, or the software
+/// stamp of SCM_TIMESTAMPING), on the monotonic clock.
 pub(super) fn rx_timestamp_ns(control: &[u8], realtime_offset_ns: i64) -> Option<u64> {
     const HDR: usize = std::mem::size_of::<libc::cmsghdr>();
     let mut rest = control;
@@ -36,8 +82,18 @@ pub(super) fn rx_timestamp_ns(control: &[u8], realtime_offset_ns: i64) -> Option
             // SAFETY: the timespec lies inside the message (checked above).
             let ts: libc::timespec =
                 unsafe { std::ptr::read_unaligned(rest[HDR..].as_ptr().cast()) };
-            let real = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
-            return u64::try_from(real - realtime_offset_ns).ok();
+            return timespec_ns(&ts, realtime_offset_ns);
+        }
+        if h.cmsg_level == libc::SOL_SOCKET
+            && h.cmsg_type == libc::SCM_TIMESTAMPING
+            && len >= HDR + std::mem::size_of::<libc::timespec>()
+        {
+            // SAFETY: as above; ts[0] is the software stamp.
+            let ts: libc::timespec =
+                unsafe { std::ptr::read_unaligned(rest[HDR..].as_ptr().cast()) };
+            if let Some(t) = timespec_ns(&ts, realtime_offset_ns) {
+                return Some(t);
+            }
         }
         let step = (len + 7) & !7;
         rest = rest.get(step..)?;

@@ -20,7 +20,7 @@
 use io_uring::types::{BufRingEntry, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
-use super::rx_stamp::{realtime_offset_ns, rx_timestamp_ns};
+use super::rx_stamp::rx_timestamp_ns;
 use super::{Io, Wait, Worker};
 use crate::clock::now_ns;
 use crate::error::LoadError;
@@ -33,8 +33,9 @@ const BUFFER_LEN: usize = 16 * 1024;
 const BUFFER_GROUP: u16 = 0;
 /// Longest single wait (the loop re-checks the interval boundary and the end at least this often).
 const MAX_WAIT_NS: u64 = 200_000_000;
-/// Room for one control message in each received buffer: a SCM_TIMESTAMPNS (cmsghdr + timespec).
-pub(super) const CONTROL_LEN: usize = 32;
+/// Room for the control messages in each received buffer: SCM_TIMESTAMPNS, and the
+/// SCM_TIMESTAMPING TCP adds on a socket that reports software transmit stamps too.
+pub(super) const CONTROL_LEN: usize = super::rx_stamp::RX_CONTROL_LEN;
 /// A wait that should not end for replies asks for this many completions (the kernel caps it at
 /// the completion queue's size); its timeout, the next send's time, ends it.
 const WAIT_FOR_TIMER: usize = 1 << 16;
@@ -94,8 +95,6 @@ pub(super) struct UringIo {
     /// The receive's message header (no name, room for one control message): the kernel reads
     /// its lengths when each multishot receive is armed.
     msghdr: Box<libc::msghdr>,
-    /// CLOCK_REALTIME − CLOCK_MONOTONIC (ns), to map kernel receive timestamps onto our clock.
-    realtime_offset_ns: i64,
     /// The last reap stopped for a due send with completions still queued: the next wait polls.
     replies_left: bool,
     /// Some connection's replies came without kernel receive stamps (sticky).
@@ -188,7 +187,6 @@ impl UringIo {
             stale_recvs: 0,
             // SAFETY: msghdr is plain data; all-zero is a valid (empty) header.
             msghdr: Box::new(unsafe { std::mem::zeroed() }),
-            realtime_offset_ns: realtime_offset_ns(),
             replies_left: false,
             unstamped: false,
         };
@@ -502,6 +500,7 @@ impl Worker<'_> {
 
     fn on_recv(&mut self, i: usize, generation: u32, result: i32, flags: u32) {
         let now = now_ns();
+        let offset = self.realtime_offset_ns;
         let Io::Uring(u) = &mut self.io else {
             unreachable!("io_uring call on an epoll worker")
         };
@@ -510,6 +509,7 @@ impl Worker<'_> {
         // Payload bytes copied into the connection's reply buffer, and their kernel timestamp.
         let mut got = 0usize;
         let mut stamp = now;
+        let mut kernel_rx = false;
         if current && result > 0 {
             let bid = bid.expect("a receive with data names its buffer");
             let start = usize::from(bid) * BUFFER_LEN;
@@ -521,9 +521,10 @@ impl Worker<'_> {
                 c.make_room(got);
                 c.rbuf[c.rend..c.rend + got].copy_from_slice(payload);
                 c.rend += got;
-                if let Some(t) = rx_timestamp_ns(out.control_data(), u.realtime_offset_ns) {
+                if let Some(t) = rx_timestamp_ns(out.control_data(), offset) {
                     // Never later than now; never before the clock the stamps are mapped to.
                     stamp = t.min(now);
+                    kernel_rx = true;
                 }
             }
         }
@@ -545,7 +546,7 @@ impl Worker<'_> {
             if now >= self.shared.warm_end {
                 self.out.counters.bytes_rx += got as u64;
             }
-            if !self.parse_replies(i, stamp) {
+            if !self.parse_replies(i, stamp, kernel_rx) {
                 return;
             }
         } else if result >= 0 {

@@ -7,7 +7,7 @@ use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use headroom_types::load_result::LatencyStats;
 
-use super::batch::{batch_quantile_ci, BatchCi, Blocked, BASE_BLOCKS};
+use super::batch::{tail_quantile_ci, BatchCi, Blocked, BASE_BLOCKS};
 use super::{HistError, LatencyHist, HIGHEST_NS, LOWEST_NS};
 
 /// Significant digits of a block histogram: blocks only count samples below a threshold the
@@ -128,12 +128,13 @@ impl Blocked for BlockedLatency<'_> {
     }
 }
 
-/// The batch-means interval of `percentile` (0–100), None without samples or blocks.
+/// The batch-means interval of `percentile` (0–100), None without samples or blocks; a tail
+/// percentile's inflation pooled with the p90's ([`tail_quantile_ci`]).
 pub fn blocked_ci(all: &LatencyHist, blocks: &BlockHists, percentile: f64) -> Option<BatchCi> {
     if blocks.is_empty() || all.is_empty() {
         return None;
     }
-    batch_quantile_ci(&BlockedLatency { all, blocks }, percentile / 100.0)
+    tail_quantile_ci(&BlockedLatency { all, blocks }, percentile / 100.0)
 }
 
 /// [`LatencyHist::summary`] with the p50/p99/p99.9 intervals from batch means over the time

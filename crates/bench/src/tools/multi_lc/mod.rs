@@ -269,6 +269,20 @@ fn valid_probe(
     qps: f64,
     seconds: f64,
 ) -> Result<Option<LoadMetrics>> {
+    Ok(probe_outcome(runner, dir, name, addr, qps, seconds)?.ok())
+}
+
+/// [`valid_probe`] with why there is no valid run: `Err(None)` where the failure was the LC's
+/// (beyond its capacity: [`validity::server_limited`]), `Err(Some(reason))` where the instrument
+/// could not measure the rate validly here (unknown, not slow).
+fn probe_outcome(
+    runner: &Runner,
+    dir: &Path,
+    name: &str,
+    addr: SocketAddr,
+    qps: f64,
+    seconds: f64,
+) -> Result<std::result::Result<LoadMetrics, Option<String>>> {
     let json = dir.join(format!("probe-{name}.json"));
     let shape = runner.shape_for(qps, seconds);
     let m = validity::measure_valid(shape, runner.placement.loadgen_threads(), |s| {
@@ -285,21 +299,26 @@ fn valid_probe(
     match m.valid() {
         Some(a) => {
             println!("{}", line(&a.metrics));
-            Ok(Some(a.metrics.clone()))
+            Ok(Ok(a.metrics.clone()))
         }
         None => {
-            println!(
-                "{}  INVALID: {} (not used)",
-                line(&m.last().metrics),
-                validity::short_reason(&m.last().metrics)
-            );
-            Ok(None)
+            let why = validity::short_reason(&m.last().metrics);
+            println!("{}  INVALID: {why} (not used)", line(&m.last().metrics));
+            if validity::server_limited(&m.last().metrics) {
+                Ok(Err(None))
+            } else {
+                Ok(Err(Some(format!(
+                    "{qps:.0} QPS: no valid run here ({why})"
+                ))))
+            }
         }
     }
 }
 
 /// Capacity alone: the highest rate (doubling from 5000 QPS, then bisected) a valid run holds
-/// with p99 within the knee (10 × the low-load p99, at least 1 ms). An invalid run is not held.
+/// with p99 within the knee (10 × the low-load p99, at least 1 ms). An invalid run is not held
+/// where the failure was the LC's; where it was the instrument's the rate is unknown here and
+/// the search stops there (the capacity is then a lower bound, said so).
 fn capacity(
     runner: &Runner,
     dir: &Path,
@@ -312,16 +331,31 @@ fn capacity(
         .and_then(|m| m.percentile_us(99.0))
         .unwrap_or(100.0);
     let knee = (10.0 * low).max(1000.0);
-    let holds = |q: f64| -> Result<bool> {
-        Ok(valid_probe(runner, dir, name, addr, q, s)?.is_some_and(|m| m.holds(q, 99.0, knee)))
+    let holds = |q: f64| -> Result<crate::record::Outcome> {
+        Ok(match probe_outcome(runner, dir, name, addr, q, s)? {
+            Ok(m) => m.holds(q, 99.0, knee).into(),
+            Err(None) => crate::record::Outcome::NotHeld,
+            Err(Some(why)) => crate::record::Outcome::Unknown(why),
+        })
     };
-    let ok = crate::record::capacity_search(5000.0, 8, if flags.quick { 2 } else { 4 }, holds)?;
-    if ok <= 0.0 {
-        return Err(ToolError::Measurement(format!(
-            "LC {name} alone did not hold 5000 QPS validly within p99 ≤ {knee:.0} µs: give --capacity-{name}-qps"
-        )));
+    let search = crate::record::capacity_search(5000.0, 8, if flags.quick { 2 } else { 4 }, holds)?;
+    if search.qps <= 0.0 {
+        return Err(ToolError::Measurement(match &search.unknown {
+            Some((_, why)) => format!(
+                "LC {name} alone: capacity unknown here ({why}): give --capacity-{name}-qps"
+            ),
+            None => format!(
+                "LC {name} alone did not hold 5000 QPS validly within p99 ≤ {knee:.0} µs: give --capacity-{name}-qps"
+            ),
+        }));
     }
-    Ok(ok.round())
+    if let Some((q, why)) = &search.unknown {
+        println!(
+            "  {name}: capacity at least {:.0} QPS, unknown here from {q:.0} QPS ({why})",
+            search.qps
+        );
+    }
+    Ok(search.qps.round())
 }
 
 /// The SLO: the p99 alone at the peak load × the factor (median of the valid probes).

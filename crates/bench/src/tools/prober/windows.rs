@@ -261,6 +261,7 @@ mod tests {
             warmup,
             hist,
             actual_send: None,
+            send_lag: None,
         }
     }
 
