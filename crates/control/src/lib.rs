@@ -4,6 +4,7 @@
 //! keeps it pure; `headroom-agent` drives it on Linux, `headroom-sim` on modelled servers.
 
 pub mod actuation;
+pub mod advertise;
 pub mod allocation;
 pub mod config;
 pub mod controller;

@@ -28,6 +28,21 @@ pub struct KubernetesConfig {
     /// A pod with `headroom.io/latency-port` is measured by the kernel sensor on that port; with
     /// `probe_fallback` the prober fills in (on `127.0.0.1:<port>`, so for `hostNetwork` pods).
     pub probe_fallback: bool,
+    /// Publish the node's SLO-safe BE capacity as the extended resource `headroom.io/be-cpu`
+    /// (milli-CPUs) in the Node's status ([`crate::advertise`], docs/kubernetes.md).
+    pub advertise: bool,
+    /// How far back the BE CPUs granted are looked at, s (the diurnal peak should be in view).
+    pub advertise_horizon_s: f64,
+    /// The low percentile of the horizon that is advertised.
+    pub advertise_percentile: f64,
+    /// Taken off the percentile, milli-CPUs.
+    pub advertise_margin_millicpu: u64,
+    /// The value moves in whole steps of this many milli-CPUs.
+    pub advertise_step_millicpu: u64,
+    /// At most one rise per this many s, and only this long after the last violation.
+    pub advertise_damping_s: f64,
+    /// How much of the horizon must be seen before anything above the floor is advertised, s.
+    pub advertise_min_history_s: f64,
 }
 
 impl Default for KubernetesConfig {
@@ -39,6 +54,13 @@ impl Default for KubernetesConfig {
             cgroup_layout: LayoutChoice::Auto,
             window_s: crate::config::SloConfig::default().window_s,
             probe_fallback: false,
+            advertise: false,
+            advertise_horizon_s: 3600.0,
+            advertise_percentile: 10.0,
+            advertise_margin_millicpu: 200,
+            advertise_step_millicpu: 100,
+            advertise_damping_s: 300.0,
+            advertise_min_history_s: 600.0,
         }
     }
 }
@@ -162,7 +184,71 @@ impl KubernetesConfig {
         Ok(k)
     }
 
+    /// The advertiser's parameters (validated with the section).
+    pub fn advertise_params(&self) -> crate::advertise::AdvertiseParams {
+        let ms = |s: f64| (s * 1000.0).round() as u64;
+        let horizon_ms = ms(self.advertise_horizon_s);
+        crate::advertise::AdvertiseParams {
+            horizon_ms,
+            percentile: self.advertise_percentile,
+            margin_millicpu: self.advertise_margin_millicpu,
+            step_millicpu: self.advertise_step_millicpu,
+            damping_ms: ms(self.advertise_damping_s),
+            // 360 buckets over the horizon, none shorter than a second.
+            bucket_ms: (horizon_ms / 360).max(1000),
+            min_history_ms: ms(self.advertise_min_history_s),
+        }
+    }
+
     pub(crate) fn validate(&self, p: &mut Problems) {
+        // A week at most: the buckets of a longer horizon would be too coarse to follow a day.
+        const MAX_HORIZON_S: f64 = 7.0 * 86400.0;
+        let h = self.advertise_horizon_s;
+        if !(60.0..=MAX_HORIZON_S).contains(&h) {
+            p.push(invalid(
+                "kubernetes.advertise_horizon_s",
+                h,
+                format!("must be in [60, {MAX_HORIZON_S}] s"),
+            ));
+        }
+        let pc = self.advertise_percentile;
+        if !(pc > 0.0 && pc <= 100.0) {
+            p.push(invalid(
+                "kubernetes.advertise_percentile",
+                pc,
+                "must be in (0, 100]",
+            ));
+        }
+        if self.advertise_step_millicpu == 0 || self.advertise_step_millicpu > 100_000 {
+            p.push(invalid(
+                "kubernetes.advertise_step_millicpu",
+                self.advertise_step_millicpu,
+                "must be in [1, 100000] milli-CPUs",
+            ));
+        }
+        if self.advertise_margin_millicpu > 1_000_000 {
+            p.push(invalid(
+                "kubernetes.advertise_margin_millicpu",
+                self.advertise_margin_millicpu,
+                "must be at most 1000000 milli-CPUs",
+            ));
+        }
+        let d = self.advertise_damping_s;
+        if !(0.0..=MAX_HORIZON_S).contains(&d) {
+            p.push(invalid(
+                "kubernetes.advertise_damping_s",
+                d,
+                format!("must be in [0, {MAX_HORIZON_S}] s"),
+            ));
+        }
+        let m = self.advertise_min_history_s;
+        if !(0.0..=h).contains(&m) {
+            p.push(invalid(
+                "kubernetes.advertise_min_history_s",
+                m,
+                format!("must be in [0, advertise_horizon_s = {h}] s"),
+            ));
+        }
         if !(self.window_s > 0.0 && self.window_s <= crate::config::MAX_WINDOW_S) {
             p.push(invalid(
                 "kubernetes.window_s",
@@ -277,5 +363,39 @@ mod tests {
         let keys: Vec<String> = p.0.iter().map(|e| e.to_string()).collect();
         assert_eq!(keys.len(), 2, "{keys:?}");
         assert!(KubernetesConfig::default().is_default());
+    }
+
+    #[test]
+    fn the_advertise_keys_parse_and_every_bad_one_is_named() {
+        let k: KubernetesConfig = toml::from_str(
+            "advertise = true\nadvertise_horizon_s = 1800.0\nadvertise_damping_s = 60.0",
+        )
+        .unwrap();
+        assert!(k.advertise);
+        let a = k.advertise_params();
+        assert_eq!(
+            (a.horizon_ms, a.damping_ms, a.bucket_ms),
+            (1_800_000, 60_000, 5000)
+        );
+        let mut p = Problems::default();
+        KubernetesConfig {
+            advertise_horizon_s: 10.0,
+            advertise_percentile: 0.0,
+            advertise_step_millicpu: 0,
+            advertise_damping_s: -1.0,
+            advertise_min_history_s: 20.0,
+            ..KubernetesConfig::default()
+        }
+        .validate(&mut p);
+        let text: Vec<String> = p.0.iter().map(|e| e.to_string()).collect();
+        for key in [
+            "advertise_horizon_s = 10",
+            "advertise_percentile = 0",
+            "advertise_step_millicpu = 0",
+            "advertise_damping_s = -1",
+            "advertise_min_history_s = 20",
+        ] {
+            assert!(text.iter().any(|t| t.contains(key)), "{key}: {text:?}");
+        }
     }
 }

@@ -1,0 +1,392 @@
+//! The BE capacity a node advertises to the cluster (`headroom.io/be-cpu`, milli-CPUs): what the
+//! policy has been able to give BE while every LC held its SLO, pure (docs/kubernetes.md).
+//!
+//! Every tick feeds one [`Tick`]: the BE CPUs the policy granted, whether every LC held its SLO
+//! (or which one did not, or why the signal is untrusted), and the floor — the sum of
+//! `headroom.io/be-cpu` requested by pods already bound to the node. The granted CPUs go into
+//! buckets over a horizon (default an hour, so the diurnal peak is in view); a bucket that saw a
+//! violation or an untrusted signal counts as 0. The target is a low percentile of the buckets
+//! less a margin, rounded down to a step; 0 while an LC violates or the signal is untrusted.
+//! The advertised value:
+//! - is never below the floor (kubelet never rejects or fails a pod it already admitted);
+//! - falls at once (to the target, at worst to the floor);
+//! - rises only by at least one step, at most once per damping period, and only after a
+//!   damping period with no violation — so a flapping LC makes it fall once and stay down.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use headroom_types::allocation::Allocation;
+
+/// The extended resource's name.
+pub const RESOURCE: &str = "headroom.io/be-cpu";
+
+/// How the advertised value is derived (built from `[kubernetes]` by
+/// [`crate::config::KubernetesConfig::advertise_params`], which validated it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdvertiseParams {
+    /// How far back the granted CPUs are looked at, ms.
+    pub horizon_ms: u64,
+    /// Which low percentile of the horizon's buckets is the target (0 < p ≤ 100).
+    pub percentile: f64,
+    /// Taken off the percentile, milli-CPUs.
+    pub margin_millicpu: u64,
+    /// The value moves in steps of this many milli-CPUs (a rise must be a whole step).
+    pub step_millicpu: u64,
+    /// At most one rise per this many ms, and only this long after the last violation.
+    pub damping_ms: u64,
+    /// The width of one horizon bucket, ms (a bucket keeps the least granted in it).
+    pub bucket_ms: u64,
+    /// How much of the horizon must be seen before anything above the floor is advertised, ms.
+    pub min_history_ms: u64,
+}
+
+impl Default for AdvertiseParams {
+    fn default() -> Self {
+        AdvertiseParams {
+            horizon_ms: 3_600_000,
+            percentile: 10.0,
+            margin_millicpu: 200,
+            step_millicpu: 100,
+            damping_ms: 300_000,
+            bucket_ms: 10_000,
+            min_history_ms: 600_000,
+        }
+    }
+}
+
+/// How the node's LCs stand this tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LcHealth {
+    /// Every LC held its SLO with a trusted signal.
+    Held,
+    /// This LC's tail latency is above its SLO.
+    Violating { lc: String },
+    /// No trustworthy signal (unknown or stale latency, BE held off, no LC yet): why.
+    Untrusted { reason: String },
+}
+
+/// One tick's input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tick {
+    /// ms since the agent started (the policy's clock).
+    pub t_ms: u64,
+    /// The BE CPUs the policy granted this tick, milli-CPUs ([`granted_millicpu`]).
+    pub granted_millicpu: u64,
+    pub health: LcHealth,
+    /// The sum of `headroom.io/be-cpu` requested by the pods bound to the node.
+    pub floor_millicpu: u64,
+}
+
+/// Why the value is what it is (the metric's `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdvertiseReason {
+    /// The horizon's percentile less the margin.
+    Slo,
+    /// Committed pods hold it up (the target is below what they requested).
+    Floor,
+    /// An LC violates its SLO: 0, or the floor.
+    Violating,
+    /// The signal is untrusted: 0, or the floor.
+    Untrusted,
+    /// Too little of the horizon seen yet: 0, or the floor.
+    Warming,
+    /// The target is higher, but the rise waits for the damping period.
+    Damped,
+}
+
+impl AdvertiseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdvertiseReason::Slo => "slo",
+            AdvertiseReason::Floor => "floor",
+            AdvertiseReason::Violating => "violating",
+            AdvertiseReason::Untrusted => "untrusted",
+            AdvertiseReason::Warming => "warming",
+            AdvertiseReason::Damped => "damped",
+        }
+    }
+
+    pub const ALL: [AdvertiseReason; 6] = [
+        AdvertiseReason::Slo,
+        AdvertiseReason::Floor,
+        AdvertiseReason::Violating,
+        AdvertiseReason::Untrusted,
+        AdvertiseReason::Warming,
+        AdvertiseReason::Damped,
+    ];
+}
+
+/// The horizon's figures behind the target.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HorizonFigures {
+    /// Buckets in the horizon, and how many of them saw a violation or an untrusted signal.
+    pub buckets: usize,
+    pub troubled_buckets: usize,
+    /// How much of the horizon has been seen, s.
+    pub covered_s: f64,
+    pub horizon_s: f64,
+    pub percentile: f64,
+    /// The percentile of the buckets' granted CPUs, and their least and most, milli-CPUs.
+    pub percentile_millicpu: u64,
+    pub min_millicpu: u64,
+    pub max_millicpu: u64,
+    pub margin_millicpu: u64,
+}
+
+/// A change of the advertised value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdvertiseChange {
+    pub t_ms: u64,
+    /// `None`: the first value.
+    pub from_millicpu: Option<u64>,
+    pub to_millicpu: u64,
+    pub reason: AdvertiseReason,
+    pub detail: String,
+}
+
+/// What the node advertises now, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advertisement {
+    pub value_millicpu: u64,
+    pub reason: AdvertiseReason,
+    /// The reason in words, with the figures.
+    pub detail: String,
+    pub floor_millicpu: u64,
+    /// What it would be without damping.
+    pub target_millicpu: u64,
+    pub horizon: HorizonFigures,
+    pub last_change: Option<AdvertiseChange>,
+}
+
+/// The BE CPUs an allocation grants, milli-CPUs: 0 when BE is disabled, else its cpuset's CPUs
+/// (all `machine_cpus` without one) times its quota when it has one. A weight alone grants
+/// every CPU (work-conserving: BE may use what LC leaves).
+pub fn granted_millicpu(a: &Allocation, machine_cpus: u32) -> u64 {
+    if !a.be_enabled {
+        return 0;
+    }
+    let cpus = a
+        .be_cpus
+        .as_ref()
+        .map(|c| c.len() as u64)
+        .unwrap_or(u64::from(machine_cpus));
+    let milli = cpus * 1000;
+    match a.be_quota_pct {
+        Some(pct) if pct.is_finite() && pct >= 0.0 => {
+            // Quota is a share of the whole machine (cpu.max over all CPUs).
+            let quota = (pct / 100.0 * f64::from(machine_cpus) * 1000.0).floor() as u64;
+            milli.min(quota)
+        }
+        _ => milli,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    start_ms: u64,
+    /// The least granted in the bucket (0 where the SLO was not held).
+    least_millicpu: u64,
+    troubled: bool,
+}
+
+/// The advertiser's state: the horizon's buckets, the value, its last change.
+#[derive(Debug, Clone)]
+pub struct Advertiser {
+    params: AdvertiseParams,
+    buckets: VecDeque<Bucket>,
+    first_ms: Option<u64>,
+    value: Option<u64>,
+    last_change: Option<AdvertiseChange>,
+    last_trouble_ms: Option<u64>,
+}
+
+impl Advertiser {
+    pub fn new(params: AdvertiseParams) -> Advertiser {
+        Advertiser {
+            params,
+            buckets: VecDeque::new(),
+            first_ms: None,
+            value: None,
+            last_change: None,
+            last_trouble_ms: None,
+        }
+    }
+
+    pub fn params(&self) -> &AdvertiseParams {
+        &self.params
+    }
+
+    /// The value now (`None` before the first tick).
+    pub fn value(&self) -> Option<u64> {
+        self.value
+    }
+
+    fn record(&mut self, tick: &Tick) {
+        let troubled = tick.health != LcHealth::Held;
+        let granted = if troubled { 0 } else { tick.granted_millicpu };
+        let bucket_ms = self.params.bucket_ms.max(1);
+        let start = tick.t_ms - tick.t_ms % bucket_ms;
+        match self.buckets.back_mut() {
+            // A clock that went back stays in the newest bucket.
+            Some(b) if b.start_ms >= start => {
+                b.least_millicpu = b.least_millicpu.min(granted);
+                b.troubled |= troubled;
+            }
+            _ => self.buckets.push_back(Bucket {
+                start_ms: start,
+                least_millicpu: granted,
+                troubled,
+            }),
+        }
+        let horizon_start = tick.t_ms.saturating_sub(self.params.horizon_ms);
+        while self
+            .buckets
+            .front()
+            .is_some_and(|b| b.start_ms + bucket_ms <= horizon_start)
+        {
+            self.buckets.pop_front();
+        }
+        if troubled {
+            self.last_trouble_ms = Some(tick.t_ms);
+        }
+    }
+
+    fn figures(&self, t_ms: u64) -> HorizonFigures {
+        let mut values: Vec<u64> = self.buckets.iter().map(|b| b.least_millicpu).collect();
+        values.sort_unstable();
+        let p = self.params.percentile;
+        let percentile_millicpu = if values.is_empty() {
+            0
+        } else {
+            // Nearest rank.
+            let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
+            values[rank.clamp(1, values.len()) - 1]
+        };
+        let covered_ms = self
+            .first_ms
+            .map(|f| t_ms.saturating_sub(f).min(self.params.horizon_ms))
+            .unwrap_or(0);
+        HorizonFigures {
+            buckets: values.len(),
+            troubled_buckets: self.buckets.iter().filter(|b| b.troubled).count(),
+            covered_s: covered_ms as f64 / 1000.0,
+            horizon_s: self.params.horizon_ms as f64 / 1000.0,
+            percentile: p,
+            percentile_millicpu,
+            min_millicpu: values.first().copied().unwrap_or(0),
+            max_millicpu: values.last().copied().unwrap_or(0),
+            margin_millicpu: self.params.margin_millicpu,
+        }
+    }
+
+    /// Takes one tick; the advertisement now, and the change this tick made (if any).
+    pub fn update(&mut self, tick: &Tick) -> (Advertisement, Option<AdvertiseChange>) {
+        self.first_ms.get_or_insert(tick.t_ms);
+        self.record(tick);
+        let h = self.figures(tick.t_ms);
+        let step = self.params.step_millicpu.max(1);
+        let floor = tick.floor_millicpu;
+        let (cause, cause_detail, target) = match &tick.health {
+            LcHealth::Violating { lc } => (
+                AdvertiseReason::Violating,
+                format!("LC {lc} violates its SLO"),
+                0,
+            ),
+            LcHealth::Untrusted { reason } => (
+                AdvertiseReason::Untrusted,
+                format!("signal untrusted: {reason}"),
+                0,
+            ),
+            LcHealth::Held if h.covered_s * 1000.0 < self.params.min_history_ms as f64 => (
+                AdvertiseReason::Warming,
+                format!(
+                    "{:.0} s of the horizon seen, {:.0} s needed",
+                    h.covered_s,
+                    self.params.min_history_ms as f64 / 1000.0
+                ),
+                0,
+            ),
+            LcHealth::Held => {
+                let t = h.percentile_millicpu.saturating_sub(h.margin_millicpu) / step * step;
+                (
+                    AdvertiseReason::Slo,
+                    format!(
+                        "p{} of BE granted while every LC held its SLO over {:.0} s = {}m, less margin {}m",
+                        h.percentile, h.covered_s, h.percentile_millicpu, h.margin_millicpu
+                    ),
+                    t,
+                )
+            }
+        };
+        let desired = target.max(floor);
+        let (desired_reason, desired_detail) = if floor > target {
+            (
+                AdvertiseReason::Floor,
+                format!("bound pods requested {floor}m ({cause_detail}: {target}m)"),
+            )
+        } else {
+            (cause, cause_detail)
+        };
+        let quiet = |since: Option<u64>| {
+            since.is_none_or(|s| tick.t_ms.saturating_sub(s) >= self.params.damping_ms)
+        };
+        let (next, reason, detail) = match self.value {
+            None => (desired, desired_reason, desired_detail),
+            // The floor is a hard bound: a rise to it is never damped.
+            Some(v) if v < floor => (desired, desired_reason, desired_detail),
+            Some(v) if desired < v => (desired, desired_reason, desired_detail),
+            Some(v) if desired >= v + step => {
+                let last_rise_ok = quiet(self.last_change.as_ref().map(|c| c.t_ms));
+                let trouble_ok = quiet(self.last_trouble_ms);
+                if last_rise_ok && trouble_ok {
+                    (desired, desired_reason, desired_detail)
+                } else {
+                    let why = if trouble_ok {
+                        "the last change"
+                    } else {
+                        "the last violation or untrusted signal"
+                    };
+                    (
+                        v,
+                        AdvertiseReason::Damped,
+                        format!(
+                            "target {desired}m ({desired_detail}); held until {} s after {why}",
+                            self.params.damping_ms / 1000
+                        ),
+                    )
+                }
+            }
+            // Within a step above: no change (hysteresis); the reason is the target's.
+            Some(v) => (v, desired_reason, desired_detail),
+        };
+        let change = (self.value != Some(next)).then(|| AdvertiseChange {
+            t_ms: tick.t_ms,
+            from_millicpu: self.value,
+            to_millicpu: next,
+            reason,
+            detail: detail.clone(),
+        });
+        if let Some(c) = &change {
+            self.last_change = Some(c.clone());
+        }
+        self.value = Some(next);
+        let ad = Advertisement {
+            value_millicpu: next,
+            reason,
+            detail,
+            floor_millicpu: floor,
+            target_millicpu: desired,
+            horizon: h,
+            last_change: self.last_change.clone(),
+        };
+        (ad, change)
+    }
+}
+
+#[cfg(test)]
+#[path = "advertise_tests.rs"]
+mod tests;
