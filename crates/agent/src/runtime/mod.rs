@@ -26,14 +26,7 @@ use headroom_types::control::{
     ActuatorsStatus, AgentStatus, BeCommandStatus, DisabledActuator, LcStatus, ReasonAt,
 };
 
-use headroom_control::actuation::{ActuationError, ManagedGroups};
-use headroom_control::config::IdleSensing;
-use headroom_control::config::{Config, ConfigError};
-use headroom_control::controller::Controller;
-use headroom_control::decision::{tick_time, CtlEvent};
 use crate::linux_node::LinuxNode;
-use headroom_control::node::NodeError;
-use headroom_control::policy::{MachineInfo, Mechanism};
 use crate::publish::control::{ControlError, Request, Requests, Response};
 use crate::publish::reaction_log::ReactionLog;
 use crate::sensors::idle_wake::{self, Cause, EventSchedule, IdleEventSource, Woken};
@@ -41,6 +34,13 @@ use crate::sensors::lc_signal::{SignalCell, StopFlag};
 use crate::sensors::SLOW_PERIOD;
 use crate::state::{self, AgentState, OriginalValue, StateError, StateLock, STATE_VERSION};
 use crate::supervisor::{LaunchError, Supervised};
+use headroom_control::actuation::{ActuationError, ManagedGroups};
+use headroom_control::config::IdleSensing;
+use headroom_control::config::{Config, ConfigError};
+use headroom_control::controller::Controller;
+use headroom_control::decision::{tick_time, CtlEvent};
+use headroom_control::node::NodeError;
+use headroom_control::policy::{MachineInfo, Mechanism};
 use headroom_host::idle_bpf::monotonic_ns;
 
 pub use kube::LcEvents;
@@ -121,7 +121,10 @@ impl From<LaunchError> for AgentError {
 impl AgentError {
     /// True for errors in what the user gave (exit code 2).
     pub fn is_usage(&self) -> bool {
-        matches!(self, AgentError::Config(_))
+        matches!(
+            self,
+            AgentError::Config(_) | AgentError::State(StateError::Held { .. })
+        )
     }
 }
 
@@ -143,6 +146,8 @@ pub struct AgentOptions {
     /// headroom-kube here; without it a discovery config runs with the holder service alone,
     /// BE held).
     pub discovery: Option<LcEvents>,
+    /// The config file the agent was started from (named in its group locks).
+    pub config_path: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -155,6 +160,7 @@ impl AgentOptions {
             run_for: None,
             handle_signals: true,
             discovery: None,
+            config_path: None,
         }
     }
 }
@@ -247,6 +253,8 @@ pub struct Agent {
     kube: Option<kube::KubeLive>,
     /// Held for the agent's life: no second agent manages the same groups.
     _lock: Option<StateLock>,
+    /// One agent per group: every managed group's lock, held for the agent's life.
+    group_lock: Option<state::GroupLock>,
 }
 
 /// What this host offers the policies, limited to what the node actuates (a mechanism the

@@ -180,6 +180,7 @@ impl Agent {
                 .map(|(i, lc)| self.lc_status(i, lc, obs))
                 .collect(),
             kubernetes: self.kube.as_ref().map(|k| k.set().clone()),
+            lock: self.group_lock.as_ref().map(|l| l.holder().clone()),
             binding_lc: p.last_binding_lc.clone(),
             idle_cpus: obs.idle_cpu_count(0.5),
             be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),
@@ -231,9 +232,14 @@ impl Agent {
                     .map(|a| {
                         a.current()
                             .iter()
-                            .filter(|(k, _)| !matches!(k, headroom_control::actuation::Knob::Cgroup { .. }))
+                            .filter(|(k, _)| {
+                                !matches!(k, headroom_control::actuation::Knob::Cgroup { .. })
+                            })
                             .map(|(k, v)| {
-                                (headroom_control::node::Node::describe(&self.node, k), v.to_string())
+                                (
+                                    headroom_control::node::Node::describe(&self.node, k),
+                                    v.to_string(),
+                                )
                             })
                             .collect()
                     })
@@ -249,7 +255,10 @@ impl Agent {
                                     if self.groups.be.contains(group))
                             })
                             .map(|(k, v)| {
-                                (headroom_control::node::Node::describe(&self.node, k), v.to_string())
+                                (
+                                    headroom_control::node::Node::describe(&self.node, k),
+                                    v.to_string(),
+                                )
                             })
                             .collect()
                     })

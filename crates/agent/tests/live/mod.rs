@@ -5,8 +5,8 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use headroom_control::config::Config;
 use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
+use headroom_control::config::Config;
 
 /// Processes standing in for services: killed and reaped at the end, whatever happens.
 pub struct Children(pub Vec<std::process::Child>);
@@ -49,6 +49,7 @@ pub fn is_root() -> bool {
 
 /// An agent on `text` for `run_for`, running in a thread; `Err` (the reason, for a SKIP line)
 /// when it does not start here.
+#[allow(dead_code)] // not every test that shares this module starts an agent this way
 pub fn start_agent(
     text: &str,
     run_for: Duration,

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 use headroom_control::config::Config;
 use headroom_control::decision::{replay_log, LogLine};
 use headroom_control::policy::MachineInfo;
-use headroom_agent::runtime::{machine_info, machine_sidecar, Agent, AgentOptions};
 
 /// Flags of `headroom agent`.
 #[derive(clap::Args, Debug)]
@@ -35,6 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut options = AgentOptions::new(config);
     options.dry_run = args.dry_run;
+    options.config_path = Some(args.config.clone());
     options.decision_log = args.log;
     if let Some(s) = args.duration {
         if !(s.is_finite() && s > 0.0) {
