@@ -120,6 +120,13 @@ pub enum StateError {
     },
     #[error("state file {path} is not valid: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    /// Another live agent manages one of these groups (exit 2: nothing was touched).
+    #[error("{what} is managed by another agent, {holder}: its lock {lock} is held; stop that agent (or give this one other groups)")]
+    Held {
+        what: String,
+        lock: PathBuf,
+        holder: String,
+    },
 }
 
 /// Reads the state file; `Ok(None)` when there is none.
@@ -235,13 +242,10 @@ impl StateLock {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 let holder = std::fs::read_to_string(&path).unwrap_or_default();
-                return Err(StateError::Invalid {
-                    path: state_file.to_path_buf(),
-                    reason: format!(
-                        "another agent (pid {}) manages these groups: its lock {} is held",
-                        holder.trim(),
-                        path.display()
-                    ),
+                return Err(StateError::Held {
+                    what: format!("state file {}", state_file.display()),
+                    lock: path.clone(),
+                    holder: format!("pid {}", holder.trim()),
                 });
             }
             return Err(io("locking")(err));
@@ -254,4 +258,200 @@ impl StateLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Where the group locks live under a host root (`/run/headroom/locks` in production).
+pub fn lock_dir(root: &Path) -> PathBuf {
+    root.join("run/headroom/locks")
+}
+
+/// The lock file of one group directory: its path with `%` and `/` escaped (a hash keeps a
+/// long one within a file name's 255 bytes).
+pub fn lock_file_name(group_dir: &Path) -> String {
+    let text = group_dir.to_string_lossy();
+    let escaped = text
+        .trim_start_matches('/')
+        .replace('%', "%25")
+        .replace('/', "%2F");
+    if escaped.len() <= 200 {
+        return format!("{escaped}.lock");
+    }
+    // FNV-1a: stable across builds (the std hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut cut = escaped.len() - 180;
+    while !escaped.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("{h:016x}-{}.lock", &escaped[cut..])
+}
+
+/// One agent per group: an exclusive `flock` on a lock file per group directory (every
+/// controller's path of every group the agent manages), taken before the agent touches
+/// anything and held for its life. The kernel drops the locks when the holder dies, even by
+/// SIGKILL, so a dead agent's locks are taken over by the next start. Lock files are never
+/// removed (removing a file another agent may be locking races).
+#[derive(Debug)]
+pub struct GroupLock {
+    dir: PathBuf,
+    held: Vec<(PathBuf, std::fs::File)>,
+    holder: headroom_types::control::LockHolder,
+}
+
+impl GroupLock {
+    /// Locks every directory of `group_dirs` (in one global order, so two agents racing for
+    /// overlapping sets never both fail), or says which agent holds one. On refusal nothing is
+    /// kept locked.
+    pub fn acquire(
+        dir: &Path,
+        group_dirs: &[PathBuf],
+        mut holder: headroom_types::control::LockHolder,
+    ) -> Result<GroupLock, StateError> {
+        let mut keys: Vec<PathBuf> = group_dirs.to_vec();
+        keys.sort();
+        keys.dedup();
+        holder.groups = keys.iter().map(|k| k.display().to_string()).collect();
+        std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
+            op: "creating the lock directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut lock = GroupLock {
+            dir: dir.to_path_buf(),
+            held: Vec::new(),
+            holder,
+        };
+        for key in &keys {
+            let path = dir.join(lock_file_name(key));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|source| StateError::Io {
+                    op: "opening the group lock",
+                    path: path.clone(),
+                    source,
+                })?;
+            if !try_flock(&file).map_err(|source| StateError::Io {
+                op: "locking",
+                path: path.clone(),
+                source,
+            })? {
+                let holder = read_holder(&path)
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|| "whose lock file names no holder yet".into());
+                // Dropping `lock` releases what was taken so far.
+                return Err(StateError::Held {
+                    what: format!("group {}", key.display()),
+                    lock: path,
+                    holder,
+                });
+            }
+            lock.held.push((path, file));
+        }
+        let text = serde_json::to_string(&lock.holder).expect("holder serializes") + "\n";
+        for (path, file) in &lock.held {
+            write_holder(file, text.as_bytes()).map_err(|source| StateError::Io {
+                op: "writing the holder into",
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(lock)
+    }
+
+    /// Who holds these locks (this agent).
+    pub fn holder(&self) -> &headroom_types::control::LockHolder {
+        &self.holder
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another open file holds it.
+fn try_flock(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an fd the caller owns for the call's duration.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(err)
+}
+
+/// Writes the holder at offset 0 and cuts the file there (a reader racing the write retries).
+fn write_holder(file: &std::fs::File, text: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(text, 0)?;
+    file.set_len(text.len() as u64)?;
+    file.sync_all()
+}
+
+/// The holder named in a lock file; a holder that has just taken it may not have written it
+/// yet: retried for up to 200 ms.
+pub fn read_holder(path: &Path) -> Option<headroom_types::control::LockHolder> {
+    for _ in 0..20 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(h) = serde_json::from_str(text.trim()) {
+                return Some(h);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
+
+/// The group locks under `dir` held now, with their holders (`doctor`); a lock nobody holds
+/// (left by a dead agent) is not listed. Read from `/proc/locks` (taking a lock to test it
+/// could refuse an agent starting at that instant).
+pub fn held_locks(dir: &Path) -> Vec<(PathBuf, Option<headroom_types::control::LockHolder>)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device (hex major:minor) and inode.
+    let held: std::collections::BTreeSet<(u64, u64, u64)> = locks
+        .lines()
+        .filter(|l| l.contains("FLOCK"))
+        .filter_map(|l| {
+            let id = l.split_whitespace().find(|w| w.matches(':').count() == 2)?;
+            let mut it = id.split(':');
+            let major = u64::from_str_radix(it.next()?, 16).ok()?;
+            let minor = u64::from_str_radix(it.next()?, 16).ok()?;
+            let ino = it.next()?.parse().ok()?;
+            Some((major, minor, ino))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "lock") {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let dev = meta.dev();
+        let key = (
+            u64::from(libc::major(dev)),
+            u64::from(libc::minor(dev)),
+            meta.ino(),
+        );
+        if held.contains(&key) {
+            out.push((path.clone(), read_holder(&path)));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }

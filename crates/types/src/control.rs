@@ -94,6 +94,38 @@ pub struct AgentStatus {
     /// LCs, refused and waiting pods, whether the first pod list has arrived).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<crate::discovery::LcSet>,
+    /// The agent holding the group locks (this one; extension: `None` from an older agent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockHolder>,
+}
+
+/// Who holds a group lock (one agent per group): written into each lock file by its holder,
+/// named by a second agent's refusal, `ctl status` and `doctor`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LockHolder {
+    pub pid: u32,
+    /// The holder's config file (empty when it was not started from a file).
+    pub config: String,
+    pub socket: String,
+    pub state_file: String,
+    /// Every group directory it locked (each controller's path).
+    pub groups: Vec<String>,
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let config = if self.config.is_empty() {
+            "(not from a file)"
+        } else {
+            &self.config
+        };
+        write!(
+            f,
+            "pid {} (config {config}, socket {}, state file {})",
+            self.pid, self.socket, self.state_file
+        )
+    }
 }
 
 /// The LC as the agent sees it.

@@ -121,7 +121,10 @@ impl From<LaunchError> for AgentError {
 impl AgentError {
     /// True for errors in what the user gave (exit code 2).
     pub fn is_usage(&self) -> bool {
-        matches!(self, AgentError::Config(_))
+        matches!(
+            self,
+            AgentError::Config(_) | AgentError::State(StateError::Held { .. })
+        )
     }
 }
 
@@ -143,6 +146,8 @@ pub struct AgentOptions {
     /// headroom-kube here; without it a discovery config runs with the holder service alone,
     /// BE held).
     pub discovery: Option<LcEvents>,
+    /// The config file the agent was started from (named in its group locks).
+    pub config_path: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -155,6 +160,7 @@ impl AgentOptions {
             run_for: None,
             handle_signals: true,
             discovery: None,
+            config_path: None,
         }
     }
 }
@@ -247,6 +253,8 @@ pub struct Agent {
     kube: Option<kube::KubeLive>,
     /// Held for the agent's life: no second agent manages the same groups.
     _lock: Option<StateLock>,
+    /// One agent per group: every managed group's lock, held for the agent's life.
+    group_lock: Option<state::GroupLock>,
 }
 
 /// What this host offers the policies, limited to what the node actuates (a mechanism the

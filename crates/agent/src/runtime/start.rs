@@ -46,6 +46,13 @@ impl Agent {
         // Every LC service's group, the first (`groups.lc`) first.
         let lc_groups: Vec<_> = config.lcs.iter().map(|l| l.cgroup.clone()).collect();
         let cgroups = host.cgroups()?;
+        // One agent per group, decided before anything is touched (a second agent changes
+        // nothing: no orphan kill, no drift repair).
+        let group_lock = if options.dry_run {
+            None
+        } else {
+            Some(lock_groups(&options, &config, &cgroups)?)
+        };
         let cpus: Vec<u32> = host
             .topology()
             .map(|t| t.cpus_online.to_vec())
@@ -303,6 +310,7 @@ impl Agent {
             metrics_addr,
             kube: None,
             _lock: lock,
+            group_lock,
         };
         if agent.config.kubernetes.discover {
             let node = agent
@@ -403,6 +411,49 @@ impl Agent {
         );
         stop_threads(&self.stop, std::mem::take(&mut self.threads));
     }
+}
+
+/// Locks every directory of every group this agent manages (LC and BE, in each hierarchy).
+fn lock_groups(
+    options: &AgentOptions,
+    config: &Config,
+    cgroups: &headroom_host::Cgroups,
+) -> Result<state::GroupLock, AgentError> {
+    let mut dirs = Vec::new();
+    for g in config
+        .lcs
+        .iter()
+        .map(|l| &l.cgroup)
+        .chain(config.be.iter().map(|b| &b.cgroup))
+    {
+        let in_hierarchies = cgroups.group_dirs(g);
+        if in_hierarchies.is_empty() {
+            // No hierarchy mounted: the group's name is the key.
+            dirs.push(PathBuf::from("/").join(g.to_string()));
+        }
+        dirs.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+    }
+    let holder = headroom_types::control::LockHolder {
+        pid: std::process::id(),
+        config: options
+            .config_path
+            .as_ref()
+            .map(|p| {
+                std::fs::canonicalize(p)
+                    .unwrap_or_else(|_| p.clone())
+                    .display()
+                    .to_string()
+            })
+            .unwrap_or_default(),
+        socket: config.api.socket.clone(),
+        state_file: config.safety.state_file.clone(),
+        groups: Vec::new(),
+    };
+    Ok(state::GroupLock::acquire(
+        &state::lock_dir(&options.root),
+        &dirs,
+        holder,
+    )?)
 }
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {

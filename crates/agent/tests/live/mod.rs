@@ -49,6 +49,7 @@ pub fn is_root() -> bool {
 
 /// An agent on `text` for `run_for`, running in a thread; `Err` (the reason, for a SKIP line)
 /// when it does not start here.
+#[allow(dead_code)] // not every test that shares this module starts an agent this way
 pub fn start_agent(
     text: &str,
     run_for: Duration,

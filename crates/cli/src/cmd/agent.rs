@@ -35,6 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut options = AgentOptions::new(config);
     options.dry_run = args.dry_run;
+    options.config_path = Some(args.config.clone());
     options.decision_log = args.log;
     if let Some(s) = args.duration {
         if !(s.is_finite() && s > 0.0) {

@@ -114,6 +114,9 @@ fn print_status(s: &AgentStatus) {
         if s.paused { ", paused" } else { "" },
         if s.dry_run { ", dry run" } else { "" },
     );
+    if let Some(l) = &s.lock {
+        println!("group locks held by {l}: {}", l.groups.join(", "));
+    }
     let line = |lc: &headroom_types::control::LcStatus| {
         format!(
             "p{} latency {} µs{} (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",

@@ -24,12 +24,49 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )));
     }
     let doctor = headroom_host::doctor::probe(&args.root);
+    let locks = headroom_agent::state::held_locks(&headroom_agent::state::lock_dir(&args.root));
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doctor)?);
+        let mut v = serde_json::to_value(&doctor)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("group_locks".into(), locks_json(&locks));
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", render(&doctor));
+        print!("{}", render_locks(&locks));
     }
     Ok(())
+}
+
+type HeldLocks = [(PathBuf, Option<headroom_types::control::LockHolder>)];
+
+/// The held group locks (one agent per group) as `doctor --json` lists them.
+fn locks_json(locks: &HeldLocks) -> serde_json::Value {
+    serde_json::Value::Array(
+        locks
+            .iter()
+            .map(|(path, holder)| {
+                serde_json::json!({ "lock": path.display().to_string(), "holder": holder })
+            })
+            .collect(),
+    )
+}
+
+/// The held group locks, each with the agent holding it.
+fn render_locks(locks: &HeldLocks) -> String {
+    if locks.is_empty() {
+        return "group locks: none held (no agent running)\n".into();
+    }
+    let mut out = String::from("group locks (one agent per group):\n");
+    for (path, holder) in locks {
+        let who = holder
+            .as_ref()
+            .map_or("a holder that names itself nowhere".to_string(), |h| {
+                h.to_string()
+            });
+        out.push_str(&format!("  {} held by {who}\n", path.display()));
+    }
+    out
 }
 
 /// Which policy features each mechanism enables (the "what a policy can use here" column).

@@ -1,0 +1,190 @@
+//! One agent per group (issue 42): a second agent naming a group another live agent manages is
+//! refused before it touches anything — as a usage error (exit 2) naming the holder's pid,
+//! config and socket — and the first agent's BE and settings stay as they were. Two agents
+//! started together: exactly one runs. A lock left by a dead holder is taken over. Needs root
+//! (cgroups); prints SKIP otherwise.
+
+mod live;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use headroom_agent::control::{request, Request};
+use headroom_agent::runtime::{Agent, AgentError, AgentOptions};
+use headroom_control::config::Config;
+
+fn config(top: &str, dir: &Path, tag: &str, lc_pid: u32) -> String {
+    let d = dir.display();
+    format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"60\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/{tag}-state.json\"\n\n\
+         [api]\nsocket = \"{d}/{tag}.sock\"\nmetrics = \"\"\n"
+    )
+}
+
+fn options(text: &str, config_path: &Path, run_for: Duration) -> AgentOptions {
+    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
+    o.handle_signals = false;
+    o.run_for = Some(run_for);
+    o.config_path = Some(config_path.to_path_buf());
+    o
+}
+
+fn be_pid(socket: &Path) -> Option<u32> {
+    let s = request(socket, &Request::Status).ok()?.status?;
+    s.be_commands.first().and_then(|c| c.pid)
+}
+
+const SECOND: &str = "a_second_agent_on_held_groups_is_refused_and_changes_nothing";
+
+#[test]
+fn a_second_agent_on_held_groups_is_refused_and_changes_nothing() {
+    if !live::is_root() {
+        return eprintln!("SKIP {SECOND}: needs root (cgroups)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lc = live::Children::sleepers(1);
+    let top = format!("headroom-one-agent-{}", std::process::id());
+    let a_cfg = dir.path().join("a.toml");
+    let first = match Agent::start(options(
+        &config(&top, dir.path(), "a", lc.pid(0)),
+        &a_cfg,
+        Duration::from_secs(4),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {SECOND}: the agent does not start here: {e}"),
+    };
+    let runner = std::thread::spawn(move || first.run());
+    let a_sock = dir.path().join("a.sock");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = request(&a_sock, &Request::Status).unwrap().status.unwrap();
+    let be_before = be_pid(&a_sock).expect("the first agent's BE runs");
+    assert_eq!(
+        before.lock.as_ref().map(|l| l.pid),
+        Some(std::process::id()),
+        "ctl status names the lock holder"
+    );
+
+    // Same groups, its own state file and socket.
+    let t0 = Instant::now();
+    let refused = Agent::start(options(
+        &config(&top, dir.path(), "b", lc.pid(0)),
+        &dir.path().join("b.toml"),
+        Duration::from_secs(1),
+    ));
+    let took = t0.elapsed();
+    let err = match refused {
+        Ok(_) => panic!("a second agent on the same groups started"),
+        Err(e) => e,
+    };
+    assert!(err.is_usage(), "refused as a usage error (exit 2): {err}");
+    let msg = err.to_string();
+    for part in [
+        format!("pid {}", std::process::id()),
+        a_cfg.display().to_string(),
+        a_sock.display().to_string(),
+    ] {
+        assert!(msg.contains(&part), "the refusal names {part}: {msg}");
+    }
+    assert!(took < Duration::from_secs(1), "refused in {took:?}");
+    // Nothing of the second agent's was created; the first's BE was not killed.
+    assert!(!dir.path().join("b-state.json").exists());
+    assert!(!dir.path().join("b.sock").exists());
+    std::thread::sleep(Duration::from_millis(300));
+    let after = request(&a_sock, &Request::Status).unwrap().status.unwrap();
+    assert_eq!(
+        after.be_commands[0].pid,
+        Some(be_before),
+        "the first agent's BE untouched"
+    );
+    assert_eq!(after.be_commands[0].restarts, 0);
+    assert_eq!(
+        after.write_errors, before.write_errors,
+        "no failed reconciliation in the first agent"
+    );
+    let _ = runner.join();
+}
+
+const RACE: &str = "two_agents_started_together_exactly_one_runs";
+
+#[test]
+fn two_agents_started_together_exactly_one_runs() {
+    if !live::is_root() {
+        return eprintln!("SKIP {RACE}: needs root (cgroups)");
+    }
+    let lc = live::Children::sleepers(1);
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let top = format!("headroom-agent-race-{}-{round}", std::process::id());
+        let texts: Vec<(String, PathBuf)> = ["a", "b"]
+            .iter()
+            .map(|t| (config(&top, dir.path(), t, lc.pid(0)), dir.path().join(t)))
+            .collect();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let handles: Vec<_> = texts
+            .into_iter()
+            .map(|(text, path)| {
+                let b = barrier.clone();
+                std::thread::spawn(move || {
+                    let o = options(&text, &path, Duration::from_millis(600));
+                    b.wait();
+                    Agent::start(o).map(|a| a.run())
+                })
+            })
+            .collect();
+        let results: Vec<Result<_, AgentError>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let started = results.iter().filter(|r| r.is_ok()).count();
+        if started == 0 {
+            let e = results.into_iter().find_map(|r| r.err()).unwrap();
+            if !e.is_usage() {
+                return eprintln!("SKIP {RACE}: the agent does not start here: {e}");
+            }
+            panic!("round {round}: both agents refused: {e}");
+        }
+        assert_eq!(started, 1, "round {round}: exactly one agent runs");
+        let refused = results.into_iter().find_map(|r| r.err()).unwrap();
+        assert!(refused.is_usage(), "round {round}: {refused}");
+        assert!(refused.to_string().contains("another agent"), "{refused}");
+    }
+}
+
+#[test]
+fn a_lock_left_by_a_dead_holder_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = PathBuf::from("/sys/fs/cgroup/cpu/some/group");
+    let lock_file = dir
+        .path()
+        .join(headroom_agent::state::lock_file_name(&group));
+    // A holder in another process, killed with SIGKILL while holding it.
+    let mut holder = match std::process::Command::new("flock")
+        .args(["-x", "-o"])
+        .arg(&lock_file)
+        .args(["sleep", "60"])
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return eprintln!("SKIP a_lock_left_by_a_dead_holder_is_taken_over: no flock(1): {e}")
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let who = headroom_types::control::LockHolder::default();
+    loop {
+        let r =
+            headroom_agent::state::GroupLock::acquire(dir.path(), std::slice::from_ref(&group), who.clone());
+        match r {
+            Err(headroom_agent::state::StateError::Held { .. }) => break,
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            other => panic!("the live holder's lock was not seen: {other:?}"),
+        }
+    }
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let t0 = Instant::now();
+    let taken = headroom_agent::state::GroupLock::acquire(dir.path(), &[group], who);
+    assert!(taken.is_ok(), "{taken:?}");
+    assert!(t0.elapsed() < Duration::from_secs(1));
+}
