@@ -77,7 +77,9 @@ fn a_late_client_is_not_charged_to_the_server_unless_the_kernel_refuses_stamps()
             (2.0..=2.3).contains(&unc),
             "{name}: uncorrected p50 {unc} ms"
         );
-        assert!((1.0..=1.5).contains(&lag), "{name}: send lag p50 {lag} ms");
+        // At least the 1 ms sleep; more where several sends fall due in one turn (io_uring hands
+        // them to the kernel together, after every one's sleep) or the sleep overshoots.
+        assert!((1.0..=3.0).contains(&lag), "{name}: send lag p50 {lag} ms");
         assert!(
             (r.result.client.send_lag_p99_us - 1000.0) > 0.0,
             "{name}: {}",

@@ -335,6 +335,9 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
                 us(a.lc_p99_us_max),
                 us(n.lc_p99_us_max)
             ));
+            if let Some(why) = no_difference_shown(s.slo_us, n) {
+                out.push(format!("  this host did not show a difference: {why}"));
+            }
         }
         _ => {
             out.push("  one of the two runs did not complete: see the notes in the report.".into())
@@ -346,9 +349,52 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
     out
 }
 
+/// Why the run without the agent could show no difference, where it could not: BE never pushed
+/// the LC past its SLO, so there was nothing for the agent to prevent.
+fn no_difference_shown(slo_us: f64, none: &headroom_types::summary::RunSummary) -> Option<String> {
+    if none.slo_violations > 0 || none.windows == 0 {
+        return None;
+    }
+    Some(match none.lc_p99_us_max {
+        Some(worst) => format!(
+            "without the agent BE never pushed the LC past its SLO (worst p99 {worst:.0} µs against {slo_us:.0} µs), so there was no violation for the agent to prevent; the SLO was set above this host's own noise (the \"host noise\" line above): a larger BE, a higher load (--peak-qps) or a quieter host is what would show one"
+        ),
+        None => "without the agent no window measured the LC validly, so there was nothing to compare (see the windows that failed their self-checks below)".to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::be_after_violation;
+
+    #[test]
+    fn a_run_without_violations_says_the_host_showed_no_difference_and_why() {
+        use headroom_types::summary::RunSummary;
+        let none = RunSummary {
+            policy: "none".into(),
+            be: "spin".into(),
+            slo_violations: 0,
+            windows: 9,
+            emu_mean: Some(1.55),
+            emu_min: Some(1.17),
+            lc_p99_us_max: Some(3125.0),
+            be_throughput_norm: None,
+        };
+        let why = super::no_difference_shown(7588.0, &none).expect("said");
+        assert!(why.contains("worst p99 3125 µs against 7588 µs"), "{why}");
+        let violated = RunSummary {
+            slo_violations: 3,
+            ..none.clone()
+        };
+        assert_eq!(super::no_difference_shown(7588.0, &violated), None);
+        let unmeasured = RunSummary {
+            lc_p99_us_max: None,
+            ..none
+        };
+        assert!(super::no_difference_shown(500.0, &unmeasured)
+            .unwrap()
+            .contains("no window measured"));
+    }
     use headroom_bench::model::{AgentWindow, LoadMetrics, Window};
 
     fn window(i: usize, p99: f64, be_cpus: f64, reason: &str) -> Window {

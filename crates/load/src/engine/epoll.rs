@@ -118,8 +118,15 @@ impl Worker<'_> {
                 if ev.is_writable() {
                     self.epoll_write(i, now);
                 }
-                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                if ev.is_readable() || ev.is_read_closed() {
                     self.on_readable(i);
+                } else if ev.is_error() {
+                    // The error queue has something: a transmit stamp (one per send) or a
+                    // socket error. Stamps are taken now (the reply then needs no read of the
+                    // queue); a socket error shows in the read.
+                    if self.collect_tx_stamps(i) == 0 {
+                        self.on_readable(i);
+                    }
                 }
             }
         }

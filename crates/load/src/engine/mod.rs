@@ -836,20 +836,22 @@ impl Worker<'_> {
 
     /// Reads connection `i`'s error queue for transmit stamps until the request at the front of
     /// its queue has one (or the queue is empty): each stamp goes to every request whose last
-    /// byte it covers.
-    fn collect_tx_stamps(&mut self, i: usize) {
+    /// byte it covers. Returns how many messages it read.
+    fn collect_tx_stamps(&mut self, i: usize) -> usize {
         let offset = self.realtime_offset_ns;
         let c = &mut self.conns[i];
         let Some(fd) = c.stream.as_ref().map(|s| s.as_raw_fd()) else {
-            return;
+            return 0;
         };
+        let mut read = 0;
         // Bounded: the queue holds at most one stamp per send still in flight, and others.
         for _ in 0..1024 {
             if c.inflight.front().is_none_or(|f| f.tx != 0) {
-                return;
+                break;
             }
             match tx_stamp::read_errqueue(fd, offset) {
                 Ok(tx_stamp::ErrQueue::Stamp { key, ns }) => {
+                    read += 1;
                     for r in c.inflight.iter_mut() {
                         if r.tx != 0 {
                             continue;
@@ -860,14 +862,15 @@ impl Worker<'_> {
                         r.tx = ns;
                     }
                 }
-                Ok(tx_stamp::ErrQueue::Other) => {}
-                Ok(tx_stamp::ErrQueue::Empty) => return,
+                Ok(tx_stamp::ErrQueue::Other) => read += 1,
+                Ok(tx_stamp::ErrQueue::Empty) => break,
                 Err(e) => {
                     tracing::debug!("reading the error queue of {}: {e}", c.plan.addr);
-                    return;
+                    break;
                 }
             }
         }
+        read
     }
 
     /// Records a completed request. Its latency is from its transmit stamp (the user-space send
