@@ -5,14 +5,20 @@
 //! until it goes, its cgroup derived from its QoS class and UID in the node's kubelet layout
 //! (cgroupfs or systemd driver). The pure rooms ([`layout`], [`pod`], [`state`]) hold every
 //! rule; [`watch`] is the I/O: a kube-rs watcher with a `spec.nodeName` field selector feeding
-//! them, publishing [`headroom_types::discovery::LcSet`]s. See docs/kubernetes.md.
+//! them, publishing [`headroom_types::discovery::LcSet`]s. With `[kubernetes] advertise`,
+//! [`publish`] keeps the node's `headroom.io/be-cpu` at the agent's value and [`floor`] sums what
+//! the node's bound pods requested. See docs/kubernetes.md.
 
+pub mod floor;
 pub mod layout;
 pub mod pod;
+pub mod publish;
 pub mod state;
 pub mod watch;
 
+pub use floor::{BoundPod, Floor, BE_CPU};
 pub use layout::{detect, group_exists, resolve, KubeletLayout};
 pub use pod::{PodFacts, Verdict, LATENCY_PORT, PRIORITY, SLO_P99_US};
+pub use publish::{PublishOptions, PublishState, Publisher};
 pub use state::{Discoverer, PodEvent};
 pub use watch::{client, run, Discovery, DiscoveryOptions, KubeError};

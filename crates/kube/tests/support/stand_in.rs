@@ -39,6 +39,14 @@ pub fn pod(
     })
 }
 
+/// `pod` whose container requests `be_cpu` of `headroom.io/be-cpu` (requests and limits, as
+/// a batch pod opts in).
+pub fn with_be_cpu(mut pod: Value, be_cpu: &str) -> Value {
+    pod["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"headroom.io/be-cpu": be_cpu}, "limits": {"headroom.io/be-cpu": be_cpu}});
+    pod
+}
+
 /// `pod` whose container declares `ports` (a JSON array of `{"containerPort": …}` objects).
 pub fn with_ports(mut pod: Value, ports: Value) -> Value {
     pod["spec"]["containers"][0]["ports"] = ports;
@@ -52,18 +60,30 @@ pub struct StandIn {
     pub port: u16,
     /// The request paths (with their query), in arrival order.
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// The Node objects (status patches land here).
+    pub nodes: Arc<Mutex<Nodes>>,
     stop: Arc<AtomicBool>,
     /// [`StandIn::listing`]'s own sender (its watches then stay open, not ended).
     _silent: Option<mpsc::Sender<Value>>,
 }
 
-/// Reads one request; its path (with query), `None` at the end of the connection.
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
+/// One request as read.
+struct Request {
+    method: String,
+    /// The path with its query.
+    path: String,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+/// Reads one request, `None` at the end of the connection.
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
     let mut line = String::new();
     if r.read_line(&mut line).ok()? == 0 {
         return None;
     }
     let mut len = 0usize;
+    let mut content_type = String::new();
     loop {
         let mut h = String::new();
         if r.read_line(&mut h).ok()? == 0 {
@@ -72,13 +92,181 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<String> {
         if h == "\r\n" {
             break;
         }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+        let lower = h.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
             len = v.trim().parse().unwrap_or(0);
+        }
+        if let Some(v) = lower.strip_prefix("content-type:") {
+            content_type = v.trim().to_string();
         }
     }
     let mut body = vec![0; len];
     r.read_exact(&mut body).ok()?;
-    Some(line.split_whitespace().nth(1).unwrap_or("").to_string())
+    let mut words = line.split_whitespace();
+    Some(Request {
+        method: words.next().unwrap_or("").to_string(),
+        path: words.next().unwrap_or("").to_string(),
+        content_type,
+        body,
+    })
+}
+
+/// The stand-in's Node objects and how it answers their status patches.
+#[derive(Default)]
+pub struct Nodes {
+    /// By name (a node exists once [`StandIn::add_node`] made it).
+    pub objects: std::collections::BTreeMap<String, Value>,
+    /// The next this many status patches are refused with 403 (RBAC).
+    pub forbid: u32,
+    /// Every status patch taken: (content type, body).
+    pub patches: Vec<(String, Value)>,
+}
+
+/// RFC 7386 JSON merge patch (`null` deletes a key).
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let t = target.as_object_mut().unwrap();
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// RFC 6902 JSON patch: add, replace, remove (what a status patch uses); pointer tokens
+/// unescaped (`~1` = `/`, `~0` = `~`). An error names the failing op.
+pub fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
+    for op in ops.as_array().ok_or("a JSON patch is an array")? {
+        let kind = op["op"].as_str().ok_or("op without \"op\"")?;
+        let path = op["path"].as_str().ok_or("op without \"path\"")?;
+        let tokens: Vec<String> = path
+            .split('/')
+            .skip(1)
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let (last, parents) = tokens.split_last().ok_or("empty path")?;
+        let mut cur = &mut *target;
+        for t in parents {
+            cur = cur
+                .get_mut(t.as_str())
+                .ok_or_else(|| format!("{kind} {path}: no {t}"))?;
+        }
+        let obj = cur
+            .as_object_mut()
+            .ok_or_else(|| format!("{kind} {path}: parent is not an object"))?;
+        match kind {
+            "add" => {
+                obj.insert(last.clone(), op["value"].clone());
+            }
+            "replace" => {
+                if !obj.contains_key(last) {
+                    return Err(format!("replace {path}: no such key"));
+                }
+                obj.insert(last.clone(), op["value"].clone());
+            }
+            "remove" => {
+                obj.remove(last)
+                    .ok_or_else(|| format!("remove {path}: no such key"))?;
+            }
+            other => return Err(format!("op {other} not supported by the stand-in")),
+        }
+    }
+    Ok(())
+}
+
+fn respond(w: &mut TcpStream, code: u16, body: &Value) {
+    let text = body.to_string();
+    let reason = match code {
+        200 => "OK",
+        403 => "Forbidden",
+        404 => "Not Found",
+        415 => "Unsupported Media Type",
+        _ => "Unprocessable Entity",
+    };
+    let _ = write!(
+        w,
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    );
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+/// `GET /api/v1/nodes/<n>[/status]` and `PATCH /api/v1/nodes/<n>/status` as kube-apiserver
+/// answers them: the patch's content type picks its semantics (merge and strategic merge are
+/// the same for the status maps; json patch is RFC 6902); only `status` changes.
+fn serve_node(w: &mut TcpStream, req: &Request, nodes: &Mutex<Nodes>) {
+    let path = req.path.split('?').next().unwrap_or("");
+    let rest = path.strip_prefix("/api/v1/nodes/").unwrap_or("");
+    let (name, sub) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut nodes = nodes.lock().unwrap();
+    if req.method == "PATCH" && sub == "status" && nodes.forbid > 0 {
+        nodes.forbid -= 1;
+        let m = format!("nodes \"{name}\" is forbidden: User \"system:serviceaccount:headroom:headroom\" cannot patch resource \"nodes/status\" in API group \"\" at the cluster scope");
+        respond(w, 403, &status(403, "Forbidden", &m));
+        return;
+    }
+    let Some(node) = nodes.objects.get(name).cloned() else {
+        respond(
+            w,
+            404,
+            &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
+        );
+        return;
+    };
+    match (req.method.as_str(), sub) {
+        ("GET", "" | "status") => respond(w, 200, &node),
+        ("PATCH", "status") => {
+            let Ok(patch) = serde_json::from_slice::<Value>(&req.body) else {
+                respond(w, 422, &status(422, "Invalid", "body is not JSON"));
+                return;
+            };
+            let mut updated = node.clone();
+            let result = match req.content_type.as_str() {
+                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                    merge_patch(&mut updated, &patch);
+                    Ok(())
+                }
+                "application/json-patch+json" => json_patch(&mut updated, &patch),
+                other => {
+                    respond(w, 415, &status(415, "UnsupportedMediaType", &format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {other}")));
+                    return;
+                }
+            };
+            if let Err(e) = result {
+                respond(w, 422, &status(422, "Invalid", &e));
+                return;
+            }
+            // The status subresource changes status only.
+            let mut stored = node;
+            stored["status"] = updated["status"].clone();
+            let rv = stored["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+                + 1;
+            stored["metadata"]["resourceVersion"] = json!(rv.to_string());
+            nodes.patches.push((req.content_type.clone(), patch));
+            nodes.objects.insert(name.to_string(), stored.clone());
+            respond(w, 200, &stored);
+        }
+        _ => respond(
+            w,
+            404,
+            &status(404, "NotFound", "not served by the stand-in"),
+        ),
+    }
 }
 
 fn chunk(w: &mut TcpStream, data: &str) -> std::io::Result<()> {
@@ -93,11 +281,21 @@ fn serve(
     requests: &Mutex<Vec<String>>,
     stop: &AtomicBool,
     events: &Mutex<Option<mpsc::Receiver<Value>>>,
+    nodes: &Mutex<Nodes>,
 ) {
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
-    while let Some(path) = read_request(&mut r) {
+    while let Some(req) = read_request(&mut r) {
+        // A stopped server answers nothing more, even on a kept-alive connection.
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let path = req.path.clone();
         requests.lock().unwrap().push(path.clone());
+        if path.starts_with("/api/v1/nodes/") {
+            serve_node(&mut w, &req, nodes);
+            continue;
+        }
         if !path.starts_with("/api/v1/pods") {
             let _ = write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
             continue;
@@ -144,21 +342,28 @@ impl StandIn {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Mutex::new(Some(events)));
-        let (reqs, stopped) = (requests.clone(), stop.clone());
+        let nodes = Arc::new(Mutex::new(Nodes::default()));
+        let (reqs, stopped, all_nodes) = (requests.clone(), stop.clone(), nodes.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().take(MAX_CONNECTIONS) {
                 let Ok(conn) = conn else { continue };
                 if stopped.load(Ordering::SeqCst) {
                     return;
                 }
-                let (list, reqs, stopped, events) =
-                    (list.clone(), reqs.clone(), stopped.clone(), events.clone());
-                std::thread::spawn(move || serve(conn, &list, &reqs, &stopped, &events));
+                let (list, reqs, stopped, events, nodes) = (
+                    list.clone(),
+                    reqs.clone(),
+                    stopped.clone(),
+                    events.clone(),
+                    all_nodes.clone(),
+                );
+                std::thread::spawn(move || serve(conn, &list, &reqs, &stopped, &events, &nodes));
             }
         });
         StandIn {
             port,
             requests,
+            nodes,
             stop,
             _silent: None,
         }
@@ -170,6 +375,27 @@ impl StandIn {
         let mut s = StandIn::start(list, rx);
         s._silent = Some(tx);
         s
+    }
+
+    /// Adds a Node `name` with `cpu` CPUs in its capacity and allocatable.
+    pub fn add_node(&self, name: &str, cpu: u32) {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": "1"},
+            "status": {"capacity": {"cpu": cpu.to_string(), "pods": "110"},
+                       "allocatable": {"cpu": cpu.to_string(), "pods": "110"}}});
+        self.nodes
+            .lock()
+            .unwrap()
+            .objects
+            .insert(name.to_string(), node);
+    }
+
+    /// The node's `status.capacity[resource]` and `status.allocatable[resource]`.
+    pub fn node_resource(&self, name: &str, resource: &str) -> (Option<String>, Option<String>) {
+        let nodes = self.nodes.lock().unwrap();
+        let n = &nodes.objects[name];
+        let get = |m: &str| n["status"][m][resource].as_str().map(str::to_string);
+        (get("capacity"), get("allocatable"))
     }
 
     /// Writes a kubeconfig for this server into `dir`; its path.

@@ -1,0 +1,234 @@
+//! The floor of the advertised BE capacity (pure): the sum of `headroom.io/be-cpu` requested by
+//! the pods bound to the node that have not finished. The advertised value never goes below it,
+//! so kubelet never rejects or fails a pod it already admitted (on its restart it re-admits the
+//! node's pods against the allocatable it finds).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// The extended resource (milli-CPUs, an integer count).
+pub const BE_CPU: &str = "headroom.io/be-cpu";
+
+/// A pod's `headroom.io/be-cpu` that is not a whole non-negative count.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {pod}: container {container}: {BE_CPU} = {value:?}: {reason}")]
+pub struct RequestError {
+    pub pod: String,
+    pub container: String,
+    pub value: String,
+    pub reason: &'static str,
+}
+
+/// A pod bound to the node and what it requested.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundPod {
+    /// `namespace/pod`.
+    pub name: String,
+    pub millicpu: u64,
+}
+
+/// Parses an extended resource quantity: a whole count, optionally with a decimal SI suffix
+/// (`2k` = 2000); the API refuses fractions of extended resources, so they are refused here.
+fn parse_count(q: &str) -> Result<u64, &'static str> {
+    let q = q.trim();
+    let (digits, mult) = match q.strip_suffix('k') {
+        Some(d) => (d, 1000),
+        None => match q.strip_suffix('M') {
+            Some(d) => (d, 1_000_000),
+            None => (q, 1),
+        },
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "not a whole count (extended resources are integers)")?;
+    n.checked_mul(mult).ok_or("too large")
+}
+
+/// What `pod` requests of [`BE_CPU`] (its containers' requests, each defaulting to its limit as
+/// the API does for extended resources; init containers run before, one at a time, so their
+/// largest counts when it is larger). `None`: the pod requests none.
+pub fn requested(pod: &Pod) -> Result<Option<u64>, RequestError> {
+    let name = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    );
+    let Some(spec) = &pod.spec else {
+        return Ok(None);
+    };
+    let one = |c: &k8s_openapi::api::core::v1::Container| -> Result<Option<u64>, RequestError> {
+        let r = c.resources.as_ref();
+        let q = r
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|m| m.get(BE_CPU))
+            .or_else(|| {
+                r.and_then(|r| r.limits.as_ref())
+                    .and_then(|m| m.get(BE_CPU))
+            });
+        q.map(|q| {
+            parse_count(&q.0).map_err(|reason| RequestError {
+                pod: name.clone(),
+                container: c.name.clone(),
+                value: q.0.clone(),
+                reason,
+            })
+        })
+        .transpose()
+    };
+    let mut sum = None::<u64>;
+    for c in &spec.containers {
+        if let Some(v) = one(c)? {
+            sum = Some(sum.unwrap_or(0).saturating_add(v));
+        }
+    }
+    for c in spec.init_containers.iter().flatten() {
+        if let Some(v) = one(c)? {
+            sum = Some(sum.unwrap_or(0).max(v));
+        }
+    }
+    Ok(sum)
+}
+
+/// Whether a pod of the node still holds what it requested (Succeeded and Failed pods do not).
+pub fn holds(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+/// The node's bound pods by UID, kept from the watch's events.
+#[derive(Debug, Clone, Default)]
+pub struct Floor {
+    pods: BTreeMap<String, BoundPod>,
+    /// Pods whose request could not be read (they count as nothing; each said once).
+    refused: BTreeMap<String, RequestError>,
+    /// Whether the first list has arrived.
+    pub synced: bool,
+}
+
+impl Floor {
+    /// A pod came or changed. `Some(error)` the first time a pod's request is refused.
+    pub fn apply(&mut self, pod: &Pod) -> Option<RequestError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.pods.remove(&uid);
+        if !holds(pod) {
+            self.refused.remove(&uid);
+            return None;
+        }
+        match requested(pod) {
+            Ok(Some(millicpu)) => {
+                self.refused.remove(&uid);
+                let name = format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or(""),
+                    pod.metadata.name.as_deref().unwrap_or("")
+                );
+                self.pods.insert(uid, BoundPod { name, millicpu });
+                None
+            }
+            Ok(None) => None,
+            Err(e) => {
+                let new = self.refused.get(&uid) != Some(&e);
+                self.refused.insert(uid, e.clone());
+                new.then_some(e)
+            }
+        }
+    }
+
+    pub fn delete(&mut self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.pods.remove(&uid);
+        self.refused.remove(&uid);
+    }
+
+    /// A new list begins (a re-list after the watch was lost).
+    pub fn reset(&mut self) {
+        self.pods.clear();
+        self.refused.clear();
+    }
+
+    /// The sum requested, milli-CPUs.
+    pub fn millicpu(&self) -> u64 {
+        self.pods.values().map(|p| p.millicpu).sum()
+    }
+
+    pub fn pods(&self) -> Vec<BoundPod> {
+        self.pods.values().cloned().collect()
+    }
+
+    pub fn refused(&self) -> Vec<String> {
+        self.refused.values().map(|e| e.to_string()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(uid: &str, phase: &str, containers: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "batch", "name": format!("job-{uid}"), "uid": uid},
+            "spec": {"nodeName": "n1", "containers": containers},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    fn c(name: &str, requests: Option<&str>, limits: Option<&str>) -> serde_json::Value {
+        let mut r = json!({});
+        if let Some(q) = requests {
+            r["requests"] = json!({BE_CPU: q});
+        }
+        if let Some(q) = limits {
+            r["limits"] = json!({BE_CPU: q});
+        }
+        json!({"name": name, "image": "x", "resources": r})
+    }
+
+    #[test]
+    fn the_floor_sums_what_bound_unfinished_pods_requested() {
+        let mut f = Floor::default();
+        assert!(f
+            .apply(&pod("a", "Running", json!([c("m", Some("1500"), None)])))
+            .is_none());
+        // A limit alone is the request (as the API defaults it).
+        f.apply(&pod(
+            "b",
+            "Pending",
+            json!([c("m", None, Some("2k")), c("s", Some("250"), None)]),
+        ));
+        // No request: BestEffort without the resource, not counted.
+        f.apply(&pod("c", "Running", json!([c("m", None, None)])));
+        assert_eq!(f.millicpu(), 1500 + 2250);
+        // b finishes: it holds nothing.
+        f.apply(&pod("b", "Succeeded", json!([c("m", None, Some("2k"))])));
+        assert_eq!(f.millicpu(), 1500);
+        f.delete(&pod("a", "Running", json!([])));
+        assert_eq!(f.millicpu(), 0);
+    }
+
+    #[test]
+    fn a_bad_request_is_named_once_and_counts_nothing() {
+        let mut f = Floor::default();
+        let p = pod("x", "Running", json!([c("m", Some("1.5"), None)]));
+        let e = f.apply(&p).expect("refused");
+        let text = e.to_string();
+        assert!(
+            text.contains("batch/job-x")
+                && text.contains("\"1.5\"")
+                && text.contains("container m"),
+            "{text}"
+        );
+        assert!(f.apply(&p).is_none(), "said once");
+        assert_eq!(f.millicpu(), 0);
+        assert_eq!(f.refused().len(), 1);
+        // Init containers: the largest, when larger than the sum.
+        let mut p = pod("y", "Running", json!([c("m", Some("500"), None)]));
+        p.spec.as_mut().unwrap().init_containers =
+            Some(vec![
+                serde_json::from_value(c("i", Some("800"), None)).unwrap()
+            ]);
+        assert_eq!(requested(&p).unwrap(), Some(800));
+    }
+}

@@ -1,0 +1,275 @@
+//! The I/O edge of `[kubernetes] advertise`: a thread that keeps the node's
+//! `headroom.io/be-cpu` (capacity and allocatable, by a merge patch of `nodes/<node>/status`) at
+//! the value the agent last set, and the floor (the sum requested by the node's bound pods,
+//! [`crate::floor`]) current from a watch of the node's pods.
+//!
+//! An error is said once per kind (a 403 names the RBAC rule it needs) and retried with backoff;
+//! while the API is away the node keeps the last value patched (nothing removes it) and the
+//! agent goes on. The value is re-patched every `refresh` even when unchanged, since kubelet
+//! may reset extended resources it does not manage when it re-registers the node.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+
+use crate::floor::{BoundPod, Floor, BE_CPU};
+use crate::watch::{client, KubeError};
+
+/// Where and how to advertise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishOptions {
+    pub node: String,
+    pub kubeconfig: Option<PathBuf>,
+    /// The first retry after an error; it doubles up to `retry_max`.
+    pub retry: Duration,
+    pub retry_max: Duration,
+    /// How often the value is patched again unchanged.
+    pub refresh: Duration,
+}
+
+impl PublishOptions {
+    pub fn new(node: &str) -> PublishOptions {
+        PublishOptions {
+            node: node.to_string(),
+            kubeconfig: None,
+            retry: Duration::from_secs(1),
+            retry_max: Duration::from_secs(30),
+            refresh: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the publisher has done (for `ctl status` and the tests).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PublishState {
+    /// The value the agent asked for last.
+    pub wanted_millicpu: Option<u64>,
+    /// The value the API last accepted.
+    pub published_millicpu: Option<u64>,
+    pub patches: u64,
+    pub errors: u64,
+    /// The last error, while it lasts (cleared by a patch that succeeds).
+    pub last_error: Option<String>,
+    /// Errors said (logged): once per kind of error in a row.
+    pub errors_said: u64,
+    /// The floor: the sum requested by the bound pods, and whether the first list arrived.
+    pub floor_millicpu: u64,
+    pub floor_synced: bool,
+    pub bound_pods: Vec<BoundPod>,
+    /// Pods whose request could not be read.
+    pub refused_pods: Vec<String>,
+}
+
+/// The kind of a patch error (an error is said again only when its kind changes).
+fn error_kind(e: &kube::Error) -> (String, String) {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => (
+            "forbidden".into(),
+            format!(
+                "forbidden (403): the agent's service account needs `patch` on `nodes/status` (deploy/headroom-rbac.yaml): {}",
+                s.message
+            ),
+        ),
+        kube::Error::Api(s) => (format!("api {}", s.code), format!("API refused ({}): {}", s.code, s.message)),
+        other => ("unreachable".into(), format!("API unreachable: {other}")),
+    }
+}
+
+fn lock(s: &Mutex<PublishState>) -> std::sync::MutexGuard<'_, PublishState> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The merge patch that sets the value in capacity and allocatable.
+pub fn status_patch(millicpu: u64) -> serde_json::Value {
+    let v = millicpu.to_string();
+    serde_json::json!({"status": {"capacity": {BE_CPU: v}, "allocatable": {BE_CPU: v}}})
+}
+
+async fn run(
+    client: Client,
+    opts: PublishOptions,
+    shared: Arc<Mutex<PublishState>>,
+    mut want: tokio::sync::watch::Receiver<Option<u64>>,
+) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client);
+    let selector = format!("spec.nodeName={}", opts.node);
+    let mut pod_events = watcher(pods, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let mut floor = Floor::default();
+    let mut said: Option<String> = None;
+    let mut retry = opts.retry;
+    // When to patch next (the wanted value differs, a retry, or a refresh).
+    let mut next = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            ev = pod_events.next() => match ev {
+                Some(Ok(e)) => {
+                    match e {
+                        watcher::Event::Init => floor.reset(),
+                        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                            if let Some(err) = floor.apply(&p) {
+                                tracing::warn!("kubernetes advertise: {err}: the pod counts nothing in the floor");
+                            }
+                        }
+                        watcher::Event::InitDone => floor.synced = true,
+                        watcher::Event::Delete(p) => floor.delete(&p),
+                    }
+                    let mut s = lock(&shared);
+                    s.floor_millicpu = floor.millicpu();
+                    s.floor_synced = floor.synced;
+                    s.bound_pods = floor.pods();
+                    s.refused_pods = floor.refused();
+                }
+                // The floor stays as last known while the API is away.
+                Some(Err(e)) => tracing::debug!("kubernetes advertise: watching pods of {}: {e}", opts.node),
+                None => return,
+            },
+            changed = want.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let (w, published) = {
+                    let w = *want.borrow_and_update();
+                    let mut s = lock(&shared);
+                    s.wanted_millicpu = w;
+                    (w, s.published_millicpu)
+                };
+                // A new value goes out at once, unless an error's backoff runs.
+                if w.is_some() && w != published && said.is_none() {
+                    next = tokio::time::Instant::now();
+                }
+            }
+            _ = tokio::time::sleep_until(next) => {
+                let Some(value) = lock(&shared).wanted_millicpu else {
+                    next = tokio::time::Instant::now() + opts.refresh;
+                    continue;
+                };
+                let pp = PatchParams::default();
+                match nodes.patch_status(&opts.node, &pp, &Patch::Merge(status_patch(value))).await {
+                    Ok(_) => {
+                        let mut s = lock(&shared);
+                        if s.published_millicpu != Some(value) {
+                            tracing::info!(node = %opts.node, millicpu = value, "kubernetes advertise: {BE_CPU} = {value}");
+                        }
+                        if said.take().is_some() {
+                            tracing::info!(node = %opts.node, "kubernetes advertise: the API accepts the patch again");
+                        }
+                        s.published_millicpu = Some(value);
+                        s.patches += 1;
+                        s.last_error = None;
+                        retry = opts.retry;
+                        let w = s.wanted_millicpu;
+                        next = tokio::time::Instant::now() + if w != Some(value) { Duration::ZERO } else { opts.refresh };
+                    }
+                    Err(e) => {
+                        let (kind, text) = error_kind(&e);
+                        let mut s = lock(&shared);
+                        s.errors += 1;
+                        if said.as_deref() != Some(kind.as_str()) {
+                            tracing::warn!(node = %opts.node, "kubernetes advertise: patching nodes/{}/status: {text}; retrying, the node keeps {:?}", opts.node, s.published_millicpu);
+                            s.errors_said += 1;
+                            said = Some(kind);
+                        }
+                        s.last_error = Some(text);
+                        next = tokio::time::Instant::now() + retry;
+                        retry = (retry * 2).min(opts.retry_max);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A running publisher: a thread with its own small async runtime.
+pub struct Publisher {
+    shared: Arc<Mutex<PublishState>>,
+    want: tokio::sync::watch::Sender<Option<u64>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Publisher {
+    /// Connects (errors in the kubeconfig come back here) and starts; nothing is patched
+    /// before the first [`Publisher::set`].
+    pub fn start(opts: PublishOptions) -> Result<Publisher, KubeError> {
+        if opts.node.trim().is_empty() {
+            return Err(KubeError::NoNode);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| KubeError::Runtime(e.to_string()))?;
+        let client = rt.block_on(client(opts.kubeconfig.as_deref()))?;
+        let shared = Arc::new(Mutex::new(PublishState::default()));
+        let (want_tx, want_rx) = tokio::sync::watch::channel(None);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("kube-advertise".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    tokio::select! {
+                        _ = run(client, opts, s, want_rx) => {}
+                        _ = stop_rx => {}
+                    }
+                })
+            })
+            .map_err(|e| KubeError::Runtime(e.to_string()))?;
+        Ok(Publisher {
+            shared,
+            want: want_tx,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The value to advertise (patched when it differs from the last one published).
+    pub fn set(&self, millicpu: u64) {
+        self.want.send_if_modified(|w| {
+            let changed = *w != Some(millicpu);
+            *w = Some(millicpu);
+            changed
+        });
+    }
+
+    pub fn state(&self) -> PublishState {
+        self.shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The floor now (0 until the first pod list arrived).
+    pub fn floor_millicpu(&self) -> u64 {
+        self.state().floor_millicpu
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
