@@ -615,3 +615,35 @@ fn a_be_memory_limit_below_a_working_set_is_refused() {
     c.set("safety.be_memory_limit_bytes", "67108864").unwrap();
     assert_eq!(c.safety.be_memory_limit_bytes, Some(64 << 20));
 }
+
+/// Issue 42 / 41.6: a refused type or enum value does not hide the other sections' value
+/// refusals — `policy.kind = "hybridd"` and `lc.slo.target_us = -5` are both named, each with
+/// its value and what is accepted.
+#[test]
+fn a_bad_enum_does_not_hide_a_bad_value_elsewhere() {
+    let text = GOOD
+        .replacen("kind = \"heracles\"", "kind = \"hybridd\"", 1)
+        .replacen("[lc.latency]", "[lc.slo]\ntarget_us = -5\n[lc.latency]", 1);
+    let msg = refuse(&text);
+    assert!(msg.contains("policy.kind"), "{msg}");
+    assert!(msg.contains("hybridd"), "{msg}");
+    assert!(
+        msg.contains("hybrid"),
+        "the accepted kinds are named: {msg}"
+    );
+    assert!(msg.contains("lc.slo.target_us"), "{msg}");
+    assert!(msg.contains("-5"), "{msg}");
+}
+
+/// Two refused types in one section are both named (the first no longer hides the second).
+#[test]
+fn two_bad_types_in_one_section_are_both_named() {
+    let text = GOOD.replacen(
+        "peak_qps = 100000",
+        "peak_qps = \"lots\"\n[lc.slo]\ntarget_us = \"fast\"",
+        1,
+    );
+    let msg = refuse(&text);
+    assert!(msg.contains("lc.load.peak_qps"), "{msg}");
+    assert!(msg.contains("lc.slo.target_us"), "{msg}");
+}

@@ -165,6 +165,8 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
 }
 
+const MISSING_LC: &str = "missing: at least one LC service ([lc] or [[lc]]) is needed, unless [kubernetes] discover = true finds them";
+
 /// Keys `set KEY=VALUE` may change while the agent runs.
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];
 const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
@@ -207,34 +209,11 @@ impl Config {
         let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         let mut config: Config = match serde_path_to_error::deserialize(de) {
             Ok(config) => config,
-            Err(e) => {
-                let first = e.path().iter().next().and_then(|s| match s {
-                    serde_path_to_error::Segment::Map { key } => Some(key.clone()),
-                    _ => None,
-                });
-                let refused = refused_value("", &toml::Value::Table(doc.clone()), e);
-                // The section refused first (by its path, or an unknown one by its name).
-                let named = refused.to_string();
-                let mut problems = Problems::default();
-                problems.push(refused);
-                for (name, value) in &doc {
-                    let first_one = first.as_deref() == Some(name.as_str())
-                        || named.contains(&format!("`{name}`"));
-                    if !first_one {
-                        problems.check(read_section(name, value));
-                    }
-                }
-                problems.into_result()?;
-                unreachable!("a failed read leaves at least one problem")
-            }
+            Err(e) => return Err(every_refusal(doc, e)),
         };
         if config.lcs.is_empty() {
             if !config.kubernetes.discover {
-                return Err(invalid(
-                    "lc",
-                    "",
-                    "missing: at least one LC service ([lc] or [[lc]]) is needed, unless [kubernetes] discover = true finds them",
-                ));
+                return Err(invalid("lc", "", MISSING_LC));
             }
             config.lcs.push(kubernetes::holder(false));
         }
@@ -499,6 +478,187 @@ impl Config {
         if p.kind == PolicyKind::Multi {
             crate::policy::multi::config::validate_services(self, problems);
         }
+    }
+}
+
+/// Every problem of a document whose typed read failed with `first`: each refused value is
+/// set aside (its key removed, so its default stands in) and the read retried, until the
+/// rest reads; then the values the read accepted are validated too, so a bad `policy.kind`
+/// does not hide a bad `lc.slo.target_us`. A refusal that names no value (an unknown key, a
+/// missing one) stops the retries: the other sections are then read one by one instead.
+fn every_refusal(doc: toml::Table, first: PathError) -> ConfigError {
+    use serde_path_to_error::Segment;
+    let mut problems = Problems::default();
+    let mut value = toml::Value::Table(doc.clone());
+    let mut result: Result<Config, PathError> = Err(first);
+    let mut set_aside: Vec<Vec<String>> = Vec::new();
+    // Each round sets one key aside: bounded by the document's size.
+    for _ in 0..1000 {
+        let err = match result {
+            Ok(mut config) => {
+                if config.lcs.is_empty() {
+                    if !config.kubernetes.discover {
+                        problems.push(invalid("lc", "", MISSING_LC));
+                    }
+                    config.lcs.push(kubernetes::holder(false));
+                }
+                config.normalize();
+                if let Err(e) = config.validate() {
+                    // What a set-aside key's default or stand-in caused is dropped: that key
+                    // is already named.
+                    let dotted: Vec<String> = set_aside.iter().map(|k| dotted(k)).collect();
+                    for p in e.problems() {
+                        let text = p.to_string();
+                        if !dotted.iter().any(|k| text.contains(k.as_str())) {
+                            problems.push(p.clone());
+                        }
+                    }
+                }
+                break;
+            }
+            Err(e) => e,
+        };
+        let path: Vec<Segment> = err.path().iter().cloned().collect();
+        // A required key set aside is missed: a stand-in of the type it wants takes its place.
+        if let Some(field) = missing_field(err.inner()) {
+            let mut full = path.clone();
+            full.push(Segment::Map { key: field });
+            if set_aside.contains(&keys(&full)) {
+                match stand_in(&value, &full) {
+                    Some((v, r)) => {
+                        value = v;
+                        result = r;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+        }
+        let first_section = path.first().and_then(|s| match s {
+            Segment::Map { key } => Some(key.clone()),
+            _ => None,
+        });
+        let refused = refused_value("", &value, err);
+        let removable = matches!(refused, ConfigError::Invalid { .. });
+        let named = refused.to_string();
+        problems.push(refused);
+        if !removable || !remove_at(&mut value, &path) {
+            // The sections the refusal did not stop in, one by one.
+            for (name, v) in &doc {
+                let stopped_here = first_section.as_deref() == Some(name.as_str())
+                    || named.contains(&format!("`{name}`"));
+                if !stopped_here {
+                    problems.check(read_section(name, v));
+                }
+            }
+            break;
+        }
+        set_aside.push(keys(&path));
+        result = serde_path_to_error::deserialize::<_, Config>(value.clone());
+    }
+    match problems.into_result() {
+        Err(e) => e,
+        Ok(()) => unreachable!("a failed read leaves at least one problem"),
+    }
+}
+
+/// A path's segments, comparable (`Segment` is not).
+fn keys(path: &[serde_path_to_error::Segment]) -> Vec<String> {
+    path.iter()
+        .map(|s| match s {
+            serde_path_to_error::Segment::Map { key } => key.clone(),
+            serde_path_to_error::Segment::Seq { index } => format!("[{index}]"),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// `keys` as the config names a key: `lc.load.peak_qps`, `be[0].cgroup`.
+fn dotted(keys: &[String]) -> String {
+    let mut out = String::new();
+    for k in keys {
+        if !out.is_empty() && !k.starts_with('[') {
+            out.push('.');
+        }
+        out.push_str(k);
+    }
+    out
+}
+
+type PathError = serde_path_to_error::Error<toml::de::Error>;
+
+/// `missing field `name``: the name.
+fn missing_field(e: &toml::de::Error) -> Option<String> {
+    let rest = e.message().strip_prefix("missing field `")?;
+    Some(rest.split('`').next()?.to_string())
+}
+
+/// The document with a value at `path` that the typed read takes there (tried in turn: a
+/// number, a string, a flag, a list, a table), and the read's result with it.
+fn stand_in(
+    value: &toml::Value,
+    path: &[serde_path_to_error::Segment],
+) -> Option<(toml::Value, Result<Config, PathError>)> {
+    let (last, parents) = path.split_last()?;
+    let serde_path_to_error::Segment::Map { key } = last else {
+        return None;
+    };
+    let candidates = [
+        toml::Value::Integer(1),
+        toml::Value::Float(1.0),
+        toml::Value::String("headroom-stand-in".into()),
+        toml::Value::Boolean(false),
+        toml::Value::Array(Vec::new()),
+        toml::Value::Table(toml::Table::new()),
+    ];
+    for c in candidates {
+        let mut v = value.clone();
+        let mut at = &mut v;
+        for segment in parents {
+            at = match segment {
+                serde_path_to_error::Segment::Map { key } => at.get_mut(key.as_str())?,
+                serde_path_to_error::Segment::Seq { index } => at.get_mut(*index)?,
+                _ => return None,
+            };
+        }
+        at.as_table_mut()?.insert(key.clone(), c);
+        let r = serde_path_to_error::deserialize::<_, Config>(v.clone());
+        let refused_here = match &r {
+            Ok(_) => false,
+            Err(e) => {
+                let p: Vec<_> = e.path().iter().cloned().collect();
+                keys(&p) == keys(path)
+                    || (keys(&p) == keys(parents) && missing_field(e.inner()).as_ref() == Some(key))
+            }
+        };
+        if !refused_here {
+            return Some((v, r));
+        }
+    }
+    None
+}
+
+/// Removes the key `path` leads to (a table's entry); false when it leads elsewhere.
+fn remove_at(root: &mut toml::Value, path: &[serde_path_to_error::Segment]) -> bool {
+    use serde_path_to_error::Segment;
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut at = root;
+    for segment in parents {
+        let next = match segment {
+            Segment::Map { key } => at.get_mut(key.as_str()),
+            Segment::Seq { index } => at.get_mut(*index),
+            _ => None,
+        };
+        match next {
+            Some(v) => at = v,
+            None => return false,
+        }
+    }
+    match (last, at.as_table_mut()) {
+        (Segment::Map { key }, Some(t)) => t.remove(key).is_some(),
+        _ => false,
     }
 }
 
