@@ -135,6 +135,43 @@ fn slo_violation_starts_a_cooldown() {
     assert!(d.allocation.be_enabled, "{}", d.reason);
 }
 
+/// A fallback prober's figure the kernel sensor does not confirm holds BE (no growth) but
+/// starts no cooldown; a trusted one does, and the state names the source that judged it.
+#[test]
+fn only_a_trusted_violation_starts_the_cooldown() {
+    let mut p = policy::build(&cfg(BLIND_WITH_LATENCY), &MachineInfo::with_cpus(8));
+    let t = grown(p.as_mut(), 2);
+    let untrusted = Observation {
+        lc_latency_source: Some("probe".into()),
+        lc_latency_untrusted: Some("the kernel sensor reads 100 µs".into()),
+        ..fresh(1200.0, 7.0)
+    };
+    let d = p.decide(&untrusted, ms(t));
+    assert_eq!(d.reason, "safety:slo-violation-untrusted:hold");
+    assert_eq!(
+        n_be(&d),
+        2,
+        "held where it was, neither grown nor cooled down"
+    );
+    assert!(d.state["safety"]["violation_cooldown_until_ms"].is_null());
+    assert_eq!(
+        d.state["safety"]["untrusted_violation"],
+        "the kernel sensor reads 100 µs"
+    );
+    // the kernel's own figure, trusted, a moment later: BE regrows at its pace
+    let d = p.decide(&fresh(100.0, 7.0), ms(t + 1_000));
+    assert!(d.allocation.be_enabled, "{}", d.reason);
+    // a trusted violation: the cooldown, judged by the kernel sensor
+    let judged = Observation {
+        lc_latency_source: Some("kernel".into()),
+        ..fresh(600.0, 7.0)
+    };
+    let d = p.decide(&judged, ms(t + 2_000));
+    assert_eq!(d.reason, "safety:slo-violation:cooldown");
+    assert_eq!(d.state["safety"]["violation_judged_by"], "kernel");
+    assert!(!d.allocation.be_enabled);
+}
+
 #[test]
 fn low_memory_disables_be_and_static_limits_are_applied() {
     let text = format!(

@@ -180,6 +180,10 @@ pub struct LatencySources {
     pub probe_us: Option<f64>,
     /// Whether the prober runs now (it runs only while the kernel sensor's windows are short).
     pub probe_running: bool,
+    /// Why the chosen figure may not judge an SLO violation (the prober's, where the kernel
+    /// sensor's figure over the same seconds disagrees or holds too few requests to check it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untrusted: Option<String>,
 }
 
 /// A BE command the agent supervises.

@@ -24,6 +24,11 @@ pub struct Observation {
     pub lc_latency_probe_us: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lc_latency_source: Option<String>,
+    /// Why `lc_latency_us` may not judge an SLO violation (`None`: it may): a fallback
+    /// prober's figure that the kernel sensor's disagrees with or cannot check. Such a
+    /// figure above the target holds BE but starts no violation cooldown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lc_latency_untrusted: Option<String>,
     /// LC load in requests per second.
     pub lc_qps: Option<f64>,
     /// LC load as a fraction of `lc.load.peak_qps` (0.0 ..; may exceed 1).

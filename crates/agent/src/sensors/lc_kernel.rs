@@ -4,8 +4,11 @@
 //!
 //! The prober is started only where it is needed: when the sensor cannot attach (for good,
 //! with the reason), or when the kernel's window holds fewer requests than the percentile
-//! needs (a nearly idle LC). While it runs, its requests reach the LC and the kernel times
-//! them too, so the kernel's figure is used as soon as its window is full; the prober stops
+//! needs (a nearly idle LC: during the first window, where the LC's rate so far would not fill
+//! one; the kernel's figure is published as soon as it holds the floor, so a serving LC never
+//! starts it). While it runs, its requests reach the LC and the kernel times them too, so the
+//! kernel's figure is used as soon as its window holds enough, and the prober's may judge a
+//! violation only where the kernel's figure over the same seconds agrees; the prober stops
 //! once the window holds enough requests beyond its own (its rate × the window). Both figures
 //! and the choice are published side by side ([`LatencySources`]).
 
@@ -181,29 +184,38 @@ fn run(
             .filter(|p| p.running.is_some())
             .map_or(0.0, |p| p.spec.rate_hz);
         let own = requests as f64 - probe_hz * spec.window_s;
+        let filled = window.filled(sec);
+        let covered = window.covered_s(sec).max(1);
+        // During the first window: the LC's own rate so far, over a whole window, falls short
+        // of the floor (an idle LC: the prober starts at once; a serving one: never).
+        let short_first = !filled
+            && (requests as f64) * spec.window_s / (covered as f64) < spec.min_samples as f64;
         let reason = match kernel {
             Some(_) => String::new(),
-            None if sec + 1 < spec.window_s.ceil() as u64 => {
-                "the kernel sensor's first window has not filled yet".to_string()
-            }
+            None if !filled && !short_first => format!(
+                "the kernel sensor's first window holds {requests} requests after {covered} s, fewer than the {} a p{} needs yet",
+                spec.min_samples, spec.percentile
+            ),
             None => format!(
-                "the kernel sensor timed {requests} requests in the last {} s, fewer than the {} a p{} needs{listen_note}",
-                spec.window_s, spec.min_samples, spec.percentile
+                "the kernel sensor timed {requests} requests in the last {covered} s, fewer than the {} a p{} needs{listen_note}",
+                spec.min_samples, spec.percentile
             ),
         };
         if let Some(p) = prober.as_mut() {
-            if kernel.is_none() {
+            if kernel.is_none() && (filled || short_first) {
                 p.start();
-            } else if own >= spec.min_samples as f64 {
+            } else if kernel.is_some() && own >= spec.min_samples as f64 {
                 p.stop();
             }
         }
         let probe = prober.as_ref().and_then(|p| p.fresh(now));
+        let mut untrusted = None;
         let chosen = if let Some(v) = kernel {
             main.publish(v, now);
             "kernel"
         } else if let Some(r) = probe {
             main.publish(r.value, r.at);
+            untrusted = cross_check(&mut window, sec, &spec, r.value);
             "probe"
         } else {
             "none"
@@ -216,6 +228,7 @@ fn run(
             s.kernel_segments = segments;
             s.probe_us = probe.map(|r| r.value);
             s.probe_running = prober.as_ref().is_some_and(|p| p.running.is_some());
+            s.untrusted = untrusted;
         });
     }
     if let Some(p) = prober.as_mut() {
@@ -223,10 +236,68 @@ fn run(
     }
 }
 
+/// The prober fills in while the kernel sensor holds too few of the LC's requests, but the
+/// kernel times the probes too: the prober's figure may judge a violation only where the
+/// kernel's figure over the same seconds agrees with it (within 20% or 30 µs: the kernel's
+/// leaves out the loopback crossings) from at least a tenth of the floor's requests.
+/// `Some(why)` where it may not.
+fn cross_check(
+    window: &mut KernelWindow,
+    sec: u64,
+    spec: &KernelSpec,
+    probe_us: f64,
+) -> Option<String> {
+    let floor = (spec.min_samples / 10).max(1);
+    match window.any(sec, spec.percentile) {
+        (n, Some(k)) if n >= floor => (!agrees(probe_us, k)).then(|| {
+            format!(
+                "the prober's p{} {probe_us:.0} µs disagrees with the kernel sensor's {k:.0} µs over the same {n} requests",
+                spec.percentile
+            )
+        }),
+        (n, _) => Some(format!(
+            "the prober's p{} {probe_us:.0} µs cannot be checked: the kernel sensor timed {n} requests, fewer than the {floor} a cross-check needs",
+            spec.percentile
+        )),
+    }
+}
+
+/// Within 20% or 30 µs of the kernel's figure.
+fn agrees(probe_us: f64, kernel_us: f64) -> bool {
+    (probe_us - kernel_us).abs() <= (0.2 * kernel_us).max(30.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use headroom_host::latency_bpf::LatencySnapshot;
+
+    #[test]
+    fn a_probe_figure_is_trusted_only_where_the_kernel_agrees() {
+        use headroom_host::latency_bpf::program::bucket_of;
+        let spec = KernelSpec {
+            ports: vec![1],
+            percentile: 99.0,
+            window_s: 15.0,
+            min_samples: 1000,
+            fallback: None,
+        };
+        let mut read = LatencySnapshot::default();
+        let mut window = KernelWindow::new(15.0, 1000, read.clone());
+        read.buckets[bucket_of(100_000)] += 50;
+        window.add(1, read.clone());
+        // 50 requests: fewer than the cross-check's 100
+        let why = cross_check(&mut window, 1, &spec, 1200.0).expect("too few to check");
+        assert!(why.contains("cannot be checked"), "{why}");
+        read.buckets[bucket_of(100_000)] += 450;
+        window.add(2, read);
+        // the prober reads 1.2 ms where the kernel reads 100 µs: its own lateness
+        let why = cross_check(&mut window, 2, &spec, 1200.0).expect("disagrees");
+        assert!(why.contains("disagrees"), "{why}");
+        assert_eq!(cross_check(&mut window, 2, &spec, 125.0), None);
+        assert_eq!(cross_check(&mut window, 2, &spec, 80.0), None);
+        assert!(agrees(600.0, 520.0) && !agrees(700.0, 520.0));
+    }
 
     #[test]
     fn a_window_becomes_the_agents_histogram() {

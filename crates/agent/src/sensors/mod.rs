@@ -400,6 +400,7 @@ impl Sensors {
         };
         obs.lc_latency_us = None;
         obs.lc_latency_age_ms = None;
+        obs.lc_latency_untrusted = None;
         if let Some(cell) = &self.signals.latency {
             if let Some(r) = cell.latest() {
                 obs.lc_latency_us = Some(r.value);
@@ -412,6 +413,7 @@ impl Sensors {
             obs.lc_latency_kernel_us = s.kernel_us;
             obs.lc_latency_probe_us = s.probe_us;
             obs.lc_latency_source = Some(s.chosen);
+            obs.lc_latency_untrusted = s.untrusted;
         }
         obs.lc_qps = None;
         obs.lc_load = None;

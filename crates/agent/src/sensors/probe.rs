@@ -12,7 +12,12 @@
 //! transmit stamp of the request (`SO_TIMESTAMPING` with `OPT_ID`/`OPT_TSONLY`, read from the
 //! socket's error queue, matched by the byte counter) to the kernel's software receive stamp of
 //! its reply. A late prober thread then changes when a probe is sent, not what it measures, and
-//! the thread wakes only to send: what arrived meanwhile is read then, already stamped. A window
+//! the thread wakes only to send: what arrived meanwhile is read then, already stamped. One
+//! probe is in flight at a time: a probe sent behind an unanswered one waits behind it at the
+//! LC (one connection is served in order) and its reply, merged in the socket with the earlier
+//! one, carries the later receive stamp — the prober's own queue, not the LC's; such sends are
+//! passed (counted in the cell's detail). A read without the kernel's receive stamp is no
+//! sample (never the prober's own, late, read time). A window
 //! is refused only for too few replies. Where the kernel gives no transmit stamps (said once, as
 //! the cell's detail) latencies run from the prober's own send and the old bound applies: a
 //! window whose send lag p99 (actual − scheduled send) exceeds `max_send_lag_us` is refused —
@@ -41,8 +46,6 @@ use stamps::Stamps;
 
 /// The key the prober reads (a miss is as good as a hit for timing).
 pub const PROBE_KEY: &[u8] = b"headroom:probe";
-/// Requests outstanding beyond this count as lost: the connection is reopened.
-const MAX_IN_FLIGHT: usize = 4096;
 
 /// What the prober speaks.
 #[derive(Debug, Clone)]
@@ -148,6 +151,9 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
         replies_without_tx: 0,
         sched,
         described: None,
+        passed_busy: 0,
+        unstamped_rx: 0,
+        described_counts: (0, 0),
     };
     let mut request = Vec::new();
     match &spec.wire {
@@ -158,7 +164,10 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
         ),
     }
     // Buffers for the whole run: a probe allocates nothing.
-    let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(MAX_IN_FLIGHT);
+    let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(4);
+    // A probe unanswered for a whole window is lost (its window cannot use it anyway): the
+    // connection is reopened.
+    let reply_timeout = Duration::from_secs_f64(spec.window_s.max(1.0));
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 16 * 1024];
     while !stop.load(Ordering::Relaxed) {
@@ -211,10 +220,24 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
             }
             // Send what is due (one wake-up for all; a prober far behind skips probes rather
             // than bursting them at the LC).
-            if now >= next_send {
-                if in_flight.len() >= MAX_IN_FLIGHT {
-                    break Err(format!("{} requests unanswered", in_flight.len()));
+            if now >= next_send && !in_flight.is_empty() {
+                // One probe at a time: a probe sent behind an unanswered one waits behind it
+                // at the LC (one connection is served in order) and its reply may reach the
+                // prober's socket merged with the earlier one, under the later one's receive
+                // stamp — either way it would time the prober's own queue. The send is drawn
+                // and passed, as a late prober's are.
+                let oldest = in_flight.front().map_or(now, |r| r.scheduled);
+                if now.saturating_duration_since(oldest) > reply_timeout {
+                    break Err(format!(
+                        "no reply in {:.1} s (the probe is given up; the window keeps what it has)",
+                        reply_timeout.as_secs_f64()
+                    ));
                 }
+                while next_send <= now {
+                    next_send += gap();
+                }
+                state.passed_busy += 1;
+            } else if now >= next_send {
                 let scheduled = next_send;
                 let sent_ns = stamps::realtime_ns();
                 let sent = Instant::now();
@@ -300,6 +323,13 @@ struct ProbeState {
     sched: String,
     /// The timing last described to the cell.
     described: Option<Timing>,
+    /// Sends passed because the previous probe was still unanswered.
+    passed_busy: u64,
+    /// Replies read without the kernel's receive stamp where the kernel gives them: dropped,
+    /// never timed by the prober's own (late) read.
+    unstamped_rx: u64,
+    /// The counts last described.
+    described_counts: (u64, u64),
 }
 
 /// What the prober's latencies run between (said in `ctl status` through the cell's detail).
@@ -354,14 +384,23 @@ impl ProbeState {
         let Some(t) = self.timing() else {
             return;
         };
-        if self.described == Some(t) {
+        let counts = (self.passed_busy, self.unstamped_rx);
+        if self.described == Some(t) && self.described_counts == counts {
             return;
         }
-        if t != Timing::KernelTxRx {
+        if t != Timing::KernelTxRx && self.described != Some(t) {
             tracing::warn!(timing = t.describe(), "prober");
         }
         self.described = Some(t);
-        cell.set_detail(&format!("{}; {}", t.describe(), self.sched));
+        self.described_counts = counts;
+        // what the prober set aside rather than time itself (said beside how it times)
+        cell.set_detail(&format!(
+            "{}; {}; {} sends passed behind an unanswered probe, {} replies without a kernel receive stamp dropped",
+            t.describe(),
+            self.sched,
+            counts.0,
+            counts.1
+        ));
     }
 
     /// Publishes the window once per second of the agent's clock (or says why not).
@@ -459,7 +498,7 @@ fn read_replies(
             Ok((0, _)) => return Ok(false),
             Ok((n, at)) => {
                 buf.extend_from_slice(&chunk[..n]);
-                at.unwrap_or_else(stamps::realtime_ns)
+                at
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -478,6 +517,12 @@ fn read_replies(
                     buf.drain(..consumed);
                     *read_len = consumed;
                     let Some(r) = in_flight.pop_front() else {
+                        continue;
+                    };
+                    // With kernel receive stamps, a read that carries none is the prober's
+                    // own (late) reap time: no sample rather than its lateness.
+                    let Some(rx_ns) = rx_ns else {
+                        state.unstamped_rx += 1;
                         continue;
                     };
                     let from = match r.tx_ns {

@@ -5,7 +5,8 @@
 //! 2. Unknown or stale LC latency (older than `safety.latency_max_age_ms`) → BE stops growing;
 //!    after `stale_disable_ticks` ticks or `stale_disable_ms` of it → BE disabled.
 //! 3. A cooldown after an SLO violation: latency above the target disables BE for
-//!    `violation_cooldown_s`. Shrink fast, grow slowly: shrinks pass at once; BE grows at most
+//!    `violation_cooldown_s` — judged only from a figure that can be trusted (one the sensors
+//!    mark untrusted holds BE without a cooldown; the state names the judging source). Shrink fast, grow slowly: shrinks pass at once; BE grows at most
 //!    once per `grow_interval_ms` and not within `grow_after_shrink_ms` of a shrink (each policy
 //!    also paces itself).
 //! 4. Low memory (MemAvailable below `min_mem_available_bytes`, or memory PSI full avg10 above
@@ -44,6 +45,9 @@ pub struct Guarded {
     stale_ticks: u64,
     stale_since: Option<Duration>,
     violation_until: Option<Duration>,
+    /// The latency source that judged the violation starting the cooldown (`kernel`, `probe`,
+    /// … or `latency` where the observation names none), for the decision log.
+    violation_judged_by: Option<String>,
     /// A rule (stale signal, violation cooldown, memory, no CPU besides the LC's) turned the
     /// policy's enabled BE off at the last decision.
     rules_hold_be_off: bool,
@@ -73,6 +77,7 @@ impl Guarded {
             stale_ticks: 0,
             stale_since: None,
             violation_until: None,
+            violation_judged_by: None,
             rules_hold_be_off: false,
             last_grow: None,
             last_shrink: None,
@@ -274,13 +279,41 @@ impl Policy for Guarded {
             self.stale_since = None;
         }
         // Rule 3: cooldown after an SLO violation.
+        let mut untrusted_violation: Option<String> = None;
         if latency_rules && fresh && s.violation_cooldown_s > 0.0 {
             let violating = match &per_service {
                 Some(l) => l.violating.is_some(),
                 None => obs.lc_latency_us.unwrap_or(0.0) > self.config.lc().slo.target_us,
             };
-            if violating {
+            // A figure that cannot be trusted (a fallback prober's the kernel sensor does not
+            // confirm) holds BE this tick but starts no cooldown: a long cooldown on the
+            // instrument's own lateness keeps BE off for nothing.
+            let untrusted = per_service
+                .is_none()
+                .then_some(obs.lc_latency_untrusted.as_ref())
+                .flatten();
+            if violating && untrusted.is_some() {
+                untrusted_violation = untrusted.cloned();
+            } else if violating {
                 self.violation_until = Some(now + super::secs(s.violation_cooldown_s));
+                self.violation_judged_by = Some(
+                    obs.lc_latency_source
+                        .clone()
+                        .unwrap_or_else(|| "latency".to_string()),
+                );
+            }
+        }
+        if untrusted_violation.is_some() && self.violation_until.is_none_or(|t| now >= t) {
+            let held = match &self.last {
+                Some(prev) => a.limit_growth(prev),
+                None => Allocation {
+                    be_enabled: false,
+                    ..a.clone()
+                },
+            };
+            if held != a {
+                overrides.push("safety:slo-violation-untrusted:hold".into());
+                a = held;
             }
         }
         if self.violation_until.is_some_and(|t| now < t) {
@@ -371,6 +404,8 @@ impl Policy for Guarded {
                     "stale_since_ms": self.stale_since.map(|t| t.as_millis() as u64),
                     "violation_cooldown_until_ms":
                         self.violation_until.map(|t| t.as_millis() as u64),
+                    "violation_judged_by": self.violation_judged_by,
+                    "untrusted_violation": untrusted_violation,
                     "unavailable": dropped,
                 },
             }),

@@ -14,14 +14,14 @@ use std::collections::VecDeque;
 use headroom_host::latency_bpf::LatencySnapshot;
 use headroom_load::stats::LatencyHist;
 
-/// The kernel's window: the same seconds, sample floor and first-fill rule as the prober's.
+/// The kernel's window: the same seconds and sample floor as the prober's.
 pub struct KernelWindow {
     window_s: u64,
     min_samples: u64,
     /// Cumulative reads by second, oldest first; the front is the newest read at or before the
     /// window's start (the base), or the read taken at start (second 0).
     reads: VecDeque<(u64, LatencySnapshot)>,
-    /// The first second a read was added: nothing is published before the window filled once.
+    /// The first second a read was added (the first window fills a window later).
     first_sec: Option<u64>,
     /// The window's counts (reused).
     delta: LatencySnapshot,
@@ -73,8 +73,32 @@ impl KernelWindow {
     }
 
     /// Requests in the window ending at `now_sec` (the newest read), and their `percentile`
-    /// in µs — `None` while the window holds fewer than the floor or has not filled once.
+    /// in µs — `None` while the window holds fewer than the floor. A first window that is not
+    /// full yet publishes as soon as it holds the floor: a serving LC's requests are enough
+    /// long before a whole window has passed, and waiting would start the prober for nothing.
     pub fn window(&mut self, now_sec: u64, percentile: f64) -> (u64, Option<f64>) {
+        self.figure(now_sec, percentile, self.min_samples)
+    }
+
+    /// The same window's percentile over whatever it holds (at least one request): a
+    /// cross-check of another source over the same seconds, never a published figure.
+    pub fn any(&mut self, now_sec: u64, percentile: f64) -> (u64, Option<f64>) {
+        self.figure(now_sec, percentile, 1)
+    }
+
+    /// Whether a whole window has passed since the first read.
+    pub fn filled(&self, now_sec: u64) -> bool {
+        self.first_sec
+            .is_some_and(|f| now_sec + 1 >= f + self.window_s)
+    }
+
+    /// Seconds the window ending at `now_sec` covers (fewer than the window's during the
+    /// first one).
+    pub fn covered_s(&self, now_sec: u64) -> u64 {
+        base_of(&self.reads, self.window_s, now_sec).map_or(0, |(s, _)| now_sec.saturating_sub(*s))
+    }
+
+    fn figure(&mut self, now_sec: u64, percentile: f64, floor: u64) -> (u64, Option<f64>) {
         let base = base_of(&self.reads, self.window_s, now_sec);
         let (Some((_, base)), Some((_, newest))) = (base, self.reads.back()) else {
             return (0, None);
@@ -88,10 +112,7 @@ impl KernelWindow {
             *d = n.saturating_sub(*b);
         }
         let count = self.delta.count();
-        let filled = self
-            .first_sec
-            .is_some_and(|f| now_sec + 1 >= f + self.window_s);
-        if !filled || count == 0 || count < self.min_samples {
+        if count == 0 || count < floor.max(1) {
             return (count, None);
         }
         self.hist.reset();
@@ -180,12 +201,51 @@ mod tests {
                     w.window(*sec, 99.0)
                 })
                 .collect();
-            assert_eq!(got, want, "window {window_s} s, floor {min}");
+            // once the first window filled, the same figures; before, the kernel's publishes
+            // as soon as it holds the floor (the prober's waits for a whole window)
+            for (i, ((g, w), (sec, _))) in got.iter().zip(&want).zip(&reads[1..]).enumerate() {
+                if *sec + 1 >= reads[1].0 + window_s.ceil() as u64 {
+                    assert_eq!(g, w, "window {window_s} s, floor {min}, read {i}");
+                } else {
+                    assert_eq!(g.0, w.0, "window {window_s} s, floor {min}, read {i}");
+                    assert_eq!(g.1.is_some(), g.0 >= min, "early: {g:?}, floor {min}");
+                }
+            }
             assert!(
                 got.iter().any(|(_, p)| p.is_some()),
                 "some window published"
             );
         }
+    }
+
+    /// A serving LC's first window publishes at its first second, not a window later; an
+    /// idle one's does not, and its cross-check figure is over what it holds.
+    #[test]
+    fn the_first_window_publishes_once_it_holds_the_floor() {
+        let mut cum = LatencySnapshot::default();
+        let mut w = KernelWindow::new(15.0, 1000, cum.clone());
+        cum.buckets[bucket_of(100_000)] += 3000;
+        w.add(1, cum.clone());
+        let (n, p) = w.window(1, 99.0);
+        assert_eq!(n, 3000);
+        let p = p.expect("3000 requests in the first second are enough for a p99");
+        assert!((p / 100.0 - 1.0).abs() < 0.04, "{p}");
+        assert!(!w.filled(1));
+        assert_eq!(w.covered_s(1), 1);
+
+        let mut idle = KernelWindow::new(15.0, 1000, LatencySnapshot::default());
+        let mut few = LatencySnapshot::default();
+        few.buckets[bucket_of(2_000_000)] += 40;
+        idle.add(1, few.clone());
+        idle.add(2, few);
+        assert_eq!(idle.window(2, 99.0), (40, None));
+        let (n, any) = idle.any(2, 99.0);
+        assert_eq!(n, 40);
+        assert!(
+            any.is_some_and(|v| (v / 2000.0 - 1.0).abs() < 0.04),
+            "{any:?}"
+        );
+        assert_eq!(idle.covered_s(2), 2);
     }
 
     #[test]
