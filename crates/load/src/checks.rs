@@ -132,6 +132,9 @@ pub fn limited_by(raw: &RawResults, checks: &[Check]) -> Option<String> {
         raw.target_qps,
         late_frac * 100.0
     );
+    if let Some(why) = server_unanswered(c) {
+        return Some(format!("server: {reached}; {why}"));
+    }
     let util = cpu_utilisation(raw);
     if util >= CPU_SATURATED {
         return Some(format!(
@@ -219,6 +222,12 @@ fn rate_check(raw: &RawResults) -> Check {
         };
     }
     let mut reasons = Vec::new();
+    // Most sends left unanswered is the server's doing, whatever else the client shows (a
+    // client waiting on a silent server polls and reads busy): said first, and the verdict.
+    let unanswered = server_unanswered(c);
+    if let Some(why) = &unanswered {
+        reasons.push(why.clone());
+    }
     let late_frac = c.late as f64 / (c.sent.max(1)) as f64;
     if late_frac > 0.001 {
         reasons.push(format!(
@@ -252,7 +261,9 @@ fn rate_check(raw: &RawResults) -> Check {
             c.scheduled
         ));
     }
-    let verdict = if dev < 0.0 {
+    let verdict = if unanswered.is_some() {
+        "the server did not keep up"
+    } else if dev < 0.0 {
         "client could not keep up"
     } else {
         "client overshot the target"
@@ -492,6 +503,21 @@ fn errors_check(raw: &RawResults) -> Check {
     }
 }
 
+/// When the server answered fewer than half the requests sent to it: how many, and that the
+/// rest are the server's (silent, stalled, or replying with something that is not a reply).
+fn server_unanswered(c: &crate::results::Counters) -> Option<String> {
+    if c.sent < 10 || c.completed * 2 >= c.sent {
+        return None;
+    }
+    Some(format!(
+        "the server answered {} of the {} requests sent ({:.1}%; {} lost to errors): it stopped answering, stalls, or does not speak the protocol",
+        c.completed,
+        c.sent,
+        c.completed as f64 * 100.0 / c.sent as f64,
+        c.errors
+    ))
+}
+
 /// Completed requests per second over the measured interval.
 pub fn achieved_qps(raw: &RawResults) -> f64 {
     raw.counters.completed as f64 / raw.measured_s.max(1e-9)
@@ -537,6 +563,29 @@ mod tests {
             "{}",
             rate.detail
         );
+    }
+
+    /// A server that never answers read "client could not keep up … client CPU saturated".
+    #[test]
+    fn a_silent_server_is_named_as_the_server_not_the_client() {
+        let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+        let mut silent = raw_with(10000.0, 0, vec![]);
+        silent.counters.sent = 4000;
+        silent.counters.late = 6000;
+        silent.cpu_s = 1.0; // a client waiting on a silent server polls: it reads busy
+        let checks = run_checks(&silent, &unit, 99.0);
+        let rate = checks.iter().find(|c| c.name == "rate").unwrap();
+        assert!(!rate.ok);
+        assert!(
+            rate.detail.starts_with("the server did not keep up")
+                && rate
+                    .detail
+                    .contains("the server answered 0 of the 4000 requests sent"),
+            "{}",
+            rate.detail
+        );
+        let limit = limited_by(&silent, &checks).unwrap();
+        assert!(limit.starts_with("server:"), "{limit}");
     }
 
     #[test]

@@ -16,8 +16,10 @@ use std::fmt;
 /// Longest reply header line we wait for before calling the stream malformed (a desynchronised
 /// stream would otherwise grow the receive buffer forever).
 pub const MAX_LINE: usize = 4096;
-/// Largest value length a reply may announce (memcached's item size limit is at most 1 GiB).
-pub const MAX_VALUE_LEN: usize = 1 << 30;
+/// Largest value length a reply may announce: memcached's default item size limit (`-I 1m`).
+/// The value is buffered until it is whole, so a larger announcement (a desynchronised stream,
+/// or a server that is not memcached) is refused at once instead of growing the buffer to it.
+pub const MAX_VALUE_LEN: usize = 1 << 20;
 
 /// A wire protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

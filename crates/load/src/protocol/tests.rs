@@ -191,6 +191,9 @@ fn malformed_replies_are_errors_that_show_the_bytes() {
         (A, Get, b"VALUE k 0 3\r\nabcd\r\nEND\r\n".to_vec()), // value longer than announced
         (A, Get, b"VALUE k 0 3\r\nabc\r\nEMD".to_vec()),
         (A, Get, b"VALUE k 0 99999999999999999999\r\n".to_vec()),
+        // a value past memcached's item limit is refused from its header, never buffered
+        (A, Get, b"VALUE k 0 1000000000\r\n".to_vec()),
+        (R, Get, b"$1000000000\r\n".to_vec()),
         (A, Get, b"VALUE k 0 3\r\nabc\r\nEND\n".to_vec()),
         (A, Get, long_line),
         (A, Get, b"ENDX\r\n".to_vec()),
