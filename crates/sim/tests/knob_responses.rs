@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
 use headroom_control::node::Node;
-use headroom_types::resources::CpuQuota;
 use headroom_sim::host::{SimHost, TickState};
 use headroom_sim::model::ServerModel;
 use headroom_sim::node::sim_groups;
+use headroom_types::resources::CpuQuota;
 
 const CORES: u32 = 16;
 

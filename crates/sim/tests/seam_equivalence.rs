@@ -7,10 +7,10 @@ mod support;
 
 use std::time::Duration;
 
+use headroom_agent::linux_node::LinuxNode;
 use headroom_control::actuation::{Actuation, CgroupKnob, Knob, KnobValue, ManagedGroups};
 use headroom_control::config::Config;
 use headroom_control::controller::{Controller, Discard, TickOutcome};
-use headroom_agent::linux_node::LinuxNode;
 use headroom_control::node::{Node, NodeError, NodeFacts};
 use headroom_control::observation::Observation;
 use headroom_control::policy::{self, MachineInfo};
