@@ -130,13 +130,16 @@ pub struct NodeTimeline {
     pub violating: Vec<bool>,
 }
 
+/// One batch job (one pod).
 #[derive(Debug, Clone)]
-struct Job {
-    submit_s: f64,
-    size: f64,
+pub struct Job {
+    pub submit_s: f64,
+    /// CPUs it runs on at full speed (and requests, when placed by the advertised value).
+    pub size: f64,
     /// CPU-seconds left.
-    work: f64,
-    duration_s: f64,
+    pub work: f64,
+    /// Its length at full speed, s.
+    pub duration_s: f64,
 }
 
 /// The job stream (seeded).
