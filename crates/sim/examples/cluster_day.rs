@@ -2,8 +2,8 @@
 //! under hybrid on the built-in model and day, then the synthetic batch stream placed by
 //! advertised `headroom.io/be-cpu` vs blind. Prints the table; asserts nothing.
 //!
-//! `cargo run -p headroom-sim --example cluster_day -- [SERVERS] [HOURS] [OFFERED_LOAD] [CORES,..]`
-//! (default 100 24 0.6 8,16,32; `headroom sim fleet --cluster` is the same through the CLI).
+//! `cargo run -p headroom-sim --example cluster_day -- [SERVERS] [HOURS] [OFFERED_LOAD] [CORES,..]
+//! [PERCENTILE] [MIN_HISTORY_S]` (default 100 24 0.6 8,16,32 and the advertiser's defaults; `headroom sim fleet --cluster` is the same through the CLI).
 
 use headroom_control::config::KubernetesConfig;
 use headroom_sim::cluster::{run_cluster, text_table, ClusterSpec};
@@ -21,6 +21,14 @@ fn main() {
         .split(',')
         .map(|c| c.parse().expect("CORES: a comma list of counts"))
         .collect();
+    let mut advertise = KubernetesConfig::default().advertise_params();
+    if let Some(p) = args.get(4) {
+        advertise.percentile = p.parse().expect("PERCENTILE: a number");
+    }
+    if let Some(m) = args.get(5) {
+        let s: f64 = m.parse().expect("MIN_HISTORY_S: a number");
+        advertise.min_history_ms = (s * 1000.0) as u64;
+    }
     let setup = SimSetup::new(ServerModel::default(), LoadTrace::default());
     let spec = ClusterSpec {
         servers,
@@ -28,7 +36,7 @@ fn main() {
         cores,
         seed: 1,
         offered_load,
-        advertise: KubernetesConfig::default().advertise_params(),
+        advertise,
     };
     let started = std::time::Instant::now();
     let report = run_cluster(&setup, &spec, &|_, _| {}).expect("the cluster day runs");
