@@ -5,6 +5,7 @@
 
 pub mod calibrate;
 mod closed_loop;
+pub mod cluster;
 pub mod des;
 pub mod error;
 pub mod fleet;

@@ -73,6 +73,14 @@ pub struct FleetArgs {
     /// none, hybrid, multi
     #[arg(long)]
     pub services: Option<PathBuf>,
+    /// The cluster view instead of the policy comparison: every node under hybrid, then a
+    /// synthetic batch job stream placed by advertised `headroom.io/be-cpu` vs blind
+    /// (BestEffort pods); writes cluster.json (headroom_sim::cluster)
+    #[arg(long)]
+    pub cluster: bool,
+    /// --cluster: offered batch CPU demand as a fraction of the fleet's mean granted BE CPUs
+    #[arg(long, default_value_t = 0.6)]
+    pub offered_load: f64,
     /// Output directory (report.html, summary.json, figures/, servers.csv)
     #[arg(long)]
     pub out: PathBuf,
@@ -144,6 +152,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `sim fleet --cluster`: the cluster scheduler's day; prints the table and writes cluster.json.
+fn fleet_cluster(a: &FleetArgs, setup: &SimSetup, bar: ProgressBar) -> anyhow::Result<()> {
+    use headroom_sim::cluster::{run_cluster, text_table, ClusterSpec};
+    let spec = ClusterSpec {
+        servers: a.servers,
+        hours: a.hours,
+        cores: a.cores.clone(),
+        seed: a.seed,
+        offered_load: a.offered_load,
+        advertise: headroom_control::config::KubernetesConfig::default().advertise_params(),
+    };
+    bar.set_length(spec.servers as u64);
+    let started = Instant::now();
+    let report = run_cluster(setup, &spec, &|done, _| bar.set_position(done)).map_err(classify)?;
+    bar.finish_and_clear();
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let path = a.out.join("cluster.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    print!("{}", text_table(&report));
+    println!(
+        "({:.0} s wall; wrote {})",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn fleet(a: FleetArgs) -> anyhow::Result<()> {
@@ -220,6 +256,9 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
     };
     if let Some(services) = services {
         return fleet_services(&a, &setup, &spec, &services, bar);
+    }
+    if a.cluster {
+        return fleet_cluster(&a, &setup, bar);
     }
     let started = Instant::now();
     let cpu_before = headroom_load::clock::process_cpu_s();
