@@ -647,3 +647,40 @@ fn two_bad_types_in_one_section_are_both_named() {
     assert!(msg.contains("lc.load.peak_qps"), "{msg}");
     assert!(msg.contains("lc.slo.target_us"), "{msg}");
 }
+
+/// Issue 42: durations that passed validation overflowed an instant at run time (exit 101).
+/// They are bounded where accepted, in the file and through `set` alike.
+#[test]
+fn durations_too_large_to_add_to_an_instant_are_refused() {
+    let text = GOOD.replacen(
+        "kind = \"heracles\"",
+        "kind = \"hybrid\"\n[policy.hybrid]\ninterval_s = 1e300\n[safety]\nviolation_cooldown_s = 1e300",
+        1,
+    );
+    let msg = refuse(&text);
+    assert!(msg.contains("policy.hybrid.interval_s"), "{msg}");
+    assert!(msg.contains("safety.violation_cooldown_s"), "{msg}");
+    let mut c = Config::from_toml_str(GOOD).unwrap();
+    let before = c.clone();
+    for (key, value) in [
+        ("policy.hybrid.interval_s", "1e300"),
+        ("safety.violation_cooldown_s", "1e300"),
+        ("safety.violation_cooldown_s", "inf"),
+    ] {
+        let err = c.set(key, value).expect_err(value).to_string();
+        assert!(err.contains(key), "{err}");
+    }
+    assert_eq!(c, before, "a refused set changes nothing");
+}
+
+/// A key read once at start is refused live, not acknowledged and ignored.
+#[test]
+fn start_only_safety_keys_are_refused_live() {
+    let mut c = Config::from_toml_str(GOOD).unwrap();
+    let err = c
+        .set("safety.agent_fifo_priority", "99")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("safety.agent_fifo_priority"), "{err}");
+    assert!(err.contains("restart"), "{err}");
+}
