@@ -684,3 +684,63 @@ fn start_only_safety_keys_are_refused_live() {
     assert!(err.contains("safety.agent_fifo_priority"), "{err}");
     assert!(err.contains("restart"), "{err}");
 }
+
+/// Issue 42: configs that passed the start and then failed or misbehaved.
+#[test]
+fn configs_that_passed_then_failed_are_refused_at_once() {
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[safety]\nstate_file = \"/tmp/x.sock\"\n[api]\nsocket = \"/tmp/x.sock\"",
+            "api.socket",
+        ),
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[api]\nmetrics = \"127.0.0.1:11211\"",
+            "api.metrics",
+        ),
+        (
+            "cgroup = \"headroom/be\"",
+            "cgroup = \"cpuset.cpus\"",
+            "be[0].cgroup",
+        ),
+        ("cgroup = \"headroom/lc\"", "cgroup = \"headroom/lc/tasks\"", "lc.cgroup"),
+        (
+            "cgroup = \"headroom/be\"",
+            "cgroup = \"headroom/be\"\ncommand = [\"\"]",
+            "be[0].command",
+        ),
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[api]\ndecision_log_max_mb = 0",
+            "api.decision_log_max_mb",
+        ),
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[api]\nmetrics = \"0.0.0.0:11211\"",
+            "api.metrics",
+        ),
+    ];
+    for (from, to, key) in cases {
+        refused_with(from, to, key);
+    }
+    // A systemd-style group name with a dot is a group, not a knob file.
+    let ok = GOOD.replacen(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"batch.slice/be.scope\"",
+        1,
+    );
+    Config::from_toml_str(&ok).expect("dotted group names are groups");
+}
+
+#[test]
+fn the_default_socket_is_the_deployed_one() {
+    let deployed = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/headroom.toml"),
+    )
+    .expect("deploy/headroom.toml");
+    let c = Config::from_toml_str(&deployed).expect("the deployed config is valid");
+    assert_eq!(c.api.socket, headroom_control::config::DEFAULT_SOCKET);
+    let d = Config::from_toml_str(GOOD).unwrap();
+    assert_eq!(d.api.socket, headroom_control::config::DEFAULT_SOCKET);
+}

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 mod api;
 mod be;
 pub(crate) mod checks;
+mod cross;
 mod host;
 pub mod kubernetes;
 mod lc;
@@ -395,6 +396,7 @@ impl Config {
         self.safety.validate(&mut p);
         self.api.validate(&mut p);
         self.kubernetes.validate(&mut p);
+        self.validate_across(&mut p);
         if self.static_lcs().is_empty() && self.policy.kind != PolicyKind::Multi {
             p.push(invalid(
                 "policy.kind",
