@@ -647,3 +647,100 @@ fn two_bad_types_in_one_section_are_both_named() {
     assert!(msg.contains("lc.load.peak_qps"), "{msg}");
     assert!(msg.contains("lc.slo.target_us"), "{msg}");
 }
+
+/// Issue 42: durations that passed validation overflowed an instant at run time (exit 101).
+/// They are bounded where accepted, in the file and through `set` alike.
+#[test]
+fn durations_too_large_to_add_to_an_instant_are_refused() {
+    let text = GOOD.replacen(
+        "kind = \"heracles\"",
+        "kind = \"hybrid\"\n[policy.hybrid]\ninterval_s = 1e300\n[safety]\nviolation_cooldown_s = 1e300",
+        1,
+    );
+    let msg = refuse(&text);
+    assert!(msg.contains("policy.hybrid.interval_s"), "{msg}");
+    assert!(msg.contains("safety.violation_cooldown_s"), "{msg}");
+    let mut c = Config::from_toml_str(GOOD).unwrap();
+    let before = c.clone();
+    for (key, value) in [
+        ("policy.hybrid.interval_s", "1e300"),
+        ("safety.violation_cooldown_s", "1e300"),
+        ("safety.violation_cooldown_s", "inf"),
+    ] {
+        let err = c.set(key, value).expect_err(value).to_string();
+        assert!(err.contains(key), "{err}");
+    }
+    assert_eq!(c, before, "a refused set changes nothing");
+}
+
+/// A key read once at start is refused live, not acknowledged and ignored.
+#[test]
+fn start_only_safety_keys_are_refused_live() {
+    let mut c = Config::from_toml_str(GOOD).unwrap();
+    let err = c
+        .set("safety.agent_fifo_priority", "99")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("safety.agent_fifo_priority"), "{err}");
+    assert!(err.contains("restart"), "{err}");
+}
+
+/// Issue 42: configs that passed the start and then failed or misbehaved.
+#[test]
+fn configs_that_passed_then_failed_are_refused_at_once() {
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[safety]\nstate_file = \"/tmp/x.sock\"\n[api]\nsocket = \"/tmp/x.sock\"",
+            "api.socket",
+        ),
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[api]\nmetrics = \"127.0.0.1:11211\"",
+            "api.metrics",
+        ),
+        (
+            "cgroup = \"headroom/be\"",
+            "cgroup = \"cpuset.cpus\"",
+            "be[0].cgroup",
+        ),
+        ("cgroup = \"headroom/lc\"", "cgroup = \"headroom/lc/tasks\"", "lc.cgroup"),
+        (
+            "cgroup = \"headroom/be\"",
+            "cgroup = \"headroom/be\"\ncommand = [\"\"]",
+            "be[0].command",
+        ),
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[api]\ndecision_log_max_mb = 0",
+            "api.decision_log_max_mb",
+        ),
+        (
+            "kind = \"heracles\"",
+            "kind = \"heracles\"\n[api]\nmetrics = \"0.0.0.0:11211\"",
+            "api.metrics",
+        ),
+    ];
+    for (from, to, key) in cases {
+        refused_with(from, to, key);
+    }
+    // A systemd-style group name with a dot is a group, not a knob file.
+    let ok = GOOD.replacen(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"batch.slice/be.scope\"",
+        1,
+    );
+    Config::from_toml_str(&ok).expect("dotted group names are groups");
+}
+
+#[test]
+fn the_default_socket_is_the_deployed_one() {
+    let deployed = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/headroom.toml"),
+    )
+    .expect("deploy/headroom.toml");
+    let c = Config::from_toml_str(&deployed).expect("the deployed config is valid");
+    assert_eq!(c.api.socket, headroom_control::config::DEFAULT_SOCKET);
+    let d = Config::from_toml_str(GOOD).unwrap();
+    assert_eq!(d.api.socket, headroom_control::config::DEFAULT_SOCKET);
+}

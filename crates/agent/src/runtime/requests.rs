@@ -62,7 +62,11 @@ impl Agent {
             }
             Request::Set { key, value } => {
                 let mut updated = self.config.clone();
-                if let Err(e) = updated.set(&key, &value) {
+                // The same checks as at start, the machine's included.
+                if let Err(e) = updated
+                    .set(&key, &value)
+                    .and_then(|()| updated.validate_on(&self.machine.cpus))
+                {
                     return Response::error(e.to_string());
                 }
                 match self.controller.policy_mut().set_param(&key, &value) {

@@ -10,7 +10,7 @@ use headroom_agent::control::{request, Request};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The agent's control socket (api.socket)
-    #[arg(long, default_value = "/run/headroom.sock")]
+    #[arg(long, default_value = headroom_control::config::DEFAULT_SOCKET)]
     pub socket: PathBuf,
     /// Print the agent's raw JSON answer
     #[arg(long)]

@@ -23,6 +23,13 @@ pub struct ApiConfig {
     pub decision_log_max_mb: u64,
 }
 
+/// The control socket when the config names none (`headroom ctl`'s default too, and
+/// deploy/headroom.toml's): one place.
+pub const DEFAULT_SOCKET: &str = "/run/headroom/headroom.sock";
+
+/// The largest decision-log cap accepted, MiB (1 TiB).
+const MAX_DECISION_LOG_MB: u64 = 1 << 20;
+
 fn default_decision_log_max_mb() -> u64 {
     256
 }
@@ -30,7 +37,7 @@ fn default_decision_log_max_mb() -> u64 {
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
-            socket: "/run/headroom.sock".to_string(),
+            socket: DEFAULT_SOCKET.to_string(),
             metrics: Some("127.0.0.1:9464".to_string()),
             decision_log: None,
             decision_log_max_mb: default_decision_log_max_mb(),
@@ -43,6 +50,13 @@ impl ApiConfig {
     pub(crate) fn validate(&self, p: &mut Problems) {
         if self.socket.trim().is_empty() {
             p.push(invalid("api.socket", &self.socket, "must not be empty"));
+        }
+        if !(1..=MAX_DECISION_LOG_MB).contains(&self.decision_log_max_mb) {
+            p.push(invalid(
+                "api.decision_log_max_mb",
+                self.decision_log_max_mb,
+                "must be in 1..=1048576 MiB (0 would rotate the log at every line); leave api.decision_log out for no log",
+            ));
         }
         if let Some(m) = &self.metrics {
             if m.parse::<SocketAddr>().is_err() {

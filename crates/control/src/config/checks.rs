@@ -2,19 +2,44 @@
 
 use crate::config::{invalid, ConfigError};
 
+/// The largest number any key accepts: far above every sane value, and small enough that a
+/// duration made of it (seconds, µs) cannot overflow an instant or a counter.
+pub(crate) const MAX_NUMBER: f64 = 1e12;
+
+/// The reason a number above [`MAX_NUMBER`] is refused (a key's own bound, checked later,
+/// replaces it: see `Problems::push`).
+pub(crate) const TOO_LARGE: &str = "must be at most 1e12";
+
 pub(crate) fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
+    if !(v.is_finite() && v > 0.0) {
         Err(invalid(key, v, "must be a finite number > 0"))
+    } else if v > MAX_NUMBER {
+        Err(invalid(key, v, TOO_LARGE))
+    } else {
+        Ok(())
     }
 }
 
 pub(crate) fn non_negative(key: &str, v: f64) -> Result<(), ConfigError> {
-    if v.is_finite() && v >= 0.0 {
+    if !(v.is_finite() && v >= 0.0) {
+        Err(invalid(key, v, "must be a finite number >= 0"))
+    } else if v > MAX_NUMBER {
+        Err(invalid(key, v, TOO_LARGE))
+    } else {
+        Ok(())
+    }
+}
+
+/// A duration in seconds: finite, in `0..=max_s`.
+pub(crate) fn duration_s(key: &str, v: f64, max_s: f64, what: &str) -> Result<(), ConfigError> {
+    if v.is_finite() && (0.0..=max_s).contains(&v) {
         Ok(())
     } else {
-        Err(invalid(key, v, "must be a finite number >= 0"))
+        Err(invalid(
+            key,
+            v,
+            format!("must be in 0..={max_s} s ({what})"),
+        ))
     }
 }
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 mod api;
 mod be;
 pub(crate) mod checks;
+mod cross;
 mod host;
 pub mod kubernetes;
 mod lc;
@@ -103,8 +104,14 @@ impl Problems {
             (ConfigError::Invalid { key: a, .. }, ConfigError::Invalid { key: b, .. }) => a == b,
             _ => false,
         };
-        if !self.0.iter().any(same_key) {
-            self.0.push(e);
+        match self.0.iter().position(same_key) {
+            None => self.0.push(e),
+            // The generic bound gives way to the key's own, more telling one.
+            Some(i) if matches!(&self.0[i], ConfigError::Invalid { reason, .. } if reason == checks::TOO_LARGE) =>
+            {
+                self.0[i] = e;
+            }
+            Some(_) => {}
         }
     }
 
@@ -169,7 +176,12 @@ const MISSING_LC: &str = "missing: at least one LC service ([lc] or [[lc]]) is n
 
 /// Keys `set KEY=VALUE` may change while the agent runs.
 const LIVE_PREFIXES: &[&str] = &["policy.", "lc.slo.", "safety."];
-const NOT_LIVE: &[&str] = &["safety.on_exit", "safety.state_file"];
+/// Safety keys read once, at start (the threads' scheduling is set when they start).
+const NOT_LIVE: &[&str] = &[
+    "safety.on_exit",
+    "safety.state_file",
+    "safety.agent_fifo_priority",
+];
 
 impl Config {
     /// The primary LC: the only one with `[lc]`, the first of several `[[lc]]`.
@@ -252,6 +264,13 @@ impl Config {
         let service = lc_index(key);
         let live = (LIVE_PREFIXES.iter().any(|p| key.starts_with(p)) && !NOT_LIVE.contains(&key))
             || service.is_some_and(|(_, rest)| rest.starts_with("slo."));
+        if NOT_LIVE.contains(&key) {
+            return Err(invalid(
+                key,
+                value,
+                "read once at start: change it in the config file and restart the agent",
+            ));
+        }
         if !live {
             return Err(invalid(
                 key,
@@ -377,6 +396,7 @@ impl Config {
         self.safety.validate(&mut p);
         self.api.validate(&mut p);
         self.kubernetes.validate(&mut p);
+        self.validate_across(&mut p);
         if self.static_lcs().is_empty() && self.policy.kind != PolicyKind::Multi {
             p.push(invalid(
                 "policy.kind",

@@ -98,9 +98,11 @@ impl SafetyConfig {
                 "stale_disable_ticks and stale_disable_ms cannot both be 0",
             ));
         }
-        p.check(non_negative(
+        p.check(duration_s(
             "safety.violation_cooldown_s",
             self.violation_cooldown_s,
+            86_400.0,
+            "a cooldown above a day would keep BE shrunk after one violation",
         ));
         if let Some(psi) = self.max_memory_psi_full {
             if !(0.0..=100.0).contains(&psi) {

@@ -261,9 +261,12 @@ pub fn take_top_cpus(candidates: &[u32], n: usize) -> CpuSet {
     candidates[candidates.len() - n..].iter().copied().collect()
 }
 
+/// A century: never reached, yet added to any instant without overflow.
+const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// Seconds as a `Duration`, saturating on nonsense (config validation keeps them sane).
 pub(crate) fn secs(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+    Duration::try_from_secs_f64(s.max(0.0)).map_or(FAR, |d| d.min(FAR))
 }
 
 /// Rounds to 1e-6 so repeated fractional steps do not drift (and replay stays exact).

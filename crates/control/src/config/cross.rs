@@ -1,0 +1,129 @@
+//! Checks across sections: values each fine alone that pass the start and then fail or
+//! misbehave together (issue 42).
+
+use crate::config::{invalid, Config, Problems};
+
+/// Knob files a cgroup directory holds: a group path ending in one is a file, not a group.
+const KNOB_PREFIXES: &[&str] = &[
+    "cgroup.",
+    "cpuset.",
+    "cpu.",
+    "cpuacct.",
+    "memory.",
+    "freezer.",
+    "blkio.",
+    "io.",
+    "pids.",
+    "net_cls.",
+    "net_prio.",
+    "hugetlb.",
+    "perf_event.",
+    "rdma.",
+    "misc.",
+];
+const KNOB_NAMES: &[&str] = &["tasks", "notify_on_release", "release_agent"];
+
+/// The name of a knob file, when `group`'s last component is one.
+fn knob_file(group: &str) -> Option<&str> {
+    let last = group.trim_end_matches('/').rsplit('/').next()?;
+    let is_knob = KNOB_NAMES.contains(&last)
+        || KNOB_PREFIXES
+            .iter()
+            .any(|p| last.starts_with(p) && last.len() > p.len());
+    is_knob.then_some(last)
+}
+
+impl Config {
+    pub(crate) fn validate_across(&self, p: &mut Problems) {
+        let api = &self.api;
+        if api.socket == self.safety.state_file {
+            p.push(invalid(
+                "api.socket",
+                &api.socket,
+                "is also safety.state_file: the first state write would replace the socket; give them different paths",
+            ));
+        }
+        if api.decision_log.as_deref() == Some(api.socket.as_str())
+            || api.decision_log.as_deref() == Some(self.safety.state_file.as_str())
+        {
+            p.push(invalid(
+                "api.decision_log",
+                &api.decision_log,
+                "is also the control socket or the state file: give it a path of its own",
+            ));
+        }
+        // The prober or a load source on the agent's own metrics endpoint measures the agent.
+        if let Some(metrics) = api.metrics.as_deref() {
+            for (i, lc) in self.lcs.iter().enumerate() {
+                let key = self.lc_key(i);
+                let latency = lc.latency.as_ref().and_then(|l| l.address.as_deref());
+                let load = lc.load.as_ref().and_then(|l| l.address.as_deref());
+                for (what, addr) in [("latency", latency), ("load", load)] {
+                    if addr.is_some_and(|a| same_endpoint(a, metrics)) {
+                        p.push(invalid(
+                            "api.metrics",
+                            metrics,
+                            format!("is {key}.{what}.address: the agent would measure its own metrics endpoint; move one of them"),
+                        ));
+                    }
+                }
+            }
+        }
+        let groups = self
+            .lcs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("{}.cgroup", self.lc_key(i)), l.cgroup.to_string()))
+            .chain(
+                self.be
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| (format!("be[{i}].cgroup"), b.cgroup.to_string())),
+            );
+        for (key, group) in groups {
+            if let Some(file) = knob_file(&group) {
+                p.push(invalid(
+                    &key,
+                    &group,
+                    format!("ends in {file:?}, a cgroup knob file, not a group: name the group's directory (e.g. \"headroom/be\")"),
+                ));
+            }
+        }
+        let commands = self
+            .lcs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("{}.command", self.lc_key(i)), &l.command))
+            .chain(
+                self.be
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| (format!("be[{i}].command"), &b.command)),
+            );
+        for (key, command) in commands {
+            if command.first().is_some_and(|c| c.trim().is_empty()) {
+                p.push(invalid(
+                    &key,
+                    command,
+                    "the program (its first word) is empty: name it, or leave the command out",
+                ));
+            }
+        }
+    }
+}
+
+/// Whether two `host:port` texts name the same endpoint (an unspecified host matches any).
+fn same_endpoint(a: &str, b: &str) -> bool {
+    let split = |s: &str| {
+        s.rsplit_once(':')
+            .map(|(h, p)| (h.trim_matches(['[', ']']).to_string(), p.to_string()))
+    };
+    match (split(a), split(b)) {
+        (Some((ha, pa)), Some((hb, pb))) => {
+            let any = |h: &str| h == "0.0.0.0" || h == "::" || h.is_empty();
+            let local = |h: &str| h == "localhost" || h == "127.0.0.1" || h == "::1";
+            pa == pb && (ha == hb || any(&ha) || any(&hb) || (local(&ha) && local(&hb)))
+        }
+        _ => false,
+    }
+}
