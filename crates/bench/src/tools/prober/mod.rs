@@ -31,6 +31,7 @@
 //! instrument includes; the 30 µs floor of the bound is what allows for them.
 
 mod case;
+mod cost;
 pub mod windows;
 
 use std::path::PathBuf;
@@ -101,6 +102,11 @@ pub struct Flags {
     /// CAP_SYS_NICE. The reference load generator keeps FIFO where the bench may use it
     #[arg(long)]
     no_rt: bool,
+    /// Only measure what a probe costs: the prober in this process at `--probe-hz` for this
+    /// many seconds against a loopback stand-in LC; prints its share of a CPU and its CPU
+    /// time per probe, and runs no case
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    cost: Option<f64>,
 }
 
 /// A number of seconds in `lo..=hi`.
@@ -163,6 +169,9 @@ fn run_name(source: Source, case: Case) -> &'static str {
 }
 
 pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
+    if let Some(s) = flags.cost {
+        return cost::run(s, flags.probe_hz);
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         return Err(ToolError::Needs {

@@ -1,0 +1,134 @@
+//! `bench prober --cost S`: what one probe costs the agent. The prober runs in this process
+//! for `S` seconds at `--probe-hz` against a loopback stand-in LC (answering each GET at
+//! once, on the last CPU), the prober on CPU 0; its thread's CPU time (schedstat, ns) over the
+//! probes the stand-in answered is the cost per probe, and over the seconds its share of a CPU.
+//! An idle host is the comparison the issue sets (≤ 1.5% of a CPU at 500 probes/s); what else
+//! ran is printed beside it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use headroom_agent::lc_signal::SignalCell;
+use headroom_agent::probe::ProbeSpec;
+use headroom_control::config::ProbeProtocol;
+
+use super::super::error::{Context, Result, ToolError};
+
+/// Pins the calling thread to `cpu` (the threads it spawns inherit it).
+fn pin(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET within its size.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()).with_context(|| format!("pinning to CPU {cpu}"))
+    }
+}
+
+/// The CPU time (ns) of this process's thread named `name`.
+fn thread_cpu_ns(name: &str) -> Result<u64> {
+    let tasks = Path::new("/proc/self/task");
+    for e in std::fs::read_dir(tasks).context("listing /proc/self/task")? {
+        let dir = e.context("reading /proc/self/task")?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let path = dir.join("schedstat");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        return text
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                ToolError::Measurement(format!("{}: no CPU time in {text:?}", path.display()))
+            });
+    }
+    Err(ToolError::Measurement(format!(
+        "no thread named {name} in this process"
+    )))
+}
+
+/// Measures and prints the prober's cost.
+pub fn run(seconds: f64, probe_hz: f64) -> Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding the stand-in LC")?;
+    let addr = listener.local_addr().context("the stand-in LC's address")?;
+    let answered = Arc::new(AtomicU64::new(0));
+    let counted = answered.clone();
+    let server_cpu = cpus - 1;
+    std::thread::spawn(move || {
+        let _ = pin(server_cpu);
+        let Ok((s, _)) = listener.accept() else {
+            return;
+        };
+        let _ = s.set_nodelay(true);
+        let Ok(mut w) = s.try_clone() else {
+            return;
+        };
+        let mut lines = BufReader::new(s).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if line.starts_with("get ") {
+                if w.write_all(b"END\r\n").is_err() {
+                    break;
+                }
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    // the prober thread inherits CPU 0 from the thread that spawns it
+    let spawner = std::thread::spawn(move || -> Result<_> {
+        pin(0)?;
+        let cell = SignalCell::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let spec = ProbeSpec::new(
+            ProbeProtocol::Memcache,
+            &addr.to_string(),
+            probe_hz,
+            99.0,
+            10.0,
+        );
+        let t = headroom_agent::probe::spawn(spec, cell.clone(), stop.clone())
+            .context("starting the prober")?;
+        Ok((t, stop, cell))
+    });
+    let (handle, stop, cell) = spawner
+        .join()
+        .map_err(|_| ToolError::Measurement("the prober's spawner panicked".into()))??;
+    // one second to connect and settle, then the measured span
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu0 = thread_cpu_ns("headroom-probe")?;
+    let n0 = answered.load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let cpu1 = thread_cpu_ns("headroom-probe")?;
+    let n1 = answered.load(Ordering::Relaxed);
+    let span = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let _ = handle.join();
+    let probes = n1 - n0;
+    if probes == 0 {
+        return Err(ToolError::Measurement(format!(
+            "the stand-in LC answered no probe in {span:.1} s: {:?}",
+            cell.last_error()
+        )));
+    }
+    let cpu_s = (cpu1 - cpu0) as f64 / 1e9;
+    println!(
+        "prober cost: {:.2}% of a CPU at {:.0} probes/s ({probes} probes in {span:.1} s), {:.1} µs of CPU per probe (wake-up, send, reap of the stamps and reply); {}",
+        100.0 * cpu_s / span,
+        probes as f64 / span,
+        1e6 * cpu_s / probes as f64,
+        cell.detail()
+    );
+    Ok(())
+}
