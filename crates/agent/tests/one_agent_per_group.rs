@@ -173,8 +173,11 @@ fn a_lock_left_by_a_dead_holder_is_taken_over() {
     let deadline = Instant::now() + Duration::from_secs(3);
     let who = headroom_types::control::LockHolder::default();
     loop {
-        let r =
-            headroom_agent::state::GroupLock::acquire(dir.path(), std::slice::from_ref(&group), who.clone());
+        let r = headroom_agent::state::GroupLock::acquire(
+            dir.path(),
+            std::slice::from_ref(&group),
+            who.clone(),
+        );
         match r {
             Err(headroom_agent::state::StateError::Held { .. }) => break,
             Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
