@@ -186,8 +186,24 @@ fn a_lock_left_by_a_dead_holder_is_taken_over() {
     }
     holder.kill().unwrap();
     holder.wait().unwrap();
+    // flock(1) forks its command before the child closes the lock's descriptor: for a moment
+    // after the holder's death that child may still hold it. The target: taken over in ≤ 2 s.
     let t0 = Instant::now();
-    let taken = headroom_agent::state::GroupLock::acquire(dir.path(), &[group], who);
+    let taken = loop {
+        let r = headroom_agent::state::GroupLock::acquire(
+            dir.path(),
+            std::slice::from_ref(&group),
+            who.clone(),
+        );
+        match r {
+            Err(headroom_agent::state::StateError::Held { .. })
+                if t0.elapsed() < Duration::from_secs(2) =>
+            {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            other => break other,
+        }
+    };
     assert!(taken.is_ok(), "{taken:?}");
-    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert!(t0.elapsed() < Duration::from_secs(2));
 }
