@@ -103,7 +103,14 @@ impl LatencyPrograms {
             0,
             b"hr_lat_ports",
         )?;
-        let pending = create_keyed_map(BPF_MAP_TYPE_HASH, 8, 8, max_sockets, 0, b"hr_lat_pending")?;
+        let pending = create_keyed_map(
+            BPF_MAP_TYPE_HASH,
+            8,
+            program::pending::SIZE as u32,
+            max_sockets,
+            0,
+            b"hr_lat_pending",
+        )?;
         let stats = create_keyed_map(
             BPF_MAP_TYPE_ARRAY,
             4,
@@ -238,12 +245,23 @@ impl LatencyPrograms {
 
     /// The arrival time pending on `sock` (0: known, nothing pending; `None`: unknown).
     pub fn pending(&self, sock: u64) -> Option<u64> {
-        let mut v = 0u64;
+        self.pending_entry(sock).map(|e| e[0])
+    }
+
+    /// The request queued behind a reply not yet seen on `sock` (0: none; `None`: unknown).
+    pub fn queued(&self, sock: u64) -> Option<u64> {
+        self.pending_entry(sock).map(|e| e[2])
+    }
+
+    /// `sock`'s entry: arrival, its `snd_nxt`, the queued arrival, its `snd_nxt`.
+    fn pending_entry(&self, sock: u64) -> Option<[u64; 4]> {
+        const _: () = assert!(program::pending::SIZE == 32);
+        let mut v = [0u64; 4];
         (map_elem(
             BPF_MAP_LOOKUP_ELEM,
             &self.pending,
             &sock as *const u64 as *const u8,
-            &mut v as *mut u64 as *mut u8,
+            v.as_mut_ptr() as *mut u8,
             0,
         ) == 0)
             .then_some(v)
@@ -310,13 +328,27 @@ impl LatencyPrograms {
         Ok(())
     }
 
-    /// Runs the arrival program on a made-up `tcp_probe` (a [`Self::load_for_test`] load).
+    /// Runs the arrival program on a made-up `tcp_probe` (a [`Self::load_for_test`] load) of
+    /// a socket that has sent nothing (`snd_nxt` 0).
     pub fn test_arrival(&self, sport: u16, data_len: u16, sock: u64) -> Result<()> {
+        self.test_arrival_after_sending(sport, data_len, sock, 0)
+    }
+
+    /// Runs the arrival program on a made-up `tcp_probe` of a socket whose `snd_nxt` is
+    /// `snd_nxt`.
+    pub fn test_arrival_after_sending(
+        &self,
+        sport: u16,
+        data_len: u16,
+        sock: u64,
+        snd_nxt: u32,
+    ) -> Result<()> {
         let l = Layout::TEST;
         let mut ctx = [0u64; 12];
         ctx[l.probe_sport as usize / 8] |= u64::from(sport) << (8 * (l.probe_sport % 8));
         ctx[l.probe_data_len as usize / 8] |= u64::from(data_len) << (8 * (l.probe_data_len % 8));
         ctx[l.probe_skaddr as usize / 8] = sock;
+        ctx[l.probe_snd_nxt as usize / 8] |= u64::from(snd_nxt) << (8 * (l.probe_snd_nxt % 8));
         self.test_run(&self.arrival, &ctx)
     }
 

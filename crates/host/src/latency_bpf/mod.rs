@@ -7,7 +7,10 @@
 //! segment processed by TCP (`tcp:tcp_probe`, in `tcp_rcv_established`) while no request is
 //! pending, to the LC's next successful `sendmsg` on that socket (`sock:sock_send_length`).
 //! Segments arriving before that reply (a request in several segments, pipelined requests)
-//! are one timed request from the first one's arrival; they are counted as segments.
+//! are one timed request from the first one's arrival; they are counted as segments. A
+//! segment arriving after the socket sent (its `snd_nxt` moved) but before the reply's
+//! `sendmsg` returned — the client's next request, held in the backlog while the LC owned
+//! the lock — is queued as the next request, not merged into the answered one.
 //! `sock:inet_sock_set_state` to `TCP_CLOSE` forgets a socket. Not seen: replies sent with
 //! `sendfile`/`splice`; a segment that arrives while the LC holds the socket lock is timed
 //! from when the kernel processes its backlog (when the LC releases the lock).

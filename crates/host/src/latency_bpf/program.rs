@@ -3,15 +3,21 @@
 //! - **arrival** (`tcp:tcp_probe`, every segment processed by `tcp_rcv_established`): a segment
 //!   with data (`data_len > 0`) on a socket whose local port (`sport`) is in the `ports` map
 //!   is counted as a segment; when the socket has no request pending, its arrival time starts
-//!   one (`pending[skaddr] = now`, set with a compare-and-swap from 0, or created with
-//!   `BPF_NOEXIST`; a full map counts a drop). Segments arriving while a request is pending
-//!   (the rest of a large request, or pipelined requests) start nothing: a burst before one
-//!   reply is one timed request, from its first byte.
+//!   one (`pending[skaddr] = {now, snd_nxt}`, set with a compare-and-swap from 0, or created
+//!   with `BPF_NOEXIST`; a full map counts a drop). Segments arriving while a request is
+//!   pending and the socket has sent nothing since (`snd_nxt` unchanged: the rest of a large
+//!   request, or pipelined requests) start nothing: a burst before one reply is one timed
+//!   request, from its first byte. A segment arriving while a request is pending but after
+//!   the socket *has* sent (`snd_nxt` moved) is the next request: the reply went out and its
+//!   `sendmsg` has not returned yet — the segment was held in the socket's backlog while the
+//!   sender owned the lock and is processed at its `release_sock`, before the reply event
+//!   fires. It is queued (`pending.next`) and becomes the pending request when that reply
+//!   event takes the current one.
 //! - **reply** (`sock:sock_send_length`, every `sendmsg` that returned `ret > 0` bytes): on a
-//!   socket with a pending request, takes the arrival time (compare-and-swap to 0, so the
-//!   socket stays known), and adds `now − arrival` to the histogram; a send on a known socket
-//!   with nothing pending is counted as unmatched (a reply written in several sends, or data
-//!   the LC sends unasked).
+//!   socket with a pending request, takes the arrival time (compare-and-swap to the queued
+//!   arrival, or 0, so the socket stays known), and adds `now − arrival` to the histogram; a
+//!   send on a known socket with nothing pending is counted as unmatched (a reply written in
+//!   several sends, or data the LC sends unasked).
 //! - **close** (`sock:inet_sock_set_state` to `TCP_CLOSE`): forgets the socket (its address
 //!   may be reused by another socket), counting a request still pending as abandoned.
 //!
@@ -91,10 +97,11 @@ pub fn bucket_width(i: usize) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// `tcp:tcp_probe`: `sport` (u16, the socket's local port, host order), `data_len` (u16),
-    /// `skaddr` (pointer).
+    /// `skaddr` (pointer), `snd_nxt` (u32: the next sequence number the socket will send).
     pub probe_sport: i16,
     pub probe_data_len: i16,
     pub probe_skaddr: i16,
+    pub probe_snd_nxt: i16,
     /// `sock:sock_send_length`: `sk` (pointer), `ret` (int: bytes sent or -errno).
     pub send_sk: i16,
     pub send_ret: i16,
@@ -110,6 +117,7 @@ impl Layout {
         probe_sport: 0,
         probe_data_len: 2,
         probe_skaddr: 8,
+        probe_snd_nxt: 48,
         send_sk: 16,
         send_ret: 24,
         state_skaddr: 32,
@@ -133,7 +141,22 @@ const EEXIST: i32 = 17;
 const KEY_PORT: i16 = -4;
 const KEY_ZERO: i16 = -8;
 const KEY_SOCK: i16 = -16;
-const VALUE_NOW: i16 = -24;
+/// A new socket's [`pending`] entry is built here.
+const VALUE: i16 = -16 - pending::SIZE as i16;
+
+/// Byte offsets in a socket's entry of the pending map.
+pub mod pending {
+    /// The pending request's first arrival, ns (0: nothing pending).
+    pub const ARRIVAL: i16 = 0;
+    /// The socket's `snd_nxt` when that request arrived: when it has moved, the socket sent.
+    pub const SND_NXT: i16 = 8;
+    /// The next request's first arrival, queued behind a reply not yet seen (0: none).
+    pub const NEXT: i16 = 16;
+    /// `snd_nxt` when the queued request arrived.
+    pub const NEXT_SND_NXT: i16 = 24;
+    /// Bytes of the entry.
+    pub const SIZE: usize = 32;
+}
 
 /// `dst = &stats[0]`, or `goto out` where the lookup fails (it never does for an array).
 fn stats_entry(a: &mut Asm, maps: MapFds, dst: crate::bpf_asm::Reg) {
@@ -157,7 +180,7 @@ fn out(a: &mut Asm) {
 
 /// The arrival program (`tcp:tcp_probe`).
 pub(crate) fn arrival(l: Layout, maps: MapFds) -> Vec<Insn> {
-    // r6: ctx; r7: skaddr; r8: stats; r9: now
+    // r6: ctx; r7: skaddr, then the entry; r8: stats; r9: now
     let mut a = Asm::new();
     a.mov(R6, R1)
         .load(Size::U16, R1, R6, l.probe_data_len)
@@ -181,19 +204,35 @@ pub(crate) fn arrival(l: Layout, maps: MapFds) -> Vec<Insn> {
         .call(Helper::MapLookupElem)
         .jump_if_imm(Cond::Eq, R0, 0, "new");
     // a known socket: start a request unless one is pending (0 -> now)
-    a.mov(R1, R0)
+    a.mov(R7, R0)
         .mov_imm(R0, 0)
-        .cmpxchg(R1, 0, R9)
-        .jump_if_imm(Cond::Ne, R0, 0, "out") // pending: part of the same burst
+        .cmpxchg(R7, pending::ARRIVAL, R9)
+        .jump_if_imm(Cond::Ne, R0, 0, "pending")
+        .load(Size::U32, R1, R6, l.probe_snd_nxt)
+        .store(Size::U64, R7, pending::SND_NXT, R1)
         .goto("started");
-    // a new socket: pending[skaddr] = now, unless another CPU created it first
+    // one is pending: the same burst, unless the socket has sent since it arrived
+    a.label("pending")
+        .load(Size::U32, R1, R6, l.probe_snd_nxt)
+        .load(Size::U64, R2, R7, pending::SND_NXT)
+        .jump_if(Cond::Eq, R1, R2, "out")
+        .store(Size::U64, R7, pending::NEXT_SND_NXT, R1)
+        .mov_imm(R0, 0)
+        .cmpxchg(R7, pending::NEXT, R9)
+        .jump_if_imm(Cond::Ne, R0, 0, "out") // already queued: part of that burst
+        .goto("started");
+    // a new socket: pending[skaddr] = {now, snd_nxt}, unless another CPU created it first
     a.label("new")
-        .store(Size::U64, FP, VALUE_NOW, R9)
+        .store(Size::U64, FP, VALUE + pending::ARRIVAL, R9)
+        .load(Size::U32, R1, R6, l.probe_snd_nxt)
+        .store(Size::U64, FP, VALUE + pending::SND_NXT, R1)
+        .store_imm(Size::U64, FP, VALUE + pending::NEXT, 0)
+        .store_imm(Size::U64, FP, VALUE + pending::NEXT_SND_NXT, 0)
         .load_map(R1, maps.pending)
         .mov(R2, FP)
         .add_imm(R2, KEY_SOCK as i32)
         .mov(R3, FP)
-        .add_imm(R3, VALUE_NOW as i32)
+        .add_imm(R3, VALUE as i32)
         .mov_imm(R4, BPF_NOEXIST)
         .call(Helper::MapUpdateElem)
         .jump_if_imm(Cond::Eq, R0, 0, "started")
@@ -250,7 +289,7 @@ pub(crate) fn bucket_index(a: &mut Asm) {
 
 /// The reply program (`sock:sock_send_length`).
 pub(crate) fn reply(l: Layout, maps: MapFds) -> Vec<Insn> {
-    // r6: ctx, then the pending entry; r7: arrival; r8: stats
+    // r6: ctx, then the pending entry; r7: arrival; r8: stats; r9: the queued arrival
     let mut a = Asm::new();
     a.mov(R6, R1)
         .load(Size::U32, R1, R6, l.send_ret)
@@ -266,13 +305,21 @@ pub(crate) fn reply(l: Layout, maps: MapFds) -> Vec<Insn> {
         .jump_if_imm(Cond::Eq, R0, 0, "out") // not an LC socket
         .mov(R6, R0);
     stats_entry(&mut a, maps, R8);
-    // take the arrival (arrival -> 0): only one send answers a request
-    a.load(Size::U64, R7, R6, 0)
+    // take the arrival (arrival -> the queued one, or 0): only one send answers a request
+    a.load(Size::U64, R7, R6, pending::ARRIVAL)
         .jump_if_imm(Cond::Eq, R7, 0, "unmatched")
+        .load(Size::U64, R9, R6, pending::NEXT)
         .mov(R0, R7)
-        .mov_imm(R1, 0)
-        .cmpxchg(R6, 0, R1)
+        .cmpxchg(R6, pending::ARRIVAL, R9)
         .jump_if(Cond::Ne, R0, R7, "unmatched")
+        .jump_if_imm(Cond::Eq, R9, 0, "now")
+        // the queued request is now the pending one
+        .load(Size::U64, R1, R6, pending::NEXT_SND_NXT)
+        .store(Size::U64, R6, pending::SND_NXT, R1)
+        .mov(R0, R9)
+        .mov_imm(R1, 0)
+        .cmpxchg(R6, pending::NEXT, R1)
+        .label("now")
         .call(Helper::KtimeGetNs)
         .sub(R0, R7)
         .jump_if_imm(Cond::SGe, R0, 0, "timed")
@@ -294,7 +341,7 @@ pub(crate) fn reply(l: Layout, maps: MapFds) -> Vec<Insn> {
 
 /// The close program (`sock:inet_sock_set_state`).
 pub(crate) fn close(l: Layout, maps: MapFds) -> Vec<Insn> {
-    // r6: ctx; r7: the pending arrival; r8: stats
+    // r6: ctx; r7: the pending arrival; r8: stats; r9: the queued arrival
     let mut a = Asm::new();
     a.mov(R6, R1)
         .load(Size::U32, R1, R6, l.state_newstate)
@@ -306,13 +353,16 @@ pub(crate) fn close(l: Layout, maps: MapFds) -> Vec<Insn> {
         .load_map(R1, maps.pending)
         .call(Helper::MapLookupElem)
         .jump_if_imm(Cond::Eq, R0, 0, "out") // not an LC socket
-        .load(Size::U64, R7, R0, 0)
+        .load(Size::U64, R7, R0, pending::ARRIVAL)
+        .load(Size::U64, R9, R0, pending::NEXT)
         .mov(R2, FP)
         .add_imm(R2, KEY_SOCK as i32)
         .load_map(R1, maps.pending)
         .call(Helper::MapDeleteElem)
         .jump_if_imm(Cond::Eq, R7, 0, "out");
     stats_entry(&mut a, maps, R8);
+    count(&mut a, R8, stats::ABANDONED);
+    a.jump_if_imm(Cond::Eq, R9, 0, "out");
     count(&mut a, R8, stats::ABANDONED);
     out(&mut a);
     a.finish()
@@ -402,6 +452,7 @@ mod tests {
             probe_sport: 64,
             probe_data_len: 76,
             probe_skaddr: 128,
+            probe_snd_nxt: 80,
             send_sk: 8,
             send_ret: 20,
             state_skaddr: 8,
@@ -411,7 +462,7 @@ mod tests {
             p.iter()
                 .filter(|i| i.code & 0x07 == ebpf::BPF_LDX && i.regs >> 4 == 6)
                 .map(|i| (i.code, i.off))
-                .take(3)
+                .take(4)
                 .collect()
         };
         assert_eq!(
@@ -419,7 +470,8 @@ mod tests {
             vec![
                 (ebpf::LD_H_REG, 76),
                 (ebpf::LD_H_REG, 64),
-                (ebpf::LD_DW_REG, 128)
+                (ebpf::LD_DW_REG, 128),
+                (ebpf::LD_W_REG, 80)
             ]
         );
         assert_eq!(

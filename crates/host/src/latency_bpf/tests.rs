@@ -128,6 +128,51 @@ fn in_the_kernel_requests_are_timed_from_first_arrival_to_first_reply() {
     );
 }
 
+/// The next request held in the socket's backlog while the server's `sendmsg` still owned the
+/// lock: it is processed (and seen by the arrival program) after the reply went out
+/// (`snd_nxt` moved) but before the reply event fires. It is queued, not merged into the
+/// answered request, and the next reply times it from its own arrival; a continuation
+/// segment of it (`snd_nxt` unchanged since) starts nothing more. A close with a request
+/// pending and one queued counts both as abandoned.
+#[test]
+fn in_the_kernel_a_request_arriving_before_the_reply_event_is_queued_not_lost() {
+    const TEST: &str = "in_the_kernel_a_request_arriving_before_the_reply_event_is_queued_not_lost";
+    let Some(p) = test_programs(TEST, 4) else {
+        return;
+    };
+    let s = 0xffff_8880_0000_4000u64;
+    p.set_ports(&[11211]).unwrap();
+    p.test_arrival_after_sending(11211, 20, s, 1000).unwrap(); // request 1
+    let first = p.pending(s).unwrap();
+    std::thread::sleep(Duration::from_millis(3));
+    // the reply to 1 is out (snd_nxt 1000 -> 1002); request 2 arrives before its event
+    p.test_arrival_after_sending(11211, 20, s, 1002).unwrap();
+    p.test_arrival_after_sending(11211, 20, s, 1002).unwrap(); // 2's second segment
+    assert_eq!(p.pending(s), Some(first), "1 is still the pending one");
+    let queued = p.queued(s).unwrap();
+    assert!(queued > first, "2 is queued from its own arrival");
+    p.test_reply(s, 2).unwrap(); // the event of reply 1
+    assert_eq!((p.pending(s), p.queued(s)), (Some(queued), Some(0)));
+    p.test_reply(s, 2).unwrap(); // reply 2
+    let snap = p.snapshot().unwrap();
+    let c = snap.counters;
+    assert_eq!(
+        (c.segments, c.requests, c.replies, c.unmatched),
+        (3, 2, 2, 0)
+    );
+    // 1 waited ≥ 3 ms; 2 was answered at once, far under that
+    assert!(snap.quantile_ns(1.0).unwrap() >= 3_000_000 * 31 / 32);
+    assert!(snap.quantile_ns(0.5).unwrap() < 3_000_000);
+    assert_eq!(p.pending(s), Some(0));
+
+    // a close with one pending and one queued: both abandoned
+    p.test_arrival_after_sending(11211, 20, s, 2000).unwrap();
+    p.test_arrival_after_sending(11211, 20, s, 2010).unwrap();
+    p.test_state(s, TCP_CLOSE).unwrap();
+    assert_eq!(p.pending(s), None);
+    assert_eq!(p.snapshot().unwrap().counters.abandoned, 2);
+}
+
 /// A loopback server answering each `u32` request after the delay (µs) the request names;
 /// `answer = false`: it reads and never answers. Returns its port.
 fn server(answer: bool) -> (u16, std::thread::JoinHandle<()>) {

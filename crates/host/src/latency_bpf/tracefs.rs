@@ -160,10 +160,11 @@ fn format_of(events: &Path, sys: &str, event: &str) -> Result<(PathBuf, HashMap<
 /// The programs' field offsets on this kernel.
 pub fn layout(events: &Path) -> Result<Layout> {
     let (path, f) = format_of(events, "tcp", "tcp_probe")?;
-    let (probe_sport, probe_data_len, probe_skaddr) = (
+    let (probe_sport, probe_data_len, probe_skaddr, probe_snd_nxt) = (
         field(&f, &path, "sport", &[2])?,
         field(&f, &path, "data_len", &[2])?,
         field(&f, &path, "skaddr", &[8])?,
+        field(&f, &path, "snd_nxt", &[4])?,
     );
     let (path, f) = format_of(events, "sock", "sock_send_length")?;
     let (send_sk, send_ret) = (
@@ -175,6 +176,7 @@ pub fn layout(events: &Path) -> Result<Layout> {
         probe_sport,
         probe_data_len,
         probe_skaddr,
+        probe_snd_nxt,
         send_sk,
         send_ret,
         state_skaddr: field(&f, &path, "skaddr", &[8])?,
@@ -191,6 +193,7 @@ mod tests {
 \tfield:__u8 saddr[28];\toffset:8;\tsize:28;\tsigned:0;\n\
 \tfield:__u16 sport;\toffset:64;\tsize:2;\tsigned:0;\n\
 \tfield:__u16 data_len;\toffset:76;\tsize:2;\tsigned:0;\n\
+\tfield:__u32 snd_nxt;\toffset:80;\tsize:4;\tsigned:0;\n\
 \tfield:const void * skaddr;\toffset:128;\tsize:8;\tsigned:0;\n\n\
 print fmt: \"family=%s\", REC->family\n";
 
@@ -219,7 +222,7 @@ print fmt: \"family=%s\", REC->family\n";
             }
         );
         assert_eq!(f["common_type"], Field { offset: 0, size: 2 });
-        assert_eq!(f.len(), 5);
+        assert_eq!(f.len(), 6);
     }
 
     #[test]
@@ -252,8 +255,13 @@ print fmt: \"family=%s\", REC->family\n";
         );
         let l = layout(events).unwrap();
         assert_eq!(
-            (l.probe_sport, l.probe_data_len, l.probe_skaddr),
-            (64, 76, 128)
+            (
+                l.probe_sport,
+                l.probe_data_len,
+                l.probe_skaddr,
+                l.probe_snd_nxt
+            ),
+            (64, 76, 128, 80)
         );
         assert_eq!((l.send_sk, l.send_ret), (8, 20));
         assert_eq!((l.state_skaddr, l.state_newstate), (8, 20));
