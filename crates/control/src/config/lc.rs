@@ -35,6 +35,31 @@ pub struct LcConfig {
     pub threads: LcThreadsConfig,
 }
 
+impl LcConfig {
+    /// A service in group `cgroup` made of `pids`, judged by `slo`; no command, default
+    /// priority and thread treatment.
+    pub fn new(
+        name: &str,
+        cgroup: GroupPath,
+        pids: Vec<u32>,
+        slo: SloConfig,
+        latency: Option<LatencyConfig>,
+        load: Option<LoadConfig>,
+    ) -> LcConfig {
+        LcConfig {
+            name: name.to_string(),
+            cgroup,
+            priority: 0,
+            pids,
+            command: Vec::new(),
+            slo,
+            latency,
+            load,
+            threads: LcThreadsConfig::default(),
+        }
+    }
+}
+
 /// `[lc.slo]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -134,6 +159,55 @@ pub struct LatencyConfig {
 }
 
 impl LatencyConfig {
+    /// `source` with every optional key unset, the memcache protocol and the default rate.
+    fn of(source: LatencySource) -> LatencyConfig {
+        LatencyConfig {
+            source,
+            protocol: default_protocol(),
+            address: None,
+            rate_hz: default_rate_hz(),
+            url: None,
+            metric: None,
+            socket: None,
+            max_send_lag_us: None,
+            port: None,
+            ports: None,
+            fallback: None,
+        }
+    }
+
+    /// Windows pushed by `headroom load --feed` to the unix socket `socket`.
+    pub fn feed(socket: &std::path::Path) -> LatencyConfig {
+        LatencyConfig {
+            socket: Some(socket.display().to_string()),
+            ..LatencyConfig::of(LatencySource::Feed)
+        }
+    }
+
+    /// The agent's memcache prober on `address`, `rate_hz` probes a second.
+    pub fn memcache_probe(address: std::net::SocketAddr, rate_hz: f64) -> LatencyConfig {
+        LatencyConfig {
+            address: Some(address.to_string()),
+            rate_hz,
+            ..LatencyConfig::of(LatencySource::Probe)
+        }
+    }
+
+    /// The kernel sensor on `address`'s port, the memcache prober on `address` where it cannot
+    /// run or its window has too few requests.
+    pub fn kernel_or_memcache_probe(address: std::net::SocketAddr, rate_hz: f64) -> LatencyConfig {
+        LatencyConfig {
+            port: Some(address.port()),
+            fallback: Some(LatencyFallback::Probe),
+            ..LatencyConfig::memcache_probe(address, rate_hz)
+        }
+        .with_source(LatencySource::Kernel)
+    }
+
+    fn with_source(self, source: LatencySource) -> LatencyConfig {
+        LatencyConfig { source, ..self }
+    }
+
     /// The ports the kernel sensor watches (`port` and `ports` together).
     pub fn kernel_ports(&self) -> Vec<u16> {
         let mut p: Vec<u16> = self.port.into_iter().collect();
@@ -192,6 +266,20 @@ pub struct LoadConfig {
     pub metric: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+}
+
+impl LoadConfig {
+    /// memcached's own `stats` on `address`; loads are fractions of `peak_qps`.
+    pub fn memcache_stats(address: std::net::SocketAddr, peak_qps: f64) -> LoadConfig {
+        LoadConfig {
+            source: LoadSource::MemcacheStats,
+            address: Some(address.to_string()),
+            peak_qps,
+            url: None,
+            metric: None,
+            socket: None,
+        }
+    }
 }
 
 /// `[lc.threads]`: how LC threads are treated.

@@ -184,6 +184,23 @@ const NOT_LIVE: &[&str] = &[
 ];
 
 impl Config {
+    /// `lcs` (the first protected by single-LC policies) beside `be`, run by `policy`; every
+    /// other section at its defaults. Not yet validated: check it with [`Config::validate`]
+    /// once it is complete.
+    pub fn new(lcs: Vec<LcConfig>, be: Vec<BeConfig>, policy: PolicyConfig) -> Config {
+        Config {
+            lcs,
+            be,
+            policy,
+            safety: SafetyConfig::default(),
+            api: ApiConfig::default(),
+            sensors: SensorsConfig::default(),
+            egress: EgressConfig::default(),
+            actuators: ActuatorsConfig::default(),
+            kubernetes: KubernetesConfig::default(),
+        }
+    }
+
     /// The primary LC: the only one with `[lc]`, the first of several `[[lc]]`.
     pub fn lc(&self) -> &LcConfig {
         &self.lcs[0]
