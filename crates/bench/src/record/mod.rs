@@ -250,7 +250,7 @@ impl<'a> Session<'a> {
         let mut notes = Vec::new();
         progress(&format!("placement: {}", opts.placement.describe()));
         let realtime = if opts.realtime_loadgen {
-            runner.realtime_loadgen()
+            runner.realtime_loadgen().map_err(|e| e.to_string())
         } else {
             Err("the default; `--realtime-loadgen` asks for SCHED_FIFO".into())
         };
