@@ -67,7 +67,7 @@ impl Agent {
                         }
                         return true;
                     }
-                    Err(why) => why,
+                    Err(why) => why.to_string(),
                 }
             }
         };
