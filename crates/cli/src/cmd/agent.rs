@@ -29,7 +29,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = Config::from_file(&args.config).map_err(|e| super::usage(e.to_string()))?;
+    let config = headroom_agent::config_file::read_config(&args.config)
+        .map_err(|e| super::usage(e.to_string()))?;
     if let Some(log) = &args.replay {
         return run_replay(&config, log);
     }
