@@ -248,6 +248,8 @@ pub struct Agent {
     signal_cells: Vec<(String, Arc<SignalCell>)>,
     started: Instant,
     state_written: Option<Instant>,
+    /// When the state file's presence was last checked (a removed one is written again).
+    state_checked: Option<Instant>,
     metrics_addr: Option<std::net::SocketAddr>,
     /// `[kubernetes] discover`: the discovered services and the last set.
     kube: Option<kube::KubeLive>,
