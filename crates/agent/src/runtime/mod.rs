@@ -3,6 +3,7 @@
 //! state file and the exit action around it. Start-up is in [`start`], the exit action in
 //! [`exit`], the record/publish phases in [`publish`].
 
+mod decision_log;
 mod exit;
 pub mod held_off;
 mod host_steps;
