@@ -212,6 +212,7 @@ impl Agent {
 
     fn slow_work(&mut self, now: Instant) {
         self.take_discovery();
+        self.follow_moving_targets(now);
         let killing = self
             .publisher
             .last_allocation

@@ -312,6 +312,8 @@ impl Agent {
             started: started_at,
             state_written: None,
             state_checked: None,
+            followed_at: None,
+            targets_followed: Default::default(),
             metrics_addr,
             kube: None,
             _lock: lock,

@@ -22,6 +22,14 @@ pub struct LcConfig {
     /// A command the agent launches in the LC group (instead of `pids`).
     #[serde(default)]
     pub command: Vec<String>,
+    /// Where the LC is found again when it restarts under a new pid (a service manager
+    /// restarted it): a file holding its pid, read every second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_file: Option<String>,
+    /// The same by the TCP port it listens on: when its group holds no process, the process
+    /// listening there is moved in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_port: Option<u16>,
     #[serde(default)]
     pub slo: SloConfig,
     /// Where the tail latency comes from; required by latency-driven policies.
@@ -242,6 +250,18 @@ impl LcConfig {
         }
         if self.pids.contains(&0) {
             p.push(invalid("lc.pids", &self.pids, "pid 0 is not a process"));
+        }
+        if let Some(f) = &self.pid_file {
+            if !f.starts_with('/') {
+                p.push(invalid(
+                    "lc.pid_file",
+                    f,
+                    "must be an absolute path (the file the LC's service manager writes its pid to)",
+                ));
+            }
+        }
+        if self.listen_port == Some(0) {
+            p.push(invalid("lc.listen_port", 0, "port 0 is not a port"));
         }
         let slo = &self.slo;
         if !(slo.percentile > 0.0 && slo.percentile < 100.0) {
