@@ -380,17 +380,22 @@ impl LcConfig {
                 }
             }
             // A prober that cannot fill its window never yields a latency, and the agent would
-            // run blind until the stale rule disables BE: refuse it at start instead.
+            // run blind until the stale rule disables BE: refuse it at start instead. Probes can
+            // only go missing at run time (a loaded host sends fewer than asked), so the count
+            // must clear the minimum with a margin.
             let probes_per_window = lat.rate_hz * slo.window_s;
-            if probes && slo_ok && probes_per_window < slo.min_samples() as f64 {
+            let needed = headroom_types::resources::with_margin(slo.min_samples());
+            if probes && slo_ok && probes_per_window < needed as f64 {
                 p.push(invalid(
                     "lc.latency.rate_hz",
                     lat.rate_hz,
                     format!(
-                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than the {} the p{} needs (lc.slo.min_samples); raise the rate or the window",
+                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than {needed}: the {} the p{} needs (lc.slo.min_samples) with a {}x margin, since a loaded host sends fewer probes than asked; raise the rate to at least {:.0} Hz or the window",
                         slo.window_s,
                         slo.min_samples(),
-                        slo.percentile
+                        slo.percentile,
+                        headroom_types::resources::COUNT_MARGIN,
+                        (needed as f64 / slo.window_s).ceil(),
                     ),
                 ));
             }
