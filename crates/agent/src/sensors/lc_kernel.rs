@@ -216,8 +216,11 @@ fn run(
         let covered = window.covered_s(sec).max(1);
         // During the first window: the LC's own rate so far, over a whole window, falls short
         // of the floor (an idle LC: the prober starts at once; a serving one: never).
-        let short_first = !filled
-            && (requests as f64) * spec.window_s / (covered as f64) < spec.min_samples as f64;
+        // With the margin: a projection that only just reaches the floor is short once the
+        // LC's rate dips.
+        let with_margin = headroom_types::resources::with_margin(spec.min_samples) as f64;
+        let short_first =
+            !filled && (requests as f64) * spec.window_s / (covered as f64) < with_margin;
         let reason = match kernel {
             Some(_) => String::new(),
             None if !filled && !short_first => format!(
@@ -232,7 +235,9 @@ fn run(
         if let Some(p) = prober.as_mut() {
             if kernel.is_none() && (filled || short_first) {
                 p.start();
-            } else if kernel.is_some() && own >= spec.min_samples as f64 {
+            } else if kernel.is_some() && own >= with_margin {
+                // the LC's own requests fill the window with the margin (stopping at the bare
+                // minimum, the next dip would leave a window short and BE held)
                 p.stop();
             }
         }

@@ -22,6 +22,14 @@ pub struct LcConfig {
     /// A command the agent launches in the LC group (instead of `pids`).
     #[serde(default)]
     pub command: Vec<String>,
+    /// Where the LC is found again when it restarts under a new pid (a service manager
+    /// restarted it): a file holding its pid, read every second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_file: Option<String>,
+    /// The same by the TCP port it listens on: when its group holds no process, the process
+    /// listening there is moved in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_port: Option<u16>,
     #[serde(default)]
     pub slo: SloConfig,
     /// Where the tail latency comes from; required by latency-driven policies.
@@ -331,6 +339,18 @@ impl LcConfig {
         if self.pids.contains(&0) {
             p.push(invalid("lc.pids", &self.pids, "pid 0 is not a process"));
         }
+        if let Some(f) = &self.pid_file {
+            if !f.starts_with('/') {
+                p.push(invalid(
+                    "lc.pid_file",
+                    f,
+                    "must be an absolute path (the file the LC's service manager writes its pid to)",
+                ));
+            }
+        }
+        if self.listen_port == Some(0) {
+            p.push(invalid("lc.listen_port", 0, "port 0 is not a port"));
+        }
         let slo = &self.slo;
         if !(slo.percentile > 0.0 && slo.percentile < 100.0) {
             p.push(invalid(
@@ -448,17 +468,22 @@ impl LcConfig {
                 }
             }
             // A prober that cannot fill its window never yields a latency, and the agent would
-            // run blind until the stale rule disables BE: refuse it at start instead.
+            // run blind until the stale rule disables BE: refuse it at start instead. Probes can
+            // only go missing at run time (a loaded host sends fewer than asked), so the count
+            // must clear the minimum with a margin.
             let probes_per_window = lat.rate_hz * slo.window_s;
-            if probes && slo_ok && probes_per_window < slo.min_samples() as f64 {
+            let needed = headroom_types::resources::with_margin(slo.min_samples());
+            if probes && slo_ok && probes_per_window < needed as f64 {
                 p.push(invalid(
                     "lc.latency.rate_hz",
                     lat.rate_hz,
                     format!(
-                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than the {} the p{} needs (lc.slo.min_samples); raise the rate or the window",
+                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than {needed}: the {} the p{} needs (lc.slo.min_samples) with a {}x margin, since a loaded host sends fewer probes than asked; raise the rate to at least {:.0} Hz or the window",
                         slo.window_s,
                         slo.min_samples(),
-                        slo.percentile
+                        slo.percentile,
+                        headroom_types::resources::COUNT_MARGIN,
+                        (needed as f64 / slo.window_s).ceil(),
                     ),
                 ));
             }
