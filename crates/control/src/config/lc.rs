@@ -60,6 +60,8 @@ impl LcConfig {
             priority: 0,
             pids,
             command: Vec::new(),
+            pid_file: None,
+            listen_port: None,
             slo,
             latency,
             load,
