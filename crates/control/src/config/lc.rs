@@ -194,6 +194,11 @@ impl LatencyConfig {
         }
     }
 
+    /// Windows fed in process (the simulator's), no socket.
+    pub fn fed_in_process() -> LatencyConfig {
+        LatencyConfig::of(LatencySource::Feed)
+    }
+
     /// The agent's memcache prober on `address`, `rate_hz` probes a second.
     pub fn memcache_probe(address: std::net::SocketAddr, rate_hz: f64) -> LatencyConfig {
         LatencyConfig {
@@ -279,6 +284,18 @@ pub struct LoadConfig {
 }
 
 impl LoadConfig {
+    /// The load fed in process (the simulator's); loads are fractions of `peak_qps`.
+    pub fn fed_in_process(peak_qps: f64) -> LoadConfig {
+        LoadConfig {
+            source: LoadSource::Feed,
+            address: None,
+            peak_qps,
+            url: None,
+            metric: None,
+            socket: None,
+        }
+    }
+
     /// memcached's own `stats` on `address`; loads are fractions of `peak_qps`.
     pub fn memcache_stats(address: std::net::SocketAddr, peak_qps: f64) -> LoadConfig {
         LoadConfig {
