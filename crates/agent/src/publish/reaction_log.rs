@@ -17,17 +17,27 @@ impl ReactionLog {
     /// Opens the file `HEADROOM_REACTION_LOG` names (appending); off when unset or unopenable
     /// (said in the log). When on, the tick's phases are stamped ([`phase`]).
     pub fn from_env() -> ReactionLog {
-        let file = std::env::var_os(ENV).and_then(|path| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .inspect_err(|e| {
-                    tracing::warn!(path = %std::path::Path::new(&path).display(), error = %e, "reaction log not written")
-                })
-                .ok()
-                .map(std::io::BufWriter::new)
-        });
+        match std::env::var_os(ENV) {
+            Some(path) => ReactionLog::to_path(std::path::Path::new(&path)),
+            None => {
+                phase::enable(false);
+                ReactionLog { file: None }
+            }
+        }
+    }
+
+    /// Appends to `path` (off when it cannot be opened, said in the log); this thread stamps
+    /// its ticks' phases while the file is open.
+    pub fn to_path(path: &std::path::Path) -> ReactionLog {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .inspect_err(
+                |e| tracing::warn!(path = %path.display(), error = %e, "reaction log not written"),
+            )
+            .ok()
+            .map(std::io::BufWriter::new);
         phase::enable(file.is_some());
         ReactionLog { file }
     }

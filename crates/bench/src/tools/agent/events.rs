@@ -543,3 +543,56 @@ pub(super) fn churn(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_agent::reaction_log::{phase, ReactionLog};
+
+    #[test]
+    fn the_agents_reaction_lines_read_back_with_their_phases() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reactions.log");
+        let mut log = ReactionLog::to_path(&path);
+        assert!(log.enabled());
+        let mut stamps = phase::Stamps {
+            sensed: 1_030,
+            decided: 1_040,
+            recorded: 1_050,
+            reads: 2,
+            read_ns: 7,
+            n_writes: 2,
+            tick_done: 1_300,
+            ..phase::Stamps::default()
+        };
+        stamps.writes[0] = (1_100, 1_150);
+        stamps.writes[1] = (1_160, 1_250);
+        log.record("events", 1_000, 1_010, &stamps);
+        // A tick that wrote nothing: the tick's end stands for the last write.
+        log.record("poll", 2_000, 2_020, &phase::Stamps::default());
+        log.record_counters(10, 3, 1, 4);
+        log.flush();
+        drop(log);
+
+        let (rows, counters) = read_log(&path);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let (r, p) = (&rows[0], rows[0].phases.as_ref().expect("phases"));
+        assert_eq!((r.crossing, r.awake, r.written), (1_000, 1_010, 1_250));
+        assert_eq!((p.sensed, p.decided, p.recorded), (1_030, 1_040, 1_050));
+        assert_eq!((p.reads, p.read_ns, p.tick_done), (2, 7, 1_300));
+        assert_eq!(p.writes, vec![(1_100, 1_150), (1_160, 1_250)]);
+        assert!(rows[1].phases.as_ref().unwrap().writes.is_empty());
+        let c = counters.expect("counters line");
+        assert_eq!(
+            (c.events, c.suppressed, c.overruns, c.own_wakes),
+            (10, 3, 1, 4)
+        );
+
+        // The first row's phases in µs: the event read 10 ns, the plan 50 ns less 7 ns of reads.
+        let samples = phase_samples(&rows);
+        let get = |label: &str| samples.iter().find(|(l, _)| l.starts_with(label)).unwrap();
+        assert_eq!(get("event read").1, vec![0.01]);
+        assert!((get("plan").1[0] - 0.043).abs() < 1e-9);
+        assert_eq!(get("crossing → last write").1, vec![0.25]);
+    }
+}
