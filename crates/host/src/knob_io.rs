@@ -25,8 +25,11 @@ pub trait KnobIo: Send + Sync + std::fmt::Debug {
         let mut out = Vec::new();
         for entry in fs::read_dir(path)? {
             let entry = entry?;
-            // sysfs lists many directories as symlinks (powercap zones): follow them.
-            if entry.path().is_dir() {
+            // The entry's type from getdents, without a stat per entry (a v1 cgroup directory
+            // holds dozens of files, listed on every cpuset write); sysfs lists many
+            // directories as symlinks (powercap zones): those are followed.
+            let kind = entry.file_type()?;
+            if kind.is_dir() || (kind.is_symlink() && entry.path().is_dir()) {
                 out.push(entry.file_name().to_string_lossy().into_owned());
             }
         }

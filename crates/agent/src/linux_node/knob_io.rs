@@ -8,6 +8,7 @@ use headroom_host::resctrl::ResctrlGroup;
 use headroom_host::{Controller, FreezeState, GroupPath, HostError};
 
 use super::{LinuxNode, RETRY_PAUSE};
+use crate::publish::reaction_log::phase;
 
 /// How long a group may read FREEZING after the agent's freeze before a read-back counts it as
 /// not frozen (and the plan writes FROZEN again, reported as drift): the freeze write returns
@@ -121,26 +122,8 @@ fn resctrl_group(name: &str) -> ResctrlGroup {
     }
 }
 
-impl Node for LinuxNode {
-    fn facts(&self) -> &NodeFacts {
-        &self.facts
-    }
-
-    fn sense(&mut self, t: Duration) -> &Observation {
-        match self.sensors.as_mut() {
-            Some(s) => s.sample(self.started + t),
-            None => &self.blank,
-        }
-    }
-
-    fn observed(&mut self, _t: Duration) -> &Observation {
-        match self.sensors.as_ref() {
-            Some(s) => s.last(),
-            None => &self.blank,
-        }
-    }
-
-    fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
+impl LinuxNode {
+    fn read_knob(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
         let with_what = |e: HostError| NodeError {
             not_found: e.is_not_found(),
             what: self.describe(knob),
@@ -189,7 +172,21 @@ impl Node for LinuxNode {
         }
     }
 
-    fn write(&mut self, knob: &Knob, from: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
+    fn write_knob(
+        &mut self,
+        knob: &Knob,
+        from: &KnobValue,
+        to: &KnobValue,
+    ) -> Result<(), NodeError> {
+        // The reaction's path: the file is named only when the write fails (naming it costs
+        // a few allocations and path joins).
+        if let Knob::Cgroup { group, .. } = knob {
+            return self.write_cgroup(group, to).map_err(|e| NodeError {
+                not_found: e.is_not_found(),
+                what: self.describe(knob),
+                reason: e.to_string(),
+            });
+        }
         let what = self.describe(knob);
         let with_what = |e: HostError| NodeError {
             not_found: e.is_not_found(),
@@ -197,7 +194,6 @@ impl Node for LinuxNode {
             reason: e.to_string(),
         };
         match (knob, to) {
-            (Knob::Cgroup { group, .. }, v) => self.write_cgroup(group, v).map_err(with_what),
             (Knob::Io { group, device }, KnobValue::Io(limits)) if self.facts.io => self
                 .cgroups
                 .set_io_limits(group, *device, *limits)
@@ -246,6 +242,42 @@ impl Node for LinuxNode {
             }
             _ => Err(self.unsupported(knob)),
         }
+    }
+}
+
+impl Node for LinuxNode {
+    fn facts(&self) -> &NodeFacts {
+        &self.facts
+    }
+
+    fn sense(&mut self, t: Duration) -> &Observation {
+        let obs = match self.sensors.as_mut() {
+            Some(s) => s.sample(self.started + t),
+            None => &self.blank,
+        };
+        phase::sensed();
+        obs
+    }
+
+    fn observed(&mut self, _t: Duration) -> &Observation {
+        match self.sensors.as_ref() {
+            Some(s) => s.last(),
+            None => &self.blank,
+        }
+    }
+
+    fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
+        let started = phase::begin();
+        let value = self.read_knob(knob);
+        phase::read_done(started);
+        value
+    }
+
+    fn write(&mut self, knob: &Knob, from: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
+        let started = phase::begin();
+        let done = self.write_knob(knob, from, to);
+        phase::write_done(started);
+        done
     }
 
     fn retry_pause(&mut self) {

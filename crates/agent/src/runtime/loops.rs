@@ -3,6 +3,7 @@
 //! one tick, and the slow work (supervision, LC threads, BE tasks, state file) between ticks.
 
 use super::*;
+use crate::publish::reaction_log::phase;
 
 impl Agent {
     /// Runs until a stop signal (or `run_for`), then performs the exit action. Woken by the
@@ -110,9 +111,10 @@ impl Agent {
                 _ => None,
             };
             let awake = monotonic_ns();
+            phase::start();
             if self.tick(now) {
                 if let Some(k) = crossed {
-                    reactions.record("poll", k, awake, monotonic_ns());
+                    reactions.record("poll", k, awake, &phase::tick_done());
                 }
             }
             if now >= slow_due {
@@ -156,6 +158,7 @@ impl Agent {
             };
             let (cause, drained, woken) = schedule.wait_on(source, now, other_due, Instant::now);
             let awake = monotonic_ns();
+            phase::start();
             let now = Instant::now();
             let wakes = &mut self.publisher.summary.wakes;
             match woken {
@@ -169,7 +172,7 @@ impl Agent {
                 }
                 if self.tick(now) && cause == Cause::Event {
                     if let Some(k) = drained.first_low_ktime_ns {
-                        reactions.record("events", k, awake, monotonic_ns());
+                        reactions.record("events", k, awake, &phase::tick_done());
                     }
                 }
             }

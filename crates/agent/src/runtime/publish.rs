@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::publish::metrics::{Metrics, ServiceSlo};
+use crate::publish::reaction_log::phase;
 use headroom_control::allocation::Allocation;
 use headroom_control::controller::{TickOutcome, TickSink};
 use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
@@ -131,6 +132,18 @@ impl TickSink for Publisher {
     /// ones after it (allocation, reason, state) are gathered into one line written when the
     /// run ends (or every [`RUN_MAX`]): a flapping host holding BE off wrote 82 600 holds in 11 s.
     fn record(&mut self, t: Duration, obs: &Observation, decision: &Decision) {
+        phase::decided();
+        self.log_decision(t, obs, decision);
+        phase::recorded();
+    }
+
+    fn publish(&mut self, t: Duration, obs: &Observation, outcome: &TickOutcome) {
+        self.publish_tick(t, obs, outcome);
+    }
+}
+
+impl Publisher {
+    fn log_decision(&mut self, t: Duration, obs: &Observation, decision: &Decision) {
         if self.log.is_none() {
             return;
         }
@@ -171,7 +184,7 @@ impl TickSink for Publisher {
         self.last_logged = Some(decision.clone());
     }
 
-    fn publish(&mut self, t: Duration, obs: &Observation, outcome: &TickOutcome) {
+    fn publish_tick(&mut self, t: Duration, obs: &Observation, outcome: &TickOutcome) {
         match &outcome.actuation {
             Some(Ok(report)) => {
                 if !report.writes.is_empty() {

@@ -372,7 +372,11 @@ impl Sensors {
     /// copied only when the slow sample changed, and the per-CPU idle buffer is reused, so a
     /// steady tick allocates nothing.
     pub fn sample(&mut self, now: Instant) -> &Observation {
-        if now >= self.slow_due {
+        // A tick answering an idle crossing does not take the slow sample (LC threads, /proc
+        // and cgroup reads: hundreds of µs on a small VM) before its writes: the periodic tick
+        // after it does, unless it is a whole period overdue.
+        let crossing = self.idle_events && self.idle_event_count.is_some();
+        if now >= self.slow_due && (!crossing || now >= self.slow_due + SLOW_PERIOD) {
             self.slow_due = now + SLOW_PERIOD;
             self.sample_slow(now);
             // keep the idle buffer: it is overwritten below

@@ -469,7 +469,6 @@ impl Actuation {
             }
             match self.write_with_retry(node, &key, &from, &to, &mut report.retries) {
                 Ok(()) => {
-                    tracing::info!(knob = %node.describe(&key), from = %from, to = %to, "write");
                     self.unknown.remove(&key);
                     report.writes.push(Write {
                         knob: key.clone(),
@@ -488,6 +487,13 @@ impl Actuation {
                         self.unknown.insert(key);
                     }
                 }
+            }
+        }
+        // Said once the plan's writes are done: naming a file and writing a log line between
+        // BE's shrink and the next write delayed the reaction.
+        for w in &report.writes {
+            if let Some(from) = &w.from {
+                tracing::info!(knob = %node.describe(&w.knob), from = %from, to = %w.to, "write");
             }
         }
         if let Some((key, from, to, attempts, source)) = failed {

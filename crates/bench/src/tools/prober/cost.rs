@@ -123,12 +123,64 @@ pub fn run(seconds: f64, probe_hz: f64) -> Result<()> {
         )));
     }
     let cpu_s = (cpu1 - cpu0) as f64 / 1e9;
+    let per_probe_us = 1e6 * cpu_s / probes as f64;
     println!(
-        "prober cost: {:.2}% of a CPU at {:.0} probes/s ({probes} probes in {span:.1} s), {:.1} µs of CPU per probe (wake-up, send, reap of the stamps and reply); {}",
+        "prober cost: {:.2}% of a CPU at {:.0} probes/s ({probes} probes in {span:.1} s), {per_probe_us:.1} µs of CPU per probe (wake-up, send, reap of the stamps and reply); {}",
         100.0 * cpu_s / span,
         probes as f64 / span,
-        1e6 * cpu_s / probes as f64,
         cell.detail()
     );
+    // The part no prober can save: a thread on the same CPU that only sleeps to Poisson
+    // deadlines at the same rate (the prober's one wake-up per probe).
+    let rate = probes as f64 / span;
+    let floor = std::thread::spawn(move || -> Result<(f64, u64)> {
+        pin(0)?;
+        Ok(wake_up_floor(rate, seconds.min(5.0)))
+    })
+    .join()
+    .map_err(|_| ToolError::Measurement("the wake-up floor thread panicked".into()))??;
+    let floor_us = 1e6 * floor.0 / floor.1.max(1) as f64;
+    println!(
+        "  wake-up floor: a thread on CPU 0 sleeping to Poisson deadlines at {rate:.0}/s: {:.2}% of a CPU, {floor_us:.1} µs per wake-up; the probe's own work (send, reads, bookkeeping): {:.1} µs per probe",
+        100.0 * floor.0 / seconds.min(5.0),
+        per_probe_us - floor_us
+    );
     Ok(())
+}
+
+/// CPU seconds and wake-ups of this thread sleeping to Poisson deadlines at `rate_hz` for
+/// `seconds` (relative sleeps, default timer slack: as the prober sleeps).
+fn wake_up_floor(rate_hz: f64, seconds: f64) -> (f64, u64) {
+    // xorshift64: uniform (0, 1] without a dependency
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut uniform = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    };
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    let mean = 1.0 / rate_hz.max(1.0);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    let c0 = cpu();
+    let mut next = start;
+    let mut wakes = 0u64;
+    while next < end {
+        next += Duration::from_secs_f64(-uniform().ln() * mean);
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+            wakes += 1;
+        }
+    }
+    (cpu() - c0, wakes)
 }
