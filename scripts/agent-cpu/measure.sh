@@ -4,14 +4,19 @@
 # thread CPU ns (/proc/PID/task/*/schedstat) and context switches over SECS, then
 # `strace -c -f` for 10 s. Run as root on a 2-CPU host with cgroup v1 or v2:
 #   H=target/release/headroom scripts/agent-cpu/measure.sh OUTDIR [SECS]
+# QPS (default 3000) is the load's rate; the first FIRST seconds (default 20) after the agent
+# starts are printed second by second (the warm-up: no prober thread should appear while
+# memcached serves).
 # Layout: memcached -t 1 on CPU 0 (port 11411) with the BE (stress-ng --cpu 1, launched by the
-# agent), `headroom load` at 2000 QPS and the agent on CPU 1. Edit agent.toml's target_us
+# agent), `headroom load` at QPS and the agent on CPU 1. Edit agent.toml's target_us
 # (20000: BE runs; 1000 on a busy VM: BE held off) for the other state. Everything it starts
 # is stopped at the end (the BE is left frozen, as `on_exit = "freeze"` says; its group is
 # hr-acpu/be).
 set -u
 out=${1:?usage: measure.sh OUTDIR [SECS]}
 secs=${2:-60}
+qps=${QPS:-3000}
+first=${FIRST:-20}
 here=$(cd "$(dirname "$0")" && pwd)
 H=${H:-headroom}
 mkdir -p "$out"
@@ -21,11 +26,17 @@ sleep 1
 timeout 60 $H load -s 127.0.0.1:11411 --loadonly >/dev/null 2>&1
 sed -e "s/MCPID/$mc/" -e "s#/tmp/agentcpu#$out#" "$here/agent.toml" >"$out/agent.toml"
 echo "load average at start: $(cat /proc/loadavg)" | tee "$out/summary.txt"
-timeout $((secs + 80)) taskset -c 1 $H load -s 127.0.0.1:11411 -q 2000 -T 1 -t $((secs + 60)) --noload >"$out/load.txt" 2>&1 &
+timeout $((secs + 80)) taskset -c 1 $H load -s 127.0.0.1:11411 -q "$qps" -T 1 -t $((secs + 60)) --noload >"$out/load.txt" 2>&1 &
 lp=$!
 taskset -c 1 $H agent --config "$out/agent.toml" >"$out/agent.log" 2>&1 &
 ap=$!
-sleep 25
+for i in $(seq 0 "$first"); do
+    python3 "$here/snap.py" snap $ap "$out/first-$i.json"
+    sleep 1
+done
+echo "the first $first s, second by second (load $qps QPS):" | tee -a "$out/summary.txt"
+python3 "$here/snap.py" series $(for i in $(seq 0 "$first"); do echo "$out/first-$i.json"; done) | tee -a "$out/summary.txt"
+sleep $((25 - first > 0 ? 25 - first : 0))
 python3 "$here/snap.py" snap $ap "$out/a.json"
 sleep "$secs"
 python3 "$here/snap.py" snap $ap "$out/b.json"

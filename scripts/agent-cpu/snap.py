@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # Per-thread CPU (schedstat ns, utime/stime ticks) and context switches of a process:
-#   snap.py snap PID FILE; snap.py diff FILE_A FILE_B SECONDS
+#   snap.py snap PID FILE; snap.py diff FILE_A FILE_B SECONDS; snap.py series FILE...
+#   (series: one line per interval between consecutive snapshots, by their own clock)
 # snapshot of a process's per-thread CPU ns (schedstat) and context switches; diff two snapshots
-import json, os, sys
+import json, os, sys, time
 def snap(pid):
     out = {}
     for t in os.listdir(f"/proc/{pid}/task"):
@@ -19,9 +20,25 @@ def snap(pid):
         except OSError:
             pass
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return {"tasks": out, "ticks": int(f[11]) + int(f[12])}
+    return {"tasks": out, "ticks": int(f[11]) + int(f[12]), "t": time.monotonic()}
 if sys.argv[1] == "snap":
     json.dump(snap(sys.argv[2]), open(sys.argv[3], "w"))
+elif sys.argv[1] == "series":
+    snaps = [json.load(open(f)) for f in sys.argv[2:]]
+    t0 = snaps[0]["t"]
+    start_ms = snaps[0]["ticks"] / os.sysconf("SC_CLK_TCK") * 1000
+    print(f"  start-up, before the first snapshot: {start_ms:.0f} ms CPU (utime+stime)")
+    for a, b in zip(snaps, snaps[1:]):
+        secs = b["t"] - a["t"]
+        total = prober = 0
+        for t, (comm, ns, *_rest) in b["tasks"].items():
+            d = ns - a["tasks"].get(t, (comm, 0))[1]
+            total += d
+            if "prob" in comm:
+                prober += d
+        probers = [c for c, *_r in b["tasks"].values() if "prob" in c]
+        print(f"  {a['t'] - t0:5.1f}-{b['t'] - t0:5.1f} s: {total / 1e9 / secs * 100:6.3f}% of one CPU"
+              f"; prober thread: {'none' if not probers else f'{prober / 1e9 / secs * 100:.3f}%'}")
 else:
     a, b, secs = json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), float(sys.argv[4])
     tck = os.sysconf("SC_CLK_TCK")

@@ -276,7 +276,7 @@ impl Node for LinuxNode {
     fn write(&mut self, knob: &Knob, from: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
         let started = phase::begin();
         let done = self.write_knob(knob, from, to);
-        phase::write_done(started);
+        phase::write_done(started, knob.kind_label());
         done
     }
 

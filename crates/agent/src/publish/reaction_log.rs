@@ -47,7 +47,7 @@ impl ReactionLog {
     }
 
     /// One answered crossing: `<mode> <crossing> <awake> <last write done> <sensed> <decided>
-    /// <recorded> <reads> <read ns> <tick done> [<write start> <write end>]…` — the kernel's
+    /// <recorded> <reads> <read ns> <tick done> [<write start> <write end> <knob kind>]…` — the kernel's
     /// crossing stamp, the loop awake, the last knob write returned, the observation sampled,
     /// the policy's decision handed to the sink, the decision log done, how many knob reads
     /// (read-backs) and their time, the tick's end (metrics, status), and each write.
@@ -60,8 +60,8 @@ impl ReactionLog {
             "{mode} {crossing_ns} {awake_ns} {last} {} {} {} {} {} {}",
             s.sensed, s.decided, s.recorded, s.reads, s.read_ns, s.tick_done
         );
-        for (a, b) in writes {
-            let _ = write!(f, " {a} {b}");
+        for (a, b, kind) in writes {
+            let _ = write!(f, " {a} {b} {kind}");
         }
         let _ = writeln!(f);
     }
@@ -98,7 +98,8 @@ pub mod phase {
         pub reads: u32,
         pub read_ns: u64,
         pub n_writes: usize,
-        pub writes: [(u64, u64); MAX_WRITES],
+        /// (start, end, knob kind) of each write.
+        pub writes: [(u64, u64, &'static str); MAX_WRITES],
         pub tick_done: u64,
     }
 
@@ -163,10 +164,10 @@ pub mod phase {
         });
     }
 
-    pub fn write_done(started: u64) {
+    pub fn write_done(started: u64, kind: &'static str) {
         update(|s| {
             if s.n_writes < MAX_WRITES {
-                s.writes[s.n_writes] = (started, now());
+                s.writes[s.n_writes] = (started, now(), kind);
             }
             s.n_writes += 1;
         });

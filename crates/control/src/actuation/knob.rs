@@ -29,6 +29,18 @@ impl CgroupKnob {
         CgroupKnob::Frozen,
         CgroupKnob::MemoryMax,
     ];
+
+    /// The knob's name as configs and traces spell it.
+    pub fn label(self) -> &'static str {
+        match self {
+            CgroupKnob::CpusetCpus => "cpuset_cpus",
+            CgroupKnob::CpuWeight => "cpu_weight",
+            CgroupKnob::CpuIdle => "cpu_idle",
+            CgroupKnob::CpuQuota => "cpu_quota",
+            CgroupKnob::Frozen => "frozen",
+            CgroupKnob::MemoryMax => "memory_max",
+        }
+    }
 }
 
 /// Anything the agent writes: the key of the one write path.
@@ -48,6 +60,17 @@ pub enum Knob {
 }
 
 impl Knob {
+    /// What kind of knob, without naming the group: a trace's label.
+    pub fn kind_label(&self) -> &'static str {
+        match self {
+            Knob::Cgroup { knob, .. } => knob.label(),
+            Knob::Io { .. } => "io",
+            Knob::Schemata { .. } => "schemata",
+            Knob::MaxFreq { .. } => "max_freq",
+            Knob::Egress => "egress",
+        }
+    }
+
     pub fn cgroup(group: &GroupPath, knob: CgroupKnob) -> Knob {
         Knob::Cgroup {
             group: group.clone(),

@@ -171,8 +171,8 @@ struct Phases {
     reads: u64,
     read_ns: u64,
     tick_done: u64,
-    /// (start, end) of each write, in the plan's order.
-    writes: Vec<(u64, u64)>,
+    /// (start, end, knob kind) of each write, in the plan's order.
+    writes: Vec<(u64, u64, String)>,
 }
 
 /// Most writes shown one by one in the phase table.
@@ -192,6 +192,7 @@ fn phase_samples(rows: &[Row]) -> Vec<(String, Vec<f64>)> {
     for i in 0..WRITES_SHOWN {
         out.push((format!("write {} (+ gap before it)", i + 1), Vec::new()));
     }
+    let by_kind_from = out.len() + 2;
     out.push(("crossing → last write done".into(), Vec::new()));
     out.push(("after the writes (publish)".into(), Vec::new()));
     for r in rows {
@@ -214,6 +215,14 @@ fn phase_samples(rows: &[Row]) -> Vec<(String, Vec<f64>)> {
         }
         out[6 + WRITES_SHOWN].1.push(us(r.crossing, r.written));
         out[7 + WRITES_SHOWN].1.push(us(r.written, p.tick_done));
+        // Each write alone by its knob: which file the time goes to.
+        for (start, end, kind) in &p.writes {
+            let label = format!("  {kind} write alone");
+            match out[by_kind_from..].iter_mut().find(|(l, _)| *l == label) {
+                Some((_, v)) => v.push(us(*start, *end)),
+                None => out.push((label, vec![us(*start, *end)])),
+            }
+        }
     }
     out.retain(|(_, v)| !v.is_empty());
     out
@@ -291,9 +300,9 @@ pub(super) fn read_log(path: &Path) -> (Vec<Row>, Option<LogCounters>) {
                         reads: p[3],
                         read_ns: p[4],
                         tick_done: p[5],
-                        writes: (10..n.len().saturating_sub(1))
-                            .step_by(2)
-                            .filter_map(|i| Some((at(i)?, at(i + 1)?)))
+                        writes: (10..f.len().saturating_sub(2))
+                            .step_by(3)
+                            .filter_map(|i| Some((at(i)?, at(i + 1)?, f[i + 2].to_string())))
                             .collect(),
                     });
                 rows.push(Row {
@@ -565,8 +574,8 @@ mod tests {
             tick_done: 1_300,
             ..phase::Stamps::default()
         };
-        stamps.writes[0] = (1_100, 1_150);
-        stamps.writes[1] = (1_160, 1_250);
+        stamps.writes[0] = (1_100, 1_150, "cpu_quota");
+        stamps.writes[1] = (1_160, 1_250, "cpuset_cpus");
         log.record("events", 1_000, 1_010, &stamps);
         // A tick that wrote nothing: the tick's end stands for the last write.
         log.record("poll", 2_000, 2_020, &phase::Stamps::default());
@@ -580,7 +589,13 @@ mod tests {
         assert_eq!((r.crossing, r.awake, r.written), (1_000, 1_010, 1_250));
         assert_eq!((p.sensed, p.decided, p.recorded), (1_030, 1_040, 1_050));
         assert_eq!((p.reads, p.read_ns, p.tick_done), (2, 7, 1_300));
-        assert_eq!(p.writes, vec![(1_100, 1_150), (1_160, 1_250)]);
+        assert_eq!(
+            p.writes,
+            vec![
+                (1_100, 1_150, "cpu_quota".to_string()),
+                (1_160, 1_250, "cpuset_cpus".to_string())
+            ]
+        );
         assert!(rows[1].phases.as_ref().unwrap().writes.is_empty());
         let c = counters.expect("counters line");
         assert_eq!(
@@ -594,5 +609,6 @@ mod tests {
         assert_eq!(get("event read").1, vec![0.01]);
         assert!((get("plan").1[0] - 0.043).abs() < 1e-9);
         assert_eq!(get("crossing → last write").1, vec![0.25]);
+        assert_eq!(get("  cpuset_cpus write alone").1, vec![0.09]);
     }
 }
