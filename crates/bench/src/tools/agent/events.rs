@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::tools::error::{Context, Result, ToolError};
+use headroom_control::config::{IdleSensing, IdleSensor};
 use headroom_host::idle_bpf::{BpfIdleTracker, Direction};
 use headroom_host::{Cgroups, FreezeState, GroupPath};
 
@@ -39,51 +40,50 @@ const BUFFER_CORES: f64 = 0.5;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Mode {
     pub name: &'static str,
-    pub sensing: &'static str,
+    pub sensing: IdleSensing,
     pub poll_ms: u64,
 }
 
 pub(super) const MODES: [Mode; 3] = [
     Mode {
         name: "events",
-        sensing: "events",
+        sensing: IdleSensing::Events,
         poll_ms: 1,
     },
     Mode {
         name: "poll_1ms",
-        sensing: "poll",
+        sensing: IdleSensing::Poll,
         poll_ms: 1,
     },
     Mode {
         name: "poll_10ms",
-        sensing: "poll",
+        sensing: IdleSensing::Poll,
         poll_ms: 10,
     },
 ];
 
+/// The agent of the reaction-per-event and churn runs: B = [`BUFFER_CORES`], growing every
+/// 50 ms, sensing as `mode` says.
 fn write_config(
     dir: &Path,
     top: &GroupPath,
     lc_pid: u32,
     mode: Mode,
     tag: &str,
-) -> std::path::PathBuf {
-    let bin = std::env::current_exe().unwrap_or_else(|_| "headroom".into());
-    let text = format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n[[be]]\nname = \"be\"\ncgroup = \"{top}/be\"\n\
-         command = [\"{bin}\", \"antagonist\", \"spin\", \"--threads\", \"2\", \"--duration\", \"600\"]\n\n\
-         [policy]\nkind = \"blind\"\n[policy.blind]\nbuffer_cores = {buffer}\npoll_ms = {poll}\ngrow_interval_ms = 50\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\n\n\
-         [sensors]\nidle = \"bpf\"\nidle_sensing = \"{sensing}\"\n",
-        bin = bin.display(),
-        buffer = BUFFER_CORES,
-        poll = mode.poll_ms,
-        sensing = mode.sensing,
-        d = dir.display()
-    );
-    let path = dir.join(format!("agent-{}-{tag}.toml", mode.name));
-    std::fs::write(&path, text).expect("writing the bench config");
-    path
+) -> Result<std::path::PathBuf> {
+    super::config::BenchAgent {
+        dir,
+        top,
+        lc_pid,
+        be_spinner: true,
+        buffer_cores: BUFFER_CORES,
+        poll_ms: mode.poll_ms,
+        grow_interval_ms: 50,
+        idle: IdleSensor::Bpf,
+        sensing: mode.sensing,
+        file_name: format!("agent-{}-{tag}.toml", mode.name),
+    }
+    .write()
 }
 
 /// A thread pinned on `cpu` at `nice`, busy `on` then asleep `off`, until `stop` or `limit`.
@@ -386,7 +386,7 @@ pub(super) fn reactions(
         });
         for mode in MODES {
             let tag = if busy { "busy" } else { "idle" };
-            let cfg = write_config(dir, top, lc_pid, mode, tag);
+            let cfg = write_config(dir, top, lc_pid, mode, tag)?;
             let log = dir.join(format!("reactions-{}-{tag}.log", mode.name));
             let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
             std::thread::sleep(Duration::from_secs(2));
@@ -478,7 +478,7 @@ pub(super) fn churn(
     report: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<()> {
     let mode = MODES[0];
-    let cfg = write_config(dir, top, lc_pid, mode, "churn");
+    let cfg = write_config(dir, top, lc_pid, mode, "churn")?;
     let log = dir.join("reactions-churn.log");
     let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
     std::thread::sleep(Duration::from_secs(2));

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use super::error::{Context, Result, ToolError};
 use headroom_host::{Cgroups, GroupPath, LinuxHost};
 
+mod config;
 mod events;
 mod reaction;
 
@@ -95,35 +96,29 @@ impl Drop for Cleanup {
     }
 }
 
+/// The agent of the CPU-use and reaction runs: B = 1, growing every `poll_ms`.
 fn write_config(
     dir: &Path,
     top: &GroupPath,
     poll_ms: u64,
     lc_pid: u32,
-    be_command: bool,
+    be_spinner: bool,
     sensor: &str,
-) -> PathBuf {
-    let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("headroom"));
-    let be_cmd = if be_command {
-        format!(
-            "command = [\"{}\", \"antagonist\", \"spin\", \"--threads\", \"2\", \"--duration\", \"600\"]",
-            bin.display()
-        )
-    } else {
-        String::new()
-    };
-    let text = format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n[[be]]\nname = \"be\"\ncgroup = \"{top}/be\"\n{be_cmd}\n\n\
-         [policy]\nkind = \"blind\"\n[policy.blind]\nbuffer_cores = 1\npoll_ms = {poll_ms}\ngrow_interval_ms = {poll_ms}\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n[api]\nsocket = \"{d}/ctl.sock\"\n\n\
-         [sensors]\nidle = \"{idle}\"\nidle_sensing = \"{sensing}\"\n",
-        d = dir.display(),
-        idle = if sensor == "events" { "bpf" } else { sensor },
-        sensing = if sensor == "events" { "events" } else { "poll" },
-    );
-    let path = dir.join(format!("agent-{poll_ms}ms-{sensor}.toml"));
-    std::fs::write(&path, text).expect("writing the bench config");
-    path
+) -> Result<PathBuf> {
+    let (idle, sensing) = config::idle_sensing(sensor)?;
+    config::BenchAgent {
+        dir,
+        top,
+        lc_pid,
+        be_spinner,
+        buffer_cores: 1.0,
+        poll_ms,
+        grow_interval_ms: poll_ms,
+        idle,
+        sensing,
+        file_name: format!("agent-{poll_ms}ms-{sensor}.toml"),
+    }
+    .write()
 }
 
 pub(super) fn pinned(args: &[&str], cpu: usize) -> Command {
@@ -418,7 +413,7 @@ fn cpu_use(
         // event-driven: the periodic duty is 100 ms whatever poll_ms says
         let polls: &[u64] = if sensor == "events" { &[1] } else { &[1, 10] };
         for &poll_ms in polls {
-            let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor);
+            let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor)?;
             let before = headroom_load::clock::children_cpu_s();
             let start = Instant::now();
             let total_s = flags.seconds + WARMUP_S + 1.0;

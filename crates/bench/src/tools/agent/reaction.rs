@@ -38,7 +38,7 @@ pub(super) fn reaction(
     flags: &Flags,
     clean: &mut Cleanup,
 ) -> Result<Reactions> {
-    let cfg = write_config(dir, top, flags.poll_ms, lc_pid, true, sensor);
+    let cfg = write_config(dir, top, flags.poll_ms, lc_pid, true, sensor)?;
     let agent = Command::new(bin)
         .args(["agent", "--config"])
         .arg(&cfg)
