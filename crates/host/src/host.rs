@@ -96,6 +96,29 @@ impl LinuxHost {
             .read_trimmed(&self.path("/proc/sys/kernel/osrelease"))
     }
 
+    /// The CPU's model name (the first `model name` of `<root>/proc/cpuinfo`).
+    pub fn cpu_model(&self) -> Result<String> {
+        let path = self.path("/proc/cpuinfo");
+        let text = self.knobs.read(&path)?;
+        text.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .ok_or_else(|| HostError::parse(&path, "", "no `model name` line"))
+    }
+
+    /// The host's name (`<root>/proc/sys/kernel/hostname`).
+    pub fn hostname(&self) -> Result<String> {
+        self.knobs
+            .read_trimmed(&self.path("/proc/sys/kernel/hostname"))
+    }
+
+    /// Every online CPU's cumulative times now (`<root>/proc/stat`), read once.
+    pub fn cpu_times(&self) -> Result<Vec<crate::sensors::CpuTimes>> {
+        let mut reader = crate::sensors::ProcStatReader::open(&self.root)?;
+        Ok(reader.read()?.to_vec())
+    }
+
     /// The controllers the kernel offers (`/proc/cgroups`): name → (hierarchy id, enabled).
     /// Hierarchy 0 means bound to cgroup2 or not mounted anywhere.
     pub fn kernel_cgroup_controllers(&self) -> Result<BTreeMap<String, (u32, bool)>> {

@@ -52,6 +52,7 @@ pub mod knob_io;
 pub mod latency_bpf;
 pub mod power;
 pub mod resctrl;
+pub mod rt_budget;
 pub mod sched;
 pub mod sensors;
 pub mod tc;

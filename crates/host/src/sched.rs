@@ -228,6 +228,16 @@ pub fn sched(tid: i32) -> Result<SchedAttr> {
     })
 }
 
+/// Pins the calling thread to one CPU. Allocates nothing and touches no lock, so a child may
+/// call it between fork and exec (`Command::pre_exec`); the threads it spawns inherit it.
+pub fn pin_this_thread(cpu: usize) -> io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    nix::sched::sched_setaffinity(Pid::from_raw(0), &set)
+        .map_err(|errno| io::Error::from_raw_os_error(errno as i32))
+}
+
 /// Pins thread `tid` to `cpus` (0 = the calling thread).
 pub fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<()> {
     if cpus.is_empty() {

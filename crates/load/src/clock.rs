@@ -251,15 +251,7 @@ pub fn online_cpus() -> usize {
 
 /// Pins the calling thread to `cpu` (best effort: returns the OS error).
 pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) = this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    headroom_host::sched::pin_this_thread(cpu)
 }
 
 /// User + system CPU seconds consumed so far by this process (getrusage RUSAGE_SELF).

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::sched::{sched_getaffinity, CpuSet};
 use nix::unistd::Pid;
 
 /// Errors reading topology or changing affinity.
@@ -60,14 +60,9 @@ pub fn allowed_cpus() -> Result<Vec<usize>, TopologyError> {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<(), TopologyError> {
-    let mut set = CpuSet::new();
-    set.set(cpu).map_err(|source| TopologyError::Sys {
-        what: format!("adding CPU {cpu} to a CPU set"),
-        source,
-    })?;
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|source| TopologyError::Sys {
+    headroom_load::clock::pin_current_thread(cpu).map_err(|e| TopologyError::Sys {
         what: format!("sched_setaffinity to CPU {cpu}"),
-        source,
+        source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(nix::libc::EINVAL)),
     })
 }
 

@@ -1,7 +1,6 @@
 //! The colocation experiment: one run per policy over a load trace, window by window, with
 //! a live view of each window.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -180,7 +179,7 @@ impl Session<'_> {
                 t.read_new();
                 t.last.clone()
             });
-            let steal_before = steal_jiffies(Path::new("/proc/stat"));
+            let steal_before = steal_jiffies();
             let start = now_unix_ms();
             let result = self.runner.run_load_feeding(
                 addr,
@@ -195,7 +194,7 @@ impl Session<'_> {
                 start_unix_ms: start,
                 end_unix_ms: end,
                 target_fraction: *target,
-                steal_pct: steal_pct_since(steal_before, Path::new("/proc/stat")),
+                steal_pct: steal_pct_since(steal_before),
                 ..Default::default()
             };
             match result {

@@ -1,7 +1,6 @@
 //! Sweep experiments (latency-vs-load, interference, scheduling, imbalance, isolation): the
 //! configurations, and every point of every configuration at every load.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -213,16 +212,16 @@ impl Session<'_> {
                 t.read_new();
                 t.last.clone()
             });
-            let stat_before = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
-            let steal_before = steal_jiffies(Path::new("/proc/stat"));
+            let stat_before = cpu_jiffies(&self.opts.placement.server);
+            let steal_before = steal_jiffies();
             let start = now_unix_ms();
             let feeding = agent_log.is_some().then_some(feed.as_path());
             let result =
                 self.runner
                     .run_load_feeding(addr, qps, self.opts.duration_s, &json, feeding);
             let end = now_unix_ms();
-            let stat_after = cpu_jiffies(Path::new("/proc/stat"), &self.opts.placement.server);
-            let steal_pct = steal_pct_since(steal_before, Path::new("/proc/stat"));
+            let stat_after = cpu_jiffies(&self.opts.placement.server);
+            let steal_pct = steal_pct_since(steal_before);
             let mut point = Point {
                 id: id.clone(),
                 series: cfg.name.clone(),

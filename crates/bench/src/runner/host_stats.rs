@@ -1,30 +1,20 @@
-//! What the bench reads from the host around a run: the machine's description, /proc/stat
-//! jiffies (idle and steal shares), and the antagonists' progress files.
+//! What the bench reads from the host around a run (through the host crate): the machine's
+//! description, CPU ticks (idle and steal shares), and the antagonists' progress files.
 
 use super::Runner;
 use std::path::Path;
 
+use headroom_host::LinuxHost;
 use serde_json::Value;
 
 use crate::model::Machine;
 
 /// Records the machine: kernel, CPU model, CPU count, host name and `doctor --json`.
 pub fn record_machine(runner: &Runner, notes: &mut Vec<String>) -> Machine {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into());
-    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+    let host = LinuxHost::new("/");
+    let kernel = host.kernel_release().unwrap_or_else(|_| "unknown".into());
+    let cpu_model = host.cpu_model().unwrap_or_else(|_| "unknown".into());
+    let hostname = host.hostname().unwrap_or_default();
     let doctor = match runner.doctor() {
         Ok(v) => Some(v),
         Err(e) => {
@@ -80,52 +70,32 @@ pub fn progress_cpu_span(path: &Path) -> Option<((f64, f64), (f64, f64))> {
     Some((v[0], v[v.len() - 1]))
 }
 
-/// Busy and total jiffies of the given CPUs from a `/proc/stat`-format file.
-pub fn cpu_jiffies(proc_stat: &Path, cpus: &[usize]) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(proc_stat).ok()?;
-    let mut idle = 0;
-    let mut total = 0;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("cpu") else {
-            continue;
-        };
-        let mut parts = rest.split_whitespace();
-        let Some(Ok(n)) = parts.next().map(str::parse::<usize>) else {
-            continue;
-        };
-        if !cpus.contains(&n) {
-            continue;
-        }
-        let f: Vec<u64> = parts.filter_map(|x| x.parse().ok()).collect();
-        if f.len() < 5 {
-            continue;
-        }
-        // user nice system idle iowait irq softirq steal: idle + iowait count as idle.
-        idle += f[3] + f[4];
-        total += f.iter().take(8).sum::<u64>();
-    }
-    Some((idle, total))
+/// Idle and total ticks of the given CPUs now (the host's `/proc/stat` reader); `None` when
+/// unreadable.
+pub fn cpu_jiffies(cpus: &[usize]) -> Option<(u64, u64)> {
+    let times = LinuxHost::new("/").cpu_times().ok()?;
+    Some(
+        times
+            .iter()
+            .filter(|t| cpus.contains(&t.cpu))
+            .fold((0, 0), |(idle, total), t| {
+                (idle + t.idle_ticks(), total + t.total_ticks())
+            }),
+    )
 }
 
-/// Steal and total jiffies of the whole machine (the `cpu` line of a `/proc/stat`-format file):
-/// time the hypervisor ran something else while this VM's vCPUs wanted to run.
-pub fn steal_jiffies(proc_stat: &Path) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(proc_stat).ok()?;
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if f.len() < 8 {
-        return None;
-    }
-    Some((f[7], f.iter().take(8).sum()))
+/// Steal and total ticks of the whole machine now: time the hypervisor ran something else
+/// while this VM's vCPUs wanted to run.
+pub fn steal_jiffies() -> Option<(u64, u64)> {
+    let times = LinuxHost::new("/").cpu_times().ok()?;
+    Some(times.iter().fold((0, 0), |(steal, total), t| {
+        (steal + t.steal, total + t.total_ticks())
+    }))
 }
 
-/// Steal (percent of all CPU time) since `before`, a [`steal_jiffies`] reading of the same file.
-pub fn steal_pct_since(before: Option<(u64, u64)>, proc_stat: &Path) -> Option<f64> {
-    idle_pct(before?, steal_jiffies(proc_stat)?)
+/// Steal (percent of all CPU time) since `before`, a [`steal_jiffies`] reading.
+pub fn steal_pct_since(before: Option<(u64, u64)>) -> Option<f64> {
+    idle_pct(before?, steal_jiffies()?)
 }
 
 /// Share (percent) of the first count in the second between two readings of ([`cpu_jiffies`]

@@ -42,17 +42,15 @@ fn causes() -> String {
             continue;
         };
         if controllers.split(',').any(|c| c == "cpu") {
-            for mount in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
-                let f = format!("{mount}{path}/cpu.rt_runtime_us");
-                if let Ok(v) = std::fs::read_to_string(&f) {
-                    let v = v.trim();
-                    out.push(if v == "0" {
-                        format!("RT group budget: {f} = 0 (no real-time time in this group)")
-                    } else {
-                        format!("RT group budget: {f} = {v}")
-                    });
-                    break;
-                }
+            let budget = crate::rt_budget::RtBudget::of_this_process(std::path::Path::new("/"));
+            if let (Some(dir), Some(v)) = (budget.group_dir, budget.group_runtime_us) {
+                let f = dir.join("cpu.rt_runtime_us");
+                let f = f.display();
+                out.push(if v == 0 {
+                    format!("RT group budget: {f} = 0 (no real-time time in this group)")
+                } else {
+                    format!("RT group budget: {f} = {v}")
+                });
             }
         } else if controllers.is_empty() && !path.trim().is_empty() {
             // cgroup v2: with real-time group scheduling, FIFO only in the root group

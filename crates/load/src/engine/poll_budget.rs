@@ -60,16 +60,8 @@ impl PollBudget {
         if policy != libc::SCHED_FIFO && policy != libc::SCHED_RR {
             return PollBudget::unlimited();
         }
-        let global = rt_share(
-            "/proc/sys/kernel/sched_rt_runtime_us",
-            "/proc/sys/kernel/sched_rt_period_us",
-        );
-        let group = v1_cpu_group().and_then(|dir| {
-            rt_share(
-                &format!("{dir}/cpu.rt_runtime_us"),
-                &format!("{dir}/cpu.rt_period_us"),
-            )
-        });
+        let budget = headroom_host::rt_budget::RtBudget::of_this_process(std::path::Path::new("/"));
+        let (global, group) = (budget.global, budget.group);
         PollBudget::with_share(budget_from(global, group))
     }
 
@@ -117,33 +109,6 @@ fn budget_from(global: Option<f64>, group: Option<f64>) -> f64 {
     (share - MARGIN).clamp(0.0, CEILING)
 }
 
-/// runtime / period from two files; a runtime of -1 (no limit) is 1.0.
-fn rt_share(runtime: &str, period: &str) -> Option<f64> {
-    let read = |p: &str| -> Option<f64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let (r, p) = (read(runtime)?, read(period)?);
-    if r < 0.0 {
-        return Some(1.0);
-    }
-    (p > 0.0).then(|| (r / p).clamp(0.0, 1.0))
-}
-
-/// The calling process's v1 `cpu` group directory, where one is mounted.
-fn v1_cpu_group() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-        controllers
-            .split(',')
-            .any(|c| c == "cpu")
-            .then(|| path.to_string())
-    })?;
-    ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
-        .iter()
-        .map(|root| format!("{root}{path}"))
-        .find(|d| std::path::Path::new(&format!("{d}/cpu.rt_runtime_us")).exists())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,22 +146,5 @@ mod tests {
         assert!((budget_from(Some(1.0), None) - CEILING).abs() < 1e-9);
         assert!((budget_from(None, None) - CEILING).abs() < 1e-9);
         assert_eq!(budget_from(Some(0.0), None), 0.0);
-    }
-
-    #[test]
-    fn rt_share_reads_runtime_over_period_and_no_limit_as_one() {
-        let d = tempfile::tempdir().unwrap();
-        let (r, p) = (d.path().join("r"), d.path().join("p"));
-        std::fs::write(&p, "1000000\n").unwrap();
-        std::fs::write(&r, "950000\n").unwrap();
-        let s = |r: &std::path::Path, p: &std::path::Path| {
-            rt_share(r.to_str().unwrap(), p.to_str().unwrap())
-        };
-        assert_eq!(s(&r, &p), Some(0.95));
-        std::fs::write(&r, "-1\n").unwrap();
-        assert_eq!(s(&r, &p), Some(1.0));
-        std::fs::write(&r, "0\n").unwrap();
-        assert_eq!(s(&r, &p), Some(0.0));
-        assert_eq!(s(&d.path().join("missing"), &p), None);
     }
 }

@@ -96,11 +96,9 @@ fn duty_thread(
     limit: Duration,
 ) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
-        // SAFETY: affinity and priority of this thread only (tid 0 = the caller).
+        let _ = headroom_host::sched::pin_this_thread(cpu);
+        // SAFETY: the priority of this thread only (who 0 = the caller).
         unsafe {
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut one);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
             libc::setpriority(libc::PRIO_PROCESS, 0, nice);
         }
         let end = Instant::now() + limit;

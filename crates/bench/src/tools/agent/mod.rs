@@ -135,16 +135,9 @@ pub(super) fn pinned(args: &[&str], cpu: usize) -> Command {
 /// Pins the child to `cpu` before it execs.
 fn pin_command(cmd: &mut Command, cpu: usize) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: sched_setaffinity of the child itself before exec.
+    // SAFETY: pin_this_thread allocates nothing and takes no lock (safe between fork and exec).
     unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || headroom_host::sched::pin_this_thread(cpu));
     }
 }
 

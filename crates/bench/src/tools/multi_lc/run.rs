@@ -201,7 +201,7 @@ impl Ctx<'_> {
                 t.read_new();
                 t.last.clone()
             });
-            let steal_before = steal_jiffies(Path::new("/proc/stat"));
+            let steal_before = steal_jiffies();
             let start = now_unix_ms();
             let results = self.loads(
                 &rates,
@@ -249,7 +249,7 @@ impl Ctx<'_> {
                 be_ops_per_s: Some(be_ops),
                 be_fraction: Some(be_fraction),
                 agent,
-                steal_pct: steal_pct_since(steal_before, Path::new("/proc/stat")),
+                steal_pct: steal_pct_since(steal_before),
             };
             println!("{}", live_line(&rec, n));
             let given = rec.agent.as_ref().and_then(|a| a.be_cpus_mean);

@@ -20,17 +20,7 @@ use super::super::error::{Context, Result, ToolError};
 
 /// Pins the calling thread to `cpu` (the threads it spawns inherit it).
 fn pin(cpu: usize) -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET within its size.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error()).with_context(|| format!("pinning to CPU {cpu}"))
-    }
+    headroom_host::sched::pin_this_thread(cpu).with_context(|| format!("pinning to CPU {cpu}"))
 }
 
 /// The CPU time (ns) of this process's thread named `name`.
