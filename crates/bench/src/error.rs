@@ -5,31 +5,6 @@ use std::path::PathBuf;
 /// Anything that can go wrong while recording, studying or formatting an experiment.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("parsing JSON in {path}: {source}")]
-    Json {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("starting `{command}`: {source}")]
-    Spawn {
-        command: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("`{command}` failed ({status}): {stderr}")]
-    Command {
-        command: String,
-        status: String,
-        stderr: String,
-    },
     #[error("bad input: {0}")]
     Input(String),
     /// The agent config a run built is not one the agent would run.
@@ -50,12 +25,9 @@ pub enum BenchError {
 }
 
 impl BenchError {
+    /// A file the bench reads or writes (the results store's error, shared).
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        BenchError::Io {
-            op,
-            path: path.into(),
-            source,
-        }
+        BenchError::Report(headroom_report::ReportError::io(op, path, source))
     }
 }
 

@@ -200,11 +200,11 @@ impl Session<'_> {
                 .iter_mut()
                 .find_map(|p| p.exited().map(|s| (p.command.clone(), s)))
             {
-                return Err(BenchError::Command {
+                return Err(BenchError::Report(headroom_report::ReportError::Command {
                     command: p.0,
                     status: p.1,
                     stderr: "exited during the experiment (see logs/)".into(),
-                });
+                }));
             }
             let qps = load * base.peak_qps;
             let json = self.dir.scratch_path(&format!("{id}.load.json"))?;

@@ -69,16 +69,18 @@ impl Runner {
             .arg("true")
             .stdin(Stdio::null())
             .output()
-            .map_err(|source| BenchError::Spawn {
-                command: format!("{} true", prefix.join(" ")),
-                source,
+            .map_err(|source| {
+                BenchError::Report(headroom_report::ReportError::Spawn {
+                    command: format!("{} true", prefix.join(" ")),
+                    source,
+                })
             })?;
         if !out.status.success() {
-            return Err(BenchError::Command {
+            return Err(BenchError::Report(headroom_report::ReportError::Command {
                 command: format!("{} true", prefix.join(" ")),
                 status: out.status.to_string(),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
+            }));
         }
         self.loadgen_prefix = prefix;
         Ok(())
@@ -175,9 +177,11 @@ impl Runner {
         let _ = std::fs::remove_file(json);
         self.run_to_end(&argv, Duration::from_secs_f64(seconds + 60.0))?;
         let text = std::fs::read_to_string(json).map_err(|e| BenchError::io("reading", json, e))?;
-        let raw: Value = serde_json::from_str(&text).map_err(|source| BenchError::Json {
-            path: json.to_path_buf(),
-            source,
+        let raw: Value = serde_json::from_str(&text).map_err(|source| {
+            BenchError::Report(headroom_report::ReportError::Json {
+                path: json.to_path_buf(),
+                source,
+            })
         })?;
         Ok((LoadMetrics::from_value(&raw), raw, cmd))
     }

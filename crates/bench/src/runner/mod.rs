@@ -268,9 +268,11 @@ impl Runner {
             .stdout(log)
             .stderr(log2)
             .spawn()
-            .map_err(|source| BenchError::Spawn {
-                command: command.clone(),
-                source,
+            .map_err(|source| {
+                BenchError::Report(headroom_report::ReportError::Spawn {
+                    command: command.clone(),
+                    source,
+                })
             })?;
         Ok(Proc {
             label: label.to_string(),
@@ -290,9 +292,11 @@ impl Runner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|source| BenchError::Spawn {
-                command: command.clone(),
-                source,
+            .map_err(|source| {
+                BenchError::Report(headroom_report::ReportError::Spawn {
+                    command: command.clone(),
+                    source,
+                })
             })?;
         let mut out = child.stdout.take().expect("piped");
         let mut err = child.stderr.take().expect("piped");
@@ -313,24 +317,29 @@ impl Runner {
                 Ok(None) if start.elapsed() > limit => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(BenchError::Command {
+                    return Err(BenchError::Report(headroom_report::ReportError::Command {
                         command,
                         status: format!("killed after {limit:?}"),
                         stderr: String::new(),
-                    });
+                    }));
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(BenchError::Spawn { command, source: e }),
+                Err(e) => {
+                    return Err(BenchError::Report(headroom_report::ReportError::Spawn {
+                        command,
+                        source: e,
+                    }))
+                }
             }
         };
         let stdout = t_out.join().unwrap_or_default();
         let stderr = t_err.join().unwrap_or_default();
         if !status.success() {
-            return Err(BenchError::Command {
+            return Err(BenchError::Report(headroom_report::ReportError::Command {
                 command,
                 status: status.to_string(),
                 stderr: tail(&stderr, 1500),
-            });
+            }));
         }
         Ok((stdout, stderr))
     }
@@ -373,11 +382,11 @@ impl Runner {
                     if clashes < 5 && proc.log_tail(1500).contains("in use") {
                         break;
                     }
-                    return Err(BenchError::Command {
+                    return Err(BenchError::Report(headroom_report::ReportError::Command {
                         command: proc.command.clone(),
                         status: st,
                         stderr: proc.log_tail(1500),
-                    });
+                    }));
                 }
                 if start.elapsed() > Duration::from_secs(10) {
                     return Err(BenchError::Unavailable(format!(
@@ -419,11 +428,11 @@ impl Runner {
         let mut p = self.spawn("agent", &argv)?;
         std::thread::sleep(Duration::from_millis(1500));
         if let Some(st) = p.exited() {
-            return Err(BenchError::Command {
+            return Err(BenchError::Report(headroom_report::ReportError::Command {
                 command: p.command.clone(),
                 status: st,
                 stderr: p.log_tail(1500),
-            });
+            }));
         }
         Ok(p)
     }
@@ -450,11 +459,11 @@ pub fn run_for(proc: &mut Proc, seconds: f64) -> Result<()> {
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     loop {
         if let Some(st) = proc.exited() {
-            return Err(BenchError::Command {
+            return Err(BenchError::Report(headroom_report::ReportError::Command {
                 command: proc.command.clone(),
                 status: st,
                 stderr: proc.log_tail(1500),
-            });
+            }));
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {

@@ -251,11 +251,12 @@ fn load_once(
     runner.run_to_end(&argv, Duration::from_secs_f64(shape.seconds + 60.0))?;
     let text =
         std::fs::read_to_string(json).map_err(|e| crate::BenchError::io("reading", json, e))?;
-    let raw: serde_json::Value =
-        serde_json::from_str(&text).map_err(|source| crate::BenchError::Json {
+    let raw: serde_json::Value = serde_json::from_str(&text).map_err(|source| {
+        crate::BenchError::Report(headroom_report::ReportError::Json {
             path: json.to_path_buf(),
             source,
-        })?;
+        })
+    })?;
     Ok(LoadMetrics::from_value(&raw))
 }
 
