@@ -134,7 +134,7 @@ pub fn verdict(pod: &PodFacts, node: &str, layout: Option<KubeletLayout>) -> Ver
     }
     let target_us = match parse_target(slo) {
         Ok(t) => t,
-        Err(why) => return Verdict::Refused(refusal(pod, SLO_P99_US, slo, why)),
+        Err(why) => return Verdict::Refused(refusal(pod, SLO_P99_US, slo, why.to_string())),
     };
     let (latency_port, container_ports) = match latency_ports(pod) {
         Ok(ports) => ports,
@@ -203,24 +203,30 @@ pub fn verdict(pod: &PodFacts, node: &str, layout: Option<KubeletLayout>) -> Ver
     })
 }
 
+/// Why an SLO annotation is not a target.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SloTargetError {
+    #[error("not a number of microseconds (write the p99 target as `500`)")]
+    NotANumber,
+    #[error("must be a positive number of microseconds")]
+    NotPositive,
+    #[error("below {MIN_TARGET_US} µs: the annotation is in microseconds (write a p99 of 500 µs as `500`)")]
+    TooSmall,
+    #[error("above {MAX_TARGET_US} µs (10 s): the annotation is in microseconds")]
+    TooLarge,
+}
+
 /// An SLO target: a positive number of µs, at most [`MAX_TARGET_US`].
-fn parse_target(v: &str) -> Result<f64, String> {
-    let t: f64 = v
-        .trim()
-        .parse()
-        .map_err(|_| "not a number of microseconds (write the p99 target as `500`)".to_string())?;
+fn parse_target(v: &str) -> Result<f64, SloTargetError> {
+    let t: f64 = v.trim().parse().map_err(|_| SloTargetError::NotANumber)?;
     if !t.is_finite() || t <= 0.0 {
-        return Err("must be a positive number of microseconds".into());
+        return Err(SloTargetError::NotPositive);
     }
     if t < MIN_TARGET_US {
-        return Err(format!(
-            "below {MIN_TARGET_US} µs: the annotation is in microseconds (write a p99 of 500 µs as `500`)"
-        ));
+        return Err(SloTargetError::TooSmall);
     }
     if t > MAX_TARGET_US {
-        return Err(format!(
-            "above {MAX_TARGET_US} µs (10 s): the annotation is in microseconds"
-        ));
+        return Err(SloTargetError::TooLarge);
     }
     Ok(t)
 }

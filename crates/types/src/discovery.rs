@@ -38,6 +38,23 @@ pub enum LayoutChoice {
     Systemd,
 }
 
+impl std::str::FromStr for LayoutChoice {
+    type Err = crate::values::ValueError;
+
+    fn from_str(s: &str) -> Result<LayoutChoice, Self::Err> {
+        match s {
+            "auto" => Ok(LayoutChoice::Auto),
+            "cgroupfs" => Ok(LayoutChoice::Cgroupfs),
+            "systemd" => Ok(LayoutChoice::Systemd),
+            other => Err(crate::values::ValueError::new(
+                "kubelet cgroup layout",
+                other,
+                "expected auto, cgroupfs or systemd",
+            )),
+        }
+    }
+}
+
 /// One LC service found on the node: a Running pod with a valid SLO annotation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiscoveredLc {

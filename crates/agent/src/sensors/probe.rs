@@ -193,7 +193,7 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
         // The length of one reply (learnt): replies are read one at a time, so each gets the
         // receive stamp of its own packet.
         let mut read_len = chunk.len();
-        let outcome: Result<(), String> = loop {
+        let outcome: Result<(), ProbeConnError> = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
             }
@@ -215,7 +215,7 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 &mut state,
             ) {
                 Ok(true) => {}
-                Ok(false) => break Err("server closed the connection".into()),
+                Ok(false) => break Err(ProbeConnError::Closed),
                 Err(e) => break Err(e),
             }
             // Send what is due (one wake-up for all; a prober far behind skips probes rather
@@ -228,10 +228,9 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 // and passed, as a late prober's are.
                 let oldest = in_flight.front().map_or(now, |r| r.scheduled);
                 if now.saturating_duration_since(oldest) > reply_timeout {
-                    break Err(format!(
-                        "no reply in {:.1} s (the probe is given up; the window keeps what it has)",
-                        reply_timeout.as_secs_f64()
-                    ));
+                    break Err(ProbeConnError::NoReply {
+                        timeout: reply_timeout,
+                    });
                 }
                 while next_send <= now {
                     next_send += gap();
@@ -246,7 +245,7 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                     std::thread::sleep(spec.delay_sends);
                 }
                 if let Err(e) = (&conn).write_all(&request) {
-                    break Err(format!("sending: {e}"));
+                    break Err(ProbeConnError::Send(e));
                 }
                 let after = Instant::now();
                 sent_bytes = sent_bytes.wrapping_add(request.len() as u32);
@@ -285,6 +284,25 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
             sleep_unless_stopped(Duration::from_millis(100), stop);
         }
     }
+}
+
+/// Why the prober gave up a connection (it reconnects): said in the sensor's errors with the
+/// address.
+#[derive(Debug, thiserror::Error)]
+enum ProbeConnError {
+    #[error("server closed the connection")]
+    Closed,
+    #[error("no reply in {:.1} s (the probe is given up; the window keeps what it has)", timeout.as_secs_f64())]
+    NoReply { timeout: Duration },
+    #[error("sending: {0}")]
+    Send(#[source] std::io::Error),
+    #[error("receiving: {0}")]
+    Receive(#[source] std::io::Error),
+    /// A reply that does not parse as the key-value protocol's.
+    #[error("malformed reply: {0}")]
+    KvReply(#[from] headroom_load::protocol::ProtocolError),
+    #[error("malformed reply: {0}")]
+    HttpReply(#[from] http::HttpFramingError),
 }
 
 /// A prober that wakes behind its schedule sends one probe and skips (draws and passes) the
@@ -484,7 +502,7 @@ fn read_replies(
     buf: &mut Vec<u8>,
     in_flight: &mut VecDeque<InFlight>,
     state: &mut ProbeState,
-) -> Result<bool, String> {
+) -> Result<bool, ProbeConnError> {
     while !in_flight.is_empty() {
         let want = (*read_len).clamp(1, chunk.len());
         let received = if kernel_rx {
@@ -502,15 +520,15 @@ fn read_replies(
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("receiving: {e}")),
+            Err(e) => return Err(ProbeConnError::Receive(e)),
         };
         loop {
             let parsed = match wire {
                 ProbeWire::Kv(p) => p
                     .parse(Op::Get, buf)
                     .map(|r| r.map(|r| r.consumed))
-                    .map_err(|e| e.to_string()),
-                ProbeWire::Http { .. } => parse_http_response(buf),
+                    .map_err(ProbeConnError::from),
+                ProbeWire::Http { .. } => parse_http_response(buf).map_err(ProbeConnError::from),
             };
             match parsed? {
                 Some(consumed) => {

@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
     /// kubelet's cgroup layout: auto, cgroupfs or systemd (default: [kubernetes] cgroup_layout)
-    #[arg(long, value_parser = parse_layout)]
+    #[arg(long)]
     pub layout: Option<LayoutChoice>,
     /// Print the first full set and exit
     #[arg(long)]
@@ -35,15 +35,6 @@ pub struct Args {
     /// Stop after this many seconds (default: run until interrupted)
     #[arg(long)]
     pub for_s: Option<f64>,
-}
-
-fn parse_layout(s: &str) -> Result<LayoutChoice, String> {
-    match s {
-        "auto" => Ok(LayoutChoice::Auto),
-        "cgroupfs" => Ok(LayoutChoice::Cgroupfs),
-        "systemd" => Ok(LayoutChoice::Systemd),
-        other => Err(format!("{other:?}: expected auto, cgroupfs or systemd")),
-    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

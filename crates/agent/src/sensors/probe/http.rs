@@ -1,11 +1,24 @@
 //! Framing the HTTP/1.1 replies the prober reads.
 
+/// A reply the prober cannot frame as HTTP/1.1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HttpFramingError {
+    #[error("HTTP header longer than 64 KiB")]
+    HeaderTooLong,
+    #[error("not an HTTP/1.x response: {status:?}")]
+    NotHttp { status: String },
+    #[error("bad Content-Length {value:?}")]
+    BadContentLength { value: String },
+    #[error("chunked HTTP responses are not supported by the prober")]
+    Chunked,
+}
+
 /// The length of one complete HTTP/1.1 response at the start of `buf` (`Content-Length` bodies
 /// and bodiless statuses); `Ok(None)` = need more bytes.
-pub fn parse_http_response(buf: &[u8]) -> Result<Option<usize>, String> {
+pub fn parse_http_response(buf: &[u8]) -> Result<Option<usize>, HttpFramingError> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         if buf.len() > 64 * 1024 {
-            return Err("HTTP header longer than 64 KiB".into());
+            return Err(HttpFramingError::HeaderTooLong);
         }
         return Ok(None);
     };
@@ -13,7 +26,9 @@ pub fn parse_http_response(buf: &[u8]) -> Result<Option<usize>, String> {
     let mut lines = head.split("\r\n");
     let status = lines.next().unwrap_or("");
     if !status.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP/1.x response: {status:?}"));
+        return Err(HttpFramingError::NotHttp {
+            status: status.to_string(),
+        });
     }
     let mut length = 0usize;
     for line in lines {
@@ -23,9 +38,11 @@ pub fn parse_http_response(buf: &[u8]) -> Result<Option<usize>, String> {
                 length = v
                     .trim()
                     .parse()
-                    .map_err(|_| format!("bad Content-Length {v:?}"))?;
+                    .map_err(|_| HttpFramingError::BadContentLength {
+                        value: v.trim().to_string(),
+                    })?;
             } else if k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked") {
-                return Err("chunked HTTP responses are not supported by the prober".into());
+                return Err(HttpFramingError::Chunked);
             }
         }
     }
@@ -42,6 +59,13 @@ mod tests {
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1";
         assert_eq!(parse_http_response(r).unwrap(), Some(40));
         assert_eq!(parse_http_response(&r[..30]).unwrap(), None);
-        assert!(parse_http_response(b"SSH-2.0\r\n\r\n").is_err());
+        assert!(matches!(
+            parse_http_response(b"SSH-2.0\r\n\r\n"),
+            Err(HttpFramingError::NotHttp { .. })
+        ));
+        assert_eq!(
+            parse_http_response(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"),
+            Err(HttpFramingError::BadContentLength { value: "x".into() })
+        );
     }
 }
