@@ -29,6 +29,7 @@ fn a_be_command_that_dies_at_once_is_listed_with_how_it_ended() {
          [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
         pid = lc.pid(0)
     );
+    let began = Instant::now();
     let runner = match live::start_agent(&text, Duration::from_secs(4)) {
         Ok(r) => r,
         Err(why) => return eprintln!("SKIP {TEST}: {why}"),
@@ -54,5 +55,16 @@ fn a_be_command_that_dies_at_once_is_listed_with_how_it_ended() {
     assert_eq!(c.name, "batch");
     let how = c.last_exit.unwrap();
     assert!(how.contains("exit status: 3"), "{how}");
-    assert!(how.contains(" after "), "{how}");
+    // How long it ran is its own life, never more than the test has run (issue 42: a
+    // `sleep 600` reported `ran_ms=601001` after ~20 s).
+    let ran_s: f64 = how
+        .rsplit_once(" after ")
+        .and_then(|(_, t)| t.strip_suffix(" s"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {how:?}"));
+    assert!(
+        ran_s <= began.elapsed().as_secs_f64(),
+        "{how}: longer than the {:.1} s the test ran",
+        began.elapsed().as_secs_f64()
+    );
 }
