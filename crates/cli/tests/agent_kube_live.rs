@@ -347,6 +347,120 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     );
 }
 
+#[test]
+fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
+    let test = "a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP {test}: not root");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
+        _ => {
+            eprintln!("SKIP {test}: no writable cpu/cpuset cgroups");
+            return;
+        }
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if cgroups.exists(&group("kubepods")) || cgroups.exists(&group("headroom-discovery")) {
+        eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
+        return;
+    }
+    let mut guard = Guard {
+        cgroups: cgroups.clone(),
+        groups: Vec::new(),
+        children: Vec::new(),
+    };
+    let pa = group(&format!("kubepods/burstable/pod{UID_A}"));
+    for g in ["kubepods", "kubepods/burstable"] {
+        cgroups.create(&group(g)).unwrap();
+        guard.groups.push(group(g));
+    }
+    cgroups.create(&pa).unwrap();
+    guard.groups.push(pa.clone());
+    sleeper_in(&mut guard, &pa);
+    guard.groups.insert(2, group("kubepods/besteffort"));
+    guard.groups.insert(0, group("headroom-discovery"));
+
+    // Another agent's lock on the pod's group, held by this test.
+    let dirs: Vec<std::path::PathBuf> = cgroups
+        .group_dirs(&pa)
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    let other = headroom_agent::state::GroupLock::acquire(
+        &headroom_agent::state::lock_dir(Path::new("/")),
+        &dirs,
+        headroom_types::control::LockHolder {
+            pid: std::process::id(),
+            config: "/etc/other-agent.toml".into(),
+            socket: "/run/other.sock".into(),
+            state_file: String::new(),
+            groups: Vec::new(),
+        },
+    )
+    .expect("the other agent's lock");
+
+    let (_tx, rx) = mpsc::channel();
+    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubeconfig = server.kubeconfig(d);
+    let cfg = write_discovery_config(d, &kubeconfig, "");
+    let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &[]);
+    let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
+
+    // Refused, naming the holder; not an LC of this agent.
+    let mut st = Value::Null;
+    let refused = wait_for(Duration::from_secs(30), || {
+        st = status(d).unwrap_or(Value::Null);
+        st["kubernetes"]["refused"].as_array().is_some_and(|r| {
+            r.iter().any(|p| {
+                p["pod"] == "shop/a"
+                    && p["key"] == "cgroup"
+                    && p["reason"]
+                        .as_str()
+                        .is_some_and(|why| why.contains("/etc/other-agent.toml"))
+            })
+        })
+    });
+    assert!(
+        refused,
+        "shop/a refused while held; status {st}\nlog:\n{}",
+        log()
+    );
+    assert!(!lc_names(&st).contains(&"shop/a".to_string()), "{st}");
+
+    // The other agent lets go: taken on the next retry.
+    drop(other);
+    let taken = wait_for(Duration::from_secs(15), || {
+        st = status(d).unwrap_or(Value::Null);
+        lc_names(&st).contains(&"shop/a".to_string())
+    });
+    assert!(
+        taken,
+        "shop/a became an LC once free; status {st}\nlog:\n{}",
+        log()
+    );
+    assert!(
+        st["kubernetes"]["refused"]
+            .as_array()
+            .is_none_or(|r| r.is_empty()),
+        "{st}"
+    );
+
+    let child = &mut guard.children[agent_idx];
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let mut exit = None;
+    assert!(wait_for(Duration::from_secs(20), || {
+        exit = child.try_wait().unwrap();
+        exit.is_some()
+    }));
+    assert!(exit.unwrap().success(), "log:\n{}", log());
+}
+
 /// The groups this file's tests make (`kubepods`, `headroom-discovery`) are the same names:
 /// one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

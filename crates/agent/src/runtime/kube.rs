@@ -6,9 +6,11 @@
 //! vanished first only costs sensor errors until the set drops it.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
 
@@ -16,6 +18,7 @@ use super::lc_sources::service_signals;
 use super::Agent;
 use crate::sensors::lc_services::LcServiceSensor;
 use crate::sensors::lc_signal::StopFlag;
+use crate::state;
 use headroom_control::config::LcConfig;
 use headroom_control::decision::CtlEvent;
 use headroom_control::discovered::{accept, policy_config};
@@ -70,7 +73,16 @@ pub(super) struct KubeLive {
     running: Vec<Running>,
     /// Refusals of the agent's own (a static [lc]'s or BE's group) since start.
     own_refusals: u64,
+    /// One agent per group: the lock on each accepted pod's group directories, by pod.
+    locks: BTreeMap<String, state::GroupLock>,
+    /// The last set as the discovery sent it, retried while a pod's group is another
+    /// agent's (taken once that agent lets go).
+    raw: Option<LcSet>,
+    lock_retry_at: Option<Instant>,
 }
+
+/// How often pods whose groups another agent holds are tried again.
+const LOCK_RETRY: Duration = Duration::from_secs(1);
 
 impl KubeLive {
     pub(super) fn new(events: LcEvents, node: &str) -> KubeLive {
@@ -82,6 +94,9 @@ impl KubeLive {
             },
             running: Vec::new(),
             own_refusals: 0,
+            locks: BTreeMap::new(),
+            raw: None,
+            lock_retry_at: None,
         }
     }
 
@@ -142,24 +157,71 @@ impl KubeLive {
 }
 
 impl Agent {
+    /// Locks the directories of a discovered pod's group (every hierarchy), as the static
+    /// groups are locked at start; kept while the pod is an LC here. A dry run locks nothing.
+    fn lock_pod_group(&self, kube: &mut KubeLive, c: &LcConfig) -> Result<(), state::StateError> {
+        let Some(own) = &self.group_lock else {
+            return Ok(());
+        };
+        if kube.locks.contains_key(&c.name) {
+            return Ok(());
+        }
+        let mut dirs: Vec<PathBuf> = self
+            .node
+            .cgroups()
+            .group_dirs(&c.cgroup)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        if dirs.is_empty() {
+            dirs.push(PathBuf::from("/").join(c.cgroup.to_string()));
+        }
+        let lock = state::GroupLock::acquire(own.dir(), &dirs, own.holder().clone())?;
+        kube.locks.insert(c.name.clone(), lock);
+        Ok(())
+    }
+
     /// Takes the newest LC set the discovery sent, if any (between ticks).
     pub(super) fn take_discovery(&mut self) {
-        let Some(ev) = self.kube.as_ref().and_then(|k| k.events.latest()) else {
+        let Some(kube) = self.kube.as_mut() else {
             return;
         };
-        self.take_lc_set(ev.set);
+        let set = match kube.events.latest() {
+            Some(ev) => ev.set,
+            // Pods refused because another agent held their groups: tried again.
+            None => match (&kube.raw, kube.lock_retry_at) {
+                (Some(raw), Some(at)) if Instant::now() >= at => raw.clone(),
+                _ => return,
+            },
+        };
+        self.take_lc_set(set);
     }
 
     fn take_lc_set(&mut self, mut set: LcSet) {
         let Some(mut kube) = self.kube.take() else {
             return;
         };
+        kube.raw = Some(set.clone());
+        kube.lock_retry_at = None;
         let policy_changed = set.synced != kube.set.synced || set.lcs != kube.set.lcs;
         // The pods the agent accepts, and its own refusals (a static [lc]'s or BE's group).
         let mut accepted = Vec::new();
+        let mut held_elsewhere = Vec::new();
         for d in &set.lcs {
             match accept(&self.config, d) {
-                Ok(c) => accepted.push(c),
+                Ok(c) => match self.lock_pod_group(&mut kube, &c) {
+                    Ok(()) => accepted.push(c),
+                    Err(e) => {
+                        tracing::warn!(lc = %c.name, "kubernetes: pod refused as an LC: {e}");
+                        set.refused.push(PodRefusal {
+                            pod: d.name.clone(),
+                            key: "cgroup".into(),
+                            value: d.cgroup.to_string(),
+                            reason: e.to_string(),
+                        });
+                        held_elsewhere.push(d.name.clone());
+                    }
+                },
                 Err(reason) => {
                     tracing::warn!("kubernetes: pod refused as an LC: {reason}");
                     let r = PodRefusal {
@@ -176,6 +238,14 @@ impl Agent {
                     set.refused.push(r);
                 }
             }
+        }
+        // A pod another agent holds is not this agent's LC: out of the policy's set until its
+        // lock is taken.
+        set.lcs.retain(|d| !held_elsewhere.contains(&d.name));
+        kube.locks
+            .retain(|name, _| accepted.iter().any(|c: &LcConfig| &c.name == name));
+        if !held_elsewhere.is_empty() {
+            kube.lock_retry_at = Some(Instant::now() + LOCK_RETRY);
         }
         set.refusals_total += kube.own_refusals;
         set.unmeasured.retain(|u| {
