@@ -94,7 +94,7 @@ fn a_corrupt_state_file_is_set_aside_and_the_agent_confines_be() {
     std::fs::write(&state, garbage).unwrap();
     let agent = match Agent::start(options(
         &config(&top, dir.path(), lc.pid(0)),
-        Duration::from_millis(800),
+        Duration::from_secs(3),
     )) {
         Ok(a) => a,
         Err(e) => {
@@ -126,6 +126,30 @@ fn a_corrupt_state_file_is_set_aside_and_the_agent_confines_be() {
         1,
         "BE launched (into its confined group)"
     );
+    // `ctl status` says where the unreadable file went, while the agent runs.
+    let socket = dir.path().join("ctl.sock");
+    let began = std::time::Instant::now();
+    let asker = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let answer = headroom_agent::control::request(
+                &socket,
+                &headroom_agent::control::Request::Status,
+            );
+            if let Some(st) = answer.ok().and_then(|a| a.status) {
+                eprintln!("status answered {:?} after the run began", began.elapsed());
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    });
     agent.run().expect("the agent ran and restored");
+    let st = asker.join().unwrap().expect("a status while the agent ran");
+    assert_eq!(
+        st.state_set_aside.as_deref(),
+        Some(aside[0].display().to_string().as_str()),
+        "{st:?}"
+    );
     assert!(!state.exists(), "a clean restore leaves no state file");
 }

@@ -102,6 +102,10 @@ pub struct AgentStatus {
     /// The agent holding the group locks (this one; extension: `None` from an older agent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockHolder>,
+    /// Where this start set aside a state file it could not read (the originals it held are
+    /// there to compare with what the agent took as originals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_set_aside: Option<String>,
 }
 
 /// Who holds a group lock (one agent per group): written into each lock file by its holder,

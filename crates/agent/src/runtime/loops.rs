@@ -99,7 +99,12 @@ impl Agent {
                 break;
             }
             if now < next {
-                std::thread::sleep((next - now).min(Duration::from_millis(100)));
+                // Asleep until the next tick, or a ctl request (its doorbell): a request is
+                // answered at once, not at the next tick (a policy polling every second would
+                // hold `ctl off` that long).
+                if self.wait_for_request((next - now).min(Duration::from_millis(100))) {
+                    self.handle_requests(true);
+                }
                 continue;
             }
             next += interval;
@@ -123,6 +128,23 @@ impl Agent {
             }
             self.handle_requests(false);
         }
+    }
+
+    /// Sleeps up to `timeout`, woken early by a queued ctl request; whether one rang.
+    fn wait_for_request(&self, timeout: Duration) -> bool {
+        let Some(requests) = &self.requests else {
+            std::thread::sleep(timeout);
+            return false;
+        };
+        let mut fd = libc::pollfd {
+            fd: requests.wake_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut fd, 1, ms) };
+        n > 0 && fd.revents & libc::POLLIN != 0
     }
 
     /// The event-driven loop: asleep in `epoll_wait` until a crossing or the next periodic

@@ -262,6 +262,8 @@ pub struct Agent {
     _lock: Option<StateLock>,
     /// One agent per group: every managed group's lock, held for the agent's life.
     group_lock: Option<state::GroupLock>,
+    /// A state file this start could not read, moved here (said in `ctl status`).
+    state_set_aside: Option<PathBuf>,
 }
 
 /// What this host offers the policies, limited to what the node actuates (a mechanism the

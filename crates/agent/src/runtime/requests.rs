@@ -185,6 +185,10 @@ impl Agent {
                 .collect(),
             kubernetes: self.kube.as_ref().map(|k| k.set().clone()),
             lock: self.group_lock.as_ref().map(|l| l.holder().clone()),
+            state_set_aside: self
+                .state_set_aside
+                .as_ref()
+                .map(|p| p.display().to_string()),
             binding_lc: p.last_binding_lc.clone(),
             idle_cpus: obs.idle_cpu_count(0.5),
             be_groups: self.groups.be.iter().map(|g| g.to_string()).collect(),

@@ -74,10 +74,10 @@ impl Agent {
         } else {
             Some(StateLock::acquire(&state_path)?)
         };
-        let recorded = if dry {
-            None
+        let (recorded, state_set_aside) = if dry {
+            (None, None)
         } else {
-            state::load_or_set_aside(&state_path)?.0
+            state::load_or_set_aside(&state_path)?
         };
         // Originals and BE pids come from a state file of these groups; the groups and LC
         // origins an interrupted start recorded (before its originals) are taken in any case.
@@ -318,6 +318,7 @@ impl Agent {
             kube: None,
             _lock: lock,
             group_lock,
+            state_set_aside,
         };
         if agent.config.kubernetes.discover {
             let node = agent

@@ -117,6 +117,11 @@ fn print_status(s: &AgentStatus) {
     if let Some(l) = &s.lock {
         println!("group locks held by {l}: {}", l.groups.join(", "));
     }
+    if let Some(aside) = &s.state_set_aside {
+        println!(
+            "state file: could not be read at start and was set aside at {aside}; the groups' settings at start were taken as originals (compare them with the originals in that file and fix any by hand)"
+        );
+    }
     let line = |lc: &headroom_types::control::LcStatus| {
         format!(
             "p{} latency {} µs{} (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",
