@@ -309,6 +309,7 @@ impl Agent {
             state_written: None,
             metrics_addr,
             kube: None,
+            advertise: None,
             _lock: lock,
             group_lock,
         };
@@ -326,6 +327,22 @@ impl Agent {
                 super::LcEvents::new(std::sync::mpsc::channel().1)
             });
             agent.kube = Some(super::kube::KubeLive::new(events, &node));
+        }
+        if agent.config.kubernetes.advertise {
+            match agent.options.advertise.clone() {
+                Some(edge) => {
+                    agent.advertise = Some(super::advertise::AdvertiseLive {
+                        advertiser: headroom_control::advertise::Advertiser::new(
+                            agent.config.kubernetes.advertise_params(),
+                        ),
+                        edge,
+                        last: None,
+                    })
+                }
+                None => tracing::warn!(
+                    "[kubernetes] advertise = true but no publisher is connected: nothing is advertised"
+                ),
+            }
         }
         if !dry {
             if let Err(e) = agent.confine_and_launch(previous.as_ref()) {
