@@ -2,6 +2,7 @@
 //! `Node` seam, the runtime loop, the BE supervisor and what it publishes. The control logic it
 //! runs (config, policies, the controller, the write plan) is `headroom-control`.
 
+pub mod config_file;
 pub mod linux_node;
 pub mod publish;
 pub mod runtime;

@@ -158,6 +158,45 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
     Ok(Some(state))
 }
 
+/// Moves a state file that cannot be read aside, to `<path>.corrupt-<unix ms>`, and returns
+/// where it went: the next start must not trip on it again, and an operator can still read
+/// the originals it held.
+pub fn set_aside(path: &Path) -> Result<PathBuf, StateError> {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".corrupt-{ms}"));
+    let aside = PathBuf::from(name);
+    std::fs::rename(path, &aside).map_err(|source| StateError::Io {
+        op: "setting aside (mv it away by hand, then start again)",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(aside)
+}
+
+/// Reads the state file; one that is not valid is set aside (see [`set_aside`]) and the start
+/// goes on as a first start: the groups' current settings are taken as originals and BE is
+/// confined before anything else, so a corrupt file never leaves BE running with no agent.
+/// Returns the state and, when one was set aside, where it went.
+pub fn load_or_set_aside(path: &Path) -> Result<(Option<AgentState>, Option<PathBuf>), StateError> {
+    match load(path) {
+        Ok(state) => Ok((state, None)),
+        Err(StateError::Invalid { reason, .. }) => {
+            let aside = set_aside(path)?;
+            tracing::warn!(
+                state = %path.display(), set_aside = %aside.display(), reason = %reason,
+                "the state file is not valid: set it aside and starting as a first start \
+                 (BE confined first; the groups' settings now are taken as originals: compare \
+                 them with the originals in the set-aside file and fix any by hand)"
+            );
+            Ok((None, Some(aside)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `state` atomically: `<path>.tmp` + fsync + rename + fsync of the directory.
 pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
     let io = |op: &'static str, p: &Path| {

@@ -32,6 +32,9 @@ pub enum BenchError {
     },
     #[error("bad input: {0}")]
     Input(String),
+    /// The agent config a run built is not one the agent would run.
+    #[error("the agent config for {path}: {reason}")]
+    Config { path: PathBuf, reason: String },
     #[error("{0}")]
     Unavailable(String),
     /// A measurement stayed invalid after its corrections: nothing may be derived from it.

@@ -20,14 +20,14 @@ fn configs_for(percentile: f64, feed: Option<&str>) -> Vec<(String, Config)> {
     let addr: SocketAddr = "127.0.0.1:11211".parse().unwrap();
     let mut out = Vec::new();
     for c in sweep {
-        let Some((policy, extra)) = c.agent else {
+        let Some((policy, tweak)) = c.agent else {
             continue;
         };
         let path = s
             .agent_config(&AgentRun {
                 name: c.name.clone(),
                 policy: policy.clone(),
-                extra,
+                tweak,
                 lc_pid: 4242,
                 addr,
                 be_argv: vec!["headroom".into(), "antagonist".into(), "spin".into()],
@@ -111,7 +111,7 @@ fn colocation_scales_both_cooldowns() {
             .agent_config(&AgentRun {
                 name: format!("coloc-{policy}"),
                 policy: policy.into(),
-                extra: String::new(),
+                tweak: record::no_tweak,
                 lc_pid: 4242,
                 addr: "127.0.0.1:11211".parse().unwrap(),
                 be_argv: vec!["headroom".into(), "antagonist".into(), "spin".into()],
@@ -127,4 +127,54 @@ fn colocation_scales_both_cooldowns() {
         assert!(safety < 300.0, "{policy}: safety cooldown {safety}\n{text}");
         assert_eq!(c.policy.heracles.cooldown_s, safety, "{policy}\n{text}");
     }
+}
+
+/// Every scheduling setting the agent runs gets a config the agent reads back as built: the
+/// weights, the quota and the LC thread slice land in their typed keys.
+#[test]
+fn every_scheduling_settings_agent_config_is_read_back_as_built() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options::defaults(
+        Experiment::Scheduling,
+        true,
+        tmp.path().join("no-such-headroom"),
+    );
+    let configs = record::sweep_configs(Experiment::Scheduling, &opts, false);
+    let s = common::quiet_session(Experiment::Scheduling, opts, &tmp.path().join("run"));
+    let addr: SocketAddr = "127.0.0.1:11211".parse().unwrap();
+    let mut seen = Vec::new();
+    for cfg in configs {
+        let Some((policy, tweak)) = cfg.agent else {
+            continue;
+        };
+        let path = s
+            .agent_config(&AgentRun {
+                name: cfg.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"),
+                policy: policy.clone(),
+                tweak,
+                lc_pid: 4242,
+                addr,
+                be_argv: vec!["headroom".into(), "antagonist".into(), "spin".into()],
+                slo_us: 500.0,
+                peak_qps: 50_000.0,
+                feed_socket: Some("/tmp/feed.sock".into()),
+            })
+            .unwrap_or_else(|e| panic!("{}: {e}", cfg.name));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let c = Config::from_toml_str(&text)
+            .unwrap_or_else(|e| panic!("{}: the agent refuses it: {e}\n{text}", cfg.name));
+        assert_eq!(c.policy.kind.as_str(), policy, "{text}");
+        match cfg.name.as_str() {
+            "weights-10000:2" => assert_eq!(
+                (c.policy.weights.lc_shares, c.policy.weights.be_shares),
+                (10_000, 2)
+            ),
+            "be-cpu.idle" => assert!(c.policy.weights.be_cpu_idle),
+            "lc-fifo+be-quota" => assert_eq!(c.policy.static_cycles.percent, 50.0),
+            "lc-slice" => assert_eq!(c.lc().threads.slice_us, Some(100)),
+            other => panic!("an agent setting this test does not know: {other}"),
+        }
+        seen.push(cfg.name);
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
 }

@@ -47,7 +47,7 @@ fn load_commands_carry_the_fifo_wrapper_exactly_when_it_works() {
         }
         Err(why) => {
             eprintln!("SCHED_FIFO is not allowed here ({why}); checking the fallback only");
-            assert!(!why.is_empty());
+            assert!(!why.to_string().is_empty());
             assert!(r.loadgen_prefix.is_empty());
             let argv = r.load_argv(addr, 1000.0, 5.0, &tmp.path().join("x.json"));
             assert_eq!(argv, before);

@@ -240,7 +240,7 @@ fn colocation_agents_get_the_scaled_cooldown_and_the_agent_accepts_it() {
         .agent_config(&AgentRun {
             name: "coloc-hybrid".into(),
             policy: "hybrid".into(),
-            extra: String::new(),
+            tweak: headroom_bench::record::no_tweak,
             lc_pid: 4242,
             addr,
             be_argv: vec!["headroom".into(), "antagonist".into(), "spin".into()],

@@ -65,7 +65,14 @@ fn latency_vs_load_quick_smoke_run_records_and_resumes() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    assert!(start.elapsed().as_secs() < 60, "took {:?}", start.elapsed());
+    // A hang detector, not a timing: the run is bounded (two 1 s points and the probes their
+    // self-checks ask for), so minutes mean something stopped bounding it. The time is printed.
+    eprintln!("latency-vs-load --quick took {:?}", start.elapsed());
+    assert!(
+        start.elapsed().as_secs() < 300,
+        "took {:?}",
+        start.elapsed()
+    );
     let summary: headroom_types::summary::Summary =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
             .unwrap();

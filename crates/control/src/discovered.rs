@@ -4,40 +4,92 @@
 
 use headroom_types::discovery::DiscoveredLc;
 
-use crate::config::{holder, Config, LcConfig, PolicyKind};
+use crate::config::{holder, Config, ConfigError, LcConfig, PolicyKind};
+
+/// Why a discovered pod is not one of the agent's LC services (the pod and the key named).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PodRefused {
+    #[error("pod {pod}: {source}")]
+    Config {
+        pod: String,
+        #[source]
+        source: ConfigError,
+    },
+    #[error("pod {pod}: name: a static [lc] (lc[{index}]) has the same name")]
+    SameName { pod: String, index: usize },
+    #[error("pod {pod}: cgroup {cgroup:?} overlaps lc[{index}].cgroup {other:?} ({name:?}): a static [lc] and a discovered pod cannot share a group")]
+    SharesLcGroup {
+        pod: String,
+        cgroup: String,
+        index: usize,
+        other: String,
+        name: String,
+    },
+    #[error("pod {pod}: cgroup {cgroup:?} overlaps be[{index}].cgroup {other:?}: an LC cannot be BE's group, inside it, or around it")]
+    SharesBeGroup {
+        pod: String,
+        cgroup: String,
+        index: usize,
+        other: String,
+    },
+}
+
+impl PodRefused {
+    /// The key of the pod's service the refusal is about (`cgroup`, `name`, `slo.target_us`…).
+    pub fn key(&self) -> &str {
+        match self {
+            PodRefused::Config {
+                source: ConfigError::Invalid { key, .. },
+                ..
+            } => key,
+            PodRefused::Config { .. } => "annotations",
+            PodRefused::SameName { .. } => "name",
+            PodRefused::SharesLcGroup { .. } | PodRefused::SharesBeGroup { .. } => "cgroup",
+        }
+    }
+
+    /// The refused value where it is not the pod's group (a bad annotation's value).
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            PodRefused::Config {
+                source: ConfigError::Invalid { value, .. },
+                ..
+            } => Some(value),
+            _ => None,
+        }
+    }
+}
 
 /// A discovered pod as one of the agent's LC services, or why it cannot be one (the pod and
 /// the key named): a bad SLO, a group that is a static `[lc]`'s or BE's, or inside one.
-pub fn accept(config: &Config, lc: &DiscoveredLc) -> Result<LcConfig, String> {
+pub fn accept(config: &Config, lc: &DiscoveredLc) -> Result<LcConfig, PodRefused> {
+    let pod = || lc.name.clone();
     let service = config
         .kubernetes
         .lc_config(lc)
-        .map_err(|e| format!("pod {}: {e}", lc.name))?;
-    for (i, s) in config.static_lcs().iter().enumerate() {
+        .map_err(|source| PodRefused::Config { pod: pod(), source })?;
+    for (index, s) in config.static_lcs().iter().enumerate() {
         if s.name == service.name {
-            return Err(format!(
-                "pod {}: name: a static [lc] (lc[{i}]) has the same name",
-                lc.name
-            ));
+            return Err(PodRefused::SameName { pod: pod(), index });
         }
         if s.cgroup.overlaps(&service.cgroup) {
-            return Err(format!(
-                "pod {}: cgroup {:?} overlaps lc[{i}].cgroup {:?} ({:?}): a static [lc] and a discovered pod cannot share a group",
-                lc.name,
-                service.cgroup.as_str(),
-                s.cgroup.as_str(),
-                s.name
-            ));
+            return Err(PodRefused::SharesLcGroup {
+                pod: pod(),
+                cgroup: service.cgroup.as_str().into(),
+                index,
+                other: s.cgroup.as_str().into(),
+                name: s.name.clone(),
+            });
         }
     }
-    for (i, b) in config.be.iter().enumerate() {
+    for (index, b) in config.be.iter().enumerate() {
         if b.cgroup.overlaps(&service.cgroup) {
-            return Err(format!(
-                "pod {}: cgroup {:?} overlaps be[{i}].cgroup {:?}: an LC cannot be BE's group, inside it, or around it",
-                lc.name,
-                service.cgroup.as_str(),
-                b.cgroup.as_str()
-            ));
+            return Err(PodRefused::SharesBeGroup {
+                pod: pod(),
+                cgroup: service.cgroup.as_str().into(),
+                index,
+                other: b.cgroup.as_str().into(),
+            });
         }
     }
     Ok(service)
@@ -133,14 +185,21 @@ mod tests {
              [[be]]\nname = \"batch\"\ncgroup = \"kubepods/besteffort\"\n",
         )
         .unwrap();
-        let e = accept(&c, &pod("shop/m", "kubepods/burstable/podm", 500.0)).unwrap_err();
+        let refused = accept(&c, &pod("shop/m", "kubepods/burstable/podm", 500.0)).unwrap_err();
+        assert_eq!(refused.key(), "cgroup");
+        let e = refused.to_string();
         assert!(
             e.contains("shop/m") && e.contains("lc[0].cgroup") && e.contains("memcached"),
             "{e}"
         );
-        let e = accept(&c, &pod("shop/b", "kubepods/besteffort/podb", 500.0)).unwrap_err();
+        let e = accept(&c, &pod("shop/b", "kubepods/besteffort/podb", 500.0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("shop/b") && e.contains("be[0].cgroup"), "{e}");
-        let e = accept(&c, &pod("shop/z", "kubepods/burstable/podz", 0.0)).unwrap_err();
+        let refused = accept(&c, &pod("shop/z", "kubepods/burstable/podz", 0.0)).unwrap_err();
+        assert!(refused.key().ends_with("target_us"), "{refused:?}");
+        assert_eq!(refused.value(), Some("0.0"));
+        let e = refused.to_string();
         assert!(e.contains("shop/z") && e.contains("target_us"), "{e}");
         // refused pods are not the policy's; single-LC policies keep the static LC first
         let p = policy_config(&c, true, &[pod("shop/m", "kubepods/burstable/podm", 1.0)]);

@@ -1,3 +1,6 @@
+// The tests read the shipped files and time nothing the crate does: the purity rule
+// (crates/control/clippy.toml) is for the crate itself.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 //! Bad configs are refused with the key, the value and the reason.
 
 use headroom_control::config::Config;
@@ -269,6 +272,27 @@ fn duplicate_be_names_and_pid_command_conflicts() {
     assert!(refuse(&text).starts_with("lc.command = [\"x\"]: give either lc.pids or lc.command"));
 }
 
+/// Issue 42: a prober that sends exactly the minimum a percentile needs is refused at start,
+/// since a loaded host sends fewer probes than asked (500 Hz × 2 s was accepted, then 10 of 10
+/// windows were refused with ~953 replies); the error names the margin and the rate to use.
+#[test]
+fn a_prober_at_exactly_the_minimum_is_refused_with_the_margin_named() {
+    let exact = GOOD.replacen(
+        "address = \"127.0.0.1:11211\"\n[lc.load]",
+        "address = \"127.0.0.1:11211\"\nrate_hz = 500\n[lc.load]",
+        1,
+    );
+    let msg = refuse(&format!("{exact}[lc.slo]\nwindow_s = 2\n"));
+    assert!(msg.contains("lc.latency.rate_hz"), "{msg}");
+    assert!(
+        msg.contains("1000 probes") && msg.contains("1250") && msg.contains("1.25x margin"),
+        "{msg}"
+    );
+    assert!(msg.contains("at least 625 Hz"), "{msg}");
+    let enough = exact.replacen("rate_hz = 500", "rate_hz = 625", 1);
+    Config::from_toml_str(&format!("{enough}[lc.slo]\nwindow_s = 2\n")).expect("1250 probes");
+}
+
 #[test]
 fn a_prober_too_slow_for_its_percentile_is_refused() {
     // 10 probes/s over 15 s = 150 samples: never enough for a p99 (1000).
@@ -284,7 +308,8 @@ fn a_prober_too_slow_for_its_percentile_is_refused() {
         "address = \"127.0.0.1:11211\"\nrate_hz = 10\n[lc.load]",
         1,
     );
-    Config::from_toml_str(&format!("{slow}[lc.slo]\nwindow_s = 100\n")).expect("1000 probes");
+    Config::from_toml_str(&format!("{slow}[lc.slo]\nwindow_s = 125\n"))
+        .expect("1250 probes: the 1000 with the margin");
     Config::from_toml_str(&format!("{slow}[lc.slo]\nmin_samples = 100\n")).expect("floor 100");
     let zero = refuse(&format!("{GOOD}[lc.slo]\nmin_samples = 0\n"));
     assert!(zero.contains("lc.slo.min_samples"), "{zero}");

@@ -17,6 +17,7 @@ window_s = 1
 [lc.latency]
 source = "probe"
 address = "127.0.0.1:11211"
+rate_hz = 1250
 [lc.load]
 source = "memcache-stats"
 address = "127.0.0.1:11211"

@@ -17,6 +17,9 @@ pub const PRIORITY: &str = "headroom.io/priority";
 
 /// The largest SLO target accepted: 10 s (a larger one is a typo in the unit, not a p99).
 pub const MAX_TARGET_US: f64 = 10_000_000.0;
+/// The smallest SLO target accepted: 1 µs (below, no request is answered in time: a typo in
+/// the unit, `0.0000001` meant as seconds, would hold BE off for ever).
+pub const MIN_TARGET_US: f64 = 1.0;
 
 /// What discovery reads of a pod.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -209,6 +212,11 @@ fn parse_target(v: &str) -> Result<f64, String> {
     if !t.is_finite() || t <= 0.0 {
         return Err("must be a positive number of microseconds".into());
     }
+    if t < MIN_TARGET_US {
+        return Err(format!(
+            "below {MIN_TARGET_US} µs: the annotation is in microseconds (write a p99 of 500 µs as `500`)"
+        ));
+    }
     if t > MAX_TARGET_US {
         return Err(format!(
             "above {MAX_TARGET_US} µs (10 s): the annotation is in microseconds"
@@ -319,6 +327,20 @@ mod tests {
         for bad in ["", "0", "-5", "NaN", "inf", "500us", "2e7"] {
             let r = refused(verdict(&pod(&[(SLO_P99_US, bad)]), "node-a", l));
             assert_eq!((r.key.as_str(), r.value.as_str()), (SLO_P99_US, bad));
+        }
+    }
+
+    /// Issue 42: `"0.0000001"` was accepted as an LC whose SLO no request can meet.
+    #[test]
+    fn a_target_below_one_microsecond_is_refused() {
+        let l = Some(KubeletLayout::Cgroupfs);
+        for tiny in ["0.0000001", "0.5", "1e-3", "0.999"] {
+            let r = refused(verdict(&pod(&[(SLO_P99_US, tiny)]), "node-a", l));
+            assert_eq!((r.key.as_str(), r.value.as_str()), (SLO_P99_US, tiny));
+            assert!(r.to_string().contains("below 1 µs"), "{r}");
+        }
+        for fine in ["1", "1.5", "500"] {
+            lc(verdict(&pod(&[(SLO_P99_US, fine)]), "node-a", l));
         }
     }
 

@@ -32,6 +32,8 @@ pub struct DiscoveryOptions {
     /// How often pod groups are looked for again without a pod event (a pod's group appears
     /// just after it runs, and goes when it stops even if the API is unreachable).
     pub recheck: Duration,
+    /// What one list answer may cost, and when a missing list is warned about.
+    pub bounds: ApiBounds,
 }
 
 impl DiscoveryOptions {
@@ -42,6 +44,7 @@ impl DiscoveryOptions {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             layout: LayoutChoice::Auto,
             recheck: Duration::from_secs(1),
+            bounds: ApiBounds::default(),
         }
     }
 }
@@ -60,8 +63,16 @@ pub enum KubeError {
 }
 
 /// An API client: from `kubeconfig` when given, else inferred (in-cluster service account,
-/// then `KUBECONFIG` / `~/.kube/config`).
+/// then `KUBECONFIG` / `~/.kube/config`), its lists bounded by [`ApiBounds::default`].
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, KubeError> {
+    client_bounded(kubeconfig, ApiBounds::default()).await
+}
+
+/// [`client`] with the given bounds on every list (every request but a watch).
+pub async fn client_bounded(
+    kubeconfig: Option<&Path>,
+    bounds: ApiBounds,
+) -> Result<Client, KubeError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| KubeError::Kubeconfig {
@@ -79,7 +90,186 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, KubeError> {
             .await
             .map_err(|e| KubeError::Access(e.to_string()))?,
     };
-    Client::try_from(config).map_err(|e| KubeError::Access(e.to_string()))
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| KubeError::Access(e.to_string()))?;
+    Ok(builder.with_layer(&bounded::BoundLayer(bounds)).build())
+}
+
+/// Bounds on what one API answer may cost: an endless or huge list must not grow the agent
+/// without end, nor a hanging server stall discovery in silence.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiBounds {
+    /// The most bytes one list answer may hold (the watcher lists in pages of 500 pods, a few
+    /// MB; kube-apiserver never sends more).
+    pub max_list_bytes: u64,
+    /// How long one list may take, headers to last byte.
+    pub list_deadline: Duration,
+    /// How long without a complete pod list before a warning (repeated at this period).
+    pub warn_after: Duration,
+}
+
+impl Default for ApiBounds {
+    fn default() -> ApiBounds {
+        ApiBounds {
+            max_list_bytes: 64 << 20,
+            list_deadline: Duration::from_secs(60),
+            warn_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a list answer was cut.
+#[derive(Debug, thiserror::Error)]
+pub enum ListBoundError {
+    #[error("the API server's list answer passed the cap of {cap} bytes (a page of 500 pods is a few MB: a broken or hostile API server); cut, retried with backoff")]
+    TooLarge { cap: u64 },
+    #[error("the API server did not finish a list answer within its {secs} s deadline (hanging or overloaded); cut, retried with backoff")]
+    Deadline { secs: u64 },
+}
+
+/// The tower layer that bounds list answers (watches stream for minutes and are left alone).
+mod bounded {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body::{Body, Frame, SizeHint};
+    use kube::client::Body as KubeBody;
+    use tower::BoxError;
+
+    use super::{ApiBounds, ListBoundError};
+
+    pub struct BoundLayer(pub ApiBounds);
+
+    impl<S> tower::Layer<S> for BoundLayer {
+        type Service = Bound<S>;
+        fn layer(&self, inner: S) -> Bound<S> {
+            Bound {
+                inner,
+                bounds: self.0,
+            }
+        }
+    }
+
+    pub struct Bound<S> {
+        inner: S,
+        bounds: ApiBounds,
+    }
+
+    fn is_watch(req: &Request<KubeBody>) -> bool {
+        req.uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
+    }
+
+    impl<S, B> tower::Service<Request<KubeBody>> for Bound<S>
+    where
+        S: tower::Service<Request<KubeBody>, Response = Response<B>>,
+        S::Error: Into<BoxError>,
+        S::Future: Send + 'static,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        type Response = Response<Capped<B>>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            self.inner.poll_ready(cx).map_err(Into::into)
+        }
+
+        fn call(&mut self, req: Request<KubeBody>) -> Self::Future {
+            let bounds = (!is_watch(&req)).then_some(self.bounds);
+            let fut = self.inner.call(req);
+            Box::pin(async move {
+                let Some(b) = bounds else {
+                    let resp = fut.await.map_err(Into::into)?;
+                    return Ok(resp.map(|body| Capped::new(body, None, None)));
+                };
+                let deadline = tokio::time::Instant::now() + b.list_deadline;
+                let resp = match tokio::time::timeout_at(deadline, fut).await {
+                    Ok(r) => r.map_err(Into::into)?,
+                    Err(_) => {
+                        return Err(ListBoundError::Deadline {
+                            secs: b.list_deadline.as_secs(),
+                        }
+                        .into())
+                    }
+                };
+                Ok(resp.map(|body| Capped::new(body, Some(b), Some(deadline))))
+            })
+        }
+    }
+
+    /// A response body cut at a byte cap and a deadline.
+    pub struct Capped<B> {
+        inner: Pin<Box<B>>,
+        read: u64,
+        bounds: Option<ApiBounds>,
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+
+    impl<B> Capped<B> {
+        fn new(
+            body: B,
+            bounds: Option<ApiBounds>,
+            deadline: Option<tokio::time::Instant>,
+        ) -> Capped<B> {
+            Capped {
+                inner: Box::pin(body),
+                read: 0,
+                bounds,
+                deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            }
+        }
+    }
+
+    impl<B> Body for Capped<B>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            let this = self.get_mut();
+            if let (Some(d), Some(b)) = (this.deadline.as_mut(), this.bounds) {
+                if d.as_mut().poll(cx).is_ready() {
+                    let secs = b.list_deadline.as_secs();
+                    return Poll::Ready(Some(Err(ListBoundError::Deadline { secs }.into())));
+                }
+            }
+            match this.inner.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let (Some(b), Some(data)) = (this.bounds, frame.data_ref()) {
+                        this.read += data.len() as u64;
+                        if this.read > b.max_list_bytes {
+                            let cap = b.max_list_bytes;
+                            return Poll::Ready(Some(Err(ListBoundError::TooLarge { cap }.into())));
+                        }
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.inner.is_end_stream()
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            self.inner.size_hint()
+        }
+    }
 }
 
 fn now_unix_ms() -> u64 {
@@ -142,10 +332,43 @@ pub async fn run(client: Client, opts: &DiscoveryOptions, mut publish: impl FnMu
     let mut recheck = tokio::time::interval(opts.recheck.max(Duration::from_millis(10)));
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watch_errors = 0u64;
+    // A (re)list under way since: a server that never finishes one is warned about loudly,
+    // every `warn_after`, for as long as it lasts.
+    let started = tokio::time::Instant::now();
+    let mut listing_since = Some(started);
+    let mut warned_at: Option<tokio::time::Instant> = None;
     loop {
+        let now = tokio::time::Instant::now();
+        if let Some(since) = listing_since {
+            let due = warned_at.is_none_or(|w| now - w >= opts.bounds.warn_after);
+            if now - since >= opts.bounds.warn_after && due {
+                warned_at = Some(now);
+                tracing::warn!(
+                    waited_s = (now - since).as_secs(),
+                    errors = watch_errors,
+                    "kubernetes: no complete pod list of {} from the API server for {} s (hanging, \
+                     overloaded or unreachable); the LC set stays as last known{}",
+                    opts.node,
+                    (now - since).as_secs(),
+                    if since == started { " and BE is held until the first list" } else { "" }
+                );
+            }
+        }
         tokio::select! {
             event = pods.next() => match event {
-                Some(Ok(e)) => discoverer.apply(reduce(e)),
+                Some(Ok(e)) => {
+                    match &e {
+                        watcher::Event::Init => {
+                            listing_since.get_or_insert(now);
+                        }
+                        watcher::Event::InitDone => {
+                            listing_since = None;
+                            warned_at = None;
+                        }
+                        _ => {}
+                    }
+                    discoverer.apply(reduce(e))
+                }
                 Some(Err(e)) => {
                     // The set stays as last known: pods do not go because the API is away.
                     watch_errors += 1;
@@ -188,7 +411,7 @@ impl Discovery {
             .enable_all()
             .build()
             .map_err(|e| KubeError::Runtime(e.to_string()))?;
-        let client = rt.block_on(client(opts.kubeconfig.as_deref()))?;
+        let client = rt.block_on(client_bounded(opts.kubeconfig.as_deref(), opts.bounds))?;
         let set = Arc::new(Mutex::new(LcSet {
             node: opts.node.clone(),
             ..LcSet::default()

@@ -63,17 +63,18 @@ fn send(stream: &mut TcpStream, msg: &AgentMessage) -> std::io::Result<()> {
     stream.write_all(line.as_bytes())
 }
 
-fn recv(reader: &mut BufReader<TcpStream>) -> Result<AgentMessage, String> {
+/// The next message from `peer`; the error names the peer and what broke.
+fn recv(reader: &mut BufReader<TcpStream>, peer: &str) -> Result<AgentMessage, LoadError> {
     let mut line = String::new();
     let n = reader
         .read_line(&mut line)
-        .map_err(|e| format!("reading: {e}"))?;
+        .map_err(|e| LoadError::agent(peer, format!("reading: {e}")))?;
     if n == 0 {
-        return Err("connection closed".into());
+        return Err(LoadError::agent(peer, "connection closed"));
     }
     serde_json::from_str(line.trim_end()).map_err(|e| {
         let shown: String = line.chars().take(120).collect();
-        format!("unreadable message {shown:?}: {e}")
+        LoadError::agent(peer, format!("unreadable message {shown:?}: {e}"))
     })
 }
 
@@ -124,7 +125,7 @@ fn session(mut stream: TcpStream, peer: &str, lambda_mul: u64) -> Result<(), Loa
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
+    match recv(&mut reader, &format!("master {peer}"))? {
         AgentMessage::Hello { version, .. } if version == AGENT_PROTOCOL_VERSION => {}
         AgentMessage::Hello { version, .. } => {
             let message = format!(
@@ -157,20 +158,19 @@ fn session(mut stream: TcpStream, peer: &str, lambda_mul: u64) -> Result<(), Loa
         },
     )
     .map_err(io)?;
-    let options =
-        match recv(&mut reader).map_err(|e| LoadError::agent(format!("master {peer}"), e))? {
-            AgentMessage::Run { options } => options,
-            other => {
-                let message = format!("expected run, got {other:?}");
-                let _ = send(
-                    &mut stream,
-                    &AgentMessage::Error {
-                        message: message.clone(),
-                    },
-                );
-                return Err(LoadError::agent(format!("master {peer}"), message));
-            }
-        };
+    let options = match recv(&mut reader, &format!("master {peer}"))? {
+        AgentMessage::Run { options } => options,
+        other => {
+            let message = format!("expected run, got {other:?}");
+            let _ = send(
+                &mut stream,
+                &AgentMessage::Error {
+                    message: message.clone(),
+                },
+            );
+            return Err(LoadError::agent(format!("master {peer}"), message));
+        }
+    };
     tracing::info!(
         "agent: running {} QPS for {} s against {:?} for {peer}",
         options.qps,
@@ -263,7 +263,7 @@ impl AgentLink {
     }
 
     fn recv(&mut self) -> Result<AgentMessage, LoadError> {
-        recv(&mut self.reader).map_err(|e| LoadError::agent(&self.peer, e))
+        recv(&mut self.reader, &self.peer)
     }
 
     /// Sends the agent its share of the run.

@@ -43,6 +43,9 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    /// A memcache-protocol server whose `stats` could not be read.
+    #[error("reading `stats` from {addr}: {reason}")]
+    ServerStats { addr: String, reason: String },
     /// A remote load agent (or, in agent mode, the master) broke the protocol or failed.
     #[error("load agent {peer}: {reason}")]
     Agent { peer: String, reason: String },

@@ -33,6 +33,7 @@ pub use report::LoadReport;
 pub use results::RawResults;
 pub use runner::{preload, Interval, PreloadStats};
 
+use crate::options::Validated;
 use headroom_types::load_result::LoadResult;
 
 /// Runs the load (with its agents when `opts.agents` is not empty) and merges the raw results.
@@ -40,8 +41,18 @@ pub fn run_raw(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&Interval),
 ) -> Result<RawResults, LoadError> {
+    let v = opts.validate()?;
+    run_validated(opts, &v, progress)
+}
+
+/// [`run_raw`] on options already validated into `v`.
+fn run_validated(
+    opts: &LoadOptions,
+    v: &Validated,
+    progress: &mut dyn FnMut(&Interval),
+) -> Result<RawResults, LoadError> {
     if opts.agents.is_empty() {
-        runner::run_local(opts, progress)
+        runner::run_local_validated(opts, v, progress)
     } else {
         agent::run_distributed(opts, progress)
     }
@@ -53,8 +64,9 @@ pub fn run_report(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&Interval),
 ) -> Result<LoadReport, LoadError> {
+    // validated once (the server names resolved once): the run uses what was checked
     let v = opts.validate()?;
-    let raw = run_raw(opts, progress)?;
+    let raw = run_validated(opts, &v, progress)?;
     Ok(report::build_report(&raw, &v.iadist_unit, 99.0))
 }
 

@@ -3,6 +3,7 @@
 //! belong to another process (a test or bench started in parallel that was handed the same
 //! "free" port), and a run against it fails later, when that other process goes away.
 
+use crate::error::LoadError;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Child;
@@ -118,7 +119,7 @@ pub fn await_memcache_pid(
                     found,
                 })
             }
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         if start.elapsed() >= timeout {
             return Err(NotReady::TimedOut {
@@ -133,22 +134,26 @@ pub fn await_memcache_pid(
 }
 
 /// The pid a memcache-protocol server reports in `stats`.
-pub fn stats_pid(addr: SocketAddr) -> Result<u32, String> {
+pub fn stats_pid(addr: SocketAddr) -> Result<u32, LoadError> {
+    let err = |reason: String| LoadError::ServerStats {
+        addr: addr.to_string(),
+        reason,
+    };
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| err(format!("connect: {e}")))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| format!("set timeout: {e}"))?;
+        .map_err(|e| err(format!("set timeout: {e}")))?;
     s.write_all(b"stats\r\n")
-        .map_err(|e| format!("send stats: {e}"))?;
+        .map_err(|e| err(format!("send stats: {e}")))?;
     let mut reader = BufReader::new(s);
     let mut line = String::new();
     let mut pid = None;
     loop {
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) => return Err("connection closed before END".into()),
+            Ok(0) => return Err(err("connection closed before END".into())),
             Ok(_) => {}
-            Err(e) => return Err(format!("read stats: {e}")),
+            Err(e) => return Err(err(format!("read stats: {e}"))),
         }
         let l = line.trim_end();
         if l == "END" {
@@ -158,10 +163,10 @@ pub fn stats_pid(addr: SocketAddr) -> Result<u32, String> {
             pid = v.trim().parse::<u32>().ok();
         }
         if l.starts_with("ERROR") || l.starts_with("SERVER_ERROR") {
-            return Err(format!("stats refused: {l}"));
+            return Err(err(format!("stats refused: {l}")));
         }
     }
-    pid.ok_or_else(|| "stats had no `STAT pid`".into())
+    pid.ok_or_else(|| err("stats had no `STAT pid`".into()))
 }
 
 #[cfg(test)]

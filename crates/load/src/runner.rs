@@ -141,8 +141,14 @@ pub fn preload(opts: &LoadOptions, v: &Validated) -> Result<PreloadStats, LoadEr
     })
 }
 
-/// Splits the connections over the worker threads.
-fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<WorkerPlan> {
+/// Splits the connections over the worker threads. A distribution that has no form at a
+/// connection's share of the rate (a pareto whose LOC is above that share's mean gap) is
+/// refused here, naming the rate, rather than leaving the connection unpaced.
+fn plan_workers(
+    opts: &LoadOptions,
+    v: &Validated,
+    base_seed: u64,
+) -> Result<Vec<WorkerPlan>, LoadError> {
     let servers: Vec<SocketAddr> = v.servers.iter().map(|(_, a)| *a).collect();
     let ncpu = online_cpus();
     let has_measure = v.measure_connections > 0;
@@ -167,11 +173,19 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
         0.0
     };
     let load_peak = opts.qps == 0;
-    let ia_at = |rate: f64| -> Option<Dist> {
+    let ia_at = |rate: f64| -> Result<Option<Dist>, LoadError> {
         if rate > 0.0 {
-            Dist::interarrival(&opts.iadist, rate).ok()
+            Dist::interarrival(&opts.iadist, rate)
+                .map(Some)
+                .map_err(|e| {
+                    LoadError::invalid(
+                        "-i/--iadist",
+                        &opts.iadist,
+                        format!("at one connection's share of the rate, {rate:.3}/s: {e}"),
+                    )
+                })
         } else {
-            None
+            Ok(None)
         }
     };
     let mut plans = Vec::new();
@@ -186,7 +200,7 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
                         rate: load_rate,
                         depth: opts.depth,
                         measure: false,
-                        ia: ia_at(load_rate),
+                        ia: ia_at(load_rate)?,
                         reported: !has_measure,
                     });
                 }
@@ -210,7 +224,7 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
                     rate,
                     depth: v.measure_depth,
                     measure: true,
-                    ia: ia_at(rate),
+                    ia: ia_at(rate)?,
                     reported: true,
                 });
             }
@@ -221,7 +235,7 @@ fn plan_workers(opts: &LoadOptions, v: &Validated, base_seed: u64) -> Vec<Worker
             seed: base_seed ^ 0xabcd_ef01_2345_6789,
         });
     }
-    plans
+    Ok(plans)
 }
 
 /// The load connections per server per thread: `-c N` as given, or `-c auto` sized from the round
@@ -246,7 +260,7 @@ fn size_connections(
         connections: 1,
         ..opts.clone()
     };
-    let groups = plan_workers(&one, v, 0)
+    let groups = plan_workers(&one, v, 0)?
         .iter()
         .flat_map(|p| &p.conns)
         .filter(|c| !c.measure)
@@ -298,12 +312,21 @@ pub fn run_local(
     progress: &mut dyn FnMut(&Interval),
 ) -> Result<RawResults, LoadError> {
     let v = opts.validate()?;
+    run_local_validated(opts, &v, progress)
+}
+
+/// [`run_local`] on options already validated into `v` (the servers resolved once).
+pub(crate) fn run_local_validated(
+    opts: &LoadOptions,
+    v: &Validated,
+    progress: &mut dyn FnMut(&Interval),
+) -> Result<RawResults, LoadError> {
     let engine = choose_engine(opts.engine)?;
     if let Some(reason) = &engine.fallback_reason {
         tracing::warn!("{reason}; using epoll");
     }
     if !opts.noload {
-        preload(opts, &v)?;
+        preload(opts, v)?;
     }
     let mut feed = match &opts.feed {
         Some(p) => Some(FeedWriter::connect(p)?),
@@ -317,12 +340,12 @@ pub fn run_local(
     let keys = KeyGenerator::new(v.keysize.clone(), records);
     let chooser = KeyChooser::new(opts.popularity, records)?;
     let base_seed = opts.seed.unwrap_or_else(|| rand::rng().random());
-    let mut sizing = size_connections(opts, &v, &keys)?;
+    let mut sizing = size_connections(opts, v, &keys)?;
     let sized = LoadOptions {
         connections: sizing.per_thread,
         ..opts.clone()
     };
-    let plans = plan_workers(&sized, &v, base_seed);
+    let plans = plan_workers(&sized, v, base_seed)?;
     sizing.total = plans
         .iter()
         .flat_map(|p| &p.conns)
@@ -607,6 +630,7 @@ mod tests {
         };
         let v = opts.validate().unwrap();
         plan_workers(&opts, &v, 1)
+            .unwrap()
             .iter()
             .map(|p| p.conns.iter().map(|c| c.addr.port() - 1000).collect())
             .collect()
@@ -643,9 +667,34 @@ mod tests {
         };
         let v = opts.validate().unwrap();
         let total: f64 = plan_workers(&opts, &v, 1)
+            .unwrap()
             .iter()
             .flat_map(|p| p.conns.iter().map(|c| c.rate))
             .sum();
         assert!((total - 1200.0).abs() < 1e-6, "{total}");
+    }
+
+    /// A pareto whose LOC (50 ms) is below the validated rate's gap but not below a
+    /// connection's gap at the run's rate: refused naming the flag and that rate, never a
+    /// connection left unpaced.
+    #[test]
+    fn a_distribution_with_no_form_at_a_connections_rate_is_refused() {
+        let opts = |qps: u64| LoadOptions {
+            servers: vec!["127.0.0.1:1000".into()],
+            threads: 1,
+            connections: 1,
+            qps,
+            iadist: "pareto:0.05,1,0.5".into(),
+            ..LoadOptions::default()
+        };
+        // 10/s: a 100 ms gap, above LOC
+        let slow = opts(10);
+        let v = slow.validate().unwrap();
+        assert!(plan_workers(&slow, &v, 1).unwrap()[0].conns[0].ia.is_some());
+        // 1000/s: a 1 ms gap, below LOC
+        let fast = opts(1000);
+        let v = fast.validate().unwrap();
+        let e = plan_workers(&fast, &v, 1).unwrap_err().to_string();
+        assert!(e.contains("-i/--iadist") && e.contains("1000.000/s"), "{e}");
     }
 }

@@ -44,6 +44,15 @@ fn the_mm1_fixture_serves_its_analytic_median() {
         "M/M/1 rho 0.5: p50 {:.0} us (CI {:.0}..{:.0}), analytic {truth:.0}; server late {late_mean:.1} us over {replies} replies",
         read.p50_us, read.p50_ci_us[0], read.p50_ci_us[1]
     );
+    // The fixture's own lateness (its thread woke late for a reply: a loaded host) is not the
+    // M/M/1 being measured: a run where it reaches a tenth of the answer says nothing about
+    // the load generator, and is refused rather than judged.
+    if late_mean > 0.1 * truth {
+        eprintln!(
+            "SKIP the_mm1_fixture_serves_its_analytic_median: the fixture server was late {late_mean:.0} us per reply on average (over a tenth of the analytic {truth:.0} us): this host is too busy to serve the model"
+        );
+        return;
+    }
     // Loose bounds: the interval's coverage is measured by the ci_coverage example, not here.
     assert!(
         read.p50_us > 0.75 * truth && read.p50_us < 1.35 * truth,

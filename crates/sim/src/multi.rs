@@ -59,55 +59,25 @@ pub fn multi_agent_config(
     window_s: f64,
     extra: &str,
 ) -> Result<Config, SimError> {
-    let mut text = String::new();
+    let mut lcs = Vec::new();
     for (i, (s, peak)) in services.iter().zip(peaks).enumerate() {
         let cgroup = if i == 0 {
             crate::node::LC_GROUP.to_string()
         } else {
             format!("headroom/lc-{}", s.name)
         };
-        text.push_str(&format!(
-            r#"
-[[lc]]
-name = "{name}"
-cgroup = "{cgroup}"
-priority = {prio}
-[lc.slo]
-target_us = {slo}
-percentile = {pct}
-window_s = {window_s}
-[lc.latency]
-source = "feed"
-[lc.load]
-source = "feed"
-peak_qps = {peak}
-"#,
-            name = s.name,
-            prio = s.priority,
-            slo = s.slo_us,
-            pct = s.percentile,
-            peak = peak.max(1.0).round(),
-        ));
+        lcs.push(crate::run::fed_lc(&crate::run::FedLc {
+            name: &s.name,
+            cgroup: &cgroup,
+            priority: s.priority,
+            slo_us: s.slo_us,
+            percentile: s.percentile,
+            window_s,
+            peak_qps: *peak,
+        })?);
     }
-    text.push_str(&format!(
-        r#"
-[policy]
-kind = "{kind}"
-[policy.static-cores]
-cores = {quarter}
-[policy.static-cycles]
-percent = 25
-{extra}
-"#,
-        kind = kind.as_str(),
-        quarter = (cores / 4).max(1),
-    ));
-    Config::from_toml_str(&text).map_err(|e| SimError::Invalid {
-        file: None,
-        key: "agent config".to_string(),
-        value: kind.as_str().to_string(),
-        reason: e.to_string(),
-    })
+    let config = crate::run::simulated_config(kind, lcs, cores);
+    crate::run::with_user_overrides(config, extra, kind)
 }
 
 /// One service's totals on one server.

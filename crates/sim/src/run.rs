@@ -5,7 +5,10 @@
 //! Time advances in model ticks (`tick_s`, 5 s by default): within a tick the load is constant and
 //! the model is in steady state; how often the policy is called within one is `closed_loop`'s.
 
-use headroom_control::config::{Config, PolicyKind};
+use headroom_control::config::{
+    Config, LatencyConfig, LcConfig, LoadConfig, PolicyConfig, PolicyKind, SloConfig,
+};
+use headroom_types::GroupPath;
 
 use crate::closed_loop::ClosedLoop;
 use crate::error::SimError;
@@ -29,23 +32,24 @@ pub const ALL_POLICIES: [PolicyKind; 7] = [
 /// Parses a policy name as `policy.kind` spells it (`multi` too: it runs on one-LC servers as
 /// `hybrid` does, and is the arbitration of multi-service servers, `sim fleet --services`).
 pub fn parse_policy(name: &str) -> Result<PolicyKind, SimError> {
-    ALL_POLICIES
-        .iter()
-        .copied()
-        .chain([PolicyKind::Multi])
-        .find(|k| k.as_str() == name)
-        .ok_or_else(|| {
-            SimError::invalid(
-                "--policies",
-                name,
-                "unknown policy; one of none, static-cores, static-cycles, weights, blind, heracles, hybrid, multi",
-            )
-        })
+    name.parse::<PolicyKind>().map_err(|_| {
+        SimError::invalid(
+            "--policies",
+            name,
+            &format!(
+                "unknown policy; one of {}",
+                headroom_control::config::ALL_POLICY_KINDS
+                    .map(PolicyKind::as_str)
+                    .join(", ")
+            ),
+        )
+    })
 }
 
 /// The agent config a simulated server runs: the LC's SLO and peak from the model, the latency
 /// and load from a feed (the simulator), the static baselines at a quarter of the machine.
-/// `extra` is TOML appended verbatim (e.g. `[policy.blind]` keys) and validated by the agent.
+/// `extra` is the user's TOML (`sim --agent-config`, e.g. `[policy.blind]` keys), laid over the
+/// config built here; the whole is validated once.
 pub fn agent_config(
     kind: PolicyKind,
     model: &ServerModel,
@@ -54,40 +58,101 @@ pub fn agent_config(
     window_s: f64,
     extra: &str,
 ) -> Result<Config, SimError> {
-    let text = format!(
-        r#"
-[lc]
-name = "lc"
-cgroup = "headroom/lc"
-[lc.slo]
-target_us = {slo}
-percentile = {pct}
-window_s = {window_s}
-[lc.latency]
-source = "feed"
-[lc.load]
-source = "feed"
-peak_qps = {peak}
-[policy]
-kind = "{kind}"
-[policy.static-cores]
-cores = {quarter}
-[policy.static-cycles]
-percent = 25
-{extra}
-"#,
-        slo = model.lc.slo_us,
-        pct = model.lc.percentile,
-        peak = peak_qps.max(1.0).round(),
-        kind = kind.as_str(),
-        quarter = (cores / 4).max(1),
+    let lc = fed_lc(&FedLc {
+        name: "lc",
+        cgroup: crate::node::LC_GROUP,
+        priority: 0,
+        slo_us: model.lc.slo_us,
+        percentile: model.lc.percentile,
+        window_s,
+        peak_qps,
+    })?;
+    let config = simulated_config(kind, vec![lc], cores);
+    with_user_overrides(config, extra, kind)
+}
+
+/// One fed LC service of a simulated server's agent config.
+pub(crate) struct FedLc<'a> {
+    pub name: &'a str,
+    pub cgroup: &'a str,
+    pub priority: i32,
+    pub slo_us: f64,
+    pub percentile: f64,
+    pub window_s: f64,
+    pub peak_qps: f64,
+}
+
+/// The `[lc]` of a fed service.
+pub(crate) fn fed_lc(lc: &FedLc<'_>) -> Result<LcConfig, SimError> {
+    let cgroup = GroupPath::new(lc.cgroup)
+        .map_err(|e| SimError::invalid("lc.cgroup", lc.cgroup, &e.to_string()))?;
+    let slo = SloConfig {
+        percentile: lc.percentile,
+        target_us: lc.slo_us,
+        window_s: lc.window_s,
+        min_samples: None,
+    };
+    let mut c = LcConfig::new(
+        lc.name,
+        cgroup,
+        Vec::new(),
+        slo,
+        Some(LatencyConfig::fed_in_process()),
+        Some(LoadConfig::fed_in_process(lc.peak_qps.max(1.0).round())),
     );
-    Config::from_toml_str(&text).map_err(|e| SimError::Invalid {
+    c.priority = lc.priority;
+    Ok(c)
+}
+
+/// `lcs` under `kind`, the static baselines at a quarter of the machine.
+pub(crate) fn simulated_config(kind: PolicyKind, lcs: Vec<LcConfig>, cores: u32) -> Config {
+    let mut c = Config::new(
+        lcs,
+        Vec::new(),
+        PolicyConfig {
+            kind,
+            ..PolicyConfig::default()
+        },
+    );
+    c.policy.static_cores.cores = (cores / 4).max(1);
+    c.policy.static_cycles.percent = 25.0;
+    c
+}
+
+/// `config` with the user's TOML laid over it (tables merged key by key), validated once.
+pub(crate) fn with_user_overrides(
+    config: Config,
+    extra: &str,
+    kind: PolicyKind,
+) -> Result<Config, SimError> {
+    let refused = |reason: String| SimError::Invalid {
         file: None,
         key: "agent config".to_string(),
         value: kind.as_str().to_string(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    if extra.trim().is_empty() {
+        config.validate().map_err(|e| refused(e.to_string()))?;
+        return Ok(config);
+    }
+    let overrides: toml::Table = toml::from_str(extra).map_err(|e| refused(e.to_string()))?;
+    let mut doc = toml::Table::try_from(&config).map_err(|e| refused(e.to_string()))?;
+    merge_tables(&mut doc, overrides);
+    // the agent's own reading of a config file: every refusal at once, named by its key
+    let text = toml::to_string(&doc).map_err(|e| refused(e.to_string()))?;
+    Config::from_toml_str(&text).map_err(|e| refused(e.to_string()))
+}
+
+/// `over`'s keys into `base`: tables merged, anything else replaced.
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
 }
 
 /// One SLO window of one server.

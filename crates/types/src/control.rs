@@ -70,6 +70,11 @@ pub struct AgentStatus {
     pub allocation: Option<Allocation>,
     /// Newest first.
     pub last_reasons: Vec<ReasonAt>,
+    /// What the agent did after someone else moved its targets (newest first): an
+    /// LC restarted under a new pid moved into its group, a removed BE group created again
+    /// (ms since the agent started).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets_followed: Vec<ReasonAt>,
     pub sensor_errors: BTreeMap<String, u64>,
     pub machine_cpus: Vec<u32>,
     pub actuators: ActuatorsStatus,

@@ -143,3 +143,83 @@ impl LogLine {
         DecisionRecord::from_json_line(line).map(|r| LogLine::Decision(Box::new(r)))
     }
 }
+
+/// A whole decision log's text, parsed: its lines, and the torn last line left out (an agent
+/// killed or a disk filled mid-write; it ends without a newline and does not parse).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedLog {
+    pub lines: Vec<LogLine>,
+    /// The torn last line's number (from 1) and why it does not parse.
+    pub torn_tail: Option<(usize, String)>,
+}
+
+/// A line of a decision log that is neither a decision nor a ctl event (not a torn tail).
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: neither a decision record nor a ctl event: {source}")]
+pub struct LogLineError {
+    pub line: usize,
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// Parses a decision log's text; a torn last line (no newline after it, not parseable) is
+/// left out and named, any other bad line is an error.
+pub fn parse_log(text: &str) -> Result<ParsedLog, LogLineError> {
+    let mut out = ParsedLog {
+        lines: Vec::new(),
+        torn_tail: None,
+    };
+    let numbered: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    let unterminated = !text.ends_with('\n');
+    for (k, &(i, line)) in numbered.iter().enumerate() {
+        match LogLine::from_json_line(line) {
+            Ok(l) => out.lines.push(l),
+            Err(e) if unterminated && k + 1 == numbered.len() => {
+                out.torn_tail = Some((i + 1, e.to_string()));
+            }
+            Err(source) => {
+                return Err(LogLineError {
+                    line: i + 1,
+                    source,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_of(n: u64) -> String {
+        (1..=n)
+            .map(|t| CtlEvent::Pause { t_ms: t }.to_json_line() + "\n")
+            .collect()
+    }
+
+    /// A log whose writer died mid-line replays everything before the torn tail.
+    #[test]
+    fn a_torn_tail_is_left_out_and_named() {
+        let text = log_of(3) + "{\"Pause\":{\"t_m";
+        let parsed = parse_log(&text).unwrap();
+        assert_eq!(parsed.lines.len(), 3);
+        assert_eq!(parsed.torn_tail.as_ref().map(|t| t.0), Some(4));
+        let whole = parse_log(&log_of(3)).unwrap();
+        assert_eq!(whole.lines.len(), 3);
+        assert!(whole.torn_tail.is_none());
+    }
+
+    /// A bad line anywhere else (or a bad last line that ends in a newline) is an error.
+    #[test]
+    fn a_bad_line_that_is_not_the_torn_tail_is_an_error() {
+        let text = log_of(1) + "garbage\n" + &log_of(1);
+        assert_eq!(parse_log(&text).unwrap_err().line, 2);
+        let text = log_of(2) + "garbage\n";
+        assert_eq!(parse_log(&text).unwrap_err().line, 3);
+    }
+}

@@ -105,6 +105,17 @@ pub struct IoLimits {
 /// The most TCP ports the passive latency sensor follows (its BPF map's size).
 pub const MAX_LATENCY_PORTS: usize = 64;
 
+/// The margin a start-up check leaves where run-time conditions can only lower a count (a
+/// loaded host sends fewer probes than asked, an LC serves fewer requests than it did): a
+/// count derived from the config must reach this many times the minimum it is checked
+/// against, so a config accepted at start is not refused window after window at run time.
+pub const COUNT_MARGIN: f64 = 1.25;
+
+/// `min` with the [`COUNT_MARGIN`] (rounded up).
+pub fn with_margin(min: u64) -> u64 {
+    (min as f64 * COUNT_MARGIN).ceil() as u64
+}
+
 /// Samples needed before the `percentile` (0–100) is worth reporting: 10 / (1 − p), so that at
 /// least 10 samples lie above it (p99 → 1000, p99.9 → 10000, p99.99 → 100000).
 pub fn min_samples_for(percentile: f64) -> u64 {

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::sensors::lc_signal::StopFlag;
 
@@ -156,9 +156,10 @@ fn accept_loop(
             Ok((stream, _)) => {
                 // Each client in its own thread (an idle one must not hold up the next), at
                 // most MAX_CLIENTS at once; requests still reach the agent loop one by one.
+                // With every slot held (slow clients, each cut at its deadline) the reserved
+                // slot, this thread, still serves the kill switch.
                 if active.load(Ordering::Relaxed) >= MAX_CLIENTS {
-                    let mut stream = stream;
-                    let _ = reply(&mut stream, &Response::error("busy: too many ctl clients"));
+                    serve_reserved(stream, me, &tx, bell);
                     continue;
                 }
                 active.fetch_add(1, Ordering::Relaxed);
@@ -197,54 +198,89 @@ fn accept_loop(
 /// How long the accept loop sleeps at most without a client (it then looks at `stop`).
 pub const ACCEPT_WAIT_MS: i32 = 1000;
 
-/// Clients served at once.
+/// Clients served at once (besides the reserved slot for `off`).
 const MAX_CLIENTS: usize = 16;
 /// The longest request line accepted (a `set` with a long value fits many times over).
 pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
-/// How long a client may take to send its request.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client may take to send its whole request (not per read: a byte a second does
+/// not keep a slot).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// The same in the reserved slot: `headroom ctl` writes its request at once; a slow client
+/// that lands there holds the accept thread this long at most.
+pub const RESERVED_DEADLINE: Duration = Duration::from_millis(500);
+/// How long the answer may take to go out.
+const REPLY_DEADLINE: Duration = Duration::from_secs(2);
 
-/// Checks the peer, reads one bounded request line, hands it to the agent loop, replies.
-fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Doorbell) {
+/// Whether the peer is this agent's uid or root (SO_PEERCRED).
+fn peer_allowed(stream: &UnixStream, me: u32) -> bool {
+    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(cred) => cred.uid() == me || cred.uid() == 0,
+        Err(_) => false,
+    }
+}
+
+/// Reads one bounded request line by `deadline`; the error is the answer to send.
+fn read_request(stream: &mut UnixStream, deadline: Instant) -> Result<Request, Response> {
     let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    let allowed =
-        match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
-            Ok(cred) => cred.uid() == me || cred.uid() == 0,
-            Err(_) => false,
-        };
-    if !allowed {
+    let max = MAX_REQUEST_BYTES as usize;
+    let got = super::deadline::read_until(stream, deadline, max, |b| b.contains(&b'\n'))
+        .map_err(|e| Response::error(format!("reading the request: {e}")))?;
+    if got.len() > max {
+        return Err(Response::error(format!(
+            "request longer than {MAX_REQUEST_BYTES} bytes: refused"
+        )));
+    }
+    let end = got.iter().position(|&b| b == b'\n').unwrap_or(got.len());
+    let line = String::from_utf8_lossy(&got[..end]);
+    serde_json::from_str::<Request>(line.trim()).map_err(|e| {
+        let shown: String = line.trim().chars().take(200).collect();
+        Response::error(format!("bad request {shown:?}: {e}"))
+    })
+}
+
+/// Hands `req` to the agent loop and waits for its answer.
+fn forward(req: Request, tx: &Sender<Pending>, bell: &Doorbell) -> Response {
+    let (rtx, rrx) = mpsc::channel();
+    if tx.send((req, rtx)).is_err() {
+        return Response::error("agent is shutting down");
+    }
+    bell.ring();
+    rrx.recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| Response::error("agent did not answer within 10 s"))
+}
+
+/// Checks the peer, reads one request by its deadline, hands it to the agent loop, replies.
+fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Doorbell) {
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    if !peer_allowed(&stream, me) {
         tracing::warn!("ctl: refused a peer with another uid");
         let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
         return;
     }
-    let mut line = String::new();
-    let read = {
-        use std::io::Read;
-        BufReader::new((&stream).take(MAX_REQUEST_BYTES + 1)).read_line(&mut line)
+    let response = match read_request(&mut stream, deadline) {
+        Ok(req) => forward(req, tx, bell),
+        Err(answer) => answer,
     };
-    let response = match read {
-        Err(e) => Response::error(format!("reading the request: {e}")),
-        Ok(_) if line.len() as u64 > MAX_REQUEST_BYTES => Response::error(format!(
-            "request longer than {MAX_REQUEST_BYTES} bytes: refused"
+    let _ = reply(&mut stream, &response);
+}
+
+/// The reserved slot, served by the accept thread when every client slot is held: `off` (the
+/// kill switch) is served; anything else is told to come back.
+fn serve_reserved(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Doorbell) {
+    let deadline = Instant::now() + RESERVED_DEADLINE;
+    if !peer_allowed(&stream, me) {
+        let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
+        return;
+    }
+    let response = match read_request(&mut stream, deadline) {
+        Ok(Request::Off) => {
+            tracing::warn!("ctl: every client slot is held; serving `off` in the reserved slot");
+            forward(Request::Off, tx, bell)
+        }
+        Ok(_) => Response::error(format!(
+            "busy: too many ctl clients ({MAX_CLIENTS}); only `off` is served until one ends"
         )),
-        Ok(_) => match serde_json::from_str::<Request>(line.trim()) {
-            Err(e) => {
-                let shown: String = line.trim().chars().take(200).collect();
-                Response::error(format!("bad request {shown:?}: {e}"))
-            }
-            Ok(req) => {
-                let (rtx, rrx) = mpsc::channel();
-                if tx.send((req, rtx)).is_err() {
-                    Response::error("agent is shutting down")
-                } else {
-                    bell.ring();
-                    rrx.recv_timeout(Duration::from_secs(10))
-                        .unwrap_or_else(|_| Response::error("agent did not answer within 10 s"))
-                }
-            }
-        },
+        Err(answer) => answer,
     };
     let _ = reply(&mut stream, &response);
 }
@@ -252,7 +288,7 @@ fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Do
 fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
     let mut text = serde_json::to_string(response).expect("response serializes");
     text.push('\n');
-    stream.write_all(text.as_bytes())
+    super::deadline::write_all_by(stream, text.as_bytes(), Instant::now() + REPLY_DEADLINE)
 }
 
 /// Sends one request to the agent at `path` and returns its response (the client of `ctl`).

@@ -2,7 +2,6 @@
 //! std `TcpListener` (`api.metrics`, 127.0.0.1:9464 by default). The loop updates atomics only;
 //! encoding happens in the server thread when scraped.
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -622,9 +621,12 @@ pub fn serve(
                     Ok(_) if stop.load(Ordering::Relaxed) => break,
                     Ok((s, _)) => {
                         // Each scrape in its own thread (a slow or idle client must not hold up
-                        // the next scrape), at most MAX_SCRAPERS at once.
+                        // the next scrape), at most MAX_SCRAPERS at once; with every one held
+                        // (slow clients, each cut at its deadline) this thread answers in a
+                        // reserved slot, with a short deadline: a scraper sends its request
+                        // at once, so slow connections cannot blind the endpoint.
                         if active.load(Ordering::Relaxed) >= MAX_SCRAPERS {
-                            drop(s);
+                            answer_scrape(s, &registry, &scrapes, RESERVED_DEADLINE);
                             continue;
                         }
                         active.fetch_add(1, Ordering::Relaxed);
@@ -633,7 +635,7 @@ pub fn serve(
                         let spawned = std::thread::Builder::new()
                             .name("headroom-scrape".into())
                             .spawn(move || {
-                                answer_scrape(s, &registry, &scrapes);
+                                answer_scrape(s, &registry, &scrapes, SCRAPE_DEADLINE);
                                 active.fetch_sub(1, Ordering::Relaxed);
                             });
                         if spawned.is_err() {
@@ -661,19 +663,28 @@ pub fn serve(
 /// Scrapes served at once; more connections are closed at once.
 const MAX_SCRAPERS: u64 = 32;
 
-/// Reads one HTTP request (at most 16 KiB, 1 s) and answers it with the exposition.
-fn answer_scrape(mut s: std::net::TcpStream, registry: &Registry, scrapes: &AtomicU64) {
+/// How long a scrape may take, request and answer together (not per read: a byte a second
+/// does not keep a slot).
+pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
+/// The same in the reserved slot (the accept thread), when every scrape slot is held.
+pub const RESERVED_DEADLINE: Duration = Duration::from_millis(500);
+
+/// Reads one HTTP request (at most 16 KiB, by the deadline) and answers it with the exposition.
+fn answer_scrape(
+    mut s: std::net::TcpStream,
+    registry: &Registry,
+    scrapes: &AtomicU64,
+    within: Duration,
+) {
+    use crate::publish::deadline::{read_until, write_all_by};
+    let deadline = std::time::Instant::now() + within;
     let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut buf = [0u8; 2048];
-    let mut got = Vec::new();
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") && got.len() < 16384 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
+    let got = match read_until(&mut s, deadline, 16384, |b| {
+        b.windows(4).any(|w| w == b"\r\n\r\n")
+    }) {
+        Ok(got) => got,
+        Err(_) => return,
+    };
     if got.is_empty() {
         return;
     }
@@ -683,8 +694,10 @@ fn answer_scrape(mut s: std::net::TcpStream, registry: &Registry, scrapes: &Atom
         "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    let _ = s.write_all(head.as_bytes());
-    let _ = s.write_all(body.as_bytes());
+    // the answer gets its own deadline: a reader that takes its time only holds its slot
+    let deadline = std::time::Instant::now() + within;
+    let _ = write_all_by(&mut s, head.as_bytes(), deadline)
+        .and_then(|()| write_all_by(&mut s, body.as_bytes(), deadline));
 }
 
 #[cfg(test)]

@@ -164,9 +164,11 @@ impl Agent {
                     tracing::warn!("kubernetes: pod refused as an LC: {reason}");
                     let r = PodRefusal {
                         pod: d.name.clone(),
-                        key: "cgroup".into(),
-                        value: d.cgroup.to_string(),
-                        reason,
+                        key: reason.key().into(),
+                        value: reason
+                            .value()
+                            .map_or_else(|| d.cgroup.to_string(), str::to_string),
+                        reason: reason.to_string(),
                     };
                     if !kube.set.refused.contains(&r) {
                         kube.own_refusals += 1;

@@ -67,7 +67,7 @@ impl Agent {
                         }
                         return true;
                     }
-                    Err(why) => why,
+                    Err(why) => why.to_string(),
                 }
             }
         };
@@ -213,6 +213,7 @@ impl Agent {
 
     fn slow_work(&mut self, now: Instant) {
         self.take_discovery();
+        self.follow_moving_targets(now);
         let killing = self
             .publisher
             .last_allocation
@@ -287,6 +288,21 @@ impl Agent {
         let state_due = self
             .state_written
             .is_none_or(|t| now.saturating_duration_since(t) >= STATE_PERIOD);
+        // A state file deleted under the agent is written again (a kill -9 after would
+        // otherwise leave the next start blind: no originals, no groups, no BE pids).
+        if state_due
+            && !self.publisher.state_dirty
+            && self
+                .state_checked
+                .is_none_or(|t| now.saturating_duration_since(t) >= STATE_PERIOD)
+        {
+            self.state_checked = Some(now);
+            let path = std::path::Path::new(&self.config.safety.state_file);
+            if !self.options.dry_run && self.state_written.is_some() && !path.exists() {
+                tracing::warn!(state = %path.display(), "the state file was removed while the agent runs: writing it again");
+                self.publisher.state_dirty = true;
+            }
+        }
         if self.publisher.state_dirty && state_due {
             if let Err(e) = self.write_state() {
                 tracing::error!(error = %e, "writing the state file");

@@ -4,7 +4,9 @@
 //! [`exit`], the record/publish phases in [`publish`].
 
 pub mod advertise;
+mod decision_log;
 mod exit;
+mod follow;
 pub mod held_off;
 mod host_steps;
 mod kube;
@@ -253,6 +255,11 @@ pub struct Agent {
     signal_cells: Vec<(String, Arc<SignalCell>)>,
     started: Instant,
     state_written: Option<Instant>,
+    /// When the LCs and BE groups were last looked for (see `follow`), and what was done.
+    followed_at: Option<Instant>,
+    targets_followed: std::collections::VecDeque<(u64, String)>,
+    /// When the state file's presence was last checked (a removed one is written again).
+    state_checked: Option<Instant>,
     metrics_addr: Option<std::net::SocketAddr>,
     /// `[kubernetes] discover`: the discovered services and the last set.
     kube: Option<kube::KubeLive>,

@@ -2,9 +2,6 @@
 //! once), the Prometheus metrics, the reasons `ctl status` shows, and the run's counters.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::publish::metrics::{Metrics, ServiceSlo};
@@ -14,95 +11,11 @@ use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
 use headroom_control::observation::Observation;
 use headroom_types::decision::Repeat;
 
+pub use super::decision_log::DecisionLog;
 use super::RunSummary;
 
 /// Reasons kept for `ctl status`.
 const REASONS_KEPT: usize = 10;
-
-/// The decision log: one JSON line per decision. When it reaches `max_bytes` it is renamed to
-/// `<path>.1` (replacing the previous one) and started anew, so it never holds more than twice
-/// its cap on disk. A failing write (ENOSPC) is reported once, and again only after a write
-/// has succeeded in between.
-pub struct DecisionLog {
-    path: PathBuf,
-    file: BufWriter<File>,
-    written: u64,
-    max_bytes: u64,
-    failing: bool,
-    /// Lines that could not be written.
-    pub lost: u64,
-}
-
-impl DecisionLog {
-    pub fn open(path: &Path, max_bytes: u64) -> std::io::Result<DecisionLog> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        let written = file.metadata().map_or(0, |m| m.len());
-        Ok(DecisionLog {
-            path: path.to_path_buf(),
-            file: BufWriter::with_capacity(1 << 16, file),
-            written,
-            max_bytes: max_bytes.max(4096),
-            failing: false,
-            lost: 0,
-        })
-    }
-
-    /// Appends `line` and a newline.
-    pub fn write_line(&mut self, line: &str) {
-        if self.written + line.len() as u64 + 1 > self.max_bytes {
-            if let Err(e) = self.rotate() {
-                self.failed("rotating", &e);
-            }
-        }
-        match self
-            .file
-            .write_all(line.as_bytes())
-            .and_then(|()| self.file.write_all(b"\n"))
-        {
-            Ok(()) => {
-                self.written += line.len() as u64 + 1;
-                if self.failing {
-                    tracing::info!(path = %self.path.display(), lost = self.lost, "decision log writable again");
-                }
-                self.failing = false;
-            }
-            Err(e) => {
-                self.lost += 1;
-                self.failed("writing", &e);
-            }
-        }
-    }
-
-    fn failed(&mut self, what: &str, e: &std::io::Error) {
-        if !self.failing {
-            tracing::error!(path = %self.path.display(), error = %e, "{what} the decision log failed (reported once until it works again)");
-        }
-        self.failing = true;
-    }
-
-    fn rotate(&mut self) -> std::io::Result<()> {
-        self.file.flush()?;
-        let mut old = self.path.as_os_str().to_owned();
-        old.push(".1");
-        std::fs::rename(&self.path, PathBuf::from(old))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
-        self.file = BufWriter::with_capacity(1 << 16, file);
-        self.written = 0;
-        Ok(())
-    }
-
-    pub fn flush(&mut self) {
-        if let Err(e) = self.file.flush() {
-            self.failed("flushing", &e);
-        }
-    }
-}
 
 /// A run of identical decisions is written at its end, or once it is this old (a crash loses
 /// at most this much of a run).

@@ -208,6 +208,15 @@ impl Agent {
                     reason: r.clone(),
                 })
                 .collect(),
+            targets_followed: self
+                .targets_followed
+                .iter()
+                .rev()
+                .map(|(t, r)| ReasonAt {
+                    t_ms: *t,
+                    reason: r.clone(),
+                })
+                .collect(),
             sensor_errors: self
                 .node
                 .sensors()

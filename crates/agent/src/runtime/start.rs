@@ -74,7 +74,11 @@ impl Agent {
         } else {
             Some(StateLock::acquire(&state_path)?)
         };
-        let recorded = if dry { None } else { state::load(&state_path)? };
+        let recorded = if dry {
+            None
+        } else {
+            state::load_or_set_aside(&state_path)?.0
+        };
         // Originals and BE pids come from a state file of these groups; the groups and LC
         // origins an interrupted start recorded (before its originals) are taken in any case.
         // (Another service's group it does not name gets its originals read now.)
@@ -307,6 +311,9 @@ impl Agent {
             signal_cells,
             started: started_at,
             state_written: None,
+            state_checked: None,
+            followed_at: None,
+            targets_followed: Default::default(),
             metrics_addr,
             kube: None,
             advertise: None,

@@ -92,7 +92,7 @@ fn serve(
                                         epoch,
                                         epoch_unix_ms,
                                     ) {
-                                        cells.latency.error("feed", e);
+                                        cells.latency.error("feed", e.to_string());
                                     }
                                 }
                                 Err(e)
@@ -120,6 +120,21 @@ fn serve(
     let _ = std::fs::remove_file(&path);
 }
 
+/// Why a feed line was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedLineError {
+    #[error("bad feed line {line:.80}: {source}")]
+    Json {
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("feed version {found} (expected {FEED_VERSION})")]
+    Version { found: u32 },
+    #[error("feed histogram: {0}")]
+    Histogram(#[from] headroom_load::stats::HistError),
+}
+
 /// Takes one feed line into the window and publishes the results.
 fn ingest(
     line: &str,
@@ -128,20 +143,21 @@ fn ingest(
     cells: &FeedCells,
     epoch: Instant,
     epoch_unix_ms: u64,
-) -> Result<(), String> {
+) -> Result<(), FeedLineError> {
     let line = line.trim();
     if line.is_empty() {
         return Ok(());
     }
-    let feed: FeedLine =
-        serde_json::from_str(line).map_err(|e| format!("bad feed line {line:.80}: {e}"))?;
+    let feed: FeedLine = serde_json::from_str(line).map_err(|source| FeedLineError::Json {
+        line: line.to_string(),
+        source,
+    })?;
     if feed.version != FEED_VERSION {
-        return Err(format!(
-            "feed version {} (expected {FEED_VERSION})",
-            feed.version
-        ));
+        return Err(FeedLineError::Version {
+            found: feed.version,
+        });
     }
-    let hist = LatencyHist::from_base64(&feed.hist).map_err(|e| e.to_string())?;
+    let hist = LatencyHist::from_base64(&feed.hist)?;
     // The line's end time on the agent's monotonic clock (both clocks are this host's).
     let at = epoch + Duration::from_millis(feed.t_unix_ms.saturating_sub(epoch_unix_ms));
     let at = at.min(Instant::now());

@@ -93,6 +93,25 @@ impl Prober {
     }
 }
 
+/// Why the kernel latency source did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelSourceError {
+    /// The sensor cannot attach here and no fallback is configured.
+    #[error("the kernel sensor cannot run here: {source}{listen_note} (set fallback = \"probe\" to use the prober)")]
+    CannotAttach {
+        #[source]
+        source: headroom_host::HostError,
+        listen_note: String,
+    },
+    /// A thread (the sensor's, or the fallback prober's) could not start.
+    #[error("starting the {thread} thread: {source}")]
+    Thread {
+        thread: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Starts the kernel source publishing into `main` (the LC latency the policy reads).
 /// Without a fallback, a sensor that cannot attach is an error here (never a silent empty
 /// signal); with one, the prober takes over and the reason is kept for `ctl status`.
@@ -100,7 +119,7 @@ pub fn spawn(
     spec: KernelSpec,
     main: Arc<SignalCell>,
     stop: StopFlag,
-) -> Result<(Vec<JoinHandle<()>>, Arc<KernelShared>), String> {
+) -> Result<(Vec<JoinHandle<()>>, Arc<KernelShared>), KernelSourceError> {
     let shared = Arc::new(KernelShared::default());
     let not_listening: Vec<u16> = spec
         .ports
@@ -119,14 +138,20 @@ pub fn spawn(
     let sensor = match LatencySensor::attach(&spec.ports) {
         Ok(s) => s,
         Err(e) => {
-            let reason = format!("the kernel sensor cannot run here: {e}");
             let Some(probe) = spec.fallback else {
-                return Err(format!(
-                    "{reason} (set fallback = \"probe\" to use the prober)"
-                ));
+                return Err(KernelSourceError::CannotAttach {
+                    source: e,
+                    listen_note,
+                });
             };
+            let reason = format!("the kernel sensor cannot run here: {e}");
             tracing::warn!(%reason, "latency: the prober is the source");
-            let t = super::probe::spawn(probe, main, stop).map_err(|e| e.to_string())?;
+            let t = super::probe::spawn(probe, main, stop).map_err(|source| {
+                KernelSourceError::Thread {
+                    thread: "prober",
+                    source,
+                }
+            })?;
             shared.set(|s| {
                 s.chosen = "probe".into();
                 s.reason = reason;
@@ -140,7 +165,10 @@ pub fn spawn(
     let t = std::thread::Builder::new()
         .name("headroom-klat".into())
         .spawn(move || run(spec, sensor, &main, &shared2, &stop, &listen_note))
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| KernelSourceError::Thread {
+            thread: "kernel sensor",
+            source,
+        })?;
     Ok((vec![t], shared))
 }
 
@@ -188,8 +216,11 @@ fn run(
         let covered = window.covered_s(sec).max(1);
         // During the first window: the LC's own rate so far, over a whole window, falls short
         // of the floor (an idle LC: the prober starts at once; a serving one: never).
-        let short_first = !filled
-            && (requests as f64) * spec.window_s / (covered as f64) < spec.min_samples as f64;
+        // With the margin: a projection that only just reaches the floor is short once the
+        // LC's rate dips.
+        let with_margin = headroom_types::resources::with_margin(spec.min_samples) as f64;
+        let short_first =
+            !filled && (requests as f64) * spec.window_s / (covered as f64) < with_margin;
         let reason = match kernel {
             Some(_) => String::new(),
             None if !filled && !short_first => format!(
@@ -204,7 +235,9 @@ fn run(
         if let Some(p) = prober.as_mut() {
             if kernel.is_none() && (filled || short_first) {
                 p.start();
-            } else if kernel.is_some() && own >= spec.min_samples as f64 {
+            } else if kernel.is_some() && own >= with_margin {
+                // the LC's own requests fill the window with the margin (stopping at the bare
+                // minimum, the next dip would leave a window short and BE held)
                 p.stop();
             }
         }

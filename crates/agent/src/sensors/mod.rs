@@ -30,6 +30,21 @@ pub mod probe;
 pub mod scrape;
 pub use hardware::{DramSensor, EgressSensor, PowerSensor};
 
+/// Why the idle sensor cannot drive the loop by events.
+#[derive(Debug, thiserror::Error)]
+pub enum IdleEventsError {
+    #[error("the idle sensor is /proc/stat (the BPF idle program did not load): no events")]
+    ProcStat,
+    #[error("no per-CPU BPF idle sensor")]
+    NoIdleSensor,
+    #[error("adding fd {fd} to the idle ring buffer's epoll set: {source}")]
+    Watch {
+        fd: std::os::fd::RawFd,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Joins source threads whose stop flag is set: each is unparked first, so one asleep until
 /// its next poll (a second away) sees the flag now.
 pub fn wake_and_join(threads: impl IntoIterator<Item = std::thread::JoinHandle<()>>) {
@@ -210,8 +225,8 @@ impl Sensors {
     }
 
     /// Turns event-driven idle sensing on with the thresholds `(low, high)` on the idle count
-    /// of the watched (online) CPUs; `Err(reason)` when the idle sensor has no events (not BPF).
-    pub fn enable_idle_events(&mut self, low: i64, high: i64) -> Result<(), String> {
+    /// of the watched (online) CPUs; an error when the idle sensor has no events (not BPF).
+    pub fn enable_idle_events(&mut self, low: i64, high: i64) -> Result<(), IdleEventsError> {
         self.arm_idle_thresholds(low, high)?;
         self.idle_events = true;
         self.idle_sensing = format!("events (BPF ring buffer; idle count < {low} or >= {high})");
@@ -231,7 +246,7 @@ impl Sensors {
 
     /// Sets the BPF program's thresholds without making the loop event-driven (a polling
     /// agent whose crossings are still timestamped, for `bench agent`).
-    pub fn arm_idle_thresholds(&mut self, low: i64, high: i64) -> Result<(), String> {
+    pub fn arm_idle_thresholds(&mut self, low: i64, high: i64) -> Result<(), IdleEventsError> {
         match self.idle.as_mut() {
             Some(IdleSource::Bpf(s)) => {
                 let p = s.tracker().program();
@@ -239,11 +254,8 @@ impl Sensors {
                 self.idle_overruns = p.counters().overruns;
                 Ok(())
             }
-            Some(IdleSource::ProcStat(_)) => Err(
-                "the idle sensor is /proc/stat (the BPF idle program did not load): no events"
-                    .to_owned(),
-            ),
-            None => Err("no per-CPU idle sensor".to_owned()),
+            Some(IdleSource::ProcStat(_)) => Err(IdleEventsError::ProcStat),
+            None => Err(IdleEventsError::NoIdleSensor),
         }
     }
 
@@ -285,15 +297,15 @@ impl Sensors {
 
     /// Adds `fd` (the control requests' doorbell) to the idle events' epoll set, so a request
     /// wakes the event-driven loop at once.
-    pub fn watch_in_idle_wait(&mut self, fd: std::os::fd::RawFd) -> Result<(), String> {
+    pub fn watch_in_idle_wait(&mut self, fd: std::os::fd::RawFd) -> Result<(), IdleEventsError> {
         let Some(IdleSource::Bpf(s)) = self.idle.as_mut() else {
-            return Err("no BPF idle source".into());
+            return Err(IdleEventsError::NoIdleSensor);
         };
         s.tracker_mut()
             .program_mut()
             .ring()
             .watch(fd)
-            .map_err(|e| format!("adding fd {fd} to the idle ring buffer's epoll set: {e}"))
+            .map_err(|source| IdleEventsError::Watch { fd, source })
     }
 
     /// Tells the sensors which CPUs BE may use now (its frequency is read there).

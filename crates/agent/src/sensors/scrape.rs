@@ -15,6 +15,65 @@ use std::time::{Duration, Instant};
 
 use crate::sensors::lc_signal::{CounterRate, SignalCell, StopFlag};
 
+/// Why a pull source's poll gave no figure: each names the address, URL or metric at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("resolving {address}: {source}")]
+    Resolve {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{address} resolves to nothing")]
+    NoAddress { address: String },
+    #[error("{doing} {address}: {source}")]
+    Io {
+        doing: &'static str,
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("url {url:?}: only http:// is supported")]
+    NotHttp { url: String },
+    #[error("url {url:?}: the agent scrapes loopback addresses only")]
+    NotLoopback { url: String },
+    #[error("{url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    #[error("parsing the scrape: {0}")]
+    Exposition(#[source] std::io::Error),
+    #[error("{metric} sample without an le label")]
+    NoLe { metric: String },
+    #[error("{metric}: bad le {le:?}")]
+    BadLe { metric: String, le: String },
+    #[error("no {metric} samples in the scrape")]
+    NoSamples { metric: String },
+    #[error("{address}: {reply} has no {field}")]
+    MissingField {
+        address: String,
+        reply: &'static str,
+        field: &'static str,
+    },
+    #[error("{address}: bad {field} value {value:?}")]
+    BadValue {
+        address: String,
+        field: String,
+        value: String,
+    },
+}
+
+fn io_error(doing: &'static str, address: &str) -> impl FnOnce(std::io::Error) -> ScrapeError {
+    let address = address.to_string();
+    move |source| ScrapeError::Io {
+        doing,
+        address,
+        source,
+    }
+}
+
 /// What a pull source reads.
 #[derive(Debug, Clone)]
 pub enum PullKind {
@@ -67,7 +126,7 @@ pub fn spawn(
                 match result {
                     Ok(Some(v)) => cell.publish(v, now),
                     Ok(None) => {}
-                    Err(e) => cell.error(kind_name(&kind), e),
+                    Err(e) => cell.error(kind_name(&kind), e.to_string()),
                 }
             }
         })
@@ -88,7 +147,7 @@ fn poll_once(
     rate: &mut CounterRate,
     conn: &mut Option<TcpStream>,
     now: Instant,
-) -> Result<Option<f64>, String> {
+) -> Result<Option<f64>, ScrapeError> {
     match kind {
         PullKind::PromHistogram {
             url,
@@ -130,13 +189,20 @@ fn poll_once(
                 let mut f = line.split_whitespace();
                 if f.next() == Some("STAT") {
                     if let (Some(k @ ("cmd_get" | "cmd_set")), Some(v)) = (f.next(), f.next()) {
-                        let v: f64 = v.parse().map_err(|_| format!("bad {k} value {v:?}"))?;
+                        let v: f64 = v.parse().map_err(|_| ScrapeError::BadValue {
+                            address: address.clone(),
+                            field: k.to_string(),
+                            value: v.to_string(),
+                        })?;
                         *total.get_or_insert(0.0) += v;
                     }
                 }
             }
-            let total =
-                total.ok_or_else(|| format!("{address}: `stats` has no cmd_get/cmd_set"))?;
+            let total = total.ok_or_else(|| ScrapeError::MissingField {
+                address: address.clone(),
+                reply: "`stats`",
+                field: "cmd_get/cmd_set",
+            })?;
             Ok(rate.update(total, now))
         }
         PullKind::RedisInfo { address } => {
@@ -144,11 +210,16 @@ fn poll_once(
             let value = text
                 .lines()
                 .find_map(|l| l.strip_prefix("total_commands_processed:"))
-                .ok_or_else(|| format!("{address}: INFO has no total_commands_processed"))?;
-            let v: f64 = value
-                .trim()
-                .parse()
-                .map_err(|_| format!("bad total_commands_processed {value:?}"))?;
+                .ok_or_else(|| ScrapeError::MissingField {
+                    address: address.clone(),
+                    reply: "INFO",
+                    field: "total_commands_processed",
+                })?;
+            let v: f64 = value.trim().parse().map_err(|_| ScrapeError::BadValue {
+                address: address.clone(),
+                field: "total_commands_processed".into(),
+                value: value.to_string(),
+            })?;
             Ok(rate.update(v, now))
         }
     }
@@ -165,7 +236,7 @@ fn request(
     address: &str,
     req: &[u8],
     until: &[u8],
-) -> Result<String, String> {
+) -> Result<String, ScrapeError> {
     if let Some(s) = conn.as_mut() {
         match exchange(s, address, req, until) {
             Ok((text, true)) => return Ok(text),
@@ -174,9 +245,9 @@ fn request(
     }
     let addr = resolve(address)?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-        .map_err(|e| format!("connecting to {address}: {e}"))?;
+        .map_err(io_error("connecting to", address))?;
     s.set_read_timeout(Some(Duration::from_secs(1)))
-        .map_err(|e| e.to_string())?;
+        .map_err(io_error("setting a read timeout on", address))?;
     let (text, complete) = exchange(&mut s, address, req, until)?;
     if complete {
         *conn = Some(s);
@@ -191,15 +262,14 @@ fn exchange(
     address: &str,
     req: &[u8],
     until: &[u8],
-) -> Result<(String, bool), String> {
-    s.write_all(req)
-        .map_err(|e| format!("writing to {address}: {e}"))?;
+) -> Result<(String, bool), ScrapeError> {
+    s.write_all(req).map_err(io_error("writing to", address))?;
     let mut out = Vec::new();
     let mut chunk = [0u8; 8192];
     let complete = loop {
         let n = s
             .read(&mut chunk)
-            .map_err(|e| format!("reading from {address}: {e}"))?;
+            .map_err(io_error("reading from", address))?;
         if n == 0 {
             break false;
         }
@@ -211,37 +281,43 @@ fn exchange(
     Ok((String::from_utf8_lossy(&out).into_owned(), complete))
 }
 
-fn resolve(address: &str) -> Result<SocketAddr, String> {
+fn resolve(address: &str) -> Result<SocketAddr, ScrapeError> {
     address
         .to_socket_addrs()
-        .map_err(|e| format!("resolving {address}: {e}"))?
+        .map_err(|source| ScrapeError::Resolve {
+            address: address.into(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{address} resolves to nothing"))
+        .ok_or_else(|| ScrapeError::NoAddress {
+            address: address.into(),
+        })
 }
 
 /// `GET` of a `http://host:port/path` URL on loopback; returns the body.
-pub fn http_get(url: &str) -> Result<String, String> {
+pub fn http_get(url: &str) -> Result<String, ScrapeError> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("url {url:?}: only http:// is supported"))?;
+        .ok_or_else(|| ScrapeError::NotHttp { url: url.into() })?;
     let hostport = rest.split('/').next().unwrap_or(rest);
     let addr = resolve(hostport)?;
     if !is_loopback(addr.ip()) {
-        return Err(format!(
-            "url {url:?}: the agent scrapes loopback addresses only"
-        ));
+        return Err(ScrapeError::NotLoopback { url: url.into() });
     }
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(2))
         .redirects(0)
         .build();
-    let response = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    let response = agent.get(url).call().map_err(|e| ScrapeError::Http {
+        url: url.into(),
+        source: Box::new(e),
+    })?;
     let mut body = String::new();
     response
         .into_reader()
         .take(MAX_BODY_BYTES)
         .read_to_string(&mut body)
-        .map_err(|e| format!("{url}: reading the body: {e}"))?;
+        .map_err(io_error("reading the body of", url))?;
     Ok(body)
 }
 
@@ -266,14 +342,14 @@ fn unit_to_us(metric: &str) -> f64 {
 }
 
 /// The exposition parsed by `prometheus-parse` (text format 0.0.4 and OpenMetrics' text).
-fn parse_exposition(text: &str) -> Result<prometheus_parse::Scrape, String> {
+fn parse_exposition(text: &str) -> Result<prometheus_parse::Scrape, ScrapeError> {
     prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .map_err(|e| format!("parsing the scrape: {e}"))
+        .map_err(ScrapeError::Exposition)
 }
 
 /// Cumulative buckets `(le, count)` of histogram `metric`, summed over label sets, sorted by le.
 /// A `# TYPE … histogram` family and bare `…_bucket{le=…}` samples are both read.
-pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, String> {
+pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, ScrapeError> {
     use prometheus_parse::Value;
     let scrape = parse_exposition(text)?;
     let want = format!("{metric}_bucket");
@@ -290,15 +366,15 @@ pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, St
                 }
             }
             Value::Untyped(v) | Value::Counter(v) | Value::Gauge(v) if s.metric == want => {
-                let le = s
-                    .labels
-                    .get("le")
-                    .ok_or_else(|| format!("{want} sample without an le label"))?;
+                let le = s.labels.get("le").ok_or_else(|| ScrapeError::NoLe {
+                    metric: want.clone(),
+                })?;
                 let le = match le {
                     "+Inf" => f64::INFINITY,
-                    other => other
-                        .parse()
-                        .map_err(|_| format!("{want}: bad le {other:?}"))?,
+                    other => other.parse().map_err(|_| ScrapeError::BadLe {
+                        metric: want.clone(),
+                        le: other.into(),
+                    })?,
                 };
                 add(le, *v);
             }
@@ -306,14 +382,14 @@ pub fn histogram_buckets(text: &str, metric: &str) -> Result<Vec<(f64, f64)>, St
         }
     }
     if out.is_empty() {
-        return Err(format!("no {want} samples in the scrape"));
+        return Err(ScrapeError::NoSamples { metric: want });
     }
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(out)
 }
 
 /// Value of counter `metric` (or `metric_total`), summed over label sets.
-pub fn counter_value(text: &str, metric: &str) -> Result<f64, String> {
+pub fn counter_value(text: &str, metric: &str) -> Result<f64, ScrapeError> {
     use prometheus_parse::Value;
     let scrape = parse_exposition(text)?;
     let total = format!("{metric}_total");
@@ -326,7 +402,9 @@ pub fn counter_value(text: &str, metric: &str) -> Result<f64, String> {
             *sum.get_or_insert(0.0) += v;
         }
     }
-    sum.ok_or_else(|| format!("no {metric} samples in the scrape"))
+    sum.ok_or_else(|| ScrapeError::NoSamples {
+        metric: metric.into(),
+    })
 }
 
 /// `now - base` per bucket (buckets missing from `base` count from 0; a reset gives `now`).

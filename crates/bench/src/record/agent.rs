@@ -4,6 +4,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use headroom_control::config::{
+    BeConfig, Config, ConfigError, LatencyConfig, LcConfig, LoadConfig, OnExit, PolicyConfig,
+    PolicyKind, SafetyConfig, SloConfig,
+};
+use headroom_types::{CpuSet, GroupPath};
+
 use super::{probe_rate_hz, Session, LATENCY_BLIND_POLICIES};
 use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
@@ -43,182 +49,156 @@ impl Session<'_> {
     /// Policies whose papers define them without a latency-triggered BE shutdown run with the
     /// safety layer's SLO-violation cooldown off (see [`LATENCY_BLIND_POLICIES`]).
     pub fn agent_config(&self, a: &AgentRun) -> Result<PathBuf> {
-        let AgentRun {
-            name,
-            policy,
-            extra,
-            lc_pid,
-            addr,
-            be_argv,
-            slo_us,
-            peak_qps,
-            feed_socket,
-        } = a;
-        let path = self.dir.scratch_path(&format!("agent-{name}.toml"))?;
-        let state = self.dir.scratch_path(&format!("agent-{name}.state.json"))?;
-        let socket = self.dir.scratch_path(&format!("agent-{name}.sock"))?;
+        let path = self.dir.scratch_path(&format!("agent-{}.toml", a.name))?;
+        let state = self
+            .dir
+            .scratch_path(&format!("agent-{}.state.json", a.name))?;
+        let socket = self.dir.scratch_path(&format!("agent-{}.sock", a.name))?;
         let metrics_port = runner::free_port()?;
-        let server: Vec<String> = self
+        let policy: PolicyKind = a.policy.parse().map_err(|e| config_error(&path, e))?;
+        // The latency the agent acts on: the load generator's own windows when it feeds them
+        // (the same measurement that judges the SLO), else the agent's prober.
+        let window_s = self.agent_window_s();
+        let latency = match &a.feed_socket {
+            Some(sock) => LatencyConfig::feed(sock),
+            None => {
+                LatencyConfig::memcache_probe(a.addr, probe_rate_hz(self.opts.percentile, window_s))
+            }
+        };
+        let lc = lc_config(
+            &LcService {
+                name: "serve",
+                cgroup: "headroom-bench/lc",
+                pid: a.lc_pid,
+                addr: a.addr,
+                peak_qps: a.peak_qps,
+            },
+            SloConfig {
+                percentile: self.opts.percentile,
+                target_us: a.slo_us,
+                window_s,
+                min_samples: None,
+            },
+            latency,
+        )
+        .map_err(|e| config_error(&path, e))?;
+        let be = be_config("headroom-bench/be", &a.be_argv).map_err(|e| config_error(&path, e))?;
+        let server: CpuSet = self
             .opts
             .placement
             .server
             .iter()
-            .map(|c| c.to_string())
+            .map(|&c| c as u32)
             .collect();
-        // The latency the agent acts on: the load generator's own windows when it feeds them
-        // (the same measurement that judges the SLO), else the agent's prober.
-        let window_s = self.agent_window_s();
-        let latency = match feed_socket {
-            Some(sock) => feed_latency(sock),
-            None => probe_latency(*addr, probe_rate_hz(self.opts.percentile, window_s)),
+        let mut config = Config::new(
+            vec![lc],
+            vec![be],
+            PolicyConfig {
+                kind: policy,
+                ..PolicyConfig::default()
+            },
+        );
+        config.policy.blind.be_cpus = server.clone();
+        config.policy.static_cores.cpus = server;
+        // The agent shares its CPU with the load generator here: a SCHED_FIFO agent would
+        // preempt the instrument (its send lag grew to 393 ms in a demo run), so it stays a
+        // normal task.
+        config.safety = SafetyConfig {
+            on_exit: OnExit::Restore,
+            state_file: state.display().to_string(),
+            agent_fifo_priority: 0,
+            ..SafetyConfig::default()
         };
-        let lc = LcTables {
-            name: "serve",
-            cgroup: "headroom-bench/lc",
-            pid: *lc_pid,
-            percentile: self.opts.percentile,
-            slo_us: *slo_us,
-            window_s,
-            latency: &latency,
-            addr: *addr,
-            peak_qps: *peak_qps,
-        };
-        // PerfIso's static baselines, Blagodurov's weights and blind isolation do not react to an
-        // SLO violation by switching BE off for minutes; the agent's safety layer would (its
-        // production default), and then the experiment compares that rule, not the policies.
-        let safety_cooldown = if LATENCY_BLIND_POLICIES.contains(&policy.as_str()) {
-            "# as its paper defines it, this policy does not switch BE off after an SLO violation\nviolation_cooldown_s = 0.0\n".to_string()
+        let latency_blind = LATENCY_BLIND_POLICIES.contains(&policy.as_str());
+        if latency_blind {
+            // PerfIso's static baselines, Blagodurov's weights and blind isolation do not react
+            // to an SLO violation by switching BE off for minutes; the agent's safety layer
+            // would (its production default), and then the experiment compares that rule, not
+            // the policies.
+            config.safety.violation_cooldown_s = 0.0;
         } else if self.exp == Experiment::Colocation {
             // The trace compresses a day into minutes: the production cooldown (300 s) would
-            // keep BE off for the rest of it after one bad window.
-            let trace_s = self.opts.minutes * 60.0;
-            format!(
-                "# the {trace_s:.0} s trace stands for a day: the {PRODUCTION_COOLDOWN_S:.0} s cooldown scaled by {:.5}, at least one latency window\nviolation_cooldown_s = {:?}\n",
-                trace_s / TRACE_DAY_S,
-                scaled_cooldown_s(trace_s, window_s)
-            )
-        } else {
-            String::new()
-        };
-        // Heracles' top level keeps its own cooldown after a negative slack (Alg. 1,
-        // `policy.heracles.cooldown_s`, also hybrid's and multi's outer loop): scaled the same,
-        // or one violation kept BE off for the rest of a demo (measured 2026-11-27: BE off from
-        // window 6 of 9 with the safety layer's cooldown already 10 s).
-        let heracles_cooldown = if self.exp == Experiment::Colocation
-            && !LATENCY_BLIND_POLICIES.contains(&policy.as_str())
-            && !extra.contains("[policy.heracles]")
-        {
-            let trace_s = self.opts.minutes * 60.0;
-            format!(
-                "[policy.heracles]\n# Alg. 1's cooldown, scaled as the safety layer's below\ncooldown_s = {:?}\n",
-                scaled_cooldown_s(trace_s, window_s)
-            )
-        } else {
-            String::new()
-        };
-        let text = format!(
-            r#"# Written by headroom bench {exp}: {name}
-{lc}
-{be}
-[policy.blind]
-be_cpus = [{server}]
-
-[policy.static-cores]
-cpus = [{server}]
-{extra}
-{heracles_cooldown}
-[safety]
-on_exit = "restore"
-state_file = "{state}"
-# the agent shares its CPU with the load generator here: a SCHED_FIFO agent would preempt the
-# instrument (its send lag grew to 393 ms in a demo run), so it stays a normal task
-agent_fifo_priority = 0
-{safety_cooldown}
-[api]
-socket = "{socket}"
-metrics = "127.0.0.1:{metrics_port}"
-"#,
-            exp = self.exp.name(),
-            lc = lc.toml("[lc]"),
-            be = be_and_policy("headroom-bench/be", be_argv, policy),
-            server = server.join(", "),
-            state = state.display(),
-            socket = socket.display(),
-        );
-        std::fs::write(&path, text).map_err(|e| BenchError::io("writing", &path, e))?;
+            // keep BE off for the rest of it after one bad window; the same for Heracles' own
+            // cooldown after a negative slack (Alg. 1, also hybrid's and multi's outer loop:
+            // measured 2026-11-27, one violation kept BE off from window 6 of 9 with the safety
+            // layer's cooldown already 10 s).
+            let cooldown = scaled_cooldown_s(self.opts.minutes * 60.0, window_s);
+            config.safety.violation_cooldown_s = cooldown;
+            config.policy.heracles.cooldown_s = cooldown;
+        }
+        config.api.socket = socket.display().to_string();
+        config.api.metrics = Some(SocketAddr::from(([127, 0, 0, 1], metrics_port)).to_string());
+        (a.tweak)(&mut config);
+        write_config(&path, &config)?;
         Ok(path)
     }
 }
 
-/// One LC service's tables in an agent config the bench writes: the service, its SLO, where
-/// the agent takes its latency from and its load (memcache stats).
-pub(crate) struct LcTables<'a> {
+/// A change to the agent's config a run asks for (a policy's constants, LC thread settings).
+pub type AgentTweak = fn(&mut Config);
+
+/// The config as built.
+pub fn no_tweak(_: &mut Config) {}
+
+/// One LC service the bench runs, as the agent's config names it.
+pub(crate) struct LcService<'a> {
     pub name: &'a str,
     pub cgroup: &'a str,
     pub pid: u32,
-    pub percentile: f64,
-    pub slo_us: f64,
-    pub window_s: f64,
-    /// The `[lc.latency]` table's body ([`feed_latency`], [`probe_latency`]).
-    pub latency: &'a str,
     pub addr: SocketAddr,
     pub peak_qps: f64,
 }
 
-impl LcTables<'_> {
-    /// The tables under `header` (`[lc]`, or `[[lc]]` for one of several services).
-    pub(crate) fn toml(&self, header: &str) -> String {
-        format!(
-            r#"{header}
-name = "{name}"
-cgroup = "{cgroup}"
-pids = [{pid}]
+/// The service's `[lc]` table: judged by `slo`, its latency from `latency`, its load from
+/// memcached's own stats.
+pub(crate) fn lc_config(
+    lc: &LcService<'_>,
+    slo: SloConfig,
+    latency: LatencyConfig,
+) -> std::result::Result<LcConfig, ConfigError> {
+    let cgroup = GroupPath::new(lc.cgroup).map_err(|e| ConfigError::Invalid {
+        key: "lc.cgroup".into(),
+        value: lc.cgroup.into(),
+        reason: e.to_string(),
+    })?;
+    Ok(LcConfig::new(
+        lc.name,
+        cgroup,
+        vec![lc.pid],
+        slo,
+        Some(latency),
+        Some(LoadConfig::memcache_stats(lc.addr, lc.peak_qps)),
+    ))
+}
 
-[lc.slo]
-percentile = {pct:?}
-target_us = {slo:?}
-window_s = {window:?}
+/// The BE group `cgroup` running `argv`.
+pub(crate) fn be_config(
+    cgroup: &str,
+    argv: &[String],
+) -> std::result::Result<BeConfig, ConfigError> {
+    let group = GroupPath::new(cgroup).map_err(|e| ConfigError::Invalid {
+        key: "be.cgroup".into(),
+        value: cgroup.into(),
+        reason: e.to_string(),
+    })?;
+    Ok(BeConfig::new("be", group, argv.to_vec()))
+}
 
-[lc.latency]
-{latency}
-
-[lc.load]
-source = "memcache-stats"
-address = "{addr}"
-peak_qps = {peak:?}
-"#,
-            name = self.name,
-            cgroup = self.cgroup,
-            pid = self.pid,
-            pct = self.percentile,
-            slo = self.slo_us,
-            window = self.window_s,
-            latency = self.latency,
-            addr = self.addr,
-            peak = self.peak_qps,
-        )
+pub(crate) fn config_error(path: &Path, e: ConfigError) -> BenchError {
+    BenchError::Config {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
     }
 }
 
-/// `[lc.latency]` from the service's load generator, which pushes its windows to `socket`.
-pub(crate) fn feed_latency(socket: &Path) -> String {
-    format!("source = \"feed\"\nsocket = \"{}\"", socket.display())
-}
-
-/// `[lc.latency]` from the agent's memcache prober on `addr`, `rate_hz` probes a second.
-pub(crate) fn probe_latency(addr: SocketAddr, rate_hz: f64) -> String {
-    format!(
-        "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = {rate_hz:?}"
-    )
-}
-
-/// The BE group `cgroup` running `argv`, and the `[policy]` table naming `policy`.
-pub(crate) fn be_and_policy(cgroup: &str, argv: &[String], policy: &str) -> String {
-    let cmd: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
-    format!(
-        "[[be]]\nname = \"be\"\ncgroup = \"{cgroup}\"\ncommand = [{}]\n\n[policy]\nkind = \"{policy}\"\n",
-        cmd.join(", ")
-    )
+/// Validates `config` (every problem at once) and writes it as TOML to `path`.
+pub(crate) fn write_config(path: &Path, config: &Config) -> Result<()> {
+    config.validate().map_err(|e| config_error(path, e))?;
+    let text = toml::to_string(config).map_err(|e| BenchError::Config {
+        path: path.to_path_buf(),
+        reason: format!("cannot write the config as TOML: {e}"),
+    })?;
+    std::fs::write(path, text).map_err(|e| BenchError::io("writing", path, e))
 }
 
 /// The day a diurnal trace stands for, seconds.
@@ -241,8 +221,8 @@ pub fn scaled_cooldown_s(trace_s: f64, window_s: f64) -> f64 {
 pub struct AgentRun {
     pub name: String,
     pub policy: String,
-    /// Extra TOML appended to the generated config (policy or LC thread settings).
-    pub extra: String,
+    /// What the run changes in the config built for it.
+    pub tweak: AgentTweak,
     pub lc_pid: u32,
     pub addr: SocketAddr,
     /// The BE command the agent launches in the BE group.

@@ -145,10 +145,12 @@ impl Session<'_> {
             }
         }
         match last {
-            Some(m) if tails.is_empty() => Err(m.stop(
-                &format!("LC alone at {qps:.0} QPS ({purpose})"),
-                self.runner.placement.loadgen.len(),
-            )),
+            // Nothing is derived from runs that failed their checks: the figure is unknown
+            // here, and the message says why and what would make it known.
+            Some(m) if tails.is_empty() => Err(BenchError::Unavailable(format!(
+                "LC alone at {qps:.0} QPS ({purpose}): unknown here, nothing was derived from these runs: {}. This host's noise keeps the load generator's self-checks from trusting a p{p} at this rate, so it cannot show a colocation difference; run on a quieter machine, give the load generator CPUs of its own (--loadgen-cpus), or give --peak-qps and --slo-us",
+                m.stop("the runs", self.runner.placement.loadgen.len())
+            ))),
             _ => Ok(tails),
         }
     }
@@ -317,7 +319,17 @@ impl Session<'_> {
         let p = self.opts.percentile;
         // The low-load tail anchors the capacity knee: the median of 3 probes, so one probe
         // hit by other work on the machine does not move the knee tenfold.
-        let low_tails = self.valid_tails(addr, LOW_LOAD_QPS, "low load", 3, b)?;
+        // With --peak-qps and --slo-us given nothing below needs it: a host too noisy to
+        // measure it is then said, not a stop.
+        let given = self.opts.peak_qps.is_some() && self.opts.slo_us.is_some();
+        let low_tails = match self.valid_tails(addr, LOW_LOAD_QPS, "low load", 3, b) {
+            Ok(t) => t,
+            Err(BenchError::Unavailable(why)) if given => {
+                (self.progress)(&format!("  {why}"));
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         b.low_load_p99_us = stats::median(&low_tails);
         let low_tail = b.low_load_p99_us.unwrap_or(100.0);
         // The host's own noise first: the client's wake-up lateness and the LC's stalls at a

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{be_spec, AgentRun, Session, LATENCY_BLIND_POLICIES};
+use super::{be_spec, no_tweak, AgentRun, Session, LATENCY_BLIND_POLICIES};
 use crate::error::Result;
 use crate::model::{ColocationRun, LcBaseline, Window};
 use crate::runner::{
@@ -123,7 +123,7 @@ impl Session<'_> {
             let config = self.agent_config(&AgentRun {
                 name: format!("coloc-{policy}"),
                 policy: policy.to_string(),
-                extra: String::new(),
+                tweak: no_tweak,
                 lc_pid: serve.pid(),
                 addr,
                 be_argv,

@@ -18,8 +18,10 @@ mod baselines;
 mod colocation;
 mod sweep;
 
-pub(crate) use agent::{be_and_policy, feed_latency, probe_latency, LcTables};
-pub use agent::{scaled_cooldown_s, AgentRun, PRODUCTION_COOLDOWN_S, TRACE_DAY_S};
+pub(crate) use agent::{be_config, config_error, lc_config, write_config, LcService};
+pub use agent::{
+    no_tweak, scaled_cooldown_s, AgentRun, AgentTweak, PRODUCTION_COOLDOWN_S, TRACE_DAY_S,
+};
 pub(crate) use baselines::capacity_search;
 pub use baselines::held_by_majority;
 pub use baselines::{NoiseFloor, Outcome, Search, LOW_LOAD_QPS};
@@ -248,7 +250,7 @@ impl<'a> Session<'a> {
         let mut notes = Vec::new();
         progress(&format!("placement: {}", opts.placement.describe()));
         let realtime = if opts.realtime_loadgen {
-            runner.realtime_loadgen()
+            runner.realtime_loadgen().map_err(|e| e.to_string())
         } else {
             Err("the default; `--realtime-loadgen` asks for SCHED_FIFO".into())
         };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{AgentRun, Options, Session, LATENCY_BLIND_POLICIES};
+use super::{no_tweak, AgentRun, AgentTweak, Options, Session, LATENCY_BLIND_POLICIES};
 use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
 use crate::model::{LcBaseline, Manifest, Point};
@@ -16,6 +16,7 @@ use crate::runner::{
 };
 use crate::stats;
 use crate::store::POINTS;
+use headroom_control::config::{Config, WeightsMode};
 
 /// One configuration of a sweep experiment.
 #[derive(Debug, Clone, Default)]
@@ -23,8 +24,9 @@ pub struct SweepConfig {
     pub name: String,
     pub serve: ServeSpec,
     pub be: Option<BeSpec>,
-    /// Agent policy and extra TOML (the BE is then launched by the agent).
-    pub agent: Option<(String, String)>,
+    /// Agent policy and what the run changes in its config (the BE is then launched by the
+    /// agent).
+    pub agent: Option<(String, AgentTweak)>,
 }
 
 /// Turns `llc:0.5` / `spin-os` / `dram` into an antagonist spec with `threads` threads.
@@ -151,7 +153,7 @@ impl Session<'_> {
                     setup.push(p.command.clone());
                     procs.push(p);
                 }
-                Some((policy, extra)) => {
+                Some((policy, tweak)) => {
                     // The agent launches the BE in its group; in --dry-run it moves nothing, so
                     // the BE is started here instead, as the OS alone would run it.
                     let be_argv = if self.opts.dry_run {
@@ -169,7 +171,7 @@ impl Session<'_> {
                     let config = self.agent_config(&AgentRun {
                         name: label.to_string(),
                         policy: policy.clone(),
-                        extra: extra.clone(),
+                        tweak: *tweak,
                         lc_pid: serve.pid(),
                         addr,
                         be_argv,
@@ -359,23 +361,34 @@ pub fn sweep_configs(exp: Experiment, opts: &Options, smt: bool) -> Vec<SweepCon
                         ..Default::default()
                     };
                     let mut b = be_spec(be, 1);
-                    let mut agent = None;
+                    let mut agent: Option<(String, AgentTweak)> = None;
                     match pol.as_str() {
                         "equal" => {}
                         "be-nice-19" => b.prefix = strs(&["nice", "-n", "19"]),
                         "be-sched-idle" => b.prefix = strs(&["chrt", "-i", "0"]),
                         "weights-10000:2" => {
-                            agent = Some(("weights".into(), "\n[policy.weights]\nmode = \"static\"\nlc_shares = 10000\nbe_shares = 2\n".into()))
+                            agent = Some(("weights".into(), |c: &mut Config| {
+                                c.policy.weights.mode = WeightsMode::Static;
+                                c.policy.weights.lc_shares = 10_000;
+                                c.policy.weights.be_shares = 2;
+                            }))
                         }
                         "be-cpu.idle" => {
-                            agent = Some(("weights".into(), "\n[policy.weights]\nmode = \"static\"\nbe_cpu_idle = true\n".into()))
+                            agent = Some(("weights".into(), |c: &mut Config| {
+                                c.policy.weights.mode = WeightsMode::Static;
+                                c.policy.weights.be_cpu_idle = true;
+                            }))
                         }
                         "lc-fifo+be-quota" => {
                             s.prefix = strs(&["chrt", "-f", "50"]);
-                            agent = Some(("static-cycles".into(), "\n[policy.static-cycles]\npercent = 50.0\n".into()));
+                            agent = Some(("static-cycles".into(), |c: &mut Config| {
+                                c.policy.static_cycles.percent = 50.0;
+                            }));
                         }
                         "lc-slice" => {
-                            agent = Some(("none".into(), "\n[lc.threads]\nslice_us = 100\n".into()))
+                            agent = Some(("none".into(), |c: &mut Config| {
+                                c.lc_mut().threads.slice_us = Some(100);
+                            }))
                         }
                         _ => {}
                     }
@@ -424,7 +437,7 @@ pub fn sweep_configs(exp: Experiment, opts: &Options, smt: bool) -> Vec<SweepCon
                     name: pol.clone(),
                     serve: serve.clone(),
                     be: Some(be),
-                    agent: (pol != "none").then(|| (pol.clone(), String::new())),
+                    agent: (pol != "none").then(|| (pol.clone(), no_tweak as AgentTweak)),
                 });
             }
         }

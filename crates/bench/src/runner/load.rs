@@ -57,9 +57,11 @@ impl Runner {
     /// send; the send lag in every table shows whether it kept up. Tried once with `chrt -f N
     /// true`: without CAP_SYS_NICE, or in a cgroup with no RT budget, the reason comes back and
     /// the load generator stays a normal task.
-    pub fn realtime_loadgen(&mut self) -> std::result::Result<(), String> {
+    pub fn realtime_loadgen(&mut self) -> Result<()> {
         if which("chrt").is_none() {
-            return Err("chrt (util-linux) was not found".into());
+            return Err(BenchError::Unavailable(
+                "chrt (util-linux) was not found".into(),
+            ));
         }
         let prefix = loadgen_fifo_prefix();
         let out = Command::new(&prefix[0])
@@ -67,14 +69,16 @@ impl Runner {
             .arg("true")
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("running `{} true`: {e}", prefix.join(" ")))?;
+            .map_err(|source| BenchError::Spawn {
+                command: format!("{} true", prefix.join(" ")),
+                source,
+            })?;
         if !out.status.success() {
-            return Err(format!(
-                "`{} true` failed ({}): {}",
-                prefix.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(BenchError::Command {
+                command: format!("{} true", prefix.join(" ")),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         self.loadgen_prefix = prefix;
         Ok(())

@@ -365,7 +365,7 @@ impl Runner {
                 let last = match headroom_load::readiness::stats_pid(addr) {
                     Ok(pid) if pid == proc.pid() => return Ok((proc, addr)),
                     Ok(other) => format!("{addr} is answered by pid {other}, not ours"),
-                    Err(e) => e,
+                    Err(e) => e.to_string(),
                 };
                 if let Some(st) = proc.exited() {
                     // serve exits when its port is taken; another port, a few times.
@@ -428,17 +428,19 @@ impl Runner {
         Ok(p)
     }
 
-    /// `headroom doctor --json`, `None` with the reason when it fails.
-    pub fn doctor(&self) -> std::result::Result<Value, String> {
+    /// `headroom doctor --json`, or why it failed.
+    pub fn doctor(&self) -> Result<Value> {
         let argv = vec![
             self.bin.display().to_string(),
             "doctor".into(),
             "--json".into(),
         ];
-        let (out, _) = self
-            .run_to_end(&argv, Duration::from_secs(30))
-            .map_err(|e| e.to_string())?;
-        serde_json::from_str(&out).map_err(|e| format!("doctor --json printed invalid JSON: {e}"))
+        let (out, _) = self.run_to_end(&argv, Duration::from_secs(30))?;
+        serde_json::from_str(&out).map_err(|e| {
+            BenchError::Unavailable(format!(
+                "`headroom doctor --json` printed invalid JSON: {e}"
+            ))
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! at HZ over S seconds (getrusage of this thread). With `--out DIR` the figures also go to
 //! `DIR/bench-host.json`.
 
+use super::flag_values::{positive_at_most, positive_f64, FlagValueError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -25,21 +26,8 @@ pub struct Options {
     poll_hz: f64,
 }
 
-pub(super) fn positive_f64(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
-    }
-}
-
-fn poll_hz(s: &str) -> Result<f64, String> {
-    positive_f64(s).and_then(|v| {
-        if v <= 100_000.0 {
-            Ok(v)
-        } else {
-            Err(format!("{s:?} is above 100000 Hz"))
-        }
-    })
+fn poll_hz(s: &str) -> Result<f64, FlagValueError> {
+    positive_at_most(s, 100_000.0, "Hz")
 }
 
 /// (median, p99) of per-call durations in ns.

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod error;
+pub mod flag_values;
 pub mod host;
 pub mod loadgen;
 pub mod multi_lc;

@@ -29,7 +29,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = Config::from_file(&args.config).map_err(|e| super::usage(e.to_string()))?;
+    let config = headroom_agent::config_file::read_config(&args.config)
+        .map_err(|e| super::usage(e.to_string()))?;
     if let Some(log) = &args.replay {
         return run_replay(&config, log);
     }
@@ -158,21 +159,17 @@ fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<()>> {
 fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(log)
         .with_context(|| format!("reading decision log {}", log.display()))?;
-    let mut records = Vec::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let rec = LogLine::from_json_line(line).map_err(|e| {
-            super::usage(format!(
-                "{} line {}: neither a decision record nor a ctl event: {e}",
-                log.display(),
-                i + 1
-            ))
-        })?;
-        records.push(rec);
+    let parsed = headroom_types::decision::parse_log(&text)
+        .map_err(|e| super::usage(format!("{}: {e}", log.display())))?;
+    if let Some((line, why)) = &parsed.torn_tail {
+        eprintln!(
+            "headroom agent: {} line {line} is torn (the agent stopped or the disk filled \
+             mid-write: {why}); replaying the {} whole lines before it",
+            log.display(),
+            parsed.lines.len()
+        );
     }
+    let records = parsed.lines;
     let side = machine_sidecar(log);
     let machine: MachineInfo = match std::fs::read_to_string(&side) {
         Ok(t) => serde_json::from_str(&t)

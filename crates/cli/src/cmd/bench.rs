@@ -94,72 +94,94 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Flags of the papers' experiments (after `headroom bench NAME`).
-#[derive(clap::Parser, Debug)]
+#[derive(clap::Parser, Debug, Default)]
 #[command(name = "headroom bench EXPERIMENT", no_binary_name = true)]
-struct ExperimentFlags {
+pub(crate) struct ExperimentFlags {
     /// The quick version (a couple of minutes): fewer load levels and configurations, short points
     #[arg(long)]
-    quick: bool,
+    pub(crate) quick: bool,
     /// Seconds of load per point (per window for colocation)
     #[arg(long)]
-    duration: Option<f64>,
+    pub(crate) duration: Option<f64>,
     /// Repetitions of every point (median and spread are reported)
     #[arg(long)]
-    repeats: Option<u32>,
+    pub(crate) repeats: Option<u32>,
     /// LC load levels in % of peak, comma-separated (e.g. 10,50,90)
     #[arg(long, value_delimiter = ',')]
-    loads: Option<Vec<f64>>,
+    pub(crate) loads: Option<Vec<f64>>,
     /// LC tail-latency SLO in µs (default: 5x the LC-alone p99 at 50% of capacity)
     #[arg(long)]
-    slo_us: Option<f64>,
+    pub(crate) slo_us: Option<f64>,
     /// LC peak QPS (default: found by probing the LC alone)
     #[arg(long)]
-    peak_qps: Option<f64>,
+    pub(crate) peak_qps: Option<f64>,
     /// SLO percentile
-    #[arg(long, default_value_t = 99.0)]
-    percentile: f64,
+    #[arg(long, default_value_t = DEFAULT_PERCENTILE)]
+    pub(crate) percentile: f64,
     /// BE workloads / antagonists, comma-separated (spin, dram, llc:0.5, spin-os, square, ...)
     #[arg(long, value_delimiter = ',')]
-    be: Option<Vec<String>>,
+    pub(crate) be: Option<Vec<String>>,
     /// Policies or settings, comma-separated (colocation: none,hybrid; isolation: none,blind,...)
     #[arg(long, value_delimiter = ',')]
-    policies: Option<Vec<String>>,
+    pub(crate) policies: Option<Vec<String>>,
     /// Colocation trace length in minutes
     #[arg(long)]
-    minutes: Option<f64>,
+    pub(crate) minutes: Option<f64>,
     /// CPUs for the load generator and the agent (default: one per 4 CPUs, at most 8, from CPU 0; given
     /// alone, the LC and BE get the rest)
     #[arg(long)]
-    loadgen_cpus: Option<String>,
+    pub(crate) loadgen_cpus: Option<String>,
     /// CPUs for the LC service and the BE work (default: all others; given alone, the load
     /// generator gets the rest, at most 8)
     #[arg(long)]
-    server_cpus: Option<String>,
+    pub(crate) server_cpus: Option<String>,
     /// CPUs for the BE work only (default: the server CPUs, shared with the LC); e.g. the load
     /// generator's CPU, to measure interference through the LLC, memory and network without
     /// time-sharing the LC's CPU (Heracles Fig. 1 places antagonists on other cores)
     #[arg(long)]
-    be_cpus: Option<String>,
+    pub(crate) be_cpus: Option<String>,
     /// Run the agent with --dry-run (decide and log, change nothing)
     #[arg(long)]
-    dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Run the load generator under SCHED_FIFO where allowed (default: the normal scheduler; a
     /// real-time client that polls most of a second is throttled by the kernel's real-time
     /// budget, docs/bench.md)
     #[arg(long)]
-    realtime_loadgen: bool,
+    pub(crate) realtime_loadgen: bool,
     /// The default, kept for scripts written when SCHED_FIFO was
     #[arg(long, hide = true, conflicts_with = "realtime_loadgen")]
-    no_realtime_loadgen: bool,
+    pub(crate) no_realtime_loadgen: bool,
 }
 
-/// Builds the recording options from the flags (bad values are usage errors).
-pub(crate) fn experiment_options(
+/// The SLO percentile when `--percentile` is not given.
+const DEFAULT_PERCENTILE: f64 = 99.0;
+
+impl ExperimentFlags {
+    /// What no flag at all gives (the flags' own defaults).
+    pub(crate) fn defaults() -> ExperimentFlags {
+        ExperimentFlags {
+            percentile: DEFAULT_PERCENTILE,
+            ..ExperimentFlags::default()
+        }
+    }
+}
+
+/// Builds the recording options from the command line's flags (bad values are usage errors).
+fn experiment_options(
     exp: headroom_bench::experiments::Experiment,
     rest: &[String],
     invocation: String,
 ) -> anyhow::Result<headroom_bench::record::Options> {
     let flags: ExperimentFlags = super::parse_flags(rest)?;
+    options_from_flags(exp, flags, invocation)
+}
+
+/// Builds the recording options from flags parsed or built (bad values are usage errors).
+pub(crate) fn options_from_flags(
+    exp: headroom_bench::experiments::Experiment,
+    flags: ExperimentFlags,
+    invocation: String,
+) -> anyhow::Result<headroom_bench::record::Options> {
     let bin = match std::env::var_os("HEADROOM_BIN") {
         Some(p) => std::path::PathBuf::from(p),
         None => std::env::current_exe()?,

@@ -250,4 +250,10 @@ fn print_status(s: &AgentStatus) {
     for r in &s.last_reasons {
         println!("  t={} ms  {}", r.t_ms, r.reason);
     }
+    if !s.targets_followed.is_empty() {
+        println!("targets followed (moved by someone else):");
+        for r in &s.targets_followed {
+            println!("  t={} ms  {}", r.t_ms, r.reason);
+        }
+    }
 }

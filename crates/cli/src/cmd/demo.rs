@@ -56,22 +56,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "--policy none: the demo compares an agent policy with none",
         ));
     }
-    let mut rest = vec![
-        "--minutes".to_string(),
-        format!("{}", args.minutes / 2.0),
-        "--duration".into(),
-        format!("{}", args.window),
-        "--be".into(),
-        args.be.clone(),
-        "--policies".into(),
-        format!("none,{}", args.policy),
-    ];
-    if let Some(s) = args.slo_us {
-        rest.extend(["--slo-us".to_string(), s.to_string()]);
-    }
-    if let Some(p) = args.peak_qps {
-        rest.extend(["--peak-qps".to_string(), p.to_string()]);
-    }
+    let mut flags = super::bench::ExperimentFlags {
+        minutes: Some(args.minutes / 2.0),
+        duration: Some(args.window),
+        be: Some(vec![args.be.clone()]),
+        policies: Some(vec!["none".into(), args.policy.clone()]),
+        slo_us: args.slo_us,
+        peak_qps: args.peak_qps,
+        ..super::bench::ExperimentFlags::defaults()
+    };
     println!(
         "headroom demo: LC = headroom serve, BE = headroom antagonist {}",
         args.be
@@ -88,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "  the '{}' run then shows those decisions, not their effect.",
                 args.policy
             );
-            rest.push("--dry-run".into());
+            flags.dry_run = true;
         }
     }
     let invocation = std::iter::once("headroom".to_string())
@@ -96,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|a| headroom_bench::runner::shell_quote(&a))
         .collect::<Vec<_>>()
         .join(" ");
-    let opts = super::bench::experiment_options(Experiment::Colocation, &rest, invocation)?;
+    let opts = super::bench::options_from_flags(Experiment::Colocation, flags, invocation)?;
     let slo_note = if args.slo_us.is_some() {
         "given"
     } else {

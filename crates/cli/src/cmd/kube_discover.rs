@@ -48,9 +48,8 @@ fn parse_layout(s: &str) -> Result<LayoutChoice, String> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let k = match &args.config {
-        Some(path) => {
-            KubernetesConfig::from_config_file(path).map_err(|e| super::usage(e.to_string()))?
-        }
+        Some(path) => headroom_agent::config_file::read_kubernetes_config(path)
+            .map_err(|e| super::usage(e.to_string()))?,
         None => KubernetesConfig::default(),
     };
     let node = match &args.node {

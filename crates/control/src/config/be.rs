@@ -22,6 +22,21 @@ pub struct BeConfig {
     pub restart_backoff_max_ms: u64,
 }
 
+impl BeConfig {
+    /// Group `cgroup` named `name`, running `command` (none: the agent only confines what is
+    /// moved there), restarted with the default backoff.
+    pub fn new(name: &str, cgroup: GroupPath, command: Vec<String>) -> BeConfig {
+        BeConfig {
+            name: name.to_string(),
+            cgroup,
+            command,
+            restart: default_true(),
+            restart_backoff_ms: default_backoff_ms(),
+            restart_backoff_max_ms: default_backoff_max_ms(),
+        }
+    }
+}
+
 fn default_true() -> bool {
     true
 }

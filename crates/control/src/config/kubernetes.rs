@@ -163,14 +163,13 @@ impl KubernetesConfig {
         Ok(config)
     }
 
-    /// The `[kubernetes]` section of an agent config file alone (default when absent), for
-    /// tools that need only it (`headroom kube-discover --config`).
-    pub fn from_config_file(path: &std::path::Path) -> Result<KubernetesConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        let doc: toml::Table = toml::from_str(&text)
+    /// The `[kubernetes]` section alone (default when absent) of the text of the agent config
+    /// file at `path`, for tools that need only it (`headroom kube-discover --config`).
+    pub fn from_config_text(
+        text: &str,
+        path: &std::path::Path,
+    ) -> Result<KubernetesConfig, ConfigError> {
+        let doc: toml::Table = toml::from_str(text)
             .map_err(|e| ConfigError::Parse(format!("{}: {e}", path.display())))?;
         let k: KubernetesConfig = match doc.get("kubernetes") {
             None => KubernetesConfig::default(),

@@ -22,6 +22,14 @@ pub struct LcConfig {
     /// A command the agent launches in the LC group (instead of `pids`).
     #[serde(default)]
     pub command: Vec<String>,
+    /// Where the LC is found again when it restarts under a new pid (a service manager
+    /// restarted it): a file holding its pid, read every second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_file: Option<String>,
+    /// The same by the TCP port it listens on: when its group holds no process, the process
+    /// listening there is moved in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_port: Option<u16>,
     #[serde(default)]
     pub slo: SloConfig,
     /// Where the tail latency comes from; required by latency-driven policies.
@@ -33,6 +41,33 @@ pub struct LcConfig {
     /// LC thread treatment (mainline stand-ins for BVT warp).
     #[serde(default)]
     pub threads: LcThreadsConfig,
+}
+
+impl LcConfig {
+    /// A service in group `cgroup` made of `pids`, judged by `slo`; no command, default
+    /// priority and thread treatment.
+    pub fn new(
+        name: &str,
+        cgroup: GroupPath,
+        pids: Vec<u32>,
+        slo: SloConfig,
+        latency: Option<LatencyConfig>,
+        load: Option<LoadConfig>,
+    ) -> LcConfig {
+        LcConfig {
+            name: name.to_string(),
+            cgroup,
+            priority: 0,
+            pids,
+            command: Vec::new(),
+            pid_file: None,
+            listen_port: None,
+            slo,
+            latency,
+            load,
+            threads: LcThreadsConfig::default(),
+        }
+    }
 }
 
 /// `[lc.slo]`.
@@ -134,6 +169,60 @@ pub struct LatencyConfig {
 }
 
 impl LatencyConfig {
+    /// `source` with every optional key unset, the memcache protocol and the default rate.
+    fn of(source: LatencySource) -> LatencyConfig {
+        LatencyConfig {
+            source,
+            protocol: default_protocol(),
+            address: None,
+            rate_hz: default_rate_hz(),
+            url: None,
+            metric: None,
+            socket: None,
+            max_send_lag_us: None,
+            port: None,
+            ports: None,
+            fallback: None,
+        }
+    }
+
+    /// Windows pushed by `headroom load --feed` to the unix socket `socket`.
+    pub fn feed(socket: &std::path::Path) -> LatencyConfig {
+        LatencyConfig {
+            socket: Some(socket.display().to_string()),
+            ..LatencyConfig::of(LatencySource::Feed)
+        }
+    }
+
+    /// Windows fed in process (the simulator's), no socket.
+    pub fn fed_in_process() -> LatencyConfig {
+        LatencyConfig::of(LatencySource::Feed)
+    }
+
+    /// The agent's memcache prober on `address`, `rate_hz` probes a second.
+    pub fn memcache_probe(address: std::net::SocketAddr, rate_hz: f64) -> LatencyConfig {
+        LatencyConfig {
+            address: Some(address.to_string()),
+            rate_hz,
+            ..LatencyConfig::of(LatencySource::Probe)
+        }
+    }
+
+    /// The kernel sensor on `address`'s port, the memcache prober on `address` where it cannot
+    /// run or its window has too few requests.
+    pub fn kernel_or_memcache_probe(address: std::net::SocketAddr, rate_hz: f64) -> LatencyConfig {
+        LatencyConfig {
+            port: Some(address.port()),
+            fallback: Some(LatencyFallback::Probe),
+            ..LatencyConfig::memcache_probe(address, rate_hz)
+        }
+        .with_source(LatencySource::Kernel)
+    }
+
+    fn with_source(self, source: LatencySource) -> LatencyConfig {
+        LatencyConfig { source, ..self }
+    }
+
     /// The ports the kernel sensor watches (`port` and `ports` together).
     pub fn kernel_ports(&self) -> Vec<u16> {
         let mut p: Vec<u16> = self.port.into_iter().collect();
@@ -194,6 +283,32 @@ pub struct LoadConfig {
     pub socket: Option<String>,
 }
 
+impl LoadConfig {
+    /// The load fed in process (the simulator's); loads are fractions of `peak_qps`.
+    pub fn fed_in_process(peak_qps: f64) -> LoadConfig {
+        LoadConfig {
+            source: LoadSource::Feed,
+            address: None,
+            peak_qps,
+            url: None,
+            metric: None,
+            socket: None,
+        }
+    }
+
+    /// memcached's own `stats` on `address`; loads are fractions of `peak_qps`.
+    pub fn memcache_stats(address: std::net::SocketAddr, peak_qps: f64) -> LoadConfig {
+        LoadConfig {
+            source: LoadSource::MemcacheStats,
+            address: Some(address.to_string()),
+            peak_qps,
+            url: None,
+            metric: None,
+            socket: None,
+        }
+    }
+}
+
 /// `[lc.threads]`: how LC threads are treated.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -242,6 +357,18 @@ impl LcConfig {
         }
         if self.pids.contains(&0) {
             p.push(invalid("lc.pids", &self.pids, "pid 0 is not a process"));
+        }
+        if let Some(f) = &self.pid_file {
+            if !f.starts_with('/') {
+                p.push(invalid(
+                    "lc.pid_file",
+                    f,
+                    "must be an absolute path (the file the LC's service manager writes its pid to)",
+                ));
+            }
+        }
+        if self.listen_port == Some(0) {
+            p.push(invalid("lc.listen_port", 0, "port 0 is not a port"));
         }
         let slo = &self.slo;
         if !(slo.percentile > 0.0 && slo.percentile < 100.0) {
@@ -360,17 +487,22 @@ impl LcConfig {
                 }
             }
             // A prober that cannot fill its window never yields a latency, and the agent would
-            // run blind until the stale rule disables BE: refuse it at start instead.
+            // run blind until the stale rule disables BE: refuse it at start instead. Probes can
+            // only go missing at run time (a loaded host sends fewer than asked), so the count
+            // must clear the minimum with a margin.
             let probes_per_window = lat.rate_hz * slo.window_s;
-            if probes && slo_ok && probes_per_window < slo.min_samples() as f64 {
+            let needed = headroom_types::resources::with_margin(slo.min_samples());
+            if probes && slo_ok && probes_per_window < needed as f64 {
                 p.push(invalid(
                     "lc.latency.rate_hz",
                     lat.rate_hz,
                     format!(
-                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than the {} the p{} needs (lc.slo.min_samples); raise the rate or the window",
+                        "{probes_per_window:.0} probes per {} s window (lc.slo.window_s) are fewer than {needed}: the {} the p{} needs (lc.slo.min_samples) with a {}x margin, since a loaded host sends fewer probes than asked; raise the rate to at least {:.0} Hz or the window",
                         slo.window_s,
                         slo.min_samples(),
-                        slo.percentile
+                        slo.percentile,
+                        headroom_types::resources::COUNT_MARGIN,
+                        (needed as f64 / slo.window_s).ceil(),
                     ),
                 ));
             }

@@ -37,6 +37,39 @@ impl PolicyKind {
     }
 }
 
+impl std::str::FromStr for PolicyKind {
+    type Err = crate::config::ConfigError;
+
+    /// The config spelling (`"hybrid"`, `"static-cores"`, …).
+    fn from_str(s: &str) -> Result<PolicyKind, Self::Err> {
+        ALL_POLICY_KINDS
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                crate::config::invalid(
+                    "policy.kind",
+                    s,
+                    format!(
+                        "not a policy: one of {}",
+                        ALL_POLICY_KINDS.map(PolicyKind::as_str).join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+/// Every policy, in the order the docs list them.
+pub const ALL_POLICY_KINDS: [PolicyKind; 8] = [
+    PolicyKind::None,
+    PolicyKind::StaticCores,
+    PolicyKind::StaticCycles,
+    PolicyKind::Weights,
+    PolicyKind::Blind,
+    PolicyKind::Heracles,
+    PolicyKind::Hybrid,
+    PolicyKind::Multi,
+];
+
 /// `[policy]`: which policy runs, and every policy's constants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

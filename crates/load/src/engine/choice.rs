@@ -82,7 +82,7 @@ pub fn choose_engine(choice: EngineChoice) -> Result<EngineSelection, LoadError>
         }),
         Err(reason) if choice == EngineChoice::Auto => Ok(EngineSelection {
             kind: EngineKind::Epoll,
-            fallback_reason: Some(reason),
+            fallback_reason: Some(reason.to_string()),
         }),
         Err(reason) => Err(LoadError::invalid(
             "--engine",
@@ -92,8 +92,19 @@ pub fn choose_engine(choice: EngineChoice) -> Result<EngineSelection, LoadError>
     }
 }
 
+/// Why io_uring cannot be used here: what the kernel answered, whether a test simulated it,
+/// and the sysctl that may explain it.
+#[derive(Debug, thiserror::Error)]
+#[error("io_uring unavailable: {source}{}{}", simulated.as_ref().map(|n| format!(" (simulated by {SIMULATE_IO_URING_ERROR_ENV}={n})")).unwrap_or_default(), sysctl.as_ref().map(|v| format!("; kernel.io_uring_disabled = {v}")).unwrap_or_default())]
+pub struct UringUnavailable {
+    #[source]
+    source: std::io::Error,
+    simulated: Option<String>,
+    sysctl: Option<String>,
+}
+
 /// Why io_uring cannot be used here, or Ok.
-fn probe() -> Result<(), String> {
+fn probe() -> Result<(), UringUnavailable> {
     let simulated = std::env::var(SIMULATE_IO_URING_ERROR_ENV)
         .ok()
         .filter(|v| !v.is_empty());
@@ -101,17 +112,12 @@ fn probe() -> Result<(), String> {
         Some(name) => Err(simulated_error(name)),
         None => super::uring::probe(),
     };
-    result.map_err(|e| {
-        let mut reason = format!("io_uring unavailable: {e}");
-        if let Some(name) = simulated {
-            reason.push_str(&format!(
-                " (simulated by {SIMULATE_IO_URING_ERROR_ENV}={name})"
-            ));
-        }
-        if let Ok(v) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
-            reason.push_str(&format!("; kernel.io_uring_disabled = {}", v.trim()));
-        }
-        reason
+    result.map_err(|source| UringUnavailable {
+        source,
+        simulated,
+        sysctl: std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .ok()
+            .map(|v| v.trim().to_string()),
     })
 }
 

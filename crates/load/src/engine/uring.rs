@@ -129,7 +129,7 @@ impl Drop for RingMemory {
 }
 
 /// Sets up a ring as the workers do; the error says which step the kernel refused.
-fn new_ring(entries: u32) -> Result<IoUring, String> {
+fn new_ring(entries: u32) -> std::io::Result<IoUring> {
     // SINGLE_ISSUER + DEFER_TASKRUN: completions are posted only inside our own enter calls
     // (no inter-processor interrupts to run task work); older kernels get a plain ring.
     let ring = IoUring::builder()
@@ -138,22 +138,23 @@ fn new_ring(entries: u32) -> Result<IoUring, String> {
         .setup_cqsize(entries * 8)
         .build(entries)
         .or_else(|_| IoUring::builder().setup_cqsize(entries * 8).build(entries))
-        .map_err(|e| format!("io_uring_setup: {e}"))?;
+        .map_err(|e| std::io::Error::new(e.kind(), format!("io_uring_setup: {e}")))?;
     if !ring.params().is_feature_ext_arg() {
-        return Err(
-            "io_uring_enter has no timeout argument (IORING_FEAT_EXT_ARG, Linux 5.11)".into(),
-        );
+        return Err(std::io::Error::other(
+            "io_uring_enter has no timeout argument (IORING_FEAT_EXT_ARG, Linux 5.11)",
+        ));
     }
     if !ring.params().is_feature_nodrop() {
-        return Err("the completion queue may drop events (IORING_FEAT_NODROP, Linux 5.5)".into());
+        return Err(std::io::Error::other(
+            "the completion queue may drop events (IORING_FEAT_NODROP, Linux 5.5)",
+        ));
     }
     Ok(ring)
 }
 
 /// Whether this process may use io_uring the way the engine does (a ring and a buffer ring).
 pub(super) fn probe() -> Result<(), std::io::Error> {
-    let other = |m: String| std::io::Error::other(m);
-    let ring = new_ring(8).map_err(other)?;
+    let ring = new_ring(8)?;
     let mem = RingMemory::new(8)?;
     // SAFETY: `mem` outlives the ring (the ring is dropped first, below).
     unsafe {
@@ -161,9 +162,10 @@ pub(super) fn probe() -> Result<(), std::io::Error> {
             .register_buf_ring_with_flags(mem.ptr as u64, 8, BUFFER_GROUP, 0)
     }
     .map_err(|e| {
-        other(format!(
-            "registering a provided-buffer ring (Linux 5.19): {e}"
-        ))
+        std::io::Error::new(
+            e.kind(),
+            format!("registering a provided-buffer ring (Linux 5.19): {e}"),
+        )
     })?;
     drop(ring);
     drop(mem);
@@ -175,8 +177,7 @@ impl UringIo {
         let sys = |what: &str, e: std::io::Error| LoadError::system(what.to_string(), e);
         // Room for a SEND and a receive (or cancel) per connection in one turn.
         let entries = (conns * 4).next_power_of_two().clamp(64, 4096) as u32;
-        let ring =
-            new_ring(entries).map_err(|m| sys("setting up io_uring", std::io::Error::other(m)))?;
+        let ring = new_ring(entries).map_err(|e| sys("setting up io_uring", e))?;
         let entries_mem =
             RingMemory::new(BUFFERS).map_err(|e| sys("allocating the buffer ring", e))?;
         let mut io = UringIo {

@@ -12,6 +12,7 @@
 //! `--pin` gives the clients CPU 0 and memcached the last CPU. Figures go to stdout and, with
 //! `--out DIR`, to DIR/loadgen.json. Flags: `--help`.
 
+use super::flag_values::{at_least_one, existing_file};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -152,23 +153,6 @@ const HOLD_CONNECTIONS: usize = 16;
 /// Connections and depth of the 50k/s send-lag run (see where it runs).
 const ON_TIME_CONNECTIONS: usize = 8;
 const ON_TIME_DEPTH: usize = 4;
-
-fn at_least_one(v: &str) -> Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        Ok(_) => Err("must be at least 1".into()),
-        Err(e) => Err(format!("{v:?} is not a count: {e}")),
-    }
-}
-
-fn existing_file(v: &str) -> Result<PathBuf, String> {
-    let p = PathBuf::from(v);
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!("{v} is not a file"))
-    }
-}
 
 pub fn run(out: Option<PathBuf>, o: Opts) -> Result<()> {
     let out = o.out.clone().or(out);

@@ -1,9 +1,13 @@
-//! The agent's config for one policy of `headroom bench multi-lc` (pure: text from values).
+//! The agent's config for one policy of `headroom bench multi-lc` (pure: a typed value).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::record::{be_and_policy, feed_latency, probe_latency, LcTables};
+use headroom_control::config::{
+    Config, ConfigError, LatencyConfig, OnExit, PolicyConfig, SafetyConfig, SloConfig,
+};
+
+use crate::record::{be_config, lc_config, LcService};
 
 /// Where the agent takes each service's latency from.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -53,77 +57,59 @@ pub struct AgentSpec {
     pub metrics_port: u16,
 }
 
-fn latency_table(spec: &AgentSpec, lc: &LcEntry) -> String {
+fn latency_config(spec: &AgentSpec, lc: &LcEntry) -> LatencyConfig {
     match spec.latency {
-        Latency::Feed => feed_latency(&lc.feed),
-        Latency::Probe => probe_latency(lc.addr, spec.probe_hz),
-        Latency::Kernel => format!(
-            "source = \"kernel\"\nport = {}\nfallback = \"probe\"\nprotocol = \"memcache\"\naddress = \"{}\"\nrate_hz = {:?}",
-            lc.addr.port(),
-            lc.addr,
-            spec.probe_hz
-        ),
+        Latency::Feed => LatencyConfig::feed(&lc.feed),
+        Latency::Probe => LatencyConfig::memcache_probe(lc.addr, spec.probe_hz),
+        Latency::Kernel => LatencyConfig::kernel_or_memcache_probe(lc.addr, spec.probe_hz),
     }
 }
 
-/// The TOML text.
-pub fn agent_toml(spec: &AgentSpec) -> String {
-    let mut t = format!(
-        "# Written by headroom bench multi-lc: policy {}, {} LC service(s)\n",
-        spec.policy,
-        spec.lcs.len()
-    );
+/// The agent's config, built and validated (every problem at once).
+pub fn agent_config(spec: &AgentSpec) -> Result<Config, ConfigError> {
+    let mut lcs = Vec::new();
     for lc in &spec.lcs {
-        let latency = latency_table(spec, lc);
-        let tables = LcTables {
+        let service = LcService {
             name: &lc.name,
             cgroup: &lc.cgroup,
             pid: lc.pid,
-            percentile: spec.percentile,
-            slo_us: lc.slo_us,
-            window_s: spec.window_s,
-            latency: &latency,
             addr: lc.addr,
             peak_qps: lc.peak_qps,
         };
-        t.push('\n');
-        t.push_str(&tables.toml("[[lc]]"));
+        let slo = SloConfig {
+            percentile: spec.percentile,
+            target_us: lc.slo_us,
+            window_s: spec.window_s,
+            min_samples: None,
+        };
+        lcs.push(lc_config(&service, slo, latency_config(spec, lc))?);
     }
-    t.push_str(&format!(
-        r#"
-{be}
-[policy.blind]
-be_cpus = [{be_cpus}]
-
-[policy.heracles]
-# Alg. 1's cooldown after a negative slack, scaled as the safety layer's below
-cooldown_s = {cooldown:?}
-
-[safety]
-on_exit = "restore"
-state_file = "{state}"
-# the agent shares its CPU with the load generators: a SCHED_FIFO agent would preempt them
-agent_fifo_priority = 0
-# the trace stands for a day: the production cooldown scaled, at least one latency window
-violation_cooldown_s = {cooldown:?}
-
-[api]
-socket = "{socket}"
-metrics = "127.0.0.1:{port}"
-"#,
-        be = be_and_policy(&spec.be_cgroup, &spec.be_argv, &spec.policy),
-        be_cpus = spec
-            .be_cpus
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        state = spec.state_file.display(),
-        cooldown = spec.violation_cooldown_s,
-        socket = spec.socket.display(),
-        port = spec.metrics_port,
-    ));
-    t
+    let policy = PolicyConfig {
+        kind: spec.policy.parse()?,
+        ..PolicyConfig::default()
+    };
+    let mut config = Config::new(
+        lcs,
+        vec![be_config(&spec.be_cgroup, &spec.be_argv)?],
+        policy,
+    );
+    config.policy.blind.be_cpus = spec.be_cpus.iter().map(|&c| c as u32).collect();
+    // Alg. 1's cooldown after a negative slack and the safety layer's: the trace stands for a
+    // day, so the production cooldown is scaled, at least one latency window.
+    config.policy.heracles.cooldown_s = spec.violation_cooldown_s;
+    config.safety = SafetyConfig {
+        on_exit: OnExit::Restore,
+        state_file: spec.state_file.display().to_string(),
+        // the agent shares its CPU with the load generators: a SCHED_FIFO agent would
+        // preempt them
+        agent_fifo_priority: 0,
+        violation_cooldown_s: spec.violation_cooldown_s,
+        ..SafetyConfig::default()
+    };
+    config.api.socket = spec.socket.display().to_string();
+    config.api.metrics = Some(SocketAddr::from(([127, 0, 0, 1], spec.metrics_port)).to_string());
+    config.validate()?;
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -164,9 +150,13 @@ mod tests {
     fn the_configs_are_ones_the_agent_reads() {
         for latency in [Latency::Feed, Latency::Probe, Latency::Kernel] {
             for (policy, n) in [("hybrid", 1), ("multi", 2)] {
-                let text = agent_toml(&spec(policy, n, latency));
-                let c = headroom_control::config::Config::from_toml_str(&text)
+                let built = agent_config(&spec(policy, n, latency))
+                    .unwrap_or_else(|e| panic!("{policy} {latency:?}: {e}"));
+                // what the agent reads back from the file is what was built
+                let text = toml::to_string(&built).unwrap();
+                let c = Config::from_toml_str(&text)
                     .unwrap_or_else(|e| panic!("{policy} {latency:?}: {e}\n{text}"));
+                assert_eq!(c, built, "{text}");
                 assert_eq!(c.lcs.len(), n, "{text}");
                 assert_eq!(c.lcs[0].name, "a");
                 // BE only where the services run (the load generators' CPU 0 is not BE's)

@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::error::{Context, Result, ToolError};
-use super::host::positive_f64;
+use super::flag_values::positive_f64;
 use crate::model::LoadMetrics;
 use crate::record::be_spec;
 use crate::runner::{self, free_port, read_progress, Placement, Proc, Runner, ServeSpec};
@@ -210,7 +210,7 @@ fn start_memcached(runner: &Runner, bin: &Path) -> Result<(Proc, SocketAddr)> {
         let last = match headroom_load::readiness::stats_pid(addr) {
             Ok(pid) if pid == proc.pid() => return Ok((proc, addr)),
             Ok(other) => format!("{addr} is answered by pid {other}, not ours"),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         if let Some(st) = proc.exited() {
             return Err(ToolError::Command {

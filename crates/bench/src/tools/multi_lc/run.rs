@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::config::{agent_toml, AgentSpec, Latency, LcEntry};
+use super::config::{agent_config, AgentSpec, Latency, LcEntry};
 use super::plan::{window_emu, LcWindow, Verdict, WindowRecord};
 use super::{be_alone, load_once, Flags, Lc};
 use crate::record::scaled_cooldown_s;
@@ -14,7 +14,7 @@ use crate::runner::{
     DecisionTail, Proc, Runner,
 };
 use crate::stats;
-use crate::tools::error::{Context, Result};
+use crate::tools::error::Result;
 use headroom_host::{Cgroups, LinuxHost};
 use headroom_types::GroupPath;
 
@@ -158,8 +158,8 @@ impl Ctx<'_> {
                 metrics_port: crate::runner::free_port()?,
             };
             let config = self.path(&format!("agent-{policy}.toml"));
-            std::fs::write(&config, agent_toml(&spec))
-                .with_context(|| format!("writing {}", config.display()))?;
+            let built = agent_config(&spec).map_err(|e| crate::record::config_error(&config, e))?;
+            crate::record::write_config(&config, &built)?;
             let log = self.path(&format!("{policy}.decisions.jsonl"));
             let _ = std::fs::remove_file(&log);
             let p = runner.start_agent(&config, &log, false)?;

@@ -38,7 +38,7 @@ use std::path::PathBuf;
 
 use super::error::{Context, Result, ToolError};
 
-use super::host::positive_f64;
+use super::flag_values::{positive_at_most, positive_f64, seconds_in, FlagValueError};
 use crate::runner::{Placement, Runner};
 use case::{AgentRt, Row};
 use serde::Serialize;
@@ -109,35 +109,18 @@ pub struct Flags {
     cost: Option<f64>,
 }
 
-/// A number of seconds in `lo..=hi`.
-fn seconds_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
-    positive_f64(s).and_then(|v| {
-        if (lo..=hi).contains(&v) {
-            Ok(v)
-        } else {
-            Err(format!("{s:?} is outside {lo}..={hi} s"))
-        }
-    })
-}
-
 /// The load run is 5 s to 1 h.
-fn seconds(s: &str) -> Result<f64, String> {
+fn seconds(s: &str) -> Result<f64, FlagValueError> {
     seconds_in(s, 5.0, 3600.0)
 }
 
 /// The agent takes windows of 1 s to 1 h.
-fn window(s: &str) -> Result<f64, String> {
+fn window(s: &str) -> Result<f64, FlagValueError> {
     seconds_in(s, 1.0, 3600.0)
 }
 
-fn probe_hz(s: &str) -> Result<f64, String> {
-    positive_f64(s).and_then(|v| {
-        if v <= 10_000.0 {
-            Ok(v)
-        } else {
-            Err(format!("{s:?} is above the agent's 10000 probes/s"))
-        }
-    })
+fn probe_hz(s: &str) -> Result<f64, FlagValueError> {
+    positive_at_most(s, 10_000.0, "probes/s (the agent's most)")
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Serialize)]

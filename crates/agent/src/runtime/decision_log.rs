@@ -1,0 +1,293 @@
+//! The decision log file: one JSON line per decision, size-capped and rotated once. Lines are
+//! gathered in memory and written whole: a write the disk refuses part-way (ENOSPC) is cut
+//! back to the last whole line, and every line that did not reach the file is counted in
+//! `lost` (`decision_log_lost_lines` in `ctl status`). A torn line is never left in the middle
+//! of the log, so `--replay` reads every line before a crash's torn tail.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// Lines gathered before they are written (the loop also flushes every slow pass).
+const BUFFER_BYTES: usize = 1 << 16;
+
+/// The decision log. When it reaches `max_bytes` it is renamed to `<path>.1` (replacing the
+/// previous one) and started anew, so it never holds more than twice its cap on disk. A
+/// failing write is logged once, and again only after a write has succeeded in between.
+pub struct DecisionLog {
+    path: PathBuf,
+    file: File,
+    /// Bytes in the file now (whole lines only).
+    written: u64,
+    max_bytes: u64,
+    failing: bool,
+    /// Lines gathered, not yet written, and where each one ends in `pending`.
+    pending: Vec<u8>,
+    ends: Vec<usize>,
+    /// A torn tail the file could not be cut back from (cut before the next write).
+    torn: bool,
+    /// Lines that could not be written.
+    pub lost: u64,
+}
+
+impl DecisionLog {
+    pub fn open(path: &Path, max_bytes: u64) -> io::Result<DecisionLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)?;
+        let written = file.metadata().map_or(0, |m| m.len());
+        let mut log = DecisionLog {
+            path: path.to_path_buf(),
+            file,
+            written,
+            max_bytes: max_bytes.max(4096),
+            failing: false,
+            pending: Vec::new(),
+            ends: Vec::new(),
+            torn: false,
+            lost: 0,
+        };
+        // A tail torn by a crash (or an older agent) is cut, not continued by the next line.
+        if written > 0 && log.is_regular() {
+            let whole = whole_lines_len(&log.file, written)?;
+            if whole < written {
+                tracing::warn!(path = %path.display(), torn_bytes = written - whole, "the decision log ends in a torn line: cutting it");
+                log.file.set_len(whole)?;
+                log.written = whole;
+            }
+        }
+        Ok(log)
+    }
+
+    fn is_regular(&self) -> bool {
+        self.file.metadata().is_ok_and(|m| m.is_file())
+    }
+
+    /// Appends `line` and a newline (written at the next flush, or when the buffer is full).
+    pub fn write_line(&mut self, line: &str) {
+        let len = line.len() + 1;
+        if self.written + (self.pending.len() + len) as u64 > self.max_bytes {
+            self.flush();
+            if let Err(e) = self.rotate() {
+                self.failed("rotating", &e);
+            }
+        }
+        self.pending.extend_from_slice(line.as_bytes());
+        self.pending.push(b'\n');
+        self.ends.push(self.pending.len());
+        if self.pending.len() >= BUFFER_BYTES {
+            self.flush();
+        }
+    }
+
+    /// Writes the gathered lines, whole or not at all.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let lines = self.ends.len() as u64;
+        if self.torn {
+            // the cut failed last time: nothing goes after a torn line
+            if let Err(e) = self.file.set_len(self.written) {
+                self.lost += lines;
+                self.clear();
+                self.failed("cutting a torn line from", &e);
+                return;
+            }
+            self.torn = false;
+        }
+        let (done, result) = write_counting(&mut self.file, &self.pending);
+        match result {
+            Ok(()) => {
+                self.written += done as u64;
+                if self.failing {
+                    tracing::info!(path = %self.path.display(), lost = self.lost, "decision log writable again");
+                }
+                self.failing = false;
+            }
+            Err(e) => {
+                let whole = self.ends.iter().filter(|&&end| end <= done).count();
+                let kept = if whole == 0 { 0 } else { self.ends[whole - 1] };
+                if done > kept && self.is_regular() {
+                    // the disk took part of a line: cut it back to the last whole one
+                    self.torn = self.file.set_len(self.written + kept as u64).is_err();
+                }
+                self.written += kept as u64;
+                self.lost += lines - whole as u64;
+                self.failed("writing", &e);
+            }
+        }
+        self.clear();
+    }
+
+    fn clear(&mut self) {
+        self.pending.clear();
+        self.ends.clear();
+    }
+
+    fn failed(&mut self, what: &str, e: &io::Error) {
+        if !self.failing {
+            tracing::error!(path = %self.path.display(), error = %e, lost = self.lost,
+                "{what} the decision log failed: lines are lost (counted in decision_log_lost_lines; reported once until it works again)");
+        }
+        self.failing = true;
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        let mut old = self.path.as_os_str().to_owned();
+        old.push(".1");
+        std::fs::rename(&self.path, PathBuf::from(old))?;
+        self.file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&self.path)?;
+        self.written = 0;
+        self.torn = false;
+        Ok(())
+    }
+}
+
+impl Drop for DecisionLog {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Writes `bytes`, returning how many reached the file before an error.
+fn write_counting(file: &mut File, bytes: &[u8]) -> (usize, io::Result<()>) {
+    let mut done = 0;
+    while done < bytes.len() {
+        match file.write(&bytes[done..]) {
+            Ok(0) => return (done, Err(io::ErrorKind::WriteZero.into())),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (done, Err(e)),
+        }
+    }
+    (done, Ok(()))
+}
+
+/// The length of `file`'s first `len` bytes up to and including its last newline.
+fn whole_lines_len(file: &File, len: u64) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut end = len;
+    let mut buf = vec![0u8; 1 << 16];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.read_exact_at(chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log on a full disk counts every line it loses (before, lines sat in a buffer that
+    /// failed to flush, uncounted, and `decision_log_lost_lines` stayed 0).
+    #[test]
+    fn every_line_a_full_disk_refuses_is_counted() {
+        if !Path::new("/dev/full").exists() {
+            return eprintln!("SKIP every_line_a_full_disk_refuses_is_counted: no /dev/full");
+        }
+        let mut log = DecisionLog::open(Path::new("/dev/full"), 1 << 30).unwrap();
+        for _ in 0..100 {
+            log.write_line(&"y".repeat(100));
+        }
+        log.flush();
+        assert_eq!(log.lost, 100);
+        for _ in 0..10 {
+            log.write_line("{}");
+            log.flush();
+        }
+        assert_eq!(log.lost, 110);
+    }
+
+    /// A tmpfs of 64 KiB mounted on `dir` (unmounted on drop).
+    struct Tmpfs(PathBuf);
+
+    impl Tmpfs {
+        fn mount(dir: &Path) -> Option<Tmpfs> {
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+                .arg(dir)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then(|| Tmpfs(dir.to_path_buf()))
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+
+    /// A disk that fills up part-way through a write: the file holds whole lines only, the
+    /// lines that did not fit are counted, and a line written once space is back follows a
+    /// whole line.
+    #[test]
+    fn a_disk_full_part_way_leaves_whole_lines_and_counts_the_rest() {
+        const NAME: &str = "a_disk_full_part_way_leaves_whole_lines_and_counts_the_rest";
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return eprintln!("SKIP {NAME}: needs root (a tmpfs mount)");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let Some(_mount) = Tmpfs::mount(dir.path()) else {
+            return eprintln!("SKIP {NAME}: could not mount a tmpfs");
+        };
+        // leave about 3 pages free
+        let filler = dir.path().join("filler");
+        std::fs::write(&filler, vec![0u8; 52 * 1024]).unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        let mut log = DecisionLog::open(&path, 1 << 30).unwrap();
+        let line = format!("{{\"t_ms\":1,\"pad\":\"{}\"}}", "x".repeat(290));
+        for _ in 0..100 {
+            log.write_line(&line);
+        }
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kept = text.lines().count() as u64;
+        assert!(log.lost > 0, "the disk was full: some lines lost");
+        assert_eq!(
+            kept + log.lost,
+            100,
+            "every line either in the file or counted"
+        );
+        assert!(text.is_empty() || text.ends_with('\n'), "no torn tail");
+        assert!(text.lines().all(|l| l == line), "only whole lines");
+        // space back: the next line follows a whole one
+        std::fs::remove_file(&filler).unwrap();
+        log.write_line("{\"t_ms\":2}");
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with("\n{\"t_ms\":2}\n") || text == "{\"t_ms\":2}\n");
+        assert_eq!(log.lost + text.lines().count() as u64, 101);
+    }
+
+    /// A log whose last line was torn (a crash, an older agent) is cut back on open: the next
+    /// line does not continue it.
+    #[test]
+    fn a_torn_tail_is_cut_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        std::fs::write(&path, "{\"t_ms\":1}\n{\"t_ms\":2,\"pa").unwrap();
+        let mut log = DecisionLog::open(&path, 1 << 30).unwrap();
+        log.write_line("{\"t_ms\":3}");
+        log.flush();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"t_ms\":1}\n{\"t_ms\":3}\n"
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! Moving targets: an LC restarted under a new pid (found by its `pid_file`, its
+//! `listen_port`, or — for an LC the agent launched that has exited — a process running its
+//! `command`) is moved into its LC group; a BE group someone else removed is created again,
+//! BE's settings written into it and the BE commands moved back. Each is logged and listed in
+//! `ctl status` (`targets_followed`). Checked once a second.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use headroom_control::config::LcConfig;
+
+use super::Agent;
+
+/// How often the targets are looked for.
+pub(super) const FOLLOW_PERIOD: Duration = Duration::from_secs(1);
+/// Moves kept for `ctl status`.
+const FOLLOWED_KEPT: usize = 10;
+
+impl Agent {
+    /// Follows the LCs and the BE groups (at most once per [`FOLLOW_PERIOD`]).
+    pub(super) fn follow_moving_targets(&mut self, now: Instant) {
+        if self.options.dry_run
+            || !self.controller.is_actuating()
+            || self
+                .followed_at
+                .is_some_and(|t| now.saturating_duration_since(t) < FOLLOW_PERIOD)
+        {
+            return;
+        }
+        self.followed_at = Some(now);
+        self.recreate_removed_be_groups();
+        self.follow_restarted_lcs();
+    }
+
+    fn note_followed(&mut self, what: String) {
+        self.targets_followed
+            .push_back((self.started.elapsed().as_millis() as u64, what));
+        if self.targets_followed.len() > FOLLOWED_KEPT {
+            self.targets_followed.pop_front();
+        }
+    }
+
+    /// A BE group that is gone from a hierarchy: created again, confined (the last allocation
+    /// written whole, verified), and its commands' processes moved back in.
+    fn recreate_removed_be_groups(&mut self) {
+        let cg = self.node.cgroups().clone();
+        let missing: Vec<_> = self
+            .groups
+            .be
+            .iter()
+            .filter(|g| !cg.exists(g))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        for g in &missing {
+            tracing::warn!(group = %g, "a BE group was removed by someone else: creating it again and confining BE in it");
+            if let Err(e) = cg.create(g) {
+                tracing::error!(group = %g, error = %e, "creating the removed BE group again");
+            }
+        }
+        // Its knobs are the kernel's defaults now: write the last allocation whole before
+        // any BE process goes back in.
+        if let Some(last) = self.controller.last_applied().cloned() {
+            if let Err(e) = self.controller.apply_now(&mut self.node, &last) {
+                tracing::error!(error = %e, "confining the recreated BE group");
+            }
+        }
+        for g in missing {
+            let mut moved = 0;
+            for s in self.supervised.iter().filter(|s| s.group == g) {
+                let Some(pid) = s.pid() else { continue };
+                for p in process_group(&self.options.root, pid) {
+                    match cg.move_process(&g, p as i32) {
+                        Ok(()) => moved += 1,
+                        Err(e) => {
+                            tracing::warn!(group = %g, pid = p, error = %e, "moving a BE process back")
+                        }
+                    }
+                }
+            }
+            self.note_followed(format!(
+                "BE group {g} was removed by someone else: created again, confined, {moved} BE process(es) moved back"
+            ));
+        }
+        self.publisher.state_dirty = true;
+    }
+
+    /// Each LC with a way to be found again: its new pid moved into its group.
+    fn follow_restarted_lcs(&mut self) {
+        let cg = self.node.cgroups().clone();
+        let root = self.options.root.clone();
+        let lcs = self.config.lcs.clone();
+        for (i, lc) in lcs.iter().enumerate() {
+            let in_group: BTreeSet<u32> = cg
+                .procs(&lc.cgroup)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| p as u32)
+                .collect();
+            let launched_exited =
+                !lc.command.is_empty() && self.lc_child_exited(launched_index(&lcs, i));
+            for pid in find_lc(&root, lc, in_group.is_empty(), launched_exited) {
+                if in_group.contains(&pid) || pid == std::process::id() {
+                    continue;
+                }
+                // where it is now, to move it back on `restore`
+                let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
+                    .unwrap_or_default();
+                let origins: Vec<String> = cg
+                    .process_dirs(&lc.cgroup, &text)
+                    .into_iter()
+                    .filter(|d| !d.ends_with(lc.cgroup.as_str()))
+                    .map(|d| d.display().to_string())
+                    .collect();
+                match cg.move_process(&lc.cgroup, pid as i32) {
+                    Ok(()) => {
+                        tracing::warn!(lc = %lc.name, pid, group = %lc.cgroup, "the LC runs under a new pid: moved it into its group");
+                        self.lc_origins.insert(pid, origins);
+                        self.publisher.state_dirty = true;
+                        self.note_followed(format!(
+                            "LC {} runs under a new pid {pid}: moved into {}",
+                            lc.name, lc.cgroup
+                        ));
+                    }
+                    Err(e) => {
+                        tracing::warn!(lc = %lc.name, pid, error = %e, "moving the LC's new pid into its group")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the LC command launched for service `k` (an index into `lc_children`) exited.
+    fn lc_child_exited(&mut self, k: usize) -> bool {
+        self.lc_children
+            .get_mut(k)
+            .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+/// The index into the launched LC children of service `i` (one child per service with a
+/// `command`, in the config's order).
+fn launched_index(lcs: &[LcConfig], i: usize) -> usize {
+    lcs[..i].iter().filter(|l| !l.command.is_empty()).count()
+}
+
+/// Where `lc` runs now: the pid in its pid file (always, a read is cheap); with its group
+/// empty, the process listening on its port; with its launched command exited, processes
+/// running that command.
+fn find_lc(root: &Path, lc: &LcConfig, group_empty: bool, launched_exited: bool) -> Vec<u32> {
+    let mut out = BTreeSet::new();
+    if let Some(f) = &lc.pid_file {
+        let path = root.join(f.trim_start_matches('/'));
+        if let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())
+        {
+            out.insert(pid);
+        }
+    }
+    if group_empty {
+        if let Some(port) = lc.listen_port {
+            out.extend(listening_pids(root, port));
+        }
+    }
+    if launched_exited {
+        out.extend(pids_running(root, &lc.command));
+    }
+    out.into_iter().collect()
+}
+
+/// Every process id under `root/proc`.
+fn all_pids(root: &Path) -> Vec<u32> {
+    std::fs::read_dir(root.join("proc"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The processes whose process group is `pgid` (a BE command leads its own).
+fn process_group(root: &Path, pgid: u32) -> Vec<u32> {
+    all_pids(root)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(root.join(format!("proc/{p}/stat")))
+                .ok()
+                .and_then(|s| {
+                    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
+
+/// The processes whose argv is exactly `command`.
+fn pids_running(root: &Path, command: &[String]) -> Vec<u32> {
+    let want: Vec<u8> = command
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    all_pids(root)
+        .into_iter()
+        .filter(|p| std::fs::read(root.join(format!("proc/{p}/cmdline"))).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// The processes holding a TCP socket listening on `port` (v4 or v6).
+fn listening_pids(root: &Path, port: u16) -> Vec<u32> {
+    let mut inodes = BTreeSet::new();
+    for table in ["proc/net/tcp", "proc/net/tcp6"] {
+        let text = std::fs::read_to_string(root.join(table)).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            if f.len() < 10 || f[3] != "0A" {
+                continue;
+            }
+            let local_port = f[1]
+                .rsplit(':')
+                .next()
+                .and_then(|h| u16::from_str_radix(h, 16).ok());
+            if local_port == Some(port) {
+                if let Ok(ino) = f[9].parse::<u64>() {
+                    inodes.insert(format!("socket:[{ino}]"));
+                }
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    all_pids(root)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_dir(root.join(format!("proc/{p}/fd"))).is_ok_and(|d| {
+                d.flatten().any(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| inodes.contains(l.to_string_lossy().as_ref()))
+                })
+            })
+        })
+        .collect()
+}

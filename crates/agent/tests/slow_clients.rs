@@ -1,0 +1,179 @@
+//! Slow local clients cannot starve the kill switch or blind the metrics endpoint (issue 42,
+//! item 6): each request has one deadline for the whole of it (a byte every 600 ms does not
+//! keep a slot, as it did when the read timeout reset per byte), and with every client slot
+//! held `ctl off` and a scrape are still served, in a reserved slot. Loopback and a temp-dir
+//! socket only; every client loop is bounded in count and time.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use headroom_agent::control::{self, Request, Response};
+
+/// How long the slow clients run at most.
+const SLOW_FOR: Duration = Duration::from_secs(8);
+/// The gap between a slow client's bytes (under the old per-read timeouts of 1 s and 2 s).
+const GAP: Duration = Duration::from_millis(600);
+
+/// A client that sends `request` one byte per GAP, reconnecting when the server cuts it, until
+/// SLOW_FOR has passed or `stop`; records how long each connection lasted before the cut.
+fn slow_client<S: Read + Write>(
+    connect: impl Fn() -> std::io::Result<S>,
+    set_timeout: impl Fn(&S, Duration),
+    request: &'static [u8],
+    stop: Arc<AtomicBool>,
+    cuts: Arc<Mutex<Vec<Duration>>>,
+) {
+    let end = Instant::now() + SLOW_FOR;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        let Ok(mut s) = connect() else {
+            std::thread::sleep(GAP);
+            continue;
+        };
+        set_timeout(&s, GAP);
+        let since = Instant::now();
+        let mut cut = false;
+        for &b in request.iter().cycle() {
+            if Instant::now() >= end || stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if s.write_all(&[b]).is_err() {
+                cut = true;
+                break;
+            }
+            // the wait between bytes: an answer or a close from the server ends it
+            let mut buf = [0u8; 512];
+            match s.read(&mut buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                _ => {
+                    cut = true;
+                    break;
+                }
+            }
+        }
+        if cut {
+            cuts.lock().unwrap().push(since.elapsed());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn ctl_off_is_served_while_slow_clients_hold_every_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let loop_ = std::thread::spawn(move || {
+        while let Ok((req, reply)) = rx.recv_timeout(Duration::from_secs(12)) {
+            let _ = reply.send(match req {
+                Request::Off => Response::ok("restored"),
+                _ => Response::ok("other"),
+            });
+        }
+    });
+    let clients_stop = Arc::new(AtomicBool::new(false));
+    let cuts = Arc::new(Mutex::new(Vec::new()));
+    let slow: Vec<_> = (0..20)
+        .map(|_| {
+            let (sock, stop, cuts) = (sock.clone(), clients_stop.clone(), cuts.clone());
+            std::thread::spawn(move || {
+                slow_client(
+                    || std::os::unix::net::UnixStream::connect(&sock),
+                    |s, t| s.set_read_timeout(Some(t)).unwrap(),
+                    b"{\"Set\":{\"key\":\"x\",\"value\":\"",
+                    stop,
+                    cuts,
+                )
+            })
+        })
+        .collect();
+    // every slot held, none yet cut by its deadline
+    std::thread::sleep(Duration::from_millis(1200));
+    let t = Instant::now();
+    let off = control::request(&sock, &Request::Off).unwrap();
+    let took = t.elapsed();
+    assert!(off.ok, "ctl off while slow clients hold the slots: {off:?}");
+    assert_eq!(off.message, "restored");
+    assert!(took < Duration::from_secs(5), "ctl off took {took:?}");
+    // the slow clients are cut at the whole-request deadline, not held while they trickle
+    std::thread::sleep(Duration::from_millis(3500));
+    clients_stop.store(true, Ordering::Relaxed);
+    for c in slow {
+        c.join().unwrap();
+    }
+    let cuts = cuts.lock().unwrap().clone();
+    assert!(!cuts.is_empty(), "no slow client was cut in {SLOW_FOR:?}");
+    let longest = cuts.iter().max().unwrap();
+    assert!(
+        *longest < control::REQUEST_DEADLINE + Duration::from_secs(2),
+        "a slow client held its slot {longest:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    handle.join().unwrap();
+    loop_.join().unwrap();
+}
+
+/// One GET with a generous whole-answer timeout.
+fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    Ok(body)
+}
+
+#[test]
+fn a_scrape_answers_while_slow_connections_hold_every_slot() {
+    let (_m, registry) = headroom_agent::metrics::Metrics::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, handle) =
+        headroom_agent::metrics::serve("127.0.0.1:0".parse().unwrap(), registry, stop.clone())
+            .unwrap();
+    let clients_stop = Arc::new(AtomicBool::new(false));
+    let cuts = Arc::new(Mutex::new(Vec::new()));
+    let slow: Vec<_> = (0..32)
+        .map(|_| {
+            let (stop, cuts) = (clients_stop.clone(), cuts.clone());
+            std::thread::spawn(move || {
+                slow_client(
+                    || std::net::TcpStream::connect(addr),
+                    |s, t| s.set_read_timeout(Some(t)).unwrap(),
+                    b"GET /metrics HTTP/1.1\r\nX-Slow: ",
+                    stop,
+                    cuts,
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    let t = Instant::now();
+    let body = scrape(addr);
+    let took = t.elapsed();
+    let body = body.expect("a scrape while 32 slow connections hold the slots");
+    assert!(body.contains("headroom_writes_total"), "{body:.300}");
+    assert!(took < Duration::from_secs(5), "the scrape took {took:?}");
+    std::thread::sleep(Duration::from_millis(3500));
+    clients_stop.store(true, Ordering::Relaxed);
+    for c in slow {
+        c.join().unwrap();
+    }
+    let cuts = cuts.lock().unwrap().clone();
+    assert!(
+        !cuts.is_empty(),
+        "no slow connection was cut in {SLOW_FOR:?}"
+    );
+    let longest = cuts.iter().max().unwrap();
+    assert!(
+        *longest < headroom_agent::metrics::SCRAPE_DEADLINE + Duration::from_secs(2),
+        "a slow connection held its slot {longest:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    handle.join().unwrap();
+}

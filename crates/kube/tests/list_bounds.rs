@@ -1,0 +1,173 @@
+//! Discovery's list answers are bounded (issue 42, item 6): an endless chunked pod list is cut
+//! at the byte cap with an error naming it (before, `kube-discover` grew to 3.1 GB in 8 s), and
+//! a server that never answers is cut at the list deadline, naming it. Hostile stand-in servers
+//! on 127.0.0.1; each sends at most a bounded amount for a bounded time.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use headroom_kube::watch::{client_bounded, ApiBounds};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+/// How a hostile server answers a request.
+#[derive(Clone, Copy)]
+enum Hostile {
+    /// A chunked `PodList` whose items never end (until `limit` bytes, then it closes).
+    Endless { limit: usize },
+    /// Reads the request and never answers (until the test ends, at most 30 s).
+    Hangs,
+}
+
+struct Server {
+    port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn serve(how: Hostile) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(16) {
+            if flag.load(Ordering::SeqCst) {
+                break;
+            }
+            let Ok(conn) = conn else { continue };
+            let flag = flag.clone();
+            std::thread::spawn(move || answer(conn, how, &flag));
+        }
+    });
+    Server { port, stop }
+}
+
+fn answer(conn: TcpStream, how: Hostile, stop: &AtomicBool) {
+    let mut r = BufReader::new(conn.try_clone().unwrap());
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+    }
+    let mut w = conn;
+    match how {
+        Hostile::Hangs => {
+            let end = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < end && !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Hostile::Endless { limit } => {
+            let _ = w.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+            );
+            let head = r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":["#;
+            let pod = r#"{"metadata":{"namespace":"shop","name":"p","uid":"u","resourceVersion":"1"},"spec":{"nodeName":"node-a","containers":[{"name":"c","image":"x"}]},"status":{"phase":"Running"}},"#;
+            let mut sent = 0;
+            let mut chunk = String::from(head);
+            while sent < limit && !stop.load(Ordering::SeqCst) {
+                while chunk.len() < 64 * 1024 {
+                    chunk.push_str(pod);
+                }
+                let frame = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+                if w.write_all(frame.as_bytes()).is_err() {
+                    return; // the client cut it
+                }
+                sent += chunk.len();
+                chunk.clear();
+            }
+        }
+    }
+}
+
+fn kubeconfig(dir: &Path, port: u16) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostile\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+         contexts:\n- name: hostile\n  context:\n    cluster: hostile\n    user: nobody\n\
+         current-context: hostile\nusers:\n- name: nobody\n  user: {{}}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn bounds() -> ApiBounds {
+    ApiBounds {
+        max_list_bytes: 1 << 20,
+        list_deadline: Duration::from_secs(3),
+        warn_after: Duration::from_secs(1),
+    }
+}
+
+/// Lists the pods once through a bounded client; the error text and how long it took.
+fn list_once(port: u16) -> (Result<usize, String>, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), port);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let t = Instant::now();
+    let got = rt.block_on(async {
+        let client = client_bounded(Some(&config), bounds())
+            .await
+            .map_err(|e| e.to_string())?;
+        let api: Api<Pod> = Api::all(client);
+        // a guard far past the deadline: without bounds the list would wait for the server
+        match tokio::time::timeout(Duration::from_secs(20), api.list(&ListParams::default())).await
+        {
+            Ok(r) => r.map(|l| l.items.len()).map_err(|e| {
+                let mut text = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    text.push_str(&format!(": {s}"));
+                    src = s.source();
+                }
+                text
+            }),
+            Err(_) => Err("no answer within 20 s (unbounded)".into()),
+        }
+    });
+    (got, t.elapsed())
+}
+
+#[test]
+fn an_endless_pod_list_is_cut_at_the_cap_naming_it() {
+    // 8 times the cap, then the server closes (before, the client read it all and failed
+    // on the truncated JSON, or, from a server that never closed, grew without end)
+    let server = serve(Hostile::Endless { limit: 8 << 20 });
+    let (got, took) = list_once(server.port);
+    let err = got.expect_err("an endless list is an error");
+    assert!(
+        err.contains(&format!("cap of {} bytes", 1 << 20)),
+        "the error names the cap: {err}"
+    );
+    assert!(took < Duration::from_secs(15), "cut in {took:?}");
+}
+
+#[test]
+fn a_list_the_server_never_answers_is_cut_at_the_deadline_naming_it() {
+    let server = serve(Hostile::Hangs);
+    let (got, took) = list_once(server.port);
+    let err = got.expect_err("no answer is an error");
+    assert!(
+        err.contains("3 s deadline"),
+        "the error names the deadline: {err}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(15),
+        "cut at the deadline, after {took:?}"
+    );
+}
