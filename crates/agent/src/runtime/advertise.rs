@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use headroom_control::advertise::{
-    granted_millicpu, AdvertiseChange, Advertisement, Advertiser, LcHealth, Tick,
+    granted_millicpu, AdvertiseChange, AdvertiseParams, Advertisement, Advertiser, LcHealth, Tick,
 };
 use headroom_types::observation::Observation;
 
@@ -21,8 +21,10 @@ use crate::publish::metrics::ServiceSlo;
 pub trait AdvertiseEdge: Send + Sync {
     /// The value to advertise, milli-CPUs.
     fn set(&self, millicpu: u64);
-    /// The floor: what the node's bound pods requested, milli-CPUs (0 before the first list).
-    fn floor_millicpu(&self) -> u64;
+    /// The floor: what the node's bound pods requested, milli-CPUs; `None` until the first
+    /// list of them arrived (nothing is advertised before: a value below pods already bound
+    /// would make kubelet reject them on a restart).
+    fn floor_millicpu(&self) -> Option<u64>;
     /// What the edge last did, one line (`ctl status`): published value, errors.
     fn summary(&self) -> String;
 }
@@ -42,6 +44,39 @@ pub(super) struct AdvertiseLive {
     pub advertiser: Advertiser,
     pub edge: AdvertiseLink,
     pub last: Option<Advertisement>,
+}
+
+impl AdvertiseLive {
+    pub(super) fn new(params: AdvertiseParams, edge: AdvertiseLink) -> AdvertiseLive {
+        AdvertiseLive {
+            advertiser: Advertiser::new(params),
+            edge,
+            last: None,
+        }
+    }
+
+    /// Feeds one tick (what the policy granted BE, how the LCs stood, the edge's floor) and
+    /// hands a change to the edge. `None` while the floor is unknown: nothing is fed or set.
+    pub(super) fn step(
+        &mut self,
+        t_ms: u64,
+        granted_millicpu: u64,
+        health: LcHealth,
+    ) -> Option<(Advertisement, Option<AdvertiseChange>)> {
+        let floor_millicpu = self.edge.0.floor_millicpu()?;
+        let tick = Tick {
+            t_ms,
+            granted_millicpu,
+            health,
+            floor_millicpu,
+        };
+        let (ad, change) = self.advertiser.update(&tick);
+        if let Some(c) = &change {
+            self.edge.0.set(c.to_millicpu);
+        }
+        self.last = Some(ad.clone());
+        Some((ad, change))
+    }
 }
 
 /// How the LCs stood this tick: a violation names the service; no fresh latency, an untrusted
@@ -112,31 +147,22 @@ impl Agent {
             .sensors()
             .map(|s| s.last().clone())
             .unwrap_or_default();
-        let held = self.publisher.be_held_off.as_deref();
         let h = health(
             &obs,
             self.publisher.slo_us,
             &self.publisher.lcs,
             self.config.safety.latency_max_age_ms,
-            held,
+            self.publisher.be_held_off.as_deref(),
         );
-        let tick = Tick {
-            t_ms,
-            granted_millicpu: granted,
-            health: h,
-            floor_millicpu: live.edge.0.floor_millicpu(),
+        let Some((ad, change)) = live.step(t_ms, granted, h) else {
+            return;
         };
-        let (ad, change) = live.advertiser.update(&tick);
         if let Some(c) = &change {
             log_change(c);
-            live.edge.0.set(c.to_millicpu);
-        } else if live.last.is_none() {
-            live.edge.0.set(ad.value_millicpu);
         }
         self.publisher
             .metrics
             .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
-        live.last = Some(ad);
     }
 }
 
@@ -151,3 +177,7 @@ fn log_change(c: &AdvertiseChange) {
         c.detail
     );
 }
+
+#[cfg(test)]
+#[path = "advertise_tests.rs"]
+mod tests;

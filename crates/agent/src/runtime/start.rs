@@ -338,13 +338,10 @@ impl Agent {
         if agent.config.kubernetes.advertise {
             match agent.options.advertise.clone() {
                 Some(edge) => {
-                    agent.advertise = Some(super::advertise::AdvertiseLive {
-                        advertiser: headroom_control::advertise::Advertiser::new(
-                            agent.config.kubernetes.advertise_params(),
-                        ),
+                    agent.advertise = Some(super::advertise::AdvertiseLive::new(
+                        agent.config.kubernetes.advertise_params(),
                         edge,
-                        last: None,
-                    })
+                    ))
                 }
                 None => tracing::warn!(
                     "[kubernetes] advertise = true but no publisher is connected: nothing is advertised"

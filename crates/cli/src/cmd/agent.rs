@@ -97,8 +97,9 @@ impl headroom_agent::runtime::advertise::AdvertiseEdge for KubeAdvertise {
     fn set(&self, millicpu: u64) {
         self.0.set(millicpu);
     }
-    fn floor_millicpu(&self) -> u64 {
-        self.0.floor_millicpu()
+    fn floor_millicpu(&self) -> Option<u64> {
+        let s = self.0.state();
+        s.floor_synced.then_some(s.floor_millicpu)
     }
     fn summary(&self) -> String {
         let s = self.0.state();
