@@ -12,6 +12,8 @@ use std::sync::Arc;
 use headroom_control::advertise::{
     granted_millicpu, AdvertiseChange, AdvertiseParams, Advertisement, Advertiser, LcHealth, Tick,
 };
+use headroom_control::decision::CtlEvent;
+use headroom_types::advertise::{AdvertiseEdgeStatus, AdvertiseStatus};
 use headroom_types::observation::Observation;
 
 use super::Agent;
@@ -25,8 +27,8 @@ pub trait AdvertiseEdge: Send + Sync {
     /// list of them arrived (nothing is advertised before: a value below pods already bound
     /// would make kubelet reject them on a restart).
     fn floor_millicpu(&self) -> Option<u64>;
-    /// What the edge last did, one line (`ctl status`): published value, errors.
-    fn summary(&self) -> String;
+    /// What the edge has done (`ctl status`): the value the API took, errors.
+    fn state(&self) -> AdvertiseEdgeStatus;
 }
 
 /// The connected edge (shared so [`super::AgentOptions`] stays `Clone`).
@@ -159,10 +161,28 @@ impl Agent {
         };
         if let Some(c) = &change {
             log_change(c);
+            self.publisher.log_event(&CtlEvent::Advertise {
+                t_ms: c.t_ms,
+                from_millicpu: c.from_millicpu,
+                to_millicpu: c.to_millicpu,
+                reason: c.reason,
+                detail: c.detail.clone(),
+                floor_millicpu: ad.floor_millicpu,
+            });
         }
         self.publisher
             .metrics
             .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
+    }
+}
+
+impl AdvertiseLive {
+    /// `ctl status`'s `advertise`.
+    pub(super) fn status(&self) -> AdvertiseStatus {
+        AdvertiseStatus {
+            advertisement: self.last.clone(),
+            edge: self.edge.0.state(),
+        }
     }
 }
 

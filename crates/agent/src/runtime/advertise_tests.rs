@@ -22,8 +22,14 @@ impl AdvertiseEdge for FakeEdge {
     fn floor_millicpu(&self) -> Option<u64> {
         *self.floor.lock().unwrap()
     }
-    fn summary(&self) -> String {
-        format!("{} sets", self.sets.lock().unwrap().len())
+    fn state(&self) -> AdvertiseEdgeStatus {
+        let floor = *self.floor.lock().unwrap();
+        AdvertiseEdgeStatus {
+            floor_synced: floor.is_some(),
+            floor_millicpu: floor.unwrap_or(0),
+            published_millicpu: self.sets.lock().unwrap().last().copied(),
+            ..AdvertiseEdgeStatus::default()
+        }
     }
 }
 
@@ -210,4 +216,13 @@ fn a_violating_or_untrusted_lc_advertises_0_with_its_reason_never_below_the_floo
     }
     // One set per change, each the value the advertiser chose.
     assert_eq!(*edge.sets.lock().unwrap(), vec![0, 3800, 0, 1500]);
+    // `ctl status`: the value, its floor and reason, the last change, what the edge took.
+    let st = l.status();
+    let ad = st.advertisement.expect("an advertisement");
+    assert_eq!((ad.value_millicpu, ad.floor_millicpu), (1500, 1500));
+    let c = ad.last_change.expect("a last change");
+    assert_eq!((c.from_millicpu, c.to_millicpu), (Some(0), 1500));
+    assert_eq!(c.reason, AdvertiseReason::Floor);
+    assert!(ad.horizon.buckets > 0, "{:?}", ad.horizon);
+    assert_eq!(st.edge.published_millicpu, Some(1500));
 }

@@ -101,17 +101,16 @@ impl headroom_agent::runtime::advertise::AdvertiseEdge for KubeAdvertise {
         let s = self.0.state();
         s.floor_synced.then_some(s.floor_millicpu)
     }
-    fn summary(&self) -> String {
+    fn state(&self) -> headroom_types::advertise::AdvertiseEdgeStatus {
         let s = self.0.state();
-        format!(
-            "published {:?} m ({} patches, {} errors{})",
-            s.published_millicpu,
-            s.patches,
-            s.errors,
-            s.last_error
-                .map(|e| format!(", now: {e}"))
-                .unwrap_or_default()
-        )
+        headroom_types::advertise::AdvertiseEdgeStatus {
+            floor_synced: s.floor_synced,
+            floor_millicpu: s.floor_millicpu,
+            published_millicpu: s.published_millicpu,
+            patches: s.patches,
+            errors: s.errors,
+            last_error: s.last_error,
+        }
     }
 }
 
