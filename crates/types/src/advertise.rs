@@ -112,3 +112,9 @@ pub struct AdvertiseEdgeStatus {
     /// The last error, while it lasts.
     pub last_error: Option<String>,
 }
+
+/// `headroom kube-discover --socket`: one JSON line, the agent's advertisement then.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdvertiseLine {
+    pub advertise: AdvertiseStatus,
+}
