@@ -74,7 +74,7 @@ fn error_kind(e: &kube::Error) -> (String, String) {
         kube::Error::Api(s) if s.code == 403 => (
             "forbidden".into(),
             format!(
-                "forbidden (403): the agent's service account needs `patch` on `nodes/status` (deploy/headroom-rbac.yaml): {}",
+                "forbidden (403): the agent's service account needs `patch` on `nodes/status` (deploy/kubernetes/headroom-daemonset.yaml, ClusterRole headroom-node-status-patcher): {}",
                 s.message
             ),
         ),
