@@ -81,7 +81,7 @@ pub struct Tick {
 }
 
 /// The BE CPUs an allocation grants, milli-CPUs: 0 when BE is disabled, else its cpuset's CPUs
-/// (all `machine_cpus` without one) times its quota when it has one. A weight alone grants
+/// (all `machine_cpus` without one), capped by its quota (a percentage of one CPU) when it has one. A weight alone grants
 /// every CPU (work-conserving: BE may use what LC leaves).
 pub fn granted_millicpu(a: &Allocation, machine_cpus: u32) -> u64 {
     if !a.be_enabled {
@@ -95,8 +95,9 @@ pub fn granted_millicpu(a: &Allocation, machine_cpus: u32) -> u64 {
     let milli = cpus * 1000;
     match a.be_quota_pct {
         Some(pct) if pct.is_finite() && pct >= 0.0 => {
-            // Quota is a share of the whole machine (cpu.max over all CPUs).
-            let quota = (pct / 100.0 * f64::from(machine_cpus) * 1000.0).floor() as u64;
+            // Quota is a percentage of one CPU (150 = 1.5 CPUs: cpu.max's quota over its
+            // period), as the write path and `Allocation::be_cpu_capacity` read it.
+            let quota = (pct * 10.0).floor() as u64;
             milli.min(quota)
         }
         _ => milli,
