@@ -85,3 +85,116 @@ fn bad_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NODE_NAME"));
 }
+
+/// `--socket`: after the set, the agent's advertisement (asked on its control socket, here a
+/// stand-in answering one status) as a JSON line, and in words on stderr: the value, the floor,
+/// the horizon's figures and the last change with its reason.
+#[test]
+fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
+    use headroom_agent::control::{self, Request};
+    use headroom_types::advertise::{
+        AdvertiseChange, AdvertiseEdgeStatus, AdvertiseLine, AdvertiseReason, AdvertiseStatus,
+        Advertisement, HorizonFigures,
+    };
+    use headroom_types::control::{AgentStatus, Response};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let change = AdvertiseChange {
+        t_ms: 61_000,
+        from_millicpu: Some(500),
+        to_millicpu: 1500,
+        reason: AdvertiseReason::Slo,
+        detail:
+            "p10 of BE granted while every LC held its SLO over 600 s = 1700m, less margin 200m"
+                .into(),
+    };
+    let advertise = AdvertiseStatus {
+        advertisement: Some(Advertisement {
+            value_millicpu: 1500,
+            reason: AdvertiseReason::Slo,
+            detail: change.detail.clone(),
+            floor_millicpu: 500,
+            target_millicpu: 1500,
+            horizon: HorizonFigures {
+                buckets: 60,
+                troubled_buckets: 1,
+                covered_s: 600.0,
+                horizon_s: 3600.0,
+                percentile: 10.0,
+                percentile_millicpu: 1700,
+                min_millicpu: 0,
+                max_millicpu: 2000,
+                margin_millicpu: 200,
+            },
+            last_change: Some(change),
+        }),
+        edge: AdvertiseEdgeStatus {
+            floor_synced: true,
+            floor_millicpu: 500,
+            published_millicpu: Some(1500),
+            patches: 3,
+            errors: 0,
+            last_error: None,
+        },
+    };
+    let want = advertise.clone();
+    let agent = std::thread::spawn(move || {
+        let (req, reply) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(matches!(req, Request::Status), "{req:?}");
+        let mut r = Response::ok("status");
+        r.status = Some(Box::new(AgentStatus {
+            advertise: Some(advertise),
+            ..AgentStatus::default()
+        }));
+        reply.send(r).unwrap();
+    });
+    let server = StandIn::listing(vec![pod(
+        "cart-0",
+        "aaaaaaaa-0000-0000-0000-000000000001",
+        "Guaranteed",
+        "500",
+    )]);
+    let out = Command::new(BIN)
+        .args([
+            "kube-discover",
+            "--node",
+            "node-a",
+            "--once",
+            "--for-s",
+            "20",
+        ])
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig(dir.path()))
+        .arg("--cgroup-root")
+        .arg(dir.path().join("cgroup"))
+        .arg("--socket")
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout {stdout}\nstderr {stderr}");
+    agent.join().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    handle.join().unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let set: LcSetEvent = serde_json::from_str(lines[lines.len() - 2]).unwrap();
+    assert!(set.set.synced);
+    let last: AdvertiseLine = serde_json::from_str(lines[lines.len() - 1]).unwrap();
+    assert_eq!(last.advertise, want);
+    for said in [
+        "advertise headroom.io/be-cpu: 1500m (slo: p10 of BE granted",
+        "floor 500m",
+        "horizon: 600 of 3600 s seen, 60 buckets (1 troubled): p10 1700m (min 0m, max 2000m), margin 200m",
+        "last change: t=61000 ms 500m → 1500m (slo:",
+        "API: published 1500m (3 patches, 0 errors)",
+    ] {
+        assert!(stderr.contains(said), "{said:?} in:\n{stderr}");
+    }
+}

@@ -17,10 +17,10 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+pub use headroom_types::advertise::{
+    AdvertiseChange, AdvertiseReason, Advertisement, HorizonFigures, RESOURCE,
+};
 use headroom_types::allocation::Allocation;
-
-/// The extended resource's name.
-pub const RESOURCE: &str = "headroom.io/be-cpu";
 
 /// How the advertised value is derived (built from `[kubernetes]` by
 /// [`crate::config::KubernetesConfig::advertise_params`], which validated it).
@@ -80,90 +80,8 @@ pub struct Tick {
     pub floor_millicpu: u64,
 }
 
-/// Why the value is what it is (the metric's `reason` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AdvertiseReason {
-    /// The horizon's percentile less the margin.
-    Slo,
-    /// Committed pods hold it up (the target is below what they requested).
-    Floor,
-    /// An LC violates its SLO: 0, or the floor.
-    Violating,
-    /// The signal is untrusted: 0, or the floor.
-    Untrusted,
-    /// Too little of the horizon seen yet: 0, or the floor.
-    Warming,
-    /// The target is higher, but the rise waits for the damping period.
-    Damped,
-}
-
-impl AdvertiseReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AdvertiseReason::Slo => "slo",
-            AdvertiseReason::Floor => "floor",
-            AdvertiseReason::Violating => "violating",
-            AdvertiseReason::Untrusted => "untrusted",
-            AdvertiseReason::Warming => "warming",
-            AdvertiseReason::Damped => "damped",
-        }
-    }
-
-    pub const ALL: [AdvertiseReason; 6] = [
-        AdvertiseReason::Slo,
-        AdvertiseReason::Floor,
-        AdvertiseReason::Violating,
-        AdvertiseReason::Untrusted,
-        AdvertiseReason::Warming,
-        AdvertiseReason::Damped,
-    ];
-}
-
-/// The horizon's figures behind the target.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HorizonFigures {
-    /// Buckets in the horizon, and how many of them saw a violation or an untrusted signal.
-    pub buckets: usize,
-    pub troubled_buckets: usize,
-    /// How much of the horizon has been seen, s.
-    pub covered_s: f64,
-    pub horizon_s: f64,
-    pub percentile: f64,
-    /// The percentile of the buckets' granted CPUs, and their least and most, milli-CPUs.
-    pub percentile_millicpu: u64,
-    pub min_millicpu: u64,
-    pub max_millicpu: u64,
-    pub margin_millicpu: u64,
-}
-
-/// A change of the advertised value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AdvertiseChange {
-    pub t_ms: u64,
-    /// `None`: the first value.
-    pub from_millicpu: Option<u64>,
-    pub to_millicpu: u64,
-    pub reason: AdvertiseReason,
-    pub detail: String,
-}
-
-/// What the node advertises now, and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Advertisement {
-    pub value_millicpu: u64,
-    pub reason: AdvertiseReason,
-    /// The reason in words, with the figures.
-    pub detail: String,
-    pub floor_millicpu: u64,
-    /// What it would be without damping.
-    pub target_millicpu: u64,
-    pub horizon: HorizonFigures,
-    pub last_change: Option<AdvertiseChange>,
-}
-
 /// The BE CPUs an allocation grants, milli-CPUs: 0 when BE is disabled, else its cpuset's CPUs
-/// (all `machine_cpus` without one) times its quota when it has one. A weight alone grants
+/// (all `machine_cpus` without one), capped by its quota (a percentage of one CPU) when it has one. A weight alone grants
 /// every CPU (work-conserving: BE may use what LC leaves).
 pub fn granted_millicpu(a: &Allocation, machine_cpus: u32) -> u64 {
     if !a.be_enabled {
@@ -177,8 +95,9 @@ pub fn granted_millicpu(a: &Allocation, machine_cpus: u32) -> u64 {
     let milli = cpus * 1000;
     match a.be_quota_pct {
         Some(pct) if pct.is_finite() && pct >= 0.0 => {
-            // Quota is a share of the whole machine (cpu.max over all CPUs).
-            let quota = (pct / 100.0 * f64::from(machine_cpus) * 1000.0).floor() as u64;
+            // Quota is a percentage of one CPU (150 = 1.5 CPUs: cpu.max's quota over its
+            // period), as the write path and `Allocation::be_cpu_capacity` read it.
+            let quota = (pct * 10.0).floor() as u64;
             milli.min(quota)
         }
         _ => milli,

@@ -216,8 +216,18 @@ fn granted_follows_the_allocation() {
     assert_eq!(granted_millicpu(&alloc, 8), 8000);
     alloc.be_cpus = Some("2-4".parse::<CpuSet>().unwrap());
     assert_eq!(granted_millicpu(&alloc, 8), 3000);
+    // A quota is a percentage of one CPU: 150 % is 1.5 CPUs, whatever the machine's size.
+    alloc.be_quota_pct = Some(150.0);
+    assert_eq!(granted_millicpu(&alloc, 8), 1500);
+    assert_eq!(
+        granted_millicpu(&alloc, 8) as f64,
+        alloc.be_cpu_capacity(8) * 1000.0
+    );
     alloc.be_quota_pct = Some(25.0);
-    assert_eq!(granted_millicpu(&alloc, 8), 2000);
+    assert_eq!(granted_millicpu(&alloc, 8), 250);
+    // Above the cpuset: the cpuset bounds it.
+    alloc.be_quota_pct = Some(500.0);
+    assert_eq!(granted_millicpu(&alloc, 8), 3000);
     alloc.be_enabled = false;
     assert_eq!(granted_millicpu(&alloc, 8), 0);
 }

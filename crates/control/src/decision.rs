@@ -98,6 +98,8 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
                 continue;
             }
             LogLine::Event(CtlEvent::Off { .. }) => continue,
+            // What the node advertised follows from the decisions; nothing the policy takes.
+            LogLine::Event(CtlEvent::Advertise { .. }) => continue,
             LogLine::Decision(r) => r,
         };
         index += 1;

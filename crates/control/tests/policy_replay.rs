@@ -253,7 +253,7 @@ fn ctl_events_in_the_log_replay_identically() {
                 CtlEvent::Set { key, value, .. } => p.set_param(key, value).expect("live set"),
                 CtlEvent::Pause { .. } => p.pause(),
                 CtlEvent::Resume { .. } => p.resume(),
-                CtlEvent::Off { .. } | CtlEvent::LcSet { .. } => {}
+                CtlEvent::Off { .. } | CtlEvent::LcSet { .. } | CtlEvent::Advertise { .. } => {}
             }
             lines.push(e.to_json_line());
         }
@@ -271,7 +271,8 @@ fn ctl_events_in_the_log_replay_identically() {
 /// Kubernetes discovery under `multi`: pods come and go while the policy decides; the log
 /// carries each change of the set as an `lc_set` event, and replaying the log rebuilds the
 /// policy's services at the same points — identical decisions. Without the events the replay
-/// diverges (the holder service would hold BE throughout).
+/// diverges (the holder service would hold BE throughout). The advertise changes logged between
+/// them parse and are passed over.
 #[test]
 fn discovered_lc_sets_in_the_log_replay_identically() {
     use headroom_control::decision::CtlEvent;
@@ -338,6 +339,21 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
         let d = p.decide(&obs, now);
         be = d.allocation.be_cpu_capacity(machine.cpus.len());
         lines.push(DecisionRecord::new(now, t_ms, "multi", &obs, &d).to_json_line());
+        // `[kubernetes] advertise`: a change of the advertised value is logged after the
+        // decision; replay reads it and passes over it (it is no policy input).
+        if i % 150 == 0 {
+            let e = CtlEvent::Advertise {
+                t_ms,
+                from_millicpu: (i > 0).then_some(i * 10),
+                to_millicpu: (i + 150) * 10,
+                reason: headroom_control::advertise::AdvertiseReason::Floor,
+                detail: "bound pods requested it".into(),
+                floor_millicpu: (i + 150) * 10,
+            };
+            let line = e.to_json_line();
+            assert!(line.contains("\"event\":\"advertise\""), "{line}");
+            lines.push(line);
+        }
     }
     assert_replays_only_with_its_events(&config, &machine, &lines);
 }

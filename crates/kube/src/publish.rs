@@ -74,7 +74,7 @@ fn error_kind(e: &kube::Error) -> (String, String) {
         kube::Error::Api(s) if s.code == 403 => (
             "forbidden".into(),
             format!(
-                "forbidden (403): the agent's service account needs `patch` on `nodes/status` (deploy/headroom-rbac.yaml): {}",
+                "forbidden (403): the agent's service account needs `patch` on `nodes/status` (deploy/kubernetes/headroom-daemonset.yaml, ClusterRole headroom-node-status-patcher): {}",
                 s.message
             ),
         ),
@@ -106,6 +106,7 @@ async fn run(
         .default_backoff()
         .boxed();
     let mut floor = Floor::default();
+    let mut relisting = false;
     let mut said: Option<String> = None;
     let mut retry = opts.retry;
     // When to patch next (the wanted value differs, a retry, or a refresh).
@@ -115,14 +116,24 @@ async fn run(
             ev = pod_events.next() => match ev {
                 Some(Ok(e)) => {
                     match e {
-                        watcher::Event::Init => floor.reset(),
+                        watcher::Event::Init => {
+                            floor.reset();
+                            relisting = true;
+                        }
                         watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
                             if let Some(err) = floor.apply(&p) {
                                 tracing::warn!("kubernetes advertise: {err}: the pod counts nothing in the floor");
                             }
                         }
-                        watcher::Event::InitDone => floor.synced = true,
+                        watcher::Event::InitDone => {
+                            floor.synced = true;
+                            relisting = false;
+                        }
                         watcher::Event::Delete(p) => floor.delete(&p),
+                    }
+                    // A (re-)list half-read would be a floor too low: the last whole one stands.
+                    if relisting {
+                        continue;
                     }
                     let mut s = lock(&shared);
                     s.floor_millicpu = floor.millicpu();

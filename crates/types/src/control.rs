@@ -99,6 +99,10 @@ pub struct AgentStatus {
     /// LCs, refused and waiting pods, whether the first pod list has arrived).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<crate::discovery::LcSet>,
+    /// `[kubernetes] advertise`: the advertised value, its floor, the horizon's figures, the
+    /// last change and its reason, and what the API took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise: Option<crate::advertise::AdvertiseStatus>,
     /// The agent holding the group locks (this one; extension: `None` from an older agent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockHolder>,

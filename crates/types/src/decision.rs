@@ -116,6 +116,17 @@ pub enum CtlEvent {
         synced: bool,
         lcs: Vec<crate::discovery::DiscoveredLc>,
     },
+    /// `[kubernetes] advertise`: the node's advertised `headroom.io/be-cpu` changed (one line
+    /// per change, the floor then). Not a policy input: replay passes over it.
+    Advertise {
+        t_ms: u64,
+        /// `None`: the first value.
+        from_millicpu: Option<u64>,
+        to_millicpu: u64,
+        reason: crate::advertise::AdvertiseReason,
+        detail: String,
+        floor_millicpu: u64,
+    },
 }
 
 impl CtlEvent {

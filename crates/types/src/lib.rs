@@ -2,6 +2,7 @@
 //!
 //! Each module belongs to the crate that produces the data; consumers only read it.
 
+pub mod advertise;
 pub mod allocation;
 pub mod control;
 pub mod decision;

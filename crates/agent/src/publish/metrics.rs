@@ -59,6 +59,9 @@ pub struct Metrics {
     /// The reason last set in `be_held_off` (`Some(None)`: none; `None`: never set): the
     /// gauges are rewritten only when it changes (every slow pass rebuilt each label set).
     held_off_shown: Arc<Mutex<Option<Option<String>>>>,
+    /// `[kubernetes] advertise`: the value advertised, milli-CPUs, on its reason's label (0 on
+    /// the other reasons', so a sum over labels is the value).
+    pub be_cpu_advertised: Family<Labels, F64Gauge>,
     pub writes: Counter,
     pub write_errors: Counter,
     pub drift_repairs: Counter,
@@ -147,6 +150,7 @@ impl Metrics {
             sensor_errors: Family::default(),
             be_held_off: Family::default(),
             held_off_shown: Arc::default(),
+            be_cpu_advertised: Family::default(),
             writes: Counter::default(),
             write_errors: Counter::default(),
             drift_repairs: Counter::default(),
@@ -226,6 +230,11 @@ impl Metrics {
             "kube_lc_pods",
             "Discovered LC pods the agent protects now",
             m.kube_lcs.clone(),
+        );
+        r.register(
+            "be_cpu_advertised_millicpu",
+            "The node's advertised headroom.io/be-cpu (milli-CPUs) on the label of why it is that",
+            m.be_cpu_advertised.clone(),
         );
         r.register(
             "be_held_off_reason",
@@ -563,6 +572,23 @@ impl Metrics {
             let v = if Some(*r) == reason { 1.0 } else { 0.0 };
             self.be_held_off
                 .get_or_create(&vec![("reason".to_string(), (*r).to_string())])
+                .set(v);
+        }
+    }
+}
+
+impl Metrics {
+    /// Sets `headroom_be_cpu_advertised_millicpu{reason}`: the value on `reason`, 0 on the
+    /// other reasons.
+    pub fn be_cpu_advertised(&self, millicpu: u64, reason: &str) {
+        for r in headroom_control::advertise::AdvertiseReason::ALL {
+            let v = if r.as_str() == reason {
+                millicpu as f64
+            } else {
+                0.0
+            };
+            self.be_cpu_advertised
+                .get_or_create(&vec![("reason".to_string(), r.as_str().to_string())])
                 .set(v);
         }
     }

@@ -228,6 +228,7 @@ impl Agent {
         ) {
             s.set_idle_thresholds(low, high);
         }
+        self.advertise_tick(t.as_millis() as u64);
         self.publisher
             .metrics
             .loop_seconds

@@ -3,6 +3,7 @@
 //! state file and the exit action around it. Start-up is in [`start`], the exit action in
 //! [`exit`], the record/publish phases in [`publish`].
 
+pub mod advertise;
 mod decision_log;
 mod exit;
 mod follow;
@@ -148,6 +149,9 @@ pub struct AgentOptions {
     /// headroom-kube here; without it a discovery config runs with the holder service alone,
     /// BE held).
     pub discovery: Option<LcEvents>,
+    /// `[kubernetes] advertise`: where the advertised value goes (the binary connects
+    /// headroom-kube's publisher; without it nothing is advertised).
+    pub advertise: Option<advertise::AdvertiseLink>,
     /// The config file the agent was started from (named in its group locks).
     pub config_path: Option<PathBuf>,
 }
@@ -162,6 +166,7 @@ impl AgentOptions {
             run_for: None,
             handle_signals: true,
             discovery: None,
+            advertise: None,
             config_path: None,
         }
     }
@@ -258,6 +263,8 @@ pub struct Agent {
     metrics_addr: Option<std::net::SocketAddr>,
     /// `[kubernetes] discover`: the discovered services and the last set.
     kube: Option<kube::KubeLive>,
+    /// `[kubernetes] advertise`: the advertiser and its edge.
+    advertise: Option<advertise::AdvertiseLive>,
     /// Held for the agent's life: no second agent manages the same groups.
     _lock: Option<StateLock>,
     /// One agent per group: every managed group's lock, held for the agent's life.

@@ -184,6 +184,7 @@ impl Agent {
                 .map(|(i, lc)| self.lc_status(i, lc, obs))
                 .collect(),
             kubernetes: self.kube.as_ref().map(|k| k.set().clone()),
+            advertise: self.advertise.as_ref().map(|a| a.status()),
             lock: self.group_lock.as_ref().map(|l| l.holder().clone()),
             state_set_aside: self
                 .state_set_aside

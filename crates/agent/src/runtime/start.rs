@@ -316,6 +316,7 @@ impl Agent {
             targets_followed: Default::default(),
             metrics_addr,
             kube: None,
+            advertise: None,
             _lock: lock,
             group_lock,
             state_set_aside,
@@ -334,6 +335,19 @@ impl Agent {
                 super::LcEvents::new(std::sync::mpsc::channel().1)
             });
             agent.kube = Some(super::kube::KubeLive::new(events, &node));
+        }
+        if agent.config.kubernetes.advertise {
+            match agent.options.advertise.clone() {
+                Some(edge) => {
+                    agent.advertise = Some(super::advertise::AdvertiseLive::new(
+                        agent.config.kubernetes.advertise_params(),
+                        edge,
+                    ))
+                }
+                None => tracing::warn!(
+                    "[kubernetes] advertise = true but no publisher is connected: nothing is advertised"
+                ),
+            }
         }
         if !dry {
             if let Err(e) = agent.confine_and_launch(previous.as_ref()) {

@@ -49,6 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // `[kubernetes] discover`: the watch runs on its own thread; the agent takes its sets
     // between ticks. Kept alive until the agent stops.
     let _discovery = start_discovery(&mut options)?;
+    start_advertise(&mut options)?;
     let agent = Agent::start(options).map_err(|e| {
         if e.is_usage() {
             super::usage(e.to_string())
@@ -85,6 +86,63 @@ fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<headroom
     options.config.kubernetes.node_name = Some(node);
     options.discovery = Some(headroom_agent::runtime::LcEvents::new(rx));
     Ok(Some(discovery))
+}
+
+/// headroom-kube's publisher as the agent's advertise edge (it patches on its own thread).
+#[cfg(feature = "kube")]
+struct KubeAdvertise(headroom_kube::Publisher);
+
+#[cfg(feature = "kube")]
+impl headroom_agent::runtime::advertise::AdvertiseEdge for KubeAdvertise {
+    fn set(&self, millicpu: u64) {
+        self.0.set(millicpu);
+    }
+    fn floor_millicpu(&self) -> Option<u64> {
+        let s = self.0.state();
+        s.floor_synced.then_some(s.floor_millicpu)
+    }
+    fn state(&self) -> headroom_types::advertise::AdvertiseEdgeStatus {
+        let s = self.0.state();
+        headroom_types::advertise::AdvertiseEdgeStatus {
+            floor_synced: s.floor_synced,
+            floor_millicpu: s.floor_millicpu,
+            published_millicpu: s.published_millicpu,
+            patches: s.patches,
+            errors: s.errors,
+            last_error: s.last_error,
+        }
+    }
+}
+
+/// `[kubernetes] advertise`: starts the publisher the agent hands its value to.
+#[cfg(feature = "kube")]
+fn start_advertise(options: &mut AgentOptions) -> anyhow::Result<()> {
+    let k = &options.config.kubernetes;
+    if !k.advertise {
+        return Ok(());
+    }
+    let node = k
+        .node(std::env::var(headroom_control::config::NODE_NAME_ENV).ok())
+        .map_err(|e| super::usage(e.to_string()))?;
+    let mut opts = headroom_kube::PublishOptions::new(&node);
+    opts.kubeconfig = k.kubeconfig.as_ref().map(PathBuf::from);
+    let publisher = headroom_kube::Publisher::start(opts)
+        .map_err(|e| anyhow::anyhow!("[kubernetes] advertise = true: {e}"))?;
+    options.advertise = Some(headroom_agent::runtime::advertise::AdvertiseLink(
+        std::sync::Arc::new(KubeAdvertise(publisher)),
+    ));
+    Ok(())
+}
+
+#[cfg(not(feature = "kube"))]
+fn start_advertise(options: &mut AgentOptions) -> anyhow::Result<()> {
+    if options.config.kubernetes.advertise {
+        return Err(super::usage(
+            "[kubernetes] advertise = true: this headroom was built without the `kube` feature"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(not(feature = "kube"))]

@@ -251,6 +251,11 @@ fn print_status(s: &AgentStatus) {
     if let Some(why) = &s.be_held_off {
         println!("{why}");
     }
+    if let Some(a) = &s.advertise {
+        for l in advertise_lines(a) {
+            println!("{l}");
+        }
+    }
     println!("last reasons:");
     for r in &s.last_reasons {
         println!("  t={} ms  {}", r.t_ms, r.reason);
@@ -261,4 +266,73 @@ fn print_status(s: &AgentStatus) {
             println!("  t={} ms  {}", r.t_ms, r.reason);
         }
     }
+}
+
+/// `[kubernetes] advertise` in words: the value and why, the floor, the horizon's figures, the
+/// last change and its reason, what the API took (`ctl status`, `kube-discover --socket`).
+pub(super) fn advertise_lines(a: &headroom_types::advertise::AdvertiseStatus) -> Vec<String> {
+    use headroom_types::advertise::RESOURCE;
+    let e = &a.edge;
+    let api = format!(
+        "API: {} ({} patches, {} errors{})",
+        e.published_millicpu
+            .map_or("nothing published yet".into(), |v| format!(
+                "published {v}m"
+            )),
+        e.patches,
+        e.errors,
+        e.last_error
+            .as_deref()
+            .map(|x| format!("; now: {x}"))
+            .unwrap_or_default()
+    );
+    let Some(ad) = &a.advertisement else {
+        return vec![
+            format!(
+                "advertise {RESOURCE}: nothing yet ({})",
+                if e.floor_synced {
+                    "no decision yet"
+                } else {
+                    "waiting for the first list of the node's pods: the floor is unknown"
+                }
+            ),
+            format!("  {api}"),
+        ];
+    };
+    let h = &ad.horizon;
+    let mut lines = vec![
+        format!(
+            "advertise {RESOURCE}: {}m ({}: {}); floor {}m (bound pods' requests); target {}m",
+            ad.value_millicpu,
+            ad.reason.as_str(),
+            ad.detail,
+            ad.floor_millicpu,
+            ad.target_millicpu
+        ),
+        format!(
+            "  horizon: {:.0} of {:.0} s seen, {} buckets ({} troubled): p{} {}m (min {}m, max {}m), margin {}m",
+            h.covered_s,
+            h.horizon_s,
+            h.buckets,
+            h.troubled_buckets,
+            h.percentile,
+            h.percentile_millicpu,
+            h.min_millicpu,
+            h.max_millicpu,
+            h.margin_millicpu
+        ),
+    ];
+    if let Some(c) = &ad.last_change {
+        lines.push(format!(
+            "  last change: t={} ms {} → {}m ({}: {})",
+            c.t_ms,
+            c.from_millicpu
+                .map_or("none".to_string(), |v| format!("{v}m")),
+            c.to_millicpu,
+            c.reason.as_str(),
+            c.detail
+        ));
+    }
+    lines.push(format!("  {api}"));
+    lines
 }

@@ -1,6 +1,8 @@
 //! `headroom kube-discover`: the node's LC pods, discovered live, one JSON line per change of
 //! the set (`headroom_types::discovery::LcSetEvent`) on stdout. What the agent's `[kubernetes]
-//! discover = true` sees, without the agent.
+//! discover = true` sees, without the agent. With `--socket`, each set is followed by the
+//! agent's `[kubernetes] advertise` (`headroom_types::advertise::AdvertiseLine`: value, floor,
+//! horizon, last change and reason), also said in words on stderr.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,6 +37,38 @@ pub struct Args {
     /// Stop after this many seconds (default: run until interrupted)
     #[arg(long)]
     pub for_s: Option<f64>,
+    /// The agent's control socket: after each set, print what the node advertises as
+    /// headroom.io/be-cpu and why (its [kubernetes] advertise)
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+}
+
+/// The agent's advertisement, asked on its control socket: a JSON line on stdout, the same in
+/// words on stderr. An agent that does not answer or does not advertise is said on stderr.
+fn print_advertise(socket: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {
+    use headroom_agent::control::{request, Request};
+    let status = match request(socket, &Request::Status) {
+        Ok(r) => r.status,
+        Err(e) => {
+            eprintln!("headroom kube-discover: advertise: {e}");
+            return Ok(());
+        }
+    };
+    match status.and_then(|s| s.advertise) {
+        Some(a) => {
+            for l in super::ctl::advertise_lines(&a) {
+                eprintln!("{l}");
+            }
+            let line = headroom_types::advertise::AdvertiseLine { advertise: a };
+            writeln!(out, "{}", serde_json::to_string(&line)?)?;
+            out.flush()?;
+        }
+        None => eprintln!(
+            "headroom kube-discover: the agent on {} does not advertise ([kubernetes] advertise = false)",
+            socket.display()
+        ),
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -79,6 +113,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let synced = ev.set.synced;
                 writeln!(out, "{}", serde_json::to_string(&ev)?)?;
                 out.flush()?;
+                if let Some(socket) = &args.socket {
+                    print_advertise(socket, &mut out)?;
+                }
                 if args.once && synced {
                     break;
                 }

@@ -15,6 +15,8 @@
 
 pub mod knob;
 #[cfg(test)]
+mod kubelet_tests;
+#[cfg(test)]
 mod lc_services_tests;
 mod report;
 pub mod target;
@@ -102,7 +104,8 @@ impl Actuation {
         for g in &groups {
             for &k in CgroupKnob::ALL {
                 let key = Knob::cgroup(g, k);
-                if self.original.contains_key(&key) {
+                // kubelet's weight (and no `cpu.idle` where it writes one): never managed.
+                if self.original.contains_key(&key) || target::kubelet_knob(g, k) {
                     continue;
                 }
                 match node.read(&key) {

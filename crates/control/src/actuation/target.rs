@@ -62,6 +62,26 @@ pub fn target(
     Ok(out)
 }
 
+/// Whether kubelet writes `group`'s CPU weight: every group at or below its pods root
+/// (`kubepods` with the cgroupfs driver, `kubepods.slice` with systemd, under any
+/// `--cgroup-root`) — the root, the QoS parents (`besteffort`, `burstable`), each pod's and
+/// container's group. The agent neither writes nor repairs the weight there, and never sets
+/// `cpu.idle` there: kubelet fails to restart when `cpu.idle` makes the BestEffort parent's
+/// weight unwritable (koordinator#2732), and a repaired weight is a tug-of-war with kubelet.
+/// Such a group is confined by the knobs kubelet leaves alone (cpuset, quota, freeze, memory;
+/// docs/kubernetes.md).
+pub fn kubelet_owns_weight(group: &GroupPath) -> bool {
+    group
+        .as_str()
+        .split('/')
+        .any(|c| c == "kubepods" || c == "kubepods.slice")
+}
+
+/// Weight and idle: the knobs [`kubelet_owns_weight`] keeps from the agent.
+pub fn kubelet_knob(group: &GroupPath, knob: CgroupKnob) -> bool {
+    matches!(knob, CgroupKnob::CpuWeight | CgroupKnob::CpuIdle) && kubelet_owns_weight(group)
+}
+
 fn native_weight(facts: &NodeFacts, w: CpuWeight) -> KnobValue {
     KnobValue::Weight(if facts.v2_weights { w.weight } else { w.shares })
 }
@@ -73,6 +93,11 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
             let Some(orig) = i.original.get(&key) else {
                 continue; // the node lacks it: not managed
             };
+            if kubelet_knob(g, knob) {
+                // kubelet's (an original only from an older agent's state file): held at it.
+                out.insert(key, orig.clone());
+                continue;
+            }
             let value = match knob {
                 CgroupKnob::CpusetCpus => {
                     a.be_cpus.as_ref().map(|cpus| KnobValue::Cpus(cpus.clone()))
@@ -104,9 +129,10 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
     // The LC only ever gains: its weight, when the policy raises it.
     let lc = Knob::cgroup(&i.groups.lc, CgroupKnob::CpuWeight);
     if let Some(orig) = i.original.get(&lc) {
-        let value =
-            a.lc.cpu_weight
-                .map_or_else(|| orig.clone(), |w| native_weight(i.facts, w));
+        let value = match a.lc.cpu_weight {
+            Some(w) if !kubelet_owns_weight(&i.groups.lc) => native_weight(i.facts, w),
+            _ => orig.clone(),
+        };
         out.insert(lc, value);
     }
 }

@@ -1,0 +1,228 @@
+//! What each tick feeds the advertiser (the LCs' health from the observation, the edge's
+//! floor) and what reaches the edge.
+
+use std::sync::Mutex;
+
+use headroom_control::advertise::AdvertiseReason;
+use headroom_types::observation::LcGroupObservation;
+
+use super::*;
+
+/// An edge that records what it was given; its floor is set by the test.
+#[derive(Default)]
+struct FakeEdge {
+    floor: Mutex<Option<u64>>,
+    sets: Mutex<Vec<u64>>,
+}
+
+impl AdvertiseEdge for FakeEdge {
+    fn set(&self, millicpu: u64) {
+        self.sets.lock().unwrap().push(millicpu);
+    }
+    fn floor_millicpu(&self) -> Option<u64> {
+        *self.floor.lock().unwrap()
+    }
+    fn state(&self) -> AdvertiseEdgeStatus {
+        let floor = *self.floor.lock().unwrap();
+        AdvertiseEdgeStatus {
+            floor_synced: floor.is_some(),
+            floor_millicpu: floor.unwrap_or(0),
+            published_millicpu: self.sets.lock().unwrap().last().copied(),
+            ..AdvertiseEdgeStatus::default()
+        }
+    }
+}
+
+fn live(floor: Option<u64>) -> (AdvertiseLive, Arc<FakeEdge>) {
+    let edge = Arc::new(FakeEdge::default());
+    *edge.floor.lock().unwrap() = floor;
+    let params = AdvertiseParams {
+        horizon_ms: 600_000,
+        damping_ms: 60_000,
+        bucket_ms: 1_000,
+        min_history_ms: 10_000,
+        ..AdvertiseParams::default()
+    };
+    (
+        AdvertiseLive::new(params, AdvertiseLink(edge.clone())),
+        edge,
+    )
+}
+
+fn slo(name: &str, slo_us: f64) -> ServiceSlo {
+    ServiceSlo {
+        name: name.into(),
+        slo_us,
+    }
+}
+
+fn single(latency_us: f64, age_ms: u64) -> Observation {
+    Observation {
+        lc_latency_us: Some(latency_us),
+        lc_latency_age_ms: Some(age_ms),
+        ..Observation::default()
+    }
+}
+
+fn group(name: &str, latency_us: Option<f64>, age_ms: u64) -> LcGroupObservation {
+    LcGroupObservation {
+        name: name.into(),
+        latency_us,
+        latency_age_ms: Some(age_ms),
+        ..LcGroupObservation::default()
+    }
+}
+
+#[test]
+fn one_lc_within_its_slo_with_fresh_latency_is_held() {
+    let lcs = [slo("lc", 500.0)];
+    assert_eq!(
+        health(&single(400.0, 100), 500.0, &lcs, 1000, None),
+        LcHealth::Held
+    );
+    assert_eq!(
+        health(&single(600.0, 100), 500.0, &lcs, 1000, None),
+        LcHealth::Violating { lc: "lc".into() }
+    );
+    // Stale: too old to say it held.
+    match health(&single(400.0, 5000), 500.0, &lcs, 1000, None) {
+        LcHealth::Untrusted { reason } => assert!(reason.contains("lc"), "{reason}"),
+        other => panic!("stale latency: {other:?}"),
+    }
+    // No latency at all.
+    assert!(matches!(
+        health(&Observation::default(), 500.0, &lcs, 1000, None),
+        LcHealth::Untrusted { .. }
+    ));
+}
+
+#[test]
+fn held_off_or_an_untrusted_figure_is_untrusted_with_its_reason_whatever_the_latency() {
+    let lcs = [slo("lc", 500.0)];
+    let why = "kubernetes: waiting for the first list of the node's pods";
+    assert_eq!(
+        health(&single(100.0, 10), 500.0, &lcs, 1000, Some(why)),
+        LcHealth::Untrusted { reason: why.into() }
+    );
+    let mut obs = single(100.0, 10);
+    obs.lc_latency_untrusted = Some("probe stamps late".into());
+    assert_eq!(
+        health(&obs, 500.0, &lcs, 1000, None),
+        LcHealth::Untrusted {
+            reason: "probe stamps late".into()
+        }
+    );
+}
+
+#[test]
+fn several_lcs_are_each_judged_by_their_own_slo() {
+    // shop/b's own SLO is 300 µs: 400 µs violates it, though the first LC's 500 would not.
+    let lcs = [slo("shop/a", 500.0), slo("shop/b", 300.0)];
+    let mut obs = Observation {
+        lc_groups: vec![
+            group("shop/a", Some(450.0), 10),
+            group("shop/b", Some(250.0), 10),
+        ],
+        ..Observation::default()
+    };
+    assert_eq!(health(&obs, 500.0, &lcs, 1000, None), LcHealth::Held);
+    obs.lc_groups[1].latency_us = Some(400.0);
+    assert_eq!(
+        health(&obs, 500.0, &lcs, 1000, None),
+        LcHealth::Violating {
+            lc: "shop/b".into()
+        }
+    );
+    // One service without a latency: untrusted, named.
+    obs.lc_groups[1].latency_us = None;
+    match health(&obs, 500.0, &lcs, 1000, None) {
+        LcHealth::Untrusted { reason } => assert!(reason.contains("shop/b"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nothing_is_fed_or_advertised_before_the_floor_is_known() {
+    let (mut l, edge) = live(None);
+    assert!(l.step(0, 4000, LcHealth::Held).is_none());
+    assert!(edge.sets.lock().unwrap().is_empty());
+    assert!(l.last.is_none());
+    // The first list arrives: the first value goes out at once (the floor while warming).
+    *edge.floor.lock().unwrap() = Some(1500);
+    let (ad, change) = l.step(1000, 4000, LcHealth::Held).expect("fed");
+    assert_eq!(ad.value_millicpu, 1500);
+    assert_eq!(ad.reason, AdvertiseReason::Floor);
+    assert_eq!(change.map(|c| c.to_millicpu), Some(1500));
+    assert_eq!(*edge.sets.lock().unwrap(), vec![1500]);
+}
+
+#[test]
+fn a_violating_or_untrusted_lc_advertises_0_with_its_reason_never_below_the_floor() {
+    let (mut l, edge) = live(Some(0));
+    // Held for 70 s at 4 CPUs granted: past warming (10 s) and the damping of the first value
+    // (60 s), the value is 4000 less the 200 margin.
+    let mut last = None;
+    for s in 0..70u64 {
+        last = l.step(s * 1000, 4000, LcHealth::Held);
+    }
+    let (ad, _) = last.unwrap();
+    assert_eq!((ad.value_millicpu, ad.reason), (3800, AdvertiseReason::Slo));
+    let (ad, c) = l
+        .step(
+            70_000,
+            4000,
+            LcHealth::Violating {
+                lc: "shop/cart-0".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (ad.value_millicpu, ad.reason),
+        (0, AdvertiseReason::Violating)
+    );
+    assert!(ad.detail.contains("shop/cart-0"), "{}", ad.detail);
+    assert_eq!(c.map(|c| c.to_millicpu), Some(0), "falls at once");
+    let (ad, _) = l
+        .step(
+            71_000,
+            4000,
+            LcHealth::Untrusted {
+                reason: "no fresh latency for LC shop/cart-0".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (ad.value_millicpu, ad.reason),
+        (0, AdvertiseReason::Untrusted)
+    );
+    assert!(ad.detail.contains("no fresh latency"), "{}", ad.detail);
+
+    // A pod bound meanwhile: the value rises to its request at once, whatever the LCs say,
+    // and stays there while they violate.
+    *edge.floor.lock().unwrap() = Some(1500);
+    for s in 72..90u64 {
+        let (ad, _) = l
+            .step(
+                s * 1000,
+                4000,
+                LcHealth::Violating {
+                    lc: "shop/cart-0".into(),
+                },
+            )
+            .unwrap();
+        assert_eq!(ad.value_millicpu, 1500, "t={s}s: {ad:?}");
+        assert_eq!(ad.reason, AdvertiseReason::Floor);
+        assert!(ad.detail.contains("violates"), "{}", ad.detail);
+    }
+    // One set per change, each the value the advertiser chose.
+    assert_eq!(*edge.sets.lock().unwrap(), vec![0, 3800, 0, 1500]);
+    // `ctl status`: the value, its floor and reason, the last change, what the edge took.
+    let st = l.status();
+    let ad = st.advertisement.expect("an advertisement");
+    assert_eq!((ad.value_millicpu, ad.floor_millicpu), (1500, 1500));
+    let c = ad.last_change.expect("a last change");
+    assert_eq!((c.from_millicpu, c.to_millicpu), (Some(0), 1500));
+    assert_eq!(c.reason, AdvertiseReason::Floor);
+    assert!(ad.horizon.buckets > 0, "{:?}", ad.horizon);
+    assert_eq!(st.edge.published_millicpu, Some(1500));
+}
