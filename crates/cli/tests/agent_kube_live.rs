@@ -142,30 +142,41 @@ fn lc_names(st: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[test]
-fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
-    let test = "discovered_pods_come_are_refused_and_go_while_the_agent_runs";
+/// Root, writable cpu/cpuset cgroups and no `kubepods` or `headroom-discovery` group yet (a
+/// real kubelet's is not ours to touch): the cgroups, an empty guard, and this file's one-at-a-
+/// time lock; `None` after saying SKIP.
+fn live_setup(test: &str) -> Option<(Cgroups, std::sync::MutexGuard<'static, ()>, Guard)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP {test}: not root");
-        return;
+        return None;
     }
     let cgroups = match LinuxHost::system().cgroups() {
         Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
         _ => {
             eprintln!("SKIP {test}: no writable cpu/cpuset cgroups");
-            return;
+            return None;
         }
     };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if cgroups.exists(&group("kubepods")) || cgroups.exists(&group("headroom-discovery")) {
         eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
-        return;
+        return None;
     }
-    let mut guard = Guard {
+    let guard = Guard {
         cgroups: cgroups.clone(),
         groups: Vec::new(),
         children: Vec::new(),
+    };
+    Some((cgroups, one, guard))
+}
+
+#[test]
+fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
+    let test = "discovered_pods_come_are_refused_and_go_while_the_agent_runs";
+    // The lock is released after the guard has removed the groups (drop order).
+    let Some((cgroups, _one, mut guard)) = live_setup(test) else {
+        return;
     };
     let (pa, pb, pbad, pports) = (
         group(&format!("kubepods/burstable/pod{UID_A}")),
@@ -350,27 +361,9 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
 #[test]
 fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
     let test = "a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go";
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP {test}: not root");
+    // The lock is released after the guard has removed the groups (drop order).
+    let Some((cgroups, _one, mut guard)) = live_setup(test) else {
         return;
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) if c.backend(Controller::Cpu).is_ok() && c.backend(Controller::Cpuset).is_ok() => c,
-        _ => {
-            eprintln!("SKIP {test}: no writable cpu/cpuset cgroups");
-            return;
-        }
-    };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if cgroups.exists(&group("kubepods")) || cgroups.exists(&group("headroom-discovery")) {
-        eprintln!("SKIP {test}: a kubepods (or headroom-discovery) group exists already");
-        return;
-    }
-    let mut guard = Guard {
-        cgroups: cgroups.clone(),
-        groups: Vec::new(),
-        children: Vec::new(),
     };
     let pa = group(&format!("kubepods/burstable/pod{UID_A}"));
     for g in ["kubepods", "kubepods/burstable"] {
