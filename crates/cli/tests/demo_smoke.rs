@@ -129,10 +129,10 @@ fn demo_runs_both_colocations_and_prints_a_verdict() {
         );
     }
     // A hang detector, not a timing: the time is printed (a busy host reruns runs it could
-    // not measure validly; 125 s under a full test run, 2026-11-28 11:15).
+    // not measure validly; 125 s and 185 s under full test runs, 2026-11-28 11:15 and 11:45).
     eprintln!("demo took {:?}", start.elapsed());
     assert!(
-        start.elapsed().as_secs() < 300,
+        start.elapsed().as_secs() < 600,
         "the demo hung: {:?}",
         start.elapsed()
     );
