@@ -98,6 +98,26 @@ fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// The agent's exit status, waited for up to 20 s.
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let mut exit = None;
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            exit = child.try_wait().unwrap();
+            exit.is_some()
+        }),
+        "agent did not exit"
+    );
+    exit.unwrap()
+}
+
+/// SIGTERM to the agent, then its exit status.
+fn sigterm_and_wait(child: &mut Child) -> std::process::ExitStatus {
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    wait_exit(child)
+}
+
 fn status(dir: &Path) -> Option<Value> {
     let out = Command::new(BIN)
         .args(["ctl", "--socket"])
@@ -322,15 +342,7 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     assert!(status(d).is_some(), "the agent still answers");
 
     // SIGTERM: restored; the agent's own groups removed, the pods' left to kubelet.
-    let child = &mut guard.children[agent_idx];
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let mut exit = None;
-    assert!(wait_for(Duration::from_secs(20), || {
-        exit = child.try_wait().unwrap();
-        exit.is_some()
-    }));
-    let exit = exit.unwrap();
+    let exit = sigterm_and_wait(&mut guard.children[agent_idx]);
     assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
     assert!(!cgroups.exists(&group("kubepods/besteffort")), "{}", log());
     assert!(!cgroups.exists(&group("headroom-discovery")), "{}", log());
@@ -443,15 +455,8 @@ fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
         "{st}"
     );
 
-    let child = &mut guard.children[agent_idx];
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let mut exit = None;
-    assert!(wait_for(Duration::from_secs(20), || {
-        exit = child.try_wait().unwrap();
-        exit.is_some()
-    }));
-    assert!(exit.unwrap().success(), "log:\n{}", log());
+    let exit = sigterm_and_wait(&mut guard.children[agent_idx]);
+    assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
 }
 
 /// The groups this file's tests make (`kubepods`, `headroom-discovery`) are the same names:
@@ -542,18 +547,6 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
     let kubeconfig = server.kubeconfig(d);
     let cfg = write_discovery_config(d, &kubeconfig, "metrics = \"\"\n");
     let spawn = |guard: &mut Guard, log: &str| spawn_agent(guard, &cfg, &d.join(log), &[]);
-    let wait_exit = |guard: &mut Guard, idx: usize| {
-        let mut exit = None;
-        assert!(
-            wait_for(Duration::from_secs(20), || {
-                exit = guard.children[idx].try_wait().unwrap();
-                exit.is_some()
-            }),
-            "agent did not exit"
-        );
-        exit.unwrap()
-    };
-
     // Kills at 0-20 ms (start-up, before the holder group or the first list) and at 0.1-2.5 s
     // (the first list taken, the pod an LC, BE held).
     let mut confined_since = None;
@@ -571,7 +564,7 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
         std::thread::sleep(Duration::from_millis(after_ms));
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(guard.children[idx].id() as i32, libc::SIGKILL) };
-        wait_exit(&mut guard, idx);
+        wait_exit(&mut guard.children[idx]);
         let now = be_knobs(&cgroups, &be);
         let frozen = cgroups.freeze_state(&be).ok() != Some(headroom_host::FreezeState::Thawed);
         eprintln!("{test}: round {i}: kill -9 at {after_ms} ms: BestEffort parent {now}");
@@ -634,12 +627,7 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
         );
         assert!(!plain(&log()).contains("EBUSY"), "{}", plain(&log()));
     }
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(
-        unsafe { libc::kill(guard.children[idx].id() as i32, libc::SIGTERM) },
-        0
-    );
-    let exit = wait_exit(&mut guard, idx);
+    let exit = sigterm_and_wait(&mut guard.children[idx]);
     assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
     assert_eq!(
         be_knobs(&cgroups, &be),
