@@ -8,6 +8,7 @@ pub mod error;
 pub mod flag_values;
 pub mod host;
 pub mod loadgen;
+mod memcached;
 pub mod multi_lc;
 pub mod prober;
 

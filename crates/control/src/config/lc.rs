@@ -208,6 +208,14 @@ impl LatencyConfig {
         }
     }
 
+    /// The kernel sensor of the LC's own requests on `port` alone: no prober behind it.
+    pub fn kernel(port: u16) -> LatencyConfig {
+        LatencyConfig {
+            port: Some(port),
+            ..LatencyConfig::of(LatencySource::Kernel)
+        }
+    }
+
     /// The kernel sensor on `address`'s port, the memcache prober on `address` where it cannot
     /// run or its window has too few requests.
     pub fn kernel_or_memcache_probe(address: std::net::SocketAddr, rate_hz: f64) -> LatencyConfig {

@@ -23,10 +23,9 @@ use serde::Serialize;
 
 mod runs;
 
-use runs::{
-    headroom_exe, machine, max_held, mutilate, ours, pingpong, run_measured, start_memcached,
-    OurMode,
-};
+use super::memcached::start_memcached;
+
+use runs::{headroom_exe, machine, max_held, mutilate, ours, pingpong, run_measured, OurMode};
 
 /// One client run.
 #[derive(Clone, Debug, Serialize)]

@@ -4,74 +4,14 @@
 //! client holds. The figures and their table are in `mod.rs`.
 
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use crate::tools::error::{Context, Result, ToolError};
 use headroom_load::clock::{children_cpu_split, thread_cpu_split, CpuSplit};
 
 use super::{cpu_shares, RunFigures};
-
-/// A memcached on a free loopback port, killed on drop.
-pub(super) struct Memcached {
-    pub(super) port: u16,
-    child: Child,
-}
-
-impl Memcached {
-    pub(super) fn cpu_s(&self) -> Option<f64> {
-        headroom_workloads::topology::proc_cpu_time(Path::new("/proc"), self.child.id())
-            .ok()
-            .map(|d| d.as_secs_f64())
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// memcached with one worker thread; with `cpu`, pinned there (its threads inherit the
-/// affinity set before exec).
-pub(super) fn start_memcached(cpu: Option<usize>) -> Result<Memcached> {
-    // Ready when *our* memcached answers `stats` with its pid, not when the port accepts.
-    let (child, addr) = headroom_load::readiness::spawn_memcache_server(
-        |port| {
-            let mut cmd = Command::new("memcached");
-            if let Some(cpu) = cpu {
-                // SAFETY: the closure runs between fork and exec and only calls sched_setaffinity.
-                unsafe {
-                    cmd.pre_exec(move || headroom_load::clock::pin_current_thread(cpu));
-                }
-            }
-            cmd.args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-t",
-                "1",
-            ])
-            .args(["-m", "256", "-u", "root"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-            cmd
-        },
-        5,
-        Duration::from_secs(5),
-    )
-    .map_err(ToolError::Memcached)?;
-    Ok(Memcached {
-        port: addr.port(),
-        child,
-    })
-}
 
 /// A scratch directory removed on drop (the cli crate has no tempfile dependency).
 struct Scratch(PathBuf);

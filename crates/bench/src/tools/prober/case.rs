@@ -6,11 +6,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::windows::{self, agrees, WindowFigures};
-use super::{Case, Flags, Source, PROBER_FIFO_PRIORITY};
+use super::{Case, Flags, Lc, Source, PROBER_FIFO_PRIORITY};
+use crate::record::write_config;
 use crate::runner::{free_port, Proc, Runner, ServeSpec};
 use crate::tools::error::{Context, Result, ToolError};
+use crate::tools::memcached::{start_memcached, Memcached};
+use headroom_control::config::{
+    BeConfig, Config, LatencyConfig, LcConfig, OnExit, PolicyConfig, PolicyKind, SafetyConfig,
+    SloConfig,
+};
 use headroom_types::decision::DecisionRecord;
 use headroom_types::load_result::LoadResult;
+use headroom_types::GroupPath;
 use serde::Serialize;
 
 /// The v1 `cpu` group the agent is started in with `--no-rt`.
@@ -124,6 +131,8 @@ impl AgentRt {
 pub struct Row {
     source: Source,
     case: Case,
+    /// Which of `--runs` (from 1).
+    run: u32,
     pub windows: WindowFigures,
     /// The load generator's p99 over its run from each request's actual send.
     pub loadgen_p99_us: f64,
@@ -141,6 +150,59 @@ pub struct Row {
     /// With `--peer`: mutilate -B's p99 over its run against the agent's median window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mutilate: Option<PeerFigures>,
+}
+
+impl Row {
+    pub fn is(&self, source: Source, case: Case) -> bool {
+        self.source == source && self.case == case
+    }
+}
+
+/// The LC under measurement, stopped when the run ends.
+enum LcProcess {
+    Serve(Proc),
+    Memcached(Memcached),
+}
+
+impl LcProcess {
+    fn start(runner: &Runner, lc: Lc) -> Result<(LcProcess, std::net::SocketAddr)> {
+        match lc {
+            Lc::Serve => {
+                let (p, addr) = runner.start_serve(&ServeSpec {
+                    threads: 1,
+                    ..ServeSpec::default()
+                })?;
+                Ok((LcProcess::Serve(p), addr))
+            }
+            Lc::Memcached => {
+                let cpu = runner.placement.server.first().copied();
+                let mc = start_memcached(cpu)?;
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], mc.port));
+                Ok((LcProcess::Memcached(mc), addr))
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            LcProcess::Serve(p) => p.pid(),
+            LcProcess::Memcached(m) => m.pid(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            LcProcess::Serve(_) => "serve",
+            LcProcess::Memcached(_) => "memcached",
+        }
+    }
+
+    fn stop(self) {
+        match self {
+            LcProcess::Serve(mut p) => p.stop(),
+            LcProcess::Memcached(m) => drop(m),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -257,26 +319,30 @@ pub fn run(
     flags: &Flags,
     source: Source,
     case: Case,
+    run: u32,
     rt: &AgentRt,
     instruments_fifo: bool,
 ) -> Result<Row> {
-    let name = super::run_name(source, case).replace('/', "-");
-    let (mut serve, addr) = runner.start_serve(&ServeSpec {
-        threads: 1,
-        ..ServeSpec::default()
-    })?;
+    let mut name = super::run_name(source, case).replace('/', "-");
+    if flags.runs > 1 {
+        name = format!("{name}-{run}");
+    }
+    let (lc, addr) = LcProcess::start(runner, flags.lc)?;
     let config = dir.join(format!("agent-{name}.toml"));
     let decisions = dir.join(format!("decisions-{name}.jsonl"));
     let _ = std::fs::remove_file(&decisions);
-    std::fs::write(
-        &config,
-        agent_config(dir, &name, serve.pid(), addr, source, flags, free_port()?),
-    )
-    .with_context(|| format!("writing {}", config.display()))?;
-    let mut agent = match start_agent(runner, &config, &decisions, rt, &format!("agent-{name}")) {
+    let written = free_port()
+        .map_err(ToolError::from)
+        .and_then(|metrics_port| {
+            let lc = (lc.name(), lc.pid());
+            write_agent_config(&config, dir, &name, lc, addr, source, flags, metrics_port)
+        });
+    let started = written
+        .and_then(|()| start_agent(runner, &config, &decisions, rt, &format!("agent-{name}")));
+    let mut agent = match started {
         Ok(a) => a,
         Err(e) => {
-            serve.stop();
+            lc.stop();
             return Err(e);
         }
     };
@@ -309,7 +375,7 @@ pub fn run(
         }
         None => None,
     };
-    let run = runner.run_to_end(&argv, Duration::from_secs_f64(flags.seconds + 60.0));
+    let load_run = runner.run_to_end(&argv, Duration::from_secs_f64(flags.seconds + 60.0));
     // the agent's last window inside the run is published at the run's end at the latest
     std::thread::sleep(Duration::from_millis(500));
     if let Some((p, _)) = peer.as_mut() {
@@ -326,8 +392,8 @@ pub fn run(
     if let Some(h) = hog.as_mut() {
         h.stop();
     }
-    serve.stop();
-    run?;
+    lc.stop();
+    load_run?;
     let text =
         std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
     let result: LoadResult =
@@ -369,6 +435,7 @@ pub fn run(
     Ok(Row {
         source,
         case,
+        run,
         run_level,
         windows: figures,
         mutilate,
@@ -399,67 +466,64 @@ fn read_decisions(path: &Path) -> Result<Vec<DecisionRecord>> {
         .collect()
 }
 
-/// `[lc.latency]` for the source: the prober of the LC's address, or the kernel sensor of its
-/// port alone (no fallback: the run measures the sensor itself).
-fn latency_table(source: Source, addr: std::net::SocketAddr, probe_hz: f64) -> String {
-    match source {
-        Source::Probe => format!(
-            "source = \"probe\"\nprotocol = \"memcache\"\naddress = \"{addr}\"\nrate_hz = {probe_hz:?}\n"
-        ),
-        Source::Kernel => format!("source = \"kernel\"\nport = {}\n", addr.port()),
-    }
-}
-
-fn agent_config(
+/// The agent's config, built typed and validated once: the LC by pid in the bench's group,
+/// one BE group with nothing in it, the latency source alone (the prober of the LC's address,
+/// or the kernel sensor of its port with no fallback: the run measures the sensor itself), and
+/// `blind` as a dry run. Blind ticks every 100 ms, so every window the sensors publish (one a
+/// second) is seen by a tick and lands in the decision log (policy `none` ticks once a second,
+/// and the publications falling between two of its ticks were never seen).
+#[allow(clippy::too_many_arguments)]
+fn write_agent_config(
+    path: &Path,
     dir: &Path,
     name: &str,
-    lc_pid: u32,
+    (lc_name, lc_pid): (&str, u32),
     addr: std::net::SocketAddr,
     source: Source,
     f: &Flags,
     metrics_port: u16,
-) -> String {
-    format!(
-        r#"# Written by headroom bench prober: {name}
-[lc]
-name = "serve"
-cgroup = "headroom-bench-prober/lc"
-pids = [{lc_pid}]
-
-[lc.slo]
-percentile = 99.0
-target_us = {slo:?}
-window_s = {window:?}
-
-[lc.latency]
-{latency}
-[[be]]
-name = "be"
-cgroup = "headroom-bench-prober/be"
-
-# dry run: blind decides and writes nothing; it ticks every 100 ms, so every window the
-# sensors publish (one a second) is seen by a tick and lands in the decision log (policy none
-# ticks once a second, and the publications falling between two of its ticks were never seen)
-[policy]
-kind = "blind"
-
-[policy.blind]
-poll_ms = 100
-
-[safety]
-on_exit = "restore"
-state_file = "{state}"
-
-[api]
-socket = "{socket}"
-metrics = "127.0.0.1:{metrics_port}"
-"#,
-        slo = f.slo_us,
-        window = f.window_s,
-        latency = latency_table(source, addr, f.probe_hz),
-        state = dir.join(format!("agent-{name}.state.json")).display(),
-        socket = dir.join(format!("agent-{name}.sock")).display(),
-    )
+) -> Result<()> {
+    let latency = match source {
+        Source::Probe => LatencyConfig::memcache_probe(addr, f.probe_hz),
+        Source::Kernel => LatencyConfig::kernel(addr.port()),
+    };
+    let slo = SloConfig {
+        percentile: 99.0,
+        target_us: f.slo_us,
+        window_s: f.window_s,
+        min_samples: None,
+    };
+    let top = GroupPath::new("headroom-bench-prober")?;
+    let lc = LcConfig::new(
+        lc_name,
+        top.join("lc")?,
+        vec![lc_pid],
+        slo,
+        Some(latency),
+        None,
+    );
+    let be = BeConfig::new("be", top.join("be")?, Vec::new());
+    let mut config = Config::new(
+        vec![lc],
+        vec![be],
+        PolicyConfig {
+            kind: PolicyKind::Blind,
+            ..PolicyConfig::default()
+        },
+    );
+    config.policy.blind.poll_ms = 100;
+    config.safety = SafetyConfig {
+        on_exit: OnExit::Restore,
+        state_file: dir
+            .join(format!("agent-{name}.state.json"))
+            .display()
+            .to_string(),
+        ..SafetyConfig::default()
+    };
+    config.api.socket = dir.join(format!("agent-{name}.sock")).display().to_string();
+    config.api.metrics =
+        Some(std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port)).to_string());
+    Ok(write_config(path, &config)?)
 }
 
 /// The flags `headroom load` and mutilate share: one thread, `--connections` (1 by default),
@@ -546,6 +610,16 @@ mod tests {
         assert_eq!(a[c + 1], "8", "{a:?}");
         let d = a.iter().position(|x| x == "-d").expect("-d");
         assert_eq!(a[d + 1], "1", "{a:?}");
+        let a = args(&["--connections", "auto", "--depth", "1"]);
+        let c = a.iter().position(|x| x == "-c").expect("-c");
+        assert_eq!(a[c + 1], "auto", "{a:?}");
+        use clap::Parser;
+        for bad in ["0", "257", "many"] {
+            assert!(
+                Flags::try_parse_from(["--connections", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     /// The kernel sensor watches the LC's port with no prober behind it; the prober probes
@@ -554,24 +628,43 @@ mod tests {
     fn each_source_gets_its_own_latency_table() {
         let addr: std::net::SocketAddr = "127.0.0.1:4242".parse().unwrap();
         let f = flags(&["--window-s", "5"]);
+        let dir = tempfile::tempdir().unwrap();
         for source in [Source::Probe, Source::Kernel] {
-            let text = agent_config(Path::new("/d"), "x", 1, addr, source, &f, 9);
-            headroom_control::config::Config::from_toml_str(&text)
+            let path = dir.path().join("agent.toml");
+            write_agent_config(
+                &path,
+                dir.path(),
+                "x",
+                ("memcached", 1),
+                addr,
+                source,
+                &f,
+                9,
+            )
+            .expect("a valid config");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let c = Config::from_file_text(&text, &path)
                 .unwrap_or_else(|e| panic!("the agent refuses the config: {e}\n{text}"));
-            let v: toml::Value = toml::from_str(&text).expect("the config parses");
-            let lat = &v["lc"]["latency"];
+            let lc = &c.lcs[0];
+            assert_eq!(
+                (lc.name.as_str(), lc.pids.as_slice()),
+                ("memcached", &[1][..])
+            );
+            let lat = lc.latency.as_ref().expect("a latency source");
             match source {
                 Source::Probe => {
-                    assert_eq!(lat["source"].as_str(), Some("probe"));
-                    assert_eq!(lat["address"].as_str(), Some("127.0.0.1:4242"));
+                    assert_eq!(lat.source, headroom_control::config::LatencySource::Probe);
+                    assert_eq!(lat.address.as_deref(), Some("127.0.0.1:4242"));
                 }
                 Source::Kernel => {
-                    assert_eq!(lat["source"].as_str(), Some("kernel"));
-                    assert_eq!(lat["port"].as_integer(), Some(4242));
-                    assert!(lat.get("fallback").is_none(), "{text}");
+                    assert_eq!(lat.source, headroom_control::config::LatencySource::Kernel);
+                    assert_eq!(lat.kernel_ports(), vec![4242]);
+                    assert!(lat.fallback.is_none(), "{text}");
                 }
             }
-            assert_eq!(v["lc"]["slo"]["window_s"].as_float(), Some(5.0));
+            assert_eq!(lc.slo.window_s, 5.0);
+            assert_eq!(c.policy.kind, PolicyKind::Blind);
+            assert_eq!(c.api.metrics.as_deref(), Some("127.0.0.1:9"));
         }
     }
 

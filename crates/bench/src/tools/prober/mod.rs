@@ -66,10 +66,11 @@ pub struct Flags {
     /// The independent load generator's rate (the LC's only load apart from the prober)
     #[arg(long, default_value_t = 500.0, value_parser = positive_f64)]
     qps: f64,
-    /// The independent load generator's connections (one thread): more than 1 for rates of
+    /// The independent load generator's connections (one thread), 1 to 256 or `auto` (sized
+    /// from the measured round trip, as `headroom load -c auto`): more than 1 for rates of
     /// thousands, where one connection's requests queue behind each other at the LC
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
-    connections: u32,
+    #[arg(long, default_value = "1", value_parser = connection_count)]
+    connections: Connections,
     /// Requests in flight per connection (default 16: on schedule whatever is in flight). The
     /// kernel sensor times the first request of a pipelined burst only (it parses no protocol):
     /// at rates of thousands give `--connections N --depth 1`, as RPC clients send
@@ -84,6 +85,13 @@ pub struct Flags {
     /// The agent's latency sources, comma-separated: probe, kernel
     #[arg(long, value_delimiter = ',', default_value = "probe,kernel")]
     sources: Vec<Source>,
+    /// The LC: `serve` (headroom serve, one thread) or `memcached` (one worker thread; from
+    /// PATH). Either on the last CPU
+    #[arg(long, value_enum, default_value = "serve")]
+    lc: Lc,
+    /// Runs of each source and case (each with its own LC, agent and load generator)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
     /// Cases, comma-separated: hog, no-hog
     #[arg(long, value_delimiter = ',', default_value = "hog,no-hog")]
     cases: Vec<Case>,
@@ -109,6 +117,33 @@ pub struct Flags {
     cost: Option<f64>,
 }
 
+/// The reference load generator's connections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Connections {
+    /// `-c auto`: sized from the measured round trip and grown where the LC stalls.
+    Auto,
+    Fixed(u32),
+}
+
+impl std::fmt::Display for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Connections::Auto => f.write_str("auto"),
+            Connections::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+fn connection_count(s: &str) -> Result<Connections, FlagValueError> {
+    if s == "auto" {
+        return Ok(Connections::Auto);
+    }
+    match s.parse::<u32>() {
+        Ok(n @ 1..=256) => Ok(Connections::Fixed(n)),
+        _ => Err(FlagValueError::NotACount { value: s.into() }),
+    }
+}
+
 /// The load run is 5 s to 1 h.
 fn seconds(s: &str) -> Result<f64, FlagValueError> {
     seconds_in(s, 5.0, 3600.0)
@@ -130,6 +165,16 @@ enum Source {
     Probe,
     /// The passive in-kernel sensor of the LC's own requests (`source = "kernel"`), alone
     Kernel,
+}
+
+/// The LC the sensors measure.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Lc {
+    /// `headroom serve --threads 1`
+    Serve,
+    /// memcached `-t 1` from PATH
+    Memcached,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Serialize)]
@@ -169,6 +214,11 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
             need: "root (the kernel sensor's BPF, the instruments' FIFO class)".into(),
         });
     }
+    if flags.peer.is_some() && flags.connections == Connections::Auto {
+        return Err(ToolError::Measurement(
+            "--peer runs mutilate with the same connections: give --connections a number (mutilate has no auto)".into(),
+        ));
+    }
     if flags.seconds < 2.0 * flags.window_s + LOAD_MARGIN_S {
         return Err(ToolError::Measurement(format!(
             "--seconds {} holds no whole --window-s {} window after the load generator's warmup: give at least {} s",
@@ -196,7 +246,11 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     };
     let instruments_fifo = case::fifo_allowed_here();
     println!(
-        "headroom bench prober: LC (serve, 1 thread) on CPU {}; on CPU 0 the agent (a window of the last {} s published every second, SCHED_FIFO {}) and the reference load generator ({} QPS, {}); {} s per run",
+        "headroom bench prober: LC ({}, 1 thread) on CPU {}; on CPU 0 the agent (a window of the last {} s published every second, SCHED_FIFO {}) and the reference load generator ({} QPS, {}); {} s per run, {} run(s) each",
+        match flags.lc {
+            Lc::Serve => "headroom serve",
+            Lc::Memcached => "memcached",
+        },
         cpus - 1,
         flags.window_s,
         agent_rt.describe(),
@@ -206,39 +260,48 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
         } else {
             "SCHED_OTHER: FIFO refused to the bench itself, so the hog can delay its reads".into()
         },
-        flags.seconds
+        flags.seconds,
+        flags.runs,
     );
     let mut rows = Vec::new();
     let mut result = Ok(());
     'runs: for &source in &flags.sources {
         for &case in &flags.cases {
             let name = run_name(source, case);
-            match case::run(
-                &runner,
-                &dir,
-                &flags,
-                source,
-                case,
-                &agent_rt,
-                instruments_fifo,
-            ) {
-                Ok(row) => {
-                    print_row(name, &row);
-                    rows.push(row);
+            for run in 1..=flags.runs {
+                match case::run(
+                    &runner,
+                    &dir,
+                    &flags,
+                    source,
+                    case,
+                    run,
+                    &agent_rt,
+                    instruments_fifo,
+                ) {
+                    Ok(row) => {
+                        print_row(name, &row);
+                        rows.push(row);
+                    }
+                    Err(e) => {
+                        result = Err(ToolError::Case {
+                            case: name,
+                            source: Box::new(e),
+                        });
+                        break 'runs;
+                    }
                 }
-                Err(e) => {
-                    result = Err(ToolError::Case {
-                        case: name,
-                        source: Box::new(e),
-                    });
-                    break 'runs;
-                }
+            }
+            if flags.runs > 1 {
+                print_tally(name, rows.iter().filter(|r| r.is(source, case)));
             }
         }
     }
     agent_rt.remove();
     result?;
     let report = serde_json::json!({
+        "lc": flags.lc,
+        "runs": flags.runs,
         "seconds": flags.seconds,
         "window_s": flags.window_s,
         "qps": flags.qps,
@@ -265,6 +328,21 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
 
 fn us(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
+}
+
+/// Over the runs of one source and case: how many load runs passed their self-checks, how many
+/// runs met the window target and how many agreed over the whole run.
+fn print_tally<'a>(name: &str, rows: impl Iterator<Item = &'a case::Row>) {
+    let (mut n, mut valid, mut met, mut agreed) = (0, 0, 0, 0);
+    for r in rows {
+        n += 1;
+        valid += usize::from(r.loadgen_valid);
+        met += usize::from(r.windows.meets_target());
+        agreed += usize::from(r.run_level.within_bound);
+    }
+    println!(
+        "{name:<13} over {n} runs: load generator valid in {valid}, window target met in {met}, whole-run p99 within bound in {agreed}"
+    );
 }
 
 fn print_row(name: &str, r: &Row) {

@@ -67,9 +67,24 @@ pub fn agent_windows(records: &[DecisionRecord]) -> Vec<AgentWindow> {
 pub const PUBLISH_STEP_MS: u64 = 1000;
 
 /// How many of the agent's publications fall where their window lies wholly inside
-/// `[start_ms, end_ms]`: one a second from `start + window` on.
-pub fn window_slots(start_ms: u64, end_ms: u64, window_ms: u64) -> usize {
-    match end_ms.checked_sub(start_ms + window_ms) {
+/// `[start_ms, end_ms]`: one a second from `start + window` on. `phase_ms` is the end of any
+/// window the agent published (its publications are a second apart from it): with it, the
+/// count is of the publication instants the span really holds (a 9.5 s span holds 9 or 10
+/// of them, by phase); without it, the most such a span can hold.
+pub fn window_slots(start_ms: u64, end_ms: u64, window_ms: u64, phase_ms: Option<u64>) -> usize {
+    let first_possible = start_ms + window_ms;
+    if end_ms < first_possible {
+        return 0;
+    }
+    let first = match phase_ms {
+        Some(p) => {
+            let offset = (p % PUBLISH_STEP_MS + PUBLISH_STEP_MS - first_possible % PUBLISH_STEP_MS)
+                % PUBLISH_STEP_MS;
+            first_possible + offset
+        }
+        None => first_possible,
+    };
+    match end_ms.checked_sub(first) {
         Some(room) => (room / PUBLISH_STEP_MS + 1) as usize,
         None => 0,
     }
@@ -180,7 +195,8 @@ pub fn compare(
         .iter()
         .filter(|w| w.end_unix_ms >= start_ms + window_ms && w.end_unix_ms <= end_ms)
         .collect();
-    let slots = window_slots(start_ms, end_ms, window_ms).max(inside.len());
+    let phase = all.first().map(|w| w.end_unix_ms);
+    let slots = window_slots(start_ms, end_ms, window_ms, phase).max(inside.len());
     let mut windows = Vec::new();
     for w in &inside {
         let end_s = w.end_unix_ms as f64 / 1000.0;
@@ -316,9 +332,15 @@ mod tests {
     #[test]
     fn a_run_holds_one_publication_a_second_after_its_first_window() {
         // run 0..35 s, 10 s windows: publications at 10, 11, …, 35 s
-        assert_eq!(window_slots(0, 35_000, 10_000), 26);
-        assert_eq!(window_slots(0, 10_000, 10_000), 1);
-        assert_eq!(window_slots(0, 9_999, 10_000), 0);
+        assert_eq!(window_slots(0, 35_000, 10_000, None), 26);
+        assert_eq!(window_slots(0, 10_000, 10_000, None), 1);
+        assert_eq!(window_slots(0, 9_999, 10_000, None), 0);
+        // a 9.5 s span after the first whole window: 10 instants a second apart fit only if
+        // the first falls in its first half second
+        assert_eq!(window_slots(0, 19_500, 10_000, Some(123_200)), 10);
+        assert_eq!(window_slots(0, 19_500, 10_000, Some(123_700)), 9);
+        assert_eq!(window_slots(0, 19_500, 10_000, Some(10_000)), 10);
+        assert_eq!(window_slots(0, 10_400, 10_000, Some(7_500)), 0);
     }
 
     #[test]
