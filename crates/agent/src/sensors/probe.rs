@@ -1,4 +1,4 @@
-//! The agent's own LC latency prober: one dedicated connection, requests sent open-loop at
+//! The agent's own LC latency prober: a few dedicated connections, requests sent open-loop at
 //! scheduled times (`rate_hz` on average, Poisson), kept in per-second HDR histograms (by
 //! scheduled second) over a sliding window of `lc.slo.window_s`. The window's percentile is
 //! published once per second.
@@ -13,20 +13,17 @@
 //! socket's error queue, matched by the byte counter) to the kernel's software receive stamp of
 //! its reply. A late prober thread then changes when a probe is sent, not what it measures, and
 //! the thread wakes only to send: what arrived meanwhile is read then, already stamped. One
-//! probe is in flight at a time: a probe sent behind an unanswered one waits behind it at the
-//! LC (one connection is served in order) and its reply, merged in the socket with the earlier
-//! one, carries the later receive stamp — the prober's own queue, not the LC's; such sends are
-//! passed (counted in the cell's detail). A read without the kernel's receive stamp is no
+//! probe is in flight per connection (`conn.rs`): a probe due while the LC has not answered the
+//! one before goes out on another connection (up to [`MAX_CONNS`]), so a stall of the LC holds
+//! up every probe due during it, as it holds a load generator's requests, and none waits
+//! behind the prober's own earlier probe. With every connection awaiting its reply the sends
+//! due are passed (counted in the cell's detail). A read without the kernel's receive stamp is no
 //! sample (never the prober's own, late, read time). A window
 //! is refused only for too few replies. Where the kernel gives no transmit stamps (said once, as
 //! the cell's detail) latencies run from the prober's own send and the old bound applies: a
 //! window whose send lag p99 (actual − scheduled send) exceeds `max_send_lag_us` is refused —
 //! stale, not a slow LC. SCHED_FIFO (reset on fork) is asked for and its refusal only noted.
 
-use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -39,8 +36,10 @@ use rand::{Rng, SeedableRng};
 use crate::sensors::lc_signal::{LatencyWindow, Refusal, SignalCell, StopFlag};
 use headroom_control::config::ProbeProtocol;
 
+mod conn;
 mod http;
 mod stamps;
+use conn::{InFlight, ProbeConn};
 pub use http::parse_http_response;
 use stamps::Stamps;
 
@@ -152,8 +151,9 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
         sched,
         described: None,
         passed_busy: 0,
+        connections: 0,
         unstamped_rx: 0,
-        described_counts: (0, 0),
+        described_counts: (0, 0, 0),
     };
     let mut request = Vec::new();
     match &spec.wire {
@@ -163,36 +163,31 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                 .as_bytes(),
         ),
     }
-    // Buffers for the whole run: a probe allocates nothing.
-    let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(4);
     // A probe unanswered for a whole window is lost (its window cannot use it anyway): the
-    // connection is reopened.
+    // connections are reopened.
     let reply_timeout = Duration::from_secs_f64(spec.window_s.max(1.0));
-    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    // Buffers for the whole run: a probe allocates nothing (a connection's, when it opens).
     let mut chunk = vec![0u8; 16 * 1024];
+    let mut conns: Vec<ProbeConn> = Vec::with_capacity(MAX_CONNS);
     while !stop.load(Ordering::Relaxed) {
-        let conn = match connect(&spec.address) {
-            Ok(c) => c,
+        conns.clear();
+        match ProbeConn::connect(&spec.address) {
+            Ok(c) => conns.push(c),
             Err(e) => {
                 cell.error("probe", format!("connecting to {}: {e}", spec.address));
                 sleep_unless_stopped(Duration::from_millis(500), stop);
                 continue;
             }
-        };
-        in_flight.clear();
-        buf.clear();
-        let stamps = stamps::enable(conn.as_raw_fd()).ok();
+        }
+        let stamps = conns[0].stamps;
         state.stamps = stamps;
         if stamps.is_none() {
             // no stamps on this connection: whatever the last one had, no longer
             state.tx_stamps_seen = false;
         }
+        state.connections = 1;
         state.describe(cell);
         let mut next_send = Instant::now();
-        let mut sent_bytes: u32 = 0;
-        // The length of one reply (learnt): replies are read one at a time, so each gets the
-        // receive stamp of its own packet.
-        let mut read_len = chunk.len();
         let outcome: Result<(), ProbeConnError> = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
@@ -201,72 +196,54 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
             state.publish_due(now, &spec, cell);
             // What arrived since the last wake-up, stamped by the kernel: reading it late
             // changes nothing. Transmit stamps first (a reply's stamp precedes its reply).
-            if stamps == Some(Stamps::TxRx) {
-                drain_tx_stamps(&conn, &mut in_flight, &mut state.tx_stamps_seen);
+            if let Err(e) = read_all(&mut conns, &spec.wire, stamps, &mut chunk, &mut state) {
+                break Err(e);
             }
-            match read_replies(
-                &conn,
-                &spec.wire,
-                stamps.is_some(),
-                &mut chunk,
-                &mut read_len,
-                &mut buf,
-                &mut in_flight,
-                &mut state,
-            ) {
-                Ok(true) => {}
-                Ok(false) => break Err(ProbeConnError::Closed),
-                Err(e) => break Err(e),
-            }
-            // Send what is due (one wake-up for all; a prober far behind skips probes rather
-            // than bursting them at the LC).
-            if now >= next_send && !in_flight.is_empty() {
-                // One probe at a time: a probe sent behind an unanswered one waits behind it
-                // at the LC (one connection is served in order) and its reply may reach the
-                // prober's socket merged with the earlier one, under the later one's receive
-                // stamp — either way it would time the prober's own queue. The send is drawn
-                // and passed, as a late prober's are.
-                let oldest = in_flight.front().map_or(now, |r| r.scheduled);
-                if now.saturating_duration_since(oldest) > reply_timeout {
+            if now >= next_send {
+                let oldest = conns
+                    .iter()
+                    .filter_map(|c| c.in_flight.map(|r| r.scheduled))
+                    .min();
+                if oldest.is_some_and(|o| now.saturating_duration_since(o) > reply_timeout) {
                     break Err(ProbeConnError::NoReply {
                         timeout: reply_timeout,
                     });
                 }
-                while next_send <= now {
-                    next_send += gap();
+                match free_connection(&mut conns, &spec.address, stamps) {
+                    Some(i) => {
+                        let scheduled = next_send;
+                        let sent = Instant::now();
+                        if !spec.delay_sends.is_zero() {
+                            // test hook: the thread is late between deciding to send and sending
+                            std::thread::sleep(spec.delay_sends);
+                        }
+                        if let Err(e) = conns[i].send(&request, scheduled) {
+                            break Err(e);
+                        }
+                        let after = Instant::now();
+                        let s = scheduled.saturating_duration_since(state.epoch).as_secs();
+                        state
+                            .lag
+                            .slot(s)
+                            .record_ns(sent.saturating_duration_since(scheduled).as_nanos() as u64);
+                        next_send += gap();
+                        let mut skipped = 0;
+                        while next_send <= after && skipped < MAX_SKIP {
+                            next_send += gap();
+                            skipped += 1;
+                        }
+                        next_send = next_send.max(after);
+                    }
+                    None => {
+                        // Every connection awaits its reply (the LC holds MAX_CONNS probes):
+                        // the sends due are drawn and passed, as a late prober's are.
+                        while next_send <= now {
+                            next_send += gap();
+                        }
+                        state.passed_busy += 1;
+                    }
                 }
-                state.passed_busy += 1;
-            } else if now >= next_send {
-                let scheduled = next_send;
-                let sent_ns = stamps::realtime_ns();
-                let sent = Instant::now();
-                if !spec.delay_sends.is_zero() {
-                    // test hook: the thread is late between deciding to send and sending
-                    std::thread::sleep(spec.delay_sends);
-                }
-                if let Err(e) = (&conn).write_all(&request) {
-                    break Err(ProbeConnError::Send(e));
-                }
-                let after = Instant::now();
-                sent_bytes = sent_bytes.wrapping_add(request.len() as u32);
-                let s = scheduled.saturating_duration_since(state.epoch).as_secs();
-                state
-                    .lag
-                    .slot(s)
-                    .record_ns(sent.saturating_duration_since(scheduled).as_nanos() as u64);
-                in_flight.push_back(InFlight {
-                    scheduled,
-                    sent_ns,
-                    key: sent_bytes.wrapping_sub(1),
-                    tx_ns: None,
-                });
-                next_send += gap();
-                let mut skipped = 0;
-                while next_send <= after && skipped < MAX_SKIP {
-                    next_send += gap();
-                    skipped += 1;
-                }
-                next_send = next_send.max(after);
+                state.connections = conns.len();
             }
             // Sleep until the next send (or the next second's publication): its reply and
             // stamps are read at the next wake-up. Where replies carry no kernel stamp, wake on
@@ -276,13 +253,54 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
             if stamps.is_some() {
                 sleep_until(until, now);
             } else {
-                wait_readable(&conn, until.saturating_duration_since(now));
+                conn::wait_readable(&conns, until.saturating_duration_since(now));
             }
         };
         if let Err(e) = outcome {
             cell.error("probe", format!("{}: {e}", spec.address));
             sleep_unless_stopped(Duration::from_millis(100), stop);
         }
+    }
+}
+
+/// Reads the stamps and replies that came on every connection.
+fn read_all(
+    conns: &mut [ProbeConn],
+    wire: &ProbeWire,
+    stamps: Option<Stamps>,
+    chunk: &mut [u8],
+    state: &mut ProbeState,
+) -> Result<(), ProbeConnError> {
+    for c in conns.iter_mut() {
+        if stamps == Some(Stamps::TxRx) {
+            c.drain_tx_stamp(&mut state.tx_stamps_seen);
+        }
+        if !c.read_reply(wire, stamps.is_some(), chunk, state)? {
+            return Err(ProbeConnError::Closed);
+        }
+    }
+    Ok(())
+}
+
+/// A connection with no probe in flight: an open one, else a new one while there are fewer
+/// than [`MAX_CONNS`] (one the kernel stamps as it does the first), else none.
+fn free_connection(
+    conns: &mut Vec<ProbeConn>,
+    address: &str,
+    stamps: Option<Stamps>,
+) -> Option<usize> {
+    if let Some(i) = conns.iter().position(|c| c.in_flight.is_none()) {
+        return Some(i);
+    }
+    if conns.len() >= MAX_CONNS {
+        return None;
+    }
+    match ProbeConn::connect(address) {
+        Ok(c) if c.stamps == stamps => {
+            conns.push(c);
+            Some(conns.len() - 1)
+        }
+        _ => None,
     }
 }
 
@@ -309,22 +327,16 @@ enum ProbeConnError {
 /// others that are due, rather than bursting them at the LC; at most this many.
 const MAX_SKIP: usize = 1000;
 
+/// Connections the prober keeps at most, one probe in flight on each: a probe due while the
+/// LC has not answered the one before goes out on another connection and waits at the LC as a
+/// load generator's would — so a stall of the LC is sampled by every probe due during it, not
+/// by the one probe in flight (which read the tail low under stalls). Beyond this many
+/// unanswered probes the sends due are passed and counted.
+const MAX_CONNS: usize = 8;
+
 /// Replies read without any transmit stamp having been seen before the prober says the kernel
 /// gives none (and falls back to its own send times, under the send-lag bound).
 const NO_TX_STAMPS_AFTER: u64 = 50;
-
-/// A request in flight.
-#[derive(Debug, Clone, Copy)]
-struct InFlight {
-    /// Its scheduled send (its window second).
-    scheduled: Instant,
-    /// `CLOCK_REALTIME` ns just before the write (the fallback's send time).
-    sent_ns: u64,
-    /// `OPT_ID` key of its last byte (the byte counter, wrapping).
-    key: u32,
-    /// The kernel's transmit stamp, ns.
-    tx_ns: Option<u64>,
-}
 
 /// The prober's windows and what it has said.
 struct ProbeState {
@@ -341,13 +353,15 @@ struct ProbeState {
     sched: String,
     /// The timing last described to the cell.
     described: Option<Timing>,
-    /// Sends passed because the previous probe was still unanswered.
+    /// Sends passed because every connection awaited its reply.
     passed_busy: u64,
+    /// Connections open now (at most [`MAX_CONNS`]).
+    connections: usize,
     /// Replies read without the kernel's receive stamp where the kernel gives them: dropped,
     /// never timed by the prober's own (late) read.
     unstamped_rx: u64,
     /// The counts last described.
-    described_counts: (u64, u64),
+    described_counts: (u64, u64, usize),
 }
 
 /// What the prober's latencies run between (said in `ctl status` through the cell's detail).
@@ -402,7 +416,7 @@ impl ProbeState {
         let Some(t) = self.timing() else {
             return;
         };
-        let counts = (self.passed_busy, self.unstamped_rx);
+        let counts = (self.passed_busy, self.unstamped_rx, self.connections);
         if self.described == Some(t) && self.described_counts == counts {
             return;
         }
@@ -413,12 +427,34 @@ impl ProbeState {
         self.described_counts = counts;
         // what the prober set aside rather than time itself (said beside how it times)
         cell.set_detail(&format!(
-            "{}; {}; {} sends passed behind an unanswered probe, {} replies without a kernel receive stamp dropped",
+            "{}; {}; {} connection(s), one probe in flight on each; {} sends passed with every connection awaiting its reply, {} replies without a kernel receive stamp dropped",
             t.describe(),
             self.sched,
+            counts.2,
             counts.0,
             counts.1
         ));
+    }
+
+    /// Records the latency of `r`, answered at `rx_ns` (the kernel's receive stamp where the
+    /// kernel gives them).
+    fn record_reply(&mut self, r: &InFlight, rx_ns: Option<u64>) {
+        // With kernel receive stamps, a read that carries none is the prober's own (late)
+        // reap time: no sample rather than its lateness.
+        let Some(rx_ns) = rx_ns else {
+            self.unstamped_rx += 1;
+            return;
+        };
+        let from = match r.tx_ns {
+            Some(tx) => tx,
+            None if self.kernel_tx() => {
+                self.replies_without_tx += 1;
+                return; // its stamp was lost: no sample rather than a wrong one
+            }
+            None => r.sent_ns,
+        };
+        let s = r.scheduled.saturating_duration_since(self.epoch).as_secs();
+        self.window.slot(s).record_ns(rx_ns.saturating_sub(from));
     }
 
     /// Publishes the window once per second of the agent's clock (or says why not).
@@ -464,103 +500,6 @@ impl ProbeState {
     }
 }
 
-/// Reads every waiting transmit stamp and gives it to the requests it covers: a stamp's key is
-/// the last byte of the packet, so requests the kernel sent in one packet share it.
-fn drain_tx_stamps(conn: &TcpStream, in_flight: &mut VecDeque<InFlight>, seen: &mut bool) {
-    // A stamp covers every request up to its key: once the newest has one, all have (so a
-    // wake-up costs no read that finds the queue empty).
-    while in_flight.back().is_some_and(|r| r.tx_ns.is_none()) {
-        match stamps::read_tx_stamp(conn.as_raw_fd()) {
-            Ok(Some((key, ns))) => {
-                *seen = true;
-                for r in in_flight.iter_mut() {
-                    // wrapping order: r.key at or before `key`
-                    if key.wrapping_sub(r.key) < (1 << 31) {
-                        if r.tx_ns.is_none() {
-                            r.tx_ns = Some(ns);
-                        }
-                    } else {
-                        break;
-                    }
-                }
-            }
-            Ok(None) => {}
-            Err(_) => return,
-        }
-    }
-}
-
-/// Reads every waiting reply and records its latency (reading only while replies are owed, so
-/// a wake-up costs no read that finds nothing). `Ok(false)`: the server closed.
-#[allow(clippy::too_many_arguments)]
-fn read_replies(
-    conn: &TcpStream,
-    wire: &ProbeWire,
-    kernel_rx: bool,
-    chunk: &mut [u8],
-    read_len: &mut usize,
-    buf: &mut Vec<u8>,
-    in_flight: &mut VecDeque<InFlight>,
-    state: &mut ProbeState,
-) -> Result<bool, ProbeConnError> {
-    while !in_flight.is_empty() {
-        let want = (*read_len).clamp(1, chunk.len());
-        let received = if kernel_rx {
-            stamps::read_stamped(conn.as_raw_fd(), &mut chunk[..want])
-        } else {
-            (&*conn)
-                .read(&mut chunk[..want])
-                .map(|n| (n, Some(stamps::realtime_ns())))
-        };
-        let rx_ns = match received {
-            Ok((0, _)) => return Ok(false),
-            Ok((n, at)) => {
-                buf.extend_from_slice(&chunk[..n]);
-                at
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(ProbeConnError::Receive(e)),
-        };
-        loop {
-            let parsed = match wire {
-                ProbeWire::Kv(p) => p
-                    .parse(Op::Get, buf)
-                    .map(|r| r.map(|r| r.consumed))
-                    .map_err(ProbeConnError::from),
-                ProbeWire::Http { .. } => parse_http_response(buf).map_err(ProbeConnError::from),
-            };
-            match parsed? {
-                Some(consumed) => {
-                    buf.drain(..consumed);
-                    *read_len = consumed;
-                    let Some(r) = in_flight.pop_front() else {
-                        continue;
-                    };
-                    // With kernel receive stamps, a read that carries none is the prober's
-                    // own (late) reap time: no sample rather than its lateness.
-                    let Some(rx_ns) = rx_ns else {
-                        state.unstamped_rx += 1;
-                        continue;
-                    };
-                    let from = match r.tx_ns {
-                        Some(tx) => tx,
-                        None if state.kernel_tx() => {
-                            state.replies_without_tx += 1;
-                            continue; // its stamp was lost: no sample rather than a wrong one
-                        }
-                        None => r.sent_ns,
-                    };
-                    let s = r.scheduled.saturating_duration_since(state.epoch).as_secs();
-                    state.window.slot(s).record_ns(rx_ns.saturating_sub(from));
-                }
-                None => break,
-            }
-        }
-    }
-    Ok(true)
-}
-
 /// SCHED_FIFO at `priority` for this thread, reset on fork; nice -20 where FIFO is refused.
 /// A nicety: kernel stamps make the figure independent of when the thread runs. Returns what
 /// it got, for `ctl status`.
@@ -588,33 +527,6 @@ fn raise_priority(priority: u8) -> String {
             format!("scheduling: SCHED_FIFO refused ({e}), {got}")
         }
     }
-}
-
-fn connect(address: &str) -> std::io::Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = address.to_socket_addrs()?.collect();
-    let addr = addrs.first().ok_or_else(|| {
-        std::io::Error::new(ErrorKind::InvalidInput, "address resolves to nothing")
-    })?;
-    let s = TcpStream::connect_timeout(addr, Duration::from_millis(500))?;
-    s.set_nodelay(true)?;
-    s.set_nonblocking(true)?;
-    Ok(s)
-}
-
-/// Waits up to `timeout` for `conn` to become readable (µs precision through ppoll).
-fn wait_readable(conn: &TcpStream, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: conn.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    n > 0
 }
 
 /// Sleeps until `until` (one wake-up: the prober's sends are its only wake-ups).
