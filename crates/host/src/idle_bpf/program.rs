@@ -1,4 +1,4 @@
-//! The idle program, written out with rbpf's opcode names and symbolic labels.
+//! The idle program (one `power:cpu_idle` tracepoint program), built with the host's assembler.
 //!
 //! On every `power:cpu_idle` event (`args = { state, cpu_id }`, `state = PWR_EVENT_EXIT`
 //! (`u32` -1) on leaving idle) it

@@ -329,7 +329,7 @@ fn stop_agent(clean: &mut Cleanup, pid: u32) {
         let _ = c.kill();
         let _ = c.wait();
     }
-    clean.children.retain(|c| c.id() != pid);
+    clean.forget(&[pid]);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -344,7 +344,7 @@ fn spawn_agent(bin: &Path, cfg: &Path, log: &Path, clean: &mut Cleanup) -> Resul
         .spawn()
         .context("running the agent")?;
     let pid = agent.id();
-    clean.children.push(agent);
+    clean.adopt(agent);
     Ok(pid)
 }
 
@@ -392,7 +392,7 @@ pub(super) fn reactions(
                 .spawn()
                 .context("starting the step spinner")?;
             let step_pid = step.id();
-            clean.children.push(step);
+            clean.adopt(step);
             signal(step_pid, libc::SIGSTOP);
             if !wait_state(step_pid, 'T') {
                 return Err(ToolError::Measurement(format!(
@@ -433,7 +433,7 @@ pub(super) fn reactions(
             for c in clean.children.iter_mut().filter(|c| c.id() == step_pid) {
                 let _ = c.wait();
             }
-            clean.children.retain(|c| c.id() != step_pid);
+            clean.forget(&[step_pid]);
             let (rows, _) = read_log(&log);
             let us = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1000.0;
             let reaction = Histogram::new(rows.iter().map(|r| us(r.crossing, r.written)).collect());

@@ -25,13 +25,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::{Context, Result, ToolError};
-use headroom_host::{Cgroups, GroupPath, LinuxHost};
+use headroom_host::{GroupPath, LinuxHost};
 
 mod config;
 mod events;
 mod reaction;
+mod teardown;
 
 use reaction::reaction;
+use teardown::{Cleanup, GROUP_PREFIX};
 
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench agent", no_binary_name = true)]
@@ -59,40 +61,6 @@ impl ScratchDir {
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub(super) struct Cleanup {
-    cgroups: Cgroups,
-    top: GroupPath,
-    pub(super) children: Vec<Child>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for name in ["be", "lc"] {
-            let Ok(g) = self.top.join(name) else { continue };
-            if !self.cgroups.exists(&g) {
-                continue;
-            }
-            let _ = self.cgroups.thaw(&g);
-            for _ in 0..50 {
-                let procs = self.cgroups.procs(&g).unwrap_or_default();
-                if procs.is_empty() {
-                    break;
-                }
-                for pid in procs {
-                    // SAFETY: kill(2) on processes of the benchmark's own group.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        let _ = self.cgroups.remove(&self.top);
     }
 }
 
@@ -150,17 +118,13 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
         });
     }
     let cgroups = LinuxHost::system().cgroups()?;
-    let top = GroupPath::new(&format!("headroom-bench-agent-{}", std::process::id()))?;
+    let top = GroupPath::new(&format!("{GROUP_PREFIX}{}", std::process::id()))?;
     let dir = ScratchDir(
         std::env::temp_dir().join(format!("headroom-bench-agent-{}", std::process::id())),
     );
     std::fs::create_dir_all(dir.path())
         .with_context(|| format!("creating {}", dir.path().display()))?;
-    let mut clean = Cleanup {
-        cgroups: cgroups.clone(),
-        top: top.clone(),
-        children: Vec::new(),
-    };
+    let mut clean = Cleanup::arm(cgroups.clone(), top.clone())?;
     let bin = std::env::current_exe().context("locating the headroom binary")?;
     // The LC: an idle process (sleep) pinned on CPU 1.
     let lc = {
@@ -176,7 +140,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     .spawn()
     .context("starting the idle LC (sleep)")?;
     let lc_pid = lc.id();
-    clean.children.push(lc);
+    clean.adopt(lc);
 
     let mut report = serde_json::Map::new();
     println!(
@@ -340,6 +304,7 @@ impl Drop for Spinners {
         for c in &mut self.0 {
             let _ = c.kill();
             let _ = c.wait();
+            teardown::unwatch(c.id());
         }
     }
 }
@@ -366,6 +331,7 @@ fn start_spinners() -> Result<Spinners> {
         let child = cmd
             .spawn()
             .with_context(|| format!("starting the spinner on CPU {cpu}"))?;
+        teardown::watch(child.id());
         children.0.push(child);
     }
     // Let them reach their loops before anything is measured.
@@ -425,13 +391,16 @@ fn cpu_use(
                 .stderr(log)
                 .spawn()
                 .context("running the agent")?;
+            teardown::watch(child.id());
             // Steady state: the agent's threads' run time (ns, /proc/<pid>/task/*/schedstat)
             // over `seconds`, after WARMUP_S of start-up (config, doctor probe, groups, BPF).
             std::thread::sleep(Duration::from_secs_f64(WARMUP_S));
             let a = (Instant::now(), process_run_ns(child.id()));
             std::thread::sleep(Duration::from_secs_f64(flags.seconds));
             let b = (Instant::now(), process_run_ns(child.id()));
-            let status = child.wait().context("waiting for the agent")?;
+            let status = child.wait().context("waiting for the agent");
+            teardown::unwatch(child.id());
+            let status = status?;
             let wall = start.elapsed().as_secs_f64();
             let cpu = headroom_load::clock::children_cpu_s() - before;
             if !status.success() {

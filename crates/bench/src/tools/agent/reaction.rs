@@ -47,7 +47,7 @@ pub(super) fn reaction(
         .spawn()
         .context("running the agent")?;
     let agent_pid = agent.id();
-    clean.children.push(agent);
+    clean.adopt(agent);
     let be = top.join("be")?;
     let lc_group = top.join("lc")?;
     let state = |cg: &Cgroups| -> (String, bool) {
@@ -63,7 +63,7 @@ pub(super) fn reaction(
         .spawn()
         .context("starting the step spinner")?;
     let step_pid = step.id();
-    clean.children.push(step);
+    clean.adopt(step);
     signal(step_pid, libc::SIGSTOP);
     if !wait_state(step_pid, 'T') {
         return Err(ToolError::Measurement(format!(
@@ -133,9 +133,7 @@ pub(super) fn reaction(
             let _ = c.wait();
         }
     }
-    clean
-        .children
-        .retain(|c| c.id() != agent_pid && c.id() != step_pid);
+    clean.forget(&[agent_pid, step_pid]);
     r.ms.sort_by(f64::total_cmp);
     Ok(r)
 }

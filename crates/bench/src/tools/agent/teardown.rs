@@ -1,0 +1,179 @@
+//! What `bench agent` leaves behind when it is stopped from outside. Its groups
+//! (`headroom-bench-agent-<pid>`) and children are removed by [`Cleanup`]'s drop when the bench
+//! ends on its own; a SIGTERM (a `timeout`), SIGINT (Ctrl-C) or SIGHUP (a closed terminal) would
+//! skip that drop and leave a frozen BE group, spinners and agents behind. A watcher thread takes
+//! those signals and does the same clean-up — the children first, so no agent recreates a group
+//! being removed — then exits with 128 + the signal. A bench killed with SIGKILL cannot clean
+//! up; the next `bench agent` removes groups whose bench process is gone.
+
+use std::process::Child;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use headroom_host::{Cgroups, GroupPath};
+
+use crate::tools::error::{Context, Result};
+
+/// The prefix of the bench's top group; the bench's pid follows it.
+pub(super) const GROUP_PREFIX: &str = "headroom-bench-agent-";
+
+/// The bench's groups and the pids the watcher kills before removing them.
+struct Armed {
+    cgroups: Cgroups,
+    top: GroupPath,
+    pids: Vec<u32>,
+}
+
+static ARMED: Mutex<Option<Armed>> = Mutex::new(None);
+
+fn armed() -> std::sync::MutexGuard<'static, Option<Armed>> {
+    ARMED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The bench's groups and children, removed on drop.
+pub(super) struct Cleanup {
+    cgroups: Cgroups,
+    top: GroupPath,
+    pub(super) children: Vec<Child>,
+}
+
+impl Cleanup {
+    /// Removes the groups of earlier benches that are gone, then arms the watcher for `top`.
+    pub fn arm(cgroups: Cgroups, top: GroupPath) -> Result<Cleanup> {
+        remove_stale_groups(&cgroups);
+        *armed() = Some(Armed {
+            cgroups: cgroups.clone(),
+            top: top.clone(),
+            pids: Vec::new(),
+        });
+        start_watcher()?;
+        Ok(Cleanup {
+            cgroups,
+            top,
+            children: Vec::new(),
+        })
+    }
+
+    /// Keeps `child` until the end (killed then) and lets the watcher kill it.
+    pub fn adopt(&mut self, child: Child) {
+        watch(child.id());
+        self.children.push(child);
+    }
+
+    /// Forgets the children among `pids` (already stopped and reaped by the caller).
+    pub fn forget(&mut self, pids: &[u32]) {
+        self.children.retain(|c| !pids.contains(&c.id()));
+        for &pid in pids {
+            unwatch(pid);
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        remove_groups(&self.cgroups, &self.top);
+        *armed() = None;
+    }
+}
+
+/// Lets the watcher kill `pid` (a child this bench started) if the bench is stopped.
+pub(super) fn watch(pid: u32) {
+    if let Some(a) = armed().as_mut() {
+        a.pids.push(pid);
+    }
+}
+
+/// The child `pid` was reaped: its pid may be reused, so the watcher must not kill it.
+pub(super) fn unwatch(pid: u32) {
+    if let Some(a) = armed().as_mut() {
+        a.pids.retain(|&p| p != pid);
+    }
+}
+
+/// Thaws the bench's BE and LC groups, kills what is left in them and removes the top group.
+fn remove_groups(cgroups: &Cgroups, top: &GroupPath) {
+    for name in ["be", "lc"] {
+        let Ok(g) = top.join(name) else { continue };
+        if !cgroups.exists(&g) {
+            continue;
+        }
+        let _ = cgroups.thaw(&g);
+        for _ in 0..50 {
+            let procs = cgroups.procs(&g).unwrap_or_default();
+            if procs.is_empty() {
+                break;
+            }
+            for pid in procs {
+                // SAFETY: kill(2) on processes of the benchmark's own group.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = cgroups.remove(top);
+}
+
+/// Whether process `pid` exists (kill with signal 0: ESRCH when it does not).
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The top groups of benches whose process is gone (killed with SIGKILL), removed.
+fn remove_stale_groups(cgroups: &Cgroups) {
+    let Ok(tops) = cgroups.children(&GroupPath::root()) else {
+        return;
+    };
+    for top in tops {
+        let name = top.to_string();
+        let Some(pid) = name
+            .strip_prefix(GROUP_PREFIX)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !alive(pid) {
+            eprintln!("headroom bench agent: removing {name}, left by a bench that is gone");
+            remove_groups(cgroups, &top);
+        }
+    }
+}
+
+/// One watcher per process: on SIGTERM, SIGINT or SIGHUP, kills the watched children, removes
+/// the armed groups and exits. The handlers are reset in children at exec.
+fn start_watcher() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    let mut result = Ok(());
+    STARTED.call_once(|| {
+        match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+            Ok(mut signals) => {
+                std::thread::spawn(move || {
+                    if let Some(sig) = signals.forever().next() {
+                        if let Some(a) = armed().take() {
+                            for &pid in &a.pids {
+                                // SAFETY: kill(2) on this bench's own children.
+                                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                            }
+                            remove_groups(&a.cgroups, &a.top);
+                            eprintln!(
+                                "headroom bench agent: stopped by signal {sig}; removed {} and its processes",
+                                a.top
+                            );
+                        }
+                        std::process::exit(128 + sig);
+                    }
+                });
+            }
+            Err(e) => result = Err(e),
+        }
+    });
+    result.context("watching for SIGTERM, SIGINT and SIGHUP (to clean up on a stop)")
+}
