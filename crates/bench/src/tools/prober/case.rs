@@ -317,9 +317,7 @@ pub fn run(
     runner: &Runner,
     dir: &Path,
     flags: &Flags,
-    source: Source,
-    case: Case,
-    run: u32,
+    (source, case, run): (Source, Case, u32),
     rt: &AgentRt,
     instruments_fifo: bool,
 ) -> Result<Row> {

@@ -273,9 +273,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
                     &runner,
                     &dir,
                     &flags,
-                    source,
-                    case,
-                    run,
+                    (source, case, run),
                     &agent_rt,
                     instruments_fifo,
                 ) {
