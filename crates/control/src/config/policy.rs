@@ -86,6 +86,16 @@ pub struct PolicyConfig {
     pub multi: MultiConfig,
 }
 
+impl PolicyConfig {
+    /// `kind` with every policy's constants at their defaults (the papers').
+    pub fn of(kind: PolicyKind) -> PolicyConfig {
+        PolicyConfig {
+            kind,
+            ..PolicyConfig::default()
+        }
+    }
+}
+
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {

@@ -67,14 +67,7 @@ impl BenchAgent<'_> {
             Vec::new()
         };
         let be = BeConfig::new("be", self.top.join("be")?, command);
-        let mut config = Config::new(
-            vec![lc],
-            vec![be],
-            PolicyConfig {
-                kind: PolicyKind::Blind,
-                ..PolicyConfig::default()
-            },
-        );
+        let mut config = Config::new(vec![lc], vec![be], PolicyConfig::of(PolicyKind::Blind));
         config.policy.blind.buffer_cores = self.buffer_cores;
         config.policy.blind.poll_ms = self.poll_ms;
         config.policy.blind.grow_interval_ms = self.grow_interval_ms;

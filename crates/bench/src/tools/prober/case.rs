@@ -501,14 +501,7 @@ fn write_agent_config(
         None,
     );
     let be = BeConfig::new("be", top.join("be")?, Vec::new());
-    let mut config = Config::new(
-        vec![lc],
-        vec![be],
-        PolicyConfig {
-            kind: PolicyKind::Blind,
-            ..PolicyConfig::default()
-        },
-    );
+    let mut config = Config::new(vec![lc], vec![be], PolicyConfig::of(PolicyKind::Blind));
     config.policy.blind.poll_ms = 100;
     config.safety = SafetyConfig {
         on_exit: OnExit::Restore,
