@@ -188,6 +188,9 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
         state.connections = 1;
         state.describe(cell);
         let mut next_send = Instant::now();
+        // a connection the LC refused (or that timed out) is not tried again for a while: each
+        // try holds the prober up to the connect timeout
+        let mut grow_after = next_send;
         let outcome: Result<(), ProbeConnError> = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
@@ -209,7 +212,7 @@ fn run(spec: ProbeSpec, cell: &SignalCell, stop: &StopFlag) {
                         timeout: reply_timeout,
                     });
                 }
-                match free_connection(&mut conns, &spec.address, stamps) {
+                match free_connection(&mut conns, &spec.address, stamps, &mut grow_after) {
                     Some(i) => {
                         let scheduled = next_send;
                         let sent = Instant::now();
@@ -283,16 +286,18 @@ fn read_all(
 }
 
 /// A connection with no probe in flight: an open one, else a new one while there are fewer
-/// than [`MAX_CONNS`] (one the kernel stamps as it does the first), else none.
+/// than [`MAX_CONNS`] (one the kernel stamps as it does the first) and no new one failed in the
+/// last [`GROW_BACKOFF`], else none.
 fn free_connection(
     conns: &mut Vec<ProbeConn>,
     address: &str,
     stamps: Option<Stamps>,
+    grow_after: &mut Instant,
 ) -> Option<usize> {
     if let Some(i) = conns.iter().position(|c| c.in_flight.is_none()) {
         return Some(i);
     }
-    if conns.len() >= MAX_CONNS {
+    if conns.len() >= MAX_CONNS || Instant::now() < *grow_after {
         return None;
     }
     match ProbeConn::connect(address) {
@@ -300,9 +305,15 @@ fn free_connection(
             conns.push(c);
             Some(conns.len() - 1)
         }
-        _ => None,
+        _ => {
+            *grow_after = Instant::now() + GROW_BACKOFF;
+            None
+        }
     }
 }
+
+/// How long the prober waits before it tries again to open a connection the LC refused.
+const GROW_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Why the prober gave up a connection (it reconnects): said in the sensor's errors with the
 /// address.
