@@ -587,3 +587,47 @@ fn config_text_without_kv_latency() -> String {
             1,
         )
 }
+
+/// Under `multi` as for one LC: a service's violation by a figure its sensors mark untrusted
+/// (a fallback prober's the kernel sensor does not confirm) holds BE but starts no cooldown;
+/// a trusted violation of any service starts it, judged by that service's source.
+#[test]
+fn only_a_trusted_violation_of_a_service_starts_the_cooldown() {
+    let c = config("multi", false, "[safety]\nviolation_cooldown_s = 60\n");
+    let mut p = policy::build(&c, &machine());
+    // BE grows on a quiet host first
+    let mut t = 0;
+    for _ in 0..50 {
+        p.decide(&obs([Some(0.5), Some(0.5), Some(0.5)], 6.0), ms(t));
+        t += 100;
+    }
+    let before = p.decide(&obs([Some(0.5), Some(0.5), Some(0.5)], 6.0), ms(t));
+    assert!(before.allocation.be_enabled, "{}", before.reason);
+    // kv (target 300 µs) reads 450 µs from a fallback prober the kernel sensor contradicts
+    let mut untrusted = obs([Some(0.5), Some(-0.5), Some(0.5)], 6.0);
+    untrusted.lc_groups[1].latency_source = Some("probe".into());
+    untrusted.lc_groups[1].latency_untrusted = Some("the kernel sensor reads 90 µs".into());
+    let d = p.decide(&untrusted, ms(t + 100));
+    assert!(
+        d.allocation.be_enabled,
+        "held, not cooled down: {}",
+        d.reason
+    );
+    assert!(
+        d.allocation.be_cpu_capacity(8) <= before.allocation.be_cpu_capacity(8),
+        "held, not grown: {}",
+        d.reason
+    );
+    assert!(d.state["safety"]["violation_cooldown_until_ms"].is_null());
+    assert_eq!(
+        d.state["safety"]["untrusted_violation"],
+        "kv: the kernel sensor reads 90 µs"
+    );
+    // the same figure trusted: the cooldown, judged by kv's source
+    let mut trusted = obs([Some(0.5), Some(-0.5), Some(0.5)], 6.0);
+    trusted.lc_groups[1].latency_source = Some("kernel".into());
+    let d = p.decide(&trusted, ms(t + 200));
+    assert!(!d.allocation.be_enabled, "{}", d.reason);
+    assert_eq!(d.reason, "safety:slo-violation:cooldown:kv");
+    assert_eq!(d.state["safety"]["violation_judged_by"], "kernel");
+}

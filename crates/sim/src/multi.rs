@@ -298,6 +298,7 @@ pub fn run_multi_server(
                     latency_us: latency,
                     latency_age_ms: latency.map(|_| 0),
                     latency_source: None,
+                    latency_untrusted: None,
                     qps: Some(*qps),
                     load: Some(qps / peak),
                     cpu_usage: None,

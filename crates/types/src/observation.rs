@@ -118,6 +118,10 @@ pub struct LcGroupObservation {
     /// Which source gave `latency_us` (`kernel`, `probe`, `scrape`, `feed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_source: Option<String>,
+    /// Why `latency_us` may not judge an SLO violation (as `Observation::lc_latency_untrusted`
+    /// for this service): above the target it holds BE but starts no cooldown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_untrusted: Option<String>,
     /// Request rate, requests/s.
     pub qps: Option<f64>,
     /// Load as a fraction of the service's `lc[i].load.peak_qps`.

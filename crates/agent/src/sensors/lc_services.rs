@@ -77,13 +77,13 @@ impl LcServiceSensor {
     pub(super) fn sample_fast(&self, g: &mut LcGroupObservation, now: Instant) {
         let latency = self.signals.latency.as_ref().and_then(|c| c.latest());
         let qps = self.signals.qps.as_ref().and_then(|c| c.latest());
-        let chosen = self
-            .signals
-            .latency_sources
-            .as_ref()
-            .map(|s| s.sources().chosen);
-        let source = chosen.or_else(|| self.signals.latency_label.map(str::to_string));
+        let sources = self.signals.latency_sources.as_ref().map(|s| s.sources());
+        let untrusted = sources.as_ref().and_then(|s| s.untrusted.clone());
+        let source = sources
+            .map(|s| s.chosen)
+            .or_else(|| self.signals.latency_label.map(str::to_string));
         fill_fast(g, latency, source, qps, self.signals.peak_qps, now);
+        g.latency_untrusted = latency.and(untrusted);
     }
 }
 
@@ -118,6 +118,7 @@ pub fn first_service(
     g.latency_source = obs
         .lc_latency_us
         .and(obs.lc_latency_source.clone().or(source));
+    g.latency_untrusted = obs.lc_latency_us.and(obs.lc_latency_untrusted.clone());
     g.qps = obs.lc_qps;
     g.load = obs.lc_load;
     g.cpu_usage = obs.lc_cpu_usage;
@@ -178,6 +179,7 @@ mod tests {
             lc_latency_us: Some(300.0),
             lc_latency_age_ms: Some(12),
             lc_latency_source: Some("kernel".into()),
+            lc_latency_untrusted: Some("the kernel sensor reads 100 µs".into()),
             lc_qps: Some(50.0),
             lc_load: Some(0.5),
             lc_cpu_usage: Some(1.5),
@@ -193,6 +195,7 @@ mod tests {
                 latency_us: Some(300.0),
                 latency_age_ms: Some(12),
                 latency_source: Some("kernel".into()),
+                latency_untrusted: Some("the kernel sensor reads 100 µs".into()),
                 qps: Some(50.0),
                 load: Some(0.5),
                 cpu_usage: Some(1.5),

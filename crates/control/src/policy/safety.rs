@@ -281,26 +281,41 @@ impl Policy for Guarded {
         // Rule 3: cooldown after an SLO violation.
         let mut untrusted_violation: Option<String> = None;
         if latency_rules && fresh && s.violation_cooldown_s > 0.0 {
-            let violating = match &per_service {
-                Some(l) => l.violating.is_some(),
-                None => obs.lc_latency_us.unwrap_or(0.0) > self.config.lc().slo.target_us,
-            };
             // A figure that cannot be trusted (a fallback prober's the kernel sensor does not
             // confirm) holds BE this tick but starts no cooldown: a long cooldown on the
-            // instrument's own lateness keeps BE off for nothing.
-            let untrusted = per_service
-                .is_none()
-                .then_some(obs.lc_latency_untrusted.as_ref())
-                .flatten();
+            // instrument's own lateness keeps BE off for nothing. Under `multi` a trusted
+            // violation of any service starts it; untrusted ones of others only hold.
+            let (violating, untrusted) = match &per_service {
+                Some(l) => (
+                    l.violating.is_some() || l.violating_untrusted.is_some(),
+                    l.violating
+                        .is_none()
+                        .then(|| {
+                            l.violating_untrusted
+                                .as_ref()
+                                .map(|(name, why)| format!("{name}: {why}"))
+                        })
+                        .flatten(),
+                ),
+                None => (
+                    obs.lc_latency_us.unwrap_or(0.0) > self.config.lc().slo.target_us,
+                    obs.lc_latency_untrusted.clone(),
+                ),
+            };
             if violating && untrusted.is_some() {
-                untrusted_violation = untrusted.cloned();
+                untrusted_violation = untrusted;
             } else if violating {
                 self.violation_until = Some(now + super::secs(s.violation_cooldown_s));
-                self.violation_judged_by = Some(
-                    obs.lc_latency_source
-                        .clone()
-                        .unwrap_or_else(|| "latency".to_string()),
-                );
+                let source = match &per_service {
+                    Some(l) => l.violating.as_ref().and_then(|name| {
+                        obs.lc_groups
+                            .iter()
+                            .find(|g| &g.name == name)
+                            .and_then(|g| g.latency_source.clone())
+                    }),
+                    None => obs.lc_latency_source.clone(),
+                };
+                self.violation_judged_by = Some(source.unwrap_or_else(|| "latency".to_string()));
             }
         }
         if untrusted_violation.is_some() && self.violation_until.is_none_or(|t| now >= t) {

@@ -15,8 +15,12 @@ use crate::policy::MachineInfo;
 pub(super) struct ServicesLatency {
     /// The first service (highest priority first) whose latency is unknown or stale.
     pub stale: Option<String>,
-    /// The first service (highest priority first) whose fresh latency is above its target.
+    /// The first service (highest priority first) whose fresh latency is above its target,
+    /// from a figure that may judge it.
     pub violating: Option<String>,
+    /// The first service above its target by a figure its sensors mark untrusted, and why
+    /// (it holds BE and starts no cooldown).
+    pub violating_untrusted: Option<(String, String)>,
 }
 
 /// Each configured service's latency from `obs.lc_groups` (by name): a service missing there,
@@ -33,6 +37,7 @@ pub(super) fn services_latency(config: &Config, obs: &Observation) -> ServicesLa
     let mut out = ServicesLatency {
         stale: None,
         violating: None,
+        violating_untrusted: None,
     };
     for i in order {
         let lc = &config.lcs[i];
@@ -41,10 +46,14 @@ pub(super) fn services_latency(config: &Config, obs: &Observation) -> ServicesLa
             g.latency_us
                 .filter(|l| l.is_finite() && g.latency_age_ms.is_some_and(|a| a <= max_age))
         });
-        match fresh {
-            None if out.stale.is_none() => out.stale = Some(lc.name.clone()),
-            Some(l) if l > lc.slo.target_us && out.violating.is_none() => {
+        let untrusted = group.and_then(|g| g.latency_untrusted.as_ref());
+        match (fresh, untrusted) {
+            (None, _) if out.stale.is_none() => out.stale = Some(lc.name.clone()),
+            (Some(l), None) if l > lc.slo.target_us && out.violating.is_none() => {
                 out.violating = Some(lc.name.clone())
+            }
+            (Some(l), Some(why)) if l > lc.slo.target_us && out.violating_untrusted.is_none() => {
+                out.violating_untrusted = Some((lc.name.clone(), why.clone()))
             }
             _ => {}
         }
