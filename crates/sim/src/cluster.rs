@@ -110,6 +110,8 @@ pub struct PlacementOutcome {
     /// `work_cpu_h`); the jobs were requeued.
     pub evictions: u64,
     pub lost_cpu_h: f64,
+    /// Jobs given up after more evictions than the Job's backoff limit.
+    pub jobs_failed: u64,
     /// LC SLO violations (node-windows) of the node runs.
     pub lc_violations: u64,
 }
@@ -152,6 +154,9 @@ pub struct Job {
     pub duration_s: f64,
     /// Resident memory while bound, GiB (NodeCosts::draw_memory; 0 in `jobs`).
     pub mem_gib: f64,
+    /// Times its pod was evicted, and when the Job controller makes the next one (its backoff).
+    pub failures: u32,
+    pub ready_s: f64,
 }
 
 /// The job stream (seeded).
@@ -189,6 +194,8 @@ pub fn jobs(seed: u64, rate_per_s: f64, duration_s: f64) -> Vec<Job> {
             work: size * d,
             duration_s: d,
             mem_gib: 0.0,
+            failures: 0,
+            ready_s: 0.0,
         });
     }
     out
@@ -272,7 +279,7 @@ pub fn schedule(
     let mut jct: Vec<f64> = Vec::new();
     let mut slowdown_sum = 0.0;
     let (mut work_done, mut rejections, mut waiting_max) = (0.0, 0u64, 0u64);
-    let (mut evictions, mut lost) = (0u64, 0.0);
+    let (mut evictions, mut lost, mut failed) = (0u64, 0.0, 0u64);
     let mut rr = 0usize;
     for w in 0..windows {
         let t0 = w as f64 * window_s;
@@ -311,7 +318,7 @@ pub fn schedule(
         let mut scanned = 0usize;
         while let Some(job) = waiting.pop_front() {
             scanned += 1;
-            if scanned > SCAN {
+            if scanned > SCAN || job.ready_s > t0 {
                 kept.push_back(job);
                 continue;
             }
@@ -357,7 +364,14 @@ pub fn schedule(
                 lost += progress;
                 j.work = j.size * j.duration_s;
                 evictions += 1;
-                waiting.push_back(j);
+                j.failures += 1;
+                match costs.backoff_s(j.failures) {
+                    Some(b) => {
+                        j.ready_s = t1 + b;
+                        waiting.push_back(j);
+                    }
+                    None => failed += 1,
+                }
             }
         }
         waiting_max = waiting_max.max(waiting.len() as u64);
@@ -402,6 +416,7 @@ pub fn schedule(
         waiting_max,
         rejections,
         evictions,
+        jobs_failed: failed,
         lost_cpu_h: lost / 3600.0,
         lc_violations: nodes
             .iter()
@@ -455,15 +470,15 @@ pub fn text_table(r: &ClusterReport) -> String {
     let mut s = format!(
         "cluster scheduler: {} nodes, {:.1} h, fleet mean BE CPUs granted {:.1}, offered {:.0}% of it\n\
          costs: BE memory {:.0}% of {:.0} GiB/core, jobs {:.1} GiB/CPU (σ {:.1}), timeshare loss {:.0}%\n\
-         {:<22} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>8}\n",
+         {:<22} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>6} {:>8}\n",
         r.servers, r.hours, r.granted_cpus_mean, r.offered_load * 100.0,
         r.costs.be_mem_fraction * 100.0, r.costs.node_mem_gib_per_core, r.costs.job_mem_gib_per_cpu,
         r.costs.job_mem_sigma, r.costs.timeshare_loss * 100.0,
-        "placement", "submitted", "done", "work cpu-h", "mean jct s", "p90 jct s", "slowdown", "wait end", "wait max", "rejections", "evictions", "lost h", "lc viol"
+        "placement", "submitted", "done", "work cpu-h", "mean jct s", "p90 jct s", "slowdown", "wait end", "wait max", "rejections", "evictions", "lost h", "failed", "lc viol"
     );
     for o in &r.outcomes {
         s += &format!(
-            "{:<22} {:>9} {:>9} {:>10.1} {:>10.0} {:>10.0} {:>9.2} {:>8} {:>8} {:>10} {:>9} {:>8.1} {:>8}\n",
+            "{:<22} {:>9} {:>9} {:>10.1} {:>10.0} {:>10.0} {:>9.2} {:>8} {:>8} {:>10} {:>9} {:>8.1} {:>6} {:>8}\n",
             o.placement.as_str(),
             o.jobs_submitted,
             o.jobs_done,
@@ -476,6 +491,7 @@ pub fn text_table(r: &ClusterReport) -> String {
             o.rejections,
             o.evictions,
             o.lost_cpu_h,
+            o.jobs_failed,
             o.lc_violations
         );
     }

@@ -12,6 +12,9 @@
 //!    and reschedules them (Verma et al., EuroSys'15; the Google traces' EVICT events). A batch
 //!    task restarts from the beginning (no checkpoint), so its progress is lost and it is
 //!    requeued (the Job controller makes a new pod).
+//!    The new pod comes after the Job controller's backoff (10 s, doubling, at most 6 min), and
+//!    after `backoffLimit` failures (default 6) the Job fails (Kubernetes Job docs, "Pod backoff
+//!    failure policy"; a kubelet-evicted pod is Failed and counts).
 //! 2. **A pod at 0 CPUs makes no progress** (frozen, or the granted CPUs 0 at the LC's peak):
 //!    already in the scheduler's share rule, named here for the list.
 //! 3. **Timesharing more runnable pods than granted CPUs loses some throughput** to context
@@ -45,6 +48,11 @@ pub struct NodeCosts {
     pub job_mem_sigma: f64,
     /// The fraction of granted CPUs lost while the pods' demand exceeds them.
     pub timeshare_loss: f64,
+    /// The Job controller's backoff before a failed pod's successor: base, doubling, at most.
+    pub backoff_base_s: f64,
+    pub backoff_max_s: f64,
+    /// Failures after which the Job is given up.
+    pub backoff_limit: u32,
 }
 
 impl Default for NodeCosts {
@@ -55,6 +63,9 @@ impl Default for NodeCosts {
             job_mem_gib_per_cpu: 2.0,
             job_mem_sigma: 0.6,
             timeshare_loss: 0.05,
+            backoff_base_s: 10.0,
+            backoff_max_s: 360.0,
+            backoff_limit: 6,
         }
     }
 }
@@ -67,6 +78,14 @@ impl NodeCosts {
             timeshare_loss: 0.0,
             ..Default::default()
         }
+    }
+
+    /// The wait before the pod after the `failures`-th eviction; `None`: the Job has failed.
+    pub fn backoff_s(&self, failures: u32) -> Option<f64> {
+        (failures <= self.backoff_limit).then(|| {
+            (self.backoff_base_s * 2f64.powi(failures.saturating_sub(1).min(30) as i32))
+                .min(self.backoff_max_s)
+        })
     }
 
     /// The memory BE pods may use on a node of `cores` CPUs, GiB.

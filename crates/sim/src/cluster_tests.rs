@@ -114,6 +114,8 @@ fn job(submit_s: f64, size: f64, duration_s: f64, mem_gib: f64) -> Job {
         work: size * duration_s,
         duration_s,
         mem_gib,
+        failures: 0,
+        ready_s: 0.0,
     }
 }
 
@@ -160,7 +162,7 @@ fn an_evicted_pod_loses_its_progress_and_is_requeued_until_it_fits() {
         memory_only(6.0),
     );
     assert_eq!(o.jobs_done, 2, "{o:?}");
-    assert!(o.evictions > 1, "{o:?}");
+    assert!(o.evictions > 1 && o.jobs_failed == 0, "{o:?}");
     assert!((o.lost_cpu_h * 3600.0 - 150.0).abs() < 1e-6, "{o:?}");
     // Useful work is both jobs whole, the lost progress apart.
     assert!((o.work_cpu_h * 3600.0 - 900.0).abs() < 1e-6, "{o:?}");
@@ -236,4 +238,30 @@ fn drawn_memory_is_seeded_proportional_to_size_and_leaves_the_stream_alone() {
         let per_cpu = y.mem_gib / y.size;
         assert!((c.job_mem_gib_per_cpu / 8.0..=c.job_mem_gib_per_cpu * 8.0).contains(&per_cpu));
     }
+}
+
+#[test]
+fn the_job_controller_backs_off_and_gives_up_after_the_limit() {
+    let c = NodeCosts::default();
+    assert_eq!(c.backoff_s(1), Some(10.0));
+    assert_eq!(c.backoff_s(2), Some(20.0));
+    assert_eq!(c.backoff_s(6), Some(320.0));
+    assert_eq!(c.backoff_s(7), None);
+    // A job bigger than any node's BE memory: evicted backoff_limit + 1 times, then failed.
+    let nodes = vec![node(4.0, 2000, None)];
+    let stream = vec![job(0.0, 1.0, 600.0, 50.0)];
+    let o = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        memory_only(6.0),
+    );
+    assert_eq!(
+        (o.evictions, o.jobs_failed, o.jobs_done),
+        (7, 1, 0),
+        "{o:?}"
+    );
+    assert_eq!(o.waiting_end, 0, "{o:?}");
 }
