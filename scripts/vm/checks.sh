@@ -352,6 +352,53 @@ cores = 1' freeze "$lcpod" "$parent" "" ""
   kill "$lc" "$p1" "$p3" 2>/dev/null
 }
 
+# 5b./6b. kubelet's knob in the same layouts: the agent runs a policy that would otherwise write
+#       weights and cpu.idle (weights, static, be_cpu_idle = true); meanwhile a kubelet-style
+#       write of the QoS parents' cpu.weight (as kubelet does at start and on QoS updates)
+#       succeeds and stays as kubelet wrote it (the agent does not repair it), and cpu.idle is
+#       never set on the BestEffort parent (koordinator#2732: it makes kubelet's write fail).
+# kubelet_weights LAYOUT LC-POD BE-PARENT BURSTABLE-PARENT
+kubelet_weights() {
+  layout=$1; lcpod=$2; parent=$3; burst=$4
+  D=/tmp/kubew-$layout; mkdir -p $D
+  mkgroup "${parent%%/*}"; mkgroup "$parent"; mkgroup "$burst"; mkdir -p "$CG/$lcpod"
+  lc=$(sleeper "$lcpod")
+  write_config $D 'kind = "weights"
+[policy.weights]
+mode = "static"
+be_cpu_idle = true' restore "$lcpod" "$parent" "" ""
+  start_agent $D || return
+  pass "kubew[$layout]: agent start with weights (be_cpu_idle) and BE = $parent (pid $AGENT)"
+  wait_grep "kubew[$layout]: the agent says weights has no knob here" "$D/agent.log" "no knob here"
+  lc_w=$(knob "$CG/$lcpod/cpu.weight")
+  # kubelet's values: BestEffort gets the minimum shares (2 -> weight 1); Burstable the sum of
+  # its pods' requests (here 39).
+  if echo 1 > "$CG/$parent/cpu.weight"; then pass "kubew[$layout]: kubelet-style write of $parent/cpu.weight (1) succeeds"
+  else fail "kubew[$layout]: write $parent/cpu.weight" "refused (cpu.idle = '$(knob "$CG/$parent/cpu.idle")')"; fi
+  if echo 39 > "$CG/$burst/cpu.weight"; then pass "kubew[$layout]: kubelet-style write of $burst/cpu.weight (39) succeeds"
+  else fail "kubew[$layout]: write $burst/cpu.weight" "refused"; fi
+  # 2 s = 20 agent ticks: a repairing agent would have put its own value back by then.
+  idle_seen=0; _n=20
+  while [ "$_n" -gt 0 ]; do
+    [ "$(knob "$CG/$parent/cpu.idle")" = 0 ] || idle_seen=1
+    sleep 0.1; _n=$((_n - 1))
+  done
+  expect "kubew[$layout]: $parent/cpu.weight stays as kubelet wrote it" 1 "$(knob "$CG/$parent/cpu.weight")"
+  expect "kubew[$layout]: $burst/cpu.weight stays as kubelet wrote it" 39 "$(knob "$CG/$burst/cpu.weight")"
+  expect "kubew[$layout]: the LC pod's cpu.weight is kubelet's too" "$lc_w" "$(knob "$CG/$lcpod/cpu.weight")"
+  expect "kubew[$layout]: cpu.idle set on $parent while the agent ran (0 = never)" 0 "$idle_seen"
+  # kubelet restarts and writes again: still accepted.
+  if echo 2 > "$CG/$parent/cpu.weight" && echo 1 > "$CG/$parent/cpu.weight"; then pass "kubew[$layout]: a second kubelet write (restart) succeeds"
+  else fail "kubew[$layout]: second write" "refused"; fi
+  if ctl $D status >/dev/null 2>&1; then pass "kubew[$layout]: agent still answers"
+  else fail "kubew[$layout]: ctl status" "agent gone; log: $(tail -n 5 $D/agent.log | tr '\n' '|')"; fi
+  stop_agent TERM; rc=$?
+  expect "kubew[$layout]: SIGTERM exit status" 0 "$rc"
+  expect "kubew[$layout]: after exit (restore) $parent/cpu.weight is still kubelet's" 1 "$(knob "$CG/$parent/cpu.weight")"
+  expect "kubew[$layout]: after exit $parent/cpu.idle" 0 "$(knob "$CG/$parent/cpu.idle")"
+  kill "$lc" 2>/dev/null
+}
+
 # 6. The agent issue's check, on v2: kill -9 at random moments (a quarter of them inside the
 #    first 20 ms) in a loop of 20 restarts, with a BE command that forks; every BE process stays
 #    inside hr6/be throughout, no round leaves two BEs; then a start and SIGTERM with
@@ -543,5 +590,8 @@ doctor
 kubelet systemd kubepods.slice/kubepods-pod0c0c0c0c_0000.slice \
   kubepods.slice/kubepods-besteffort.slice kubepods-besteffort-pod .slice
 kubelet cgroupfs kubepods/pod0c0c0c0c-0000 kubepods/besteffort pod ""
+kubelet_weights systemd kubepods.slice/kubepods-pod0c0c0c0c_0000.slice \
+  kubepods.slice/kubepods-besteffort.slice kubepods.slice/kubepods-burstable.slice
+kubelet_weights cgroupfs kubepods/pod0c0c0c0c-0000 kubepods/besteffort kubepods/burstable
 kube_live systemd 18081
 kube_live cgroupfs 18082

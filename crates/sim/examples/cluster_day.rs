@@ -1,12 +1,14 @@
 //! The cluster scheduler's figures on a simulated cluster day (issue 40's target): every node
 //! under hybrid on the built-in model and day, then the synthetic batch stream placed by
-//! advertised `headroom.io/be-cpu` vs blind. Prints the table; asserts nothing.
+//! advertised `headroom.io/be-cpu` vs blind, once with the costs of crowding (NodeCosts'
+//! defaults) and once without (the first model), over the same node runs. Prints the tables;
+//! asserts nothing.
 //!
 //! `cargo run -p headroom-sim --example cluster_day -- [SERVERS] [HOURS] [OFFERED_LOAD] [CORES,..]
-//! [PERCENTILE] [MIN_HISTORY_S]` (default 100 24 0.6 8,16,32 and the advertiser's defaults; `headroom sim fleet --cluster` is the same through the CLI).
+//! [PERCENTILE] [MIN_HISTORY_S] [SEED]` (default 100 24 0.6 8,16,32 the advertiser's defaults, seed 1; `headroom sim fleet --cluster` is the same through the CLI).
 
 use headroom_control::config::KubernetesConfig;
-use headroom_sim::cluster::{run_cluster, text_table, ClusterSpec};
+use headroom_sim::cluster::{node_timelines, schedule_all, text_table, ClusterSpec, NodeCosts};
 use headroom_sim::model::ServerModel;
 use headroom_sim::run::SimSetup;
 use headroom_sim::trace::LoadTrace;
@@ -29,17 +31,31 @@ fn main() {
         let s: f64 = m.parse().expect("MIN_HISTORY_S: a number");
         advertise.min_history_ms = (s * 1000.0) as u64;
     }
+    let seed: u64 = arg(6, "1").parse().expect("SEED: a number");
     let setup = SimSetup::new(ServerModel::default(), LoadTrace::default());
     let spec = ClusterSpec {
         servers,
         hours,
         cores,
-        seed: 1,
+        seed,
         offered_load,
         advertise,
+        costs: NodeCosts::default(),
     };
     let started = std::time::Instant::now();
-    let report = run_cluster(&setup, &spec, &|_, _| {}).expect("the cluster day runs");
-    print!("{}", text_table(&report));
+    let nodes = node_timelines(&setup, &spec, &|_, _| {}).expect("the cluster day runs");
+    print!(
+        "{}",
+        text_table(&schedule_all(&nodes, setup.window_s, &spec))
+    );
+    let free = ClusterSpec {
+        costs: NodeCosts::none(),
+        ..spec.clone()
+    };
+    println!("without the costs of crowding (the first model):");
+    print!(
+        "{}",
+        text_table(&schedule_all(&nodes, setup.window_s, &free))
+    );
     println!("({:.0} s wall)", started.elapsed().as_secs_f64());
 }

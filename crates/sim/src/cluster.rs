@@ -13,7 +13,9 @@
 //!   derived numbers are): it shows the rejections the floor prevents.
 //!
 //! A node's granted CPUs are shared by its running jobs in proportion to their sizes, each at
-//! most its size. A "rejection" is a node-window where what the node advertises is below what
+//! most its size, less what crowding costs (crate::cluster_costs: BE memory pressure evicts pods
+//! and their work is lost, timesharing more pods than CPUs loses some throughput; `NodeCosts::none`
+//! is the first, cost-free model). A "rejection" is a node-window where what the node advertises is below what
 //! its bound pods requested: kubelet would reject or fail those pods on a restart.
 //!
 //! The job shape is synthetic, documented and seeded, after the Google 2019 trace's qualitative
@@ -31,6 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+pub use crate::cluster_costs::NodeCosts;
 use crate::error::SimError;
 use crate::host::SimHost;
 use crate::run::{run_server, ServerSpec, SimSetup};
@@ -56,6 +59,8 @@ pub struct ClusterSpec {
     /// Offered batch CPU demand, as a fraction of the fleet's mean granted BE CPUs.
     pub offered_load: f64,
     pub advertise: AdvertiseParams,
+    /// What crowding a node costs (NodeCosts::none() for the first model).
+    pub costs: NodeCosts,
 }
 
 /// How jobs are placed.
@@ -101,6 +106,12 @@ pub struct PlacementOutcome {
     pub waiting_max: u64,
     /// Node-windows where the advertised value was below what bound pods requested.
     pub rejections: u64,
+    /// Pods evicted for BE memory pressure, and the CPU-hours of progress they lost (not in
+    /// `work_cpu_h`); the jobs were requeued.
+    pub evictions: u64,
+    pub lost_cpu_h: f64,
+    /// Jobs given up after more evictions than the Job's backoff limit.
+    pub jobs_failed: u64,
     /// LC SLO violations (node-windows) of the node runs.
     pub lc_violations: u64,
 }
@@ -113,6 +124,7 @@ pub struct ClusterReport {
     pub offered_load: f64,
     /// The fleet's mean granted BE CPUs, and the mean advertised (with the floor).
     pub granted_cpus_mean: f64,
+    pub costs: NodeCosts,
     pub outcomes: Vec<PlacementOutcome>,
 }
 
@@ -140,6 +152,11 @@ pub struct Job {
     pub work: f64,
     /// Its length at full speed, s.
     pub duration_s: f64,
+    /// Resident memory while bound, GiB (NodeCosts::draw_memory; 0 in `jobs`).
+    pub mem_gib: f64,
+    /// Times its pod was evicted, and when the Job controller makes the next one (its backoff).
+    pub failures: u32,
+    pub ready_s: f64,
 }
 
 /// The job stream (seeded).
@@ -176,6 +193,9 @@ pub fn jobs(seed: u64, rate_per_s: f64, duration_s: f64) -> Vec<Job> {
             size,
             work: size * d,
             duration_s: d,
+            mem_gib: 0.0,
+            failures: 0,
+            ready_s: 0.0,
         });
     }
     out
@@ -242,6 +262,7 @@ pub fn schedule(
     stream: &[Job],
     placement: Placement,
     params: AdvertiseParams,
+    costs: NodeCosts,
 ) -> PlacementOutcome {
     let windows = nodes.iter().map(|n| n.granted.len()).min().unwrap_or(0);
     let mut state: Vec<NodeState> = nodes
@@ -258,6 +279,7 @@ pub fn schedule(
     let mut jct: Vec<f64> = Vec::new();
     let mut slowdown_sum = 0.0;
     let (mut work_done, mut rejections, mut waiting_max) = (0.0, 0u64, 0u64);
+    let (mut evictions, mut lost, mut failed) = (0u64, 0.0, 0u64);
     let mut rr = 0usize;
     for w in 0..windows {
         let t0 = w as f64 * window_s;
@@ -296,7 +318,7 @@ pub fn schedule(
         let mut scanned = 0usize;
         while let Some(job) = waiting.pop_front() {
             scanned += 1;
-            if scanned > SCAN {
+            if scanned > SCAN || job.ready_s > t0 {
                 kept.push_back(job);
                 continue;
             }
@@ -329,6 +351,29 @@ pub fn schedule(
             }
         }
         waiting = kept;
+        // Memory pressure: the node evicts BE pods (largest first); their progress is lost and
+        // the jobs requeued.
+        for (n, st) in nodes.iter().zip(state.iter_mut()) {
+            let mut out = costs.evict(&st.running, costs.be_mem_budget_gib(n.cores));
+            out.sort_unstable();
+            for k in out.into_iter().rev() {
+                let mut j = st.running.swap_remove(k);
+                st.committed -= (j.size * 1000.0) as u64;
+                let progress = j.size * j.duration_s - j.work;
+                work_done -= progress;
+                lost += progress;
+                j.work = j.size * j.duration_s;
+                evictions += 1;
+                j.failures += 1;
+                match costs.backoff_s(j.failures) {
+                    Some(b) => {
+                        j.ready_s = t1 + b;
+                        waiting.push_back(j);
+                    }
+                    None => failed += 1,
+                }
+            }
+        }
         waiting_max = waiting_max.max(waiting.len() as u64);
         // Run the window.
         for (n, st) in nodes.iter().zip(state.iter_mut()) {
@@ -336,7 +381,8 @@ pub fn schedule(
             if demand <= 0.0 {
                 continue;
             }
-            let share = (n.granted[w] / demand).min(1.0);
+            let share =
+                (n.granted[w] * costs.timeshare_efficiency(demand, n.granted[w]) / demand).min(1.0);
             let mut finished = Vec::new();
             for (k, j) in st.running.iter_mut().enumerate() {
                 let did = (j.size * share * window_s).min(j.work);
@@ -369,6 +415,9 @@ pub fn schedule(
         waiting_end: waiting.len() as u64,
         waiting_max,
         rejections,
+        evictions,
+        jobs_failed: failed,
+        lost_cpu_h: lost / 3600.0,
         lc_violations: nodes
             .iter()
             .map(|n| n.violating.iter().filter(|v| **v).count() as u64)
@@ -400,16 +449,18 @@ pub fn schedule_all(nodes: &[NodeTimeline], window_s: f64, spec: &ClusterSpec) -
         / windows.max(1) as f64
         * nodes.len() as f64;
     let rate = spec.offered_load * granted_cpus_mean / mean_job_cpu_s(spec.seed);
-    let stream = jobs(spec.seed, rate, spec.hours * 3600.0);
+    let mut stream = jobs(spec.seed, rate, spec.hours * 3600.0);
+    spec.costs.draw_memory(spec.seed, &mut stream);
     let outcomes = Placement::ALL
         .par_iter()
-        .map(|&p| schedule(nodes, window_s, &stream, p, spec.advertise))
+        .map(|&p| schedule(nodes, window_s, &stream, p, spec.advertise, spec.costs))
         .collect();
     ClusterReport {
         servers: nodes.len(),
         hours: spec.hours,
         offered_load: spec.offered_load,
         granted_cpus_mean,
+        costs: spec.costs,
         outcomes,
     }
 }
@@ -418,13 +469,16 @@ pub fn schedule_all(nodes: &[NodeTimeline], window_s: f64, spec: &ClusterSpec) -
 pub fn text_table(r: &ClusterReport) -> String {
     let mut s = format!(
         "cluster scheduler: {} nodes, {:.1} h, fleet mean BE CPUs granted {:.1}, offered {:.0}% of it\n\
-         {:<22} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>8}\n",
+         costs: BE memory {:.0}% of {:.0} GiB/core, jobs {:.1} GiB/CPU (σ {:.1}), timeshare loss {:.0}%\n\
+         {:<22} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>6} {:>8}\n",
         r.servers, r.hours, r.granted_cpus_mean, r.offered_load * 100.0,
-        "placement", "submitted", "done", "work cpu-h", "mean jct s", "p90 jct s", "slowdown", "wait end", "wait max", "rejections", "lc viol"
+        r.costs.be_mem_fraction * 100.0, r.costs.node_mem_gib_per_core, r.costs.job_mem_gib_per_cpu,
+        r.costs.job_mem_sigma, r.costs.timeshare_loss * 100.0,
+        "placement", "submitted", "done", "work cpu-h", "mean jct s", "p90 jct s", "slowdown", "wait end", "wait max", "rejections", "evictions", "lost h", "failed", "lc viol"
     );
     for o in &r.outcomes {
         s += &format!(
-            "{:<22} {:>9} {:>9} {:>10.1} {:>10.0} {:>10.0} {:>9.2} {:>8} {:>8} {:>10} {:>8}\n",
+            "{:<22} {:>9} {:>9} {:>10.1} {:>10.0} {:>10.0} {:>9.2} {:>8} {:>8} {:>10} {:>9} {:>8.1} {:>6} {:>8}\n",
             o.placement.as_str(),
             o.jobs_submitted,
             o.jobs_done,
@@ -435,6 +489,9 @@ pub fn text_table(r: &ClusterReport) -> String {
             o.waiting_end,
             o.waiting_max,
             o.rejections,
+            o.evictions,
+            o.lost_cpu_h,
+            o.jobs_failed,
             o.lc_violations
         );
     }

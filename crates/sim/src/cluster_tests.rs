@@ -50,8 +50,22 @@ fn advertised_placement_avoids_the_starved_node_and_never_undercuts_bound_pods()
     let windows = 12 * 240;
     let nodes = vec![node(12.0, windows, None), node(0.5, windows, None)];
     let stream = jobs(3, 12.0 * 0.5 / mean_job_cpu_s(3), windows as f64 * 15.0);
-    let blind = schedule(&nodes, 15.0, &stream, Placement::Blind, params());
-    let adv = schedule(&nodes, 15.0, &stream, Placement::Advertised, params());
+    let blind = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        NodeCosts::none(),
+    );
+    let adv = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Advertised,
+        params(),
+        NodeCosts::none(),
+    );
     assert_eq!(adv.rejections, 0);
     assert!(adv.jobs_done > 0 && blind.jobs_done > 0);
     // Blind sends half the jobs to the 0.5-CPU node, where they crawl (the figure of a
@@ -78,9 +92,176 @@ fn without_the_floor_a_violation_undercuts_what_bound_pods_requested() {
         &stream,
         Placement::AdvertisedNoFloor,
         params(),
+        NodeCosts::none(),
     );
-    let floor = schedule(&nodes, 15.0, &stream, Placement::Advertised, params());
+    let floor = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Advertised,
+        params(),
+        NodeCosts::none(),
+    );
     assert!(no_floor.rejections > 0, "{no_floor:?}");
     assert_eq!(floor.rejections, 0, "{floor:?}");
     assert_eq!(floor.lc_violations, 2 * (windows / 200) as u64);
+}
+
+fn job(submit_s: f64, size: f64, duration_s: f64, mem_gib: f64) -> Job {
+    Job {
+        submit_s,
+        size,
+        work: size * duration_s,
+        duration_s,
+        mem_gib,
+        failures: 0,
+        ready_s: 0.0,
+    }
+}
+
+/// Costs with a BE memory budget of `budget_gib` on a node of 16 cores, no timesharing loss.
+fn memory_only(budget_gib: f64) -> NodeCosts {
+    NodeCosts {
+        node_mem_gib_per_core: 1.0,
+        be_mem_fraction: budget_gib / 16.0,
+        timeshare_loss: 0.0,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_crowded_node_evicts_the_largest_pods_until_the_rest_fit() {
+    let c = memory_only(6.0);
+    let running = vec![
+        job(0.0, 1.0, 60.0, 2.0),
+        job(0.0, 1.0, 60.0, 5.0),
+        job(0.0, 1.0, 60.0, 3.0),
+    ];
+    // 10 GiB in a 6 GiB budget: the 5 GiB pod goes, then 5 GiB fit.
+    assert_eq!(c.evict(&running, c.be_mem_budget_gib(16)), vec![1]);
+    assert!(c.evict(&running[..1], c.be_mem_budget_gib(16)).is_empty());
+    assert!(NodeCosts::none()
+        .evict(&running, NodeCosts::none().be_mem_budget_gib(16))
+        .is_empty());
+}
+
+#[test]
+fn an_evicted_pod_loses_its_progress_and_is_requeued_until_it_fits() {
+    // One node, 4 CPUs granted throughout, 6 GiB for BE. A (5 GiB) runs 10 windows; B (3 GiB)
+    // arrives: 8 GiB, A is evicted with 10 windows of progress lost, and is evicted again at
+    // each rebinding until B is done; then A runs to the end.
+    let windows = 200;
+    let nodes = vec![node(4.0, windows, None)];
+    let stream = vec![job(0.0, 1.0, 600.0, 5.0), job(150.0, 1.0, 300.0, 3.0)];
+    let o = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        memory_only(6.0),
+    );
+    assert_eq!(o.jobs_done, 2, "{o:?}");
+    assert!(o.evictions > 1 && o.jobs_failed == 0, "{o:?}");
+    assert!((o.lost_cpu_h * 3600.0 - 150.0).abs() < 1e-6, "{o:?}");
+    // Useful work is both jobs whole, the lost progress apart.
+    assert!((o.work_cpu_h * 3600.0 - 900.0).abs() < 1e-6, "{o:?}");
+    // Without the memory cost nobody is evicted.
+    let free = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        NodeCosts::none(),
+    );
+    assert_eq!((free.evictions, free.lost_cpu_h), (0, 0.0));
+    assert!(free.mean_jct_s < o.mean_jct_s, "{free:?}\n{o:?}");
+}
+
+#[test]
+fn timesharing_more_pods_than_granted_cpus_loses_the_named_fraction() {
+    let c = NodeCosts::default();
+    assert_eq!(c.timeshare_efficiency(2.0, 4.0), 1.0);
+    assert_eq!(c.timeshare_efficiency(4.0, 4.0), 1.0);
+    assert!((c.timeshare_efficiency(6.0, 4.0) - (1.0 - c.timeshare_loss)).abs() < 1e-12);
+    // On a node: two 2-CPU jobs on 2 granted CPUs take longer than without the loss.
+    let nodes = vec![node(2.0, 400, None)];
+    let stream = vec![job(0.0, 2.0, 600.0, 0.0), job(0.0, 2.0, 600.0, 0.0)];
+    let with = NodeCosts {
+        timeshare_loss: 0.1,
+        ..NodeCosts::none()
+    };
+    let lossy = schedule(&nodes, 15.0, &stream, Placement::Blind, params(), with);
+    let free = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        NodeCosts::none(),
+    );
+    assert_eq!((lossy.jobs_done, free.jobs_done), (2, 2));
+    assert!(lossy.mean_jct_s > free.mean_jct_s, "{lossy:?}\n{free:?}");
+}
+
+#[test]
+fn a_pod_at_zero_cpus_makes_no_progress_but_keeps_its_memory() {
+    // 0 CPUs granted all day: the job never finishes, and its memory still counts.
+    let nodes = vec![node(0.0, 100, None)];
+    let stream = vec![job(0.0, 1.0, 60.0, 5.0), job(30.0, 1.0, 60.0, 3.0)];
+    let o = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        memory_only(6.0),
+    );
+    assert_eq!(o.jobs_done, 0);
+    assert_eq!(o.work_cpu_h, 0.0);
+    assert!(o.evictions > 0, "{o:?}");
+    assert_eq!(o.lost_cpu_h, 0.0);
+}
+
+#[test]
+fn drawn_memory_is_seeded_proportional_to_size_and_leaves_the_stream_alone() {
+    let a = jobs(9, 0.05, 20_000.0);
+    let mut b = a.clone();
+    let c = NodeCosts::default();
+    c.draw_memory(9, &mut b);
+    let mut b2 = a.clone();
+    c.draw_memory(9, &mut b2);
+    for ((x, y), z) in a.iter().zip(&b).zip(&b2) {
+        assert_eq!((x.submit_s, x.work), (y.submit_s, y.work));
+        assert_eq!(y.mem_gib, z.mem_gib);
+        let per_cpu = y.mem_gib / y.size;
+        assert!((c.job_mem_gib_per_cpu / 8.0..=c.job_mem_gib_per_cpu * 8.0).contains(&per_cpu));
+    }
+}
+
+#[test]
+fn the_job_controller_backs_off_and_gives_up_after_the_limit() {
+    let c = NodeCosts::default();
+    assert_eq!(c.backoff_s(1), Some(10.0));
+    assert_eq!(c.backoff_s(2), Some(20.0));
+    assert_eq!(c.backoff_s(6), Some(320.0));
+    assert_eq!(c.backoff_s(7), None);
+    // A job bigger than any node's BE memory: evicted backoff_limit + 1 times, then failed.
+    let nodes = vec![node(4.0, 2000, None)];
+    let stream = vec![job(0.0, 1.0, 600.0, 50.0)];
+    let o = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Blind,
+        params(),
+        memory_only(6.0),
+    );
+    assert_eq!(
+        (o.evictions, o.jobs_failed, o.jobs_done),
+        (7, 1, 0),
+        "{o:?}"
+    );
+    assert_eq!(o.waiting_end, 0, "{o:?}");
 }

@@ -6,6 +6,7 @@
 pub mod calibrate;
 mod closed_loop;
 pub mod cluster;
+pub mod cluster_costs;
 pub mod des;
 pub mod error;
 pub mod fleet;

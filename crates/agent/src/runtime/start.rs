@@ -321,6 +321,9 @@ impl Agent {
             group_lock,
             state_set_aside,
         };
+        if let Some(w) = headroom_control::config::policy_without_knob(&agent.config) {
+            tracing::warn!("{w}");
+        }
         if agent.config.kubernetes.discover {
             let node = agent
                 .config

@@ -164,6 +164,7 @@ fn fleet_cluster(a: &FleetArgs, setup: &SimSetup, bar: ProgressBar) -> anyhow::R
         seed: a.seed,
         offered_load: a.offered_load,
         advertise: headroom_control::config::KubernetesConfig::default().advertise_params(),
+        costs: headroom_sim::cluster::NodeCosts::default(),
     };
     bar.set_length(spec.servers as u64);
     let started = Instant::now();

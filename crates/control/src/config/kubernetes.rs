@@ -2,6 +2,7 @@
 //! and how a discovered pod becomes an LC service of the agent.
 
 use headroom_types::discovery::{DiscoveredLc, LayoutChoice};
+use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{invalid, ConfigError, LcConfig, Problems};
@@ -267,6 +268,51 @@ impl KubernetesConfig {
     }
 }
 
+/// A policy with no knob on this node: it acts only through CPU weights (`weights`: the BE
+/// weight or `cpu.idle`, the LC weight), and every group it would write is one whose weight
+/// kubelet owns ([`crate::actuation::target::kubelet_owns_weight`]), which the agent leaves to
+/// kubelet (docs/kubernetes.md). Said at start, so the operator is not left wondering why
+/// nothing happens.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "policy.kind = \"{kind}\" acts only through CPU weights, and kubelet owns the weight of every group it would write ({groups}): it has no knob here, BE runs unconfined by it; use a policy that confines through cpusets or quota (static-cores, blind, hybrid)"
+)]
+pub struct PolicyWithoutKnob {
+    pub kind: &'static str,
+    pub groups: String,
+}
+
+/// [`PolicyWithoutKnob`] for `config`, if so.
+pub fn policy_without_knob(config: &crate::config::Config) -> Option<PolicyWithoutKnob> {
+    use crate::actuation::target::kubelet_owns_weight;
+    if config.policy.kind != crate::config::PolicyKind::Weights || config.be.is_empty() {
+        return None;
+    }
+    let groups: Vec<&GroupPath> = config
+        .be
+        .iter()
+        .map(|b| &b.cgroup)
+        .chain(
+            config
+                .lcs
+                .iter()
+                .filter(|l| !is_holder(l))
+                .map(|l| &l.cgroup),
+        )
+        .collect();
+    groups
+        .iter()
+        .all(|g| kubelet_owns_weight(g))
+        .then(|| PolicyWithoutKnob {
+            kind: config.policy.kind.as_str(),
+            groups: groups
+                .iter()
+                .map(|g| g.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,5 +442,39 @@ mod tests {
         ] {
             assert!(text.iter().any(|t| t.contains(key)), "{key}: {text:?}");
         }
+    }
+
+    fn weights_config(lc: &str, be: &str) -> crate::config::Config {
+        crate::config::Config::from_toml_str(&format!(
+            "[lc]\nname = \"lc\"\ncgroup = \"{lc}\"\n\n[[be]]\nname = \"be\"\ncgroup = \"{be}\"\n\n[policy]\nkind = \"weights\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn weights_on_kubelet_groups_is_said_to_have_no_knob_with_the_key_named() {
+        for (lc, be) in [
+            ("kubepods/pod0c0c", "kubepods/besteffort"),
+            (
+                "kubepods.slice/kubepods-pod0c0c.slice",
+                "kubepods.slice/kubepods-besteffort.slice",
+            ),
+        ] {
+            let w = policy_without_knob(&weights_config(lc, be)).expect(be);
+            let text = w.to_string();
+            assert!(text.contains("policy.kind = \"weights\""), "{text}");
+            assert!(text.contains(be) && text.contains(lc), "{text}");
+        }
+        // The agent's own groups keep their weights: the policy has its knobs.
+        assert_eq!(policy_without_knob(&weights_config("hr/lc", "hr/be")), None);
+        // A static LC outside kubepods still gets its weight raised.
+        assert_eq!(
+            policy_without_knob(&weights_config("hr/lc", "kubepods/besteffort")),
+            None
+        );
+        // Another policy confines through cpusets and quota.
+        let mut c = weights_config("kubepods/pod0c0c", "kubepods/besteffort");
+        c.policy.kind = crate::config::PolicyKind::Hybrid;
+        assert_eq!(policy_without_knob(&c), None);
     }
 }
