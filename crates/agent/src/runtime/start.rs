@@ -442,6 +442,7 @@ fn lock_groups(
     cgroups: &headroom_host::Cgroups,
 ) -> Result<state::GroupLock, AgentError> {
     let mut dirs = Vec::new();
+    let mut above = Vec::new();
     for g in config
         .lcs
         .iter()
@@ -454,6 +455,17 @@ fn lock_groups(
             dirs.push(PathBuf::from("/").join(g.to_string()));
         }
         dirs.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+        // The groups above it, each hierarchy's root excluded: locked shared, so an agent on
+        // one of them (its group would contain this one) is refused, and the reverse.
+        let mut up = g.parent();
+        while let Some(p) = up.filter(|p| !p.is_root()) {
+            let in_hierarchies = cgroups.group_dirs(&p);
+            if in_hierarchies.is_empty() {
+                above.push(PathBuf::from("/").join(p.to_string()));
+            }
+            above.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+            up = p.parent();
+        }
     }
     let holder = headroom_types::control::LockHolder {
         pid: std::process::id(),
@@ -471,9 +483,10 @@ fn lock_groups(
         state_file: config.safety.state_file.clone(),
         groups: Vec::new(),
     };
-    Ok(state::GroupLock::acquire(
+    Ok(state::GroupLock::acquire_nested(
         &state::lock_dir(&options.root),
         &dirs,
+        &above,
         holder,
     )?)
 }
