@@ -806,3 +806,20 @@ fn paths_that_alias_each_other_are_refused() {
         "api.decision_log",
     );
 }
+
+/// Each pacing key is named by itself: a bad `grow_after_shrink_ms` was reported as
+/// `grow_interval_ms`, a 0 `restart_backoff_ms` as `restart_backoff_max_ms`.
+#[test]
+fn a_bad_pacing_key_is_named_by_its_own_name() {
+    let msg = refused_with(
+        "kind = \"heracles\"",
+        "kind = \"heracles\"\n[safety]\ngrow_after_shrink_ms = 99999999999",
+        "safety.grow_after_shrink_ms",
+    );
+    assert!(!msg.contains("safety.grow_interval_ms"), "{msg}");
+    refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"headroom/be\"\nrestart_backoff_ms = 0",
+        "be[0].restart_backoff_ms = 0",
+    );
+}
