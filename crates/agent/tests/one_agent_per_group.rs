@@ -297,3 +297,44 @@ fn an_agent_on_a_group_containing_another_agents_groups_is_refused() {
     assert_eq!(after.be_commands[0].restarts, 0);
     let _ = runner.join();
 }
+
+const EXISTING: &str = "processes_already_in_an_existing_be_group_are_confined_not_killed";
+
+/// The second hostile pass: on a first start (no state file) the agent SIGKILLed every process
+/// already in an existing BE group, logging them as "left by an earlier agent". No agent
+/// launched them: they are confined as BE, and live on.
+#[test]
+fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
+    if !live::is_root() {
+        return eprintln!("SKIP {EXISTING}: needs root (cgroups)");
+    }
+    let cg = match headroom_host::LinuxHost::system().cgroups() {
+        Ok(c) => c,
+        Err(e) => return eprintln!("SKIP {EXISTING}: no cgroups: {e}"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let procs = live::Children::sleepers(2);
+    let top = format!("headroom-hostile-2-existing-{}", std::process::id());
+    let _cleanup = RemoveOnDrop(headroom_host::GroupPath::new(&top).unwrap());
+    let be = headroom_host::GroupPath::new(&format!("{top}/be")).unwrap();
+    if let Err(e) = cg.create(&be) {
+        return eprintln!("SKIP {EXISTING}: cgroupfs not writable: {e}");
+    }
+    let worker = procs.pid(1);
+    cg.move_process(&be, worker as i32).unwrap();
+    let agent = match Agent::start(options(
+        &config(&top, dir.path(), "a", procs.pid(0)),
+        &dir.path().join("a.toml"),
+        Duration::from_secs(1),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {EXISTING}: the agent does not start here: {e}"),
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::fs::read_to_string(format!("/proc/{worker}/cgroup"))
+            .is_ok_and(|t| t.contains(&format!("{top}/be"))),
+        "the process already in the BE group lives on, in the group"
+    );
+    let _ = agent.run();
+}

@@ -397,13 +397,24 @@ impl Agent {
             let adopted = previous
                 .and_then(|p| p.owned_pids.get(&b.name))
                 .is_some_and(|&pid| s.adopt(&cg, pid));
-            if !adopted {
-                // Processes in the agent's own BE group that no state file names were launched
-                // by an agent killed before it could record them: stop them, start one.
+            if !adopted && previous.is_some() {
+                // Processes in the BE group that the state file (of these groups) does not
+                // name were launched by an agent killed before it could record them: stop
+                // them, start one.
                 let orphans = crate::supervisor::kill_group(&cg, &g);
                 if orphans > 0 {
                     tracing::warn!(group = %g, processes = orphans, "killed unrecorded processes left in the BE group by an earlier agent");
                 }
+            } else if !adopted {
+                // No state file names these groups: whatever runs in the group was not an
+                // agent's launch (an existing group the operator named). It is confined as BE
+                // with the rest, never killed.
+                let found = cg.procs(&g).map_or(0, |p| p.len());
+                if found > 0 {
+                    tracing::warn!(group = %g, processes = found, "the BE group already holds processes no agent launched: they are confined as BE (not killed)");
+                }
+            }
+            if !adopted {
                 s.start(&cg)?;
             }
             self.supervised.push(s);
