@@ -336,6 +336,8 @@ pub fn lock_file_name(group_dir: &Path) -> String {
 pub struct GroupLock {
     dir: PathBuf,
     held: Vec<(PathBuf, std::fs::File)>,
+    /// Shared locks on the ancestors' lock files (no holder is written into them).
+    _above: Vec<std::fs::File>,
     holder: headroom_types::control::LockHolder,
 }
 
@@ -346,11 +348,32 @@ impl GroupLock {
     pub fn acquire(
         dir: &Path,
         group_dirs: &[PathBuf],
+        holder: headroom_types::control::LockHolder,
+    ) -> Result<GroupLock, StateError> {
+        GroupLock::acquire_nested(dir, group_dirs, &[], holder)
+    }
+
+    /// [`GroupLock::acquire`], and a shared lock on each of `ancestor_dirs` (the directories
+    /// of the groups above the managed ones): an agent whose group contains another agent's
+    /// (its exclusive lock meets the other's shared one), or lies inside it (the reverse), is
+    /// refused too. Without it, an agent whose BE group was an ancestor of another agent's
+    /// LC group froze that LC and killed it as an "unrecorded" BE process at start.
+    pub fn acquire_nested(
+        dir: &Path,
+        group_dirs: &[PathBuf],
+        ancestor_dirs: &[PathBuf],
         mut holder: headroom_types::control::LockHolder,
     ) -> Result<GroupLock, StateError> {
         let mut keys: Vec<PathBuf> = group_dirs.to_vec();
         keys.sort();
         keys.dedup();
+        let mut above: Vec<PathBuf> = ancestor_dirs
+            .iter()
+            .filter(|a| !keys.contains(a))
+            .cloned()
+            .collect();
+        above.sort();
+        above.dedup();
         holder.groups = keys.iter().map(|k| k.display().to_string()).collect();
         std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
             op: "creating the lock directory",
@@ -360,22 +383,45 @@ impl GroupLock {
         let mut lock = GroupLock {
             dir: dir.to_path_buf(),
             held: Vec::new(),
+            _above: Vec::new(),
             holder,
         };
         for key in &keys {
             let path = dir.join(lock_file_name(key));
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|source| StateError::Io {
-                    op: "opening the group lock",
-                    path: path.clone(),
-                    source,
-                })?;
-            if !try_flock(&file).map_err(|source| StateError::Io {
+            let file = open_lock_file(&path)?;
+            if !try_flock(&file, libc::LOCK_EX).map_err(|source| StateError::Io {
+                op: "locking",
+                path: path.clone(),
+                source,
+            })? {
+                // Held exclusively (an agent manages this group), or shared (one manages a
+                // group inside it).
+                let below = !held_exclusively(&path);
+                let holder = if below {
+                    let mine: Vec<&Path> = lock.held.iter().map(|(p, _)| p.as_path()).collect();
+                    holder_below(dir, key, &mine)
+                } else {
+                    read_holder(&path).map(|h| h.to_string())
+                };
+                let holder = holder.unwrap_or_else(|| "whose lock file names no holder yet".into());
+                let what = if below {
+                    format!("group {} contains a group that", key.display())
+                } else {
+                    format!("group {}", key.display())
+                };
+                // Dropping `lock` releases what was taken so far.
+                return Err(StateError::Held {
+                    what,
+                    lock: path,
+                    holder,
+                });
+            }
+            lock.held.push((path, file));
+        }
+        for key in &above {
+            let path = dir.join(lock_file_name(key));
+            let file = open_lock_file(&path)?;
+            if !try_flock(&file, libc::LOCK_SH).map_err(|source| StateError::Io {
                 op: "locking",
                 path: path.clone(),
                 source,
@@ -383,14 +429,16 @@ impl GroupLock {
                 let holder = read_holder(&path)
                     .map(|h| h.to_string())
                     .unwrap_or_else(|| "whose lock file names no holder yet".into());
-                // Dropping `lock` releases what was taken so far.
                 return Err(StateError::Held {
-                    what: format!("group {}", key.display()),
+                    what: format!(
+                        "group {}, which contains this agent's groups,",
+                        key.display()
+                    ),
                     lock: path,
                     holder,
                 });
             }
-            lock.held.push((path, file));
+            lock._above.push(file);
         }
         let text = serde_json::to_string(&lock.holder).expect("holder serializes") + "\n";
         for (path, file) in &lock.held {
@@ -413,11 +461,73 @@ impl GroupLock {
     }
 }
 
-/// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another open file holds it.
-fn try_flock(file: &std::fs::File) -> std::io::Result<bool> {
+fn open_lock_file(path: &Path) -> Result<std::fs::File, StateError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|source| StateError::Io {
+            op: "opening the group lock",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Whether `path` is held by an exclusive flock now (an agent's own group), per /proc/locks.
+fn held_exclusively(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let dev = meta.dev();
+    let key = (
+        u64::from(libc::major(dev)),
+        u64::from(libc::minor(dev)),
+        meta.ino(),
+    );
+    flocks_held(true).contains(&key)
+}
+
+/// The agent holding an exclusive lock on a group inside `key` (a directory), by the holders'
+/// group lists (`mine`: this agent's lock files, whose text is not written yet).
+fn holder_below(dir: &Path, key: &Path, mine: &[&Path]) -> Option<String> {
+    held_locks(dir).into_iter().find_map(|(path, h)| {
+        if mine.contains(&path.as_path()) {
+            return None;
+        }
+        let h = h?;
+        h.groups
+            .iter()
+            .any(|g| Path::new(g).starts_with(key) && Path::new(g) != key)
+            .then(|| h.to_string())
+    })
+}
+
+/// The (device major, minor, inode) of every flock held now; `exclusive`: only those.
+fn flocks_held(exclusive: bool) -> std::collections::BTreeSet<(u64, u64, u64)> {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device (hex major:minor) and inode.
+    locks
+        .lines()
+        .filter(|l| l.contains("FLOCK") && (!exclusive || l.contains(" WRITE ")))
+        .filter_map(|l| {
+            let id = l.split_whitespace().find(|w| w.matches(':').count() == 2)?;
+            let mut it = id.split(':');
+            let major = u64::from_str_radix(it.next()?, 16).ok()?;
+            let minor = u64::from_str_radix(it.next()?, 16).ok()?;
+            let ino = it.next()?.parse().ok()?;
+            Some((major, minor, ino))
+        })
+        .collect()
+}
+
+/// `flock(how | LOCK_NB)`: `Ok(false)` when another open file holds it.
+fn try_flock(file: &std::fs::File, how: libc::c_int) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     // SAFETY: flock on an fd the caller owns for the call's duration.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
     if rc == 0 {
         return Ok(true);
     }
@@ -458,20 +568,8 @@ pub fn held_locks(dir: &Path) -> Vec<(PathBuf, Option<headroom_types::control::L
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device (hex major:minor) and inode.
-    let held: std::collections::BTreeSet<(u64, u64, u64)> = locks
-        .lines()
-        .filter(|l| l.contains("FLOCK"))
-        .filter_map(|l| {
-            let id = l.split_whitespace().find(|w| w.matches(':').count() == 2)?;
-            let mut it = id.split(':');
-            let major = u64::from_str_radix(it.next()?, 16).ok()?;
-            let minor = u64::from_str_radix(it.next()?, 16).ok()?;
-            let ino = it.next()?.parse().ok()?;
-            Some((major, minor, ino))
-        })
-        .collect();
+    // Exclusive ones only: a shared lock is an agent's mark on a group above its own.
+    let held = flocks_held(true);
     let mut out = Vec::new();
     for e in entries.flatten() {
         let path = e.path();

@@ -207,3 +207,134 @@ fn a_lock_left_by_a_dead_holder_is_taken_over() {
     assert!(taken.is_ok(), "{taken:?}");
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
+
+/// Kills what is left in a top group and removes it (an agent started by a failing test is
+/// dropped without its exit action).
+struct RemoveOnDrop(headroom_host::GroupPath);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Ok(cg) = headroom_host::LinuxHost::system().cgroups() {
+            let _ = cg.kill_all(&self.0);
+            let _ = cg.remove(&self.0);
+        }
+    }
+}
+
+/// A config on the LC group `lc` and the BE group `be` (each a full group path).
+fn config_on(lc: &str, be: &str, dir: &Path, tag: &str, lc_pid: u32) -> String {
+    let d = dir.display();
+    format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{lc}\"\npids = [{lc_pid}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{be}\"\ncommand = [\"sleep\", \"60\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/{tag}-state.json\"\n\n\
+         [api]\nsocket = \"{d}/{tag}.sock\"\nmetrics = \"\"\n"
+    )
+}
+
+const NESTED: &str = "an_agent_on_a_group_containing_another_agents_groups_is_refused";
+
+/// The second hostile pass: an agent whose BE group was an ancestor of another agent's groups
+/// started, SIGKILLed that agent's LC and BE as "unrecorded processes left in the BE group"
+/// and froze what was left. Nesting either way is refused now, and the first agent's LC and
+/// BE live on.
+#[test]
+fn an_agent_on_a_group_containing_another_agents_groups_is_refused() {
+    if !live::is_root() {
+        return eprintln!("SKIP {NESTED}: needs root (cgroups)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lc = live::Children::sleepers(2);
+    let top = format!("headroom-hostile-2-nest-{}", std::process::id());
+    let _cleanup = RemoveOnDrop(headroom_host::GroupPath::new(&top).unwrap());
+    // The first agent on top/a/{lc,be}.
+    let first = match Agent::start(options(
+        &config(&format!("{top}/a"), dir.path(), "a", lc.pid(0)),
+        &dir.path().join("a.toml"),
+        Duration::from_secs(3),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {NESTED}: the agent does not start here: {e}"),
+    };
+    let runner = std::thread::spawn(move || first.run());
+    let a_sock = dir.path().join("a.sock");
+    std::thread::sleep(Duration::from_millis(300));
+    let be_before = be_pid(&a_sock).expect("the first agent's BE runs");
+    // Above: BE = top/a, which holds the first agent's LC and BE groups.
+    // Below: groups inside the first agent's BE group.
+    let tries = [
+        ("above", format!("{top}/blc"), format!("{top}/a")),
+        ("below", format!("{top}/a/be/lc"), format!("{top}/a/be/be")),
+    ];
+    for (tag, lc_group, be_group) in tries {
+        let refused = Agent::start(options(
+            &config_on(&lc_group, &be_group, dir.path(), tag, lc.pid(1)),
+            &dir.path().join(format!("{tag}.toml")),
+            Duration::from_secs(1),
+        ));
+        let err = match refused {
+            Ok(_) => panic!("{tag}: an agent on groups nested with another agent's started"),
+            Err(e) => e,
+        };
+        assert!(err.is_usage(), "{tag}: refused as a usage error: {err}");
+        let msg = err.to_string();
+        assert!(msg.contains("another agent"), "{tag}: {msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{tag}: the refusal names the holder: {msg}"
+        );
+        assert!(!dir.path().join(format!("{tag}-state.json")).exists());
+    }
+    // The first agent's LC and BE were neither killed nor restarted.
+    assert!(
+        std::fs::read_to_string(format!("/proc/{}/cgroup", lc.pid(0)))
+            .is_ok_and(|t| t.contains(&format!("{top}/a/lc"))),
+        "the first agent's LC lives on in its group"
+    );
+    let after = request(&a_sock, &Request::Status).unwrap().status.unwrap();
+    assert_eq!(after.be_commands[0].pid, Some(be_before));
+    assert_eq!(after.be_commands[0].restarts, 0);
+    let _ = runner.join();
+}
+
+const EXISTING: &str = "processes_already_in_an_existing_be_group_are_confined_not_killed";
+
+/// The second hostile pass: on a first start (no state file) the agent SIGKILLed every process
+/// already in an existing BE group, logging them as "left by an earlier agent". No agent
+/// launched them: they are confined as BE, and live on.
+#[test]
+fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
+    if !live::is_root() {
+        return eprintln!("SKIP {EXISTING}: needs root (cgroups)");
+    }
+    let cg = match headroom_host::LinuxHost::system().cgroups() {
+        Ok(c) => c,
+        Err(e) => return eprintln!("SKIP {EXISTING}: no cgroups: {e}"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let procs = live::Children::sleepers(2);
+    let top = format!("headroom-hostile-2-existing-{}", std::process::id());
+    let _cleanup = RemoveOnDrop(headroom_host::GroupPath::new(&top).unwrap());
+    let be = headroom_host::GroupPath::new(&format!("{top}/be")).unwrap();
+    if let Err(e) = cg.create(&be) {
+        return eprintln!("SKIP {EXISTING}: cgroupfs not writable: {e}");
+    }
+    let worker = procs.pid(1);
+    cg.move_process(&be, worker as i32).unwrap();
+    let agent = match Agent::start(options(
+        &config(&top, dir.path(), "a", procs.pid(0)),
+        &dir.path().join("a.toml"),
+        Duration::from_secs(1),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {EXISTING}: the agent does not start here: {e}"),
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::fs::read_to_string(format!("/proc/{worker}/cgroup"))
+            .is_ok_and(|t| t.contains(&format!("{top}/be"))),
+        "the process already in the BE group lives on, in the group"
+    );
+    let _ = agent.run();
+}

@@ -769,3 +769,57 @@ fn the_default_socket_is_the_deployed_one() {
     let d = Config::from_toml_str(GOOD).unwrap();
     assert_eq!(d.api.socket, headroom_control::config::DEFAULT_SOCKET);
 }
+
+/// The second hostile pass: the socket and the state file (or the decision log) spelled
+/// differently but naming one file (`./`, `//`, `a/../`) passed, and the first state write
+/// replaced the control socket (the kill switch unreachable, nothing said). The same for the
+/// socket on the state file's lock or temporary file.
+#[test]
+fn paths_that_alias_each_other_are_refused() {
+    let cases = [
+        ("/tmp/hr/state.json", "/tmp/hr/./state.json", "api.socket"),
+        ("/tmp/hr/state.json", "/tmp//hr/state.json", "api.socket"),
+        (
+            "/tmp/hr/state.json",
+            "/tmp/x/../hr/state.json",
+            "api.socket",
+        ),
+        (
+            "/tmp/hr/state.json",
+            "/tmp/hr/state.json.lock",
+            "api.socket",
+        ),
+        ("/tmp/hr/state.json", "/tmp/hr/state.json.tmp", "api.socket"),
+    ];
+    for (state, socket, key) in cases {
+        refused_with(
+            "kind = \"heracles\"",
+            &format!(
+                "kind = \"heracles\"\n[safety]\nstate_file = \"{state}\"\n[api]\nsocket = \"{socket}\""
+            ),
+            key,
+        );
+    }
+    refused_with(
+        "kind = \"heracles\"",
+        "kind = \"heracles\"\n[api]\nsocket = \"/tmp/hr/ctl.sock\"\ndecision_log = \"/tmp/hr/./ctl.sock\"",
+        "api.decision_log",
+    );
+}
+
+/// Each pacing key is named by itself: a bad `grow_after_shrink_ms` was reported as
+/// `grow_interval_ms`, a 0 `restart_backoff_ms` as `restart_backoff_max_ms`.
+#[test]
+fn a_bad_pacing_key_is_named_by_its_own_name() {
+    let msg = refused_with(
+        "kind = \"heracles\"",
+        "kind = \"heracles\"\n[safety]\ngrow_after_shrink_ms = 99999999999",
+        "safety.grow_after_shrink_ms",
+    );
+    assert!(!msg.contains("safety.grow_interval_ms"), "{msg}");
+    refused_with(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"headroom/be\"\nrestart_backoff_ms = 0",
+        "be[0].restart_backoff_ms = 0",
+    );
+}

@@ -400,13 +400,24 @@ impl Agent {
             let adopted = previous
                 .and_then(|p| p.owned_pids.get(&b.name))
                 .is_some_and(|&pid| s.adopt(&cg, pid));
-            if !adopted {
-                // Processes in the agent's own BE group that no state file names were launched
-                // by an agent killed before it could record them: stop them, start one.
+            if !adopted && previous.is_some() {
+                // Processes in the BE group that the state file (of these groups) does not
+                // name were launched by an agent killed before it could record them: stop
+                // them, start one.
                 let orphans = crate::supervisor::kill_group(&cg, &g);
                 if orphans > 0 {
                     tracing::warn!(group = %g, processes = orphans, "killed unrecorded processes left in the BE group by an earlier agent");
                 }
+            } else if !adopted {
+                // No state file names these groups: whatever runs in the group was not an
+                // agent's launch (an existing group the operator named). It is confined as BE
+                // with the rest, never killed.
+                let found = cg.procs(&g).map_or(0, |p| p.len());
+                if found > 0 {
+                    tracing::warn!(group = %g, processes = found, "the BE group already holds processes no agent launched: they are confined as BE (not killed)");
+                }
+            }
+            if !adopted {
                 s.start(&cg)?;
             }
             self.supervised.push(s);
@@ -445,6 +456,7 @@ fn lock_groups(
     cgroups: &headroom_host::Cgroups,
 ) -> Result<state::GroupLock, AgentError> {
     let mut dirs = Vec::new();
+    let mut above = Vec::new();
     for g in config
         .lcs
         .iter()
@@ -457,6 +469,17 @@ fn lock_groups(
             dirs.push(PathBuf::from("/").join(g.to_string()));
         }
         dirs.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+        // The groups above it, each hierarchy's root excluded: locked shared, so an agent on
+        // one of them (its group would contain this one) is refused, and the reverse.
+        let mut up = g.parent();
+        while let Some(p) = up.filter(|p| !p.is_root()) {
+            let in_hierarchies = cgroups.group_dirs(&p);
+            if in_hierarchies.is_empty() {
+                above.push(PathBuf::from("/").join(p.to_string()));
+            }
+            above.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+            up = p.parent();
+        }
     }
     let holder = headroom_types::control::LockHolder {
         pid: std::process::id(),
@@ -474,9 +497,10 @@ fn lock_groups(
         state_file: config.safety.state_file.clone(),
         groups: Vec::new(),
     };
-    Ok(state::GroupLock::acquire(
+    Ok(state::GroupLock::acquire_nested(
         &state::lock_dir(&options.root),
         &dirs,
+        &above,
         holder,
     )?)
 }

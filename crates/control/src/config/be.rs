@@ -106,7 +106,14 @@ pub(crate) fn validate_be(groups: &[BeConfig], lcs: &[LcConfig], p: &mut Problem
                 ),
             ));
         }
-        if be.restart_backoff_ms == 0 || be.restart_backoff_max_ms < be.restart_backoff_ms {
+        // The key that is wrong by its own name (a 0 backoff was reported as the max's).
+        if be.restart_backoff_ms == 0 {
+            p.push(invalid(
+                &format!("be[{i}].restart_backoff_ms"),
+                0,
+                "must be > 0 (a BE command that exits at once would be restarted in a busy loop)",
+            ));
+        } else if be.restart_backoff_max_ms < be.restart_backoff_ms {
             p.push(invalid(
                 &format!("be[{i}].restart_backoff_max_ms"),
                 be.restart_backoff_max_ms,

@@ -36,15 +36,26 @@ fn knob_file(group: &str) -> Option<&str> {
 impl Config {
     pub(crate) fn validate_across(&self, p: &mut Problems) {
         let api = &self.api;
-        if api.socket == self.safety.state_file {
+        // Compared spelled out (`./`, `//`, `a/../`): one file by two spellings is one file.
+        // The state file's lock and temporary file are the state file's too.
+        let state = lexical(&self.safety.state_file);
+        let state_files = [
+            state.clone(),
+            format!("{state}.lock"),
+            format!("{state}.tmp"),
+        ];
+        let socket = lexical(&api.socket);
+        if state_files.contains(&socket) {
             p.push(invalid(
                 "api.socket",
                 &api.socket,
-                "is also safety.state_file: the first state write would replace the socket; give them different paths",
+                "is also safety.state_file (or its .lock/.tmp): the first state write would replace the socket; give them different paths",
             ));
         }
-        if api.decision_log.as_deref() == Some(api.socket.as_str())
-            || api.decision_log.as_deref() == Some(self.safety.state_file.as_str())
+        let log = api.decision_log.as_deref().map(lexical);
+        if log
+            .as_ref()
+            .is_some_and(|l| *l == socket || state_files.contains(l))
         {
             p.push(invalid(
                 "api.decision_log",
@@ -109,6 +120,28 @@ impl Config {
                 ));
             }
         }
+    }
+}
+
+/// A path spelled out lexically: `.` and empty components dropped, `a/..` folded (no file is
+/// read: the control crate does no I/O).
+fn lexical(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            ".." if path.starts_with('/') => {}
+            other => parts.push(other),
+        }
+    }
+    let joined = parts.join("/");
+    if path.starts_with('/') {
+        format!("/{joined}")
+    } else {
+        joined
     }
 }
 

@@ -113,12 +113,18 @@ impl SafetyConfig {
                 ));
             }
         }
-        if self.grow_interval_ms > 3_600_000 || self.grow_after_shrink_ms > 3_600_000 {
-            p.push(invalid(
-                "safety.grow_interval_ms",
-                self.grow_interval_ms.max(self.grow_after_shrink_ms),
-                "growth pacing above one hour would stop BE growing",
-            ));
+        // Each key by its own name (both were reported as grow_interval_ms).
+        for (key, v) in [
+            ("safety.grow_interval_ms", self.grow_interval_ms),
+            ("safety.grow_after_shrink_ms", self.grow_after_shrink_ms),
+        ] {
+            if v > 3_600_000 {
+                p.push(invalid(
+                    key,
+                    v,
+                    "growth pacing above one hour would stop BE growing",
+                ));
+            }
         }
         if let Some(bytes) = self.be_memory_limit_bytes {
             if bytes < MIN_BE_MEMORY_LIMIT_BYTES {
