@@ -56,23 +56,30 @@ pub fn run(seconds: f64, probe_hz: f64) -> Result<()> {
     let answered = Arc::new(AtomicU64::new(0));
     let counted = answered.clone();
     let server_cpu = cpus - 1;
+    // as many connections as the prober may open (one probe in flight on each), each served
+    // by its own thread on the last CPU
     std::thread::spawn(move || {
-        let _ = pin(server_cpu);
-        let Ok((s, _)) = listener.accept() else {
-            return;
-        };
-        let _ = s.set_nodelay(true);
-        let Ok(mut w) = s.try_clone() else {
-            return;
-        };
-        let mut lines = BufReader::new(s).lines();
-        while let Some(Ok(line)) = lines.next() {
-            if line.starts_with("get ") {
-                if w.write_all(b"END\r\n").is_err() {
-                    break;
+        for _ in 0..16 {
+            let Ok((s, _)) = listener.accept() else {
+                return;
+            };
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let _ = pin(server_cpu);
+                let _ = s.set_nodelay(true);
+                let Ok(mut w) = s.try_clone() else {
+                    return;
+                };
+                let mut lines = BufReader::new(s).lines();
+                while let Some(Ok(line)) = lines.next() {
+                    if line.starts_with("get ") {
+                        if w.write_all(b"END\r\n").is_err() {
+                            break;
+                        }
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                counted.fetch_add(1, Ordering::Relaxed);
-            }
+            });
         }
     });
     // the prober thread inherits CPU 0 from the thread that spawns it
