@@ -50,14 +50,7 @@ fn advertised_placement_avoids_the_starved_node_and_never_undercuts_bound_pods()
     let windows = 12 * 240;
     let nodes = vec![node(12.0, windows, None), node(0.5, windows, None)];
     let stream = jobs(3, 12.0 * 0.5 / mean_job_cpu_s(3), windows as f64 * 15.0);
-    let blind = schedule(
-        &nodes,
-        15.0,
-        &stream,
-        Placement::Blind,
-        params(),
-        NodeCosts::none(),
-    );
+    let blind = blind(&nodes, &stream, NodeCosts::none());
     let adv = schedule(
         &nodes,
         15.0,
@@ -120,6 +113,12 @@ fn job(submit_s: f64, size: f64, duration_s: f64, mem_gib: f64) -> Job {
 }
 
 /// Costs with a BE memory budget of `budget_gib` on a node of 16 cores, no timesharing loss.
+/// The stream placed blind (as BestEffort pods are) on `nodes`, 15 s windows, default
+/// advertiser, `costs`.
+fn blind(nodes: &[NodeTimeline], stream: &[Job], costs: NodeCosts) -> PlacementOutcome {
+    schedule(nodes, 15.0, stream, Placement::Blind, params(), costs)
+}
+
 fn memory_only(budget_gib: f64) -> NodeCosts {
     NodeCosts {
         node_mem_gib_per_core: 1.0,
@@ -153,28 +152,14 @@ fn an_evicted_pod_loses_its_progress_and_is_requeued_until_it_fits() {
     let windows = 200;
     let nodes = vec![node(4.0, windows, None)];
     let stream = vec![job(0.0, 1.0, 600.0, 5.0), job(150.0, 1.0, 300.0, 3.0)];
-    let o = schedule(
-        &nodes,
-        15.0,
-        &stream,
-        Placement::Blind,
-        params(),
-        memory_only(6.0),
-    );
+    let o = blind(&nodes, &stream, memory_only(6.0));
     assert_eq!(o.jobs_done, 2, "{o:?}");
     assert!(o.evictions > 1 && o.jobs_failed == 0, "{o:?}");
     assert!((o.lost_cpu_h * 3600.0 - 150.0).abs() < 1e-6, "{o:?}");
     // Useful work is both jobs whole, the lost progress apart.
     assert!((o.work_cpu_h * 3600.0 - 900.0).abs() < 1e-6, "{o:?}");
     // Without the memory cost nobody is evicted.
-    let free = schedule(
-        &nodes,
-        15.0,
-        &stream,
-        Placement::Blind,
-        params(),
-        NodeCosts::none(),
-    );
+    let free = blind(&nodes, &stream, NodeCosts::none());
     assert_eq!((free.evictions, free.lost_cpu_h), (0, 0.0));
     assert!(free.mean_jct_s < o.mean_jct_s, "{free:?}\n{o:?}");
 }
@@ -192,15 +177,8 @@ fn timesharing_more_pods_than_granted_cpus_loses_the_named_fraction() {
         timeshare_loss: 0.1,
         ..NodeCosts::none()
     };
-    let lossy = schedule(&nodes, 15.0, &stream, Placement::Blind, params(), with);
-    let free = schedule(
-        &nodes,
-        15.0,
-        &stream,
-        Placement::Blind,
-        params(),
-        NodeCosts::none(),
-    );
+    let lossy = blind(&nodes, &stream, with);
+    let free = blind(&nodes, &stream, NodeCosts::none());
     assert_eq!((lossy.jobs_done, free.jobs_done), (2, 2));
     assert!(lossy.mean_jct_s > free.mean_jct_s, "{lossy:?}\n{free:?}");
 }
@@ -210,14 +188,7 @@ fn a_pod_at_zero_cpus_makes_no_progress_but_keeps_its_memory() {
     // 0 CPUs granted all day: the job never finishes, and its memory still counts.
     let nodes = vec![node(0.0, 100, None)];
     let stream = vec![job(0.0, 1.0, 60.0, 5.0), job(30.0, 1.0, 60.0, 3.0)];
-    let o = schedule(
-        &nodes,
-        15.0,
-        &stream,
-        Placement::Blind,
-        params(),
-        memory_only(6.0),
-    );
+    let o = blind(&nodes, &stream, memory_only(6.0));
     assert_eq!(o.jobs_done, 0);
     assert_eq!(o.work_cpu_h, 0.0);
     assert!(o.evictions > 0, "{o:?}");
@@ -250,14 +221,7 @@ fn the_job_controller_backs_off_and_gives_up_after_the_limit() {
     // A job bigger than any node's BE memory: evicted backoff_limit + 1 times, then failed.
     let nodes = vec![node(4.0, 2000, None)];
     let stream = vec![job(0.0, 1.0, 600.0, 50.0)];
-    let o = schedule(
-        &nodes,
-        15.0,
-        &stream,
-        Placement::Blind,
-        params(),
-        memory_only(6.0),
-    );
+    let o = blind(&nodes, &stream, memory_only(6.0));
     assert_eq!(
         (o.evictions, o.jobs_failed, o.jobs_done),
         (7, 1, 0),
