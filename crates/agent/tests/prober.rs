@@ -168,3 +168,28 @@ fn every_probe_a_stall_holds_up_is_counted() {
         "p90 {p90} µs: the stalls' ~10 ms, not the fast answers between them ({detail})"
     );
 }
+
+/// A 2 ms server at 100 probes/s: every window includes the server's 2 ms, and a server that
+/// answers every connection the prober opens (it opens another when a stall holds one) gives
+/// no error.
+#[test]
+fn the_prober_times_a_memcache_server_open_loop() {
+    let (addr, _) = server(|_| Duration::from_millis(2));
+    // 100 probes/s: publish after 2 s of probes rather than the default's 10 s (1000 samples).
+    let probe = spec(addr, 100.0, 99.0, 5.0, 200);
+    let cell = SignalCell::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = headroom_agent::probe::spawn(probe, cell.clone(), stop.clone()).unwrap();
+    let start = Instant::now();
+    while cell.latest().is_none() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    handle.join().unwrap();
+    let p99 = cell
+        .latest()
+        .expect("a window percentile was published")
+        .value;
+    assert!(p99 >= 1900.0, "p99 {p99} µs includes the server's 2 ms");
+    assert_eq!(cell.errors(), 0, "{:?}", cell.last_error());
+}
