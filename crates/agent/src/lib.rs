@@ -9,7 +9,3 @@ pub mod runtime;
 pub mod sensors;
 pub mod state;
 pub mod supervisor;
-
-// The paths other crates and tests import from (before the sensors/ and publish/ rooms).
-pub use publish::{control, metrics, reaction_log};
-pub use sensors::{feed, idle_wake, lc_signal, lc_threads, probe, scrape};

@@ -7,7 +7,7 @@ mod live;
 
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 
 const TEST: &str = "a_be_command_that_dies_at_once_is_listed_with_how_it_ended";
 

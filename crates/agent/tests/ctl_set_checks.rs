@@ -6,7 +6,7 @@ mod live;
 
 use std::time::Duration;
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 
 const TEST: &str = "ctl_set_refuses_cpus_the_machine_lacks";
 

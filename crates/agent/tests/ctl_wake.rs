@@ -9,7 +9,7 @@ mod live;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 
 const TEST: &str = "a_ctl_request_wakes_the_event_driven_agent_at_once";
 

@@ -5,7 +5,7 @@
 
 mod support;
 
-use headroom_agent::lc_threads::{LcThreads, LcThreadsState};
+use headroom_agent::sensors::lc_threads::{LcThreads, LcThreadsState};
 use headroom_control::allocation::LcTreatment;
 use headroom_host::GroupPath;
 use support::Fake;

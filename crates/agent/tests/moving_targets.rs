@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 use headroom_agent::runtime::{Agent, AgentOptions};
 use headroom_control::config::Config;
 

@@ -10,7 +10,7 @@ mod live;
 use std::path::Path;
 use std::time::Duration;
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 
 const TEST: &str = "multi_is_event_driven_and_quiet_while_be_is_held";
 

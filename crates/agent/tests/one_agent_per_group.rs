@@ -9,7 +9,7 @@ mod live;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 use headroom_agent::runtime::{Agent, AgentError, AgentOptions};
 use headroom_control::config::Config;
 

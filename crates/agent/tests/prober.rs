@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headroom_agent::lc_signal::SignalCell;
-use headroom_agent::probe::{ProbeSpec, Timing};
+use headroom_agent::sensors::lc_signal::SignalCell;
+use headroom_agent::sensors::probe::{ProbeSpec, Timing};
 
 /// A memcached stand-in answering each GET of each connection, in order, after `delay(now)`
 /// (a thread per connection, 16 at most). Its connections, counted.
@@ -77,7 +77,7 @@ fn spec(
 fn first_window(spec: ProbeSpec, test: &str) -> Option<(f64, String)> {
     let cell = SignalCell::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let handle = headroom_agent::probe::spawn(spec, cell.clone(), stop.clone()).unwrap();
+    let handle = headroom_agent::sensors::probe::spawn(spec, cell.clone(), stop.clone()).unwrap();
     let start = Instant::now();
     while cell.latest().is_none() && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
@@ -179,7 +179,7 @@ fn the_prober_times_a_memcache_server_open_loop() {
     let probe = spec(addr, 100.0, 99.0, 5.0, 200);
     let cell = SignalCell::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let handle = headroom_agent::probe::spawn(probe, cell.clone(), stop.clone()).unwrap();
+    let handle = headroom_agent::sensors::probe::spawn(probe, cell.clone(), stop.clone()).unwrap();
     let start = Instant::now();
     while cell.latest().is_none() && start.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(20));

@@ -8,8 +8,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{self, Request, Response};
-use headroom_agent::lc_signal::SignalCell;
+use headroom_agent::publish::control::{self, Request, Response};
+use headroom_agent::sensors::lc_signal::SignalCell;
 use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};
 use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
@@ -149,15 +149,15 @@ fn feed_lines_become_a_window_percentile() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("feed.sock");
     let stop = Arc::new(AtomicBool::new(false));
-    let cells = headroom_agent::feed::FeedCells {
+    let cells = headroom_agent::sensors::feed::FeedCells {
         latency: SignalCell::new(),
         qps: SignalCell::new(),
     };
     // A 2 s window: the agent's second 0 starts at spawn; a line stamped before it counts as
     // second 0, a line stamped now as the current second.
-    let before_spawn = headroom_agent::runtime::unix_ms().saturating_sub(1000);
+    let before_spawn = headroom_load::clock::unix_ms().saturating_sub(1000);
     let spawned = Instant::now();
-    let handle = headroom_agent::feed::spawn(
+    let handle = headroom_agent::sensors::feed::spawn(
         &sock,
         99.0,
         2.0,
@@ -205,7 +205,7 @@ fn feed_lines_become_a_window_percentile() {
     writeln!(
         s,
         "{}",
-        line_of(1000, 1000, 3456.0, headroom_agent::runtime::unix_ms())
+        line_of(1000, 1000, 3456.0, headroom_load::clock::unix_ms())
     )
     .unwrap();
     let start = Instant::now();
@@ -221,7 +221,7 @@ fn feed_lines_become_a_window_percentile() {
 
 #[test]
 fn metrics_endpoint_serves_the_exposition() {
-    let (m, registry) = headroom_agent::metrics::Metrics::new();
+    let (m, registry) = headroom_agent::publish::metrics::Metrics::new();
     let obs = headroom_control::observation::Observation {
         lc_latency_us: Some(250.0),
         ..Default::default()
@@ -232,10 +232,14 @@ fn metrics_endpoint_serves_the_exposition() {
     };
     m.observe(&obs, &alloc, 500.0, "blind:idle=buffer:steady");
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) =
-        headroom_agent::metrics::serve("127.0.0.1:0".parse().unwrap(), registry, stop.clone())
-            .unwrap();
-    let body = headroom_agent::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
+    let (addr, handle) = headroom_agent::publish::metrics::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        registry,
+        stop.clone(),
+    )
+    .unwrap();
+    let body =
+        headroom_agent::sensors::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
     assert!(body.contains("headroom_lc_latency_us 250.0"), "{body}");
     assert!(body.contains("headroom_lc_slack 0.5"), "{body}");
     assert!(body.contains("headroom_be_cpus 2.0"), "{body}");
@@ -250,17 +254,21 @@ fn metrics_endpoint_serves_the_exposition() {
 /// Defect 11: idle clients cannot hold up a scrape (each is served in its own thread).
 #[test]
 fn idle_clients_do_not_delay_a_scrape() {
-    let (_m, registry) = headroom_agent::metrics::Metrics::new();
+    let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) =
-        headroom_agent::metrics::serve("127.0.0.1:0".parse().unwrap(), registry, stop.clone())
-            .unwrap();
+    let (addr, handle) = headroom_agent::publish::metrics::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        registry,
+        stop.clone(),
+    )
+    .unwrap();
     let idle: Vec<_> = (0..20)
         .map(|_| std::net::TcpStream::connect(addr).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(50));
     let t = Instant::now();
-    let body = headroom_agent::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
+    let body =
+        headroom_agent::sensors::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
     // served before the idle clients' 1 s read timeouts run out (serially it took 20 s)
     assert!(
         t.elapsed() < Duration::from_millis(900),

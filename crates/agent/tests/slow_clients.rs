@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{self, Request, Response};
+use headroom_agent::publish::control::{self, Request, Response};
 
 /// How long the slow clients run at most.
 const SLOW_FOR: Duration = Duration::from_secs(8);
@@ -131,11 +131,14 @@ fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
 
 #[test]
 fn a_scrape_answers_while_slow_connections_hold_every_slot() {
-    let (_m, registry) = headroom_agent::metrics::Metrics::new();
+    let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) =
-        headroom_agent::metrics::serve("127.0.0.1:0".parse().unwrap(), registry, stop.clone())
-            .unwrap();
+    let (addr, handle) = headroom_agent::publish::metrics::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        registry,
+        stop.clone(),
+    )
+    .unwrap();
     let clients_stop = Arc::new(AtomicBool::new(false));
     let cuts = Arc::new(Mutex::new(Vec::new()));
     let slow: Vec<_> = (0..32)
@@ -171,7 +174,7 @@ fn a_scrape_answers_while_slow_connections_hold_every_slot() {
     );
     let longest = cuts.iter().max().unwrap();
     assert!(
-        *longest < headroom_agent::metrics::SCRAPE_DEADLINE + Duration::from_secs(2),
+        *longest < headroom_agent::publish::metrics::SCRAPE_DEADLINE + Duration::from_secs(2),
         "a slow connection held its slot {longest:?}"
     );
     stop.store(true, Ordering::SeqCst);

@@ -132,9 +132,9 @@ fn a_corrupt_state_file_is_set_aside_and_the_agent_confines_be() {
     let asker = std::thread::spawn(move || {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
-            let answer = headroom_agent::control::request(
+            let answer = headroom_agent::publish::control::request(
                 &socket,
-                &headroom_agent::control::Request::Status,
+                &headroom_agent::publish::control::Request::Status,
             );
             if let Some(st) = answer.ok().and_then(|a| a.status) {
                 eprintln!("status answered {:?} after the run began", began.elapsed());

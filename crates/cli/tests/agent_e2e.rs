@@ -474,10 +474,13 @@ kind = "none"
     let log = || read_log(&dir, "kernel.log");
     let socket = dir.join("ctl.sock");
     let sources = || {
-        headroom_agent::control::request(&socket, &headroom_agent::control::Request::Status)
-            .ok()
-            .and_then(|r| r.status)
-            .and_then(|s| s.lc.latency_sources)
+        headroom_agent::publish::control::request(
+            &socket,
+            &headroom_agent::publish::control::Request::Status,
+        )
+        .ok()
+        .and_then(|r| r.status)
+        .and_then(|s| s.lc.latency_sources)
     };
 
     // 3000 gets a second for 4 s from a load generator of our own.

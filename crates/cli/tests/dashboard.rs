@@ -1,13 +1,13 @@
 //! deploy/grafana/headroom.json queries only metrics the agent exports: every `headroom_*` name
 //! in its PromQL (panels and template variables) is a sample name of the agent's registry
-//! (`headroom_agent::metrics`, rendered as Prometheus text: a counter `x` is sampled as
+//! (`headroom_agent::publish::metrics`, rendered as Prometheus text: a counter `x` is sampled as
 //! `x_total`, a histogram as `x_bucket`/`x_sum`/`x_count`), and the panels the operator docs
 //! promise are there.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use headroom_agent::metrics::{render, Metrics};
+use headroom_agent::publish::metrics::{render, Metrics};
 
 fn dashboard() -> serde_json::Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/headroom.json");
@@ -26,11 +26,11 @@ fn exported() -> BTreeSet<String> {
     metrics.sensor_errors_total("idle", 1);
     // The per-LC-service families (`lc` label), as a tick with two services sets them.
     let services = [
-        headroom_agent::metrics::ServiceSlo {
+        headroom_agent::publish::metrics::ServiceSlo {
             name: "a".into(),
             slo_us: 500.0,
         },
-        headroom_agent::metrics::ServiceSlo {
+        headroom_agent::publish::metrics::ServiceSlo {
             name: "b".into(),
             slo_us: 800.0,
         },

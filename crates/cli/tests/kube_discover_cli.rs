@@ -91,7 +91,7 @@ fn bad_flags_are_usage_errors() {
 /// the horizon's figures and the last change with its reason.
 #[test]
 fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
-    use headroom_agent::control::{self, Request};
+    use headroom_agent::publish::control::{self, Request};
     use headroom_types::advertise::{
         AdvertiseChange, AdvertiseEdgeStatus, AdvertiseLine, AdvertiseReason, AdvertiseStatus,
         Advertisement, HorizonFigures,

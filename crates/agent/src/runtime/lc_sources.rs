@@ -132,7 +132,7 @@ pub(super) fn service_signals(
             LatencySource::Kernel => {
                 let cell = SignalCell::new();
                 let fallback = lat.fallback.map(|_| {
-                    let mut spec = crate::probe::ProbeSpec::new(
+                    let mut spec = crate::sensors::probe::ProbeSpec::new(
                         lat.protocol,
                         &lat.probe_address(),
                         lat.rate_hz,

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use headroom_host::doctor::{probe_with, ProbeOptions};
 use headroom_host::{GroupPath, HostError, LinuxHost};
@@ -45,6 +45,7 @@ use headroom_control::decision::{tick_time, CtlEvent};
 use headroom_control::node::NodeError;
 use headroom_control::policy::{MachineInfo, Mechanism};
 use headroom_host::idle_bpf::monotonic_ns;
+use headroom_load::clock::unix_ms;
 
 pub use kube::LcEvents;
 pub use publish::DecisionLog;
@@ -60,13 +61,6 @@ pub const VERIFY_PERIOD: Duration = Duration::from_millis(100);
 pub const EVENT_VERIFY_PERIOD: Duration = Duration::from_secs(1);
 /// How often the state file is rewritten at most (only when something it records changed).
 const STATE_PERIOD: Duration = Duration::from_secs(1);
-
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Everything that can stop the agent, naming what and where.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,9 @@ use headroom_host::LinuxHost;
 use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSteps};
 use super::lc_sources::{has_realtime_thread, lc_signals};
 use super::publish::{DecisionLog, Publisher};
-use super::{machine_info, machine_sidecar, unix_ms, Agent, AgentError, AgentOptions, Signals};
+use headroom_load::clock::unix_ms;
+
+use super::{machine_info, machine_sidecar, Agent, AgentError, AgentOptions, Signals};
 use crate::linux_node::LinuxNode;
 use crate::publish::metrics::Metrics;
 use crate::sensors::lc_services::LcServiceSensor;

@@ -65,7 +65,7 @@ fn serve(
     stop: StopFlag,
 ) {
     let window = Arc::new(Mutex::new(LatencyWindow::new(window_s, min_samples)));
-    let epoch_unix_ms = crate::runtime::unix_ms();
+    let epoch_unix_ms = headroom_load::clock::unix_ms();
     let epoch = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {

@@ -9,11 +9,11 @@ use super::{be_spec, no_tweak, AgentRun, Session, LATENCY_BLIND_POLICIES};
 use crate::error::Result;
 use crate::model::{ColocationRun, LcBaseline, Window};
 use crate::runner::{
-    now_unix_ms, read_progress, steal_jiffies, steal_pct_since, summarize_decisions, DecisionTail,
-    ServeSpec,
+    read_progress, steal_jiffies, steal_pct_since, summarize_decisions, DecisionTail, ServeSpec,
 };
 use crate::stats;
 use crate::store::RUNS;
+use headroom_load::clock::unix_ms;
 
 /// A line per colocation window, for live views.
 #[derive(Debug, Clone)]
@@ -180,7 +180,7 @@ impl Session<'_> {
                 t.last.clone()
             });
             let steal_before = steal_jiffies();
-            let start = now_unix_ms();
+            let start = unix_ms();
             let result = self.runner.run_load_feeding(
                 addr,
                 qps,
@@ -188,7 +188,7 @@ impl Session<'_> {
                 &json,
                 feeds.then_some(feed.as_path()),
             );
-            let end = now_unix_ms();
+            let end = unix_ms();
             let mut w = Window {
                 index: i,
                 start_unix_ms: start,

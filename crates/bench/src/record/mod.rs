@@ -9,9 +9,10 @@ use serde_json::{json, Value};
 use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
 use crate::model::Manifest;
-use crate::runner::{self, now_unix_ms, strs, Placement, Runner, ServeSpec};
+use crate::runner::{self, strs, Placement, Runner, ServeSpec};
 use crate::stats::Spread;
 use crate::store::RunDir;
+use headroom_load::clock::unix_ms;
 
 mod agent;
 mod baselines;
@@ -272,7 +273,7 @@ impl<'a> Session<'a> {
         manifest.machine = machine;
         manifest.percentile = opts.percentile;
         if manifest.started_unix_ms == 0 {
-            manifest.started_unix_ms = now_unix_ms();
+            manifest.started_unix_ms = unix_ms();
         }
         manifest.finished_unix_ms = None;
         if !opts.invocation.is_empty() && !manifest.invocations.contains(&opts.invocation) {
@@ -311,7 +312,7 @@ impl<'a> Session<'a> {
 
     /// Marks the manifest finished.
     pub fn finish(&mut self) -> Result<()> {
-        self.manifest.finished_unix_ms = Some(now_unix_ms());
+        self.manifest.finished_unix_ms = Some(unix_ms());
         self.save_manifest()
     }
 }

@@ -10,12 +10,13 @@ use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
 use crate::model::{LcBaseline, Manifest, Point};
 use crate::runner::{
-    cpu_jiffies, idle_pct, now_unix_ms, read_progress, steal_jiffies, steal_pct_since, strs,
+    cpu_jiffies, idle_pct, read_progress, steal_jiffies, steal_pct_since, strs,
     summarize_decisions, BeSpec, DecisionTail, Proc, ServeSpec,
 };
 use crate::stats;
 use crate::store::POINTS;
 use headroom_control::config::{Config, WeightsMode};
+use headroom_load::clock::unix_ms;
 
 /// One configuration of a sweep experiment.
 #[derive(Debug, Clone, Default)]
@@ -214,12 +215,12 @@ impl Session<'_> {
             });
             let stat_before = cpu_jiffies(&self.opts.placement.server);
             let steal_before = steal_jiffies();
-            let start = now_unix_ms();
+            let start = unix_ms();
             let feeding = agent_log.is_some().then_some(feed.as_path());
             let result =
                 self.runner
                     .run_load_feeding(addr, qps, self.opts.duration_s, &json, feeding);
-            let end = now_unix_ms();
+            let end = unix_ms();
             let stat_after = cpu_jiffies(&self.opts.placement.server);
             let steal_pct = steal_pct_since(steal_before);
             let mut point = Point {

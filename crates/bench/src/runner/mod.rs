@@ -8,7 +8,7 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -23,13 +23,6 @@ pub use decisions::*;
 pub use host_stats::*;
 pub use load::LOADGEN_FIFO_PRIORITY;
 pub use placement::*;
-
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Quotes an argument for display in a copy-pasteable command line.
 pub fn shell_quote(s: &str) -> String {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use headroom_types::control::AgentStatus;
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 
 /// Flags of `headroom ctl`.
 #[derive(clap::Args, Debug)]

@@ -46,7 +46,7 @@ pub struct Args {
 /// The agent's advertisement, asked on its control socket: a JSON line on stdout, the same in
 /// words on stderr. An agent that does not answer or does not advertise is said on stderr.
 fn print_advertise(socket: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {
-    use headroom_agent::control::{request, Request};
+    use headroom_agent::publish::control::{request, Request};
     let status = match request(socket, &Request::Status) {
         Ok(r) => r.status,
         Err(e) => {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_agent::control::{request, Request};
+use headroom_agent::publish::control::{request, Request};
 use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_headroom");

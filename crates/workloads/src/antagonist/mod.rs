@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -269,13 +269,6 @@ pub(crate) trait Workload: Send + Sync {
     }
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 impl AntagonistConfig {
     /// Checks threads, CPUs and duration.
     pub fn validate(&self) -> Result<(), AntagonistError> {
@@ -401,7 +394,7 @@ pub fn run(
     let mut next_report = start + Duration::from_secs(1);
     let deadline = config.duration.map(|d| start + d);
     let make = |now: Instant, last_t: Instant, last_ops: u64, ops: u64| Progress {
-        t_unix_ms: unix_ms(),
+        t_unix_ms: headroom_load::clock::unix_ms(),
         kind: kind.clone(),
         ops_per_s: (ops - last_ops) as f64 / now.duration_since(last_t).as_secs_f64().max(1e-9),
         ops_total: ops,

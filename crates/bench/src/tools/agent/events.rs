@@ -151,7 +151,7 @@ impl Histogram {
 }
 
 /// One reaction-log line: an answered crossing and the phases of the tick that answered it,
-/// CLOCK_MONOTONIC ns (the fields are listed in `headroom_agent::reaction_log`).
+/// CLOCK_MONOTONIC ns (the fields are listed in `headroom_agent::publish::reaction_log`).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Row {
     crossing: u64,
@@ -338,7 +338,7 @@ fn spawn_agent(bin: &Path, cfg: &Path, log: &Path, clean: &mut Cleanup) -> Resul
     let agent = Command::new(bin)
         .args(["agent", "--config"])
         .arg(cfg)
-        .env(headroom_agent::reaction_log::ENV, log)
+        .env(headroom_agent::publish::reaction_log::ENV, log)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -554,7 +554,7 @@ pub(super) fn churn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_agent::reaction_log::{phase, ReactionLog};
+    use headroom_agent::publish::reaction_log::{phase, ReactionLog};
 
     #[test]
     fn the_agents_reaction_lines_read_back_with_their_phases() {

@@ -10,12 +10,13 @@ use super::plan::{window_emu, LcWindow, Verdict, WindowRecord};
 use super::{be_alone, load_once, Flags, Lc};
 use crate::record::scaled_cooldown_s;
 use crate::runner::{
-    now_unix_ms, read_progress, steal_jiffies, steal_pct_since, summarize_decisions, BeSpec,
-    DecisionTail, Proc, Runner,
+    read_progress, steal_jiffies, steal_pct_since, summarize_decisions, BeSpec, DecisionTail, Proc,
+    Runner,
 };
 use crate::stats;
 use crate::tools::error::Result;
 use headroom_host::{Cgroups, LinuxHost};
+use headroom_load::clock::unix_ms;
 use headroom_types::GroupPath;
 
 pub(super) struct Ctx<'a> {
@@ -202,7 +203,7 @@ impl Ctx<'_> {
                 t.last.clone()
             });
             let steal_before = steal_jiffies();
-            let start = now_unix_ms();
+            let start = unix_ms();
             let results = self.loads(
                 &rates,
                 flags.window_s,
@@ -210,7 +211,7 @@ impl Ctx<'_> {
                 &feeds,
                 &feeding,
             );
-            let end = now_unix_ms();
+            let end = unix_ms();
             let mut lcs = Vec::new();
             for (l, (lc, r)) in self.lcs.iter().zip(results).enumerate() {
                 let mut w = LcWindow {

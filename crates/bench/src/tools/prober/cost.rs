@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headroom_agent::lc_signal::SignalCell;
-use headroom_agent::probe::ProbeSpec;
+use headroom_agent::sensors::lc_signal::SignalCell;
+use headroom_agent::sensors::probe::ProbeSpec;
 use headroom_control::config::ProbeProtocol;
 
 use super::super::error::{Context, Result, ToolError};
@@ -94,7 +94,7 @@ pub fn run(seconds: f64, probe_hz: f64) -> Result<()> {
             99.0,
             10.0,
         );
-        let t = headroom_agent::probe::spawn(spec, cell.clone(), stop.clone())
+        let t = headroom_agent::sensors::probe::spawn(spec, cell.clone(), stop.clone())
             .context("starting the prober")?;
         Ok((t, stop, cell))
     });
