@@ -2,7 +2,7 @@
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: render_fixture DIR"));
     headroom_bench::fixture::write_colocation(&dir.join("colocation")).unwrap();
-    headroom_bench::experiments::report(&dir.join("colocation")).unwrap();
+    headroom_bench::study::report(&dir.join("colocation")).unwrap();
     headroom_bench::fixture::write_sweep(
         &dir.join("interference"),
         headroom_bench::experiments::Experiment::Interference,
@@ -10,5 +10,5 @@ fn main() {
         &[0.1, 0.3, 0.5, 0.7, 0.9],
     )
     .unwrap();
-    headroom_bench::experiments::report(&dir.join("interference")).unwrap();
+    headroom_bench::study::report(&dir.join("interference")).unwrap();
 }

@@ -4,7 +4,7 @@
 //!   load, agent) and stores every raw result as JSON in the run directory, so an interrupted run
 //!   resumes where it stopped ([`store`]);
 //! * **study** turns the raw results into medians, spreads, windows and EMU ([`stats`],
-//!   [`experiments`]) — a pure function of the run directory;
+//!   [`study`]) — a pure function of the run directory;
 //! * **format** renders `report.html` (inline SVG plots), `summary.md`, `summary.json` and one CSV and
 //!   JSON per figure ([`format`]).
 

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use headroom_bench::experiments::{self, Experiment};
+use headroom_bench::experiments::Experiment;
+use headroom_bench::study;
 use headroom_bench::{browser, fixture};
 
 fn keys(v: &serde_json::Value) -> BTreeSet<String> {
@@ -18,7 +19,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 fn colocation_report_has_design_summary_keys_data_files_and_plots() {
     let tmp = tempfile::tempdir().unwrap();
     fixture::write_colocation(tmp.path()).unwrap();
-    let files = experiments::report(tmp.path()).unwrap();
+    let files = study::report(tmp.path()).unwrap();
 
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&files.summary_json).unwrap()).unwrap();
@@ -52,7 +53,7 @@ fn colocation_report_has_design_summary_keys_data_files_and_plots() {
     assert_eq!(hybrid["windows"].as_u64().unwrap(), 12);
 
     let (_, study) =
-        experiments::study_dir(&headroom_bench::store::RunDir::open(tmp.path()).unwrap()).unwrap();
+        study::study_dir(&headroom_bench::store::RunDir::open(tmp.path()).unwrap()).unwrap();
     for f in &study.figures {
         for ext in ["csv", "json"] {
             let p = tmp.path().join("figures").join(format!("{}.{ext}", f.id));
@@ -86,7 +87,7 @@ fn interference_heatmap_is_coloured_like_heracles_fig1() {
         &[0.1, 0.5, 0.9],
     )
     .unwrap();
-    let files = experiments::report(tmp.path()).unwrap();
+    let files = study::report(tmp.path()).unwrap();
     let heat: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(tmp.path().join("figures/interference-heatmap.json")).unwrap(),
     )
@@ -134,7 +135,7 @@ fn every_sweep_experiment_renders() {
         }
         let tmp = tempfile::tempdir().unwrap();
         fixture::write_sweep(tmp.path(), exp, &["alone", "hybrid", "none"], &[0.25, 0.75]).unwrap();
-        let files = experiments::report(tmp.path()).unwrap();
+        let files = study::report(tmp.path()).unwrap();
         let html = std::fs::read_to_string(&files.html).unwrap();
         assert!(html.matches("<svg").count() >= 1, "{}", exp.name());
         let s: headroom_types::summary::Summary =

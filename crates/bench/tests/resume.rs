@@ -137,7 +137,7 @@ fn a_fully_stored_sweep_runs_nothing_and_a_partial_one_only_its_missing_points()
     );
     assert_eq!(dir.all::<Point>(POINTS).unwrap().len(), 5);
     // The report still renders from what is there.
-    let files = headroom_bench::experiments::report(&out).unwrap();
+    let files = headroom_bench::study::report(&out).unwrap();
     assert!(files.html.is_file());
 }
 

@@ -345,7 +345,7 @@ pub fn run_experiment(
         "{}: {recorded} results recorded now, {resumed} reused from stored results",
         exp.name()
     ));
-    crate::experiments::report(out)
+    crate::study::report(out)
 }
 
 /// Median and spread helper re-exported for the CLI's live view.

@@ -10,7 +10,9 @@ use crate::model::{LoadMetrics, Manifest, Point};
 use crate::stats::{self, Spread};
 
 mod colocation;
+mod run_dir;
 pub use colocation::*;
+pub use run_dir::{report, study_dir};
 
 /// Extracts one figure from a load result.
 type MetricFn = fn(&LoadMetrics) -> Option<f64>;

@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         })?
     } else {
-        headroom_bench::experiments::report(&args.dir)?
+        headroom_bench::study::report(&args.dir)?
     };
     println!("report:  {}", files.html.display());
     println!("summary: {}", files.summary_json.display());
