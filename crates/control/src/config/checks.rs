@@ -1,14 +1,10 @@
 //! Value checks shared by the config sections: each names the key, the value and the reason.
 
-use crate::config::{invalid, ConfigError};
+use crate::config::error::{invalid, ConfigError, TOO_LARGE};
 
 /// The largest number any key accepts: far above every sane value, and small enough that a
 /// duration made of it (seconds, µs) cannot overflow an instant or a counter.
 pub(crate) const MAX_NUMBER: f64 = 1e12;
-
-/// The reason a number above [`MAX_NUMBER`] is refused (a key's own bound, checked later,
-/// replaces it: see `Problems::push`).
-pub(crate) const TOO_LARGE: &str = "must be at most 1e12";
 
 pub(crate) fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
     if !(v.is_finite() && v > 0.0) {

@@ -1,7 +1,7 @@
 //! `[policy.blind]`: PerfIso blind isolation's settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, Problems};
+use crate::config::error::{invalid, Problems};
 use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 

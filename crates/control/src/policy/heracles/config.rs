@@ -1,7 +1,7 @@
 //! `[policy.heracles]`: Heracles' settings (ISCA'15 constants as defaults).
 
 use crate::config::checks::*;
-use crate::config::{invalid, Problems};
+use crate::config::error::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

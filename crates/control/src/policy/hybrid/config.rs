@@ -1,7 +1,7 @@
 //! `[policy.hybrid]`: the hybrid policy's outer-loop settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, Problems};
+use crate::config::error::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 /// `[policy.hybrid]`: blind isolation inside, Heracles' top level outside. The inner loop uses

@@ -1,7 +1,7 @@
 //! `[policy.multi]`: the arbitration between several `[[lc]]` services (issue 29).
 
 use crate::config::checks::*;
-use crate::config::{invalid, Config, Problems};
+use crate::config::error::{invalid, Problems};
 use serde::{Deserialize, Serialize};
 
 /// `[policy.multi]`: `hybrid` driven by the tightest of several services' slacks, and PARTIES'
@@ -93,56 +93,6 @@ impl MultiConfig {
                 self.min_service_cpus,
                 "must be at least 1: a pinned service needs a CPU",
             ));
-        }
-    }
-}
-
-/// `policy.kind = "multi"`: every service needs its latency and its load (each bounds BE), and
-/// pinned services may not share CPUs (a CPU moves from one owner to another).
-pub(crate) fn validate_services(config: &Config, p: &mut Problems) {
-    for (i, lc) in config.lcs.iter().enumerate() {
-        let key = config.lc_key(i);
-        if crate::config::kubernetes::is_holder(lc) {
-            continue;
-        }
-        if lc.latency.is_none() {
-            p.push(invalid(
-                &format!("{key}.latency"),
-                &lc.name,
-                "policy.kind = \"multi\" needs every service's [lc.latency]: each service's slack bounds BE",
-            ));
-        }
-        if lc.load.is_none() {
-            p.push(invalid(
-                &format!("{key}.load"),
-                &lc.name,
-                "policy.kind = \"multi\" needs every service's [lc.load] (with peak_qps)",
-            ));
-        }
-        if !lc.threads.pin || lc.threads.cpus.is_empty() {
-            continue;
-        }
-        for (j, other) in config.lcs.iter().enumerate().take(i) {
-            if !other.threads.pin {
-                continue;
-            }
-            let shared: Vec<u32> = lc
-                .threads
-                .cpus
-                .iter()
-                .filter(|c| other.threads.cpus.contains(*c))
-                .collect();
-            if !shared.is_empty() {
-                p.push(invalid(
-                    &format!("{key}.threads.cpus"),
-                    lc.threads.cpus.to_string(),
-                    format!(
-                        "shares CPUs {shared:?} with {}.threads.cpus ({:?}): policy.kind = \"multi\" moves CPUs between services, each CPU needs one owner",
-                        config.lc_key(j),
-                        other.name
-                    ),
-                ));
-            }
         }
     }
 }

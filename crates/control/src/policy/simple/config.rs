@@ -1,7 +1,7 @@
 //! `[policy.static-cores]` and `[policy.static-cycles]`: the static baselines' settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, Problems};
+use crate::config::error::{invalid, Problems};
 use headroom_types::CpuSet;
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,7 @@
 //! `[policy.weights]`: Blagodurov's weights' settings.
 
 use crate::config::checks::*;
-use crate::config::{invalid, Problems};
+use crate::config::error::{invalid, Problems};
 use headroom_types::GroupPath;
 use serde::{Deserialize, Serialize};
 
