@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::LoadError;
 use crate::options::LoadOptions;
+use crate::results::Interval;
 use crate::results::{RawResults, WireResults};
-use crate::runner::{run_local, Interval};
+use crate::runner::run_local;
 
 /// Version of the agent message format.
 pub const AGENT_PROTOCOL_VERSION: u32 = 1;

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::LoadError;
-use crate::options::{
-    LoadOptions, Popularity, ProtocolKind, ScanSpec, SearchSpec, DEFAULT_AGENT_PORT,
-};
+use crate::keys::Popularity;
+use crate::options::{LoadOptions, ProtocolKind, ScanSpec, SearchSpec, DEFAULT_AGENT_PORT};
 
 /// Default exit status of a run (or a scan with a row, or a search whose answer) that failed its
 /// self-checks: distinct from 1 (error) and 2 (usage) so scripts notice.

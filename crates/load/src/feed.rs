@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::unix_ms;
 use crate::error::LoadError;
-use crate::runner::Interval;
+use crate::results::Interval;
 
 /// Version of the feed line format.
 pub const FEED_VERSION: u32 = 1;

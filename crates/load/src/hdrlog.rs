@@ -17,7 +17,7 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::error::LoadError;
-use crate::runner::Interval;
+use crate::results::Interval;
 
 /// The tags of an interval's two lines.
 const WARMUP: &str = "warmup";

@@ -28,10 +28,12 @@ pub mod testkit;
 
 pub use args::{LoadArgs, Sweep};
 pub use error::LoadError;
-pub use options::{LoadOptions, Popularity, ProtocolKind, ScanSpec, SearchSpec};
+pub use keys::Popularity;
+pub use options::{LoadOptions, ProtocolKind, ScanSpec, SearchSpec};
 pub use report::LoadReport;
+pub use results::Interval;
 pub use results::RawResults;
-pub use runner::{preload, Interval, PreloadStats};
+pub use runner::{preload, PreloadStats};
 
 use crate::options::Validated;
 use headroom_types::load_result::LoadResult;

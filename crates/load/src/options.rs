@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dist::Dist;
 use crate::error::LoadError;
+use crate::keys::Popularity;
 use crate::protocol::Protocol;
 
 /// mutilate's default agent port.
@@ -142,42 +143,6 @@ impl FromStr for SearchSpec {
             percentile,
             target_us,
         })
-    }
-}
-
-/// Key popularity: which record each request touches.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Popularity {
-    /// Every record equally likely (mutilate's only mode).
-    Uniform,
-    /// Zipf with exponent S over the records (record 0 hottest).
-    Zipf(f64),
-}
-
-impl FromStr for Popularity {
-    type Err = LoadError;
-    fn from_str(s: &str) -> Result<Self, LoadError> {
-        if s == "uniform" {
-            return Ok(Popularity::Uniform);
-        }
-        if let Some(exp) = s.strip_prefix("zipf:") {
-            let v: f64 = exp.parse().map_err(|_| {
-                LoadError::invalid("--popularity", s, "zipf exponent is not a number")
-            })?;
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(LoadError::invalid(
-                    "--popularity",
-                    s,
-                    "zipf exponent must be positive",
-                ));
-            }
-            return Ok(Popularity::Zipf(v));
-        }
-        Err(LoadError::invalid(
-            "--popularity",
-            s,
-            "expected uniform or zipf:S",
-        ))
     }
 }
 

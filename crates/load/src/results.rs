@@ -320,3 +320,23 @@ pub struct WireResults {
     #[serde(default)]
     pub stamps_refused: Option<String>,
 }
+
+/// One second (or the last, partial interval) of a run, merged over the threads.
+#[derive(Clone, Debug)]
+pub struct Interval {
+    /// 0-based interval number since the start of the run (warmup included).
+    pub index: u64,
+    /// Seconds since the start at the end of this interval.
+    pub t_s: f64,
+    pub interval_s: f64,
+    /// Replies per second in this interval (all connections).
+    pub qps: f64,
+    /// Corrected latencies of the reported connections completed in this interval.
+    pub hist: LatencyHist,
+    /// The same requests from their actual send (the kernel's transmit stamp).
+    pub actual_send: LatencyHist,
+    /// The same requests' send lag: the client's own lateness, not part of either latency.
+    pub send_lag: LatencyHist,
+    /// The interval ends inside the warmup.
+    pub warmup: bool,
+}

@@ -23,30 +23,11 @@ use crate::hdrlog::HdrLogWriter;
 use crate::keys::KeyChooser;
 use crate::options::{LoadOptions, Validated};
 use crate::protocol::Op;
+use crate::results::Interval;
 use crate::results::{RawResults, MAX_IA_SAMPLES};
 use crate::sizing;
 use crate::stats::LatencyHist;
 use headroom_types::load_result::ConnectionSizing;
-
-/// One second (or the last, partial interval) of a run, merged over the threads.
-#[derive(Clone, Debug)]
-pub struct Interval {
-    /// 0-based interval number since the start of the run (warmup included).
-    pub index: u64,
-    /// Seconds since the start at the end of this interval.
-    pub t_s: f64,
-    pub interval_s: f64,
-    /// Replies per second in this interval (all connections).
-    pub qps: f64,
-    /// Corrected latencies of the reported connections completed in this interval.
-    pub hist: LatencyHist,
-    /// The same requests from their actual send (the kernel's transmit stamp).
-    pub actual_send: LatencyHist,
-    /// The same requests' send lag: the client's own lateness, not part of either latency.
-    pub send_lag: LatencyHist,
-    /// The interval ends inside the warmup.
-    pub warmup: bool,
-}
 
 /// Records per server: mutilate divides `-r` by the number of servers.
 pub fn records_per_server(opts: &LoadOptions) -> u64 {
