@@ -9,11 +9,19 @@ use headroom_control::node::NodeFacts;
 use headroom_control::observation::Observation;
 use headroom_types::CpuSet;
 
-use crate::model::{BeKind, Dispatch, ServerModel};
+use crate::model::{BeKind, Dispatch, ServerModel, MAX_CORES};
 use crate::queue::{erlang_b, ResponseTail, ServiceDist};
 
-/// The most CPUs a modelled server may have (CPU sets are bit masks).
-pub const MAX_CORES: u32 = 128;
+/// The node's facts: v1 weights (cpu.shares), per-CPU frequency caps from 0.4 × to the
+/// nominal frequency.
+pub fn sim_facts(cores: u32, freq_max_mhz: f64) -> NodeFacts {
+    let max = (freq_max_mhz * 1000.0) as u64;
+    NodeFacts {
+        v2_weights: false,
+        freq_range: Some((0..cores).map(|c| (c, (max * 2 / 5, max))).collect()),
+        ..NodeFacts::default()
+    }
+}
 
 /// What the agent has written: the BE groups' and the LC's knobs as the model reads them.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,7 +134,7 @@ impl SimHost {
                 lc_cpus: all,
             },
             tick_us: tick_s * 1e6,
-            facts: crate::node::sim_facts(cores, model.server.freq_max_mhz),
+            facts: sim_facts(cores, model.server.freq_max_mhz),
             cpu_khz: vec![(model.server.freq_max_mhz * 1000.0) as u64; cores as usize],
             be_memory_max: None,
             inputs: (0.0, None, 1.0),

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::SimError;
 use crate::queue::StallForm;
 
+/// The most CPUs a modelled server may have (CPU sets are bit masks).
+pub const MAX_CORES: u32 = 128;
+
 /// Every parameter of the server model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -306,7 +309,7 @@ impl ServerModel {
                 Err(SimError::invalid(key, v, "must be in 0..=1"))
             }
         };
-        if self.server.cores == 0 || self.server.cores > crate::host::MAX_CORES {
+        if self.server.cores == 0 || self.server.cores > MAX_CORES {
             return Err(SimError::invalid(
                 "server.cores",
                 self.server.cores,

@@ -29,17 +29,6 @@ pub fn sim_groups() -> ManagedGroups {
     }
 }
 
-/// The node's facts: v1 weights (cpu.shares), per-CPU frequency caps from 0.4 × to the
-/// nominal frequency.
-pub fn sim_facts(cores: u32, freq_max_mhz: f64) -> NodeFacts {
-    let max = (freq_max_mhz * 1000.0) as u64;
-    NodeFacts {
-        v2_weights: false,
-        freq_range: Some((0..cores).map(|c| (c, (max * 2 / 5, max))).collect()),
-        ..NodeFacts::default()
-    }
-}
-
 fn bad(knob: &Knob, to: &KnobValue) -> NodeError {
     NodeError::new(knob.to_string(), format!("the model cannot take {to}"))
 }

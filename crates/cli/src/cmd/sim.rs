@@ -193,7 +193,7 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
     if let Some(c) = a
         .cores
         .iter()
-        .find(|c| **c == 0 || **c > headroom_sim::host::MAX_CORES)
+        .find(|c| **c == 0 || **c > headroom_sim::model::MAX_CORES)
     {
         return Err(super::usage(format!(
             "headroom sim fleet: --cores {c}: must be in 1..=128"
