@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
-use headroom_control::allocation::{Allocation, GroupPath};
+use headroom_types::allocation::Allocation;
+use headroom_types::GroupPath;
 
 /// Version of the state-file format (1: cgroup originals only, by group; still read).
 pub const STATE_VERSION: u32 = 2;

@@ -6,8 +6,8 @@
 mod support;
 
 use headroom_control::actuation::{CgroupKnob, Knob, ManagedGroups};
-use headroom_control::allocation::Allocation;
 use headroom_host::GroupPath;
+use headroom_types::allocation::Allocation;
 use support::{Fake, Plan};
 
 fn setup(fake: &Fake) -> Plan {

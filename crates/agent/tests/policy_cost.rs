@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use headroom_control::config::Config;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{self, MachineInfo};
+use headroom_types::observation::Observation;
 
 /// CPU time of this thread, so other load on the machine does not count.
 fn thread_cpu_ns() -> u64 {

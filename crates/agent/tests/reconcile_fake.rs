@@ -7,9 +7,9 @@ mod support;
 use headroom_control::actuation::{
     ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome,
 };
-use headroom_control::allocation::CpuSet;
-use headroom_control::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_host::GroupPath;
+use headroom_types::allocation::{Allocation, CpuWeight, LcTreatment};
+use headroom_types::CpuSet;
 use support::{Fake, Plan};
 
 fn setup(fake: &Fake) -> Plan {
@@ -229,7 +229,7 @@ fn a_failed_write_undoes_what_gave_before_it() {
 fn a_failing_memory_limit_never_keeps_be_unconfined() {
     use headroom_control::controller::{Controller, Discard};
     use headroom_control::decision::Decision;
-    use headroom_control::observation::Observation;
+    use headroom_types::observation::Observation;
     use std::time::Duration;
 
     /// A policy that says what the test tells it (here: BE off on CPU 1, 2 MiB of memory).

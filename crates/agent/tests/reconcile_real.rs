@@ -3,8 +3,8 @@
 //! that read everything back neither "repair" it nor fail on it.
 
 use headroom_control::actuation::ManagedGroups;
-use headroom_control::allocation::{Allocation, CpuWeight};
 use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use headroom_types::allocation::{Allocation, CpuWeight};
 
 mod support;
 

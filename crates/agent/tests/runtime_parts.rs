@@ -2,7 +2,7 @@
 //! the state file round-trips atomically, the control socket is 0600 and answers, the live
 //! feed turns pushed histograms into a window percentile, and the metrics endpoint serves.
 
-use headroom_control::allocation::CpuSet;
+use headroom_types::CpuSet;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -13,8 +13,8 @@ use headroom_agent::sensors::lc_signal::SignalCell;
 use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};
 use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
-use headroom_control::allocation::Allocation;
 use headroom_control::config::Config;
+use headroom_types::allocation::Allocation;
 
 fn repo_file(rel: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -222,7 +222,7 @@ fn feed_lines_become_a_window_percentile() {
 #[test]
 fn metrics_endpoint_serves_the_exposition() {
     let (m, registry) = headroom_agent::publish::metrics::Metrics::new();
-    let obs = headroom_control::observation::Observation {
+    let obs = headroom_types::observation::Observation {
         lc_latency_us: Some(250.0),
         ..Default::default()
     };

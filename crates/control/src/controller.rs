@@ -5,11 +5,12 @@
 use std::time::Duration;
 
 use crate::actuation::{Actuation, ActuationError, ApplyReport};
-use crate::allocation::{Allocation, CpuSet};
 use crate::decision::Decision;
 use crate::node::Node;
-use crate::observation::Observation;
 use crate::policy::Policy;
+use headroom_types::allocation::Allocation;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// Where a tick's results go: the decision log and the metrics on a real host, the
 /// simulator's accounting on a model.

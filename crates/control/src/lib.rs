@@ -5,11 +5,9 @@
 
 pub mod actuation;
 pub mod advertise;
-pub mod allocation;
 pub mod config;
 pub mod controller;
 pub mod decision;
 pub mod discovered;
 pub mod node;
-pub mod observation;
 pub mod policy;

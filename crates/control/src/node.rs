@@ -13,7 +13,7 @@ use headroom_types::resources::{L3Info, MbInfo};
 use headroom_types::GroupPath;
 
 use crate::actuation::knob::{Knob, KnobValue};
-use crate::observation::Observation;
+use headroom_types::observation::Observation;
 
 /// A read or write one node could not do, naming what and why.
 #[derive(Debug, Clone, thiserror::Error)]

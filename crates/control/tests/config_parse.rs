@@ -4,10 +4,10 @@
 //! The example config in docs/policies.md parses, defaults are the papers' constants, and the
 //! config survives a TOML round trip and live `set`.
 
-use headroom_control::allocation::CpuSet;
 use headroom_control::config::{
     Config, LatencySource, LowSlackAction, OnExit, PolicyKind, WeightsMode,
 };
+use headroom_types::CpuSet;
 
 fn docs_example() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policies.md");

@@ -1,12 +1,12 @@
 //! PerfIso CPU blind isolation: grow/shrink with B = 1..4 on 2-, 8- and 16-CPU machines, LC
 //! pinning, minimum S, fractional buffers, polling vs. updating.
 
-use headroom_control::allocation::CpuSet;
+use headroom_types::CpuSet;
 use std::time::Duration;
 
 use headroom_control::config::Config;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{Blind, MachineInfo, Policy};
+use headroom_types::observation::Observation;
 
 fn config(extra: &str) -> Config {
     let text = format!(

@@ -1,11 +1,11 @@
 //! Heracles (ISCA'15) Alg. 1–4, one scripted observation sequence per rule.
 
-use headroom_control::allocation::CpuSet;
+use headroom_types::CpuSet;
 use std::time::Duration;
 
 use headroom_control::config::Config;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{Heracles, MachineInfo, Policy};
+use headroom_types::observation::Observation;
 
 const BASE: &str = r#"
 [lc]

@@ -1,12 +1,12 @@
 //! `hybrid`: Heracles' top level (slack, load) sets blind isolation's buffer and enables or
 //! disables BE; blind isolation runs every poll underneath.
 
-use headroom_control::allocation::CpuSet;
+use headroom_types::CpuSet;
 use std::time::Duration;
 
 use headroom_control::config::Config;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{Hybrid, MachineInfo, Policy};
+use headroom_types::observation::Observation;
 
 const BASE: &str = r#"
 [lc]

@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
-use headroom_control::allocation::{Allocation, CpuSet};
 use headroom_control::config::Config;
 use headroom_control::decision::{self, Decision, DecisionRecord};
-use headroom_control::observation::{LcGroupObservation, Observation};
 use headroom_control::policy::{self, Guarded, Hybrid, MachineInfo, Multi, Policy};
+use headroom_types::allocation::Allocation;
 use headroom_types::allocation::LcServiceCpus;
+use headroom_types::observation::{LcGroupObservation, Observation};
+use headroom_types::CpuSet;
 use headroom_types::GroupPath;
 
 /// Three services on 8 CPUs: `web` (500 µs), `kv` (300 µs, priority 1), `search` (1000 µs).

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use headroom_control::config::Config;
 use headroom_control::decision::{self, DecisionRecord, LogLine, Mismatch};
-use headroom_control::observation::Observation;
 use headroom_control::policy::{self, MachineInfo};
+use headroom_types::observation::Observation;
 
 const CONFIG: &str = r#"
 [lc]
@@ -290,10 +290,7 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
         name: name.into(),
         uid: name.into(),
         qos: PodQos::Burstable,
-        cgroup: headroom_control::allocation::GroupPath::new(&format!(
-            "kubepods/burstable/pod{name}"
-        ))
-        .unwrap(),
+        cgroup: headroom_types::GroupPath::new(&format!("kubepods/burstable/pod{name}")).unwrap(),
         target_us,
         percentile: 99.0,
         latency_port: Some(8080),

@@ -1,14 +1,14 @@
 //! The safety wrapper: stale/unknown latency, SLO-violation cooldown, low memory, the LC never
 //! restricted, missing mechanisms dropped, pause/resume and live `set`.
 
-use headroom_control::allocation::CpuSet;
+use headroom_types::CpuSet;
 use std::time::Duration;
 
-use headroom_control::allocation::{Allocation, CpuWeight};
 use headroom_control::config::{Config, ConfigError};
 use headroom_control::decision::Decision;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{self, Guarded, MachineInfo, Policy};
+use headroom_types::allocation::{Allocation, CpuWeight};
+use headroom_types::observation::Observation;
 
 const BLIND_WITH_LATENCY: &str = r#"
 [lc]

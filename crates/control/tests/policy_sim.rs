@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use headroom_control::config::Config;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{self, MachineInfo};
+use headroom_types::observation::Observation;
 
 const CPUS: f64 = 8.0;
 const TICK_MS: u64 = 10;

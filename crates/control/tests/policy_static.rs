@@ -1,11 +1,11 @@
 //! PerfIso's baselines: `static-cores` and `static-cycles`; and `none`.
 
-use headroom_control::allocation::CpuSet;
+use headroom_types::CpuSet;
 use std::time::Duration;
 
 use headroom_control::config::Config;
-use headroom_control::observation::Observation;
 use headroom_control::policy::{self, MachineInfo};
+use headroom_types::observation::Observation;
 
 fn cfg(kind: &str, extra: &str) -> Config {
     Config::from_toml_str(&format!(

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use headroom_control::allocation::CpuWeight;
 use headroom_control::config::Config;
-use headroom_control::observation::{LcGroupObservation, Observation};
 use headroom_control::policy::{MachineInfo, Policy, Weights};
+use headroom_types::allocation::CpuWeight;
+use headroom_types::observation::{LcGroupObservation, Observation};
 
 const TWO_WIKIS: &str = r#"
 [lc]

@@ -11,10 +11,10 @@
 use std::time::Duration;
 
 use headroom_control::actuation::Actuation;
-use headroom_control::allocation::Allocation;
 use headroom_control::config::{Config, PolicyKind};
 use headroom_control::controller::{Controller, Discard};
 use headroom_control::policy::{self, MachineInfo};
+use headroom_types::allocation::Allocation;
 use headroom_types::decision::Decision;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -4,9 +4,9 @@
 //! response-time distribution, CPU use, BE progress, power and DRAM traffic, and
 //! [`SimHost::observation`] turns that into the `Observation` the real policy reads.
 
-use headroom_control::allocation::Allocation;
 use headroom_control::node::NodeFacts;
-use headroom_control::observation::Observation;
+use headroom_types::allocation::Allocation;
+use headroom_types::observation::Observation;
 use headroom_types::CpuSet;
 
 use crate::model::{BeKind, Dispatch, ServerModel, MAX_CORES};
@@ -95,7 +95,7 @@ pub struct SimHost {
     pub(crate) dirty: bool,
     /// Several LC services (crate::multi): their signals, reported as `obs.lc_groups`;
     /// empty for the one-LC server.
-    pub(crate) groups: Vec<headroom_control::observation::LcGroupObservation>,
+    pub(crate) groups: Vec<headroom_types::observation::LcGroupObservation>,
 }
 
 fn mask_of(cpus: &CpuSet, all: u128) -> u128 {

@@ -13,7 +13,7 @@ pub mod report;
 pub mod spec;
 
 use headroom_control::config::{Config, PolicyKind};
-use headroom_control::observation::LcGroupObservation;
+use headroom_types::observation::LcGroupObservation;
 use rayon::prelude::*;
 
 use crate::closed_loop::ClosedLoop;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use headroom_control::actuation::{CgroupKnob, Knob, KnobValue, ManagedGroups};
 use headroom_control::node::{Node, NodeError, NodeFacts};
-use headroom_control::observation::Observation;
+use headroom_types::observation::Observation;
 use headroom_types::resources::CpuQuota;
 use headroom_types::GroupPath;
 
@@ -59,7 +59,7 @@ impl SimHost {
 
     /// With several LC services: each one's signals for the next [`Node::sense`]
     /// (`obs.lc_groups`; the top-level fields keep [`SimHost::set_inputs`]'s).
-    pub fn set_groups(&mut self, groups: Vec<headroom_control::observation::LcGroupObservation>) {
+    pub fn set_groups(&mut self, groups: Vec<headroom_types::observation::LcGroupObservation>) {
         self.groups = groups;
         self.dirty = true;
     }

@@ -1,11 +1,11 @@
 //! The queue model with no BE against the analytic response-time percentiles (M/M/1, M/M/k via
 //! Erlang C), each checked by an exact per-request simulation of the same queue.
 
-use headroom_control::allocation::Allocation;
 use headroom_sim::des::{percentile, simulate_mgk};
 use headroom_sim::host::SimHost;
 use headroom_sim::model::{BeKind, ServerModel};
 use headroom_sim::queue::{erlang_c, ResponseTail, ServiceDist};
+use headroom_types::allocation::Allocation;
 
 const REQUESTS: usize = 1_000_000;
 

@@ -12,12 +12,12 @@ use headroom_control::actuation::{Actuation, CgroupKnob, Knob, KnobValue, Manage
 use headroom_control::config::Config;
 use headroom_control::controller::{Controller, Discard, TickOutcome};
 use headroom_control::node::{Node, NodeError, NodeFacts};
-use headroom_control::observation::Observation;
 use headroom_control::policy::{self, MachineInfo};
 use headroom_host::GroupPath;
 use headroom_sim::host::SimHost;
 use headroom_sim::model::{BeKind, ServerModel};
 use headroom_sim::node::{sim_groups, BE_GROUP, LC_GROUP};
+use headroom_types::observation::Observation;
 use support::Fake;
 
 /// A node whose sensors read a script: the same observations for both hosts.

@@ -17,7 +17,7 @@ const FREEZE_VERIFY_GRACE: Duration = Duration::from_secs(1);
 use headroom_control::actuation::knob::{CgroupKnob, Knob, KnobValue};
 use headroom_control::actuation::target::BE_RESCTRL_GROUP;
 use headroom_control::node::{Node, NodeError, NodeFacts};
-use headroom_control::observation::Observation;
+use headroom_types::observation::Observation;
 
 /// The controller (v1 hierarchy) a cgroup knob lives in.
 fn controller_of(knob: CgroupKnob) -> Controller {

@@ -22,8 +22,8 @@ use crate::sensors::Sensors;
 use headroom_control::actuation::target::BE_RESCTRL_GROUP;
 use headroom_control::config::Config;
 use headroom_control::node::{NodeError, NodeFacts};
-use headroom_control::observation::Observation;
 use headroom_control::policy::{Mechanism, Mechanisms};
+use headroom_types::observation::Observation;
 
 mod knob_io;
 #[cfg(test)]

@@ -12,8 +12,9 @@ use headroom_host::{GroupPath, KnobIo, LinuxHost, RealIo};
 
 use super::LinuxNode;
 use headroom_control::actuation::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};
-use headroom_control::allocation::{Allocation, CpuSet, IoLimit};
 use headroom_control::policy::Mechanism;
+use headroom_types::allocation::{Allocation, IoLimit};
+use headroom_types::CpuSet;
 
 /// A temp-dir stand-in for the kernel's files: schemata and v1 throttle files keep one
 /// line per resource / device (as the kernel does), a resctrl `tasks` write adds a task,
@@ -537,7 +538,7 @@ impl headroom_control::policy::Policy for Fixed {
     }
     fn decide(
         &mut self,
-        _obs: &headroom_control::observation::Observation,
+        _obs: &headroom_types::observation::Observation,
         _now: std::time::Duration,
     ) -> headroom_control::decision::Decision {
         headroom_control::decision::Decision {
@@ -564,11 +565,11 @@ impl headroom_control::node::Node for CountingNode {
     fn facts(&self) -> &headroom_control::node::NodeFacts {
         self.inner.facts()
     }
-    fn sense(&mut self, t: std::time::Duration) -> &headroom_control::observation::Observation {
+    fn sense(&mut self, t: std::time::Duration) -> &headroom_types::observation::Observation {
         self.senses += 1;
         self.inner.sense(t)
     }
-    fn observed(&mut self, t: std::time::Duration) -> &headroom_control::observation::Observation {
+    fn observed(&mut self, t: std::time::Duration) -> &headroom_types::observation::Observation {
         self.inner.observed(t)
     }
     fn read(

@@ -16,8 +16,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::sensors::lc_signal::StopFlag;
-use headroom_control::allocation::Allocation;
-use headroom_control::observation::Observation;
+use headroom_types::allocation::Allocation;
+use headroom_types::observation::Observation;
 
 type F64Gauge = Gauge<f64, AtomicU64>;
 type Labels = Vec<(String, String)>;

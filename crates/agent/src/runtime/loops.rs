@@ -391,9 +391,9 @@ impl Agent {
 pub(super) fn service_treatment(
     lc: &headroom_control::config::LcConfig,
     machine_cpus: &[u32],
-) -> headroom_control::allocation::LcTreatment {
+) -> headroom_types::allocation::LcTreatment {
     let t = &lc.threads;
-    headroom_control::allocation::LcTreatment {
+    headroom_types::allocation::LcTreatment {
         pin_cpus: t.pin.then(|| {
             if t.cpus.is_empty() {
                 headroom_host::CpuSet::from(machine_cpus)

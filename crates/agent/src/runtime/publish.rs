@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use crate::publish::metrics::{Metrics, ServiceSlo};
 use crate::publish::reaction_log::phase;
-use headroom_control::allocation::Allocation;
 use headroom_control::controller::{TickOutcome, TickSink};
 use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
-use headroom_control::observation::Observation;
+use headroom_types::allocation::Allocation;
 use headroom_types::decision::Repeat;
+use headroom_types::observation::Observation;
 
 pub use super::decision_log::DecisionLog;
 use super::RunSummary;
@@ -250,8 +250,8 @@ mod tests {
     #[test]
     fn a_new_latency_window_is_told_from_the_same_one_aging() {
         use super::new_latency_window;
-        use headroom_control::observation::Observation;
         use headroom_types::observation::LcGroupObservation;
+        use headroom_types::observation::Observation;
         use std::time::Duration;
         let obs = |age: Option<u64>, group_age: Option<u64>| Observation {
             lc_latency_us: age.map(|_| 100.0),
@@ -329,8 +329,8 @@ mod tests {
         use headroom_control::config::Config;
         use headroom_control::controller::TickSink;
         use headroom_control::decision::{replay_log, LogLine};
-        use headroom_control::observation::Observation;
         use headroom_control::policy::{self, MachineInfo};
+        use headroom_types::observation::Observation;
         use std::time::Duration;
         let toml = r#"
 [lc]
@@ -423,7 +423,7 @@ kind = "hybrid"
     fn a_different_binding_lc_is_a_different_decision() {
         use headroom_control::controller::TickSink;
         use headroom_control::decision::{Decision, LogLine};
-        use headroom_control::observation::Observation;
+        use headroom_types::observation::Observation;
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("decisions.jsonl");
@@ -447,7 +447,7 @@ kind = "hybrid"
             last_binding_lc: None,
         };
         let decision = |binding: &str| Decision {
-            allocation: headroom_control::allocation::Allocation::default(),
+            allocation: headroom_types::allocation::Allocation::default(),
             reason: "multi:hold".into(),
             state: serde_json::Value::Null,
             binding_lc: Some(binding.into()),

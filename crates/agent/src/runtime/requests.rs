@@ -108,7 +108,7 @@ impl Agent {
         &self,
         i: usize,
         lc: &headroom_control::config::LcConfig,
-        obs: &headroom_control::observation::Observation,
+        obs: &headroom_types::observation::Observation,
     ) -> LcStatus {
         let slo = &lc.slo;
         let mut s = LcStatus {
@@ -160,7 +160,7 @@ impl Agent {
     }
 
     fn status(&self) -> AgentStatus {
-        let blank = headroom_control::observation::Observation::default();
+        let blank = headroom_types::observation::Observation::default();
         let obs = self.node.sensors().map_or(&blank, |s| s.last());
         let p = &self.publisher;
         AgentStatus {

@@ -27,10 +27,10 @@ use crate::sensors::Sensors;
 use crate::state::{self, AgentState, StateLock};
 use crate::supervisor::Supervised;
 use headroom_control::actuation::{Actuation, ManagedGroups};
-use headroom_control::allocation::Allocation;
 use headroom_control::config::{Config, ConfigError};
 use headroom_control::controller::Controller;
 use headroom_control::policy;
+use headroom_types::allocation::Allocation;
 
 impl Agent {
     /// Validates, takes the state lock, binds the sockets and opens the log, then creates the

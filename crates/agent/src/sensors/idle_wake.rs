@@ -412,7 +412,7 @@ mod tests {
         )
         .unwrap();
         let mut p = policy::build(&c, &MachineInfo::with_cpus(8));
-        let obs = |latency: Option<f64>| headroom_control::observation::Observation {
+        let obs = |latency: Option<f64>| headroom_types::observation::Observation {
             lc_latency_us: latency,
             lc_latency_age_ms: latency.map(|_| 0),
             idle_cpus: Some(4.0),
@@ -441,7 +441,7 @@ mod tests {
         let b0 = p.idle_buffer().expect("hybrid keeps a buffer");
         assert_eq!(thresholds(&c, Some(b0)), thresholds(&c, None));
         // an SLO violation: the outer loop disables BE and widens B by one step
-        let bad = headroom_control::observation::Observation {
+        let bad = headroom_types::observation::Observation {
             lc_latency_us: Some(10_000.0),
             lc_latency_age_ms: Some(0),
             lc_load: Some(0.3),

@@ -10,7 +10,7 @@ use headroom_types::observation::LcGroupObservation;
 
 use super::lc_signal::Reading;
 use super::LcSignals;
-use headroom_control::observation::Observation;
+use headroom_types::observation::Observation;
 
 /// One LC service other than the first: its name, group and signal cells.
 pub struct LcServiceSensor {

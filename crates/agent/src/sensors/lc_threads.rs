@@ -14,7 +14,7 @@ use headroom_host::sched::{self, SchedPolicy};
 use headroom_host::{Cgroups, CpuSet, GroupPath};
 use serde::{Deserialize, Serialize};
 
-use headroom_control::allocation::LcTreatment;
+use headroom_types::allocation::LcTreatment;
 
 /// A thread's settings before the agent first changed them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

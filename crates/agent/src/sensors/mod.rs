@@ -17,7 +17,7 @@ use self::idle_wake::{Drained, Fall, IdleEventSource, Woken};
 use headroom_control::config::IdleSensor;
 
 use self::lc_signal::SignalCell;
-use headroom_control::observation::Observation;
+use headroom_types::observation::Observation;
 
 pub mod feed;
 mod hardware;

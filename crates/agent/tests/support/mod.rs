@@ -195,7 +195,7 @@ impl Plan {
 
     pub fn apply(
         &mut self,
-        a: &headroom_control::allocation::Allocation,
+        a: &headroom_types::allocation::Allocation,
         verify: bool,
     ) -> Result<headroom_control::actuation::ApplyReport, headroom_control::actuation::ActuationError>
     {

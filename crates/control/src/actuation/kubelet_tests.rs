@@ -11,9 +11,10 @@ use headroom_types::GroupPath;
 
 use super::target::kubelet_owns_weight;
 use super::{Actuation, CgroupKnob, Knob, KnobValue, ManagedGroups};
-use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::node::{Node, NodeError, NodeFacts};
-use crate::observation::Observation;
+use headroom_types::allocation::{Allocation, CpuWeight, LcTreatment};
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 #[derive(Default)]
 struct MemNode {

@@ -9,9 +9,10 @@ use headroom_types::allocation::LcServiceCpus;
 use headroom_types::GroupPath;
 
 use super::{Actuation, ActuationError, CgroupKnob, Knob, KnobValue, ManagedGroups};
-use crate::allocation::{Allocation, CpuSet};
 use crate::node::{Node, NodeError, NodeFacts};
-use crate::observation::Observation;
+use headroom_types::allocation::Allocation;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// Every cgroup knob of the named groups, in memory; writes are recorded in order.
 #[derive(Default)]

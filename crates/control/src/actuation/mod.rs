@@ -23,8 +23,8 @@ pub mod target;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allocation::Allocation;
 use crate::node::{Node, NodeError};
+use headroom_types::allocation::Allocation;
 use headroom_types::GroupPath;
 pub use knob::{CgroupKnob, Knob, KnobValue, Phase};
 pub use report::{ActuationError, ApplyReport, RollbackOutcome, Write, WriteFailure};

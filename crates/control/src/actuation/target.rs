@@ -8,8 +8,8 @@ use headroom_types::resources::{top_ways_mask, CpuQuota, IoLimits, Schemata};
 use headroom_types::{DeviceId, GroupPath};
 
 use super::knob::{CgroupKnob, Knob, KnobValue};
-use crate::allocation::{Allocation, CpuWeight};
 use crate::node::NodeFacts;
+use headroom_types::allocation::{Allocation, CpuWeight};
 
 /// The resctrl control group BE runs in.
 pub const BE_RESCTRL_GROUP: &str = "headroom-be";

@@ -244,7 +244,7 @@ impl Config {
     pub fn validate_on(&self, cpus: &[u32]) -> Result<(), ConfigError> {
         let mut p = Problems::default();
         let missing = |list: &CpuSet| list.iter().find(|c| !cpus.contains(c));
-        let online = crate::allocation::format_cpulist(cpus);
+        let online = headroom_types::allocation::format_cpulist(cpus);
         let lc_keys: Vec<String> = (0..self.lcs.len())
             .map(|i| format!("{}.threads.cpus", self.lc_key(i)))
             .collect();

@@ -1,8 +1,8 @@
 //! `[safety]`: rules that override every policy.
 
-use crate::allocation::IoLimit;
 use crate::config::checks::*;
 use crate::config::{invalid, Problems};
+use headroom_types::allocation::IoLimit;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -27,10 +27,11 @@ use super::{
     be_candidate_cpus, lc_pinned_cpus, round6, take_top_cpus, IdleCrossings, LcCpusMemo,
     MachineInfo, Policy,
 };
-use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::observation::Observation;
+use headroom_types::allocation::Allocation;
 use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// Blind isolation's state and parameters.
 #[derive(Debug, Clone)]

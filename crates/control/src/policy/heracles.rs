@@ -22,10 +22,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{be_candidate_cpus, secs, take_top_cpus, MachineInfo, Mechanism, Policy};
-use crate::allocation::{Allocation, CpuSet};
 use crate::config::{Config, HeraclesConfig};
-use crate::observation::Observation;
+use headroom_types::allocation::Allocation;
 use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {

@@ -19,10 +19,11 @@ use serde_json::json;
 use super::blind::Blind;
 use super::heracles::{TopLevel, TopOutcome, NO_DATA_RETRY_S};
 use super::{be_candidate_cpus, round6, secs, take_top_cpus, IdleCrossings, MachineInfo, Policy};
-use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::observation::Observation;
+use headroom_types::allocation::Allocation;
 use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// How often the loop looks while BE shares the LC's CPUs (the periodic duty's period).
 const SHARING_POLL: Duration = Duration::from_millis(100);

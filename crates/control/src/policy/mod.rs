@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::allocation::Allocation;
 use crate::config::{Config, ConfigError, PolicyKind};
-use crate::observation::Observation;
+use headroom_types::allocation::Allocation;
 pub use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
 use headroom_types::CpuSet;
 
 pub use blind::Blind;

@@ -29,12 +29,13 @@ use serde_json::json;
 
 use super::hybrid::Hybrid;
 use super::{secs, IdleCrossings, MachineInfo, Policy};
-use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::observation::Observation;
 use config::LoadAggregate;
+use headroom_types::allocation::Allocation;
 use headroom_types::allocation::LcServiceCpus;
 use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 use headroom_types::GroupPath;
 
 /// One service's signals this tick.

@@ -28,10 +28,11 @@ use super::{
 };
 
 mod multi;
-use crate::allocation::{Allocation, CpuSet, CpuWeight, LcTreatment};
 use crate::config::{Config, ConfigError, PolicyKind};
-use crate::observation::Observation;
+use headroom_types::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// A policy inside the safety rules.
 pub struct Guarded {

@@ -8,10 +8,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{be_candidate_cpus, take_top_cpus, MachineInfo, Policy};
-use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::observation::Observation;
+use headroom_types::allocation::Allocation;
 use headroom_types::decision::Decision;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// Static policies are re-evaluated once a second (only LC pinning changes can move them).
 const STATIC_POLL: Duration = Duration::from_secs(1);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{MachineInfo, Policy};
 use crate::config::Config;
-use crate::observation::Observation;
+use headroom_types::observation::Observation;
 
 /// With the decision state off (no decision log; the simulator) the policy `kind`, built by
 /// `new`, decides exactly the same and builds no state: 600 polls of a sawtooth load with a

@@ -17,10 +17,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{secs, MachineInfo, Mechanism, Policy};
-use crate::allocation::{Allocation, CpuWeight, GroupPath, LcGroupWeight};
 use crate::config::{Config, WeightsMode};
-use crate::observation::{LcGroupObservation, Observation};
+use headroom_types::allocation::{Allocation, CpuWeight, LcGroupWeight};
 use headroom_types::decision::Decision;
+use headroom_types::observation::{LcGroupObservation, Observation};
+use headroom_types::GroupPath;
 
 #[derive(Debug, Clone)]
 struct Group {

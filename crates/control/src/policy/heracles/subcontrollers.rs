@@ -3,8 +3,8 @@
 
 use super::{Heracles, Pending, Phase};
 use crate::config::LowSlackAction;
-use crate::observation::Observation;
 use crate::policy::Mechanism;
+use headroom_types::observation::Observation;
 
 impl Heracles {
     pub(super) fn shrink_for_low_slack(&mut self) {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::config::HeraclesConfig;
-use crate::observation::Observation;
 use crate::policy::secs;
+use headroom_types::observation::Observation;
 
 /// Retry period of the top level when latency or load was unknown, s.
 pub(crate) const NO_DATA_RETRY_S: f64 = 1.0;

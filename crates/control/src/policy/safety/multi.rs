@@ -5,10 +5,11 @@
 
 use std::borrow::Cow;
 
-use crate::allocation::{Allocation, CpuSet};
 use crate::config::Config;
-use crate::observation::Observation;
 use crate::policy::MachineInfo;
+use headroom_types::allocation::Allocation;
+use headroom_types::observation::Observation;
+use headroom_types::CpuSet;
 
 /// Rules 2–3 over every service.
 #[derive(Debug, Clone, PartialEq, Eq)]
