@@ -96,7 +96,7 @@ impl AgentState {
 
     /// Whether the state names every group of `groups` (the same agent configuration).
     pub fn manages(&self, groups: &headroom_control::actuation::ManagedGroups) -> bool {
-        let named: std::collections::BTreeSet<&headroom_host::GroupPath> = self
+        let named: std::collections::BTreeSet<&headroom_types::GroupPath> = self
             .originals
             .iter()
             .filter_map(|o| match &o.knob {
@@ -104,7 +104,8 @@ impl AgentState {
                 _ => None,
             })
             .collect();
-        let has = |g: &headroom_host::GroupPath| named.contains(g) || self.original.contains_key(g);
+        let has =
+            |g: &headroom_types::GroupPath| named.contains(g) || self.original.contains_key(g);
         has(&groups.lc) && groups.be.iter().all(has)
     }
 }

@@ -16,7 +16,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_host::{Backend, Cgroups, Controller, GroupPath};
+use headroom_host::{Backend, Cgroups, Controller};
+use headroom_types::GroupPath;
 
 /// Errors launching a command.
 #[derive(Debug, thiserror::Error)]

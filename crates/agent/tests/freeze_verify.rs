@@ -6,8 +6,8 @@
 mod support;
 
 use headroom_control::actuation::{CgroupKnob, Knob, ManagedGroups};
-use headroom_host::GroupPath;
 use headroom_types::allocation::Allocation;
+use headroom_types::GroupPath;
 use support::{Fake, Plan};
 
 fn setup(fake: &Fake) -> Plan {

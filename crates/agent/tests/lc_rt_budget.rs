@@ -6,8 +6,8 @@
 mod support;
 
 use headroom_agent::sensors::lc_threads::{LcThreads, LcThreadsState};
-use headroom_host::GroupPath;
 use headroom_types::allocation::LcTreatment;
+use headroom_types::GroupPath;
 use support::Fake;
 
 fn fifo() -> LcTreatment {

@@ -210,7 +210,7 @@ fn a_lock_left_by_a_dead_holder_is_taken_over() {
 
 /// Kills what is left in a top group and removes it (an agent started by a failing test is
 /// dropped without its exit action).
-struct RemoveOnDrop(headroom_host::GroupPath);
+struct RemoveOnDrop(headroom_types::GroupPath);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -247,7 +247,7 @@ fn an_agent_on_a_group_containing_another_agents_groups_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(2);
     let top = format!("headroom-hostile-2-nest-{}", std::process::id());
-    let _cleanup = RemoveOnDrop(headroom_host::GroupPath::new(&top).unwrap());
+    let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
     // The first agent on top/a/{lc,be}.
     let first = match Agent::start(options(
         &config(&format!("{top}/a"), dir.path(), "a", lc.pid(0)),
@@ -315,8 +315,8 @@ fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
     let dir = tempfile::tempdir().unwrap();
     let procs = live::Children::sleepers(2);
     let top = format!("headroom-hostile-2-existing-{}", std::process::id());
-    let _cleanup = RemoveOnDrop(headroom_host::GroupPath::new(&top).unwrap());
-    let be = headroom_host::GroupPath::new(&format!("{top}/be")).unwrap();
+    let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
+    let be = headroom_types::GroupPath::new(&format!("{top}/be")).unwrap();
     if let Err(e) = cg.create(&be) {
         return eprintln!("SKIP {EXISTING}: cgroupfs not writable: {e}");
     }

@@ -7,9 +7,9 @@ mod support;
 use headroom_control::actuation::{
     ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome,
 };
-use headroom_host::GroupPath;
 use headroom_types::allocation::{Allocation, CpuWeight, LcTreatment};
 use headroom_types::CpuSet;
+use headroom_types::GroupPath;
 use support::{Fake, Plan};
 
 fn setup(fake: &Fake) -> Plan {

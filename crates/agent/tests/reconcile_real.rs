@@ -3,8 +3,9 @@
 //! that read everything back neither "repair" it nor fail on it.
 
 use headroom_control::actuation::ManagedGroups;
-use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use headroom_host::{Cgroups, Controller, LinuxHost};
 use headroom_types::allocation::{Allocation, CpuWeight};
+use headroom_types::GroupPath;
 
 mod support;
 

@@ -64,7 +64,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sub/state.json");
     assert!(state::load(&path).unwrap().is_none());
-    let be = headroom_host::GroupPath::new("hr/be").unwrap();
+    let be = headroom_types::GroupPath::new("hr/be").unwrap();
     let st = AgentState {
         version: STATE_VERSION,
         pid: 42,

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use headroom_host::{Controller, CpuSet, FreezeState, GroupPath};
+use headroom_host::{Controller, FreezeState};
+use headroom_types::{CpuSet, GroupPath};
 use support::{ctl, read_log, root_cgroups, sigterm_and_wait, wait_for, write_config, Guard, BIN};
 
 /// An LC that is already SCHED_FIFO when the agent starts (launched under `chrt`, as the

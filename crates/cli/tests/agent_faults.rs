@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_host::{Controller, FreezeState, GroupPath};
+use headroom_host::{Controller, FreezeState};
+use headroom_types::GroupPath;
 use support::{
     forking_be, kill_moments, procs_with, root_cgroups, wait_for, write_config, Guard, BIN,
 };

@@ -18,7 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use headroom_host::{Cgroups, Controller, LinuxHost};
+use headroom_types::GroupPath;
 use serde_json::{json, Value};
 use stand_in::{with_ports, StandIn};
 

@@ -7,7 +7,8 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use headroom_host::{Controller, GroupPath};
+use headroom_host::Controller;
+use headroom_types::GroupPath;
 use support::{root_cgroups, signal, wait_exit, wait_for, BIN};
 
 #[test]

@@ -63,7 +63,6 @@ pub use cgroup::{
     FreezeState, IoLimits, MemoryEvents,
 };
 pub use error::{HostError, IoOp};
-pub use headroom_types::values::{CpuSet, GroupPath};
 pub use host::LinuxHost;
 pub use knob_io::{CachedIo, KnobIo, RealIo};
 pub use sched::{SchedAttr, SchedPolicy};

@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_host::bpf::{attached_egress_programs, EgressPriority};
-use headroom_host::{GroupPath, LinuxHost};
+use headroom_host::LinuxHost;
+use headroom_types::GroupPath;
 
 const CHILD_ENV: &str = "HEADROOM_BPF_CHILD_DIR";
 

@@ -4,9 +4,8 @@
 
 mod support;
 
-use headroom_host::{
-    Cgroups, CpuQuota, CpuSet, DeviceId, FreezeState, GroupPath, HostError, IoLimits,
-};
+use headroom_host::{Cgroups, CpuQuota, DeviceId, FreezeState, HostError, IoLimits};
+use headroom_types::{CpuSet, GroupPath};
 use nix::errno::Errno;
 use support::Fake;
 

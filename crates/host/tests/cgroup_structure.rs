@@ -5,9 +5,10 @@ mod support;
 use std::path::Path;
 
 use headroom_host::{
-    Backend, CgroupLayout, CgroupMode, Controller, CpuThrottling, GroupPath, LinuxHost,
-    MemoryEvents, PsiResource,
+    Backend, CgroupLayout, CgroupMode, Controller, CpuThrottling, LinuxHost, MemoryEvents,
+    PsiResource,
 };
+use headroom_types::GroupPath;
 use support::Fake;
 
 #[test]
@@ -226,7 +227,7 @@ fn empty_cpusets_and_bad_quotas_are_refused_before_writing() {
     cg.create(&g).unwrap();
     let writes = fake.kernel.writes().len();
     assert!(cg
-        .set_cpuset_cpus(&g, &headroom_host::CpuSet::new())
+        .set_cpuset_cpus(&g, &headroom_types::CpuSet::new())
         .is_err());
     let err = cg
         .set_cpu_quota(

@@ -6,7 +6,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_host::{FreezeState, GroupPath, LinuxHost};
+use headroom_host::{FreezeState, LinuxHost};
+use headroom_types::GroupPath;
 
 const TEST: &str = "start_freeze_returns_and_the_kernel_finishes_the_freeze";
 

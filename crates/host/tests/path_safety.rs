@@ -2,7 +2,7 @@
 //! so no write can ever leave the configured cgroup roots.
 
 use headroom_host::resctrl::ResctrlGroup;
-use headroom_host::GroupPath;
+use headroom_types::GroupPath;
 
 #[test]
 fn escaping_paths_are_refused_naming_the_input() {

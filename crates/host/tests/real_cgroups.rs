@@ -6,7 +6,8 @@ mod real;
 
 use std::time::{Duration, Instant};
 
-use headroom_host::{sched, Controller, CpuQuota, CpuSet, FreezeState};
+use headroom_host::{sched, Controller, CpuQuota, FreezeState};
+use headroom_types::CpuSet;
 use real::{cpu_seconds, cpu_share_over, real_cgroups, ChildGuard, ScratchGroup, SERIAL};
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {

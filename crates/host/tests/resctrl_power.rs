@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use headroom_host::power::energy_delta_uj;
 use headroom_host::resctrl::{top_ways_mask, validate_cbm, ResctrlGroup, Schemata};
-use headroom_host::CpuSet;
+use headroom_types::CpuSet;
 use nix::errno::Errno;
 use support::Fake;
 

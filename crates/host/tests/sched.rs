@@ -3,7 +3,8 @@
 
 use std::sync::mpsc;
 
-use headroom_host::{sched, CpuSet, SchedPolicy};
+use headroom_host::{sched, SchedPolicy};
+use headroom_types::CpuSet;
 
 /// Runs `f` on a fresh thread with its tid, so the test harness's threads keep their settings.
 fn on_thread<T: Send + 'static>(f: impl FnOnce(i32) -> T + Send + 'static) -> T {

@@ -13,11 +13,11 @@ use headroom_control::config::Config;
 use headroom_control::controller::{Controller, Discard, TickOutcome};
 use headroom_control::node::{Node, NodeError, NodeFacts};
 use headroom_control::policy::{self, MachineInfo};
-use headroom_host::GroupPath;
 use headroom_sim::host::SimHost;
 use headroom_sim::model::{BeKind, ServerModel};
 use headroom_sim::node::{sim_groups, BE_GROUP, LC_GROUP};
 use headroom_types::observation::Observation;
+use headroom_types::GroupPath;
 use support::Fake;
 
 /// A node whose sensors read a script: the same observations for both hosts.

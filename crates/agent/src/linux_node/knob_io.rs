@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use headroom_host::resctrl::ResctrlGroup;
-use headroom_host::{Controller, FreezeState, GroupPath, HostError};
+use headroom_host::{Controller, FreezeState, HostError};
+use headroom_types::GroupPath;
 
 use super::{LinuxNode, RETRY_PAUSE};
 use crate::publish::reaction_log::phase;

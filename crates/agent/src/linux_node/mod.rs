@@ -63,7 +63,7 @@ pub struct LinuxNode {
     started: Instant,
     blank: Observation,
     /// When the agent last started freezing each group (see `knob_io::FREEZE_VERIFY_GRACE`).
-    freezing: std::sync::Mutex<BTreeMap<headroom_host::GroupPath, Instant>>,
+    freezing: std::sync::Mutex<BTreeMap<headroom_types::GroupPath, Instant>>,
 }
 
 impl std::fmt::Debug for LinuxNode {

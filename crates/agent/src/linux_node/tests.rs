@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use headroom_host::tc::RecordingTc;
-use headroom_host::{GroupPath, KnobIo, LinuxHost, RealIo};
+use headroom_host::{KnobIo, LinuxHost, RealIo};
+use headroom_types::GroupPath;
 
 use super::LinuxNode;
 use headroom_control::actuation::{Actuation, ActuationError, ManagedGroups, RollbackOutcome};

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use headroom_host::{Cgroups, GroupPath};
+use headroom_host::Cgroups;
+use headroom_types::GroupPath;
 
 use super::AgentError;
 use crate::linux_node::LinuxNode;

@@ -396,7 +396,7 @@ pub(super) fn service_treatment(
     headroom_types::allocation::LcTreatment {
         pin_cpus: t.pin.then(|| {
             if t.cpus.is_empty() {
-                headroom_host::CpuSet::from(machine_cpus)
+                headroom_types::CpuSet::from(machine_cpus)
             } else {
                 t.cpus.clone()
             }

@@ -24,10 +24,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use headroom_host::doctor::{probe_with, ProbeOptions};
-use headroom_host::{GroupPath, HostError, LinuxHost};
+use headroom_host::{HostError, LinuxHost};
 use headroom_types::control::{
     ActuatorsStatus, AgentStatus, BeCommandStatus, DisabledActuator, LcStatus, ReasonAt,
 };
+use headroom_types::GroupPath;
 
 use crate::linux_node::LinuxNode;
 use crate::publish::control::{ControlError, Request, Requests, Response};

@@ -5,8 +5,9 @@
 
 use std::time::Instant;
 
-use headroom_host::{Cgroups, GroupPath};
+use headroom_host::Cgroups;
 use headroom_types::observation::LcGroupObservation;
+use headroom_types::GroupPath;
 
 use super::lc_signal::Reading;
 use super::LcSignals;

@@ -11,7 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use headroom_host::sched::{self, SchedPolicy};
-use headroom_host::{Cgroups, CpuSet, GroupPath};
+use headroom_host::Cgroups;
+use headroom_types::{CpuSet, GroupPath};
 use serde::{Deserialize, Serialize};
 
 use headroom_types::allocation::LcTreatment;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use headroom_host::idle_bpf::BpfIdleSampler;
-use headroom_host::{Cgroups, CpuIdleSampler, GroupPath, LinuxHost, PsiResource};
+use headroom_host::{Cgroups, CpuIdleSampler, LinuxHost, PsiResource};
+use headroom_types::GroupPath;
 
 use self::idle_wake::{Drained, Fall, IdleEventSource, Woken};
 use headroom_control::config::IdleSensor;

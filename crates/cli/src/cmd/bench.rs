@@ -327,7 +327,7 @@ pub(crate) fn remove_bench_groups() {
     let Ok(cgroups) = headroom_host::LinuxHost::system().cgroups() else {
         return;
     };
-    let Ok(top) = headroom_host::GroupPath::new("headroom-bench") else {
+    let Ok(top) = headroom_types::GroupPath::new("headroom-bench") else {
         return;
     };
     if !cgroups.exists(&top) {
@@ -342,7 +342,8 @@ pub(crate) fn remove_bench_groups() {
             return;
         }
     }
-    if let Err(e) = cgroups.remove(&headroom_host::GroupPath::new("headroom-bench").expect("valid"))
+    if let Err(e) =
+        cgroups.remove(&headroom_types::GroupPath::new("headroom-bench").expect("valid"))
     {
         eprintln!("removing cgroup headroom-bench: {e}");
     }

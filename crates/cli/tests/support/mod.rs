@@ -9,7 +9,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use headroom_host::{Cgroups, Controller, LinuxHost};
+use headroom_types::GroupPath;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use headroom_host::{Cgroups, Controller, GroupPath, LinuxHost};
+use headroom_host::{Cgroups, Controller, LinuxHost};
+use headroom_types::GroupPath;
 
 /// Real-kernel tests measure CPU time: run them one at a time.
 pub static SERIAL: Mutex<()> = Mutex::new(());

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use crate::tools::error::{Context, Result, ToolError};
 use headroom_control::config::{IdleSensing, IdleSensor};
 use headroom_host::idle_bpf::{BpfIdleTracker, Direction};
-use headroom_host::{Cgroups, FreezeState, GroupPath};
+use headroom_host::{Cgroups, FreezeState};
+use headroom_types::GroupPath;
 
 use super::{loadavg, pinned, process_run_ns, signal, wait_state, Cleanup};
 

@@ -25,7 +25,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::{Context, Result, ToolError};
-use headroom_host::{GroupPath, LinuxHost};
+use headroom_host::LinuxHost;
+use headroom_types::GroupPath;
 
 mod config;
 mod events;

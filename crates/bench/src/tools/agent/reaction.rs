@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_host::{Cgroups, FreezeState, GroupPath};
+use headroom_host::{Cgroups, FreezeState};
+use headroom_types::GroupPath;
 
 use super::{pinned, signal, wait_state, write_config, Cleanup, Flags};
 use crate::tools::error::{Context, Result, ToolError};

@@ -10,7 +10,8 @@ use std::process::Child;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use headroom_host::{Cgroups, GroupPath};
+use headroom_host::Cgroups;
+use headroom_types::GroupPath;
 
 use crate::tools::error::{Context, Result};
 
