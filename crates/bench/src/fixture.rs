@@ -9,8 +9,10 @@ use serde_json::json;
 
 use crate::error::Result;
 use crate::experiments::Experiment;
-use crate::model::{AgentWindow, ColocationRun, LoadMetrics, Machine, Manifest, Point, Window};
-use crate::store::{RunDir, POINTS, RUNS};
+use headroom_report::model::{
+    AgentWindow, ColocationRun, LoadMetrics, Machine, Manifest, Point, Window,
+};
+use headroom_report::store::{RunDir, POINTS, RUNS};
 
 pub const FIXTURE_NOTE: &str = "SYNTHETIC FIXTURE DATA for tests: not a measurement.";
 

@@ -9,7 +9,7 @@
 //! results.
 
 use crate::error::{BenchError, Result};
-use crate::model::LoadMetrics;
+use headroom_report::model::LoadMetrics;
 
 /// `headroom load -c`: connections per load-generator thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! What a capacity or peak probe must show before the LC alone is said to hold a rate.
 
-use headroom_bench::model::LoadMetrics;
+use headroom_report::model::LoadMetrics;
 use serde_json::json;
 
 fn probe(achieved: f64, p99: f64, client_cpu_ok: bool) -> LoadMetrics {

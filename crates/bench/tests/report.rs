@@ -4,8 +4,9 @@
 use std::collections::BTreeSet;
 
 use headroom_bench::experiments::Experiment;
+use headroom_bench::fixture;
 use headroom_bench::study;
-use headroom_bench::{browser, fixture};
+use headroom_report::browser;
 
 fn keys(v: &serde_json::Value) -> BTreeSet<String> {
     v.as_object().expect("object").keys().cloned().collect()
@@ -53,7 +54,7 @@ fn colocation_report_has_design_summary_keys_data_files_and_plots() {
     assert_eq!(hybrid["windows"].as_u64().unwrap(), 12);
 
     let (_, study) =
-        study::study_dir(&headroom_bench::store::RunDir::open(tmp.path()).unwrap()).unwrap();
+        study::study_dir(&headroom_report::store::RunDir::open(tmp.path()).unwrap()).unwrap();
     for f in &study.figures {
         for ext in ["csv", "json"] {
             let p = tmp.path().join("figures").join(format!("{}.{ext}", f.id));

@@ -4,9 +4,9 @@
 use std::cell::Cell;
 
 use headroom_bench::experiments::Experiment;
-use headroom_bench::model::{LcBaseline, Point};
 use headroom_bench::record::{self, Options, Session};
-use headroom_bench::store::{RunDir, BASELINES, POINTS};
+use headroom_report::model::{LcBaseline, Point};
+use headroom_report::store::{RunDir, BASELINES, POINTS};
 
 #[test]
 fn get_or_record_skips_existing_results() {

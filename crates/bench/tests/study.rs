@@ -2,10 +2,10 @@
 //! rates from progress files, and agent decision summaries.
 
 use headroom_bench::fixture;
-use headroom_bench::model::{ColocationRun, Window};
 use headroom_bench::runner::{summarize_decisions, DecisionPoint};
 use headroom_bench::stats::{self, Spread};
 use headroom_bench::study;
+use headroom_report::model::{ColocationRun, Window};
 
 #[test]
 fn median_and_spread_of_repeats() {
@@ -89,8 +89,8 @@ fn decision_lines_parse_contract_6() {
 }
 
 /// A load result that passed its self-checks with this p99.
-fn valid_with_p99(p99_us: f64) -> headroom_bench::model::LoadMetrics {
-    headroom_bench::model::LoadMetrics {
+fn valid_with_p99(p99_us: f64) -> headroom_report::model::LoadMetrics {
+    headroom_report::model::LoadMetrics {
         p99_us: Some(p99_us),
         valid: true,
         ..Default::default()
@@ -98,8 +98,8 @@ fn valid_with_p99(p99_us: f64) -> headroom_bench::model::LoadMetrics {
 }
 
 /// A colocation manifest with a p99 SLO of `slo_us`.
-fn colocation_manifest(slo_us: f64) -> headroom_bench::model::Manifest {
-    headroom_bench::model::Manifest {
+fn colocation_manifest(slo_us: f64) -> headroom_report::model::Manifest {
+    headroom_report::model::Manifest {
         experiment: "colocation".into(),
         slo_us,
         percentile: 99.0,
@@ -109,7 +109,7 @@ fn colocation_manifest(slo_us: f64) -> headroom_bench::model::Manifest {
 
 #[test]
 fn colocation_summary_from_windows() {
-    let m = headroom_bench::model::Manifest {
+    let m = headroom_report::model::Manifest {
         peak_qps: Some(100_000.0),
         ..colocation_manifest(500.0)
     };
@@ -252,7 +252,7 @@ fn subprocess_log_tails_lose_their_colour_codes() {
 #[test]
 fn medians_count_the_repeats_whose_self_checks_passed() {
     use headroom_bench::fixture::synthetic_load;
-    use headroom_bench::model::Point;
+    use headroom_report::model::Point;
     let point = |repeat: u32, p99: f64, valid: bool| {
         let mut load = synthetic_load(1000.0, 50.0, 0.5, valid);
         load.p99_us = Some(p99);

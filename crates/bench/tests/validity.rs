@@ -9,12 +9,12 @@ use std::net::SocketAddr;
 
 use headroom_bench::error::BenchError;
 use headroom_bench::experiments::Experiment;
-use headroom_bench::model::{LcBaseline, LoadMetrics};
 use headroom_bench::record::{scaled_cooldown_s, AgentRun, Options};
 use headroom_bench::validity::{
     judge, measure_valid, server_limited, Connections, LoadShape, RateVerdict, MAX_ATTEMPTS,
     MAX_RERUN_S,
 };
+use headroom_report::model::{LcBaseline, LoadMetrics};
 use serde_json::json;
 
 const DEPTH_CAP: (&str, &str) = (

@@ -13,7 +13,7 @@ fn report_renders_a_fixture_directory() {
     headroom_bench::fixture::write_colocation(tmp.path()).unwrap();
     let mut cmd = headroom();
     cmd.arg("report").arg(tmp.path());
-    let chromium = headroom_bench::browser::find_chromium();
+    let chromium = headroom_report::browser::find_chromium();
     if chromium.is_some() {
         cmd.arg("--check");
     } else {

@@ -5,11 +5,11 @@ use std::net::SocketAddr;
 
 use super::{default_serve, Session};
 use crate::error::{BenchError, Result};
-use crate::model::{LcBaseline, LoadMetrics, Probe, SoloBaseline};
 use crate::runner::{self, read_progress, BeSpec};
 use crate::stats;
-use crate::store::BASELINES;
 use crate::validity::{self, LoadShape, Measured, RateVerdict};
+use headroom_report::model::{LcBaseline, LoadMetrics, Probe, SoloBaseline};
+use headroom_report::store::BASELINES;
 
 /// A probe's progress line: what it achieved, and for an invalid one which check failed.
 fn probe_line(qps: f64, shape: &LoadShape, m: &LoadMetrics) -> String {
@@ -236,7 +236,7 @@ impl Session<'_> {
                 |a| {
                     format!(
                         "p{} {} µs, achieved {:.0} QPS",
-                        crate::plot::trim_num(p),
+                        headroom_report::plot::trim_num(p),
                         a.metrics
                             .percentile_us(p)
                             .map_or("–".into(), |v| format!("{v:.0}")),
@@ -393,7 +393,7 @@ impl Session<'_> {
                     b.slo_source = format!(
                         "the host's noise floor ({}), above 5 × the LC-alone p{} at 50% of capacity ({med:.0} µs → {from_lc:.0} µs)",
                         noise.summary(),
-                        crate::plot::trim_num(p)
+                        headroom_report::plot::trim_num(p)
                     );
                     if f >= knee {
                         cannot.push(format!(
@@ -406,7 +406,7 @@ impl Session<'_> {
                     b.slo_us = from_lc;
                     b.slo_source = format!(
                         "5 × the LC-alone p{} at 50% of capacity ({med:.0} µs), above the host's noise floor ({})",
-                        crate::plot::trim_num(p),
+                        headroom_report::plot::trim_num(p),
                         noise.summary()
                     );
                 }
@@ -451,7 +451,7 @@ impl Session<'_> {
             b.peak_source = format!(
                 "highest rate with LC alone meeting the SLO in {PEAK_RUNS} runs of {:.0} s in a row (capacity {capacity:.0} QPS: rate sustained with p{} ≤ {knee:.0} µs and the load generator below {:.0}% CPU, for {:.0} s){}",
                 self.confirm_s(),
-                crate::plot::trim_num(p),
+                headroom_report::plot::trim_num(p),
                 headroom_load::checks::CPU_SATURATED * 100.0,
                 self.confirm_s(),
                 if unknown_notes.is_empty() {
@@ -467,7 +467,7 @@ impl Session<'_> {
         (self.progress)(&format!(
             "LC alone: capacity {:.0} QPS, SLO p{} ≤ {:.0} µs, peak {:.0} QPS",
             b.capacity_qps,
-            crate::plot::trim_num(p),
+            headroom_report::plot::trim_num(p),
             b.slo_us,
             b.peak_qps
         ));
@@ -551,13 +551,13 @@ pub struct NoiseFloor {
 
 impl NoiseFloor {
     /// From the baseline's used low-load probes.
-    pub fn from_probes(probes: &[crate::model::Probe]) -> NoiseFloor {
-        let used: Vec<&crate::model::LoadMetrics> = probes
+    pub fn from_probes(probes: &[headroom_report::model::Probe]) -> NoiseFloor {
+        let used: Vec<&headroom_report::model::LoadMetrics> = probes
             .iter()
             .filter(|p| p.purpose == "low load" && p.used && p.metrics.valid)
             .map(|p| &p.metrics)
             .collect();
-        let med = |f: &dyn Fn(&crate::model::LoadMetrics) -> Option<f64>| {
+        let med = |f: &dyn Fn(&headroom_report::model::LoadMetrics) -> Option<f64>| {
             let v: Vec<f64> = used.iter().filter_map(|m| f(m)).collect();
             stats::median(&v)
         };
@@ -1008,7 +1008,7 @@ mod capacity_search_tests {
     #[test]
     fn the_noise_floor_is_read_from_the_used_low_load_probes_and_says_when_it_hides_everything() {
         use super::NoiseFloor;
-        use crate::model::{LoadMetrics, Probe};
+        use headroom_report::model::{LoadMetrics, Probe};
         let probe = |purpose: &str, used: bool, lag: f64, p50: f64, p99: f64, p999: f64| Probe {
             target_qps: 2000.0,
             valid: true,

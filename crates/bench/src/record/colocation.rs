@@ -7,13 +7,13 @@ use serde_json::json;
 
 use super::{be_spec, no_tweak, AgentRun, Session, LATENCY_BLIND_POLICIES};
 use crate::error::Result;
-use crate::model::{ColocationRun, LcBaseline, Window};
 use crate::runner::{
     read_progress, steal_jiffies, steal_pct_since, summarize_decisions, DecisionTail, ServeSpec,
 };
 use crate::stats;
-use crate::store::RUNS;
 use headroom_load::clock::unix_ms;
+use headroom_report::model::{ColocationRun, LcBaseline, Window};
+use headroom_report::store::RUNS;
 
 /// A line per colocation window, for live views.
 #[derive(Debug, Clone)]

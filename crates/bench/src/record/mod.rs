@@ -8,11 +8,11 @@ use serde_json::{json, Value};
 
 use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
-use crate::model::Manifest;
 use crate::runner::{self, strs, Placement, Runner, ServeSpec};
 use crate::stats::Spread;
-use crate::store::RunDir;
 use headroom_load::clock::unix_ms;
+use headroom_report::model::Manifest;
+use headroom_report::store::RunDir;
 
 mod agent;
 mod baselines;
@@ -331,7 +331,7 @@ pub fn run_experiment(
     out: &Path,
     progress: Progress<'_>,
     live: &mut dyn FnMut(&WindowView),
-) -> Result<crate::format::ReportFiles> {
+) -> Result<headroom_report::format::ReportFiles> {
     let mut session = Session::open(exp, opts, out, progress)?;
     match exp {
         Experiment::Colocation => session.colocation(live)?,

@@ -8,15 +8,15 @@ use serde_json::Value;
 use super::{no_tweak, AgentRun, AgentTweak, Options, Session, LATENCY_BLIND_POLICIES};
 use crate::error::{BenchError, Result};
 use crate::experiments::Experiment;
-use crate::model::{LcBaseline, Manifest, Point};
 use crate::runner::{
     cpu_jiffies, idle_pct, read_progress, steal_jiffies, steal_pct_since, strs,
     summarize_decisions, BeSpec, DecisionTail, Proc, ServeSpec,
 };
 use crate::stats;
-use crate::store::POINTS;
 use headroom_control::config::{Config, WeightsMode};
 use headroom_load::clock::unix_ms;
+use headroom_report::model::{LcBaseline, Manifest, Point};
+use headroom_report::store::POINTS;
 
 /// One configuration of a sweep experiment.
 #[derive(Debug, Clone, Default)]
@@ -292,7 +292,7 @@ fn point_line(p: &Point, slo: f64, pct: f64) -> String {
                 p.load_fraction * 100.0,
                 p.repeat,
                 m.achieved_qps,
-                crate::plot::trim_num(pct),
+                headroom_report::plot::trim_num(pct),
                 tail.map_or("–".into(), |t| format!("{t:.0}")),
                 if tail.is_some_and(|t| t > slo) {
                     "> SLO"

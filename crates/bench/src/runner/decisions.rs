@@ -4,7 +4,7 @@
 use std::io::{BufRead, Seek};
 use std::path::PathBuf;
 
-use crate::model::AgentWindow;
+use headroom_report::model::AgentWindow;
 
 /// One decision-log line reduced to what the report plots.
 #[derive(Debug, Clone, PartialEq)]

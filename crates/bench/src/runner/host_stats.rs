@@ -7,7 +7,7 @@ use std::path::Path;
 use headroom_host::LinuxHost;
 use serde_json::Value;
 
-use crate::model::Machine;
+use headroom_report::model::Machine;
 
 /// Records the machine: kernel, CPU model, CPU count, host name and `doctor --json`.
 pub fn record_machine(runner: &Runner, notes: &mut Vec<String>) -> Machine {

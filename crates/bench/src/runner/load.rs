@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::{command_line, which, Runner};
 use crate::error::{BenchError, Result};
-use crate::model::LoadMetrics;
 use crate::validity::{Connections, LoadShape};
+use headroom_report::model::LoadMetrics;
 
 /// The load generator's real-time priority in the experiments: below the LC's 50 in the
 /// `lc-fifo+be-quota` setting (they run on different CPUs; the order only matters if a user

@@ -245,7 +245,7 @@ impl Runner {
             .map_err(|e| BenchError::io("creating", &self.log_dir, e))?;
         let log_path = self
             .log_dir
-            .join(format!("{}.log", crate::store::file_safe(label)));
+            .join(format!("{}.log", headroom_report::store::file_safe(label)));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -2,7 +2,7 @@
 //! the LC on the server CPUs with one thread each, the BE on the same CPUs (the agent gives it
 //! the ones the LC can spare) unless `--be-cpus` moves it.
 
-use crate::format::cpu_list;
+use headroom_report::format::cpu_list;
 
 /// Where the experiment's processes run.
 #[derive(Debug, Clone, PartialEq)]

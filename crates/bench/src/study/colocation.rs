@@ -6,9 +6,9 @@ use super::pct_label;
 use headroom_types::summary::{RunSummary, Summary};
 
 use crate::experiments::Experiment;
-use crate::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
-use crate::model::{ColocationRun, Manifest};
 use crate::stats::{self};
+use headroom_report::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
+use headroom_report::model::{ColocationRun, Manifest};
 
 /// Per-window tail latency of a colocation run (`None` when the window has no measurement).
 pub fn window_tails(run: &ColocationRun, percentile: f64) -> Vec<Option<f64>> {
@@ -94,8 +94,8 @@ pub fn violation_attribution(
 
 /// Studies a colocation run directory: timelines per policy and the summary.
 pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
-    let pl = format!("p{}", crate::plot::trim_num(m.percentile));
-    let minutes = |run: &ColocationRun, w: &crate::model::Window| -> f64 {
+    let pl = format!("p{}", headroom_report::plot::trim_num(m.percentile));
+    let minutes = |run: &ColocationRun, w: &headroom_report::model::Window| -> f64 {
         let t0 = run.windows.first().map_or(0, |w| w.start_unix_ms);
         (w.end_unix_ms.saturating_sub(t0)) as f64 / 60_000.0
     };
@@ -106,42 +106,43 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
             run.policy.clone()
         }
     };
-    let timeline = |id: &str,
-                    title: String,
-                    caption: &str,
-                    y_label: &str,
-                    log_y: bool,
-                    slo: Option<f64>,
-                    f: &dyn Fn(&crate::model::Window) -> Option<f64>| Figure {
-        id: id.into(),
-        title,
-        caption: caption.into(),
-        x_label: "time (minutes)".into(),
-        y_label: y_label.into(),
-        log_y,
-        slo,
-        series: runs
-            .iter()
-            .map(|run| Series {
-                name: format!("{} + {}", label(run), run.be),
-                color_key: run.policy.clone(),
-                dashed: false,
-                points: run
-                    .windows
-                    .iter()
-                    .filter_map(|w| {
-                        f(w).map(|y| XY {
-                            x: minutes(run, w),
-                            y,
-                            lo: None,
-                            hi: None,
-                            valid: w.load.as_ref().is_some_and(|l| l.valid),
+    let timeline =
+        |id: &str,
+         title: String,
+         caption: &str,
+         y_label: &str,
+         log_y: bool,
+         slo: Option<f64>,
+         f: &dyn Fn(&headroom_report::model::Window) -> Option<f64>| Figure {
+            id: id.into(),
+            title,
+            caption: caption.into(),
+            x_label: "time (minutes)".into(),
+            y_label: y_label.into(),
+            log_y,
+            slo,
+            series: runs
+                .iter()
+                .map(|run| Series {
+                    name: format!("{} + {}", label(run), run.be),
+                    color_key: run.policy.clone(),
+                    dashed: false,
+                    points: run
+                        .windows
+                        .iter()
+                        .filter_map(|w| {
+                            f(w).map(|y| XY {
+                                x: minutes(run, w),
+                                y,
+                                lo: None,
+                                hi: None,
+                                valid: w.load.as_ref().is_some_and(|l| l.valid),
+                            })
                         })
-                    })
-                    .collect(),
-            })
-            .collect(),
-    };
+                        .collect(),
+                })
+                .collect(),
+        };
     let p = m.percentile;
     let figures = vec![
         timeline(
@@ -300,7 +301,7 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
 fn window_seconds(runs: &[ColocationRun]) -> String {
     runs.iter()
         .flat_map(|r| r.windows.first())
-        .map(|w| crate::plot::trim_num((w.end_unix_ms - w.start_unix_ms) as f64 / 1000.0))
+        .map(|w| headroom_report::plot::trim_num((w.end_unix_ms - w.start_unix_ms) as f64 / 1000.0))
         .next()
         .unwrap_or_else(|| "–".into())
 }

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use headroom_types::summary::{RunSummary, Summary};
 
 use crate::experiments::Experiment;
-use crate::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
-use crate::model::{LoadMetrics, Manifest, Point};
 use crate::stats::{self, Spread};
+use headroom_report::figure::{Cell, Figure, Series, Shade, Study, Table, XY};
+use headroom_report::model::{LoadMetrics, Manifest, Point};
 
 mod colocation;
 mod run_dir;
@@ -216,7 +216,7 @@ fn achieved_fraction(m: &Manifest, l: &LoadMetrics) -> Option<f64> {
 }
 
 fn pct_label(f: f64) -> String {
-    format!("{}%", crate::plot::trim_num(f * 100.0))
+    format!("{}%", headroom_report::plot::trim_num(f * 100.0))
 }
 
 /// Studies a sweep experiment (everything but colocation) from its points.
@@ -224,7 +224,7 @@ pub fn study_sweep(exp: Experiment, m: &Manifest, points: &[Point], order: &[Str
     let groups = group(points, order);
     let slo = Some(m.slo_us);
     let p = m.percentile;
-    let pl = format!("p{}", crate::plot::trim_num(p));
+    let pl = format!("p{}", headroom_report::plot::trim_num(p));
     let mut figures = Vec::new();
     let mut tables = Vec::new();
     let mut findings = Vec::new();
@@ -603,7 +603,7 @@ fn per_level_table(id: &str, title: &str, m: &Manifest, groups: &[(String, Vec<L
             ]);
         }
     }
-    let pl = format!("p{}", crate::plot::trim_num(m.percentile));
+    let pl = format!("p{}", headroom_report::plot::trim_num(m.percentile));
     Table {
         id: id.into(),
         title: title.into(),

@@ -4,11 +4,11 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::experiments::Experiment;
-use crate::figure::Study;
-use crate::format::{self, ReportFiles};
-use crate::model::{ColocationRun, Manifest, Point};
-use crate::store::{RunDir, BASELINES, POINTS, RUNS};
 use crate::study;
+use headroom_report::figure::Study;
+use headroom_report::format::{self, ReportFiles};
+use headroom_report::model::{ColocationRun, Manifest, Point};
+use headroom_report::store::{RunDir, BASELINES, POINTS, RUNS};
 
 /// Studies a run directory from its raw results (pure: no subprocess, no clock).
 pub fn study_dir(dir: &RunDir) -> Result<(Manifest, Study)> {

@@ -155,12 +155,12 @@ fn story(
     s: &headroom_types::summary::Summary,
     cooldown_s: f64,
 ) -> Vec<String> {
-    use headroom_bench::model::{ColocationRun, LcBaseline};
-    let Ok(dir) = headroom_bench::store::RunDir::open(out) else {
+    use headroom_report::model::{ColocationRun, LcBaseline};
+    let Ok(dir) = headroom_report::store::RunDir::open(out) else {
         return Vec::new();
     };
     let mut lines = Vec::new();
-    let runs: Vec<ColocationRun> = dir.all(headroom_bench::store::RUNS).unwrap_or_default();
+    let runs: Vec<ColocationRun> = dir.all(headroom_report::store::RUNS).unwrap_or_default();
     for r in runs.iter().filter(|r| r.policy != "none") {
         lines.push(format!(
             "  {}: {}",
@@ -193,8 +193,8 @@ fn story(
             ));
         }
     }
-    if let Ok(Some(b)) = dir.load::<LcBaseline>(headroom_bench::store::BASELINES, "lc") {
-        let invalid: Vec<&headroom_bench::model::Probe> =
+    if let Ok(Some(b)) = dir.load::<LcBaseline>(headroom_report::store::BASELINES, "lc") {
+        let invalid: Vec<&headroom_report::model::Probe> =
             b.probes.iter().filter(|p| !p.valid).collect();
         let used = b.probes.iter().filter(|p| p.used).count();
         let mut line = format!(
@@ -216,15 +216,15 @@ fn story(
 
 /// Whether BE came back after the agent's first SLO violation, or why it stayed off.
 fn be_after_violation(
-    windows: &[headroom_bench::model::Window],
+    windows: &[headroom_report::model::Window],
     slo_us: f64,
     percentile: f64,
     cooldown_s: f64,
 ) -> String {
-    let tail = |w: &headroom_bench::model::Window| {
+    let tail = |w: &headroom_report::model::Window| {
         w.load.as_ref().and_then(|l| l.percentile_us(percentile))
     };
-    let be_on = |w: &headroom_bench::model::Window| {
+    let be_on = |w: &headroom_report::model::Window| {
         w.agent
             .as_ref()
             .and_then(|a| a.be_cpus_mean)
@@ -286,7 +286,7 @@ fn bar(pct: f64) -> String {
 fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
     let mut out = vec![format!(
         "verdict (SLO p{} ≤ {:.0} µs):",
-        headroom_bench::plot::trim_num(s.percentile),
+        headroom_report::plot::trim_num(s.percentile),
         s.slo_us
     )];
     let pct = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{:.0}%", v * 100.0));
@@ -324,7 +324,7 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
                 "  at a mean EMU of {} versus {} without it; worst p{} {} versus {} without it.",
                 pct(a.emu_mean),
                 pct(n.emu_mean),
-                headroom_bench::plot::trim_num(s.percentile),
+                headroom_report::plot::trim_num(s.percentile),
                 us(a.lc_p99_us_max),
                 us(n.lc_p99_us_max)
             ));
@@ -388,7 +388,7 @@ mod tests {
             .unwrap()
             .contains("no window measured"));
     }
-    use headroom_bench::model::{AgentWindow, LoadMetrics, Window};
+    use headroom_report::model::{AgentWindow, LoadMetrics, Window};
 
     fn window(i: usize, p99: f64, be_cpus: f64, reason: &str) -> Window {
         Window {

@@ -39,11 +39,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.dir.join("figures").display()
     );
     if args.check {
-        let Some(chromium) = headroom_bench::browser::find_chromium() else {
+        let Some(chromium) = headroom_report::browser::find_chromium() else {
             anyhow::bail!("--check: chromium is not installed (Debian: apt-get install chromium)");
         };
-        let dom = headroom_bench::browser::dump_dom(&chromium, &files.html)?;
-        let check = headroom_bench::browser::check_dom(&dom);
+        let dom = headroom_report::browser::dump_dom(&chromium, &files.html)?;
+        let check = headroom_report::browser::check_dom(&dom);
         let expected = files
             .data
             .iter()

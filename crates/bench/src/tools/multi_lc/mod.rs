@@ -26,12 +26,12 @@ use serde_json::json;
 
 use super::error::{Context, Result, ToolError};
 use super::flag_values::positive_f64;
-use crate::model::LoadMetrics;
 use crate::record::be_spec;
 use crate::runner::{self, free_port, read_progress, Placement, Proc, Runner, ServeSpec};
 use crate::stats;
 use crate::validity::{self, LoadShape};
 pub use config::Latency;
+use headroom_report::model::LoadMetrics;
 pub use plan::{
     schedules, summarize, summary_table, LcWindow, PolicySummary, Verdict, WindowRecord,
 };

@@ -85,7 +85,7 @@ pub struct WindowRecord {
     /// invalid (its load is not known).
     pub emu: Option<f64>,
     /// What the agent allowed BE over the window (from its decision log), when one ran.
-    pub agent: Option<crate::model::AgentWindow>,
+    pub agent: Option<headroom_report::model::AgentWindow>,
     /// CPU time the hypervisor took over the window, % of all CPU time (`/proc/stat` steal):
     /// a VM's neighbours show here, not in the guest's load.
     pub steal_pct: Option<f64>,

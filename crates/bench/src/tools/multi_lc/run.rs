@@ -289,7 +289,7 @@ impl Ctx<'_> {
         label: &str,
         feeds: &[PathBuf],
         feeding: &dyn Fn(usize) -> bool,
-    ) -> Vec<crate::Result<crate::model::LoadMetrics>> {
+    ) -> Vec<crate::Result<headroom_report::model::LoadMetrics>> {
         let runner = self.runner;
         let jobs: Vec<(SocketAddr, f64, PathBuf, Option<PathBuf>)> = self
             .lcs
