@@ -16,17 +16,19 @@ use headroom_report::store::RunDir;
 
 mod agent;
 mod baselines;
+mod capacity_search;
 mod colocation;
+mod noise_floor;
 mod sweep;
 
 pub(crate) use agent::{be_config, config_error, lc_config, write_config, LcService};
 pub use agent::{
     no_tweak, scaled_cooldown_s, AgentRun, AgentTweak, PRODUCTION_COOLDOWN_S, TRACE_DAY_S,
 };
-pub(crate) use baselines::capacity_search;
-pub use baselines::held_by_majority;
-pub use baselines::{NoiseFloor, Outcome, Search, LOW_LOAD_QPS};
+pub(crate) use capacity_search::capacity_search;
+pub use capacity_search::{held_by_majority, Outcome, Search};
 pub use colocation::WindowView;
+pub use noise_floor::{NoiseFloor, LOW_LOAD_QPS};
 pub use sweep::{be_spec, has_smt, sweep_configs, SweepConfig};
 
 /// Everything a recording needs; [`Options::defaults`] gives the defaults per experiment.
