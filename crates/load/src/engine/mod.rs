@@ -16,9 +16,12 @@
 //! measured and bounded by a self-check but never charged to the server.
 
 mod choice;
+mod conn;
 mod epoll;
+mod plan;
 pub mod poll_budget;
 mod pool;
+mod replies;
 mod rx_stamp;
 mod tx_stamp;
 mod uring;
@@ -41,10 +44,11 @@ fn simulated_send_delay() -> Option<Duration> {
 }
 
 pub use choice::{choose_engine, EngineChoice, EngineKind, EngineSelection};
+pub use plan::{ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan, WorkerShared};
 
-use std::collections::VecDeque;
+use conn::{Conn, Inflight};
+
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -53,235 +57,20 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, WakeLead};
-use crate::dist::Dist;
-use crate::dist::KeyGenerator;
 use crate::error::LoadError;
-use crate::keys::KeyChooser;
-use crate::protocol::{Op, Protocol};
-use crate::results::{Counters, OpHists, MAX_IA_SAMPLES};
-use crate::stats::{BlockHists, LatencyHist};
+use crate::protocol::Op;
+use crate::results::MAX_IA_SAMPLES;
+use crate::stats::LatencyHist;
 
 /// Length of one progress interval.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Reconnect back-off after a connection fails again before answering anything: doubles from
-/// the first to the last (the first fault of a working connection reconnects at once).
-const RECONNECT_BACKOFF_FIRST_NS: u64 = 1_000_000;
-const RECONNECT_BACKOFF_MAX_NS: u64 = 500_000_000;
-const READ_CHUNK: usize = 64 * 1024;
-
-/// Settings every worker reads (immutable once the run starts).
-#[derive(Clone, Debug)]
-pub struct WorkerShared {
-    pub protocol: Protocol,
-    pub keys: KeyGenerator,
-    pub chooser: KeyChooser,
-    pub valuesize: Dist,
-    pub update: f64,
-    /// Monotonic ns: run start, end of warmup, end of sending, end of waiting for replies.
-    pub t0: u64,
-    pub warm_end: u64,
-    pub end: u64,
-    pub drain_end: u64,
-    pub spin_ns: u64,
-    /// Wake early by the timer's measured lateness and busy-poll the rest (off: `--sleep-only`).
-    pub adaptive_lead: bool,
-    /// Keep (scheduled, latency) of every measured request of the reported class.
-    pub save: bool,
-    /// `-S`: a connection more than 5 ms behind at its depth cap skips sends (mutilate's rule).
-    pub skip: bool,
-    /// `--moderate`: no send within 250 µs of the connection's last reply (mutilate's rule).
-    pub moderate: bool,
-    /// TCP_NODELAY on the connections (off with `--no_nodelay`).
-    pub nodelay: bool,
-    /// The event loop every worker runs.
-    pub engine: EngineKind,
-    /// `-c auto`: a send that finds its connection and every other one to its server at the
-    /// depth cap goes out on a new connection (up to `grow_cap` per server per worker).
-    pub grow: bool,
-    pub grow_cap: usize,
-    /// `-c auto`: connections per server opened before the run with no schedule (they take
-    /// sends that find their own connection at the depth cap; counted under `grow_cap`).
-    pub reserve: usize,
-    /// How long a connection opened during the run may take to connect (the send path waits).
-    pub grow_connect_timeout: Duration,
-    /// `--fifo PRIO`: the class each worker asks for (see [`crate::sched`]).
-    pub fifo: Option<u32>,
-}
 
 /// `-S`: skip when this far behind, down to [`SKIP_TO_NS`] behind (mutilate: 5 ms, 4 ms).
 const SKIP_BEHIND_NS: u64 = 5_000_000;
 const SKIP_TO_NS: u64 = 4_000_000;
 /// `--moderate`: least gap between a reply and the next send on a connection (mutilate: 0.25 ms).
 const MODERATE_NS: u64 = 250_000;
-
-/// One connection a worker opens.
-#[derive(Clone, Debug)]
-pub struct ConnPlan {
-    pub addr: SocketAddr,
-    /// Requests per second on this connection; 0 = as fast as the depth allows.
-    pub rate: f64,
-    pub depth: usize,
-    /// A measurement connection (`-C`), as opposed to a load connection.
-    pub measure: bool,
-    /// Inter-arrival distribution at `rate` (None when `rate` is 0).
-    pub ia: Option<Dist>,
-    /// Whether this connection's latencies are the reported ones (feed the interval histogram).
-    pub reported: bool,
-}
-
-/// One worker's connections and placement.
-#[derive(Clone, Debug)]
-pub struct WorkerPlan {
-    pub conns: Vec<ConnPlan>,
-    pub cpu: Option<usize>,
-    pub seed: u64,
-}
-
-/// A measured request kept for `--save`: scheduled time since start, latency, SET or GET.
-#[derive(Clone, Copy, Debug)]
-pub struct SavedSample {
-    pub sched_ns: u64,
-    pub latency_ns: u64,
-    pub update: bool,
-}
-
-/// Per-second report of one worker.
-#[derive(Debug)]
-pub struct IntervalMsg {
-    pub worker: usize,
-    pub index: u64,
-    /// Corrected latencies of the reported class completed in this interval.
-    pub hist: LatencyHist,
-    /// The same requests' latencies from their actual send (`--hdr`'s `actual-send` lines:
-    /// what a server-side or kernel-stamped sensor can see, without the client's send lag).
-    pub actual_send: LatencyHist,
-    /// The same requests' send lag (the client's own lateness; `--hdr`'s `send-lag` lines).
-    pub send_lag: LatencyHist,
-    /// Requests of all classes completed in this interval.
-    pub completed: u64,
-}
-
-/// What a worker hands back at the end.
-#[derive(Debug, Default)]
-pub struct WorkerOut {
-    pub load: OpHists,
-    pub measure: OpHists,
-    pub send_lag: LatencyHist,
-    pub counters: Counters,
-    pub ia_samples: Vec<f64>,
-    pub saved: Vec<SavedSample>,
-    /// Time spent busy-polling with nothing to do, waiting for a send to fall due.
-    pub busy_poll_ns: u64,
-    /// The worker's scheduling class and why.
-    pub sched: crate::sched::SchedInfo,
-    /// What the kernel refused of the timestamps asked for (the first refusal), if anything.
-    pub stamps_refused: Option<String>,
-}
-
-struct Inflight {
-    op: Op,
-    sched: u64,
-    /// When the thread made the send (user space: the fallback for a missing transmit stamp).
-    sent: u64,
-    /// When the server let it go: `sched`, or later where it waited at the depth cap (see the
-    /// module's "whose time is whose").
-    ready: u64,
-    /// Offset of its last byte on the connection (what a transmit stamp's key is compared with).
-    end: u64,
-    /// The kernel's transmit stamp (0: none yet).
-    tx: u64,
-}
-
-struct Conn {
-    plan: ConnPlan,
-    stream: Option<TcpStream>,
-    reconnect_at: u64,
-    /// Delay before the next reconnect; 0 while the connection last worked (a reply arrived
-    /// since it was opened).
-    backoff_ns: u64,
-    next_sched: u64,
-    /// The request due at `next_sched` has already been counted late.
-    late_marked: bool,
-    done_sending: bool,
-    inflight: VecDeque<Inflight>,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    rbuf: Vec<u8>,
-    rpos: usize,
-    rend: usize,
-    last_sent: Option<u64>,
-    /// When the last reply arrived (for `--moderate`).
-    last_rx: u64,
-    /// When the connection last got room for a send: its last reply's stamp, or when it was
-    /// (re)opened (a request that waited at the depth cap was the server's wait until then).
-    room_at: u64,
-    /// Bytes queued on the current socket so far (transmit stamps key on them).
-    tx_bytes: u64,
-    /// The current socket reports transmit stamps.
-    tx_stamps: bool,
-    /// What the kernel refused when stamps were asked for on one of this connection's sockets.
-    stamps_refused: Option<String>,
-    /// The io_uring engine's send and receive state (unused by epoll).
-    ring: uring::ConnRing,
-    /// Opened beside the schedule (`-c auto`: a reserve before the run, or grown during it): no
-    /// schedule of its own, it carries sends that found the scheduled connections at their cap.
-    grown: bool,
-    /// `-c auto`: its server's index in the worker's [`pool::ConnPool`] (None: not pooled, as a
-    /// measurement connection or a fixed `-c`), and whether it is listed there now.
-    pool_server: Option<usize>,
-    pooled: bool,
-}
-
-impl Conn {
-    fn new(plan: ConnPlan, stream: TcpStream, next_sched: u64, grown: bool) -> Conn {
-        Conn {
-            plan,
-            stream: Some(stream),
-            reconnect_at: 0,
-            backoff_ns: 0,
-            next_sched,
-            late_marked: false,
-            done_sending: grown,
-            inflight: VecDeque::new(),
-            wbuf: Vec::with_capacity(4096),
-            wpos: 0,
-            rbuf: vec![0; READ_CHUNK],
-            rpos: 0,
-            rend: 0,
-            last_sent: None,
-            last_rx: 0,
-            room_at: now_ns(),
-            tx_bytes: 0,
-            tx_stamps: false,
-            stamps_refused: None,
-            ring: uring::ConnRing::default(),
-            grown,
-            pool_server: None,
-            pooled: false,
-        }
-        .with_stamps()
-    }
-
-    fn with_stamps(mut self) -> Conn {
-        self.arm_stamps();
-        self
-    }
-
-    /// Asks for kernel transmit and receive stamps on a new socket (before anything is sent).
-    fn arm_stamps(&mut self) {
-        self.tx_bytes = 0;
-        self.tx_stamps = false;
-        let Some(s) = self.stream.as_ref() else {
-            return;
-        };
-        let armed = tx_stamp::enable(s.as_raw_fd());
-        self.tx_stamps = armed.tx;
-        if let (Some(why), None) = (armed.refused, &self.stamps_refused) {
-            self.stamps_refused = Some(why);
-        }
-    }
-}
 
 struct Worker<'a> {
     id: usize,
@@ -789,162 +578,6 @@ impl Worker<'_> {
         }
     }
 
-    /// Completes every whole reply in the buffer, received at `now` (`kernel_rx`: the kernel's
-    /// receive stamp, else when the thread read it). False when the connection was faulted.
-    fn parse_replies(&mut self, i: usize, now: u64, kernel_rx: bool) -> bool {
-        let sh = self.shared;
-        loop {
-            let c = &mut self.conns[i];
-            let Some(front) = c.inflight.front() else {
-                if c.rpos < c.rend {
-                    self.fault(i, now, "reply without a request");
-                    return false;
-                }
-                break;
-            };
-            let unstamped = front.tx == 0 && c.tx_stamps;
-            match sh.protocol.parse(front.op, &c.rbuf[c.rpos..c.rend]) {
-                Ok(Some(reply)) => {
-                    if unstamped {
-                        self.collect_tx_stamps(i);
-                    }
-                    let c = &mut self.conns[i];
-                    c.rpos += reply.consumed;
-                    let req = c.inflight.pop_front().expect("front exists");
-                    c.backoff_ns = 0;
-                    c.last_rx = now;
-                    c.room_at = now;
-                    let measure = c.plan.measure;
-                    let reported = c.plan.reported;
-                    self.offer(i);
-                    self.complete(req, reply.hit, measure, reported, now, kernel_rx);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    self.fault(i, now, &format!("malformed reply: {e}"));
-                    return false;
-                }
-            }
-        }
-        let c = &mut self.conns[i];
-        if c.rpos == c.rend {
-            c.rpos = 0;
-            c.rend = 0;
-        }
-        true
-    }
-
-    /// Reads connection `i`'s error queue for transmit stamps until the request at the front of
-    /// its queue has one (or the queue is empty): each stamp goes to every request whose last
-    /// byte it covers. Returns how many messages it read.
-    fn collect_tx_stamps(&mut self, i: usize) -> usize {
-        let offset = self.realtime_offset_ns;
-        let c = &mut self.conns[i];
-        let Some(fd) = c.stream.as_ref().map(|s| s.as_raw_fd()) else {
-            return 0;
-        };
-        let mut read = 0;
-        // Bounded: the queue holds at most one stamp per send still in flight, and others.
-        for _ in 0..1024 {
-            if c.inflight.front().is_none_or(|f| f.tx != 0) {
-                break;
-            }
-            match tx_stamp::read_errqueue(fd, offset) {
-                Ok(tx_stamp::ErrQueue::Stamp { key, ns }) => {
-                    read += 1;
-                    for r in c.inflight.iter_mut() {
-                        if r.tx != 0 {
-                            continue;
-                        }
-                        if !tx_stamp::covers(key, r.end) {
-                            break;
-                        }
-                        r.tx = ns;
-                    }
-                }
-                Ok(tx_stamp::ErrQueue::Other) => read += 1,
-                Ok(tx_stamp::ErrQueue::Empty) => break,
-                Err(e) => {
-                    tracing::debug!("reading the error queue of {}: {e}", c.plan.addr);
-                    break;
-                }
-            }
-        }
-        read
-    }
-
-    /// Records a completed request. Its latency is from its transmit stamp (the user-space send
-    /// where there is none) to its reply's receive stamp, plus the wait the server imposed before
-    /// the send (corrected); the uncorrected figure leaves that wait out. The time between the
-    /// server letting it go and its transmit stamp is the client's own: the send lag.
-    fn complete(
-        &mut self,
-        req: Inflight,
-        hit: bool,
-        measure: bool,
-        reported: bool,
-        now: u64,
-        kernel_rx: bool,
-    ) {
-        // The kernel sent the bytes after the thread made the send and before the reply came:
-        // a stamp mapped outside that (the realtime clock slewed since the offset was read) is
-        // held inside it.
-        let kernel_tx = req.tx != 0;
-        let tx = if kernel_tx {
-            req.tx.clamp(req.sent, now.max(req.sent))
-        } else {
-            req.sent
-        };
-        let uncorrected = now.saturating_sub(tx);
-        let server_wait = req.ready.saturating_sub(req.sched);
-        let corrected = uncorrected + server_wait;
-        let lag = tx.saturating_sub(req.ready);
-        if reported {
-            self.interval.record_ns(corrected);
-            self.interval_actual_send.record_ns(uncorrected);
-            self.interval_send_lag.record_ns(lag);
-        }
-        self.interval_completed += 1;
-        if req.sched < self.shared.warm_end {
-            return;
-        }
-        self.out.send_lag.record_ns(lag);
-        self.out.counters.tx_stamped += u64::from(kernel_tx);
-        self.out.counters.rx_stamped += u64::from(kernel_rx);
-        let hists = if measure {
-            &mut self.out.measure
-        } else {
-            &mut self.out.load
-        };
-        let is_set = matches!(req.op, Op::Set);
-        let block = BlockHists::block_of(
-            req.sched - self.shared.warm_end,
-            self.shared.end - self.shared.warm_end,
-        );
-        if is_set {
-            hists.update.record_ns(corrected);
-            hists.update_blocks.record_ns(block, corrected);
-            hists.update_uncorrected.record_ns(uncorrected);
-            self.out.counters.sets += 1;
-        } else {
-            hists.read.record_ns(corrected);
-            hists.read_blocks.record_ns(block, corrected);
-            hists.read_uncorrected.record_ns(uncorrected);
-            self.out.counters.gets += 1;
-            if !hit {
-                self.out.counters.misses += 1;
-            }
-        }
-        self.out.counters.completed += 1;
-        if self.shared.save && reported && self.out.saved.len() < 10_000_000 {
-            self.out.saved.push(SavedSample {
-                sched_ns: req.sched - self.shared.t0,
-                latency_ns: corrected,
-                update: is_set,
-            });
-        }
-    }
-
     /// A broken connection: its outstanding requests are lost (errors); it is re-opened and its
     /// schedule goes on (requests due meanwhile wait and count late).
     fn fault(&mut self, i: usize, now: u64, why: &str) {
@@ -972,35 +605,6 @@ impl Worker<'_> {
             Io::Epoll(_) => self.epoll_detach(i),
             Io::Uring(_) => self.uring_detach(i),
         }
-    }
-}
-
-impl Conn {
-    /// Makes room for `len` more bytes after `rend` in the reply buffer (compacting, then growing).
-    fn make_room(&mut self, len: usize) {
-        if self.rbuf.len() - self.rend >= len {
-            return;
-        }
-        if self.rpos > 0 {
-            self.rbuf.copy_within(self.rpos..self.rend, 0);
-            self.rend -= self.rpos;
-            self.rpos = 0;
-        }
-        if self.rbuf.len() - self.rend < len {
-            let want = (self.rend + len).next_power_of_two();
-            self.rbuf.resize(want, 0);
-        }
-    }
-
-    /// Schedules the next reconnect: at once after a connection that worked, then 1 ms, 2 ms, …
-    /// up to 0.5 s while it keeps failing (a server that accepts and closes is not hammered).
-    fn back_off(&mut self, now: u64) {
-        self.reconnect_at = now + self.backoff_ns;
-        self.backoff_ns = if self.backoff_ns == 0 {
-            RECONNECT_BACKOFF_FIRST_NS
-        } else {
-            (self.backoff_ns * 2).min(RECONNECT_BACKOFF_MAX_NS)
-        };
     }
 }
 

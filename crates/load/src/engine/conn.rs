@@ -1,0 +1,151 @@
+//! One connection of a worker: its socket, what is in flight on it with each request's times,
+//! its buffers, its kernel stamps and its reconnect back-off.
+
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+
+use mio::net::TcpStream;
+
+use super::plan::ConnPlan;
+use super::{tx_stamp, uring};
+use crate::clock::now_ns;
+use crate::protocol::Op;
+
+/// Reconnect back-off after a connection fails again before answering anything: doubles from
+/// the first to the last (the first fault of a working connection reconnects at once).
+pub(super) const RECONNECT_BACKOFF_FIRST_NS: u64 = 1_000_000;
+pub(super) const RECONNECT_BACKOFF_MAX_NS: u64 = 500_000_000;
+pub(super) const READ_CHUNK: usize = 64 * 1024;
+
+pub(super) struct Inflight {
+    pub(super) op: Op,
+    pub(super) sched: u64,
+    /// When the thread made the send (user space: the fallback for a missing transmit stamp).
+    pub(super) sent: u64,
+    /// When the server let it go: `sched`, or later where it waited at the depth cap (see the
+    /// module's "whose time is whose").
+    pub(super) ready: u64,
+    /// Offset of its last byte on the connection (what a transmit stamp's key is compared with).
+    pub(super) end: u64,
+    /// The kernel's transmit stamp (0: none yet).
+    pub(super) tx: u64,
+}
+
+pub(super) struct Conn {
+    pub(super) plan: ConnPlan,
+    pub(super) stream: Option<TcpStream>,
+    pub(super) reconnect_at: u64,
+    /// Delay before the next reconnect; 0 while the connection last worked (a reply arrived
+    /// since it was opened).
+    pub(super) backoff_ns: u64,
+    pub(super) next_sched: u64,
+    /// The request due at `next_sched` has already been counted late.
+    pub(super) late_marked: bool,
+    pub(super) done_sending: bool,
+    pub(super) inflight: VecDeque<Inflight>,
+    pub(super) wbuf: Vec<u8>,
+    pub(super) wpos: usize,
+    pub(super) rbuf: Vec<u8>,
+    pub(super) rpos: usize,
+    pub(super) rend: usize,
+    pub(super) last_sent: Option<u64>,
+    /// When the last reply arrived (for `--moderate`).
+    pub(super) last_rx: u64,
+    /// When the connection last got room for a send: its last reply's stamp, or when it was
+    /// (re)opened (a request that waited at the depth cap was the server's wait until then).
+    pub(super) room_at: u64,
+    /// Bytes queued on the current socket so far (transmit stamps key on them).
+    pub(super) tx_bytes: u64,
+    /// The current socket reports transmit stamps.
+    pub(super) tx_stamps: bool,
+    /// What the kernel refused when stamps were asked for on one of this connection's sockets.
+    pub(super) stamps_refused: Option<String>,
+    /// The io_uring engine's send and receive state (unused by epoll).
+    pub(super) ring: uring::ConnRing,
+    /// Opened beside the schedule (`-c auto`: a reserve before the run, or grown during it): no
+    /// schedule of its own, it carries sends that found the scheduled connections at their cap.
+    pub(super) grown: bool,
+    /// `-c auto`: its server's index in the worker's [`pool::ConnPool`] (None: not pooled, as a
+    /// measurement connection or a fixed `-c`), and whether it is listed there now.
+    pub(super) pool_server: Option<usize>,
+    pub(super) pooled: bool,
+}
+
+impl Conn {
+    pub(super) fn new(plan: ConnPlan, stream: TcpStream, next_sched: u64, grown: bool) -> Conn {
+        Conn {
+            plan,
+            stream: Some(stream),
+            reconnect_at: 0,
+            backoff_ns: 0,
+            next_sched,
+            late_marked: false,
+            done_sending: grown,
+            inflight: VecDeque::new(),
+            wbuf: Vec::with_capacity(4096),
+            wpos: 0,
+            rbuf: vec![0; READ_CHUNK],
+            rpos: 0,
+            rend: 0,
+            last_sent: None,
+            last_rx: 0,
+            room_at: now_ns(),
+            tx_bytes: 0,
+            tx_stamps: false,
+            stamps_refused: None,
+            ring: uring::ConnRing::default(),
+            grown,
+            pool_server: None,
+            pooled: false,
+        }
+        .with_stamps()
+    }
+
+    pub(super) fn with_stamps(mut self) -> Conn {
+        self.arm_stamps();
+        self
+    }
+
+    /// Asks for kernel transmit and receive stamps on a new socket (before anything is sent).
+    pub(super) fn arm_stamps(&mut self) {
+        self.tx_bytes = 0;
+        self.tx_stamps = false;
+        let Some(s) = self.stream.as_ref() else {
+            return;
+        };
+        let armed = tx_stamp::enable(s.as_raw_fd());
+        self.tx_stamps = armed.tx;
+        if let (Some(why), None) = (armed.refused, &self.stamps_refused) {
+            self.stamps_refused = Some(why);
+        }
+    }
+}
+
+impl Conn {
+    /// Makes room for `len` more bytes after `rend` in the reply buffer (compacting, then growing).
+    pub(super) fn make_room(&mut self, len: usize) {
+        if self.rbuf.len() - self.rend >= len {
+            return;
+        }
+        if self.rpos > 0 {
+            self.rbuf.copy_within(self.rpos..self.rend, 0);
+            self.rend -= self.rpos;
+            self.rpos = 0;
+        }
+        if self.rbuf.len() - self.rend < len {
+            let want = (self.rend + len).next_power_of_two();
+            self.rbuf.resize(want, 0);
+        }
+    }
+
+    /// Schedules the next reconnect: at once after a connection that worked, then 1 ms, 2 ms, …
+    /// up to 0.5 s while it keeps failing (a server that accepts and closes is not hammered).
+    pub(super) fn back_off(&mut self, now: u64) {
+        self.reconnect_at = now + self.backoff_ns;
+        self.backoff_ns = if self.backoff_ns == 0 {
+            RECONNECT_BACKOFF_FIRST_NS
+        } else {
+            (self.backoff_ns * 2).min(RECONNECT_BACKOFF_MAX_NS)
+        };
+    }
+}
