@@ -51,6 +51,7 @@ pub mod idle_bpf;
 pub mod knob_io;
 pub mod latency_bpf;
 pub mod power;
+pub mod process;
 pub mod resctrl;
 pub mod rt_budget;
 pub mod sched;

@@ -144,27 +144,6 @@ pub fn process_cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// CPU time (user + system) of any process, from `<proc>/<pid>/stat` (clock-tick resolution).
-pub fn proc_cpu_time(proc_root: &Path, pid: u32) -> Result<Duration, TopologyError> {
-    let path = proc_root.join(format!("{pid}/stat"));
-    let stat = read_trimmed(&path)?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After ')': state is field 3, so utime (14) and stime (15) are at indices 11 and 12.
-    let parse = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-    let (Some(utime), Some(stime)) = (parse(11), parse(12)) else {
-        return Err(TopologyError::Read {
-            path,
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no utime/stime fields"),
-        });
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let ticks = utime + stime;
-    Ok(Duration::from_nanos(ticks * 1_000_000_000 / hz))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,11 +185,8 @@ mod tests {
     }
 
     #[test]
-    fn own_cpu_time_from_proc() {
-        let t0 = proc_cpu_time(Path::new("/proc"), std::process::id()).unwrap();
+    fn own_cpu_time_counts_work() {
         crate::serve::work::burn_cpu(Duration::from_millis(30));
-        let t1 = proc_cpu_time(Path::new("/proc"), std::process::id()).unwrap();
-        assert!(t1 >= t0);
         assert!(process_cpu_time() >= Duration::from_millis(30));
     }
 }

@@ -2,7 +2,6 @@
 //! port, pinned where asked, killed on drop.
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ impl Memcached {
     }
 
     pub(crate) fn cpu_s(&self) -> Option<f64> {
-        headroom_workloads::topology::proc_cpu_time(Path::new("/proc"), self.child.id())
+        headroom_host::process::process_cpu_time(self.child.id() as i32)
             .ok()
             .map(|d| d.as_secs_f64())
     }

@@ -147,9 +147,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     println!(
         "headroom bench agent  ({} CPUs, kernel {}, load average {})",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim(),
+        headroom_host::process::kernel_release().unwrap_or_default(),
         loadavg()
     );
     let mut sensors = Vec::new();
@@ -504,22 +502,13 @@ const WARMUP_S: f64 = 2.0;
 
 /// Sum of the run time of every thread of `pid`, ns.
 pub(super) fn process_run_ns(pid: u32) -> Option<u64> {
-    let mut total = 0u64;
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let path = entry.ok()?.path().join("schedstat");
-        let text = std::fs::read_to_string(path).ok()?;
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
+    headroom_host::process::process_run_time(pid as i32)
+        .ok()
+        .map(|d| d.as_nanos() as u64)
 }
 
 pub(super) fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
+    headroom_host::process::load_average_text()
 }
 
 pub(super) fn signal(pid: u32, sig: libc::c_int) {
@@ -531,11 +520,7 @@ pub(super) fn signal(pid: u32, sig: libc::c_int) {
 pub(super) fn wait_state(pid: u32, want: char) -> bool {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(1) {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        if state == Some(want) {
+        if headroom_host::process::process_state(pid as i32) == Some(want) {
             return true;
         }
         std::thread::sleep(Duration::from_micros(200));

@@ -273,14 +273,9 @@ pub(super) fn machine() -> String {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     format!(
         "{cpus} CPUs, kernel {}, load average at start {}",
-        kernel.trim(),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        headroom_host::process::kernel_release().unwrap_or_default(),
+        headroom_host::process::load_average_text()
     )
 }

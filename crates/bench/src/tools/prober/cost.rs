@@ -7,7 +7,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,27 +24,7 @@ fn pin(cpu: usize) -> Result<()> {
 
 /// The CPU time (ns) of this process's thread named `name`.
 fn thread_cpu_ns(name: &str) -> Result<u64> {
-    let tasks = Path::new("/proc/self/task");
-    for e in std::fs::read_dir(tasks).context("listing /proc/self/task")? {
-        let dir = e.context("reading /proc/self/task")?.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if comm.trim() != name {
-            continue;
-        }
-        let path = dir.join("schedstat");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        return text
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| {
-                ToolError::Measurement(format!("{}: no CPU time in {text:?}", path.display()))
-            });
-    }
-    Err(ToolError::Measurement(format!(
-        "no thread named {name} in this process"
-    )))
+    Ok(headroom_host::process::own_thread_run_time(name)?.as_nanos() as u64)
 }
 
 /// Measures and prints the prober's cost.

@@ -1,0 +1,194 @@
+//! Processes and the machine as /proc tells them (through `procfs`): a process's or thread's
+//! CPU time, its run state, the kernel's release and load average — what benchmarks and the
+//! workloads print beside their figures.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use procfs::process::Process;
+use procfs::Current;
+
+use crate::error::{HostError, IoOp, Result};
+
+/// `/proc/<pid>` as the path an error names.
+fn proc_path(pid: i32, leaf: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{leaf}"))
+}
+
+fn read_error(path: PathBuf, e: procfs::ProcError) -> HostError {
+    HostError::io(IoOp::Read, path, None, std::io::Error::other(e.to_string()))
+}
+
+/// The running kernel's release (`uname -r`), or `None` where /proc does not say.
+pub fn kernel_release() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The 1, 5 and 15 minute load averages, or `None` where /proc does not say.
+pub fn load_average() -> Option<[f32; 3]> {
+    procfs::LoadAverage::current()
+        .ok()
+        .map(|l| [l.one, l.five, l.fifteen])
+}
+
+/// The load averages as "0.52 0.61 0.70" ("?" where unknown), for a report's header line.
+pub fn load_average_text() -> String {
+    load_average().map_or_else(
+        || "?".to_string(),
+        |l| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2]),
+    )
+}
+
+/// Time every thread of `pid` has run on a CPU so far (schedstat, ns resolution).
+pub fn process_run_time(pid: i32) -> Result<Duration> {
+    let process = Process::new(pid).map_err(|e| read_error(proc_path(pid, ""), e))?;
+    let tasks = process
+        .tasks()
+        .map_err(|e| read_error(proc_path(pid, "task"), e))?;
+    let mut total = 0u64;
+    for task in tasks {
+        // A thread that exits while it is listed has nothing more to add.
+        let Ok(task) = task else { continue };
+        if let Ok(s) = task.schedstat() {
+            total += s.sum_exec_runtime;
+        }
+    }
+    Ok(Duration::from_nanos(total))
+}
+
+/// Time this process's thread named `name` has run on a CPU so far (schedstat, ns).
+pub fn own_thread_run_time(name: &str) -> Result<Duration> {
+    let me = Process::myself().map_err(|e| read_error(PathBuf::from("/proc/self"), e))?;
+    let tasks = me
+        .tasks()
+        .map_err(|e| read_error(PathBuf::from("/proc/self/task"), e))?;
+    for task in tasks.flatten() {
+        let Ok(stat) = task.stat() else { continue };
+        if stat.comm != name {
+            continue;
+        }
+        let path = PathBuf::from(format!("/proc/self/task/{}/schedstat", task.tid));
+        let s = task.schedstat().map_err(|e| read_error(path, e))?;
+        return Ok(Duration::from_nanos(s.sum_exec_runtime));
+    }
+    Err(HostError::io(
+        IoOp::Read,
+        PathBuf::from("/proc/self/task"),
+        None,
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no thread named {name:?}"),
+        ),
+    ))
+}
+
+/// User + system CPU time of `pid` (clock-tick resolution), from its stat.
+pub fn process_cpu_time(pid: i32) -> Result<Duration> {
+    let stat = Process::new(pid)
+        .and_then(|p| p.stat())
+        .map_err(|e| read_error(proc_path(pid, "stat"), e))?;
+    let hz = procfs::ticks_per_second().max(1);
+    Ok(Duration::from_nanos(
+        (stat.utime + stat.stime) * 1_000_000_000 / hz,
+    ))
+}
+
+/// The run state letter of `pid` ('R' running, 'S' sleeping, 'T' stopped, …), or `None` when
+/// it is gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    Process::new(pid)
+        .and_then(|p| p.stat())
+        .ok()
+        .map(|s| s.state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_runs_and_its_times_grow_with_work() {
+        let me = std::process::id() as i32;
+        let before = process_run_time(me).unwrap();
+        let cpu_before = process_cpu_time(me).unwrap();
+        // Spin until this thread has run 100 ms on a CPU (by its own CPU clock, the same
+        // accounting schedstat sums): both figures must see it however busy the machine is.
+        let thread_cpu = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes into the timespec we own.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+        };
+        let start = thread_cpu();
+        let hang = std::time::Instant::now();
+        let mut x = 0u64;
+        while thread_cpu() < start + Duration::from_millis(100) {
+            assert!(hang.elapsed() < Duration::from_secs(60), "no CPU in 60 s");
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        std::hint::black_box(x);
+        let after = process_run_time(me).unwrap();
+        assert!(
+            after >= before + Duration::from_millis(40),
+            "{before:?} -> {after:?}"
+        );
+        assert!(process_cpu_time(me).unwrap() > cpu_before);
+        assert!(process_state(me).is_some());
+    }
+
+    #[test]
+    fn a_stopped_child_reads_stopped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let hang = std::time::Instant::now();
+        while process_state(pid) != Some('T') && hang.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let state = process_state(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(state, Some('T'));
+    }
+
+    #[test]
+    fn a_named_thread_is_found_and_a_missing_one_is_an_error_naming_it() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::Builder::new()
+            .name("hr-proc-test".into())
+            .spawn(move || {
+                // Named by now (the new thread names itself before it runs this).
+                let _ = ready_tx.send(());
+                let _ = rx.recv();
+            })
+            .unwrap();
+        ready.recv().unwrap();
+        assert!(own_thread_run_time("hr-proc-test").is_ok());
+        let err = own_thread_run_time("no-such-thread")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no-such-thread"), "{err}");
+        drop(tx);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn machine_facts_read() {
+        assert!(kernel_release().is_some_and(|r| !r.is_empty()));
+        let l = load_average().unwrap();
+        assert!(l.iter().all(|v| *v >= 0.0));
+        assert_eq!(load_average_text().split(' ').count(), 3);
+        assert!(process_state(i32::MAX).is_none());
+        assert!(process_run_time(i32::MAX).is_err());
+    }
+}
