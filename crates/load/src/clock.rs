@@ -249,11 +249,6 @@ pub fn online_cpus() -> usize {
         .unwrap_or(1)
 }
 
-/// Pins the calling thread to `cpu` (best effort: returns the OS error).
-pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
-    headroom_host::sched::pin_this_thread(cpu)
-}
-
 /// User + system CPU seconds consumed so far by this process (getrusage RUSAGE_SELF).
 pub fn process_cpu_s() -> f64 {
     rusage_split(libc::RUSAGE_SELF).total_s()

@@ -22,7 +22,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, Timer};
+use crate::clock::{now_ns, tighten_timer_slack, Timer};
+use headroom_host::sched::pin_this_thread;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX);
@@ -78,7 +79,7 @@ impl Mm1Server {
             .name("mm1-server".into())
             .spawn(move || {
                 if let Some(cpu) = cpu {
-                    if let Err(e) = pin_current_thread(cpu) {
+                    if let Err(e) = pin_this_thread(cpu) {
                         tracing::warn!("pinning the M/M/1 server to CPU {cpu}: {e}");
                     }
                 }

@@ -60,7 +60,7 @@ pub fn allowed_cpus() -> Result<Vec<usize>, TopologyError> {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<(), TopologyError> {
-    headroom_load::clock::pin_current_thread(cpu).map_err(|e| TopologyError::Sys {
+    headroom_host::sched::pin_this_thread(cpu).map_err(|e| TopologyError::Sys {
         what: format!("sched_setaffinity to CPU {cpu}"),
         source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(nix::libc::EINVAL)),
     })

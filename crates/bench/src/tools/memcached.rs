@@ -42,7 +42,7 @@ pub(crate) fn start_memcached(cpu: Option<usize>) -> Result<Memcached> {
             if let Some(cpu) = cpu {
                 // SAFETY: the closure runs between fork and exec and only calls sched_setaffinity.
                 unsafe {
-                    cmd.pre_exec(move || headroom_load::clock::pin_current_thread(cpu));
+                    cmd.pre_exec(move || headroom_host::sched::pin_this_thread(cpu));
                 }
             }
             cmd.args([

@@ -56,11 +56,12 @@ use mio::net::TcpStream;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, pin_current_thread, tighten_timer_slack, WakeLead};
+use crate::clock::{now_ns, tighten_timer_slack, WakeLead};
 use crate::error::LoadError;
 use crate::protocol::Op;
 use crate::results::MAX_IA_SAMPLES;
 use crate::stats::LatencyHist;
+use headroom_host::sched::pin_this_thread;
 
 /// Length of one progress interval.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
@@ -143,7 +144,7 @@ pub fn run_worker(
     tighten_timer_slack();
     let sched = crate::sched::settle(shared.fifo);
     if let Some(cpu) = plan.cpu {
-        if let Err(e) = pin_current_thread(cpu) {
+        if let Err(e) = pin_this_thread(cpu) {
             tracing::warn!("pinning load thread {id} to CPU {cpu}: {e}");
         }
     }

@@ -166,7 +166,7 @@ pub fn run(out: Option<PathBuf>, o: Opts) -> Result<()> {
             });
         }
         // Pinned before anything is started: every client this process runs inherits CPU 0.
-        headroom_load::clock::pin_current_thread(0).context("pinning the benchmark to CPU 0")?;
+        headroom_host::sched::pin_this_thread(0).context("pinning the benchmark to CPU 0")?;
         Some(cpus - 1)
     } else {
         None
