@@ -77,6 +77,40 @@ fn v1_cpu_group(root: &Path) -> Option<PathBuf> {
     dir.join("cpu.rt_runtime_us").exists().then_some(dir)
 }
 
+/// Makes (or reuses) the v1 `cpu` group `name` at the top of the cpu hierarchy mounted on the
+/// host at `root`, with no real-time time (`cpu.rt_runtime_us` = 0), so SCHED_FIFO is refused
+/// to whatever runs in it: its directory, or `None` where no v1 cpu hierarchy with real-time
+/// group scheduling is mounted.
+pub fn no_rt_group(root: &Path, name: &str) -> crate::error::Result<Option<PathBuf>> {
+    let Ok(mountinfo) = std::fs::read_to_string(under(root, "/proc/self/mountinfo")) else {
+        return Ok(None);
+    };
+    let layout = CgroupLayout::from_mountinfo(root, &mountinfo, None);
+    let Some(mount) = layout.v1.get(&Controller::Cpu) else {
+        return Ok(None);
+    };
+    if !mount.join("cpu.rt_runtime_us").exists() {
+        return Ok(None);
+    }
+    let dir = mount.join(name);
+    match std::fs::create_dir(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(crate::error::HostError::io(
+                crate::error::IoOp::CreateDir,
+                &dir,
+                None,
+                e,
+            ))
+        }
+        _ => {}
+    }
+    let budget = dir.join("cpu.rt_runtime_us");
+    std::fs::write(&budget, "0").map_err(|e| {
+        crate::error::HostError::io(crate::error::IoOp::Write, &budget, Some("0"), e)
+    })?;
+    Ok(Some(dir))
+}
+
 /// The path of the v1 hierarchy holding `controller` in `/proc/PID/cgroup` text.
 fn cgroup_path_of<'a>(text: &'a str, controller: &str) -> Option<&'a str> {
     text.lines().find_map(|l| {
@@ -151,5 +185,32 @@ mod tests {
                 group_runtime_us: None
             }
         );
+    }
+
+    #[test]
+    fn a_no_rt_group_is_made_under_the_mounted_cpu_hierarchy_with_no_rt_time() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        // No v1 cpu hierarchy: nothing made.
+        assert_eq!(no_rt_group(r, "hr-no-rt").unwrap(), None);
+        std::fs::create_dir_all(r.join("proc/self")).unwrap();
+        std::fs::write(
+            r.join("proc/self/mountinfo"),
+            "30 25 0:26 / /mnt/cg/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n",
+        )
+        .unwrap();
+        let mount = r.join("mnt/cg/cpu,cpuacct");
+        std::fs::create_dir_all(&mount).unwrap();
+        // Mounted without real-time group scheduling: nothing made.
+        assert_eq!(no_rt_group(r, "hr-no-rt").unwrap(), None);
+        std::fs::write(mount.join("cpu.rt_runtime_us"), "950000\n").unwrap();
+        let dir = no_rt_group(r, "hr-no-rt").unwrap().unwrap();
+        assert_eq!(dir, mount.join("hr-no-rt"));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.rt_runtime_us")).unwrap(),
+            "0"
+        );
+        // Made again: reused.
+        assert_eq!(no_rt_group(r, "hr-no-rt").unwrap(), Some(dir));
     }
 }

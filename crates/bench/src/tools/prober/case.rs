@@ -51,30 +51,11 @@ pub fn fifo_allowed_here() -> bool {
     fifo_granted(&[])
 }
 
-/// The first mounted cgroup-v1 hierarchy with the `cpu` controller's RT budget file.
-fn v1_cpu_hierarchy() -> Option<PathBuf> {
-    ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("cpu.rt_runtime_us").exists())
-}
-
 impl AgentRt {
     /// Prepares a place where SCHED_FIFO is refused, and checks that it is.
     pub fn refuse() -> Result<AgentRt> {
-        let rt = match v1_cpu_hierarchy() {
-            Some(root) => {
-                let dir = root.join(NO_RT_GROUP);
-                match std::fs::create_dir(&dir) {
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-                    r => r,
-                }
-                .with_context(|| format!("creating {}", dir.display()))?;
-                let budget = dir.join("cpu.rt_runtime_us");
-                std::fs::write(&budget, "0")
-                    .with_context(|| format!("writing 0 to {}", budget.display()))?;
-                AgentRt::Group { dir }
-            }
+        let rt = match headroom_host::rt_budget::no_rt_group(Path::new("/"), NO_RT_GROUP)? {
+            Some(dir) => AgentRt::Group { dir },
             None => AgentRt::NoCapability,
         };
         if fifo_granted(&rt.prefix()) {
@@ -681,5 +662,27 @@ mod tests {
         assert_eq!(p[3], "/sys/fs/cgroup/cpu/x/cgroup.procs");
         assert!(AgentRt::NoCapability.prefix()[0] == "setpriv");
         assert!(AgentRt::Allowed.prefix().is_empty());
+    }
+
+    /// Live: where a v1 cpu hierarchy with real-time group scheduling is mounted (root), the
+    /// group is made and `chrt -f` is refused inside it while the bench itself keeps FIFO.
+    #[test]
+    fn fifo_is_refused_in_the_no_rt_group() {
+        const TEST: &str = "fifo_is_refused_in_the_no_rt_group";
+        if !fifo_allowed_here() {
+            eprintln!("SKIP {TEST}: SCHED_FIFO is not granted to this process");
+            return;
+        }
+        let rt = match AgentRt::refuse() {
+            Ok(rt) => rt,
+            Err(e) => panic!("{e}"),
+        };
+        let refused = !fifo_granted(&rt.prefix());
+        let what = rt.describe();
+        rt.remove();
+        assert!(refused, "{what}");
+        if matches!(rt, AgentRt::NoCapability) {
+            eprintln!("SKIP {TEST} (group part): no v1 cpu hierarchy with real-time group scheduling; refused by dropping CAP_SYS_NICE");
+        }
     }
 }
