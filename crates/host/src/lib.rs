@@ -50,6 +50,7 @@ pub mod host;
 pub mod idle_bpf;
 pub mod knob_io;
 pub mod latency_bpf;
+pub mod pids;
 pub mod power;
 pub mod process;
 pub mod resctrl;

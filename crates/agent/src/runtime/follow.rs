@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use headroom_control::config::LcConfig;
+use headroom_host::pids;
 
 use super::Agent;
 
@@ -72,7 +73,7 @@ impl Agent {
             let mut moved = 0;
             for s in self.supervised.iter().filter(|s| s.group == g) {
                 let Some(pid) = s.pid() else { continue };
-                for p in process_group(&self.options.root, pid) {
+                for p in pids::in_process_group(&self.options.root, pid) {
                     match cg.move_process(&g, p as i32) {
                         Ok(()) => moved += 1,
                         Err(e) => {
@@ -107,8 +108,7 @@ impl Agent {
                     continue;
                 }
                 // where it is now, to move it back on `restore`
-                let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
-                    .unwrap_or_default();
+                let text = pids::cgroup_text(&root, pid);
                 let origins: Vec<String> = cg
                     .process_dirs(&lc.cgroup, &text)
                     .into_iter()
@@ -153,100 +153,17 @@ fn launched_index(lcs: &[LcConfig], i: usize) -> usize {
 fn find_lc(root: &Path, lc: &LcConfig, group_empty: bool, launched_exited: bool) -> Vec<u32> {
     let mut out = BTreeSet::new();
     if let Some(f) = &lc.pid_file {
-        let path = root.join(f.trim_start_matches('/'));
-        if let Some(pid) = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-            .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())
-        {
+        if let Some(pid) = pids::from_pid_file(root, f) {
             out.insert(pid);
         }
     }
     if group_empty {
         if let Some(port) = lc.listen_port {
-            out.extend(listening_pids(root, port));
+            out.extend(pids::listening_on(root, port));
         }
     }
     if launched_exited {
-        out.extend(pids_running(root, &lc.command));
+        out.extend(pids::running(root, &lc.command));
     }
     out.into_iter().collect()
-}
-
-/// Every process id under `root/proc`.
-fn all_pids(root: &Path) -> Vec<u32> {
-    std::fs::read_dir(root.join("proc"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The processes whose process group is `pgid` (a BE command leads its own).
-fn process_group(root: &Path, pgid: u32) -> Vec<u32> {
-    all_pids(root)
-        .into_iter()
-        .filter(|p| {
-            std::fs::read_to_string(root.join(format!("proc/{p}/stat")))
-                .ok()
-                .and_then(|s| {
-                    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-                    let rest = &s[s.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
-        })
-        .collect()
-}
-
-/// The processes whose argv is exactly `command`.
-fn pids_running(root: &Path, command: &[String]) -> Vec<u32> {
-    let want: Vec<u8> = command
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    all_pids(root)
-        .into_iter()
-        .filter(|p| std::fs::read(root.join(format!("proc/{p}/cmdline"))).is_ok_and(|c| c == want))
-        .collect()
-}
-
-/// The processes holding a TCP socket listening on `port` (v4 or v6).
-fn listening_pids(root: &Path, port: u16) -> Vec<u32> {
-    let mut inodes = BTreeSet::new();
-    for table in ["proc/net/tcp", "proc/net/tcp6"] {
-        let text = std::fs::read_to_string(root.join(table)).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-            if f.len() < 10 || f[3] != "0A" {
-                continue;
-            }
-            let local_port = f[1]
-                .rsplit(':')
-                .next()
-                .and_then(|h| u16::from_str_radix(h, 16).ok());
-            if local_port == Some(port) {
-                if let Ok(ino) = f[9].parse::<u64>() {
-                    inodes.insert(format!("socket:[{ino}]"));
-                }
-            }
-        }
-    }
-    if inodes.is_empty() {
-        return Vec::new();
-    }
-    all_pids(root)
-        .into_iter()
-        .filter(|p| {
-            std::fs::read_dir(root.join(format!("proc/{p}/fd"))).is_ok_and(|d| {
-                d.flatten().any(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| inodes.contains(l.to_string_lossy().as_ref()))
-                })
-            })
-        })
-        .collect()
 }

@@ -111,8 +111,7 @@ pub(super) fn plan_lc_moves(root: &Path, cg: &Cgroups, config: &Config, steps: &
         if steps.lc_moved.contains_key(&pid) {
             continue;
         }
-        let text =
-            std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default();
+        let text = headroom_host::pids::cgroup_text(root, pid);
         let dirs = cg
             .process_dirs(lc, &text)
             .into_iter()

@@ -1,0 +1,160 @@
+//! Finding processes through a /proc tree (`root` is `/` on the live host, a fake tree in
+//! tests): every pid, a pid file's live pid, a process group's members, the processes running
+//! an exact argv or listening on a TCP port, and the cgroup lines of a pid.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The live pid in the pid file `file` (a path from `/`, read under `root`), if any.
+pub fn from_pid_file(root: &Path, file: &str) -> Option<u32> {
+    let path = root.join(file.trim_start_matches('/'));
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())
+}
+
+/// `/proc/<pid>/cgroup` as text ("" when the process is gone).
+pub fn cgroup_text(root: &Path, pid: u32) -> String {
+    std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap_or_default()
+}
+
+/// Every process id under `root/proc`.
+pub fn all(root: &Path) -> Vec<u32> {
+    std::fs::read_dir(root.join("proc"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The processes whose process group is `pgid` (a BE command leads its own).
+pub fn in_process_group(root: &Path, pgid: u32) -> Vec<u32> {
+    all(root)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(root.join(format!("proc/{p}/stat")))
+                .ok()
+                .and_then(|s| {
+                    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
+
+/// The processes whose argv is exactly `command`.
+pub fn running(root: &Path, command: &[String]) -> Vec<u32> {
+    let want: Vec<u8> = command
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    all(root)
+        .into_iter()
+        .filter(|p| std::fs::read(root.join(format!("proc/{p}/cmdline"))).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// The processes holding a TCP socket listening on `port` (v4 or v6).
+pub fn listening_on(root: &Path, port: u16) -> Vec<u32> {
+    let mut inodes = BTreeSet::new();
+    for table in ["proc/net/tcp", "proc/net/tcp6"] {
+        let text = std::fs::read_to_string(root.join(table)).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            if f.len() < 10 || f[3] != "0A" {
+                continue;
+            }
+            let local_port = f[1]
+                .rsplit(':')
+                .next()
+                .and_then(|h| u16::from_str_radix(h, 16).ok());
+            if local_port == Some(port) {
+                if let Ok(ino) = f[9].parse::<u64>() {
+                    inodes.insert(format!("socket:[{ino}]"));
+                }
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    all(root)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_dir(root.join(format!("proc/{p}/fd"))).is_ok_and(|d| {
+                d.flatten().any(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| inodes.contains(l.to_string_lossy().as_ref()))
+                })
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake /proc with pids 10 (pgrp 10, `memcached -p 11211`, listening on 11211 by socket
+    /// inode 777) and 11 (pgrp 10, `sleep 5`), and a pid file naming 10.
+    fn fake_proc() -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for (pid, comm, pgrp, argv) in [
+            (
+                10,
+                "(mem cached)",
+                10,
+                ["memcached", "-p", "11211"].as_slice(),
+            ),
+            (11, "(sleep)", 10, ["sleep", "5"].as_slice()),
+        ] {
+            let d = r.join(format!("proc/{pid}"));
+            std::fs::create_dir_all(d.join("fd")).unwrap();
+            std::fs::write(d.join("stat"), format!("{pid} {comm} S 1 {pgrp} {pgrp} 0")).unwrap();
+            let cmdline: String = argv.iter().map(|a| format!("{a}\0")).collect();
+            std::fs::write(d.join("cmdline"), cmdline).unwrap();
+            std::fs::write(d.join("cgroup"), format!("0::/lc-{pid}\n")).unwrap();
+        }
+        std::os::unix::fs::symlink("socket:[777]", r.join("proc/10/fd/3")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", r.join("proc/11/fd/0")).unwrap();
+        std::fs::create_dir_all(r.join("proc/net")).unwrap();
+        std::fs::write(
+            r.join("proc/net/tcp"),
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:2BCB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(r.join("run")).unwrap();
+        std::fs::write(r.join("run/mc.pid"), "10\n").unwrap();
+        std::fs::write(r.join("run/gone.pid"), "99\n").unwrap();
+        root
+    }
+
+    #[test]
+    fn processes_are_found_by_pid_file_group_argv_and_port() {
+        let root = fake_proc();
+        let r = root.path();
+        let mut all = all(r);
+        all.sort();
+        assert_eq!(all, vec![10, 11]);
+        assert_eq!(from_pid_file(r, "/run/mc.pid"), Some(10));
+        assert_eq!(from_pid_file(r, "/run/gone.pid"), None, "a dead pid");
+        assert_eq!(from_pid_file(r, "/run/missing.pid"), None);
+        let mut group = in_process_group(r, 10);
+        group.sort();
+        assert_eq!(group, vec![10, 11]);
+        let argv = ["memcached", "-p", "11211"].map(String::from);
+        assert_eq!(running(r, &argv), vec![10]);
+        assert!(running(r, &argv[..2]).is_empty(), "argv matched exactly");
+        assert_eq!(listening_on(r, 11211), vec![10]);
+        assert!(listening_on(r, 11212).is_empty());
+        assert_eq!(cgroup_text(r, 11), "0::/lc-11\n");
+        assert_eq!(cgroup_text(r, 99), "");
+    }
+}
