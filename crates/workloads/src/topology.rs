@@ -1,8 +1,6 @@
-//! CPU lists, affinity, cache and SMT topology from sysfs, and process CPU time: what serve and
-//! the antagonists need to place themselves. Sysfs readers take the sysfs root as a parameter so
-//! they are tested against fake trees.
+//! CPU lists, affinity and process CPU time: what serve and the antagonists need to place
+//! themselves (the machine's cache and SMT topology is the host's: `headroom_host::Topology`).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sched::{sched_getaffinity, CpuSet};
@@ -13,15 +11,6 @@ use nix::unistd::Pid;
 pub enum TopologyError {
     #[error("bad CPU list {input:?}: {reason}")]
     BadCpuList { input: String, reason: String },
-    #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("bad cache size {value:?} in {path}")]
-    BadCacheSize { path: PathBuf, value: String },
-    #[error("no level-3 cache listed under {dir}")]
-    NoLlc { dir: PathBuf },
     #[error("{what}: {source}")]
     Sys { what: String, source: nix::Error },
 }
@@ -66,72 +55,6 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), TopologyError> {
     })
 }
 
-fn read_trimmed(path: &Path) -> Result<String, TopologyError> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(|source| TopologyError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-/// Parses sysfs cache sizes like `32768K`, `1M`, `512`.
-fn parse_cache_size(value: &str) -> Option<u64> {
-    let v = value.trim();
-    let (num, mult) = match v.chars().last()? {
-        'K' | 'k' => (&v[..v.len() - 1], 1u64 << 10),
-        'M' | 'm' => (&v[..v.len() - 1], 1 << 20),
-        'G' | 'g' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
-/// LLC (level-3) size in bytes from `<sysfs>/devices/system/cpu/cpu0/cache/index*/`.
-/// `sysfs` is normally `/sys`.
-pub fn llc_bytes(sysfs: &Path) -> Result<u64, TopologyError> {
-    let dir = sysfs.join("devices/system/cpu/cpu0/cache");
-    let entries = std::fs::read_dir(&dir).map_err(|source| TopologyError::Read {
-        path: dir.clone(),
-        source,
-    })?;
-    let mut best: Option<u64> = None;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with("index") {
-            continue;
-        }
-        let level_path = entry.path().join("level");
-        let Ok(level) = read_trimmed(&level_path) else {
-            continue;
-        };
-        if level != "3" {
-            continue;
-        }
-        let size_path = entry.path().join("size");
-        let size = read_trimmed(&size_path)?;
-        let bytes = parse_cache_size(&size).ok_or_else(|| TopologyError::BadCacheSize {
-            path: size_path.clone(),
-            value: size.clone(),
-        })?;
-        best = Some(best.map_or(bytes, |b: u64| b.max(bytes)));
-    }
-    best.ok_or(TopologyError::NoLlc { dir })
-}
-
-/// The SMT siblings of `cpu` (other logical CPUs on the same core), from
-/// `<sysfs>/devices/system/cpu/cpuN/topology/thread_siblings_list`.
-pub fn smt_siblings(sysfs: &Path, cpu: usize) -> Result<Vec<usize>, TopologyError> {
-    let path = sysfs.join(format!(
-        "devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
-    ));
-    let list = read_trimmed(&path)?;
-    Ok(parse_cpu_list(&list)?
-        .into_iter()
-        .filter(|&c| c != cpu)
-        .collect())
-}
-
 /// CPU time (user + system) of this process so far.
 pub fn process_cpu_time() -> Duration {
     // SAFETY: getrusage fills the zeroed struct we own.
@@ -161,27 +84,6 @@ mod tests {
         assert!(parse_cpu_list("1,,2").is_err());
         let e = parse_cpu_list("x-2").unwrap_err().to_string();
         assert!(e.contains("x-2"), "{e}");
-    }
-
-    #[test]
-    fn llc_and_siblings_from_a_fake_sysfs() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = root.path().join("devices/system/cpu/cpu0/cache");
-        for (idx, level, size) in [(0, "1", "32K"), (2, "2", "1024K"), (3, "3", "32768K")] {
-            let d = cache.join(format!("index{idx}"));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
-            std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
-        }
-        assert_eq!(llc_bytes(root.path()).unwrap(), 32 << 20);
-        let topo = root.path().join("devices/system/cpu/cpu1/topology");
-        std::fs::create_dir_all(&topo).unwrap();
-        std::fs::write(topo.join("thread_siblings_list"), "1,9\n").unwrap();
-        assert_eq!(smt_siblings(root.path(), 1).unwrap(), vec![9]);
-        std::fs::write(topo.join("thread_siblings_list"), "1\n").unwrap();
-        assert!(smt_siblings(root.path(), 1).unwrap().is_empty());
-        let empty = tempfile::tempdir().unwrap();
-        assert!(llc_bytes(empty.path()).is_err());
     }
 
     #[test]

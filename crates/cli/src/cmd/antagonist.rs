@@ -103,13 +103,17 @@ fn socket_addr(flag: &str, v: Option<&String>) -> anyhow::Result<SocketAddr> {
 
 /// Builds the library kind from the flags.
 fn kind_from_args(args: &Args) -> anyhow::Result<Kind> {
-    let sysfs = Path::new("/sys");
+    // The machine's cache and SMT layout, read only for the kinds sized or placed by it.
+    let topology = || {
+        headroom_host::Topology::read(Path::new("/"))
+            .map_err(|e| anyhow::anyhow!("reading the CPU topology: {e}"))
+    };
     let kind = match args.kind.as_str() {
         "spin" => Kind::Spin,
         "power" => Kind::Power,
-        "llc" => Kind::llc(sysfs, args.fraction).map_err(usage_from)?,
-        "dram" => Kind::dram(sysfs, args.mb).map_err(usage_from)?,
-        "mix" => Kind::mix(sysfs, args.mb).map_err(usage_from)?,
+        "llc" => Kind::llc(&topology()?, args.fraction).map_err(usage_from)?,
+        "dram" => Kind::dram(&topology()?, args.mb).map_err(usage_from)?,
+        "mix" => Kind::mix(&topology()?, args.mb).map_err(usage_from)?,
         "square" => {
             let on = millis("--on-ms", args.on_ms)?;
             let off = millis("--off-ms", args.off_ms)?;
@@ -147,7 +151,7 @@ fn kind_from_args(args: &Args) -> anyhow::Result<Kind> {
             let cpu = args
                 .cpu
                 .ok_or_else(|| super::usage("ht needs --cpu C (it spins on C's SMT sibling)"))?;
-            Kind::ht(sysfs, cpu).map_err(usage_from)?
+            Kind::ht(&topology()?, cpu).map_err(usage_from)?
         }
         other => {
             return Err(super::usage(format!(

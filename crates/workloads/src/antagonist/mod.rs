@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::topology::{self, TopologyError};
+use headroom_host::Topology;
 
 pub use net::{is_local_address, Sink};
 
@@ -109,18 +110,21 @@ impl Kind {
         }
     }
 
-    /// The `ht` kind for `cpu`, with its siblings read from sysfs; a clear error when the CPU has
-    /// no SMT sibling.
-    pub fn ht(sysfs: &std::path::Path, cpu: usize) -> Result<Kind, AntagonistError> {
-        let siblings = topology::smt_siblings(sysfs, cpu)?;
+    /// The `ht` kind for `cpu`, with its siblings from the host's topology; a clear error when
+    /// the CPU has no SMT sibling.
+    pub fn ht(topology: &Topology, cpu: usize) -> Result<Kind, AntagonistError> {
+        let siblings: Vec<usize> = topology
+            .siblings_of(cpu as u32)
+            .map(|s| s.iter().map(|c| c as usize).filter(|&c| c != cpu).collect())
+            .unwrap_or_default();
         if siblings.is_empty() {
             return Err(AntagonistError::NoSmtSibling { cpu });
         }
         Ok(Kind::Ht { cpu, siblings })
     }
 
-    /// The `llc` kind for `fraction` of the LLC size read from sysfs.
-    pub fn llc(sysfs: &std::path::Path, fraction: f64) -> Result<Kind, AntagonistError> {
+    /// The `llc` kind for `fraction` of the host's LLC size.
+    pub fn llc(topology: &Topology, fraction: f64) -> Result<Kind, AntagonistError> {
         if !(fraction > 0.0 && fraction <= 4.0) {
             return Err(AntagonistError::Usage(format!(
                 "--fraction {fraction}: expected a number in (0, 4] (0.25/0.5/1.0 = LLC small/medium/big)"
@@ -128,32 +132,32 @@ impl Kind {
         }
         Ok(Kind::Llc {
             fraction,
-            llc_bytes: topology::llc_bytes(sysfs)?,
+            llc_bytes: topology.llc_bytes.ok_or(AntagonistError::NoLlc)?,
         })
     }
 
     /// The `dram` kind: `mb` MiB when given, else 8 × LLC (at least 256 MiB).
-    pub fn dram(sysfs: &std::path::Path, mb: Option<u64>) -> Result<Kind, AntagonistError> {
+    pub fn dram(topology: &Topology, mb: Option<u64>) -> Result<Kind, AntagonistError> {
         Ok(Kind::Dram {
-            array_bytes: dram_array_bytes(sysfs, mb)?,
+            array_bytes: dram_array_bytes(topology, mb)?,
         })
     }
 
     /// The `mix` kind: its streaming phases use the `dram` array size.
-    pub fn mix(sysfs: &std::path::Path, mb: Option<u64>) -> Result<Kind, AntagonistError> {
+    pub fn mix(topology: &Topology, mb: Option<u64>) -> Result<Kind, AntagonistError> {
         Ok(Kind::Mix {
-            array_bytes: dram_array_bytes(sysfs, mb)?,
+            array_bytes: dram_array_bytes(topology, mb)?,
         })
     }
 }
 
 /// `mb` MiB when given, else 8 × LLC (at least 256 MiB): far larger than any cache.
-fn dram_array_bytes(sysfs: &std::path::Path, mb: Option<u64>) -> Result<u64, AntagonistError> {
+fn dram_array_bytes(topology: &Topology, mb: Option<u64>) -> Result<u64, AntagonistError> {
     match mb {
         Some(0) => Err(AntagonistError::Usage("--mb must be at least 1".into())),
         Some(mb) => Ok(mb << 20),
         None => {
-            let llc = topology::llc_bytes(sysfs).unwrap_or(32 << 20);
+            let llc = topology.llc_bytes.unwrap_or(32 << 20);
             Ok((8 * llc).max(256 << 20))
         }
     }
@@ -214,6 +218,8 @@ pub enum AntagonistError {
     Usage(String),
     #[error("CPU {cpu} has no SMT sibling (its thread_siblings_list names only itself): the ht antagonist needs a HyperThread/SMT core")]
     NoSmtSibling { cpu: usize },
+    #[error("the LLC size is unknown here (no cache size under /sys/devices/system/cpu/cpu*/cache nor in /proc/cpuinfo): the llc antagonist sizes its array from it")]
+    NoLlc,
     #[error(transparent)]
     Topology(#[from] TopologyError),
     #[error("{what}: {source}")]
@@ -458,4 +464,72 @@ pub fn run(
         cpu_s: topology::process_cpu_time().as_secs_f64(),
         detail: workload.detail(),
     })
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::{AntagonistError, Kind};
+    use headroom_host::Topology;
+    use headroom_types::CpuSet;
+
+    fn topology(siblings: &[&[u32]], llc_bytes: Option<u64>) -> Topology {
+        let sets: Vec<CpuSet> = siblings
+            .iter()
+            .map(|s| s.iter().copied().collect())
+            .collect();
+        Topology {
+            cpus_online: sets.iter().flat_map(|s| s.iter()).collect(),
+            smt_siblings: sets,
+            numa_nodes: 1,
+            llc_bytes,
+        }
+    }
+
+    #[test]
+    fn ht_spins_on_the_siblings_and_refuses_a_core_without_one() {
+        let smt = topology(&[&[0, 2], &[1, 3]], Some(32 << 20));
+        match Kind::ht(&smt, 1).unwrap() {
+            Kind::Ht { cpu, siblings } => assert_eq!((cpu, siblings), (1, vec![3])),
+            other => panic!("{other:?}"),
+        }
+        let no_smt = topology(&[&[0], &[1]], None);
+        assert!(matches!(
+            Kind::ht(&no_smt, 1),
+            Err(AntagonistError::NoSmtSibling { cpu: 1 })
+        ));
+        assert!(matches!(
+            Kind::ht(&no_smt, 7),
+            Err(AntagonistError::NoSmtSibling { cpu: 7 })
+        ));
+    }
+
+    #[test]
+    fn llc_and_dram_size_from_the_llc_and_say_when_it_is_unknown() {
+        let known = topology(&[&[0]], Some(32 << 20));
+        match Kind::llc(&known, 0.5).unwrap() {
+            Kind::Llc { llc_bytes, .. } => assert_eq!(llc_bytes, 32 << 20),
+            other => panic!("{other:?}"),
+        }
+        let unknown = topology(&[&[0]], None);
+        assert!(matches!(
+            Kind::llc(&unknown, 0.5),
+            Err(AntagonistError::NoLlc)
+        ));
+        assert!(Kind::llc(&known, 5.0).unwrap_err().is_usage());
+        // 8 × 32 MiB; an unknown LLC counts as 32 MiB; at least 256 MiB; --mb wins.
+        match Kind::dram(&known, None).unwrap() {
+            Kind::Dram { array_bytes } => assert_eq!(array_bytes, 256 << 20),
+            other => panic!("{other:?}"),
+        }
+        let big = topology(&[&[0]], Some(64 << 20));
+        match Kind::mix(&big, None).unwrap() {
+            Kind::Mix { array_bytes } => assert_eq!(array_bytes, 512 << 20),
+            other => panic!("{other:?}"),
+        }
+        match Kind::dram(&unknown, Some(3)).unwrap() {
+            Kind::Dram { array_bytes } => assert_eq!(array_bytes, 3 << 20),
+            other => panic!("{other:?}"),
+        }
+        assert!(Kind::dram(&unknown, Some(0)).unwrap_err().is_usage());
+    }
 }
