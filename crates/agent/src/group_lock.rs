@@ -167,6 +167,39 @@ impl GroupLock {
         Ok(lock)
     }
 
+    /// The lock another live agent holds exclusively on `dir` or a directory above it (its
+    /// group, or a group inside which `dir` lies), and that agent, if any: a process in that
+    /// directory is that agent's to manage (an LC pid named here but sitting in another
+    /// agent's BE group was moved out of it, unfrozen, by this one).
+    pub fn foreign_holder(&self, dir: &Path) -> Option<(PathBuf, String)> {
+        use std::os::unix::fs::MetadataExt;
+        let held = flocks_held(true);
+        let mine: Vec<(u64, u64)> = self
+            .held
+            .iter()
+            .filter_map(|(_, f)| f.metadata().ok().map(|m| (m.dev(), m.ino())))
+            .collect();
+        dir.ancestors()
+            .filter(|d| d.parent().is_some())
+            .find_map(|d| {
+                let path = self.dir.join(lock_file_name(d));
+                let meta = std::fs::metadata(&path).ok()?;
+                let dev = meta.dev();
+                let key = (
+                    u64::from(libc::major(dev)),
+                    u64::from(libc::minor(dev)),
+                    meta.ino(),
+                );
+                if !held.contains(&key) || mine.contains(&(dev, meta.ino())) {
+                    return None;
+                }
+                let holder = read_holder(&path)
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|| "whose lock file names no holder yet".into());
+                Some((path, holder))
+            })
+    }
+
     /// Who holds these locks (this agent).
     pub fn holder(&self) -> &headroom_types::control::LockHolder {
         &self.holder

@@ -341,3 +341,61 @@ fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
     );
     let _ = agent.run();
 }
+
+const FOREIGN: &str = "an_lc_pid_in_another_agents_groups_is_refused_and_left_there";
+
+/// Third hostile pass: a second agent on groups of its own whose `[lc] pids` named a process
+/// of the first agent's BE group moved it into its LC group, out of the first agent's freeze
+/// (its BE ran on, unfrozen, while the first agent reported BE disabled); one naming the
+/// first agent's LC took that LC from it. Both refused now, the process left where it is.
+#[test]
+fn an_lc_pid_in_another_agents_groups_is_refused_and_left_there() {
+    if !live::is_root() {
+        return eprintln!("SKIP {FOREIGN}: needs root (cgroups)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lc = live::Children::sleepers(1);
+    let top = format!("headroom-hostile3-foreign-{}", std::process::id());
+    let _cleanup = RemoveOnDrop(headroom_host::GroupPath::new(&top).unwrap());
+    let first = match Agent::start(options(
+        &config(&format!("{top}/a"), dir.path(), "a", lc.pid(0)),
+        &dir.path().join("a.toml"),
+        Duration::from_secs(3),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {FOREIGN}: the agent does not start here: {e}"),
+    };
+    let runner = std::thread::spawn(move || first.run());
+    let a_sock = dir.path().join("a.sock");
+    std::thread::sleep(Duration::from_millis(300));
+    let be = be_pid(&a_sock).expect("the first agent's BE runs");
+    for (tag, pid, group) in [("be", be, "a/be"), ("lc", lc.pid(0), "a/lc")] {
+        let refused = Agent::start(options(
+            &config_on(
+                &format!("{top}/b{tag}/lc"),
+                &format!("{top}/b{tag}/be"),
+                dir.path(),
+                tag,
+                pid,
+            ),
+            &dir.path().join(format!("{tag}.toml")),
+            Duration::from_secs(1),
+        ));
+        let err = match refused {
+            Ok(_) => panic!("{tag}: an agent naming another agent's process as its LC started"),
+            Err(e) => e,
+        };
+        assert!(err.is_usage(), "{tag}: refused as a usage error: {err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())) && msg.contains("another agent"),
+            "{tag}: the refusal names the holder: {msg}"
+        );
+        assert!(
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|t| t.contains(&format!("{top}/{group}"))),
+            "{tag}: the process stays in the first agent's group"
+        );
+    }
+    let _ = runner.join();
+}

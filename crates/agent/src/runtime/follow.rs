@@ -109,6 +109,19 @@ impl Agent {
                 // where it is now, to move it back on `restore`
                 let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup")))
                     .unwrap_or_default();
+                // A process in a group another agent manages is that agent's (its BE, moved
+                // here, would escape its freeze): left where it is.
+                let foreign = self.group_lock.as_ref().and_then(|l| {
+                    cg.process_dirs(&lc.cgroup, &text)
+                        .iter()
+                        .find_map(|d| l.foreign_holder(d))
+                });
+                if let Some((_, holder)) = foreign {
+                    if self.foreign_lc_pids.insert(pid) {
+                        tracing::warn!(lc = %lc.name, pid, "a process found as the LC is in a group another agent manages, {holder}: left where it is");
+                    }
+                    continue;
+                }
                 let origins: Vec<String> = cg
                     .process_dirs(&lc.cgroup, &text)
                     .into_iter()

@@ -269,6 +269,8 @@ pub struct Agent {
     _lock: Option<StateLock>,
     /// One agent per group: every managed group's lock, held for the agent's life.
     group_lock: Option<state::GroupLock>,
+    /// Pids found as an LC but left in another agent's group (each warned about once).
+    foreign_lc_pids: std::collections::BTreeSet<u32>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
 }

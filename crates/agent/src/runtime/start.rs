@@ -51,7 +51,9 @@ impl Agent {
         let group_lock = if options.dry_run {
             None
         } else {
-            Some(lock_groups(&options, &config, &cgroups)?)
+            let lock = lock_groups(&options, &config, &cgroups)?;
+            refuse_foreign_lc_pids(&options.root, &config, &cgroups, &lock)?;
+            Some(lock)
         };
         let cpus: Vec<u32> = host
             .topology()
@@ -319,6 +321,7 @@ impl Agent {
             advertise: None,
             _lock: lock,
             group_lock,
+            foreign_lc_pids: Default::default(),
             state_set_aside,
         };
         if let Some(w) = headroom_control::config::policy_without_knob(&agent.config) {
@@ -485,6 +488,35 @@ fn lock_groups(
         &above,
         holder,
     )?)
+}
+
+/// Refuses the start when an LC pid of the config sits in a group another live agent
+/// manages (its LC or BE group, or one inside them): moving it would take it from that agent,
+/// and a BE process moved into this agent's LC group escapes that agent's freeze (third
+/// hostile pass, issue 42).
+fn refuse_foreign_lc_pids(
+    root: &Path,
+    config: &Config,
+    cgroups: &headroom_host::Cgroups,
+    lock: &state::GroupLock,
+) -> Result<(), AgentError> {
+    for lc in &config.lcs {
+        for pid in &lc.pids {
+            let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))) else {
+                continue;
+            };
+            for dir in cgroups.process_dirs(&lc.cgroup, &text) {
+                if let Some((lock_file, holder)) = lock.foreign_holder(&dir) {
+                    return Err(AgentError::State(state::StateError::Held {
+                        what: format!("LC {} pid {pid}, in group {},", lc.name, dir.display()),
+                        lock: lock_file,
+                        holder,
+                    }));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What one agent locks for `groups`: each group's directory in every hierarchy (exclusive),
