@@ -299,3 +299,38 @@ fn scrape_within(addr: std::net::SocketAddr, bound: Duration) -> std::io::Result
     s.read_to_string(&mut body)?;
     Ok(body)
 }
+
+/// Third hostile pass (issue 42): `rm` of the control socket while the agent ran left the kill
+/// switch unreachable, silently, until a restart. The socket is bound again (within the
+/// accept loop's 1 s wake; the bound is a hang detector).
+#[test]
+fn a_removed_control_socket_is_bound_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let loop_ = std::thread::spawn(move || {
+        while let Ok((_, reply)) = rx.recv_timeout(Duration::from_secs(20)) {
+            let _ = reply.send(Response::ok("restored"));
+        }
+    });
+    assert!(control::request(&sock, &Request::Off).unwrap().ok);
+    std::fs::remove_file(&sock).unwrap();
+    let t0 = Instant::now();
+    let back = loop {
+        match control::request(&sock, &Request::Off) {
+            Ok(r) => break Some(r),
+            Err(_) if t0.elapsed() < Duration::from_secs(15) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(_) => break None,
+        }
+    };
+    let back = back.expect("ctl off answered again after the socket was removed");
+    assert!(back.ok, "{back:?}");
+    stop.store(true, Ordering::SeqCst);
+    let _ = std::os::unix::net::UnixStream::connect(&sock);
+    handle.join().unwrap();
+    assert!(!sock.exists(), "its own socket removed at exit");
+    drop(loop_);
+}
