@@ -30,7 +30,46 @@ impl Agent {
         }
         self.followed_at = Some(now);
         self.recreate_removed_be_groups();
+        self.keep_be_processes_in_their_groups();
         self.follow_restarted_lcs();
+    }
+
+    /// A BE command's process (or one it forked) found outside its BE group — moved out by
+    /// someone else — is moved back: outside, nothing confines it, and the agent would report
+    /// BE frozen while it ran (third hostile pass, issue 42: a worker moved to the root group
+    /// ran on through a disable).
+    fn keep_be_processes_in_their_groups(&mut self) {
+        let cg = self.node.cgroups().clone();
+        let root = self.options.root.clone();
+        let mut moved = Vec::new();
+        for s in &self.supervised {
+            let Some(pid) = s.pid() else { continue };
+            for p in descendants(&root, pid) {
+                let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{p}/cgroup")))
+                else {
+                    continue;
+                };
+                let outside = cg
+                    .process_dirs(&s.group, &text)
+                    .iter()
+                    .any(|d| !d.ends_with(s.group.as_str()));
+                if !outside {
+                    continue;
+                }
+                match cg.move_process(&s.group, p as i32) {
+                    Ok(()) => moved.push((p, s.group.clone())),
+                    Err(e) => {
+                        tracing::warn!(group = %s.group, pid = p, error = %e, "moving a BE process that left its group back")
+                    }
+                }
+            }
+        }
+        for (p, g) in moved {
+            tracing::warn!(group = %g, pid = p, "a BE process was outside its group (moved by someone else): moved back");
+            self.note_followed(format!(
+                "BE process {p} was outside {g} (moved by someone else): moved back"
+            ));
+        }
     }
 
     fn note_followed(&mut self, what: String) {
@@ -184,6 +223,39 @@ fn find_lc(root: &Path, lc: &LcConfig, group_empty: bool, launched_exited: bool)
         out.extend(pids_running(root, &lc.command));
     }
     out.into_iter().collect()
+}
+
+/// Most processes looked at under one BE command.
+const TREE_MAX: usize = 4096;
+
+/// `pid` and the processes it forked, through `/proc/<p>/task/<t>/children` (the tree only,
+/// not every process on the host); with no such files, its process group.
+fn descendants(root: &Path, pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    let mut seen_children_file = false;
+    while i < out.len() && out.len() < TREE_MAX {
+        let p = out[i];
+        i += 1;
+        let Ok(tasks) = std::fs::read_dir(root.join(format!("proc/{p}/task"))) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Ok(text) = std::fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            seen_children_file = true;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    if !seen_children_file {
+        return process_group(root, pid);
+    }
+    out.truncate(TREE_MAX);
+    out
 }
 
 /// Every process id under `root/proc`.
