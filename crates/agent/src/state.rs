@@ -58,6 +58,10 @@ pub struct AgentState {
     /// hierarchy, before the move (moved back on restore).
     #[serde(default)]
     pub lc_origins: BTreeMap<u32, Vec<String>>,
+    /// Processes found in a BE group at a first start, launched by no agent: BE name → pids.
+    /// Confined as BE, spared when the agent stops its BE or restarts after a crash.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub be_found: BTreeMap<String, Vec<u32>>,
 }
 
 impl AgentState {
@@ -74,6 +78,7 @@ impl AgentState {
             lc_threads: Default::default(),
             created_groups: Vec::new(),
             lc_origins: BTreeMap::new(),
+            be_found: BTreeMap::new(),
         }
     }
 

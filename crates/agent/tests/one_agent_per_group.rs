@@ -339,7 +339,17 @@ fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
             .is_ok_and(|t| t.contains(&format!("{top}/be"))),
         "the process already in the BE group lives on, in the group"
     );
+    // Third hostile pass: `on_exit = "restore"` then SIGKILLed it with the agent's own BE.
     let _ = agent.run();
+    let state = std::fs::read_to_string(format!("/proc/{worker}/stat")).unwrap_or_default();
+    let alive = state
+        .rfind(')')
+        .and_then(|i| state[i + 1..].split_whitespace().next())
+        .is_some_and(|st| st != "Z" && st != "X");
+    assert!(
+        alive,
+        "the process found in the BE group outlives the agent's restore: {state}"
+    );
 }
 
 const FOREIGN: &str = "an_lc_pid_in_another_agents_groups_is_refused_and_left_there";

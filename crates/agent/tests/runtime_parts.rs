@@ -82,6 +82,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
         original: Default::default(),
         last_allocation: Some(Allocation::default().disabled()),
         owned_pids: [("spin".to_string(), 7)].into(),
+        be_found: [("spin".to_string(), vec![8, 9])].into(),
         lc_threads: Default::default(),
         created_groups: vec!["hr".parse().unwrap(), "hr/be".parse().unwrap()],
         lc_origins: [(9, vec!["/sys/fs/cgroup/cpu/system.slice".to_string()])].into(),

@@ -354,6 +354,12 @@ impl Agent {
             lc_threads: self.lc_threads.state().clone(),
             created_groups: self.created_groups.clone(),
             lc_origins: self.lc_origins.clone(),
+            be_found: self
+                .supervised
+                .iter()
+                .filter(|s| !s.spared.is_empty())
+                .map(|s| (s.name.clone(), s.spared.iter().map(|&p| p as u32).collect()))
+                .collect(),
         })
     }
 

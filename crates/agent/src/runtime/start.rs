@@ -403,11 +403,23 @@ impl Agent {
             let adopted = previous
                 .and_then(|p| p.owned_pids.get(&b.name))
                 .is_some_and(|&pid| s.adopt(&cg, pid));
+            // Processes found in the group at the first start (no agent launched them),
+            // still running: spared as then.
+            s.spared = previous
+                .and_then(|p| p.be_found.get(&b.name))
+                .map(|pids| {
+                    let now = cg.procs(&g).unwrap_or_default();
+                    pids.iter()
+                        .map(|&p| p as i32)
+                        .filter(|p| now.contains(p))
+                        .collect()
+                })
+                .unwrap_or_default();
             if !adopted && previous.is_some() {
                 // Processes in the BE group that the state file (of these groups) does not
                 // name were launched by an agent killed before it could record them: stop
                 // them, start one.
-                let orphans = crate::supervisor::kill_group(&cg, &g);
+                let orphans = crate::supervisor::kill_group_except(&cg, &g, &s.spared);
                 if orphans > 0 {
                     tracing::warn!(group = %g, processes = orphans, "killed unrecorded processes left in the BE group by an earlier agent");
                 }
@@ -415,7 +427,8 @@ impl Agent {
                 // No state file names these groups: whatever runs in the group was not an
                 // agent's launch (an existing group the operator named). It is confined as BE
                 // with the rest, never killed.
-                let found = cg.procs(&g).map_or(0, |p| p.len());
+                s.spared = cg.procs(&g).unwrap_or_default().into_iter().collect();
+                let found = s.spared.len();
                 if found > 0 {
                     tracing::warn!(group = %g, processes = found, "the BE group already holds processes no agent launched: they are confined as BE (not killed)");
                 }
