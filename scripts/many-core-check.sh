@@ -20,10 +20,12 @@ H=${HEADROOM:-headroom}
 MC=${MEMCACHED:-memcached}
 SNG=${STRESS_NG:-stress-ng}
 PORT=${PORT:-11311}
+METRICS_PORT=${METRICS_PORT:-9466}  # the agent's metrics endpoint
 LOAD_S=${LOAD_S:-3}  # seconds of each `headroom load` validity run
 WIN_S=${WIN_S:-10}   # seconds of each colocation window
 DEMO=${DEMO:-1}      # 0 skips the demo
 # LOAD_RATES: the rates of the validity runs (default "20000 50000"; empty skips them)
+G=${GROUP:-hr-check}  # the groups made: $G/lc, $G/be (the agent's), $G-none; removed on exit
 n=$(nproc)
 log() { echo "== $(date +%T) $*"; }
 
@@ -73,11 +75,28 @@ kill_group() { # path under the cgroup root(s)
         [ -e "/sys/fs/cgroup/freezer/$g/freezer.state" ] && echo THAWED >"/sys/fs/cgroup/freezer/$g/freezer.state"
     fi
 }
+# Removes a group from every hierarchy (the agent leaves its groups with on_exit = "freeze"),
+# retried while its last processes exit.
+remove_group() { # path under the cgroup root(s)
+    local g=$1 d i
+    for d in /sys/fs/cgroup/"$g" /sys/fs/cgroup/*/"$g"; do
+        for i in 1 2 3 4 5 6 7 8 9 10; do
+            [ -d "$d" ] || break
+            rmdir "$d" 2>/dev/null && break
+            sleep 0.2
+        done
+    done
+}
 cleanup() {
     [ -n "${agent_pid:-}" ] && kill "$agent_pid" 2>/dev/null && sleep 2
-    kill_group hr-check/be
-    kill_group hr-check-none
-    [ -n "${mc_pid:-}" ] && kill "$mc_pid" 2>/dev/null
+    kill_group $G/be
+    kill_group $G-none
+    [ -n "${mc_pid:-}" ] && kill "$mc_pid" 2>/dev/null && wait "$mc_pid" 2>/dev/null
+    kill_group $G/lc
+    remove_group $G/be
+    remove_group $G/lc
+    remove_group $G
+    remove_group $G-none
 }
 trap cleanup EXIT
 
@@ -131,22 +150,22 @@ slo=$(python3 -c "print(max(500, round(2*float('$alone_p99'))))")
 echo "SLO p99 <= $slo us (500, or twice the LC-alone p99)" | tee -a "$out/colocation-summary.txt"
 
 log "no agent: stress-ng --cpu $be_threads on $server beside the LC"
-mkdir -p "$root/hr-check-none"
-(echo $BASHPID >"$root/hr-check-none/cgroup.procs" && exec taskset -c "$server" $nofifo $SNG --cpu "$be_threads" --timeout $((WIN_S + 30)) >/dev/null 2>&1) &
+mkdir -p "$root/$G-none"
+(echo $BASHPID >"$root/$G-none/cgroup.procs" && exec taskset -c "$server" $nofifo $SNG --cpu "$be_threads" --timeout $((WIN_S + 30)) >/dev/null 2>&1) &
 sleep 2
-u0=$(usage_us hr-check-none)
+u0=$(usage_us $G-none)
 run_load none "$lcq" "$WIN_S" | tee -a "$out/colocation-summary.txt"
-u1=$(usage_us hr-check-none)
+u1=$(usage_us $G-none)
 echo "none: BE used $(python3 -c "print(round(($u1-$u0)/1e6/$WIN_S, 2))") CPUs (alone it would get $be_threads)" | tee -a "$out/colocation-summary.txt"
-kill_group hr-check-none
+kill_group $G-none
 sleep 1
-rmdir "$root/hr-check-none" 2>/dev/null
+rmdir "$root/$G-none" 2>/dev/null
 
 log "agent (hybrid, kernel sensor + prober fallback), SCHED_FIFO refused, on CPU $agent_cpu"
 cat >"$out/agent.toml" <<EOF
 [lc]
 name = "memcached"
-cgroup = "hr-check/lc"
+cgroup = "$G/lc"
 pids = [$mc_pid]
 [lc.slo]
 percentile = 99.0
@@ -165,7 +184,7 @@ address = "127.0.0.1:$PORT"
 peak_qps = $peak
 [[be]]
 name = "batch"
-cgroup = "hr-check/be"
+cgroup = "$G/be"
 command = [$(for w in $SNG; do printf '"%s", ' "$w"; done)"--cpu", "$be_threads"]
 [policy]
 kind = "hybrid"
@@ -176,18 +195,18 @@ on_exit = "freeze"
 state_file = "$out/state.json"
 [api]
 socket = "$out/agent.sock"
-metrics = "127.0.0.1:9466"
+metrics = "127.0.0.1:$METRICS_PORT"
 decision_log = "$out/decisions.jsonl"
 EOF
 taskset -c "$agent_cpu" $nofifo $H agent --config "$out/agent.toml" >"$out/agent.log" 2>&1 &
 agent_pid=$!
 sleep 15
 timeout 5 $H ctl --socket "$out/agent.sock" status >"$out/ctl-status-start.txt" 2>&1
-u0=$(usage_us hr-check/be 2>/dev/null); u0=${u0:-0}
+u0=$(usage_us $G/be 2>/dev/null); u0=${u0:-0}
 a0=$(awk '{print $14+$15}' /proc/$agent_pid/stat 2>/dev/null || echo 0)
 t0=$(date +%s.%N)
 for w in 1 2 3; do run_load "agent-$w" "$lcq" "$WIN_S"; done | tee -a "$out/colocation-summary.txt"
-u1=$(usage_us hr-check/be 2>/dev/null); u1=${u1:-0}
+u1=$(usage_us $G/be 2>/dev/null); u1=${u1:-0}
 t1=$(date +%s.%N)
 a1=$(awk '{print $14+$15}' /proc/$agent_pid/stat 2>/dev/null || echo 0)
 tck=$(getconf CLK_TCK)
@@ -199,7 +218,7 @@ wait "$agent_pid" 2>/dev/null
 agent_pid=
 tail -5 "$out/agent.log"
 wc -l "$out/decisions.jsonl" 2>/dev/null
-kill_group hr-check/be
+kill_group $G/be
 
 if [ "$DEMO" = 1 ]; then
     log "headroom demo --minutes 2"

@@ -3,6 +3,7 @@
 //! runs (config, policies, the controller, the write plan) is `headroom-control`.
 
 pub mod config_file;
+pub mod group_lock;
 pub mod linux_node;
 pub mod publish;
 pub mod runtime;

@@ -61,6 +61,9 @@ pub struct Supervised {
     pub restarts: u64,
     /// How the command last ended and after how long (`ctl status`).
     pub last_exit: Option<String>,
+    /// Processes found in the group at a first start, launched by no agent: confined as BE,
+    /// never killed (stopping the command spares them).
+    pub spared: std::collections::BTreeSet<i32>,
 }
 
 impl Supervised {
@@ -86,6 +89,7 @@ impl Supervised {
             restart_at: None,
             restarts: 0,
             last_exit: None,
+            spared: Default::default(),
         }
     }
 
@@ -188,13 +192,15 @@ impl Supervised {
                 Some(pid) => reap(pid).is_some(),
                 None => nix::sys::signal::kill(leader, None).is_err(),
             };
-            let group_empty = cgroups.procs(&self.group).is_ok_and(|p| p.is_empty());
+            let group_empty = cgroups
+                .procs(&self.group)
+                .is_ok_and(|p| p.iter().all(|p| self.spared.contains(p)));
             if gone && group_empty {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let killed = kill_group(cgroups, &self.group);
+        let killed = kill_group_except(cgroups, &self.group, &self.spared);
         if let Some(pid) = self.child.take() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -210,7 +216,16 @@ impl Supervised {
 
 /// Kills every process of `group` and below (see [`Cgroups::kill_all`]); returns how many.
 pub fn kill_group(cgroups: &Cgroups, group: &GroupPath) -> usize {
-    match cgroups.kill_all(group) {
+    kill_group_except(cgroups, group, &std::collections::BTreeSet::new())
+}
+
+/// [`kill_group`] sparing `keep`.
+pub fn kill_group_except(
+    cgroups: &Cgroups,
+    group: &GroupPath,
+    keep: &std::collections::BTreeSet<i32>,
+) -> usize {
+    match cgroups.kill_all_except(group, keep) {
         Ok(n) => n,
         Err(e) => {
             tracing::error!(group = %group, error = %e, "killing the processes of a BE group");

@@ -267,3 +267,51 @@ fn a_be_group_removed_by_someone_else_is_created_again_with_be_in_it() {
     }
     runner.join().unwrap().expect("the agent ran and restored");
 }
+
+const STRAY: &str = "a_be_process_moved_out_of_its_group_is_moved_back";
+
+/// Third hostile pass (issue 42): a BE worker moved to the root group by someone else ran on,
+/// unconfined, through a disable while `ctl status` said BE frozen. Moved back now.
+#[test]
+fn a_be_process_moved_out_of_its_group_is_moved_back() {
+    if !live::is_root() {
+        return eprintln!("SKIP {STRAY}: needs root (cgroups)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lc_proc = live::Children::sleepers(1);
+    let top = format!("headroom-hostile3-stray-{}", std::process::id());
+    let lc = format!("pids = [{}]", lc_proc.pid(0));
+    let agent = match Agent::start(options(
+        &config(&top, dir.path(), &lc),
+        Duration::from_secs(6),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {STRAY}: the agent does not start here: {e}"),
+    };
+    let runner = std::thread::spawn(move || agent.run());
+    let sock = dir.path().join("ctl.sock");
+    std::thread::sleep(Duration::from_millis(800));
+    let be = format!("{top}/be");
+    let be_dirs = group_dirs(&be);
+    assert!(!be_dirs.is_empty());
+    let be_pid = procs(&be_dirs[0])[0];
+    // someone else: BE moved to each hierarchy's root group
+    for d in &be_dirs {
+        let root = d
+            .ancestors()
+            .nth(be.split('/').count())
+            .unwrap()
+            .to_path_buf();
+        std::fs::write(root.join("cgroup.procs"), be_pid.to_string()).unwrap();
+    }
+    let back = eventually(Duration::from_secs(4), || {
+        group_dirs(&be).iter().all(|d| procs(d).contains(&be_pid))
+    });
+    let said = followed(&sock);
+    let _ = runner.join();
+    assert!(back, "BE {be_pid} was not moved back into {be}");
+    assert!(
+        said.iter().any(|r| r.contains("moved by someone else")),
+        "ctl status says it: {said:?}"
+    );
+}

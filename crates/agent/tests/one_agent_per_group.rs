@@ -170,20 +170,23 @@ fn a_lock_left_by_a_dead_holder_is_taken_over() {
             return eprintln!("SKIP a_lock_left_by_a_dead_holder_is_taken_over: no flock(1): {e}")
         }
     };
+    // Watched in /proc/locks, not by taking it: a lock taken and released here removes its
+    // file, and flock(1) (no agent) would then hold a file no path names.
     let deadline = Instant::now() + Duration::from_secs(3);
-    let who = headroom_types::control::LockHolder::default();
-    loop {
-        let r = headroom_agent::state::GroupLock::acquire(
-            dir.path(),
-            std::slice::from_ref(&group),
-            who.clone(),
-        );
-        match r {
-            Err(headroom_agent::state::StateError::Held { .. }) => break,
-            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            other => panic!("the live holder's lock was not seen: {other:?}"),
-        }
+    while headroom_agent::state::held_locks(dir.path()).is_empty() {
+        assert!(Instant::now() < deadline, "flock(1) never took its lock");
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let who = headroom_types::control::LockHolder::default();
+    let r = headroom_agent::state::GroupLock::acquire(
+        dir.path(),
+        std::slice::from_ref(&group),
+        who.clone(),
+    );
+    assert!(
+        matches!(r, Err(headroom_agent::state::StateError::Held { .. })),
+        "the live holder's lock was not seen: {r:?}"
+    );
     holder.kill().unwrap();
     holder.wait().unwrap();
     // flock(1) forks its command before the child closes the lock's descriptor: for a moment
@@ -336,5 +339,73 @@ fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
             .is_ok_and(|t| t.contains(&format!("{top}/be"))),
         "the process already in the BE group lives on, in the group"
     );
+    // Third hostile pass: `on_exit = "restore"` then SIGKILLed it with the agent's own BE.
     let _ = agent.run();
+    let state = std::fs::read_to_string(format!("/proc/{worker}/stat")).unwrap_or_default();
+    let alive = state
+        .rfind(')')
+        .and_then(|i| state[i + 1..].split_whitespace().next())
+        .is_some_and(|st| st != "Z" && st != "X");
+    assert!(
+        alive,
+        "the process found in the BE group outlives the agent's restore: {state}"
+    );
+}
+
+const FOREIGN: &str = "an_lc_pid_in_another_agents_groups_is_refused_and_left_there";
+
+/// Third hostile pass: a second agent on groups of its own whose `[lc] pids` named a process
+/// of the first agent's BE group moved it into its LC group, out of the first agent's freeze
+/// (its BE ran on, unfrozen, while the first agent reported BE disabled); one naming the
+/// first agent's LC took that LC from it. Both refused now, the process left where it is.
+#[test]
+fn an_lc_pid_in_another_agents_groups_is_refused_and_left_there() {
+    if !live::is_root() {
+        return eprintln!("SKIP {FOREIGN}: needs root (cgroups)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lc = live::Children::sleepers(1);
+    let top = format!("headroom-hostile3-foreign-{}", std::process::id());
+    let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
+    let first = match Agent::start(options(
+        &config(&format!("{top}/a"), dir.path(), "a", lc.pid(0)),
+        &dir.path().join("a.toml"),
+        Duration::from_secs(3),
+    )) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {FOREIGN}: the agent does not start here: {e}"),
+    };
+    let runner = std::thread::spawn(move || first.run());
+    let a_sock = dir.path().join("a.sock");
+    std::thread::sleep(Duration::from_millis(300));
+    let be = be_pid(&a_sock).expect("the first agent's BE runs");
+    for (tag, pid, group) in [("be", be, "a/be"), ("lc", lc.pid(0), "a/lc")] {
+        let refused = Agent::start(options(
+            &config_on(
+                &format!("{top}/b{tag}/lc"),
+                &format!("{top}/b{tag}/be"),
+                dir.path(),
+                tag,
+                pid,
+            ),
+            &dir.path().join(format!("{tag}.toml")),
+            Duration::from_secs(1),
+        ));
+        let err = match refused {
+            Ok(_) => panic!("{tag}: an agent naming another agent's process as its LC started"),
+            Err(e) => e,
+        };
+        assert!(err.is_usage(), "{tag}: refused as a usage error: {err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())) && msg.contains("another agent"),
+            "{tag}: the refusal names the holder: {msg}"
+        );
+        assert!(
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|t| t.contains(&format!("{top}/{group}"))),
+            "{tag}: the process stays in the first agent's group"
+        );
+    }
+    let _ = runner.join();
 }

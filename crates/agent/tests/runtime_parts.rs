@@ -82,6 +82,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
         original: Default::default(),
         last_allocation: Some(Allocation::default().disabled()),
         owned_pids: [("spin".to_string(), 7)].into(),
+        be_found: [("spin".to_string(), vec![8, 9])].into(),
         lc_threads: Default::default(),
         created_groups: vec!["hr".parse().unwrap(), "hr/be".parse().unwrap()],
         lc_origins: [(9, vec!["/sys/fs/cgroup/cpu/system.slice".to_string()])].into(),
@@ -232,7 +233,7 @@ fn metrics_endpoint_serves_the_exposition() {
     };
     m.observe(&obs, &alloc, 500.0, "blind:idle=buffer:steady");
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) = headroom_agent::publish::metrics::serve(
+    let (addr, handle) = headroom_agent::publish::scrape_server::serve(
         "127.0.0.1:0".parse().unwrap(),
         registry,
         stop.clone(),
@@ -256,7 +257,7 @@ fn metrics_endpoint_serves_the_exposition() {
 fn idle_clients_do_not_delay_a_scrape() {
     let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) = headroom_agent::publish::metrics::serve(
+    let (addr, handle) = headroom_agent::publish::scrape_server::serve(
         "127.0.0.1:0".parse().unwrap(),
         registry,
         stop.clone(),

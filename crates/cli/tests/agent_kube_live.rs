@@ -460,6 +460,79 @@ fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
     assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
 }
 
+/// Another agent's lock on `g` as `acquire_nested` takes it at start: `g`'s directories
+/// exclusive, the groups above shared.
+fn other_agents_lock(
+    cgroups: &Cgroups,
+    g: &GroupPath,
+) -> Result<headroom_agent::state::GroupLock, headroom_agent::state::StateError> {
+    let dirs: Vec<std::path::PathBuf> = cgroups.group_dirs(g).into_iter().map(|(_, d)| d).collect();
+    let mut above = Vec::new();
+    let mut up = g.parent();
+    while let Some(p) = up.filter(|p| !p.is_root()) {
+        above.extend(cgroups.group_dirs(&p).into_iter().map(|(_, d)| d));
+        up = p.parent();
+    }
+    headroom_agent::state::GroupLock::acquire_nested(
+        &headroom_agent::state::lock_dir(Path::new("/")),
+        &dirs,
+        &above,
+        headroom_types::control::LockHolder {
+            pid: std::process::id(),
+            config: "/etc/other-agent-hostile3.toml".into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// Third hostile pass (issue 42): a discovered pod's group was locked by its exact path only,
+/// so another agent naming the pod group's parent (which contains the pod) was not refused.
+/// Locked as configured groups are now: the groups above shared.
+#[test]
+fn another_agent_on_a_parent_or_child_of_a_discovered_pod_group_is_refused() {
+    let test = "another_agent_on_a_parent_or_child_of_a_discovered_pod_group_is_refused";
+    let Some((cgroups, _one, mut guard)) = live_setup(test) else {
+        return;
+    };
+    let pa = group(&format!("kubepods/burstable/pod{UID_A}"));
+    for g in ["kubepods", "kubepods/burstable"] {
+        cgroups.create(&group(g)).unwrap();
+        guard.groups.push(group(g));
+    }
+    cgroups.create(&pa).unwrap();
+    guard.groups.push(pa.clone());
+    sleeper_in(&mut guard, &pa);
+    guard.groups.insert(2, group("kubepods/besteffort"));
+    guard.groups.insert(0, group("headroom-discovery"));
+
+    let (_tx, rx) = mpsc::channel();
+    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubeconfig = server.kubeconfig(d);
+    let cfg = write_discovery_config(d, &kubeconfig, "");
+    let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &[]);
+    let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
+    let mut st = Value::Null;
+    let taken = wait_for(Duration::from_secs(30), || {
+        st = status(d).unwrap_or(Value::Null);
+        lc_names(&st).contains(&"shop/a".to_string())
+    });
+    assert!(taken, "shop/a an LC; status {st}\nlog:\n{}", log());
+
+    // The pod group's parent (it contains the pod) and a group inside the pod's.
+    let child = group(&format!("kubepods/burstable/pod{UID_A}/hostile3-ctr"));
+    for g in [group("kubepods/burstable"), child] {
+        let r = other_agents_lock(&cgroups, &g);
+        assert!(
+            matches!(r, Err(headroom_agent::state::StateError::Held { .. })),
+            "another agent on {g} was not refused: {r:?}"
+        );
+    }
+    let exit = sigterm_and_wait(&mut guard.children[agent_idx]);
+    assert!(exit.success(), "agent exit {exit}; log:\n{}", log());
+}
+
 /// The groups this file's tests make (`kubepods`, `headroom-discovery`) are the same names:
 /// one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

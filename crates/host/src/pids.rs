@@ -30,6 +30,39 @@ pub fn all(root: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Most processes [`descendants`] looks at.
+const TREE_MAX: usize = 4096;
+
+/// `pid` and the processes it forked, through `/proc/<p>/task/<t>/children` (the tree only,
+/// not every process on the host); with no such files, its process group.
+pub fn descendants(root: &Path, pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    let mut seen_children_file = false;
+    while i < out.len() && out.len() < TREE_MAX {
+        let p = out[i];
+        i += 1;
+        let Ok(tasks) = std::fs::read_dir(root.join(format!("proc/{p}/task"))) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Ok(text) = std::fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            seen_children_file = true;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    if !seen_children_file {
+        return in_process_group(root, pid);
+    }
+    out.truncate(TREE_MAX);
+    out
+}
+
 /// The processes whose process group is `pgid` (a BE command leads its own).
 pub fn in_process_group(root: &Path, pgid: u32) -> Vec<u32> {
     all(root)

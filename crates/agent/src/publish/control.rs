@@ -120,12 +120,7 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
         ));
     }
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).map_err(|e| io("binding", e))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| io("chmod 0600", e))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| io("configuring", e))?;
+    let listener = bind(path).map_err(|(what, e)| io(what, e))?;
     let bell = Arc::new(Doorbell::new().map_err(|e| io("creating the doorbell (eventfd) of", e))?);
     let (tx, rx) = mpsc::channel();
     let path = path.to_path_buf();
@@ -141,6 +136,63 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
     Ok((Requests { rx, bell }, handle))
 }
 
+/// Binds `path` (0600, non-blocking); on failure what failed.
+fn bind(path: &Path) -> Result<UnixListener, (&'static str, std::io::Error)> {
+    let listener = UnixListener::bind(path).map_err(|e| ("binding", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| ("chmod 0600", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ("configuring", e))?;
+    Ok(listener)
+}
+
+/// The (device, inode) the path names now.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// The control socket, bound again when its file was removed (a cleanup of /run, an operator's
+/// `rm`): the kill switch was unreachable, silently, until the agent restarted (third hostile
+/// pass, issue 42). A path now naming something else is left alone, said once.
+struct Bound {
+    listener: UnixListener,
+    id: Option<(u64, u64)>,
+    said: bool,
+}
+
+impl Bound {
+    fn keep_in_place(&mut self, path: &Path) {
+        let now = file_id(path);
+        if now == self.id {
+            return;
+        }
+        if now.is_some() {
+            if !self.said {
+                tracing::warn!(socket = %path.display(), "the control socket's path names another file now: ctl cannot reach this agent (SIGTERM still runs the exit action)");
+                self.said = true;
+            }
+            return;
+        }
+        match bind(path) {
+            Ok(l) => {
+                tracing::warn!(socket = %path.display(), "the control socket was removed: bound it again");
+                self.listener = l;
+                self.id = file_id(path);
+                self.said = false;
+            }
+            Err((what, e)) if !self.said => {
+                tracing::warn!(socket = %path.display(), error = %e, "the control socket was removed and {what} it again failed: ctl cannot reach this agent");
+                self.said = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 fn accept_loop(
     listener: UnixListener,
     path: &Path,
@@ -150,7 +202,13 @@ fn accept_loop(
 ) {
     let me = nix::unistd::geteuid().as_raw();
     let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut bound = Bound {
+        listener,
+        id: file_id(path),
+        said: false,
+    };
     while !stop.load(Ordering::Relaxed) {
+        let listener = &bound.listener;
         match listener.accept() {
             Ok(_) if stop.load(Ordering::Relaxed) => break,
             Ok((stream, _)) => {
@@ -179,12 +237,13 @@ fn accept_loop(
                 // once when it stops, so that is seen at once): polling the listener every
                 // few ms would cost the agent more than its 1 ms control loop.
                 let mut fd = libc::pollfd {
-                    fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
+                    fd: std::os::fd::AsRawFd::as_raw_fd(listener),
                     events: libc::POLLIN,
                     revents: 0,
                 };
                 // SAFETY: one valid pollfd for the duration of the call.
                 unsafe { libc::poll(&mut fd, 1, ACCEPT_WAIT_MS) };
+                bound.keep_in_place(path);
             }
             Err(e) => {
                 tracing::warn!(socket = %path.display(), error = %e, "ctl accept failed");
@@ -192,7 +251,10 @@ fn accept_loop(
             }
         }
     }
-    let _ = std::fs::remove_file(path);
+    // Only this agent's own socket file (one put there since is not this agent's to remove).
+    if file_id(path) == bound.id {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// How long the accept loop sleeps at most without a client (it then looks at `stop`).

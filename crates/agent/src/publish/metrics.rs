@@ -1,12 +1,9 @@
-//! Prometheus metrics of the agent (prometheus-client), served by a tiny HTTP/1.1 responder on a
-//! std `TcpListener` (`api.metrics`, 127.0.0.1:9464 by default). The loop updates atomics only;
+//! Prometheus metrics of the agent (prometheus-client), served by a tiny HTTP/1.1 responder
+//! (`scrape_server`, `api.metrics`, 127.0.0.1:9464 by default). The loop updates atomics only;
 //! encoding happens in the server thread when scraped.
 
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -15,7 +12,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::sensors::lc_signal::StopFlag;
 use headroom_types::allocation::Allocation;
 use headroom_types::observation::Observation;
 
@@ -599,105 +595,6 @@ pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
     encode(&mut out, registry).expect("writing to a String cannot fail");
     out
-}
-
-/// Serves `registry` on `addr` (`GET /metrics`, any path) until `stop`; returns the bound address.
-pub fn serve(
-    addr: SocketAddr,
-    registry: Registry,
-    stop: StopFlag,
-) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = TcpListener::bind(addr)?;
-    listener.set_nonblocking(true)?;
-    let bound = listener.local_addr()?;
-    let scrapes = Arc::new(AtomicU64::new(0));
-    let active = Arc::new(AtomicU64::new(0));
-    let registry = Arc::new(registry);
-    let handle = std::thread::Builder::new()
-        .name("headroom-metrics".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok(_) if stop.load(Ordering::Relaxed) => break,
-                    Ok((s, _)) => {
-                        // Each scrape in its own thread (a slow or idle client must not hold up
-                        // the next scrape), at most MAX_SCRAPERS at once; with every one held
-                        // (slow clients, each cut at its deadline) this thread answers in a
-                        // reserved slot, with a short deadline: a scraper sends its request
-                        // at once, so slow connections cannot blind the endpoint.
-                        if active.load(Ordering::Relaxed) >= MAX_SCRAPERS {
-                            answer_scrape(s, &registry, &scrapes, RESERVED_DEADLINE);
-                            continue;
-                        }
-                        active.fetch_add(1, Ordering::Relaxed);
-                        let (active, scrapes, registry) =
-                            (active.clone(), scrapes.clone(), registry.clone());
-                        let spawned = std::thread::Builder::new()
-                            .name("headroom-scrape".into())
-                            .spawn(move || {
-                                answer_scrape(s, &registry, &scrapes, SCRAPE_DEADLINE);
-                                active.fetch_sub(1, Ordering::Relaxed);
-                            });
-                        if spawned.is_err() {
-                            tracing::warn!("metrics: could not start a scrape thread");
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        // Sleep until a scrape connects (or 1 s, to see `stop`; the agent
-                        // connects once when it stops, so that is seen at once).
-                        let mut fd = libc::pollfd {
-                            fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
-                            events: libc::POLLIN,
-                            revents: 0,
-                        };
-                        // SAFETY: one valid pollfd for the duration of the call.
-                        unsafe { libc::poll(&mut fd, 1, crate::publish::control::ACCEPT_WAIT_MS) };
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
-                }
-            }
-        })?;
-    Ok((bound, handle))
-}
-
-/// Scrapes served at once; more connections are closed at once.
-const MAX_SCRAPERS: u64 = 32;
-
-/// How long a scrape may take, request and answer together (not per read: a byte a second
-/// does not keep a slot).
-pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
-/// The same in the reserved slot (the accept thread), when every scrape slot is held.
-pub const RESERVED_DEADLINE: Duration = Duration::from_millis(500);
-
-/// Reads one HTTP request (at most 16 KiB, by the deadline) and answers it with the exposition.
-fn answer_scrape(
-    mut s: std::net::TcpStream,
-    registry: &Registry,
-    scrapes: &AtomicU64,
-    within: Duration,
-) {
-    use crate::publish::deadline::{read_until, write_all_by};
-    let deadline = std::time::Instant::now() + within;
-    let _ = s.set_nonblocking(false);
-    let got = match read_until(&mut s, deadline, 16384, |b| {
-        b.windows(4).any(|w| w == b"\r\n\r\n")
-    }) {
-        Ok(got) => got,
-        Err(_) => return,
-    };
-    if got.is_empty() {
-        return;
-    }
-    scrapes.fetch_add(1, Ordering::Relaxed);
-    let body = render(registry);
-    let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    // the answer gets its own deadline: a reader that takes its time only holds its slot
-    let deadline = std::time::Instant::now() + within;
-    let _ = write_all_by(&mut s, head.as_bytes(), deadline)
-        .and_then(|()| write_all_by(&mut s, body.as_bytes(), deadline));
 }
 
 #[cfg(test)]

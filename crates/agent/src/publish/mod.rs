@@ -4,3 +4,4 @@ pub mod control;
 pub mod deadline;
 pub mod metrics;
 pub mod reaction_log;
+pub mod scrape_server;

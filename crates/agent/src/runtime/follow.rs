@@ -31,7 +31,46 @@ impl Agent {
         }
         self.followed_at = Some(now);
         self.recreate_removed_be_groups();
+        self.keep_be_processes_in_their_groups();
         self.follow_restarted_lcs();
+    }
+
+    /// A BE command's process (or one it forked) found outside its BE group — moved out by
+    /// someone else — is moved back: outside, nothing confines it, and the agent would report
+    /// BE frozen while it ran (third hostile pass, issue 42: a worker moved to the root group
+    /// ran on through a disable).
+    fn keep_be_processes_in_their_groups(&mut self) {
+        let cg = self.node.cgroups().clone();
+        let root = self.options.root.clone();
+        let mut moved = Vec::new();
+        for s in &self.supervised {
+            let Some(pid) = s.pid() else { continue };
+            for p in pids::descendants(&root, pid) {
+                let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{p}/cgroup")))
+                else {
+                    continue;
+                };
+                let outside = cg
+                    .process_dirs(&s.group, &text)
+                    .iter()
+                    .any(|d| !d.ends_with(s.group.as_str()));
+                if !outside {
+                    continue;
+                }
+                match cg.move_process(&s.group, p as i32) {
+                    Ok(()) => moved.push((p, s.group.clone())),
+                    Err(e) => {
+                        tracing::warn!(group = %s.group, pid = p, error = %e, "moving a BE process that left its group back")
+                    }
+                }
+            }
+        }
+        for (p, g) in moved {
+            tracing::warn!(group = %g, pid = p, "a BE process was outside its group (moved by someone else): moved back");
+            self.note_followed(format!(
+                "BE process {p} was outside {g} (moved by someone else): moved back"
+            ));
+        }
     }
 
     fn note_followed(&mut self, what: String) {
@@ -109,6 +148,19 @@ impl Agent {
                 }
                 // where it is now, to move it back on `restore`
                 let text = pids::cgroup_text(&root, pid);
+                // A process in a group another agent manages is that agent's (its BE, moved
+                // here, would escape its freeze): left where it is.
+                let foreign = self.group_lock.as_ref().and_then(|l| {
+                    cg.process_dirs(&lc.cgroup, &text)
+                        .iter()
+                        .find_map(|d| l.foreign_holder(d))
+                });
+                if let Some((_, holder)) = foreign {
+                    if self.foreign_lc_pids.insert(pid) {
+                        tracing::warn!(lc = %lc.name, pid, "a process found as the LC is in a group another agent manages, {holder}: left where it is");
+                    }
+                    continue;
+                }
                 let origins: Vec<String> = cg
                     .process_dirs(&lc.cgroup, &text)
                     .into_iter()

@@ -6,7 +6,6 @@
 //! vanished first only costs sensor errors until the set drops it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -166,17 +165,11 @@ impl Agent {
         if kube.locks.contains_key(&c.name) {
             return Ok(());
         }
-        let mut dirs: Vec<PathBuf> = self
-            .node
-            .cgroups()
-            .group_dirs(&c.cgroup)
-            .into_iter()
-            .map(|(_, d)| d)
-            .collect();
-        if dirs.is_empty() {
-            dirs.push(PathBuf::from("/").join(c.cgroup.to_string()));
-        }
-        let lock = state::GroupLock::acquire(own.dir(), &dirs, own.holder().clone())?;
+        // The pod's group and the groups above it, as for a configured group: an agent on a
+        // parent of the pod's group (or inside it) is refused, and the reverse.
+        let (dirs, above) = super::start::lock_keys(self.node.cgroups(), [&c.cgroup]);
+        let lock =
+            state::GroupLock::acquire_nested(own.dir(), &dirs, &above, own.holder().clone())?;
         kube.locks.insert(c.name.clone(), lock);
         Ok(())
     }

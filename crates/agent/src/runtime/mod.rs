@@ -264,6 +264,8 @@ pub struct Agent {
     _lock: Option<StateLock>,
     /// One agent per group: every managed group's lock, held for the agent's life.
     group_lock: Option<state::GroupLock>,
+    /// Pids found as an LC but left in another agent's group (each warned about once).
+    foreign_lc_pids: std::collections::BTreeSet<u32>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
 }
@@ -347,6 +349,12 @@ impl Agent {
             lc_threads: self.lc_threads.state().clone(),
             created_groups: self.created_groups.clone(),
             lc_origins: self.lc_origins.clone(),
+            be_found: self
+                .supervised
+                .iter()
+                .filter(|s| !s.spared.is_empty())
+                .map(|s| (s.name.clone(), s.spared.iter().map(|&p| p as u32).collect()))
+                .collect(),
         })
     }
 

@@ -53,7 +53,9 @@ impl Agent {
         let group_lock = if options.dry_run {
             None
         } else {
-            Some(lock_groups(&options, &config, &cgroups)?)
+            let lock = lock_groups(&options, &config, &cgroups)?;
+            refuse_foreign_lc_pids(&options.root, &config, &cgroups, &lock)?;
+            Some(lock)
         };
         let cpus: Vec<u32> = host
             .topology()
@@ -102,7 +104,7 @@ impl Agent {
                         reason: "expected IP:PORT".into(),
                     })
                 })?;
-                let (bound, t) = crate::publish::metrics::serve(addr, registry, stop.clone())
+                let (bound, t) = crate::publish::scrape_server::serve(addr, registry, stop.clone())
                     .map_err(|source| AgentError::Io {
                         what: "binding the metrics endpoint",
                         path: PathBuf::from(addr.to_string()),
@@ -321,6 +323,7 @@ impl Agent {
             advertise: None,
             _lock: lock,
             group_lock,
+            foreign_lc_pids: Default::default(),
             state_set_aside,
         };
         if let Some(w) = headroom_control::config::policy_without_knob(&agent.config) {
@@ -402,11 +405,23 @@ impl Agent {
             let adopted = previous
                 .and_then(|p| p.owned_pids.get(&b.name))
                 .is_some_and(|&pid| s.adopt(&cg, pid));
+            // Processes found in the group at the first start (no agent launched them),
+            // still running: spared as then.
+            s.spared = previous
+                .and_then(|p| p.be_found.get(&b.name))
+                .map(|pids| {
+                    let now = cg.procs(&g).unwrap_or_default();
+                    pids.iter()
+                        .map(|&p| p as i32)
+                        .filter(|p| now.contains(p))
+                        .collect()
+                })
+                .unwrap_or_default();
             if !adopted && previous.is_some() {
                 // Processes in the BE group that the state file (of these groups) does not
                 // name were launched by an agent killed before it could record them: stop
                 // them, start one.
-                let orphans = crate::supervisor::kill_group(&cg, &g);
+                let orphans = crate::supervisor::kill_group_except(&cg, &g, &s.spared);
                 if orphans > 0 {
                     tracing::warn!(group = %g, processes = orphans, "killed unrecorded processes left in the BE group by an earlier agent");
                 }
@@ -414,7 +429,8 @@ impl Agent {
                 // No state file names these groups: whatever runs in the group was not an
                 // agent's launch (an existing group the operator named). It is confined as BE
                 // with the rest, never killed.
-                let found = cg.procs(&g).map_or(0, |p| p.len());
+                s.spared = cg.procs(&g).unwrap_or_default().into_iter().collect();
+                let found = s.spared.len();
                 if found > 0 {
                     tracing::warn!(group = %g, processes = found, "the BE group already holds processes no agent launched: they are confined as BE (not killed)");
                 }
@@ -457,32 +473,14 @@ fn lock_groups(
     config: &Config,
     cgroups: &headroom_host::Cgroups,
 ) -> Result<state::GroupLock, AgentError> {
-    let mut dirs = Vec::new();
-    let mut above = Vec::new();
-    for g in config
-        .lcs
-        .iter()
-        .map(|l| &l.cgroup)
-        .chain(config.be.iter().map(|b| &b.cgroup))
-    {
-        let in_hierarchies = cgroups.group_dirs(g);
-        if in_hierarchies.is_empty() {
-            // No hierarchy mounted: the group's name is the key.
-            dirs.push(PathBuf::from("/").join(g.to_string()));
-        }
-        dirs.extend(in_hierarchies.into_iter().map(|(_, d)| d));
-        // The groups above it, each hierarchy's root excluded: locked shared, so an agent on
-        // one of them (its group would contain this one) is refused, and the reverse.
-        let mut up = g.parent();
-        while let Some(p) = up.filter(|p| !p.is_root()) {
-            let in_hierarchies = cgroups.group_dirs(&p);
-            if in_hierarchies.is_empty() {
-                above.push(PathBuf::from("/").join(p.to_string()));
-            }
-            above.extend(in_hierarchies.into_iter().map(|(_, d)| d));
-            up = p.parent();
-        }
-    }
+    let (dirs, above) = lock_keys(
+        cgroups,
+        config
+            .lcs
+            .iter()
+            .map(|l| &l.cgroup)
+            .chain(config.be.iter().map(|b| &b.cgroup)),
+    );
     let holder = headroom_types::control::LockHolder {
         pid: std::process::id(),
         config: options
@@ -505,6 +503,65 @@ fn lock_groups(
         &above,
         holder,
     )?)
+}
+
+/// Refuses the start when an LC pid of the config sits in a group another live agent
+/// manages (its LC or BE group, or one inside them): moving it would take it from that agent,
+/// and a BE process moved into this agent's LC group escapes that agent's freeze (third
+/// hostile pass, issue 42).
+fn refuse_foreign_lc_pids(
+    root: &Path,
+    config: &Config,
+    cgroups: &headroom_host::Cgroups,
+    lock: &state::GroupLock,
+) -> Result<(), AgentError> {
+    for lc in &config.lcs {
+        for pid in &lc.pids {
+            let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))) else {
+                continue;
+            };
+            for dir in cgroups.process_dirs(&lc.cgroup, &text) {
+                if let Some((lock_file, holder)) = lock.foreign_holder(&dir) {
+                    return Err(AgentError::State(state::StateError::Held {
+                        what: format!("LC {} pid {pid}, in group {},", lc.name, dir.display()),
+                        lock: lock_file,
+                        holder,
+                    }));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one agent locks for `groups`: each group's directory in every hierarchy (exclusive),
+/// and the directories of the groups above them, each hierarchy's root excluded (shared: an
+/// agent on one of them would contain this one's groups, and the reverse). The same rule for
+/// configured groups and discovered pods' groups.
+pub(super) fn lock_keys<'a>(
+    cgroups: &headroom_host::Cgroups,
+    groups: impl IntoIterator<Item = &'a headroom_types::GroupPath>,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dirs = Vec::new();
+    let mut above = Vec::new();
+    for g in groups {
+        let in_hierarchies = cgroups.group_dirs(g);
+        if in_hierarchies.is_empty() {
+            // No hierarchy mounted: the group's name is the key.
+            dirs.push(PathBuf::from("/").join(g.to_string()));
+        }
+        dirs.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+        let mut up = g.parent();
+        while let Some(p) = up.filter(|p| !p.is_root()) {
+            let in_hierarchies = cgroups.group_dirs(&p);
+            if in_hierarchies.is_empty() {
+                above.push(PathBuf::from("/").join(p.to_string()));
+            }
+            above.extend(in_hierarchies.into_iter().map(|(_, d)| d));
+            up = p.parent();
+        }
+    }
+    (dirs, above)
 }
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {

@@ -50,6 +50,12 @@ impl Cgroups {
     /// children too), thawing a frozen group so the signals are delivered, until the groups are
     /// empty or [`KILL_SETTLE`] has passed. Returns how many processes were found to kill.
     pub fn kill_all(&self, group: &GroupPath) -> Result<usize> {
+        self.kill_all_except(group, &BTreeSet::new())
+    }
+
+    /// [`Cgroups::kill_all`], sparing the processes in `keep` (never `cgroup.kill` then, which
+    /// would take them too): an agent's BE group may hold processes it did not launch.
+    pub fn kill_all_except(&self, group: &GroupPath, keep: &BTreeSet<i32>) -> Result<usize> {
         let dirs: Vec<PathBuf> = self
             .group_dirs(group)
             .into_iter()
@@ -61,7 +67,7 @@ impl Cgroups {
             for d in dirs {
                 for sub in walk_dirs(d) {
                     if let Ok(p) = self.read_pids(&sub.join(PROCS)) {
-                        out.extend(p);
+                        out.extend(p.into_iter().filter(|p| !keep.contains(p)));
                     }
                 }
             }
@@ -71,7 +77,11 @@ impl Cgroups {
         if found.is_empty() {
             return Ok(0);
         }
-        if let Some(kill) = dirs.iter().map(|d| d.join(KILL)).find(|p| p.exists()) {
+        if let Some(kill) = dirs
+            .iter()
+            .map(|d| d.join(KILL))
+            .find(|p| keep.is_empty() && p.exists())
+        {
             self.knobs.write(&kill, "1")?;
         }
         let start = Instant::now();

@@ -1,0 +1,444 @@
+//! One agent per group: an exclusive `flock` on a lock file per group directory, shared ones
+//! on the directories above. A lock file is removed by its last holder on release (under an
+//! exclusive lock, so nobody holds the removed file), and one left by an agent that died is
+//! removed by the next agent that takes a lock: the directory holds the live agents' files,
+//! not one per run for ever (2317 files were found on a test machine).
+//!
+//! Removing a file someone may be about to lock is the classic race; it is closed on the
+//! taking side: after `flock` succeeds the taker checks that the path still names the file it
+//! locked (same device and inode) and starts over when not, and a lock found busy while its
+//! releaser or a cleaner holds it for the instant of removal is tried again briefly.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::state::StateError;
+
+/// Where the group locks live under a host root (`/run/headroom/locks` in production).
+pub fn lock_dir(root: &Path) -> PathBuf {
+    root.join("run/headroom/locks")
+}
+
+/// The lock file of one group directory: its path with `%` and `/` escaped (a hash keeps a
+/// long one within a file name's 255 bytes).
+pub fn lock_file_name(group_dir: &Path) -> String {
+    let text = group_dir.to_string_lossy();
+    let escaped = text
+        .trim_start_matches('/')
+        .replace('%', "%25")
+        .replace('/', "%2F");
+    if escaped.len() <= 200 {
+        return format!("{escaped}.lock");
+    }
+    // FNV-1a: stable across builds (the std hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut cut = escaped.len() - 180;
+    while !escaped.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("{h:016x}-{}.lock", &escaped[cut..])
+}
+
+/// One agent per group: an exclusive `flock` on a lock file per group directory (every
+/// controller's path of every group the agent manages), taken before the agent touches
+/// anything and held for its life. The kernel drops the locks when the holder dies, even by
+/// SIGKILL, so a dead agent's locks are taken over by the next start. Dropping it releases
+/// the locks and removes the files nobody else holds.
+#[derive(Debug)]
+pub struct GroupLock {
+    dir: PathBuf,
+    held: Vec<(PathBuf, File)>,
+    /// Shared locks on the ancestors' lock files (no holder is written into them).
+    above: Vec<(PathBuf, File)>,
+    holder: headroom_types::control::LockHolder,
+}
+
+impl Drop for GroupLock {
+    fn drop(&mut self) {
+        for (path, file) in self.held.drain(..).chain(self.above.drain(..)) {
+            release(&path, file);
+        }
+    }
+}
+
+impl GroupLock {
+    /// Locks every directory of `group_dirs` (in one global order, so two agents racing for
+    /// overlapping sets never both fail), or says which agent holds one. On refusal nothing is
+    /// kept locked.
+    pub fn acquire(
+        dir: &Path,
+        group_dirs: &[PathBuf],
+        holder: headroom_types::control::LockHolder,
+    ) -> Result<GroupLock, StateError> {
+        GroupLock::acquire_nested(dir, group_dirs, &[], holder)
+    }
+
+    /// [`GroupLock::acquire`], and a shared lock on each of `ancestor_dirs` (the directories
+    /// of the groups above the managed ones): an agent whose group contains another agent's
+    /// (its exclusive lock meets the other's shared one), or lies inside it (the reverse), is
+    /// refused too. Without it, an agent whose BE group was an ancestor of another agent's
+    /// LC group froze that LC and killed it as an "unrecorded" BE process at start.
+    pub fn acquire_nested(
+        dir: &Path,
+        group_dirs: &[PathBuf],
+        ancestor_dirs: &[PathBuf],
+        mut holder: headroom_types::control::LockHolder,
+    ) -> Result<GroupLock, StateError> {
+        let mut keys: Vec<PathBuf> = group_dirs.to_vec();
+        keys.sort();
+        keys.dedup();
+        let mut above: Vec<PathBuf> = ancestor_dirs
+            .iter()
+            .filter(|a| !keys.contains(a))
+            .cloned()
+            .collect();
+        above.sort();
+        above.dedup();
+        holder.groups = keys.iter().map(|k| k.display().to_string()).collect();
+        std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
+            op: "creating the lock directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        remove_stale(dir);
+        let mut lock = GroupLock {
+            dir: dir.to_path_buf(),
+            held: Vec::new(),
+            above: Vec::new(),
+            holder,
+        };
+        for key in &keys {
+            let path = dir.join(lock_file_name(key));
+            let Some(file) = take(&path, libc::LOCK_EX)? else {
+                // Held exclusively (an agent manages this group), or shared (one manages a
+                // group inside it).
+                let below = !held_exclusively(&path);
+                let holder = if below {
+                    let mine: Vec<&Path> = lock.held.iter().map(|(p, _)| p.as_path()).collect();
+                    holder_below(dir, key, &mine)
+                } else {
+                    read_holder(&path).map(|h| h.to_string())
+                };
+                let holder = holder.unwrap_or_else(|| "whose lock file names no holder yet".into());
+                let what = if below {
+                    format!("group {} contains a group that", key.display())
+                } else {
+                    format!("group {}", key.display())
+                };
+                // Dropping `lock` releases what was taken so far.
+                return Err(StateError::Held {
+                    what,
+                    lock: path,
+                    holder,
+                });
+            };
+            lock.held.push((path, file));
+        }
+        for key in &above {
+            let path = dir.join(lock_file_name(key));
+            let Some(file) = take(&path, libc::LOCK_SH)? else {
+                let holder = read_holder(&path)
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|| "whose lock file names no holder yet".into());
+                return Err(StateError::Held {
+                    what: format!(
+                        "group {}, which contains this agent's groups,",
+                        key.display()
+                    ),
+                    lock: path,
+                    holder,
+                });
+            };
+            lock.above.push((path, file));
+        }
+        let text = serde_json::to_string(&lock.holder).expect("holder serializes") + "\n";
+        for (path, file) in &lock.held {
+            write_holder(file, text.as_bytes()).map_err(|source| StateError::Io {
+                op: "writing the holder into",
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(lock)
+    }
+
+    /// The lock another live agent holds exclusively on `dir` or a directory above it (its
+    /// group, or a group inside which `dir` lies), and that agent, if any: a process in that
+    /// directory is that agent's to manage (an LC pid named here but sitting in another
+    /// agent's BE group was moved out of it, unfrozen, by this one).
+    pub fn foreign_holder(&self, dir: &Path) -> Option<(PathBuf, String)> {
+        use std::os::unix::fs::MetadataExt;
+        let held = flocks_held(true);
+        let mine: Vec<(u64, u64)> = self
+            .held
+            .iter()
+            .filter_map(|(_, f)| f.metadata().ok().map(|m| (m.dev(), m.ino())))
+            .collect();
+        dir.ancestors()
+            .filter(|d| d.parent().is_some())
+            .find_map(|d| {
+                let path = self.dir.join(lock_file_name(d));
+                let meta = std::fs::metadata(&path).ok()?;
+                let dev = meta.dev();
+                let key = (
+                    u64::from(libc::major(dev)),
+                    u64::from(libc::minor(dev)),
+                    meta.ino(),
+                );
+                if !held.contains(&key) || mine.contains(&(dev, meta.ino())) {
+                    return None;
+                }
+                let holder = read_holder(&path)
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|| "whose lock file names no holder yet".into());
+                Some((path, holder))
+            })
+    }
+
+    /// Who holds these locks (this agent).
+    pub fn holder(&self) -> &headroom_types::control::LockHolder {
+        &self.holder
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// How often a busy lock is tried again before it counts as held: a releaser or a cleaner
+/// holds a file exclusively only for the instant of its removal (an upgrade, a stat, an
+/// unlink), a live agent for its life.
+const BUSY_TRIES: u32 = 25;
+const BUSY_PAUSE: Duration = Duration::from_millis(2);
+/// Files replaced under the taker before it gives up (each a removal by another process
+/// between this one's open and its check; more means something outside the protocol).
+const REPLACED_TRIES: u32 = 200;
+
+/// Takes `how` (`LOCK_EX` or `LOCK_SH`) on the file `path` names, creating it; `None` when
+/// another holder keeps it.
+fn take(path: &Path, how: libc::c_int) -> Result<Option<File>, StateError> {
+    let io = |op: &'static str| {
+        move |source| StateError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut busy = 0;
+    for _ in 0..REPLACED_TRIES {
+        let file = open_lock_file(path)?;
+        if try_flock(&file, how).map_err(io("locking"))? {
+            // Locked; but a file removed after this open and before this lock guards
+            // nothing: the path must still name it.
+            if names(path, &file) {
+                return Ok(Some(file));
+            }
+            continue;
+        }
+        if !names(path, &file) {
+            // Removed or replaced while busy: its holder was letting go.
+            continue;
+        }
+        busy += 1;
+        if busy >= BUSY_TRIES {
+            return Ok(None);
+        }
+        std::thread::sleep(BUSY_PAUSE);
+    }
+    Err(io("locking (the file kept being replaced)")(
+        std::io::Error::other(format!("replaced {REPLACED_TRIES} times")),
+    ))
+}
+
+/// Whether `path` names the open `file` now (same device and inode).
+fn names(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+        _ => false,
+    }
+}
+
+/// Lets go of one lock file: removed when nobody else holds it (an exclusive lock taken
+/// without waiting says so), before the lock itself goes with the descriptor.
+fn release(path: &Path, file: File) {
+    // A shared holder's upgrade drops its shared lock when it fails; it is letting go anyway.
+    if try_flock(&file, libc::LOCK_EX).unwrap_or(false) && names(path, &file) {
+        let _ = std::fs::remove_file(path);
+    }
+    drop(file);
+}
+
+/// Lock files looked at per lock taken (the work stays bounded however many a host holds).
+const STALE_LOOK: usize = 4096;
+
+/// Removes lock files nobody holds (left by agents that died, or by versions that never
+/// removed theirs), looking at up to [`STALE_LOOK`] files. One held now (by /proc/locks,
+/// then by a lock taken without waiting) is left alone.
+fn remove_stale(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let held = flocks_held(false);
+    for e in entries.flatten().take(STALE_LOOK) {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "lock") {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let dev = meta.dev();
+        if held.contains(&(
+            u64::from(libc::major(dev)),
+            u64::from(libc::minor(dev)),
+            meta.ino(),
+        )) {
+            continue;
+        }
+        // Not created here: a file removed meanwhile is not brought back.
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        if try_flock(&file, libc::LOCK_EX).unwrap_or(false) && names(&path, &file) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+fn open_lock_file(path: &Path) -> Result<File, StateError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|source| StateError::Io {
+            op: "opening the group lock",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Whether `path` is held by an exclusive flock now (an agent's own group), per /proc/locks.
+fn held_exclusively(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let dev = meta.dev();
+    let key = (
+        u64::from(libc::major(dev)),
+        u64::from(libc::minor(dev)),
+        meta.ino(),
+    );
+    flocks_held(true).contains(&key)
+}
+
+/// The agent holding an exclusive lock on a group inside `key` (a directory), by the holders'
+/// group lists (`mine`: this agent's lock files, whose text is not written yet).
+fn holder_below(dir: &Path, key: &Path, mine: &[&Path]) -> Option<String> {
+    held_locks(dir).into_iter().find_map(|(path, h)| {
+        if mine.contains(&path.as_path()) {
+            return None;
+        }
+        let h = h?;
+        h.groups
+            .iter()
+            .any(|g| Path::new(g).starts_with(key) && Path::new(g) != key)
+            .then(|| h.to_string())
+    })
+}
+
+/// The (device major, minor, inode) of every flock held now; `exclusive`: only those.
+fn flocks_held(exclusive: bool) -> std::collections::BTreeSet<(u64, u64, u64)> {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device (hex major:minor) and inode.
+    locks
+        .lines()
+        .filter(|l| l.contains("FLOCK") && (!exclusive || l.contains(" WRITE ")))
+        .filter_map(|l| {
+            let id = l.split_whitespace().find(|w| w.matches(':').count() == 2)?;
+            let mut it = id.split(':');
+            let major = u64::from_str_radix(it.next()?, 16).ok()?;
+            let minor = u64::from_str_radix(it.next()?, 16).ok()?;
+            let ino = it.next()?.parse().ok()?;
+            Some((major, minor, ino))
+        })
+        .collect()
+}
+
+/// `flock(how | LOCK_NB)`: `Ok(false)` when another open file holds it.
+fn try_flock(file: &File, how: libc::c_int) -> std::io::Result<bool> {
+    // SAFETY: flock on an fd the caller owns for the call's duration.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(err)
+}
+
+/// Writes the holder at offset 0 and cuts the file there (a reader racing the write retries).
+fn write_holder(file: &File, text: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(text, 0)?;
+    file.set_len(text.len() as u64)?;
+    file.sync_all()
+}
+
+/// The holder named in a lock file; a holder that has just taken it may not have written it
+/// yet: retried for up to 200 ms.
+pub fn read_holder(path: &Path) -> Option<headroom_types::control::LockHolder> {
+    for _ in 0..20 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(h) = serde_json::from_str(text.trim()) {
+                return Some(h);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// The group locks under `dir` held now, with their holders (`doctor`); a lock nobody holds
+/// (left by a dead agent) is not listed. Read from `/proc/locks` (taking a lock to test it
+/// could refuse an agent starting at that instant).
+pub fn held_locks(dir: &Path) -> Vec<(PathBuf, Option<headroom_types::control::LockHolder>)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    // Exclusive ones only: a shared lock is an agent's mark on a group above its own.
+    let held = flocks_held(true);
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "lock") {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let dev = meta.dev();
+        let key = (
+            u64::from(libc::major(dev)),
+            u64::from(libc::minor(dev)),
+            meta.ino(),
+        );
+        if held.contains(&key) {
+            out.push((path.clone(), read_holder(&path)));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
