@@ -190,4 +190,25 @@ mod tests {
         assert_eq!(cgroup_text(r, 11), "0::/lc-11\n");
         assert_eq!(cgroup_text(r, 99), "");
     }
+
+    #[test]
+    fn descendants_follow_the_children_files_else_the_process_group() {
+        let root = fake_proc();
+        let r = root.path();
+        // No children files: the process group stands in.
+        let mut tree = descendants(r, 10);
+        tree.sort();
+        assert_eq!(tree, vec![10, 11]);
+        // 10 forked 11 (thread 10), 11 forked 12 (thread 13).
+        let child = |pid: u32, tid: u32, kids: &str| {
+            let d = r.join(format!("proc/{pid}/task/{tid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("children"), kids).unwrap();
+        };
+        child(10, 10, "11 ");
+        child(11, 13, "12");
+        child(12, 12, "");
+        assert_eq!(descendants(r, 10), vec![10, 11, 12]);
+        assert_eq!(descendants(r, 12), vec![12]);
+    }
 }
