@@ -173,7 +173,7 @@ impl GroupLock {
     /// agent's BE group was moved out of it, unfrozen, by this one).
     pub fn foreign_holder(&self, dir: &Path) -> Option<(PathBuf, String)> {
         use std::os::unix::fs::MetadataExt;
-        let held = flocks_held(true);
+        let held = headroom_host::process::flocks_held(true);
         let mine: Vec<(u64, u64)> = self
             .held
             .iter()
@@ -285,7 +285,7 @@ fn remove_stale(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let held = flocks_held(false);
+    let held = headroom_host::process::flocks_held(false);
     for e in entries.flatten().take(STALE_LOOK) {
         let path = e.path();
         if path.extension().is_none_or(|x| x != "lock") {
@@ -338,7 +338,7 @@ fn held_exclusively(path: &Path) -> bool {
         u64::from(libc::minor(dev)),
         meta.ino(),
     );
-    flocks_held(true).contains(&key)
+    headroom_host::process::flocks_held(true).contains(&key)
 }
 
 /// The agent holding an exclusive lock on a group inside `key` (a directory), by the holders'
@@ -354,24 +354,6 @@ fn holder_below(dir: &Path, key: &Path, mine: &[&Path]) -> Option<String> {
             .any(|g| Path::new(g).starts_with(key) && Path::new(g) != key)
             .then(|| h.to_string())
     })
-}
-
-/// The (device major, minor, inode) of every flock held now; `exclusive`: only those.
-fn flocks_held(exclusive: bool) -> std::collections::BTreeSet<(u64, u64, u64)> {
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device (hex major:minor) and inode.
-    locks
-        .lines()
-        .filter(|l| l.contains("FLOCK") && (!exclusive || l.contains(" WRITE ")))
-        .filter_map(|l| {
-            let id = l.split_whitespace().find(|w| w.matches(':').count() == 2)?;
-            let mut it = id.split(':');
-            let major = u64::from_str_radix(it.next()?, 16).ok()?;
-            let minor = u64::from_str_radix(it.next()?, 16).ok()?;
-            let ino = it.next()?.parse().ok()?;
-            Some((major, minor, ino))
-        })
-        .collect()
 }
 
 /// `flock(how | LOCK_NB)`: `Ok(false)` when another open file holds it.
@@ -419,7 +401,7 @@ pub fn held_locks(dir: &Path) -> Vec<(PathBuf, Option<headroom_types::control::L
         return Vec::new();
     };
     // Exclusive ones only: a shared lock is an agent's mark on a group above its own.
-    let held = flocks_held(true);
+    let held = headroom_host::process::flocks_held(true);
     let mut out = Vec::new();
     for e in entries.flatten() {
         let path = e.path();

@@ -1,6 +1,6 @@
 //! Processes and the machine as /proc tells them (through `procfs`): a process's or thread's
 //! CPU time, its run state, the kernel's release and load average — what benchmarks and the
-//! workloads print beside their figures.
+//! workloads print beside their figures, and the flocks held now (/proc/locks).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -104,6 +104,28 @@ pub fn process_state(pid: i32) -> Option<char> {
         .map(|s| s.state)
 }
 
+/// The (device major, minor, inode) of every flock held now; `exclusive`: only those.
+pub fn flocks_held(exclusive: bool) -> std::collections::BTreeSet<(u64, u64, u64)> {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    parse_flocks(&locks, exclusive)
+}
+
+fn parse_flocks(locks: &str, exclusive: bool) -> std::collections::BTreeSet<(u64, u64, u64)> {
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device (hex major:minor) and inode.
+    locks
+        .lines()
+        .filter(|l| l.contains("FLOCK") && (!exclusive || l.contains(" WRITE ")))
+        .filter_map(|l| {
+            let id = l.split_whitespace().find(|w| w.matches(':').count() == 2)?;
+            let mut it = id.split(':');
+            let major = u64::from_str_radix(it.next()?, 16).ok()?;
+            let minor = u64::from_str_radix(it.next()?, 16).ok()?;
+            let ino = it.next()?.parse().ok()?;
+            Some((major, minor, ino))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +212,17 @@ mod tests {
         assert_eq!(load_average_text().split(' ').count(), 3);
         assert!(process_state(i32::MAX).is_none());
         assert!(process_run_time(i32::MAX).is_err());
+    }
+
+    #[test]
+    fn flocks_are_read_from_proc_locks_lines() {
+        let text = "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF\n2: FLOCK  ADVISORY  READ  99 fd:00:42 0 EOF\n3: POSIX  ADVISORY  WRITE 7 08:01:9 0 EOF\n";
+        let all = parse_flocks(text, false);
+        assert_eq!(all.len(), 2);
+        assert!(all.contains(&(8, 1, 5678)) && all.contains(&(0xfd, 0, 42)));
+        assert_eq!(
+            parse_flocks(text, true).into_iter().collect::<Vec<_>>(),
+            vec![(8, 1, 5678)]
+        );
     }
 }
