@@ -12,8 +12,7 @@
 //! cgroups needed (SKIP otherwise).
 #![cfg(feature = "kube")]
 
-#[path = "../../kube/tests/support/stand_in.rs"]
-mod stand_in;
+use headroom_kube::stand_in;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -200,7 +199,7 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
         ),
         "4000",
     );
-    let server = StandIn::listing(vec![bound, done]);
+    let server = StandIn::listing(vec![bound, done]).unwrap();
     server.add_node(NODE, cpus as u32);
     server.nodes.lock().unwrap().forbid = 2;
     let nodes = server.nodes.clone();
@@ -218,7 +217,7 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
             .spawn()
             .unwrap(),
     );
-    let cfg = write_config(d, &top, &server.kubeconfig(d), children.0[0].id());
+    let cfg = write_config(d, &top, &server.kubeconfig(d).unwrap(), children.0[0].id());
     let log_path = d.join("decisions.jsonl");
     let stderr = std::fs::File::create(d.join("agent.log")).unwrap();
     children.0.push(

@@ -10,8 +10,7 @@
 //! changes in it, replays exactly.
 #![cfg(feature = "kube")]
 
-#[path = "../../kube/tests/support/stand_in.rs"]
-mod stand_in;
+use headroom_kube::stand_in;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -233,10 +232,11 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
             ),
         ],
         rx,
-    );
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = server.kubeconfig(d);
+    let kubeconfig = server.kubeconfig(d).unwrap();
     let cfg = write_discovery_config(d, &kubeconfig, "");
     let log_path = d.join("decisions.jsonl");
     let log_arg = log_path.display().to_string();
@@ -409,10 +409,10 @@ fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
     .expect("the other agent's lock");
 
     let (_tx, rx) = mpsc::channel();
-    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx);
+    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = server.kubeconfig(d);
+    let kubeconfig = server.kubeconfig(d).unwrap();
     let cfg = write_discovery_config(d, &kubeconfig, "");
     let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &[]);
     let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
@@ -506,10 +506,10 @@ fn another_agent_on_a_parent_or_child_of_a_discovered_pod_group_is_refused() {
     guard.groups.insert(0, group("headroom-discovery"));
 
     let (_tx, rx) = mpsc::channel();
-    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx);
+    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = server.kubeconfig(d);
+    let kubeconfig = server.kubeconfig(d).unwrap();
     let cfg = write_discovery_config(d, &kubeconfig, "");
     let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &[]);
     let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
@@ -615,10 +615,11 @@ fn kill_9_with_discovery_leaves_be_confined_and_the_next_start_cleans_up() {
             json!([{"containerPort": TCP_PORT}]),
         )],
         rx,
-    );
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = server.kubeconfig(d);
+    let kubeconfig = server.kubeconfig(d).unwrap();
     let cfg = write_discovery_config(d, &kubeconfig, "metrics = \"\"\n");
     let spawn = |guard: &mut Guard, log: &str| spawn_agent(guard, &cfg, &d.join(log), &[]);
     // Kills at 0-20 ms (start-up, before the holder group or the first list) and at 0.1-2.5 s

@@ -3,8 +3,7 @@
 //! refuses bad flags with exit code 2.
 #![cfg(feature = "kube")]
 
-#[path = "../../kube/tests/support/stand_in.rs"]
-mod stand_in;
+use headroom_kube::stand_in;
 
 use std::process::Command;
 
@@ -34,8 +33,9 @@ fn prints_the_nodes_lc_pods_as_json_lines() {
     let server = StandIn::listing(vec![
         pod("cart-0", good, "Guaranteed", "500"),
         pod("slow-0", bad, "Burstable", "fast"),
-    ]);
-    let kubeconfig = server.kubeconfig(dir.path());
+    ])
+    .unwrap();
+    let kubeconfig = server.kubeconfig(dir.path()).unwrap();
     let out = Command::new(BIN)
         .args([
             "kube-discover",
@@ -159,7 +159,8 @@ fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
         "aaaaaaaa-0000-0000-0000-000000000001",
         "Guaranteed",
         "500",
-    )]);
+    )])
+    .unwrap();
     let out = Command::new(BIN)
         .args([
             "kube-discover",
@@ -170,7 +171,7 @@ fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
             "20",
         ])
         .arg("--kubeconfig")
-        .arg(server.kubeconfig(dir.path()))
+        .arg(server.kubeconfig(dir.path()).unwrap())
         .arg("--cgroup-root")
         .arg(dir.path().join("cgroup"))
         .arg("--socket")

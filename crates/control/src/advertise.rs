@@ -18,7 +18,8 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 pub use headroom_types::advertise::{
-    AdvertiseChange, AdvertiseReason, Advertisement, HorizonFigures, RESOURCE,
+    AdvertiseChange, AdvertiseInput, AdvertiseReason, Advertisement, HorizonFigures, LcHealth,
+    RESOURCE,
 };
 use headroom_types::allocation::Allocation;
 
@@ -56,18 +57,6 @@ impl Default for AdvertiseParams {
     }
 }
 
-/// How the node's LCs stand this tick.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum LcHealth {
-    /// Every LC held its SLO with a trusted signal.
-    Held,
-    /// This LC's tail latency is above its SLO.
-    Violating { lc: String },
-    /// No trustworthy signal (unknown or stale latency, BE held off, no LC yet): why.
-    Untrusted { reason: String },
-}
-
 /// One tick's input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick {
@@ -78,6 +67,18 @@ pub struct Tick {
     pub health: LcHealth,
     /// The sum of `headroom.io/be-cpu` requested by the pods bound to the node.
     pub floor_millicpu: u64,
+}
+
+impl Tick {
+    /// The tick at `t_ms` of a logged input.
+    pub fn of(t_ms: u64, input: &AdvertiseInput) -> Tick {
+        Tick {
+            t_ms,
+            granted_millicpu: input.granted_millicpu,
+            health: input.health.clone(),
+            floor_millicpu: input.floor_millicpu,
+        }
+    }
 }
 
 /// The BE CPUs an allocation grants, milli-CPUs: 0 when BE is disabled, else its cpuset's CPUs

@@ -4,11 +4,17 @@
 //! the recorded times; every decision must come out identical. For that the runtime must log
 //! every tick on which it called `decide`, and call it with `now = Duration::from_millis(t_ms)`
 //! (see [`tick_time`]), so the replayed clock equals the live one.
+//!
+//! With `[kubernetes] advertise` each decision line also carries what its tick fed the
+//! advertiser (BE granted, the LCs' health, the floor): replay feeds the same inputs to a fresh
+//! advertiser, checks the granted CPUs against the replayed allocation, and checks every logged
+//! `advertise` change against the one it recomputes (field `advertise`).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::advertise::{granted_millicpu, AdvertiseChange, Advertiser, Tick};
 use crate::config::Config;
 use crate::policy::{self, MachineInfo};
 
@@ -26,7 +32,8 @@ pub struct Mismatch {
     /// Index of the record in the log (0-based).
     pub index: usize,
     pub t_ms: u64,
-    /// `allocation`, `reason`, `state` or `policy`.
+    /// `allocation`, `reason`, `state`, `policy`, `binding_lc`, `event`, `advertise` or
+    /// `advertise_granted`.
     pub field: String,
     pub recorded: serde_json::Value,
     pub replayed: serde_json::Value,
@@ -69,6 +76,7 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
     let mut current = config.clone();
     let mut mismatches = Vec::new();
     let mut index = 0usize;
+    let mut advertise = AdvertiseCheck::new(config, machine);
     for line in lines {
         let record = match line {
             LogLine::Event(CtlEvent::LcSet { synced, lcs, .. }) => {
@@ -98,8 +106,11 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
                 continue;
             }
             LogLine::Event(CtlEvent::Off { .. }) => continue,
-            // What the node advertised follows from the decisions; nothing the policy takes.
-            LogLine::Event(CtlEvent::Advertise { .. }) => continue,
+            // What the node advertised follows from the decisions' advertiser inputs.
+            LogLine::Event(event @ CtlEvent::Advertise { .. }) => {
+                mismatches.extend(advertise.logged(index, event));
+                continue;
+            }
             LogLine::Decision(r) => r,
         };
         index += 1;
@@ -145,7 +156,98 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
                 via_json(&record.binding_lc),
                 via_json(&decision.binding_lc),
             );
+            if let Some(input) = &record.advertise {
+                mismatches.extend(advertise.tick(index, t_ms, input, &decision.allocation));
+            }
         }
     }
+    mismatches.extend(advertise.unlogged(index));
     mismatches
+}
+
+/// The advertiser replayed beside the policy: the change its last tick made, until the log's
+/// `advertise` line for it (the agent writes that line right after the tick's decision line).
+struct AdvertiseCheck {
+    advertiser: Advertiser,
+    machine_cpus: u32,
+    /// The change recomputed at the last tick fed, with that tick's floor.
+    pending: Option<(AdvertiseChange, u64)>,
+}
+
+impl AdvertiseCheck {
+    fn new(config: &Config, machine: &MachineInfo) -> AdvertiseCheck {
+        AdvertiseCheck {
+            advertiser: Advertiser::new(config.kubernetes.advertise_params()),
+            machine_cpus: machine.cpus.len() as u32,
+            pending: None,
+        }
+    }
+
+    /// The logged `advertise` line of a change recomputed.
+    fn event(change: &AdvertiseChange, floor_millicpu: u64) -> CtlEvent {
+        CtlEvent::Advertise {
+            t_ms: change.t_ms,
+            from_millicpu: change.from_millicpu,
+            to_millicpu: change.to_millicpu,
+            reason: change.reason,
+            detail: change.detail.clone(),
+            floor_millicpu,
+        }
+    }
+
+    /// A recomputed change no line followed.
+    fn unlogged(&mut self, index: usize) -> Option<Mismatch> {
+        let (change, floor) = self.pending.take()?;
+        Some(Mismatch {
+            index,
+            t_ms: change.t_ms,
+            field: "advertise".into(),
+            recorded: serde_json::Value::Null,
+            replayed: via_json(&Self::event(&change, floor)),
+        })
+    }
+
+    /// One tick's logged input, fed; its granted CPUs must be what the replayed allocation
+    /// grants.
+    fn tick(
+        &mut self,
+        index: usize,
+        t_ms: u64,
+        input: &crate::advertise::AdvertiseInput,
+        allocation: &headroom_types::allocation::Allocation,
+    ) -> Vec<Mismatch> {
+        let mut out: Vec<Mismatch> = self.unlogged(index).into_iter().collect();
+        let granted = granted_millicpu(allocation, self.machine_cpus);
+        if granted != input.granted_millicpu {
+            out.push(Mismatch {
+                index,
+                t_ms,
+                field: "advertise_granted".into(),
+                recorded: serde_json::json!(input.granted_millicpu),
+                replayed: serde_json::json!(granted),
+            });
+        }
+        let (_, change) = self.advertiser.update(&Tick::of(t_ms, input));
+        self.pending = change.map(|c| (c, input.floor_millicpu));
+        out
+    }
+
+    /// A logged `advertise` line: it must be the change the last tick recomputed.
+    fn logged(&mut self, index: usize, event: &CtlEvent) -> Option<Mismatch> {
+        let CtlEvent::Advertise { t_ms, .. } = event else {
+            return None;
+        };
+        let replayed = match self.pending.take() {
+            Some((change, floor)) => via_json(&Self::event(&change, floor)),
+            None => serde_json::Value::Null,
+        };
+        let recorded = via_json(event);
+        (recorded != replayed).then_some(Mismatch {
+            index,
+            t_ms: *t_ms,
+            field: "advertise".into(),
+            recorded,
+            replayed,
+        })
+    }
 }

@@ -272,7 +272,7 @@ fn ctl_events_in_the_log_replay_identically() {
 /// carries each change of the set as an `lc_set` event, and replaying the log rebuilds the
 /// policy's services at the same points — identical decisions. Without the events the replay
 /// diverges (the holder service would hold BE throughout). The advertise changes logged between
-/// them parse and are passed over.
+/// them (each decision with its advertiser input, as the agent logs it) are recomputed and match.
 #[test]
 fn discovered_lc_sets_in_the_log_replay_identically() {
     use headroom_control::decision::CtlEvent;
@@ -301,6 +301,8 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
     let mut be = 0.0;
     let mut lines: Vec<String> = Vec::new();
     let mut lcs: Vec<DiscoveredLc> = Vec::new();
+    let mut advertiser =
+        headroom_control::advertise::Advertiser::new(config.kubernetes.advertise_params());
     for i in 0..900u64 {
         let now = decision::tick_time(Duration::from_micros(i * 7_300 + 17));
         let t_ms = now.as_millis() as u64;
@@ -335,17 +337,25 @@ fn discovered_lc_sets_in_the_log_replay_identically() {
             .collect();
         let d = p.decide(&obs, now);
         be = d.allocation.be_cpu_capacity(machine.cpus.len());
-        lines.push(DecisionRecord::new(now, t_ms, "multi", &obs, &d).to_json_line());
-        // `[kubernetes] advertise`: a change of the advertised value is logged after the
-        // decision; replay reads it and passes over it (it is no policy input).
-        if i % 150 == 0 {
+        // `[kubernetes] advertise`: the decision carries its tick's advertiser input (the floor
+        // moving as pods are bound and finish); a change is logged after the decision.
+        let input = headroom_control::advertise::AdvertiseInput {
+            granted_millicpu: headroom_control::advertise::granted_millicpu(&d.allocation, 8),
+            health: headroom_control::advertise::LcHealth::Held,
+            floor_millicpu: (i / 150 % 3) * 1500,
+        };
+        let mut rec = DecisionRecord::new(now, t_ms, "multi", &obs, &d);
+        rec.advertise = Some(input.clone());
+        lines.push(rec.to_json_line());
+        let tick = headroom_control::advertise::Tick::of(t_ms, &input);
+        if let (ad, Some(c)) = advertiser.update(&tick) {
             let e = CtlEvent::Advertise {
                 t_ms,
-                from_millicpu: (i > 0).then_some(i * 10),
-                to_millicpu: (i + 150) * 10,
-                reason: headroom_control::advertise::AdvertiseReason::Floor,
-                detail: "bound pods requested it".into(),
-                floor_millicpu: (i + 150) * 10,
+                from_millicpu: c.from_millicpu,
+                to_millicpu: c.to_millicpu,
+                reason: c.reason,
+                detail: c.detail,
+                floor_millicpu: ad.floor_millicpu,
             };
             let line = e.to_json_line();
             assert!(line.contains("\"event\":\"advertise\""), "{line}");

@@ -13,6 +13,8 @@ pub mod floor;
 pub mod layout;
 pub mod pod;
 pub mod publish;
+#[cfg(feature = "stand-in")]
+pub mod stand_in;
 pub mod state;
 pub mod watch;
 

@@ -3,8 +3,7 @@
 //! capacity and allocatable, the floor follows a committed pod, the advertiser's damping shows
 //! in the patches, a 403 is said once and retried, and with the API down the last value stays.
 
-#[path = "support/stand_in.rs"]
-mod stand_in;
+use headroom_kube::stand_in;
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +16,7 @@ const NODE: &str = "node-a";
 
 fn start(s: &StandIn, dir: &std::path::Path) -> Publisher {
     let mut opts = PublishOptions::new(NODE);
-    opts.kubeconfig = Some(s.kubeconfig(dir));
+    opts.kubeconfig = Some(s.kubeconfig(dir).unwrap());
     opts.retry = Duration::from_millis(50);
     opts.retry_max = Duration::from_millis(200);
     Publisher::start(opts).expect("publisher starts")
@@ -67,7 +66,7 @@ fn the_value_lands_in_capacity_and_allocatable_never_below_a_committed_pod() {
         ),
         "4000",
     );
-    let s = StandIn::listing(vec![committed_pod(), lc, done]);
+    let s = StandIn::listing(vec![committed_pod(), lc, done]).unwrap();
     s.add_node(NODE, 8);
     let p = start(&s, dir.path());
     let st = wait(&p, "the floor", |s| s.floor_synced);
@@ -124,7 +123,7 @@ fn the_value_lands_in_capacity_and_allocatable_never_below_a_committed_pod() {
 #[test]
 fn the_patches_follow_the_damped_changes_only() {
     let dir = tempfile::tempdir().unwrap();
-    let s = StandIn::listing(vec![committed_pod()]);
+    let s = StandIn::listing(vec![committed_pod()]).unwrap();
     s.add_node(NODE, 8);
     let p = start(&s, dir.path());
     wait(&p, "the floor", |s| s.floor_synced);
@@ -191,7 +190,7 @@ fn the_patches_follow_the_damped_changes_only() {
 #[test]
 fn a_403_is_said_once_and_retried_until_it_passes() {
     let dir = tempfile::tempdir().unwrap();
-    let s = StandIn::listing(vec![]);
+    let s = StandIn::listing(vec![]).unwrap();
     s.add_node(NODE, 4);
     s.nodes.lock().unwrap().forbid = 4;
     let p = start(&s, dir.path());
@@ -211,7 +210,7 @@ fn a_403_is_said_once_and_retried_until_it_passes() {
 #[test]
 fn with_the_api_down_the_last_value_stays_and_nothing_crashes() {
     let dir = tempfile::tempdir().unwrap();
-    let s = StandIn::listing(vec![committed_pod()]);
+    let s = StandIn::listing(vec![committed_pod()]).unwrap();
     s.add_node(NODE, 4);
     let p = start(&s, dir.path());
     p.set(2500);

@@ -3,8 +3,7 @@
 //! stream of watch events), and the pods come, change, go, and one has a bad annotation. The
 //! pod groups are directories of a temp cgroup root in kubelet's cgroupfs layout.
 
-#[path = "support/stand_in.rs"]
-mod stand_in;
+use headroom_kube::stand_in;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -96,8 +95,8 @@ fn pods_come_change_and_go_and_a_bad_one_is_refused() {
         ),
     ];
     let (push, events) = mpsc::channel();
-    let server = StandIn::start(list, events);
-    let kubeconfig = server.kubeconfig(dir.path());
+    let server = StandIn::start(list, events).unwrap();
+    let kubeconfig = server.kubeconfig(dir.path()).unwrap();
 
     let (tx, rx) = mpsc::channel();
     let mut opts = DiscoveryOptions::new(NODE);

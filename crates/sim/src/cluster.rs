@@ -99,6 +99,11 @@ pub struct PlacementOutcome {
     /// Over the finished jobs: mean and p90 completion time (submission to end), s.
     pub mean_jct_s: f64,
     pub p90_jct_s: f64,
+    /// Over every submitted job: mean completion time, s, an unfinished job (waiting, running
+    /// or given up) counted with its time from submission to the day's end — a lower bound on
+    /// its completion time, so blind's finished-only mean cannot look better by leaving its
+    /// slow jobs unfinished.
+    pub mean_jct_all_s: f64,
     /// Mean slowdown of finished jobs (completion time / duration at full size).
     pub mean_slowdown: f64,
     /// Jobs not yet bound at the end, and the most ever waiting.
@@ -277,6 +282,8 @@ pub fn schedule(
     let mut waiting: std::collections::VecDeque<Job> = Default::default();
     let mut next_job = 0usize;
     let mut jct: Vec<f64> = Vec::new();
+    // Jobs given up after their backoff limit: their submission times (JCT over all jobs).
+    let mut unfinished_submits: Vec<f64> = Vec::new();
     let mut slowdown_sum = 0.0;
     let (mut work_done, mut rejections, mut waiting_max) = (0.0, 0u64, 0u64);
     let (mut evictions, mut lost, mut failed) = (0u64, 0.0, 0u64);
@@ -370,7 +377,10 @@ pub fn schedule(
                         j.ready_s = t1 + b;
                         waiting.push_back(j);
                     }
-                    None => failed += 1,
+                    None => {
+                        failed += 1;
+                        unfinished_submits.push(j.submit_s);
+                    }
                 }
             }
         }
@@ -403,6 +413,17 @@ pub fn schedule(
     }
     let done = jct.len();
     let mean = jct.iter().sum::<f64>() / done.max(1) as f64;
+    let day_end = windows as f64 * window_s;
+    unfinished_submits.extend(waiting.iter().map(|j| j.submit_s));
+    unfinished_submits.extend(
+        state
+            .iter()
+            .flat_map(|st| st.running.iter().map(|j| j.submit_s)),
+    );
+    let all = done + unfinished_submits.len();
+    let mean_jct_all_s = (jct.iter().sum::<f64>()
+        + unfinished_submits.iter().map(|s| day_end - s).sum::<f64>())
+        / all.max(1) as f64;
     let p90 = crate::fleet::pct(&mut jct, 0.9);
     PlacementOutcome {
         placement,
@@ -410,6 +431,7 @@ pub fn schedule(
         jobs_done: done as u64,
         work_cpu_h: work_done / 3600.0,
         mean_jct_s: mean,
+        mean_jct_all_s,
         p90_jct_s: if done == 0 { 0.0 } else { p90 },
         mean_slowdown: slowdown_sum / done.max(1) as f64,
         waiting_end: waiting.len() as u64,
@@ -470,20 +492,21 @@ pub fn text_table(r: &ClusterReport) -> String {
     let mut s = format!(
         "cluster scheduler: {} nodes, {:.1} h, fleet mean BE CPUs granted {:.1}, offered {:.0}% of it\n\
          costs: BE memory {:.0}% of {:.0} GiB/core, jobs {:.1} GiB/CPU (σ {:.1}), timeshare loss {:.0}%\n\
-         {:<22} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>6} {:>8}\n",
+         {:<22} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8} {:>6} {:>8}\n",
         r.servers, r.hours, r.granted_cpus_mean, r.offered_load * 100.0,
         r.costs.be_mem_fraction * 100.0, r.costs.node_mem_gib_per_core, r.costs.job_mem_gib_per_cpu,
         r.costs.job_mem_sigma, r.costs.timeshare_loss * 100.0,
-        "placement", "submitted", "done", "work cpu-h", "mean jct s", "p90 jct s", "slowdown", "wait end", "wait max", "rejections", "evictions", "lost h", "failed", "lc viol"
+        "placement", "submitted", "done", "work cpu-h", "mean jct s", "jct all s", "p90 jct s", "slowdown", "wait end", "wait max", "rejections", "evictions", "lost h", "failed", "lc viol"
     );
     for o in &r.outcomes {
         s += &format!(
-            "{:<22} {:>9} {:>9} {:>10.1} {:>10.0} {:>10.0} {:>9.2} {:>8} {:>8} {:>10} {:>9} {:>8.1} {:>6} {:>8}\n",
+            "{:<22} {:>9} {:>9} {:>10.1} {:>10.0} {:>10.0} {:>10.0} {:>9.2} {:>8} {:>8} {:>10} {:>9} {:>8.1} {:>6} {:>8}\n",
             o.placement.as_str(),
             o.jobs_submitted,
             o.jobs_done,
             o.work_cpu_h,
             o.mean_jct_s,
+            o.mean_jct_all_s,
             o.p90_jct_s,
             o.mean_slowdown,
             o.waiting_end,
@@ -500,8 +523,9 @@ pub fn text_table(r: &ClusterReport) -> String {
         r.outcome(Placement::Advertised),
     ) {
         s += &format!(
-            "advertised vs blind: mean JCT {:.2}x better, work done {:.2}x\n",
+            "advertised vs blind: mean JCT {:.2}x better (finished jobs), {:.2}x (all submitted, the unfinished counted to the day's end), work done {:.2}x\n",
             b.mean_jct_s / a.mean_jct_s.max(1e-9),
+            b.mean_jct_all_s / a.mean_jct_all_s.max(1e-9),
             a.work_cpu_h / b.work_cpu_h.max(1e-9)
         );
     }

@@ -229,3 +229,29 @@ fn the_job_controller_backs_off_and_gives_up_after_the_limit() {
     );
     assert_eq!(o.waiting_end, 0, "{o:?}");
 }
+
+/// Mean JCT over every submitted job counts the unfinished ones with their time so far: a node
+/// too small for the jobs finishes none of them, and that mean is then the mean time from
+/// submission to the day's end, not the 0 of an empty finished-only mean.
+#[test]
+fn mean_jct_over_all_jobs_counts_the_unfinished_to_the_days_end() {
+    let windows = 240; // one hour of 15-s windows
+    let nodes = vec![node(0.0, windows, None)];
+    let stream = jobs(3, 4.0 / mean_job_cpu_s(3), windows as f64 * 15.0);
+    let o = blind(&nodes, &stream, NodeCosts::none());
+    assert_eq!(o.jobs_done, 0, "{o:?}");
+    assert!(o.jobs_submitted > 0, "{o:?}");
+    let day_end = windows as f64 * 15.0;
+    let submitted: Vec<f64> = stream
+        .iter()
+        .filter(|j| j.submit_s < day_end)
+        .map(|j| day_end - j.submit_s)
+        .collect();
+    let expected = submitted.iter().sum::<f64>() / submitted.len() as f64;
+    assert!(
+        (o.mean_jct_all_s - expected).abs() < 1e-6,
+        "{} vs {expected}",
+        o.mean_jct_all_s
+    );
+    assert_eq!(o.mean_jct_s, 0.0);
+}

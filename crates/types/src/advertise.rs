@@ -46,6 +46,30 @@ impl AdvertiseReason {
     ];
 }
 
+/// How the node's LCs stand in one tick (the advertiser's input).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LcHealth {
+    /// Every LC held its SLO with a trusted signal.
+    Held,
+    /// This LC's tail latency is above its SLO.
+    Violating { lc: String },
+    /// No trustworthy signal (unknown or stale latency, BE held off, no LC yet): why.
+    Untrusted { reason: String },
+}
+
+/// What one tick fed the advertiser, kept in the decision log beside the decision so that
+/// `--replay` recomputes the advertised value from it (the floor and the LCs' health come from
+/// outside the policy: the API's pod list, the held-off state, the SLOs then).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdvertiseInput {
+    /// The BE CPUs the decision granted, milli-CPUs.
+    pub granted_millicpu: u64,
+    pub health: LcHealth,
+    /// The sum of `headroom.io/be-cpu` requested by the pods bound to the node.
+    pub floor_millicpu: u64,
+}
+
 /// The horizon's figures behind the target.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HorizonFigures {

@@ -41,6 +41,10 @@ pub struct DecisionRecord {
     /// absent for a single decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat: Option<Repeat>,
+    /// `[kubernetes] advertise`: what this tick fed the advertiser (every tick of a run fed the
+    /// same); absent where nothing was fed (advertise off, the floor not yet listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise: Option<crate::advertise::AdvertiseInput>,
 }
 
 /// The rest of a run of identical decisions: `--replay` decides again at its last tick, with
@@ -74,6 +78,7 @@ impl DecisionRecord {
             state: decision.state.clone(),
             binding_lc: decision.binding_lc.clone(),
             repeat: None,
+            advertise: None,
         }
     }
 
@@ -117,7 +122,8 @@ pub enum CtlEvent {
         lcs: Vec<crate::discovery::DiscoveredLc>,
     },
     /// `[kubernetes] advertise`: the node's advertised `headroom.io/be-cpu` changed (one line
-    /// per change, the floor then). Not a policy input: replay passes over it.
+    /// per change, the floor then), after the line of the tick that changed it. Not a policy
+    /// input: replay recomputes it from the decisions' advertiser inputs and checks it.
     Advertise {
         t_ms: u64,
         /// `None`: the first value.

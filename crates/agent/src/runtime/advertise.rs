@@ -3,6 +3,10 @@
 //! by the binary), which patches the Node on its own thread — the control loop never waits on
 //! the API. The floor is the edge's (a watch of the node's bound pods, kept current there).
 //!
+//! The tick's input is computed in the record phase, from the observation the policy decided
+//! on, and logged with the decision ([`AdvertiseInput`]): `--replay` feeds the same inputs to
+//! the same advertiser and checks every logged change.
+//!
 //! On exit nothing is patched: the node keeps the last value published, which was never below
 //! the floor of pods then bound, so kubelet rejects none of them on a restart; a node whose agent
 //! is gone stops being offered *more* only when another agent publishes (docs/kubernetes.md).
@@ -10,12 +14,13 @@
 use std::sync::Arc;
 
 use headroom_control::advertise::{
-    granted_millicpu, AdvertiseChange, AdvertiseParams, Advertisement, Advertiser, LcHealth, Tick,
+    AdvertiseChange, AdvertiseInput, AdvertiseParams, Advertisement, Advertiser, LcHealth, Tick,
 };
 use headroom_control::decision::CtlEvent;
 use headroom_types::advertise::{AdvertiseEdgeStatus, AdvertiseStatus};
 use headroom_types::observation::Observation;
 
+use super::publish::Publisher;
 use super::Agent;
 use crate::publish::metrics::ServiceSlo;
 
@@ -41,6 +46,26 @@ impl std::fmt::Debug for AdvertiseLink {
     }
 }
 
+/// What the record phase needs to compute a tick's [`AdvertiseInput`] (set before each tick
+/// while the floor is known).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdvertiseCtx {
+    pub floor_millicpu: u64,
+    pub machine_cpus: u32,
+    /// The advertiser's bucket width: a run of identical decisions in the log ends at a bucket's
+    /// edge, so replay sees a tick in every bucket the live advertiser saw.
+    pub bucket_ms: u64,
+    pub latency_max_age_ms: u64,
+}
+
+/// The advertiser's feed through the publisher: the context before the tick, the input the
+/// record phase computed (and logged), taken by [`Agent::advertise_tick`].
+#[derive(Debug, Clone, Default)]
+pub struct AdvertiseFeed {
+    pub ctx: Option<AdvertiseCtx>,
+    pub input: Option<AdvertiseInput>,
+}
+
 /// The running advertiser and its edge.
 pub(super) struct AdvertiseLive {
     pub advertiser: Advertiser,
@@ -57,27 +82,29 @@ impl AdvertiseLive {
         }
     }
 
-    /// Feeds one tick (what the policy granted BE, how the LCs stood, the edge's floor) and
-    /// hands a change to the edge. `None` while the floor is unknown: nothing is fed or set.
-    pub(super) fn step(
+    /// The context of the next tick's input: `None` while the floor is unknown (nothing is fed
+    /// or set: a value below pods already bound would make kubelet reject them on a restart).
+    pub(super) fn ctx(&self, machine_cpus: u32, latency_max_age_ms: u64) -> Option<AdvertiseCtx> {
+        Some(AdvertiseCtx {
+            floor_millicpu: self.edge.0.floor_millicpu()?,
+            machine_cpus,
+            bucket_ms: self.advertiser.params().bucket_ms,
+            latency_max_age_ms,
+        })
+    }
+
+    /// Feeds one tick's input and hands a change to the edge.
+    pub(super) fn feed(
         &mut self,
         t_ms: u64,
-        granted_millicpu: u64,
-        health: LcHealth,
-    ) -> Option<(Advertisement, Option<AdvertiseChange>)> {
-        let floor_millicpu = self.edge.0.floor_millicpu()?;
-        let tick = Tick {
-            t_ms,
-            granted_millicpu,
-            health,
-            floor_millicpu,
-        };
-        let (ad, change) = self.advertiser.update(&tick);
+        input: &AdvertiseInput,
+    ) -> (Advertisement, Option<AdvertiseChange>) {
+        let (ad, change) = self.advertiser.update(&Tick::of(t_ms, input));
         if let Some(c) = &change {
             self.edge.0.set(c.to_millicpu);
         }
         self.last = Some(ad.clone());
-        Some((ad, change))
+        (ad, change)
     }
 }
 
@@ -135,45 +162,44 @@ pub(super) fn health(
 }
 
 impl Agent {
+    /// Before a tick: what its record phase needs to compute the advertiser's input.
+    pub(super) fn advertise_prepare(&mut self) {
+        let cpus = self.machine.cpus.len() as u32;
+        let max_age = self.config.safety.latency_max_age_ms;
+        self.publisher.advertise.ctx = self.advertise.as_ref().and_then(|l| l.ctx(cpus, max_age));
+        self.publisher.advertise.input = None;
+    }
+
     /// One tick of the advertiser (after the policy decided): never blocks.
     pub(super) fn advertise_tick(&mut self, t_ms: u64) {
-        let Some(live) = self.advertise.as_mut() else {
-            return;
-        };
-        let Some(allocation) = self.publisher.last_allocation.as_ref() else {
-            return;
-        };
-        let granted = granted_millicpu(allocation, self.machine.cpus.len() as u32);
-        let obs = self
-            .node
-            .sensors()
-            .map(|s| s.last().clone())
-            .unwrap_or_default();
-        let h = health(
-            &obs,
-            self.publisher.slo_us,
-            &self.publisher.lcs,
-            self.config.safety.latency_max_age_ms,
-            self.publisher.be_held_off.as_deref(),
-        );
-        let Some((ad, change)) = live.step(t_ms, granted, h) else {
-            return;
-        };
-        if let Some(c) = &change {
-            log_change(c);
-            self.publisher.log_event(&CtlEvent::Advertise {
-                t_ms: c.t_ms,
-                from_millicpu: c.from_millicpu,
-                to_millicpu: c.to_millicpu,
-                reason: c.reason,
-                detail: c.detail.clone(),
-                floor_millicpu: ad.floor_millicpu,
-            });
+        if let Some(live) = self.advertise.as_mut() {
+            advertise_step(live, &mut self.publisher, t_ms);
         }
-        self.publisher
-            .metrics
-            .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
     }
+}
+
+/// Feeds the input the publisher's record phase computed and logged this tick (none while
+/// the floor is unknown); a change goes to the edge and to the log, right after the tick's
+/// decision line (`--replay` checks it there).
+pub(super) fn advertise_step(live: &mut AdvertiseLive, publisher: &mut Publisher, t_ms: u64) {
+    let Some(input) = publisher.advertise.input.take() else {
+        return;
+    };
+    let (ad, change) = live.feed(t_ms, &input);
+    if let Some(c) = &change {
+        log_change(c);
+        publisher.log_event(&CtlEvent::Advertise {
+            t_ms: c.t_ms,
+            from_millicpu: c.from_millicpu,
+            to_millicpu: c.to_millicpu,
+            reason: c.reason,
+            detail: c.detail.clone(),
+            floor_millicpu: ad.floor_millicpu,
+        });
+    }
+    publisher
+        .metrics
+        .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
 }
 
 impl AdvertiseLive {

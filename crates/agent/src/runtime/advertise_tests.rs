@@ -49,6 +49,34 @@ fn live(floor: Option<u64>) -> (AdvertiseLive, Arc<FakeEdge>) {
     )
 }
 
+/// One tick as the agent runs it: the input with the edge's floor, fed (`None` while the
+/// floor is unknown).
+trait Step {
+    fn step(
+        &mut self,
+        t_ms: u64,
+        granted_millicpu: u64,
+        health: LcHealth,
+    ) -> Option<(Advertisement, Option<AdvertiseChange>)>;
+}
+
+impl Step for AdvertiseLive {
+    fn step(
+        &mut self,
+        t_ms: u64,
+        granted_millicpu: u64,
+        health: LcHealth,
+    ) -> Option<(Advertisement, Option<AdvertiseChange>)> {
+        let ctx = self.ctx(4, 1000)?;
+        let input = AdvertiseInput {
+            granted_millicpu,
+            health,
+            floor_millicpu: ctx.floor_millicpu,
+        };
+        Some(self.feed(t_ms, &input))
+    }
+}
+
 fn slo(name: &str, slo_us: f64) -> ServiceSlo {
     ServiceSlo {
         name: name.into(),
@@ -225,4 +253,141 @@ fn a_violating_or_untrusted_lc_advertises_0_with_its_reason_never_below_the_floo
     assert_eq!(c.reason, AdvertiseReason::Floor);
     assert!(ad.horizon.buckets > 0, "{:?}", ad.horizon);
     assert_eq!(st.edge.published_millicpu, Some(1500));
+}
+
+/// A publisher writing its decision log to `path`, as the agent builds it.
+fn publisher(path: &std::path::Path, slo_us: f64) -> Publisher {
+    let (metrics, _registry) = crate::publish::metrics::Metrics::new();
+    Publisher {
+        log: Some(super::super::publish::DecisionLog::open(path, 1 << 30).unwrap()),
+        metrics,
+        policy: "static-cores",
+        started_unix_ms: 0,
+        slo_us,
+        lcs: vec![slo("svc", slo_us)],
+        reasons: Default::default(),
+        last_reason: String::new(),
+        last_allocation: None,
+        last_write_error: None,
+        summary: Default::default(),
+        state_dirty: false,
+        be_held_off: None,
+        pending: None,
+        last_logged: None,
+        last_binding_lc: None,
+        advertise: Default::default(),
+    }
+}
+
+/// The decision log the agent writes with `[kubernetes] advertise` (each decision line with
+/// its tick's advertiser input, a line per change after it) replays exactly; the same log with
+/// one `advertise` line's value changed, or a change dropped, is flagged by `--replay` (before,
+/// replay passed over `advertise` lines and took any of them).
+#[test]
+fn a_log_with_advertise_lines_replays_exactly_and_a_tampered_line_is_flagged() {
+    use headroom_control::config::Config;
+    use headroom_control::controller::TickSink;
+    use headroom_control::decision::{replay_log, tick_time, LogLine};
+    use headroom_control::policy::{self, MachineInfo};
+    use std::time::Duration;
+    let toml = r#"
+[lc]
+name = "svc"
+cgroup = "headroom/lc"
+[lc.slo]
+target_us = 500
+window_s = 15
+[lc.latency]
+source = "probe"
+address = "127.0.0.1:11211"
+[policy]
+kind = "static-cores"
+[kubernetes]
+advertise = true
+node_name = "n1"
+advertise_horizon_s = 60
+advertise_damping_s = 10
+advertise_min_history_s = 5
+"#;
+    let config = Config::from_toml_str(toml).unwrap();
+    let machine = MachineInfo::with_cpus(4);
+    let mut policy = policy::build(&config, &machine);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("decisions.jsonl");
+    let mut p = publisher(&path, 500.0);
+    let edge = Arc::new(FakeEdge::default());
+    let mut live = AdvertiseLive::new(
+        config.kubernetes.advertise_params(),
+        AdvertiseLink(edge.clone()),
+    );
+    // 60 s at 100 ms: the floor listed after 1 s (1500m committed from 30 s), an SLO violation
+    // at 20-22 s, a stale latency at 40 s; latency windows once a second.
+    for i in 0..600u64 {
+        let t = tick_time(Duration::from_millis(100 * i));
+        let s = i / 10;
+        *edge.floor.lock().unwrap() = match s {
+            0 => None,
+            1..=29 => Some(0),
+            _ => Some(1500),
+        };
+        let latency = if (20..22).contains(&s) { 900.0 } else { 300.0 };
+        let age = if s == 40 { 5_000 } else { (i % 10) * 100 };
+        let obs = single(latency, age);
+        p.advertise.ctx = live.ctx(machine.cpus.len() as u32, config.safety.latency_max_age_ms);
+        let d = policy.decide(&obs, t);
+        p.record(t, &obs, &d);
+        advertise_step(&mut live, &mut p, t.as_millis() as u64);
+    }
+    p.end_run();
+    p.log.as_mut().unwrap().flush();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<LogLine> = text
+        .lines()
+        .map(|l| LogLine::from_json_line(l).unwrap())
+        .collect();
+    let changes: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| matches!(l, LogLine::Event(CtlEvent::Advertise { .. })))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        changes.len() >= 3,
+        "a first value, a rise and a fall at least: {:?}",
+        edge.sets.lock().unwrap()
+    );
+    assert!(lines
+        .iter()
+        .any(|l| matches!(l, LogLine::Decision(r) if r.advertise.is_some())));
+    let replayed = replay_log(&config, &machine, &lines);
+    assert!(replayed.is_empty(), "{replayed:?}");
+
+    // One change's value altered.
+    let mut tampered = lines.clone();
+    if let LogLine::Event(CtlEvent::Advertise { to_millicpu, .. }) = &mut tampered[changes[1]] {
+        *to_millicpu += 100;
+    }
+    let flagged = replay_log(&config, &machine, &tampered);
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0].field, "advertise");
+    // One change dropped: the recomputed change has no line.
+    let mut dropped = lines.clone();
+    dropped.remove(changes[1]);
+    let flagged = replay_log(&config, &machine, &dropped);
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0].field, "advertise");
+    assert!(flagged[0].recorded.is_null(), "{}", flagged[0]);
+    // A tick's logged granted CPUs that the replayed decision does not grant.
+    let mut granted = lines.clone();
+    if let Some(LogLine::Decision(r)) = granted
+        .iter_mut()
+        .find(|l| matches!(l, LogLine::Decision(r) if r.advertise.is_some()))
+    {
+        r.advertise.as_mut().unwrap().granted_millicpu += 1;
+    }
+    let flagged = replay_log(&config, &machine, &granted);
+    assert!(
+        flagged.iter().any(|m| m.field == "advertise_granted"),
+        "{flagged:?}"
+    );
 }

@@ -214,6 +214,7 @@ impl Agent {
     /// One tick; true when it wrote a knob.
     fn tick(&mut self, now: Instant) -> bool {
         let t = tick_time(now.saturating_duration_since(self.started));
+        self.advertise_prepare();
         let outcome = self.controller.step(&mut self.node, t, &mut self.publisher);
         // The policy's buffer moves (hybrid's outer loop, a `ctl set`): the kernel's
         // thresholds follow it (a map write only when they change).

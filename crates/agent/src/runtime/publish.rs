@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::publish::metrics::{Metrics, ServiceSlo};
 use crate::publish::reaction_log::phase;
+use headroom_control::advertise::{granted_millicpu, AdvertiseInput};
 use headroom_control::controller::{TickOutcome, TickSink};
 use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
 use headroom_types::allocation::Allocation;
@@ -80,6 +81,13 @@ fn new_latency_window(
             .any(|(p, n)| other(end(prev_t, p.latency_age_ms), end(now_t, n.latency_age_ms)))
 }
 
+/// Whether two ticks fall in the same advertiser bucket (a run of identical decisions ends at
+/// a bucket's edge: replay feeds only a run's first and last tick).
+fn same_bucket(a: Duration, b: Duration, bucket_ms: u64) -> bool {
+    let bucket = bucket_ms.max(1);
+    a.as_millis() as u64 / bucket == b.as_millis() as u64 / bucket
+}
+
 /// Where the Linux agent's ticks go.
 pub struct Publisher {
     pub log: Option<DecisionLog>,
@@ -104,6 +112,8 @@ pub struct Publisher {
     pub last_logged: Option<Decision>,
     /// The service whose slack bound the last decision (`ctl status`).
     pub last_binding_lc: Option<String>,
+    /// `[kubernetes] advertise`: the advertiser's input, computed and logged with the decision.
+    pub advertise: super::advertise::AdvertiseFeed,
 }
 
 impl Publisher {
@@ -133,6 +143,17 @@ impl TickSink for Publisher {
     /// run ends (or every [`RUN_MAX`]): a flapping host holding BE off wrote 82 600 holds in 11 s.
     fn record(&mut self, t: Duration, obs: &Observation, decision: &Decision) {
         phase::decided();
+        self.advertise.input = self.advertise.ctx.map(|c| AdvertiseInput {
+            granted_millicpu: granted_millicpu(&decision.allocation, c.machine_cpus),
+            health: super::advertise::health(
+                obs,
+                self.slo_us,
+                &self.lcs,
+                c.latency_max_age_ms,
+                self.be_held_off.as_deref(),
+            ),
+            floor_millicpu: c.floor_millicpu,
+        });
         self.log_decision(t, obs, decision);
         phase::recorded();
     }
@@ -158,6 +179,11 @@ impl Publisher {
             if let Some(run) = &mut self.pending {
                 if t.saturating_sub(Duration::from_millis(run.first.t_ms)) < RUN_MAX
                     && !new_latency_window(&run.last_observation, run.last_t, obs, t)
+                    && run.first.advertise == self.advertise.input
+                    && self
+                        .advertise
+                        .ctx
+                        .is_none_or(|c| same_bucket(run.last_t, t, c.bucket_ms))
                 {
                     run.count += 1;
                     run.last_t = t;
@@ -168,7 +194,7 @@ impl Publisher {
             }
             self.end_run();
             self.pending = Some(Run {
-                first: DecisionRecord::new(t, unix_ms, self.policy, obs, decision),
+                first: self.new_record(t, unix_ms, obs, decision),
                 count: 1,
                 last_t: t,
                 last_unix_ms: unix_ms,
@@ -177,11 +203,23 @@ impl Publisher {
             return;
         }
         self.end_run();
-        let rec = DecisionRecord::new(t, unix_ms, self.policy, obs, decision);
+        let rec = self.new_record(t, unix_ms, obs, decision);
         if let Some(log) = &mut self.log {
             log.write_line(&rec.to_json_line());
         }
         self.last_logged = Some(decision.clone());
+    }
+
+    fn new_record(
+        &self,
+        t: Duration,
+        unix_ms: u64,
+        obs: &Observation,
+        decision: &Decision,
+    ) -> DecisionRecord {
+        let mut rec = DecisionRecord::new(t, unix_ms, self.policy, obs, decision);
+        rec.advertise.clone_from(&self.advertise.input);
+        rec
     }
 
     fn publish_tick(&mut self, t: Duration, obs: &Observation, outcome: &TickOutcome) {
@@ -372,6 +410,7 @@ kind = "hybrid"
             pending: None,
             last_logged: None,
             last_binding_lc: None,
+            advertise: Default::default(),
         };
         let mut disarmed = 0;
         for i in 0..10_000u64 {
@@ -445,6 +484,7 @@ kind = "hybrid"
             pending: None,
             last_logged: None,
             last_binding_lc: None,
+            advertise: Default::default(),
         };
         let decision = |binding: &str| Decision {
             allocation: headroom_types::allocation::Allocation::default(),

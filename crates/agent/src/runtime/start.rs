@@ -289,6 +289,7 @@ impl Agent {
             pending: None,
             last_logged: None,
             last_binding_lc: None,
+            advertise: Default::default(),
         };
         // The decision state is only ever read from the log.
         controller.policy_mut().set_explain(publisher.log.is_some());

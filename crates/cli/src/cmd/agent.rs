@@ -139,7 +139,7 @@ fn start_advertise(options: &mut AgentOptions) -> anyhow::Result<()> {
     if options.config.kubernetes.advertise {
         return Err(super::usage(
             "[kubernetes] advertise = true: this headroom was built without the `kube` feature"
-                .into(),
+                .to_string(),
         ));
     }
     Ok(())
@@ -150,7 +150,7 @@ fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<()>> {
     if options.config.kubernetes.discover {
         return Err(super::usage(
             "[kubernetes] discover = true: this headroom was built without the `kube` feature"
-                .into(),
+                .to_string(),
         ));
     }
     Ok(None)

@@ -53,6 +53,10 @@ pub enum Which {
     /// Two LC services (memcached and serve, own SLOs, opposite load schedules) and one BE under none, the single-LC agent and multi
     #[command(disable_help_flag = true)]
     MultiLc(Rest),
+    /// The node's advertised headroom.io/be-cpu beside what hybrid grants (memcached as a discovered LC at two loads, a BE pod committed, the stand-in API server)
+    #[cfg(feature = "kube")]
+    #[command(disable_help_flag = true)]
+    Advertise(Rest),
 }
 
 /// The chosen benchmark's own flags, parsed by its own clap parser (`--help` included).
@@ -79,6 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Which::Agent(r) => ("agent", r),
         Which::Prober(r) => ("prober", r),
         Which::MultiLc(r) => ("multi-lc", r),
+        #[cfg(feature = "kube")]
+        Which::Advertise(r) => ("advertise", r),
     };
     // `--out` may also come after NAME (it is then among the benchmark's flags).
     let (late_out, rest) = split_out(&rest.args)?;
@@ -89,6 +95,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "agent" => Ok(tools::agent::run(out, super::parse_flags(&rest)?)?),
         "prober" => Ok(tools::prober::run(out, super::parse_flags(&rest)?)?),
         "multi-lc" => Ok(tools::multi_lc::run(out, super::parse_flags(&rest)?)?),
+        #[cfg(feature = "kube")]
+        "advertise" => Ok(tools::advertise::run(out, super::parse_flags(&rest)?)?),
         other => experiments(other, out, &rest),
     }
 }

@@ -263,6 +263,7 @@ mod tests {
             state: serde_json::Value::Null,
             binding_lc: None,
             repeat: None,
+            advertise: None,
         }
     }
 

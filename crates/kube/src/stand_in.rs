@@ -1,9 +1,8 @@
-//! A stand-in kube-apiserver on 127.0.0.1 for tests (no cluster runs here): it answers the pod
-//! list and watch endpoints as kube-apiserver does (a `PodList`, then a chunked stream of watch
-//! events). The one copy, used by `crates/kube/tests` (`mod support`) and by the agent's and
-//! `kube-discover`'s tests in `crates/cli/tests` (`#[path = "../../kube/tests/support/stand_in.rs"]`,
-//! the workspace's way of sharing test helpers between crates).
-#![allow(dead_code)]
+//! A stand-in kube-apiserver on 127.0.0.1 (no real one can be installed on these machines): it
+//! answers the pod list and watch endpoints as kube-apiserver does (a `PodList`, then a chunked
+//! stream of watch events) and `GET`/`PATCH nodes/<n>/status`. Behind the `stand-in` feature:
+//! used by this crate's tests, the agent's and `kube-discover`'s tests in `crates/cli/tests`,
+//! and `headroom bench advertise` (docs/kubernetes.md).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -141,42 +140,65 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// A JSON patch op the stand-in refuses (kube-apiserver answers 422): the op, its path, why.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {path}: {reason}")]
+pub struct JsonPatchError {
+    pub op: String,
+    pub path: String,
+    pub reason: String,
+}
+
 /// RFC 6902 JSON patch: add, replace, remove (what a status patch uses); pointer tokens
 /// unescaped (`~1` = `/`, `~0` = `~`). An error names the failing op.
-pub fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
-    for op in ops.as_array().ok_or("a JSON patch is an array")? {
-        let kind = op["op"].as_str().ok_or("op without \"op\"")?;
-        let path = op["path"].as_str().ok_or("op without \"path\"")?;
+pub fn json_patch(target: &mut Value, ops: &Value) -> Result<(), JsonPatchError> {
+    let err = |op: &str, path: &str, reason: String| JsonPatchError {
+        op: op.to_string(),
+        path: path.to_string(),
+        reason,
+    };
+    let ops = ops
+        .as_array()
+        .ok_or_else(|| err("patch", "", "a JSON patch is an array".into()))?;
+    for op in ops {
+        let kind = op["op"]
+            .as_str()
+            .ok_or_else(|| err("?", "", "op without \"op\"".into()))?;
+        let path = op["path"]
+            .as_str()
+            .ok_or_else(|| err(kind, "", "op without \"path\"".into()))?;
         let tokens: Vec<String> = path
             .split('/')
             .skip(1)
             .map(|t| t.replace("~1", "/").replace("~0", "~"))
             .collect();
-        let (last, parents) = tokens.split_last().ok_or("empty path")?;
+        let (last, parents) = tokens
+            .split_last()
+            .ok_or_else(|| err(kind, path, "empty path".into()))?;
         let mut cur = &mut *target;
         for t in parents {
             cur = cur
                 .get_mut(t.as_str())
-                .ok_or_else(|| format!("{kind} {path}: no {t}"))?;
+                .ok_or_else(|| err(kind, path, format!("no {t}")))?;
         }
         let obj = cur
             .as_object_mut()
-            .ok_or_else(|| format!("{kind} {path}: parent is not an object"))?;
+            .ok_or_else(|| err(kind, path, "parent is not an object".into()))?;
         match kind {
             "add" => {
                 obj.insert(last.clone(), op["value"].clone());
             }
             "replace" => {
                 if !obj.contains_key(last) {
-                    return Err(format!("replace {path}: no such key"));
+                    return Err(err(kind, path, "no such key".into()));
                 }
                 obj.insert(last.clone(), op["value"].clone());
             }
             "remove" => {
                 obj.remove(last)
-                    .ok_or_else(|| format!("remove {path}: no such key"))?;
+                    .ok_or_else(|| err(kind, path, "no such key".into()))?;
             }
-            other => return Err(format!("op {other} not supported by the stand-in")),
+            other => return Err(err(other, path, "op not supported by the stand-in".into())),
         }
     }
     Ok(())
@@ -245,7 +267,7 @@ fn serve_node(w: &mut TcpStream, req: &Request, nodes: &Mutex<Nodes>) {
                 }
             };
             if let Err(e) = result {
-                respond(w, 422, &status(422, "Invalid", &e));
+                respond(w, 422, &status(422, "Invalid", &e.to_string()));
                 return;
             }
             // The status subresource changes status only.
@@ -336,9 +358,9 @@ fn serve(
 
 impl StandIn {
     /// Listens on 127.0.0.1 (a free port).
-    pub fn start(list: Vec<Value>, events: mpsc::Receiver<Value>) -> StandIn {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
+    pub fn start(list: Vec<Value>, events: mpsc::Receiver<Value>) -> std::io::Result<StandIn> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Mutex::new(Some(events)));
@@ -360,21 +382,21 @@ impl StandIn {
                 std::thread::spawn(move || serve(conn, &list, &reqs, &stopped, &events, &nodes));
             }
         });
-        StandIn {
+        Ok(StandIn {
             port,
             requests,
             nodes,
             stop,
             _silent: None,
-        }
+        })
     }
 
     /// A stand-in serving `list` whose watches stay silent.
-    pub fn listing(list: Vec<Value>) -> StandIn {
+    pub fn listing(list: Vec<Value>) -> std::io::Result<StandIn> {
         let (tx, rx) = mpsc::channel();
-        let mut s = StandIn::start(list, rx);
+        let mut s = StandIn::start(list, rx)?;
         s._silent = Some(tx);
-        s
+        Ok(s)
     }
 
     /// Adds a Node `name` with `cpu` CPUs in its capacity and allocatable.
@@ -398,17 +420,20 @@ impl StandIn {
         (get("capacity"), get("allocatable"))
     }
 
-    /// Writes a kubeconfig for this server into `dir`; its path.
-    pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
+    /// Writes a kubeconfig for this server into `dir` (as JSON, which YAML readers take); its
+    /// path.
+    pub fn kubeconfig(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let path = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: http://127.0.0.1:{}\n\
-             contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\n\
-             current-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n",
-            self.port
-        );
-        std::fs::write(&path, text).unwrap();
-        path
+        let server = format!("http://127.0.0.1:{}", self.port);
+        let config = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "stand-in", "cluster": {"server": server}}],
+            "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "nobody"}}],
+            "current-context": "stand-in",
+            "users": [{"name": "nobody", "user": {}}],
+        });
+        std::fs::write(&path, config.to_string())?;
+        Ok(path)
     }
 }
 
