@@ -16,11 +16,9 @@ use std::sync::Arc;
 use headroom_control::advertise::{
     AdvertiseChange, AdvertiseInput, AdvertiseParams, Advertisement, Advertiser, LcHealth, Tick,
 };
-use headroom_control::decision::CtlEvent;
 use headroom_types::advertise::{AdvertiseEdgeStatus, AdvertiseStatus};
 use headroom_types::observation::Observation;
 
-use super::publish::Publisher;
 use super::Agent;
 use crate::publish::metrics::ServiceSlo;
 
@@ -173,33 +171,9 @@ impl Agent {
     /// One tick of the advertiser (after the policy decided): never blocks.
     pub(super) fn advertise_tick(&mut self, t_ms: u64) {
         if let Some(live) = self.advertise.as_mut() {
-            advertise_step(live, &mut self.publisher, t_ms);
+            self.publisher.step_advertiser(live, t_ms);
         }
     }
-}
-
-/// Feeds the input the publisher's record phase computed and logged this tick (none while
-/// the floor is unknown); a change goes to the edge and to the log, right after the tick's
-/// decision line (`--replay` checks it there).
-pub(super) fn advertise_step(live: &mut AdvertiseLive, publisher: &mut Publisher, t_ms: u64) {
-    let Some(input) = publisher.advertise.input.take() else {
-        return;
-    };
-    let (ad, change) = live.feed(t_ms, &input);
-    if let Some(c) = &change {
-        log_change(c);
-        publisher.log_event(&CtlEvent::Advertise {
-            t_ms: c.t_ms,
-            from_millicpu: c.from_millicpu,
-            to_millicpu: c.to_millicpu,
-            reason: c.reason,
-            detail: c.detail.clone(),
-            floor_millicpu: ad.floor_millicpu,
-        });
-    }
-    publisher
-        .metrics
-        .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
 }
 
 impl AdvertiseLive {
@@ -212,7 +186,7 @@ impl AdvertiseLive {
     }
 }
 
-fn log_change(c: &AdvertiseChange) {
+pub(super) fn log_change(c: &AdvertiseChange) {
     tracing::info!(
         from = ?c.from_millicpu,
         to = c.to_millicpu,

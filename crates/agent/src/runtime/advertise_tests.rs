@@ -7,6 +7,8 @@ use headroom_control::advertise::AdvertiseReason;
 use headroom_types::observation::LcGroupObservation;
 
 use super::*;
+use crate::runtime::publish::Publisher;
+use headroom_control::decision::CtlEvent;
 
 /// An edge that records what it was given; its floor is set by the test.
 #[derive(Default)]
@@ -336,7 +338,7 @@ advertise_min_history_s = 5
         p.advertise.ctx = live.ctx(machine.cpus.len() as u32, config.safety.latency_max_age_ms);
         let d = policy.decide(&obs, t);
         p.record(t, &obs, &d);
-        advertise_step(&mut live, &mut p, t.as_millis() as u64);
+        p.step_advertiser(&mut live, t.as_millis() as u64);
     }
     p.end_run();
     p.log.as_mut().unwrap().flush();

@@ -167,7 +167,7 @@ impl Agent {
         }
         // The pod's group and the groups above it, as for a configured group: an agent on a
         // parent of the pod's group (or inside it) is refused, and the reverse.
-        let (dirs, above) = super::start::lock_keys(self.node.cgroups(), [&c.cgroup]);
+        let (dirs, above) = crate::group_lock::lock_keys(self.node.cgroups(), [&c.cgroup]);
         let lock =
             state::GroupLock::acquire_nested(own.dir(), &dirs, &above, own.holder().clone())?;
         kube.locks.insert(c.name.clone(), lock);

@@ -13,6 +13,7 @@ use headroom_types::allocation::Allocation;
 use headroom_types::decision::Repeat;
 use headroom_types::observation::Observation;
 
+use super::advertise::{log_change, AdvertiseLive};
 pub use super::decision_log::DecisionLog;
 use super::RunSummary;
 
@@ -274,6 +275,31 @@ impl Publisher {
             self.last_allocation = Some(decision.allocation.clone());
         }
         self.summary.ticks += 1;
+    }
+}
+
+impl Publisher {
+    /// Feeds the input the publisher's record phase computed and logged this tick (none while
+    /// the floor is unknown); a change goes to the edge and to the log, right after the tick's
+    /// decision line (`--replay` checks it there).
+    pub(super) fn step_advertiser(&mut self, live: &mut AdvertiseLive, t_ms: u64) {
+        let Some(input) = self.advertise.input.take() else {
+            return;
+        };
+        let (ad, change) = live.feed(t_ms, &input);
+        if let Some(c) = &change {
+            log_change(c);
+            self.log_event(&CtlEvent::Advertise {
+                t_ms: c.t_ms,
+                from_millicpu: c.from_millicpu,
+                to_millicpu: c.to_millicpu,
+                reason: c.reason,
+                detail: c.detail.clone(),
+                floor_millicpu: ad.floor_millicpu,
+            });
+        }
+        self.metrics
+            .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
     }
 }
 

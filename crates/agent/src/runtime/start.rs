@@ -474,7 +474,7 @@ fn lock_groups(
     config: &Config,
     cgroups: &headroom_host::Cgroups,
 ) -> Result<state::GroupLock, AgentError> {
-    let (dirs, above) = lock_keys(
+    let (dirs, above) = crate::group_lock::lock_keys(
         cgroups,
         config
             .lcs
@@ -533,36 +533,6 @@ fn refuse_foreign_lc_pids(
         }
     }
     Ok(())
-}
-
-/// What one agent locks for `groups`: each group's directory in every hierarchy (exclusive),
-/// and the directories of the groups above them, each hierarchy's root excluded (shared: an
-/// agent on one of them would contain this one's groups, and the reverse). The same rule for
-/// configured groups and discovered pods' groups.
-pub(super) fn lock_keys<'a>(
-    cgroups: &headroom_host::Cgroups,
-    groups: impl IntoIterator<Item = &'a headroom_types::GroupPath>,
-) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let mut dirs = Vec::new();
-    let mut above = Vec::new();
-    for g in groups {
-        let in_hierarchies = cgroups.group_dirs(g);
-        if in_hierarchies.is_empty() {
-            // No hierarchy mounted: the group's name is the key.
-            dirs.push(PathBuf::from("/").join(g.to_string()));
-        }
-        dirs.extend(in_hierarchies.into_iter().map(|(_, d)| d));
-        let mut up = g.parent();
-        while let Some(p) = up.filter(|p| !p.is_root()) {
-            let in_hierarchies = cgroups.group_dirs(&p);
-            if in_hierarchies.is_empty() {
-                above.push(PathBuf::from("/").join(p.to_string()));
-            }
-            above.extend(in_hierarchies.into_iter().map(|(_, d)| d));
-            up = p.parent();
-        }
-    }
-    (dirs, above)
 }
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
