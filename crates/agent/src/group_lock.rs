@@ -184,13 +184,8 @@ impl GroupLock {
             .find_map(|d| {
                 let path = self.dir.join(lock_file_name(d));
                 let meta = std::fs::metadata(&path).ok()?;
-                let dev = meta.dev();
-                let key = (
-                    u64::from(libc::major(dev)),
-                    u64::from(libc::minor(dev)),
-                    meta.ino(),
-                );
-                if !held.contains(&key) || mine.contains(&(dev, meta.ino())) {
+                let key = flock_key(&meta);
+                if !held.contains(&key) || mine.contains(&(meta.dev(), meta.ino())) {
                     return None;
                 }
                 let holder = read_holder(&path)
@@ -255,6 +250,17 @@ fn take(path: &Path, how: libc::c_int) -> Result<Option<File>, StateError> {
     ))
 }
 
+/// A file's key in /proc/locks: its device's major and minor numbers and its inode.
+fn flock_key(meta: &std::fs::Metadata) -> (u64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.dev();
+    (
+        u64::from(libc::major(dev)),
+        u64::from(libc::minor(dev)),
+        meta.ino(),
+    )
+}
+
 /// Whether `path` names the open `file` now (same device and inode).
 fn names(path: &Path, file: &File) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -281,7 +287,6 @@ const STALE_LOOK: usize = 4096;
 /// removed theirs), looking at up to [`STALE_LOOK`] files. One held now (by /proc/locks,
 /// then by a lock taken without waiting) is left alone.
 fn remove_stale(dir: &Path) {
-    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -294,12 +299,7 @@ fn remove_stale(dir: &Path) {
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
-        let dev = meta.dev();
-        if held.contains(&(
-            u64::from(libc::major(dev)),
-            u64::from(libc::minor(dev)),
-            meta.ino(),
-        )) {
+        if held.contains(&flock_key(&meta)) {
             continue;
         }
         // Not created here: a file removed meanwhile is not brought back.
@@ -328,16 +328,10 @@ fn open_lock_file(path: &Path) -> Result<File, StateError> {
 
 /// Whether `path` is held by an exclusive flock now (an agent's own group), per /proc/locks.
 fn held_exclusively(path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(path) else {
         return false;
     };
-    let dev = meta.dev();
-    let key = (
-        u64::from(libc::major(dev)),
-        u64::from(libc::minor(dev)),
-        meta.ino(),
-    );
+    let key = flock_key(&meta);
     headroom_host::process::flocks_held(true).contains(&key)
 }
 
@@ -396,7 +390,6 @@ pub fn read_holder(path: &Path) -> Option<headroom_types::control::LockHolder> {
 /// (left by a dead agent) is not listed. Read from `/proc/locks` (taking a lock to test it
 /// could refuse an agent starting at that instant).
 pub fn held_locks(dir: &Path) -> Vec<(PathBuf, Option<headroom_types::control::LockHolder>)> {
-    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -411,12 +404,7 @@ pub fn held_locks(dir: &Path) -> Vec<(PathBuf, Option<headroom_types::control::L
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
-        let dev = meta.dev();
-        let key = (
-            u64::from(libc::major(dev)),
-            u64::from(libc::minor(dev)),
-            meta.ino(),
-        );
+        let key = flock_key(&meta);
         if held.contains(&key) {
             out.push((path.clone(), read_holder(&path)));
         }
