@@ -62,7 +62,7 @@ pub mod topology;
 
 pub use cgroup::{
     Backend, CgroupLayout, CgroupMode, Cgroups, Controller, CpuQuota, CpuThrottling, DeviceId,
-    FreezeState, IoLimits, MemoryEvents,
+    FreezeState, FreezerKeyHold, IoLimits, MemoryEvents, FREEZER_KEY_PREFIX,
 };
 pub use error::{HostError, IoOp};
 pub use host::LinuxHost;

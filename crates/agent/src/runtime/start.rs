@@ -261,6 +261,9 @@ impl Agent {
         let mut controller = Controller::new(policy, actuation, machine.cpus.clone(), 1)
             .with_verify_period(super::VERIFY_PERIOD);
 
+        if !dry {
+            node.keep_freezer_fast();
+        }
         let started_at = Instant::now();
         node.set_sensors(sensors, started_at);
         metrics.actuating.set(if dry { 0.0 } else { 1.0 });

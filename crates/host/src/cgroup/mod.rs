@@ -18,6 +18,7 @@ use headroom_types::values::GroupPath;
 mod cpu;
 mod cpuset;
 mod freezer;
+mod freezer_key;
 mod io;
 mod knob_file;
 mod layout;
@@ -27,6 +28,7 @@ mod pressure;
 
 pub use cpu::{CpuQuota, CpuThrottling};
 pub use freezer::FreezeState;
+pub use freezer_key::{FreezerKeyHold, FREEZER_KEY_PREFIX};
 pub use io::{DeviceId, IoLimits};
 pub use knob_file::KnobFile;
 pub use layout::{Backend, CgroupLayout, CgroupMode, Controller};
