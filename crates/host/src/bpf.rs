@@ -10,58 +10,19 @@
 //! when the last fd of the link closes — when the agent exits or is killed — so a SIGKILLed
 //! agent leaves nothing attached and restarts never stack programs.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use crate::bpf_sys::{
+    bpf, load_program, Insn, LinkCreateAttr, ProgramToLoad, QueryAttr, BPF_CGROUP_INET_EGRESS,
+    BPF_LINK_CREATE, BPF_PROG_QUERY, BPF_PROG_TYPE_CGROUP_SKB,
+};
 use crate::error::{HostError, IoOp, Result};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
-const BPF_CGROUP_INET_EGRESS: u32 = 1;
 /// `offsetof(struct __sk_buff, priority)`.
 const SK_BUFF_PRIORITY: i16 = 32;
-
-/// `struct bpf_insn`: opcode, dst (low nibble) and src (high nibble) registers, offset, immediate.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Insn {
-    pub code: u8,
-    pub regs: u8,
-    pub off: i16,
-    pub imm: i32,
-}
-
-/// The `BPF_PROG_LOAD` part of `union bpf_attr`, zero-padded (the kernel checks the tail).
-#[repr(C)]
-pub(crate) struct ProgLoadAttr {
-    pub(crate) prog_type: u32,
-    pub(crate) insn_cnt: u32,
-    pub(crate) insns: u64,
-    pub(crate) license: u64,
-    pub(crate) log_level: u32,
-    pub(crate) log_size: u32,
-    pub(crate) log_buf: u64,
-    pub(crate) kern_version: u32,
-    pub(crate) prog_flags: u32,
-    pub(crate) prog_name: [u8; 16],
-    pub(crate) prog_ifindex: u32,
-    pub(crate) expected_attach_type: u32,
-    pub(crate) _tail: [u64; 8],
-}
-
-/// The `BPF_LINK_CREATE` part of `union bpf_attr`.
-#[repr(C)]
-struct LinkCreateAttr {
-    prog_fd: u32,
-    target_fd: u32,
-    attach_type: u32,
-    flags: u32,
-    _tail: [u64; 8],
-}
 
 /// The program, in rbpf's builder: `skb->priority = priority; return 1` (let the packet pass).
 pub fn egress_priority_program(priority: u32) -> Vec<u8> {
@@ -95,86 +56,6 @@ fn program(priority: u32) -> Vec<Insn> {
             imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
         })
         .collect()
-}
-
-pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
-    // SAFETY: attr is a properly initialised, zero-padded bpf_attr variant of the size passed;
-    // the kernel reads (and for PROG_LOAD may write the log) only within it and the buffers it
-    // points to, which outlive the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut T,
-            std::mem::size_of::<T>() as u32,
-        )
-    }
-}
-
-/// A program to hand to the verifier.
-pub(crate) struct ProgramToLoad<'a> {
-    pub prog_type: u32,
-    pub expected_attach_type: u32,
-    /// At most 15 bytes (the kernel's name field).
-    pub name: &'a str,
-    pub license: &'a str,
-    pub insns: &'a [Insn],
-    /// What it is, for the error (`cgroup_skb egress program`).
-    pub target: &'a str,
-    /// Its parameters, for the error (`priority 0x10020`).
-    pub value: String,
-}
-
-/// Loads a program (`BPF_PROG_LOAD`); returns its fd. A refusal names the program, its
-/// parameters and the verifier's last lines (they say why).
-pub(crate) fn load_program(p: ProgramToLoad) -> Result<OwnedFd> {
-    let license = CString::new(p.license).unwrap_or_default();
-    let mut log = vec![0u8; 64 * 1024];
-    let mut name = [0u8; 16];
-    let n = p.name.len().min(15);
-    name[..n].copy_from_slice(&p.name.as_bytes()[..n]);
-    let mut attr = ProgLoadAttr {
-        prog_type: p.prog_type,
-        insn_cnt: p.insns.len() as u32,
-        insns: p.insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
-        kern_version: 0,
-        prog_flags: 0,
-        prog_name: name,
-        prog_ifindex: 0,
-        expected_attach_type: p.expected_attach_type,
-        _tail: [0; 8],
-    };
-    let fd = bpf(BPF_PROG_LOAD, &mut attr);
-    if fd < 0 {
-        let source = io::Error::last_os_error();
-        let verifier =
-            String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
-                .trim()
-                .to_owned();
-        let tail: Vec<&str> = verifier.lines().rev().take(6).collect();
-        let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" / ");
-        return Err(HostError::Syscall {
-            call: "bpf(BPF_PROG_LOAD)",
-            target: p.target.to_owned(),
-            value: format!(
-                "{} instructions, {}{}",
-                p.insns.len(),
-                p.value,
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!("; verifier: {tail}")
-                }
-            ),
-            source,
-        });
-    }
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Loads the priority-setting program; returns its fd.
@@ -251,21 +132,6 @@ impl EgressPriority {
         drop(self);
         Ok(())
     }
-}
-
-const BPF_PROG_QUERY: libc::c_long = 16;
-
-/// The `BPF_PROG_QUERY` part of `union bpf_attr`.
-#[repr(C)]
-struct QueryAttr {
-    target_fd: u32,
-    attach_type: u32,
-    query_flags: u32,
-    attach_flags: u32,
-    prog_ids: u64,
-    prog_cnt: u32,
-    _pad: u32,
-    _tail: [u64; 6],
 }
 
 /// How many programs are attached at `BPF_CGROUP_INET_EGRESS` of the cgroup v2 directory

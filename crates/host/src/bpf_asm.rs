@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use rbpf::ebpf;
 
-use crate::bpf::Insn;
+use crate::bpf_sys::Insn;
 
 /// A register. `R0` holds a helper's result and the program's return value; `R1`-`R5` a
 /// helper's arguments (clobbered by the call); `R6`-`R9` survive calls; `FP` is the read-only

@@ -43,6 +43,7 @@
 
 pub mod bpf;
 pub mod bpf_asm;
+pub mod bpf_sys;
 pub mod cgroup;
 pub mod doctor;
 pub mod error;

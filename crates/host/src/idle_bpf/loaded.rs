@@ -4,12 +4,23 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::bpf::{bpf, load_program, ProgramToLoad};
+use crate::bpf_sys::{
+    bpf, create_map, load_program, syscall_error, InfoAttr, ProgramToLoad, TestRunAttr,
+    BPF_F_MMAPABLE, BPF_F_TEST_RUN_ON_CPU, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_RINGBUF,
+    BPF_OBJ_GET_INFO_BY_FD, BPF_PROG_TEST_RUN, BPF_PROG_TYPE_RAW_TRACEPOINT,
+};
 use crate::error::{HostError, Result};
 
 use super::program::{self, control, slot};
 use super::ring::{Mapping, RingReader};
-use super::syscall::*;
+
+/// Ring buffer bytes: 2730 events of 32 bytes (header included).
+const RING_BYTES: usize = 64 * 1024;
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
+}
 
 /// Counters the program keeps in its control block.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -7,13 +7,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::bpf::bpf;
+use crate::bpf_sys::{bpf, owned, syscall_error, RawTracepointAttr, BPF_RAW_TRACEPOINT_OPEN};
 use crate::error::{HostError, IoOp, Result};
 use headroom_types::values::CpuSet;
 
 use super::loaded::IdleProgram;
 use super::monotonic_ns;
-use super::syscall::*;
 
 /// The attached idle tracker. Detached (link, program, mappings and maps closed) on drop.
 #[derive(Debug)]

@@ -1,27 +1,21 @@
 //! The sensor's maps and programs in the kernel, and their attachment to the tracepoints
 //! through `perf_event_open` (the kernel detaches a program when its perf event's fd closes).
 
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use crate::bpf::{bpf, load_program, Insn, ProgramToLoad};
-use crate::error::{HostError, Result};
-use crate::idle_bpf::syscall::{
-    create_keyed_map, owned, syscall_error, GetIdAttr, InfoAttr, TestRunAttr, BPF_MAP_TYPE_ARRAY,
-    BPF_OBJ_GET_INFO_BY_FD, BPF_PROG_TEST_RUN, BPF_PROG_TYPE_RAW_TRACEPOINT,
+use crate::bpf_sys::{
+    bpf, create_keyed_map, load_program, map_elem, owned, syscall_error, InfoAttr, Insn,
+    ProgramToLoad, TestRunAttr, BPF_MAP_DELETE_ELEM, BPF_MAP_GET_NEXT_KEY, BPF_MAP_LOOKUP_ELEM,
+    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_UPDATE_ELEM, BPF_OBJ_GET_INFO_BY_FD,
+    BPF_PROG_TEST_RUN, BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT,
 };
+use crate::error::{HostError, Result};
 
 use super::histogram::LatencySnapshot;
 use super::program::{self, stats, Layout, MapFds};
 use super::tracefs;
 
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
-const BPF_MAP_TYPE_HASH: u32 = 1;
-const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `_IO('$', 0)`, `_IOW('$', 8, u32)`.
@@ -32,16 +26,6 @@ const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 pub const MAX_PORTS: usize = headroom_types::resources::MAX_LATENCY_PORTS;
 /// LC sockets tracked at once (an entry per open connection that has sent a request).
 pub const MAX_SOCKETS: u32 = 16_384;
-
-#[repr(C)]
-struct MapElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-    _tail: [u64; 4],
-}
 
 /// `struct perf_event_attr` up to `config1` (`PERF_ATTR_SIZE_VER0`, 64 bytes).
 #[repr(C)]
@@ -56,18 +40,6 @@ struct PerfEventAttr {
     wakeup_events: u32,
     bp_type: u32,
     config1: u64,
-}
-
-fn map_elem(cmd: libc::c_long, map: &OwnedFd, key: *const u8, value: *mut u8, flags: u64) -> i64 {
-    let mut attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: key as u64,
-        value: value as u64,
-        flags,
-        _tail: [0; 4],
-    };
-    bpf(cmd, &mut attr) as i64
 }
 
 /// The maps and the three programs, loaded but not attached.
@@ -172,7 +144,6 @@ impl LatencyPrograms {
         let mut old = Vec::new();
         let mut first = true;
         loop {
-            const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
             let k = if first {
                 std::ptr::null()
             } else {
@@ -369,22 +340,6 @@ impl LatencyPrograms {
         ctx[l.state_newstate as usize / 8] = u64::from(newstate as u32);
         self.test_run(&self.close, &ctx)
     }
-}
-
-/// Whether a map with this id still exists.
-pub fn map_exists(id: u32) -> bool {
-    let mut attr = GetIdAttr {
-        id,
-        next_id: 0,
-        open_flags: 0,
-        _tail: [0; 5],
-    };
-    let fd = bpf(BPF_MAP_GET_FD_BY_ID, &mut attr);
-    if fd < 0 {
-        return io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT);
-    }
-    drop(owned(fd));
-    true
 }
 
 /// The programs attached to their tracepoints: timing the LC's requests on its ports until

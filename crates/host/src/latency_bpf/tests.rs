@@ -8,9 +8,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::bpf::bpf;
-use crate::idle_bpf::program_loaded;
-use crate::idle_bpf::syscall::{owned, GetIdAttr, InfoAttr, BPF_OBJ_GET_INFO_BY_FD};
+use crate::bpf_sys::{
+    bpf, map_exists, owned, program_loaded, GetIdAttr, InfoAttr, BPF_OBJ_GET_INFO_BY_FD,
+    BPF_PROG_GET_FD_BY_ID, BPF_PROG_GET_NEXT_ID,
+};
 
 /// One attached sensor test at a time: the fault test counts the programs loaded.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -335,8 +336,6 @@ fn dropping_the_sensor_removes_its_programs_and_maps() {
 
 /// Ids of loaded programs whose name starts with `hr_lat`.
 fn sensor_programs() -> Vec<u32> {
-    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
     let mut out = Vec::new();
     let mut id = 0u32;
     loop {
