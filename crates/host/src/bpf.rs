@@ -11,13 +11,12 @@
 //! agent leaves nothing attached and restarts never stack programs.
 
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::bpf_sys::{
-    bpf, load_program, Insn, LinkCreateAttr, ProgramToLoad, QueryAttr, BPF_CGROUP_INET_EGRESS,
-    BPF_LINK_CREATE, BPF_PROG_QUERY, BPF_PROG_TYPE_CGROUP_SKB,
+    attached_count, link_create, load_program, Insn, ProgramToLoad, BPF_CGROUP_INET_EGRESS,
+    BPF_PROG_TYPE_CGROUP_SKB,
 };
 use crate::error::{HostError, IoOp, Result};
 
@@ -89,25 +88,16 @@ impl EgressPriority {
         let cgroup =
             File::open(cgroup_dir).map_err(|e| HostError::io(IoOp::Open, cgroup_dir, None, e))?;
         let program = load_egress_priority_program(priority)?;
-        let mut attr = LinkCreateAttr {
-            prog_fd: program.as_raw_fd() as u32,
-            target_fd: cgroup.as_raw_fd() as u32,
-            attach_type: BPF_CGROUP_INET_EGRESS,
-            flags: 0,
-            _tail: [0; 8],
-        };
-        let fd = bpf(BPF_LINK_CREATE, &mut attr);
-        if fd < 0 {
-            return Err(HostError::Syscall {
+        let link = link_create(&program, &cgroup, BPF_CGROUP_INET_EGRESS).map_err(|source| {
+            HostError::Syscall {
                 call: "bpf(BPF_LINK_CREATE)",
                 target: cgroup_dir.display().to_string(),
                 value: format!("egress priority {priority:#x}"),
-                source: io::Error::last_os_error(),
-            });
-        }
+                source,
+            }
+        })?;
         Ok(EgressPriority {
-            // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-            link: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+            link,
             _program: program,
             cgroup_dir: cgroup_dir.to_path_buf(),
             priority,
@@ -139,25 +129,12 @@ impl EgressPriority {
 pub fn attached_egress_programs(cgroup_dir: &Path) -> Result<u32> {
     let cgroup =
         File::open(cgroup_dir).map_err(|e| HostError::io(IoOp::Open, cgroup_dir, None, e))?;
-    let mut attr = QueryAttr {
-        target_fd: cgroup.as_raw_fd() as u32,
-        attach_type: BPF_CGROUP_INET_EGRESS,
-        query_flags: 0,
-        attach_flags: 0,
-        prog_ids: 0,
-        prog_cnt: 0,
-        _pad: 0,
-        _tail: [0; 6],
-    };
-    if bpf(BPF_PROG_QUERY, &mut attr) < 0 {
-        return Err(HostError::Syscall {
-            call: "bpf(BPF_PROG_QUERY)",
-            target: cgroup_dir.display().to_string(),
-            value: "cgroup_inet_egress".into(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(attr.prog_cnt)
+    attached_count(&cgroup, BPF_CGROUP_INET_EGRESS).map_err(|source| HostError::Syscall {
+        call: "bpf(BPF_PROG_QUERY)",
+        target: cgroup_dir.display().to_string(),
+        value: "cgroup_inet_egress".into(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The `bpf(2)` system call, in one place for every loader (the egress classifier, the idle
 //! tracker, the latency sensor): command numbers, program, map and attach types, the
-//! `union bpf_attr` variants the host passes, the call itself, and loading a program and
-//! creating a map on top.
+//! `union bpf_attr` variants the host passes, the call itself, and one typed function per
+//! command the host uses (load a program, create a map, read and write its elements, test-run a
+//! program, look objects up by id, attach through a link). The loaders never see an attribute
+//! struct; each failure names the command, what it was for and the errno.
 
 use std::ffi::CString;
 use std::io;
@@ -9,21 +11,21 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::error::{HostError, Result};
 
-pub(crate) const BPF_MAP_CREATE: libc::c_long = 0;
-pub(crate) const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-pub(crate) const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-pub(crate) const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-pub(crate) const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
-pub(crate) const BPF_PROG_LOAD: libc::c_long = 5;
-pub(crate) const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
 #[cfg(test)]
-pub(crate) const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
-pub(crate) const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-pub(crate) const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
-pub(crate) const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-pub(crate) const BPF_PROG_QUERY: libc::c_long = 16;
-pub(crate) const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
-pub(crate) const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_PROG_QUERY: libc::c_long = 16;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_LINK_CREATE: libc::c_long = 28;
 
 pub(crate) const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 pub(crate) const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
@@ -34,7 +36,6 @@ pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(crate) const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 /// The map can be mmap'ed: the reader sees every CPU's slot without a syscall.
 pub(crate) const BPF_F_MMAPABLE: u32 = 1 << 10;
-pub(crate) const BPF_F_TEST_RUN_ON_CPU: u32 = 1 << 0;
 
 /// `struct bpf_insn`: opcode, dst (low nibble) and src (high nibble) registers, offset, immediate.
 #[repr(C)]
@@ -48,111 +49,111 @@ pub struct Insn {
 
 /// The `BPF_PROG_LOAD` part of `union bpf_attr`, zero-padded (the kernel checks the tail).
 #[repr(C)]
-pub(crate) struct ProgLoadAttr {
-    pub(crate) prog_type: u32,
-    pub(crate) insn_cnt: u32,
-    pub(crate) insns: u64,
-    pub(crate) license: u64,
-    pub(crate) log_level: u32,
-    pub(crate) log_size: u32,
-    pub(crate) log_buf: u64,
-    pub(crate) kern_version: u32,
-    pub(crate) prog_flags: u32,
-    pub(crate) prog_name: [u8; 16],
-    pub(crate) prog_ifindex: u32,
-    pub(crate) expected_attach_type: u32,
-    pub(crate) _tail: [u64; 8],
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    _tail: [u64; 8],
 }
 
 /// The `BPF_LINK_CREATE` part of `union bpf_attr`.
 #[repr(C)]
-pub(crate) struct LinkCreateAttr {
-    pub(crate) prog_fd: u32,
-    pub(crate) target_fd: u32,
-    pub(crate) attach_type: u32,
-    pub(crate) flags: u32,
-    pub(crate) _tail: [u64; 8],
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    _tail: [u64; 8],
 }
 
 /// The `BPF_PROG_QUERY` part of `union bpf_attr`.
 #[repr(C)]
-pub(crate) struct QueryAttr {
-    pub(crate) target_fd: u32,
-    pub(crate) attach_type: u32,
-    pub(crate) query_flags: u32,
-    pub(crate) attach_flags: u32,
-    pub(crate) prog_ids: u64,
-    pub(crate) prog_cnt: u32,
-    pub(crate) _pad: u32,
-    pub(crate) _tail: [u64; 6],
+struct QueryAttr {
+    target_fd: u32,
+    attach_type: u32,
+    query_flags: u32,
+    attach_flags: u32,
+    prog_ids: u64,
+    prog_cnt: u32,
+    _pad: u32,
+    _tail: [u64; 6],
 }
 
 #[repr(C)]
-pub(crate) struct MapElemAttr {
-    pub(crate) map_fd: u32,
-    pub(crate) _pad: u32,
-    pub(crate) key: u64,
-    pub(crate) value: u64,
-    pub(crate) flags: u64,
-    pub(crate) _tail: [u64; 4],
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+    _tail: [u64; 4],
 }
 
 #[repr(C)]
-pub(crate) struct MapCreateAttr {
-    pub(crate) map_type: u32,
-    pub(crate) key_size: u32,
-    pub(crate) value_size: u32,
-    pub(crate) max_entries: u32,
-    pub(crate) map_flags: u32,
-    pub(crate) inner_map_fd: u32,
-    pub(crate) numa_node: u32,
-    pub(crate) map_name: [u8; 16],
-    pub(crate) _tail: [u32; 16],
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+    _tail: [u32; 16],
 }
 
 #[repr(C)]
-pub(crate) struct RawTracepointAttr {
-    pub(crate) name: u64,
-    pub(crate) prog_fd: u32,
-    pub(crate) _pad: u32,
-    pub(crate) cookie: u64,
-    pub(crate) _tail: [u64; 4],
+struct RawTracepointAttr {
+    name: u64,
+    prog_fd: u32,
+    _pad: u32,
+    cookie: u64,
+    _tail: [u64; 4],
 }
 
 #[repr(C)]
-pub(crate) struct TestRunAttr {
-    pub(crate) prog_fd: u32,
-    pub(crate) retval: u32,
-    pub(crate) data_size_in: u32,
-    pub(crate) data_size_out: u32,
-    pub(crate) data_in: u64,
-    pub(crate) data_out: u64,
-    pub(crate) repeat: u32,
-    pub(crate) duration: u32,
-    pub(crate) ctx_size_in: u32,
-    pub(crate) ctx_size_out: u32,
-    pub(crate) ctx_in: u64,
-    pub(crate) ctx_out: u64,
-    pub(crate) flags: u32,
-    pub(crate) cpu: u32,
-    pub(crate) batch_size: u32,
-    pub(crate) _tail: [u32; 7],
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _tail: [u32; 7],
 }
 
 #[repr(C)]
-pub(crate) struct GetIdAttr {
-    pub(crate) id: u32,
-    pub(crate) next_id: u32,
-    pub(crate) open_flags: u32,
-    pub(crate) _tail: [u32; 5],
+struct GetIdAttr {
+    id: u32,
+    next_id: u32,
+    open_flags: u32,
+    _tail: [u32; 5],
 }
 
 #[repr(C)]
-pub(crate) struct InfoAttr {
-    pub(crate) bpf_fd: u32,
-    pub(crate) info_len: u32,
-    pub(crate) info: u64,
-    pub(crate) _tail: [u64; 2],
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+    _tail: [u64; 2],
 }
 
 pub(crate) fn syscall_error(call: &'static str, target: &str, value: String) -> HostError {
@@ -217,39 +218,7 @@ pub(crate) fn create_keyed_map(
     Ok(owned(fd))
 }
 
-/// Whether a program with this id is still loaded (anything holding it: an fd or a link).
-pub fn program_loaded(id: u32) -> bool {
-    let mut attr = GetIdAttr {
-        id,
-        next_id: 0,
-        open_flags: 0,
-        _tail: [0; 5],
-    };
-    let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut attr);
-    if fd < 0 {
-        return io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT);
-    }
-    drop(owned(fd));
-    true
-}
-
-/// Whether a map with this id still exists.
-pub fn map_exists(id: u32) -> bool {
-    let mut attr = GetIdAttr {
-        id,
-        next_id: 0,
-        open_flags: 0,
-        _tail: [0; 5],
-    };
-    let fd = bpf(BPF_MAP_GET_FD_BY_ID, &mut attr);
-    if fd < 0 {
-        return io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT);
-    }
-    drop(owned(fd));
-    true
-}
-
-pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
     // SAFETY: attr is a properly initialised, zero-padded bpf_attr variant of the size passed;
     // the kernel reads (and for PROG_LOAD may write the log) only within it and the buffers it
     // points to, which outlive the call.
@@ -261,24 +230,6 @@ pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
             std::mem::size_of::<T>() as u32,
         )
     }
-}
-
-pub(crate) fn map_elem(
-    cmd: libc::c_long,
-    map: &OwnedFd,
-    key: *const u8,
-    value: *mut u8,
-    flags: u64,
-) -> i64 {
-    let mut attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: key as u64,
-        value: value as u64,
-        flags,
-        _tail: [0; 4],
-    };
-    bpf(cmd, &mut attr) as i64
 }
 
 /// A program to hand to the verifier.
@@ -343,6 +294,238 @@ pub(crate) fn load_program(p: ProgramToLoad) -> Result<OwnedFd> {
             source,
         });
     }
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(owned(fd))
+}
+
+/// `bpf_map_lookup_elem`: the value at `key` into `value`; false when absent.
+pub(crate) fn map_lookup<K: Copy, V: ?Sized>(map: &OwnedFd, key: &K, value: &mut V) -> bool {
+    map_elem(
+        BPF_MAP_LOOKUP_ELEM,
+        map,
+        key as *const K as *const u8,
+        value as *mut V as *mut u8,
+        0,
+    ) == 0
+}
+
+/// `bpf_map_update_elem` (`flags` 0: create or replace).
+pub(crate) fn map_update<K: Copy, V: Copy>(
+    map: &OwnedFd,
+    key: &K,
+    value: &V,
+    flags: u64,
+) -> io::Result<()> {
+    let rc = map_elem(
+        BPF_MAP_UPDATE_ELEM,
+        map,
+        key as *const K as *const u8,
+        value as *const V as *mut u8,
+        flags,
+    );
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `bpf_map_delete_elem`; false when the key was absent.
+pub(crate) fn map_delete<K: Copy>(map: &OwnedFd, key: &K) -> bool {
+    map_elem(
+        BPF_MAP_DELETE_ELEM,
+        map,
+        key as *const K as *const u8,
+        std::ptr::null_mut(),
+        0,
+    ) == 0
+}
+
+/// The key after `key` (`None`: the first), or `None` at the end.
+pub(crate) fn map_next_key<K: Copy>(map: &OwnedFd, key: Option<&K>, next: &mut K) -> bool {
+    let key = key.map_or(std::ptr::null(), |k| k as *const K as *const u8);
+    map_elem(BPF_MAP_GET_NEXT_KEY, map, key, next as *mut K as *mut u8, 0) == 0
+}
+
+fn map_elem(cmd: libc::c_long, map: &OwnedFd, key: *const u8, value: *mut u8, flags: u64) -> i64 {
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: key as u64,
+        value: value as u64,
+        flags,
+        _tail: [0; 4],
+    };
+    bpf(cmd, &mut attr) as i64
+}
+
+/// Runs `prog` once in the kernel on the context `ctx` (`BPF_PROG_TEST_RUN`): how the tests
+/// run the real bytecode on made-up events. `what` names the program and the event for the
+/// error.
+pub(crate) fn test_run(prog: &OwnedFd, ctx: &[u64], what: (&str, String)) -> Result<()> {
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        retval: 0,
+        data_size_in: 0,
+        data_size_out: 0,
+        data_in: 0,
+        data_out: 0,
+        repeat: 0,
+        duration: 0,
+        ctx_size_in: std::mem::size_of_val(ctx) as u32,
+        ctx_size_out: 0,
+        ctx_in: ctx.as_ptr() as u64,
+        ctx_out: 0,
+        flags: 0,
+        cpu: 0,
+        batch_size: 0,
+        _tail: [0; 7],
+    };
+    if bpf(BPF_PROG_TEST_RUN, &mut attr) < 0 {
+        return Err(syscall_error("bpf(BPF_PROG_TEST_RUN)", what.0, what.1));
+    }
+    Ok(())
+}
+
+/// The start of a program's or map's info (`bpf_prog_info` / `bpf_map_info`) into `info`.
+pub(crate) fn object_info(fd: &OwnedFd, info: &mut [u8]) -> io::Result<()> {
+    let mut attr = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: info.len() as u32,
+        info: info.as_mut_ptr() as u64,
+        _tail: [0; 2],
+    };
+    if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The kernel's id of a program or map (what `bpftool` lists): the second word of its info.
+pub(crate) fn object_id(fd: &OwnedFd, what: &str) -> Result<u32> {
+    let mut info = [0u8; 8]; // { u32 type, u32 id }
+    object_info(fd, &mut info).map_err(|source| HostError::Syscall {
+        call: "bpf(BPF_OBJ_GET_INFO_BY_FD)",
+        target: what.to_owned(),
+        value: String::new(),
+        source,
+    })?;
+    Ok(u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
+}
+
+fn get_fd_by_id(cmd: libc::c_long, id: u32) -> io::Result<OwnedFd> {
+    let mut attr = GetIdAttr {
+        id,
+        next_id: 0,
+        open_flags: 0,
+        _tail: [0; 5],
+    };
+    let fd = bpf(cmd, &mut attr);
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned(fd))
+}
+
+/// A loaded program by id (an fd of one's own on it).
+#[cfg(test)]
+pub(crate) fn program_by_id(id: u32) -> io::Result<OwnedFd> {
+    get_fd_by_id(BPF_PROG_GET_FD_BY_ID, id)
+}
+
+/// The id of the next loaded program after `id` (0: the first), or `None` at the end.
+#[cfg(test)]
+pub(crate) fn next_program_id(id: u32) -> Option<u32> {
+    let mut attr = GetIdAttr {
+        id,
+        next_id: 0,
+        open_flags: 0,
+        _tail: [0; 5],
+    };
+    (bpf(BPF_PROG_GET_NEXT_ID, &mut attr) == 0).then_some(attr.next_id)
+}
+
+/// Whether a program with this id is still loaded (anything holding it: an fd or a link).
+pub fn program_loaded(id: u32) -> bool {
+    match get_fd_by_id(BPF_PROG_GET_FD_BY_ID, id) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() != Some(libc::ENOENT),
+    }
+}
+
+/// Whether a map with this id still exists.
+pub fn map_exists(id: u32) -> bool {
+    match get_fd_by_id(BPF_MAP_GET_FD_BY_ID, id) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() != Some(libc::ENOENT),
+    }
+}
+
+/// Attaches `prog` to the raw tracepoint of `system:event` (`BPF_RAW_TRACEPOINT_OPEN`, which
+/// takes the event's name alone); the fd is the link: closing it detaches. `what` names the
+/// program for the error.
+pub(crate) fn raw_tracepoint_open(
+    (system, event): (&str, &str),
+    prog: &OwnedFd,
+    what: &str,
+) -> Result<OwnedFd> {
+    let tp = CString::new(event).map_err(|_| HostError::Invalid {
+        what: "raw tracepoint",
+        value: event.to_owned(),
+        reason: "holds a NUL byte".to_owned(),
+    })?;
+    let mut attr = RawTracepointAttr {
+        name: tp.as_ptr() as u64,
+        prog_fd: prog.as_raw_fd() as u32,
+        _pad: 0,
+        cookie: 0,
+        _tail: [0; 4],
+    };
+    let fd = bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr);
+    if fd < 0 {
+        return Err(syscall_error(
+            "bpf(BPF_RAW_TRACEPOINT_OPEN)",
+            &format!("{system}:{event}"),
+            what.to_owned(),
+        ));
+    }
+    Ok(owned(fd))
+}
+
+/// Attaches `prog` to `target` (a cgroup directory's fd) at `attach_type` through a link
+/// (`BPF_LINK_CREATE`): detached when the link's last fd closes.
+pub(crate) fn link_create(
+    prog: &OwnedFd,
+    target: &std::fs::File,
+    attach_type: u32,
+) -> io::Result<OwnedFd> {
+    let mut attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: target.as_raw_fd() as u32,
+        attach_type,
+        flags: 0,
+        _tail: [0; 8],
+    };
+    let fd = bpf(BPF_LINK_CREATE, &mut attr);
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned(fd))
+}
+
+/// How many programs are attached to `target` (a cgroup directory's fd) at `attach_type`, by
+/// any means (`BPF_PROG_QUERY`).
+pub(crate) fn attached_count(target: &std::fs::File, attach_type: u32) -> io::Result<u32> {
+    let mut attr = QueryAttr {
+        target_fd: target.as_raw_fd() as u32,
+        attach_type,
+        query_flags: 0,
+        attach_flags: 0,
+        prog_ids: 0,
+        prog_cnt: 0,
+        _pad: 0,
+        _tail: [0; 6],
+    };
+    if bpf(BPF_PROG_QUERY, &mut attr) < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(attr.prog_cnt)
 }

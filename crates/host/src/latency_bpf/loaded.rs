@@ -5,10 +5,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
 use crate::bpf_sys::{
-    bpf, create_keyed_map, load_program, map_elem, owned, syscall_error, InfoAttr, Insn,
-    ProgramToLoad, TestRunAttr, BPF_MAP_DELETE_ELEM, BPF_MAP_GET_NEXT_KEY, BPF_MAP_LOOKUP_ELEM,
-    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_UPDATE_ELEM, BPF_OBJ_GET_INFO_BY_FD,
-    BPF_PROG_TEST_RUN, BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT,
+    create_keyed_map, load_program, map_delete, map_lookup, map_next_key, map_update, object_id,
+    owned, syscall_error, test_run, Insn, ProgramToLoad, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
+    BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT,
 };
 use crate::error::{HostError, Result};
 
@@ -139,72 +138,31 @@ impl LatencyPrograms {
             });
         }
         // remove what is no longer wanted, then add (a port both before and after stays)
-        let mut key = 0u32;
-        let mut next = 0u32;
         let mut old = Vec::new();
-        let mut first = true;
-        loop {
-            let k = if first {
-                std::ptr::null()
-            } else {
-                &key as *const u32 as *const u8
-            };
-            if map_elem(
-                BPF_MAP_GET_NEXT_KEY,
-                &self.ports,
-                k,
-                &mut next as *mut u32 as *mut u8,
-                0,
-            ) < 0
-            {
-                break;
-            }
-            first = false;
+        let mut next = 0u32;
+        while old.len() <= MAX_PORTS && map_next_key(&self.ports, old.last(), &mut next) {
             old.push(next);
-            key = next;
         }
         for p in old.iter().filter(|p| !ports.contains(&(**p as u16))) {
-            map_elem(
-                BPF_MAP_DELETE_ELEM,
-                &self.ports,
-                p as *const u32 as *const u8,
-                std::ptr::null_mut(),
-                0,
-            );
+            map_delete(&self.ports, p);
         }
         for &p in ports {
-            let key = u32::from(p);
-            let mut one = 1u32;
-            if map_elem(
-                BPF_MAP_UPDATE_ELEM,
-                &self.ports,
-                &key as *const u32 as *const u8,
-                &mut one as *mut u32 as *mut u8,
-                0,
-            ) < 0
-            {
-                return Err(syscall_error(
-                    "bpf(BPF_MAP_UPDATE_ELEM)",
-                    "latency sensor ports map",
-                    format!("port {p}"),
-                ));
-            }
+            map_update(&self.ports, &u32::from(p), &1u32, 0).map_err(|source| {
+                HostError::Syscall {
+                    call: "bpf(BPF_MAP_UPDATE_ELEM)",
+                    target: "latency sensor ports map".to_owned(),
+                    value: format!("port {p}"),
+                    source,
+                }
+            })?;
         }
         Ok(())
     }
 
     /// The cumulative counters and histogram.
     pub fn snapshot(&self) -> Result<LatencySnapshot> {
-        let key = 0u32;
         let mut entry = vec![0u8; stats::SIZE];
-        if map_elem(
-            BPF_MAP_LOOKUP_ELEM,
-            &self.stats,
-            &key as *const u32 as *const u8,
-            entry.as_mut_ptr(),
-            0,
-        ) < 0
-        {
+        if !map_lookup(&self.stats, &0u32, entry.as_mut_slice()) {
             return Err(syscall_error(
                 "bpf(BPF_MAP_LOOKUP_ELEM)",
                 "latency sensor stats map",
@@ -228,75 +186,26 @@ impl LatencyPrograms {
     fn pending_entry(&self, sock: u64) -> Option<[u64; 4]> {
         const _: () = assert!(program::pending::SIZE == 32);
         let mut v = [0u64; 4];
-        (map_elem(
-            BPF_MAP_LOOKUP_ELEM,
-            &self.pending,
-            &sock as *const u64 as *const u8,
-            v.as_mut_ptr() as *mut u8,
-            0,
-        ) == 0)
-            .then_some(v)
+        map_lookup(&self.pending, &sock, &mut v).then_some(v)
     }
 
     /// Kernel ids of the programs and the maps (what `bpftool` lists).
     pub fn ids(&self) -> Result<(Vec<u32>, Vec<u32>)> {
-        let id = |fd: &OwnedFd, info_len: usize, at: usize| -> Result<u32> {
-            let mut info = [0u32; 4];
-            let mut attr = InfoAttr {
-                bpf_fd: fd.as_raw_fd() as u32,
-                info_len: info_len as u32,
-                info: info.as_mut_ptr() as u64,
-                _tail: [0; 2],
-            };
-            if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) < 0 {
-                return Err(syscall_error(
-                    "bpf(BPF_OBJ_GET_INFO_BY_FD)",
-                    "latency sensor",
-                    String::new(),
-                ));
-            }
-            Ok(info[at])
-        };
-        // bpf_prog_info { type, id, ... }; bpf_map_info { type, id, ... }
+        let id = |fd: &&OwnedFd| object_id(fd, "latency sensor");
         Ok((
             [&self.arrival, &self.reply, &self.close]
                 .iter()
-                .map(|f| id(f, 8, 1))
+                .map(id)
                 .collect::<Result<_>>()?,
             [&self.ports, &self.pending, &self.stats]
                 .iter()
-                .map(|f| id(f, 8, 1))
+                .map(id)
                 .collect::<Result<_>>()?,
         ))
     }
 
     fn test_run(&self, prog: &OwnedFd, ctx: &[u64; 12]) -> Result<()> {
-        let mut attr = TestRunAttr {
-            prog_fd: prog.as_raw_fd() as u32,
-            retval: 0,
-            data_size_in: 0,
-            data_size_out: 0,
-            data_in: 0,
-            data_out: 0,
-            repeat: 0,
-            duration: 0,
-            ctx_size_in: std::mem::size_of_val(ctx) as u32,
-            ctx_size_out: 0,
-            ctx_in: ctx.as_ptr() as u64,
-            ctx_out: 0,
-            flags: 0,
-            cpu: 0,
-            batch_size: 0,
-            _tail: [0; 7],
-        };
-        if bpf(BPF_PROG_TEST_RUN, &mut attr) < 0 {
-            return Err(syscall_error(
-                "bpf(BPF_PROG_TEST_RUN)",
-                "latency sensor program",
-                format!("{ctx:?}"),
-            ));
-        }
-        Ok(())
+        test_run(prog, ctx, ("latency sensor program", format!("{ctx:?}")))
     }
 
     /// Runs the arrival program on a made-up `tcp_probe` (a [`Self::load_for_test`] load) of
