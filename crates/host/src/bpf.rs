@@ -5,15 +5,17 @@
 //! tc filter. It needs only a cgroup2 mount (even one without controllers, as on hybrid hosts),
 //! works in every network namespace, and does not depend on `cls_cgroup` or `net_prio`.
 //!
-//! The program is written with rbpf's instruction builder (readable, and run in rbpf's VM by
-//! the tests) and attached through a `bpf_link` (`BPF_LINK_CREATE`): the kernel detaches it
-//! when the last fd of the link closes — when the agent exits or is killed — so a SIGKILLed
-//! agent leaves nothing attached and restarts never stack programs.
+//! The program is written with the host's assembler ([`crate::bpf_asm`], as the idle and
+//! latency programs are; the tests run it in rbpf's interpreter), loaded and attached through
+//! [`crate::bpf_sys`], by a `bpf_link` (`BPF_LINK_CREATE`): the kernel detaches it when the
+//! last fd of the link closes — when the agent exits or is killed — so a SIGKILLed agent leaves
+//! nothing attached and restarts never stack programs.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use crate::bpf_asm::{Asm, Size, R0, R1, R2};
 use crate::bpf_sys::{
     attached_count, link_create, load_program, Insn, ProgramToLoad, BPF_CGROUP_INET_EGRESS,
     BPF_PROG_TYPE_CGROUP_SKB,
@@ -23,38 +25,14 @@ use crate::error::{HostError, IoOp, Result};
 /// `offsetof(struct __sk_buff, priority)`.
 const SK_BUFF_PRIORITY: i16 = 32;
 
-/// The program, in rbpf's builder: `skb->priority = priority; return 1` (let the packet pass).
-pub fn egress_priority_program(priority: u32) -> Vec<u8> {
-    use rbpf::insn_builder::{Arch, BpfCode, Instruction, IntoBytes, MemSize, Source};
-    let mut code = BpfCode::new();
-    code.mov(Source::Imm, Arch::X32) // w2 = priority
-        .set_dst(2)
-        .set_imm(priority as i32)
-        .push()
-        .store_x(MemSize::Word) // *(u32 *)(r1 + offsetof(__sk_buff, priority)) = w2
-        .set_dst(1)
-        .set_src(2)
-        .set_off(SK_BUFF_PRIORITY)
-        .push()
-        .mov(Source::Imm, Arch::X64) // r0 = 1
-        .set_dst(0)
-        .set_imm(1)
-        .push()
-        .exit()
-        .push();
-    code.into_bytes().to_vec()
-}
-
-fn program(priority: u32) -> Vec<Insn> {
-    egress_priority_program(priority)
-        .chunks_exact(8)
-        .map(|b| Insn {
-            code: b[0],
-            regs: b[1],
-            off: i16::from_le_bytes([b[2], b[3]]),
-            imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-        })
-        .collect()
+/// The program: `skb->priority = priority; return 1` (let the packet pass).
+pub fn egress_priority_program(priority: u32) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.mov32_imm(R2, priority as i32) // w2 = priority
+        .store(Size::U32, R1, SK_BUFF_PRIORITY, R2) // ((struct __sk_buff *)r1)->priority = w2
+        .mov_imm(R0, 1)
+        .exit();
+    a.finish()
 }
 
 /// Loads the priority-setting program; returns its fd.
@@ -64,7 +42,7 @@ pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
         expected_attach_type: BPF_CGROUP_INET_EGRESS,
         name: "hr_egr_prio",
         license: "GPL",
-        insns: &program(priority),
+        insns: &egress_priority_program(priority),
         target: "cgroup_skb egress program",
         value: format!("priority {priority:#x}"),
     })
@@ -141,10 +119,11 @@ pub fn attached_egress_programs(cgroup_dir: &Path) -> Result<u32> {
 mod tests {
     use super::*;
 
-    /// The builder writes the four instructions the kernel verified before (the same bytes).
+    /// The assembler writes the four instructions the kernel verified before (the same bytes
+    /// rbpf's builder wrote).
     #[test]
     fn the_builder_emits_the_verified_instructions() {
-        let p = program(0x0001_0020);
+        let p = egress_priority_program(0x0001_0020);
         assert_eq!(p.len(), 4);
         assert_eq!((p[0].code, p[0].regs, p[0].imm), (0xb4, 0x02, 0x0001_0020));
         assert_eq!(
@@ -159,7 +138,7 @@ mod tests {
     /// nothing else of the buffer changes; the packet passes (1).
     #[test]
     fn in_the_vm_the_program_sets_the_priority_and_passes_the_packet() {
-        let bytes = egress_priority_program(0x0001_0020);
+        let bytes = crate::bpf_asm::to_bytes(&egress_priority_program(0x0001_0020));
         let vm = rbpf::EbpfVmRaw::new(Some(&bytes)).unwrap();
         let mut skb = [0xaau8; 64];
         let ret = vm.execute_program(&mut skb).unwrap();

@@ -1,6 +1,8 @@
-//! A small eBPF assembler for the host's BPF programs: named registers, symbolic jump labels,
-//! helper calls by name, map fd loads and the atomics — so a program reads top to bottom like
-//! the C it replaces and can be changed without counting instructions.
+//! A small eBPF assembler, the one way the host writes BPF (the egress classifier, the idle
+//! program, the latency sensor's programs): named registers, symbolic jump labels, helper
+//! calls by name, map fd loads and the atomics — so a program reads top to bottom like the C
+//! it replaces and can be changed without counting instructions. [`crate::bpf_sys`] loads what
+//! it writes.
 //!
 //! Encodings come from rbpf's opcode constants ([`rbpf::ebpf`]); rbpf's own instruction
 //! builder has no atomics, no map fd loads and no labels. The output is the kernel's

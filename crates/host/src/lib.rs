@@ -37,6 +37,7 @@
 //! power::{Rapl, RaplZone, energy_delta_uj, CpuFreq}
 //! sensors::{PolledFile, ProcStatReader, CpuIdleSampler, SchedstatReader, parse_psi, MemInfo}
 //! latency_bpf::LatencySensor::attach(ports) -> snapshot() (the LC's request latency, passively)
+//! bpf_asm::Asm (writes every BPF program) / bpf_sys (every bpf(2) call, program_loaded, map_exists)
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
