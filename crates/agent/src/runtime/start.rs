@@ -518,9 +518,7 @@ fn refuse_foreign_lc_pids(
 ) -> Result<(), AgentError> {
     for lc in &config.lcs {
         for pid in &lc.pids {
-            let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))) else {
-                continue;
-            };
+            let text = headroom_host::pids::cgroup_text(root, *pid);
             for dir in cgroups.process_dirs(&lc.cgroup, &text) {
                 if let Some((lock_file, holder)) = lock.foreign_holder(&dir) {
                     return Err(AgentError::State(state::StateError::Held {
