@@ -39,6 +39,7 @@
 //! latency_bpf::LatencySensor::attach(ports) -> snapshot() (the LC's request latency, passively)
 //! bpf_asm::Asm (writes every BPF program) / bpf_sys (every bpf(2) call, program_loaded, map_exists)
 //! net::link_speed_mbit(root, dev) / sysctl::{read, io_uring_disabled}(root) / pids::cgroup_text
+//! spawn::StartIn::parent().in_group(dir).without(cap).apply(&mut cmd)   a child in a cgroup, no shell
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
@@ -61,6 +62,7 @@ pub mod resctrl;
 pub mod rt_budget;
 pub mod sched;
 pub mod sensors;
+pub mod spawn;
 pub mod sysctl;
 pub mod tc;
 pub mod topology;
