@@ -411,18 +411,28 @@ pub(crate) fn object_id(fd: &OwnedFd, what: &str) -> Result<u32> {
     Ok(u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
 }
 
-fn get_fd_by_id(cmd: libc::c_long, id: u32) -> io::Result<OwnedFd> {
-    let mut attr = GetIdAttr {
-        id,
-        next_id: 0,
-        open_flags: 0,
-        _tail: [0; 5],
-    };
-    let fd = bpf(cmd, &mut attr);
+/// A command that returns a new fd (an object by id, a link).
+fn bpf_fd<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
+    let fd = bpf(cmd, attr);
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(owned(fd))
+}
+
+impl GetIdAttr {
+    fn of(id: u32) -> GetIdAttr {
+        GetIdAttr {
+            id,
+            next_id: 0,
+            open_flags: 0,
+            _tail: [0; 5],
+        }
+    }
+}
+
+fn get_fd_by_id(cmd: libc::c_long, id: u32) -> io::Result<OwnedFd> {
+    bpf_fd(cmd, &mut GetIdAttr::of(id))
 }
 
 /// A loaded program by id (an fd of one's own on it).
@@ -434,12 +444,7 @@ pub(crate) fn program_by_id(id: u32) -> io::Result<OwnedFd> {
 /// The id of the next loaded program after `id` (0: the first), or `None` at the end.
 #[cfg(test)]
 pub(crate) fn next_program_id(id: u32) -> Option<u32> {
-    let mut attr = GetIdAttr {
-        id,
-        next_id: 0,
-        open_flags: 0,
-        _tail: [0; 5],
-    };
+    let mut attr = GetIdAttr::of(id);
     (bpf(BPF_PROG_GET_NEXT_ID, &mut attr) == 0).then_some(attr.next_id)
 }
 
@@ -504,11 +509,7 @@ pub(crate) fn link_create(
         flags: 0,
         _tail: [0; 8],
     };
-    let fd = bpf(BPF_LINK_CREATE, &mut attr);
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(owned(fd))
+    bpf_fd(BPF_LINK_CREATE, &mut attr)
 }
 
 /// How many programs are attached to `target` (a cgroup directory's fd) at `attach_type`, by
