@@ -5,25 +5,14 @@
 
 mod support;
 
-use headroom_control::actuation::{CgroupKnob, Knob, ManagedGroups};
+use headroom_control::actuation::{CgroupKnob, Knob};
 use headroom_types::allocation::Allocation;
-use headroom_types::GroupPath;
 use support::{Fake, Plan};
-
-fn setup(fake: &Fake) -> Plan {
-    let cgroups = fake.host().cgroups().unwrap();
-    let lc = GroupPath::new("hr/lc").unwrap();
-    let be = GroupPath::new("hr/be").unwrap();
-    cgroups.create(&lc).unwrap();
-    cgroups.create(&be).unwrap();
-    fake.io.take_writes();
-    Plan::attach(&fake.host(), ManagedGroups { lc, be: vec![be] })
-}
 
 #[test]
 fn a_group_left_freezing_is_frozen_again_after_the_grace_and_reported() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let off = Allocation {
         be_enabled: false,
         ..Allocation::default()
@@ -69,7 +58,7 @@ fn a_group_left_freezing_is_frozen_again_after_the_grace_and_reported() {
 #[test]
 fn freezing_found_at_first_sight_is_frozen_by_the_plan() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     fake.set_knob("freezer", "hr/be", "freezer.state", "FREEZING\n");
     let off = Allocation {
         be_enabled: false,

@@ -10,25 +10,52 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_agent::runtime::{Agent, AgentOptions};
-use headroom_control::config::Config;
+use headroom_agent::runtime::{AgentError, RunSummary};
 
-fn config(top: &str, dir: &Path, lc: &str) -> String {
-    let d = dir.display();
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\n{lc}\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"60\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
-         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n"
-    )
+/// The agent on `top/lc` (with the `[lc]` keys `lc`) and `top/be`, its state and socket in
+/// `dir`, for 6 s, in a thread.
+fn start(top: &str, dir: &Path, lc: &str) -> Result<Runner, String> {
+    let text = live::agent_config(
+        &format!("{top}/lc"),
+        &format!("{top}/be"),
+        lc,
+        &dir.join("state.json"),
+        &dir.join("ctl.sock"),
+    );
+    live::start_agent(&text, Duration::from_secs(6))
 }
 
-fn options(text: &str, run_for: Duration) -> AgentOptions {
-    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
-    o.handle_signals = false;
-    o.run_for = Some(run_for);
-    o
+type Runner = std::thread::JoinHandle<Result<RunSummary, AgentError>>;
+
+/// The directory of the hierarchy's root group that holds `dir`, the directory of `group`.
+fn hierarchy_root(dir: &Path, group: &str) -> PathBuf {
+    dir.ancestors()
+        .nth(group.split('/').count())
+        .unwrap()
+        .to_path_buf()
+}
+
+/// An agent running on `top` with a sleeping LC, once its BE runs: its directory, the LC,
+/// the agent's thread, the BE group's name, its directories and BE's pid.
+type WithBe = (
+    tempfile::TempDir,
+    live::Children,
+    Runner,
+    String,
+    Vec<PathBuf>,
+    u32,
+);
+
+fn start_with_be(top: &str) -> Result<WithBe, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let lc = live::Children::sleepers(1);
+    let runner = start(top, dir.path(), &format!("pids = [{}]", lc.pid(0)))?;
+    std::thread::sleep(Duration::from_millis(800));
+    let be = format!("{top}/be");
+    let be_dirs = group_dirs(&be);
+    assert!(!be_dirs.is_empty());
+    let be_pid = procs(&be_dirs[0])[0];
+    Ok((dir, lc, runner, be, be_dirs, be_pid))
 }
 
 /// The group's directories in every v1 hierarchy that has it.
@@ -90,14 +117,10 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_pid_file_and_moved_in() {
         first.pid(0),
         pid_file.display()
     );
-    let agent = match Agent::start(options(
-        &config(&top, dir.path(), &lc),
-        Duration::from_secs(6),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {PID_FILE}: the agent does not start here: {e}"),
+    let runner = match start(&top, dir.path(), &lc) {
+        Ok(r) => r,
+        Err(e) => return eprintln!("SKIP {PID_FILE}: {e}"),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let lc_dirs = group_dirs(&format!("{top}/lc"));
     assert!(!lc_dirs.is_empty());
     assert!(procs(&lc_dirs[0]).contains(&first.pid(0)));
@@ -168,14 +191,10 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_listening_port() {
     let dir = tempfile::tempdir().unwrap();
     let top = format!("headroom-follow-port-{}", std::process::id());
     let lc = format!("pids = [{}]\nlisten_port = {port}", first.pid(0));
-    let agent = match Agent::start(options(
-        &config(&top, dir.path(), &lc),
-        Duration::from_secs(6),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {PORT}: the agent does not start here: {e}"),
+    let runner = match start(&top, dir.path(), &lc) {
+        Ok(r) => r,
+        Err(e) => return eprintln!("SKIP {PORT}: {e}"),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let lc_dirs = group_dirs(&format!("{top}/lc"));
     std::thread::sleep(Duration::from_millis(500));
     let _ = first.0[0].kill();
@@ -205,24 +224,12 @@ fn a_be_group_removed_by_someone_else_is_created_again_with_be_in_it() {
     if !live::is_root() {
         return eprintln!("SKIP {BE_GROUP}: needs root (cgroups)");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let lc_proc = live::Children::sleepers(1);
     let top = format!("headroom-follow-be-{}", std::process::id());
-    let lc = format!("pids = [{}]", lc_proc.pid(0));
-    let agent = match Agent::start(options(
-        &config(&top, dir.path(), &lc),
-        Duration::from_secs(6),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {BE_GROUP}: the agent does not start here: {e}"),
+    let (dir, _lc, runner, be, be_dirs, be_pid) = match start_with_be(&top) {
+        Ok(w) => w,
+        Err(e) => return eprintln!("SKIP {BE_GROUP}: {e}"),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let sock = dir.path().join("ctl.sock");
-    std::thread::sleep(Duration::from_millis(800));
-    let be = format!("{top}/be");
-    let be_dirs = group_dirs(&be);
-    assert!(!be_dirs.is_empty());
-    let be_pid = procs(&be_dirs[0])[0];
     // someone else: BE moved to the root group (thawed first), its group removed
     for d in &be_dirs {
         if d.join("freezer.state").exists() {
@@ -230,11 +237,7 @@ fn a_be_group_removed_by_someone_else_is_created_again_with_be_in_it() {
         }
     }
     for d in &be_dirs {
-        let root = d
-            .ancestors()
-            .nth(be.split('/').count())
-            .unwrap()
-            .to_path_buf();
+        let root = hierarchy_root(d, &be);
         for p in procs(d) {
             std::fs::write(root.join("cgroup.procs"), p.to_string()).unwrap();
         }
@@ -277,31 +280,15 @@ fn a_be_process_moved_out_of_its_group_is_moved_back() {
     if !live::is_root() {
         return eprintln!("SKIP {STRAY}: needs root (cgroups)");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let lc_proc = live::Children::sleepers(1);
     let top = format!("headroom-hostile3-stray-{}", std::process::id());
-    let lc = format!("pids = [{}]", lc_proc.pid(0));
-    let agent = match Agent::start(options(
-        &config(&top, dir.path(), &lc),
-        Duration::from_secs(6),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {STRAY}: the agent does not start here: {e}"),
+    let (dir, _lc, runner, be, be_dirs, be_pid) = match start_with_be(&top) {
+        Ok(w) => w,
+        Err(e) => return eprintln!("SKIP {STRAY}: {e}"),
     };
-    let runner = std::thread::spawn(move || agent.run());
     let sock = dir.path().join("ctl.sock");
-    std::thread::sleep(Duration::from_millis(800));
-    let be = format!("{top}/be");
-    let be_dirs = group_dirs(&be);
-    assert!(!be_dirs.is_empty());
-    let be_pid = procs(&be_dirs[0])[0];
     // someone else: BE moved to each hierarchy's root group
     for d in &be_dirs {
-        let root = d
-            .ancestors()
-            .nth(be.split('/').count())
-            .unwrap()
-            .to_path_buf();
+        let root = hierarchy_root(d, &be);
         std::fs::write(root.join("cgroup.procs"), be_pid.to_string()).unwrap();
     }
     let back = eventually(Duration::from_secs(4), || {

@@ -7,27 +7,29 @@
 mod live;
 
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_agent::runtime::{Agent, AgentError, AgentOptions};
-use headroom_control::config::Config;
+use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
 
 fn config(top: &str, dir: &Path, tag: &str, lc_pid: u32) -> String {
-    let d = dir.display();
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"60\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/{tag}-state.json\"\n\n\
-         [api]\nsocket = \"{d}/{tag}.sock\"\nmetrics = \"\"\n"
+    config_on(&format!("{top}/lc"), &format!("{top}/be"), dir, tag, lc_pid)
+}
+
+/// A config on the LC group `lc` and the BE group `be` (each a full group path).
+fn config_on(lc: &str, be: &str, dir: &Path, tag: &str, lc_pid: u32) -> String {
+    live::agent_config(
+        lc,
+        be,
+        &format!("pids = [{lc_pid}]"),
+        &dir.join(format!("{tag}-state.json")),
+        &dir.join(format!("{tag}.sock")),
     )
 }
 
 fn options(text: &str, config_path: &Path, run_for: Duration) -> AgentOptions {
-    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
-    o.handle_signals = false;
-    o.run_for = Some(run_for);
+    let mut o = live::options(text, run_for);
     o.config_path = Some(config_path.to_path_buf());
     o
 }
@@ -224,16 +226,22 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-/// A config on the LC group `lc` and the BE group `be` (each a full group path).
-fn config_on(lc: &str, be: &str, dir: &Path, tag: &str, lc_pid: u32) -> String {
-    let d = dir.display();
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{lc}\"\npids = [{lc_pid}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{be}\"\ncommand = [\"sleep\", \"60\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/{tag}-state.json\"\n\n\
-         [api]\nsocket = \"{d}/{tag}.sock\"\nmetrics = \"\"\n"
-    )
+type Runner = JoinHandle<Result<RunSummary, AgentError>>;
+
+/// The first agent, on `top/a/{lc,be}` with `lc_pid` as its LC, for 3 s in a thread, once
+/// its BE runs: the thread, its socket and its BE's pid.
+fn first_agent(top: &str, dir: &Path, lc_pid: u32) -> Result<(Runner, PathBuf, u32), String> {
+    let first = Agent::start(options(
+        &config(&format!("{top}/a"), dir, "a", lc_pid),
+        &dir.join("a.toml"),
+        Duration::from_secs(3),
+    ))
+    .map_err(|e| format!("the agent does not start here: {e}"))?;
+    let runner = std::thread::spawn(move || first.run());
+    let a_sock = dir.join("a.sock");
+    std::thread::sleep(Duration::from_millis(300));
+    let be = be_pid(&a_sock).expect("the first agent's BE runs");
+    Ok((runner, a_sock, be))
 }
 
 const NESTED: &str = "an_agent_on_a_group_containing_another_agents_groups_is_refused";
@@ -252,18 +260,10 @@ fn an_agent_on_a_group_containing_another_agents_groups_is_refused() {
     let top = format!("headroom-hostile-2-nest-{}", std::process::id());
     let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
     // The first agent on top/a/{lc,be}.
-    let first = match Agent::start(options(
-        &config(&format!("{top}/a"), dir.path(), "a", lc.pid(0)),
-        &dir.path().join("a.toml"),
-        Duration::from_secs(3),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {NESTED}: the agent does not start here: {e}"),
+    let (runner, a_sock, be_before) = match first_agent(&top, dir.path(), lc.pid(0)) {
+        Ok(first) => first,
+        Err(e) => return eprintln!("SKIP {NESTED}: {e}"),
     };
-    let runner = std::thread::spawn(move || first.run());
-    let a_sock = dir.path().join("a.sock");
-    std::thread::sleep(Duration::from_millis(300));
-    let be_before = be_pid(&a_sock).expect("the first agent's BE runs");
     // Above: BE = top/a, which holds the first agent's LC and BE groups.
     // Below: groups inside the first agent's BE group.
     let tries = [
@@ -367,18 +367,10 @@ fn an_lc_pid_in_another_agents_groups_is_refused_and_left_there() {
     let lc = live::Children::sleepers(1);
     let top = format!("headroom-hostile3-foreign-{}", std::process::id());
     let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
-    let first = match Agent::start(options(
-        &config(&format!("{top}/a"), dir.path(), "a", lc.pid(0)),
-        &dir.path().join("a.toml"),
-        Duration::from_secs(3),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {FOREIGN}: the agent does not start here: {e}"),
+    let (runner, _, be) = match first_agent(&top, dir.path(), lc.pid(0)) {
+        Ok(first) => first,
+        Err(e) => return eprintln!("SKIP {FOREIGN}: {e}"),
     };
-    let runner = std::thread::spawn(move || first.run());
-    let a_sock = dir.path().join("a.sock");
-    std::thread::sleep(Duration::from_millis(300));
-    let be = be_pid(&a_sock).expect("the first agent's BE runs");
     for (tag, pid, group) in [("be", be, "a/be"), ("lc", lc.pid(0), "a/lc")] {
         let refused = Agent::start(options(
             &config_on(

@@ -12,16 +12,6 @@ use headroom_types::CpuSet;
 use headroom_types::GroupPath;
 use support::{Fake, Plan};
 
-fn setup(fake: &Fake) -> Plan {
-    let cgroups = fake.host().cgroups().unwrap();
-    let lc = GroupPath::new("hr/lc").unwrap();
-    let be = GroupPath::new("hr/be").unwrap();
-    cgroups.create(&lc).unwrap();
-    cgroups.create(&be).unwrap();
-    fake.io.take_writes();
-    Plan::attach(&fake.host(), ManagedGroups { lc, be: vec![be] })
-}
-
 fn files(writes: &[(String, String)]) -> Vec<String> {
     writes.iter().map(|(p, v)| format!("{p}={v}")).collect()
 }
@@ -29,7 +19,7 @@ fn files(writes: &[(String, String)]) -> Vec<String> {
 #[test]
 fn shrink_freezes_first_and_grow_thaws_last() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let shrink = Allocation {
         be_enabled: false,
         be_cpus: Some(CpuSet::from([3])),
@@ -71,7 +61,7 @@ fn shrink_freezes_first_and_grow_thaws_last() {
 #[test]
 fn be_is_shrunk_before_the_lc_gains() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let a = Allocation {
         be_cpus: Some(CpuSet::from([2, 3])),
         be_cpu_weight: Some(CpuWeight::BATCH),
@@ -95,7 +85,7 @@ fn be_is_shrunk_before_the_lc_gains() {
 #[test]
 fn drift_is_repaired_on_a_verifying_pass() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let a = Allocation {
         be_cpus: Some(CpuSet::from([2, 3])),
         ..Allocation::default()
@@ -128,7 +118,7 @@ fn drift_is_repaired_on_a_verifying_pass() {
 #[test]
 fn a_failed_write_keeps_what_confines_be_and_skips_what_gives() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let safe = Allocation {
         be_cpus: Some(CpuSet::from([1, 2, 3])),
         ..Allocation::default()
@@ -195,7 +185,7 @@ fn a_failed_write_keeps_what_confines_be_and_skips_what_gives() {
 #[test]
 fn a_failed_write_undoes_what_gave_before_it() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     // BE idle on CPUs 1-3; the change clears idle (the kernel wants that before a weight) and
     // narrows the quota, which fails: idle goes back on, the narrower cpuset stays.
     let idle = Allocation {
@@ -254,7 +244,7 @@ fn a_failing_memory_limit_never_keeps_be_unconfined() {
 
     for attempt in 0..20u64 {
         let fake = Fake::v1();
-        let plan = setup(&fake);
+        let plan = Plan::on_hr(&fake);
         fake.io.fail("hr/be/memory.limit_in_bytes", libc::EBUSY);
         // Every other tick the freeze fails too: the cpuset must narrow on its own.
         if attempt % 2 == 1 {
@@ -336,7 +326,7 @@ fn restore_original_brings_back_what_was_there() {
 #[test]
 fn idle_is_cleared_before_a_weight_write_and_set_after_it() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let idle = Allocation {
         be_enabled: true,
         be_cpu_idle: Some(true),

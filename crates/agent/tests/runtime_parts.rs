@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{self, Request, Response};
+
+mod servers;
 use headroom_agent::sensors::lc_signal::SignalCell;
 use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};
@@ -110,10 +112,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
 
 #[test]
 fn control_socket_is_private_and_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("ctl.sock");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let (_dir, sock, stop, rx, handle) = servers::control();
     let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // A stand-in for the agent loop.
@@ -222,7 +221,7 @@ fn feed_lines_become_a_window_percentile() {
 
 #[test]
 fn metrics_endpoint_serves_the_exposition() {
-    let (m, registry) = headroom_agent::publish::metrics::Metrics::new();
+    let (addr, stop, handle, m) = servers::scrape();
     let obs = headroom_types::observation::Observation {
         lc_latency_us: Some(250.0),
         ..Default::default()
@@ -232,13 +231,6 @@ fn metrics_endpoint_serves_the_exposition() {
         ..Allocation::default()
     };
     m.observe(&obs, &alloc, 500.0, "blind:idle=buffer:steady");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) = headroom_agent::publish::scrape_server::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        registry,
-        stop.clone(),
-    )
-    .unwrap();
     let body =
         headroom_agent::sensors::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
     assert!(body.contains("headroom_lc_latency_us 250.0"), "{body}");
@@ -255,14 +247,7 @@ fn metrics_endpoint_serves_the_exposition() {
 /// Defect 11: idle clients cannot hold up a scrape (each is served in its own thread).
 #[test]
 fn idle_clients_do_not_delay_a_scrape() {
-    let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) = headroom_agent::publish::scrape_server::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        registry,
-        stop.clone(),
-    )
-    .unwrap();
+    let (addr, stop, handle, _m) = servers::scrape();
     let idle: Vec<_> = (0..20)
         .map(|_| std::net::TcpStream::connect(addr).unwrap())
         .collect();
@@ -287,10 +272,7 @@ fn idle_clients_do_not_delay_a_scrape() {
 #[test]
 fn the_control_socket_bounds_requests_and_serves_clients_concurrently() {
     use std::io::{BufRead, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("ctl.sock");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let (_dir, sock, stop, rx, handle) = servers::control();
     let loop_ = std::thread::spawn(move || {
         while let Ok((_, reply)) = rx.recv_timeout(Duration::from_secs(3)) {
             let _ = reply.send(Response::ok("status"));

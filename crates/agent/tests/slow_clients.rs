@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{self, Request, Response};
 
+mod servers;
+
 /// How long the slow clients run at most.
 const SLOW_FOR: Duration = Duration::from_secs(8);
 /// The gap between a slow client's bytes (under the old per-read timeouts of 1 s and 2 s).
@@ -63,12 +65,49 @@ fn slow_client<S: Read + Write>(
     }
 }
 
+/// `n` [`slow_client`]s, each in a thread, until [`SlowClients::stop`].
+struct SlowClients {
+    stop: Arc<AtomicBool>,
+    cuts: Arc<Mutex<Vec<Duration>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl SlowClients {
+    fn start<S: Read + Write + 'static>(
+        n: usize,
+        connect: impl Fn() -> std::io::Result<S> + Clone + Send + 'static,
+        set_timeout: fn(&S, Duration),
+        request: &'static [u8],
+    ) -> SlowClients {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..n)
+            .map(|_| {
+                let (connect, stop, cuts) = (connect.clone(), stop.clone(), cuts.clone());
+                std::thread::spawn(move || slow_client(connect, set_timeout, request, stop, cuts))
+            })
+            .collect();
+        SlowClients {
+            stop,
+            cuts,
+            threads,
+        }
+    }
+
+    /// Stops every client; how long each cut connection lasted.
+    fn stop(self) -> Vec<Duration> {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.threads {
+            c.join().unwrap();
+        }
+        let cuts = self.cuts.lock().unwrap();
+        cuts.clone()
+    }
+}
+
 #[test]
 fn ctl_off_is_served_while_slow_clients_hold_every_slot() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("ctl.sock");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let (_dir, sock, stop, rx, handle) = servers::control();
     let loop_ = std::thread::spawn(move || {
         while let Ok((req, reply)) = rx.recv_timeout(Duration::from_secs(12)) {
             let _ = reply.send(match req {
@@ -77,22 +116,13 @@ fn ctl_off_is_served_while_slow_clients_hold_every_slot() {
             });
         }
     });
-    let clients_stop = Arc::new(AtomicBool::new(false));
-    let cuts = Arc::new(Mutex::new(Vec::new()));
-    let slow: Vec<_> = (0..20)
-        .map(|_| {
-            let (sock, stop, cuts) = (sock.clone(), clients_stop.clone(), cuts.clone());
-            std::thread::spawn(move || {
-                slow_client(
-                    || std::os::unix::net::UnixStream::connect(&sock),
-                    |s, t| s.set_read_timeout(Some(t)).unwrap(),
-                    b"{\"Set\":{\"key\":\"x\",\"value\":\"",
-                    stop,
-                    cuts,
-                )
-            })
-        })
-        .collect();
+    let path = sock.clone();
+    let slow = SlowClients::start(
+        20,
+        move || std::os::unix::net::UnixStream::connect(&path),
+        |s, t| s.set_read_timeout(Some(t)).unwrap(),
+        b"{\"Set\":{\"key\":\"x\",\"value\":\"",
+    );
     // every slot held, none yet cut by its deadline
     std::thread::sleep(Duration::from_millis(1200));
     let t = Instant::now();
@@ -103,11 +133,7 @@ fn ctl_off_is_served_while_slow_clients_hold_every_slot() {
     assert!(took < Duration::from_secs(5), "ctl off took {took:?}");
     // the slow clients are cut at the whole-request deadline, not held while they trickle
     std::thread::sleep(Duration::from_millis(3500));
-    clients_stop.store(true, Ordering::Relaxed);
-    for c in slow {
-        c.join().unwrap();
-    }
-    let cuts = cuts.lock().unwrap().clone();
+    let cuts = slow.stop();
     assert!(!cuts.is_empty(), "no slow client was cut in {SLOW_FOR:?}");
     let longest = cuts.iter().max().unwrap();
     assert!(
@@ -131,30 +157,13 @@ fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
 
 #[test]
 fn a_scrape_answers_while_slow_connections_hold_every_slot() {
-    let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) = headroom_agent::publish::scrape_server::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        registry,
-        stop.clone(),
-    )
-    .unwrap();
-    let clients_stop = Arc::new(AtomicBool::new(false));
-    let cuts = Arc::new(Mutex::new(Vec::new()));
-    let slow: Vec<_> = (0..32)
-        .map(|_| {
-            let (stop, cuts) = (clients_stop.clone(), cuts.clone());
-            std::thread::spawn(move || {
-                slow_client(
-                    || std::net::TcpStream::connect(addr),
-                    |s, t| s.set_read_timeout(Some(t)).unwrap(),
-                    b"GET /metrics HTTP/1.1\r\nX-Slow: ",
-                    stop,
-                    cuts,
-                )
-            })
-        })
-        .collect();
+    let (addr, stop, handle, _m) = servers::scrape();
+    let slow = SlowClients::start(
+        32,
+        move || std::net::TcpStream::connect(addr),
+        |s, t| s.set_read_timeout(Some(t)).unwrap(),
+        b"GET /metrics HTTP/1.1\r\nX-Slow: ",
+    );
     std::thread::sleep(Duration::from_millis(1200));
     let t = Instant::now();
     let body = scrape(addr);
@@ -163,11 +172,7 @@ fn a_scrape_answers_while_slow_connections_hold_every_slot() {
     assert!(body.contains("headroom_writes_total"), "{body:.300}");
     assert!(took < Duration::from_secs(5), "the scrape took {took:?}");
     std::thread::sleep(Duration::from_millis(3500));
-    clients_stop.store(true, Ordering::Relaxed);
-    for c in slow {
-        c.join().unwrap();
-    }
-    let cuts = cuts.lock().unwrap().clone();
+    let cuts = slow.stop();
     assert!(
         !cuts.is_empty(),
         "no slow connection was cut in {SLOW_FOR:?}"
@@ -189,14 +194,7 @@ fn a_scrape_answers_while_slow_connections_hold_every_slot() {
 /// connections kept; honest scrapes are still answered. The bound is a hang detector only.
 #[test]
 fn honest_scrapes_are_answered_while_hundreds_of_slow_clients_reconnect() {
-    let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (addr, handle) = headroom_agent::publish::scrape_server::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        registry,
-        stop.clone(),
-    )
-    .unwrap();
+    let (addr, stop, handle, _m) = servers::scrape();
     let clients_stop = Arc::new(AtomicBool::new(false));
     let slow: Vec<_> = (0..300)
         .map(|i| {
@@ -261,16 +259,8 @@ fn honest_scrapes_are_answered_while_hundreds_of_slow_clients_reconnect() {
 /// connections ahead of it to be cut (with it, 72 of 100 were cut first).
 #[test]
 fn a_scrape_is_answered_before_any_idle_connection_ahead_of_it_is_cut() {
-    let (_m, registry) = headroom_agent::publish::metrics::Metrics::new();
-    let stop = Arc::new(AtomicBool::new(false));
     // A deadline far beyond the test's run: a slow host cannot cut the idle connections.
-    let (addr, handle) = headroom_agent::publish::scrape_server::serve_with_deadline(
-        "127.0.0.1:0".parse().unwrap(),
-        registry,
-        stop.clone(),
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    let (addr, stop, handle, _m) = servers::scrape_with_deadline(Duration::from_secs(120));
     let idle: Vec<std::net::TcpStream> = (0..100)
         .map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap())
         .collect();
@@ -311,10 +301,7 @@ fn scrape_within(addr: std::net::SocketAddr, bound: Duration) -> std::io::Result
 /// accept loop's 1 s wake; the bound is a hang detector).
 #[test]
 fn a_removed_control_socket_is_bound_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("ctl.sock");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let (_dir, sock, stop, rx, handle) = servers::control();
     let loop_ = std::thread::spawn(move || {
         while let Ok((_, reply)) = rx.recv_timeout(Duration::from_secs(20)) {
             let _ = reply.send(Response::ok("restored"));

@@ -9,26 +9,17 @@ mod live;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use headroom_agent::runtime::{Agent, AgentOptions};
+use headroom_agent::runtime::Agent;
 use headroom_agent::state::AgentState;
-use headroom_control::config::Config;
 
 fn config(top: &str, dir: &Path, lc_pid: u32) -> String {
-    let d = dir.display();
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc_pid}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"60\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
-         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n"
+    live::agent_config(
+        &format!("{top}/lc"),
+        &format!("{top}/be"),
+        &format!("pids = [{lc_pid}]"),
+        &dir.join("state.json"),
+        &dir.join("ctl.sock"),
     )
-}
-
-fn options(text: &str, run_for: Duration) -> AgentOptions {
-    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
-    o.handle_signals = false;
-    o.run_for = Some(run_for);
-    o
 }
 
 fn read_state(path: &Path) -> Option<AgentState> {
@@ -45,14 +36,11 @@ fn a_state_file_removed_while_the_agent_runs_is_written_again() {
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(1);
     let top = format!("headroom-state-removed-{}", std::process::id());
-    let agent = match Agent::start(options(
-        &config(&top, dir.path(), lc.pid(0)),
-        Duration::from_secs(6),
-    )) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {REMOVED}: the agent does not start here: {e}"),
-    };
-    let runner = std::thread::spawn(move || agent.run());
+    let runner =
+        match live::start_agent(&config(&top, dir.path(), lc.pid(0)), Duration::from_secs(6)) {
+            Ok(r) => r,
+            Err(e) => return eprintln!("SKIP {REMOVED}: {e}"),
+        };
     let state = dir.path().join("state.json");
     std::thread::sleep(Duration::from_millis(1500));
     let before = read_state(&state).expect("the agent wrote its state file");
@@ -92,7 +80,7 @@ fn a_corrupt_state_file_is_set_aside_and_the_agent_confines_be() {
     let state = dir.path().join("state.json");
     let garbage = "{\"version\": 2, \"pid\": 12";
     std::fs::write(&state, garbage).unwrap();
-    let agent = match Agent::start(options(
+    let agent = match Agent::start(live::options(
         &config(&top, dir.path(), lc.pid(0)),
         Duration::from_secs(3),
     )) {

@@ -22,6 +22,9 @@ pub enum BenchError {
     },
     #[error(transparent)]
     Report(#[from] headroom_report::ReportError),
+    /// The host layer (how a child is started: its group, its capabilities).
+    #[error(transparent)]
+    Host(#[from] headroom_host::HostError),
 }
 
 impl BenchError {

@@ -14,6 +14,8 @@
 
 use headroom_kube::stand_in;
 
+mod support;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,8 +27,9 @@ use headroom_host::{Controller, LinuxHost};
 use headroom_load::stats::LatencyHist;
 use serde_json::{json, Value};
 use stand_in::{pod, with_be_cpu, StandIn};
+use support::status_json as status;
 
-const BIN: &str = env!("CARGO_BIN_EXE_headroom");
+use support::BIN;
 const TEST: &str = "the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes";
 const NODE: &str = "node-a";
 const BE_CPU: &str = "headroom.io/be-cpu";
@@ -73,29 +76,8 @@ fn feeder(sock: PathBuf, latency_us: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
     }
 }
 
-fn status(d: &Path) -> Option<Value> {
-    let out = Command::new(BIN)
-        .args(["ctl", "--socket"])
-        .arg(d.join("ctl.sock"))
-        .args(["--json", "status"])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some(v["status"].clone())
-}
-
-fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
+fn wait_for(timeout: Duration, f: impl FnMut() -> bool) -> bool {
+    support::within(timeout, Duration::from_millis(100), f)
 }
 
 /// The advertised value and its reason in a `ctl status`.
@@ -375,17 +357,5 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
             );
         }
     }
-    let out = Command::new(BIN)
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .arg("--replay")
-        .arg(&log_path)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && said.contains("reproduced exactly"),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::assert_replays_exactly(&cfg, &log_path);
 }

@@ -12,17 +12,19 @@
 
 use headroom_kube::stand_in;
 
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{mpsc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use headroom_host::{Cgroups, Controller, LinuxHost};
 use headroom_types::GroupPath;
 use serde_json::{json, Value};
 use stand_in::{with_ports, StandIn};
+use support::{sigterm_and_wait, status_json as status, wait_exit};
 
-const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 const UID_A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
 const UID_B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
 const UID_BAD: &str = "cccccccc-0000-4000-8000-00000000000c";
@@ -74,62 +76,49 @@ fn group(s: &str) -> GroupPath {
     GroupPath::new(s).unwrap()
 }
 
+/// Kubelet's groups of pod `a` (`kubepods/burstable/pod<UID_A>`, a sleeper in it) made for the
+/// test, and the groups the agent makes (BestEffort, discovery), all removed by the guard; the
+/// pod's group.
+fn pod_a_group(cgroups: &Cgroups, guard: &mut Guard) -> GroupPath {
+    let pa = group(&format!("kubepods/burstable/pod{UID_A}"));
+    for g in ["kubepods", "kubepods/burstable"] {
+        cgroups.create(&group(g)).unwrap();
+        guard.groups.push(group(g));
+    }
+    cgroups.create(&pa).unwrap();
+    guard.groups.push(pa.clone());
+    sleeper_in(guard, &pa);
+    guard.groups.insert(2, group("kubepods/besteffort"));
+    guard.groups.insert(0, group("headroom-discovery"));
+    pa
+}
+
+/// The stand-in API server listing pod `a` (SLO 500 µs) and an agent discovering it, its
+/// config, state, socket and `agent.log` in the returned directory: the server's event sender
+/// and the server (both kept until the test ends) and the agent's index in the guard.
+fn discovery_agent_on_pod_a(
+    guard: &mut Guard,
+) -> (mpsc::Sender<Value>, StandIn, tempfile::TempDir, usize) {
+    let (tx, rx) = mpsc::channel();
+    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubeconfig = server.kubeconfig(d).unwrap();
+    let cfg = write_discovery_config(d, &kubeconfig, "");
+    let agent_idx = spawn_agent(guard, &cfg, &d.join("agent.log"), &[]);
+    (tx, server, dir, agent_idx)
+}
+
 fn sleeper_in(guard: &mut Guard, g: &GroupPath) -> u32 {
-    let c = Command::new("sleep")
-        .arg("60")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let c = support::sleep_60();
     let pid = c.id();
     guard.cgroups.move_process(g, pid as i32).unwrap();
     guard.children.push(c);
     pid
 }
 
-fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
-/// The agent's exit status, waited for up to 20 s.
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let mut exit = None;
-    assert!(
-        wait_for(Duration::from_secs(20), || {
-            exit = child.try_wait().unwrap();
-            exit.is_some()
-        }),
-        "agent did not exit"
-    );
-    exit.unwrap()
-}
-
-/// SIGTERM to the agent, then its exit status.
-fn sigterm_and_wait(child: &mut Child) -> std::process::ExitStatus {
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    wait_exit(child)
-}
-
-fn status(dir: &Path) -> Option<Value> {
-    let out = Command::new(BIN)
-        .args(["ctl", "--socket"])
-        .arg(dir.join("ctl.sock"))
-        .args(["--json", "status"])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some(v["status"].clone())
+fn wait_for(timeout: Duration, f: impl FnMut() -> bool) -> bool {
+    support::within(timeout, Duration::from_millis(50), f)
 }
 
 /// A log without its colours' escape sequences.
@@ -356,19 +345,7 @@ fn discovered_pods_come_are_refused_and_go_while_the_agent_runs() {
     // The decision log holds the set's changes and replays exactly.
     let text = std::fs::read_to_string(&log_path).unwrap();
     assert!(text.contains("\"event\":\"lc_set\""), "{text}");
-    let out = Command::new(BIN)
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .arg("--replay")
-        .arg(&log_path)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && said.contains("reproduced exactly"),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::assert_replays_exactly(&cfg, &log_path);
 }
 
 #[test]
@@ -378,16 +355,7 @@ fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
     let Some((cgroups, _one, mut guard)) = live_setup(test) else {
         return;
     };
-    let pa = group(&format!("kubepods/burstable/pod{UID_A}"));
-    for g in ["kubepods", "kubepods/burstable"] {
-        cgroups.create(&group(g)).unwrap();
-        guard.groups.push(group(g));
-    }
-    cgroups.create(&pa).unwrap();
-    guard.groups.push(pa.clone());
-    sleeper_in(&mut guard, &pa);
-    guard.groups.insert(2, group("kubepods/besteffort"));
-    guard.groups.insert(0, group("headroom-discovery"));
+    let pa = pod_a_group(&cgroups, &mut guard);
 
     // Another agent's lock on the pod's group, held by this test.
     let dirs: Vec<std::path::PathBuf> = cgroups
@@ -408,13 +376,8 @@ fn a_pod_whose_group_another_agent_holds_is_refused_until_it_lets_go() {
     )
     .expect("the other agent's lock");
 
-    let (_tx, rx) = mpsc::channel();
-    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx).unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let (_tx, _server, dir, agent_idx) = discovery_agent_on_pod_a(&mut guard);
     let d = dir.path();
-    let kubeconfig = server.kubeconfig(d).unwrap();
-    let cfg = write_discovery_config(d, &kubeconfig, "");
-    let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &[]);
     let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
 
     // Refused, naming the holder; not an LC of this agent.
@@ -494,24 +457,10 @@ fn another_agent_on_a_parent_or_child_of_a_discovered_pod_group_is_refused() {
     let Some((cgroups, _one, mut guard)) = live_setup(test) else {
         return;
     };
-    let pa = group(&format!("kubepods/burstable/pod{UID_A}"));
-    for g in ["kubepods", "kubepods/burstable"] {
-        cgroups.create(&group(g)).unwrap();
-        guard.groups.push(group(g));
-    }
-    cgroups.create(&pa).unwrap();
-    guard.groups.push(pa.clone());
-    sleeper_in(&mut guard, &pa);
-    guard.groups.insert(2, group("kubepods/besteffort"));
-    guard.groups.insert(0, group("headroom-discovery"));
+    pod_a_group(&cgroups, &mut guard);
 
-    let (_tx, rx) = mpsc::channel();
-    let server = StandIn::start(vec![pod("a", UID_A, "500", 3)], rx).unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let (_tx, _server, dir, agent_idx) = discovery_agent_on_pod_a(&mut guard);
     let d = dir.path();
-    let kubeconfig = server.kubeconfig(d).unwrap();
-    let cfg = write_discovery_config(d, &kubeconfig, "");
-    let agent_idx = spawn_agent(&mut guard, &cfg, &d.join("agent.log"), &[]);
     let log = || std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
     let mut st = Value::Null;
     let taken = wait_for(Duration::from_secs(30), || {
@@ -771,17 +720,8 @@ socket = "{d}/ctl.sock"
 /// Starts `headroom agent --config cfg` with `extra` arguments, its stderr in `stderr_to`; the
 /// index of its child in the guard.
 fn spawn_agent(guard: &mut Guard, cfg: &Path, stderr_to: &Path, extra: &[&str]) -> usize {
-    let stderr = std::fs::File::create(stderr_to).unwrap();
-    let child = Command::new(BIN)
-        .args(["agent", "--config"])
-        .arg(cfg)
-        .args(extra)
-        .env("HEADROOM_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("start the agent");
-    guard.children.push(child);
+    guard
+        .children
+        .push(support::spawn_agent(cfg, stderr_to, extra));
     guard.children.len() - 1
 }

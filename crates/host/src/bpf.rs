@@ -5,176 +5,34 @@
 //! tc filter. It needs only a cgroup2 mount (even one without controllers, as on hybrid hosts),
 //! works in every network namespace, and does not depend on `cls_cgroup` or `net_prio`.
 //!
-//! The program is written with rbpf's instruction builder (readable, and run in rbpf's VM by
-//! the tests) and attached through a `bpf_link` (`BPF_LINK_CREATE`): the kernel detaches it
-//! when the last fd of the link closes — when the agent exits or is killed — so a SIGKILLed
-//! agent leaves nothing attached and restarts never stack programs.
+//! The program is written with the host's assembler ([`crate::bpf_asm`], as the idle and
+//! latency programs are; the tests run it in rbpf's interpreter), loaded and attached through
+//! [`crate::bpf_sys`], by a `bpf_link` (`BPF_LINK_CREATE`): the kernel detaches it when the
+//! last fd of the link closes — when the agent exits or is killed — so a SIGKILLed agent leaves
+//! nothing attached and restarts never stack programs.
 
-use std::ffi::CString;
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use crate::bpf_asm::{Asm, Size, R0, R1, R2};
+use crate::bpf_sys::{
+    attached_count, link_create, load_program, Insn, ProgramToLoad, BPF_CGROUP_INET_EGRESS,
+    BPF_PROG_TYPE_CGROUP_SKB,
+};
 use crate::error::{HostError, IoOp, Result};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_CGROUP_SKB: u32 = 8;
-const BPF_CGROUP_INET_EGRESS: u32 = 1;
 /// `offsetof(struct __sk_buff, priority)`.
 const SK_BUFF_PRIORITY: i16 = 32;
 
-/// `struct bpf_insn`: opcode, dst (low nibble) and src (high nibble) registers, offset, immediate.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Insn {
-    pub code: u8,
-    pub regs: u8,
-    pub off: i16,
-    pub imm: i32,
-}
-
-/// The `BPF_PROG_LOAD` part of `union bpf_attr`, zero-padded (the kernel checks the tail).
-#[repr(C)]
-pub(crate) struct ProgLoadAttr {
-    pub(crate) prog_type: u32,
-    pub(crate) insn_cnt: u32,
-    pub(crate) insns: u64,
-    pub(crate) license: u64,
-    pub(crate) log_level: u32,
-    pub(crate) log_size: u32,
-    pub(crate) log_buf: u64,
-    pub(crate) kern_version: u32,
-    pub(crate) prog_flags: u32,
-    pub(crate) prog_name: [u8; 16],
-    pub(crate) prog_ifindex: u32,
-    pub(crate) expected_attach_type: u32,
-    pub(crate) _tail: [u64; 8],
-}
-
-/// The `BPF_LINK_CREATE` part of `union bpf_attr`.
-#[repr(C)]
-struct LinkCreateAttr {
-    prog_fd: u32,
-    target_fd: u32,
-    attach_type: u32,
-    flags: u32,
-    _tail: [u64; 8],
-}
-
-/// The program, in rbpf's builder: `skb->priority = priority; return 1` (let the packet pass).
-pub fn egress_priority_program(priority: u32) -> Vec<u8> {
-    use rbpf::insn_builder::{Arch, BpfCode, Instruction, IntoBytes, MemSize, Source};
-    let mut code = BpfCode::new();
-    code.mov(Source::Imm, Arch::X32) // w2 = priority
-        .set_dst(2)
-        .set_imm(priority as i32)
-        .push()
-        .store_x(MemSize::Word) // *(u32 *)(r1 + offsetof(__sk_buff, priority)) = w2
-        .set_dst(1)
-        .set_src(2)
-        .set_off(SK_BUFF_PRIORITY)
-        .push()
-        .mov(Source::Imm, Arch::X64) // r0 = 1
-        .set_dst(0)
-        .set_imm(1)
-        .push()
-        .exit()
-        .push();
-    code.into_bytes().to_vec()
-}
-
-fn program(priority: u32) -> Vec<Insn> {
-    egress_priority_program(priority)
-        .chunks_exact(8)
-        .map(|b| Insn {
-            code: b[0],
-            regs: b[1],
-            off: i16::from_le_bytes([b[2], b[3]]),
-            imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-        })
-        .collect()
-}
-
-pub(crate) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> libc::c_long {
-    // SAFETY: attr is a properly initialised, zero-padded bpf_attr variant of the size passed;
-    // the kernel reads (and for PROG_LOAD may write the log) only within it and the buffers it
-    // points to, which outlive the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut T,
-            std::mem::size_of::<T>() as u32,
-        )
-    }
-}
-
-/// A program to hand to the verifier.
-pub(crate) struct ProgramToLoad<'a> {
-    pub prog_type: u32,
-    pub expected_attach_type: u32,
-    /// At most 15 bytes (the kernel's name field).
-    pub name: &'a str,
-    pub license: &'a str,
-    pub insns: &'a [Insn],
-    /// What it is, for the error (`cgroup_skb egress program`).
-    pub target: &'a str,
-    /// Its parameters, for the error (`priority 0x10020`).
-    pub value: String,
-}
-
-/// Loads a program (`BPF_PROG_LOAD`); returns its fd. A refusal names the program, its
-/// parameters and the verifier's last lines (they say why).
-pub(crate) fn load_program(p: ProgramToLoad) -> Result<OwnedFd> {
-    let license = CString::new(p.license).unwrap_or_default();
-    let mut log = vec![0u8; 64 * 1024];
-    let mut name = [0u8; 16];
-    let n = p.name.len().min(15);
-    name[..n].copy_from_slice(&p.name.as_bytes()[..n]);
-    let mut attr = ProgLoadAttr {
-        prog_type: p.prog_type,
-        insn_cnt: p.insns.len() as u32,
-        insns: p.insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
-        kern_version: 0,
-        prog_flags: 0,
-        prog_name: name,
-        prog_ifindex: 0,
-        expected_attach_type: p.expected_attach_type,
-        _tail: [0; 8],
-    };
-    let fd = bpf(BPF_PROG_LOAD, &mut attr);
-    if fd < 0 {
-        let source = io::Error::last_os_error();
-        let verifier =
-            String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
-                .trim()
-                .to_owned();
-        let tail: Vec<&str> = verifier.lines().rev().take(6).collect();
-        let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" / ");
-        return Err(HostError::Syscall {
-            call: "bpf(BPF_PROG_LOAD)",
-            target: p.target.to_owned(),
-            value: format!(
-                "{} instructions, {}{}",
-                p.insns.len(),
-                p.value,
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!("; verifier: {tail}")
-                }
-            ),
-            source,
-        });
-    }
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+/// The program: `skb->priority = priority; return 1` (let the packet pass).
+pub fn egress_priority_program(priority: u32) -> Vec<Insn> {
+    let mut a = Asm::new();
+    a.mov32_imm(R2, priority as i32) // w2 = priority
+        .store(Size::U32, R1, SK_BUFF_PRIORITY, R2) // ((struct __sk_buff *)r1)->priority = w2
+        .mov_imm(R0, 1)
+        .exit();
+    a.finish()
 }
 
 /// Loads the priority-setting program; returns its fd.
@@ -184,7 +42,7 @@ pub fn load_egress_priority_program(priority: u32) -> Result<OwnedFd> {
         expected_attach_type: BPF_CGROUP_INET_EGRESS,
         name: "hr_egr_prio",
         license: "GPL",
-        insns: &program(priority),
+        insns: &egress_priority_program(priority),
         target: "cgroup_skb egress program",
         value: format!("priority {priority:#x}"),
     })
@@ -208,25 +66,16 @@ impl EgressPriority {
         let cgroup =
             File::open(cgroup_dir).map_err(|e| HostError::io(IoOp::Open, cgroup_dir, None, e))?;
         let program = load_egress_priority_program(priority)?;
-        let mut attr = LinkCreateAttr {
-            prog_fd: program.as_raw_fd() as u32,
-            target_fd: cgroup.as_raw_fd() as u32,
-            attach_type: BPF_CGROUP_INET_EGRESS,
-            flags: 0,
-            _tail: [0; 8],
-        };
-        let fd = bpf(BPF_LINK_CREATE, &mut attr);
-        if fd < 0 {
-            return Err(HostError::Syscall {
+        let link = link_create(&program, &cgroup, BPF_CGROUP_INET_EGRESS).map_err(|source| {
+            HostError::Syscall {
                 call: "bpf(BPF_LINK_CREATE)",
                 target: cgroup_dir.display().to_string(),
                 value: format!("egress priority {priority:#x}"),
-                source: io::Error::last_os_error(),
-            });
-        }
+                source,
+            }
+        })?;
         Ok(EgressPriority {
-            // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-            link: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+            link,
             _program: program,
             cgroup_dir: cgroup_dir.to_path_buf(),
             priority,
@@ -253,55 +102,28 @@ impl EgressPriority {
     }
 }
 
-const BPF_PROG_QUERY: libc::c_long = 16;
-
-/// The `BPF_PROG_QUERY` part of `union bpf_attr`.
-#[repr(C)]
-struct QueryAttr {
-    target_fd: u32,
-    attach_type: u32,
-    query_flags: u32,
-    attach_flags: u32,
-    prog_ids: u64,
-    prog_cnt: u32,
-    _pad: u32,
-    _tail: [u64; 6],
-}
-
 /// How many programs are attached at `BPF_CGROUP_INET_EGRESS` of the cgroup v2 directory
 /// `cgroup_dir` (what `bpftool cgroup show` lists), by any means.
 pub fn attached_egress_programs(cgroup_dir: &Path) -> Result<u32> {
     let cgroup =
         File::open(cgroup_dir).map_err(|e| HostError::io(IoOp::Open, cgroup_dir, None, e))?;
-    let mut attr = QueryAttr {
-        target_fd: cgroup.as_raw_fd() as u32,
-        attach_type: BPF_CGROUP_INET_EGRESS,
-        query_flags: 0,
-        attach_flags: 0,
-        prog_ids: 0,
-        prog_cnt: 0,
-        _pad: 0,
-        _tail: [0; 6],
-    };
-    if bpf(BPF_PROG_QUERY, &mut attr) < 0 {
-        return Err(HostError::Syscall {
-            call: "bpf(BPF_PROG_QUERY)",
-            target: cgroup_dir.display().to_string(),
-            value: "cgroup_inet_egress".into(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(attr.prog_cnt)
+    attached_count(&cgroup, BPF_CGROUP_INET_EGRESS).map_err(|source| HostError::Syscall {
+        call: "bpf(BPF_PROG_QUERY)",
+        target: cgroup_dir.display().to_string(),
+        value: "cgroup_inet_egress".into(),
+        source,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The builder writes the four instructions the kernel verified before (the same bytes).
+    /// The assembler writes the four instructions the kernel verified before (the same bytes
+    /// rbpf's builder wrote).
     #[test]
     fn the_builder_emits_the_verified_instructions() {
-        let p = program(0x0001_0020);
+        let p = egress_priority_program(0x0001_0020);
         assert_eq!(p.len(), 4);
         assert_eq!((p[0].code, p[0].regs, p[0].imm), (0xb4, 0x02, 0x0001_0020));
         assert_eq!(
@@ -316,7 +138,7 @@ mod tests {
     /// nothing else of the buffer changes; the packet passes (1).
     #[test]
     fn in_the_vm_the_program_sets_the_priority_and_passes_the_packet() {
-        let bytes = egress_priority_program(0x0001_0020);
+        let bytes = crate::bpf_asm::to_bytes(&egress_priority_program(0x0001_0020));
         let vm = rbpf::EbpfVmRaw::new(Some(&bytes)).unwrap();
         let mut skb = [0xaau8; 64];
         let ret = vm.execute_program(&mut skb).unwrap();

@@ -1,6 +1,8 @@
-//! A small eBPF assembler for the host's BPF programs: named registers, symbolic jump labels,
-//! helper calls by name, map fd loads and the atomics — so a program reads top to bottom like
-//! the C it replaces and can be changed without counting instructions.
+//! A small eBPF assembler, the one way the host writes BPF (the egress classifier, the idle
+//! program, the latency sensor's programs): named registers, symbolic jump labels, helper
+//! calls by name, map fd loads and the atomics — so a program reads top to bottom like the C
+//! it replaces and can be changed without counting instructions. [`crate::bpf_sys`] loads what
+//! it writes.
 //!
 //! Encodings come from rbpf's opcode constants ([`rbpf::ebpf`]); rbpf's own instruction
 //! builder has no atomics, no map fd loads and no labels. The output is the kernel's
@@ -12,7 +14,7 @@ use std::collections::HashMap;
 
 use rbpf::ebpf;
 
-use crate::bpf::Insn;
+use crate::bpf_sys::Insn;
 
 /// A register. `R0` holds a helper's result and the program's return value; `R1`-`R5` a
 /// helper's arguments (clobbered by the call); `R6`-`R9` survive calls; `FP` is the read-only

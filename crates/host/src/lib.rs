@@ -37,12 +37,16 @@
 //! power::{Rapl, RaplZone, energy_delta_uj, CpuFreq}
 //! sensors::{PolledFile, ProcStatReader, CpuIdleSampler, SchedstatReader, parse_psi, MemInfo}
 //! latency_bpf::LatencySensor::attach(ports) -> snapshot() (the LC's request latency, passively)
+//! bpf_asm::Asm (writes every BPF program) / bpf_sys (every bpf(2) call, program_loaded, map_exists)
+//! net::link_speed_mbit(root, dev) / sysctl::{read, io_uring_disabled}(root) / pids::cgroup_text
+//! spawn::StartIn::parent().in_group(dir).without(cap).apply(&mut cmd)   a child in a cgroup, no shell
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
 
 pub mod bpf;
 pub mod bpf_asm;
+pub mod bpf_sys;
 pub mod cgroup;
 pub mod doctor;
 pub mod error;
@@ -50,6 +54,7 @@ pub mod host;
 pub mod idle_bpf;
 pub mod knob_io;
 pub mod latency_bpf;
+pub mod net;
 pub mod pids;
 pub mod power;
 pub mod process;
@@ -57,6 +62,8 @@ pub mod resctrl;
 pub mod rt_budget;
 pub mod sched;
 pub mod sensors;
+pub mod spawn;
+pub mod sysctl;
 pub mod tc;
 pub mod topology;
 

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headroom_host::idle_bpf::{monotonic_ns, program_loaded, BpfIdleTracker, Direction};
+use headroom_host::bpf_sys::program_loaded;
+use headroom_host::idle_bpf::{monotonic_ns, BpfIdleTracker, Direction};
 
 const CHILD_ENV: &str = "HEADROOM_IDLE_BPF_CHILD";
 

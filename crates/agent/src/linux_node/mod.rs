@@ -245,19 +245,9 @@ impl LinuxNode {
         let mbit = if link_mbit > 0 {
             link_mbit
         } else {
-            let path = host.root().join(format!("sys/class/net/{device}/speed"));
-            let what = format!("egress.link_mbit = 0 and {}", path.display());
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| NodeError::new(&what, format!("{e}: set egress.link_mbit")))?;
-            match text.trim().parse::<i64>() {
-                Ok(v) if v > 0 => v as u64,
-                _ => {
-                    return Err(NodeError::new(
-                        format!("{what} = {:?}", text.trim()),
-                        "no link speed (virtual device?): set egress.link_mbit",
-                    ))
-                }
-            }
+            headroom_host::net::link_speed_mbit(host.root(), device).map_err(|e| {
+                NodeError::new("egress.link_mbit = 0", format!("{e}: set egress.link_mbit"))
+            })?
         };
         self.with_egress_runner(
             Arc::new(SystemTc::new()),

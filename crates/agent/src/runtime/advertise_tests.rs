@@ -257,28 +257,14 @@ fn a_violating_or_untrusted_lc_advertises_0_with_its_reason_never_below_the_floo
     assert_eq!(st.edge.published_millicpu, Some(1500));
 }
 
-/// A publisher writing its decision log to `path`, as the agent builds it.
+/// A `static-cores` publisher of the one service `svc` writing its decision log to `path`.
 fn publisher(path: &std::path::Path, slo_us: f64) -> Publisher {
-    let (metrics, _registry) = crate::publish::metrics::Metrics::new();
-    Publisher {
-        log: Some(super::super::publish::DecisionLog::open(path, 1 << 30).unwrap()),
-        metrics,
-        policy: "static-cores",
-        started_unix_ms: 0,
+    crate::runtime::publish::tests::publisher(
+        path,
+        "static-cores",
         slo_us,
-        lcs: vec![slo("svc", slo_us)],
-        reasons: Default::default(),
-        last_reason: String::new(),
-        last_allocation: None,
-        last_write_error: None,
-        summary: Default::default(),
-        state_dirty: false,
-        be_held_off: None,
-        pending: None,
-        last_logged: None,
-        last_binding_lc: None,
-        advertise: Default::default(),
-    }
+        vec![slo("svc", slo_us)],
+    )
 }
 
 /// The decision log the agent writes with `[kubernetes] advertise` (each decision line with
@@ -292,16 +278,10 @@ fn a_log_with_advertise_lines_replays_exactly_and_a_tampered_line_is_flagged() {
     use headroom_control::decision::{replay_log, tick_time, LogLine};
     use headroom_control::policy::{self, MachineInfo};
     use std::time::Duration;
-    let toml = r#"
-[lc]
-name = "svc"
-cgroup = "headroom/lc"
-[lc.slo]
-target_us = 500
-window_s = 15
-[lc.latency]
-source = "probe"
-address = "127.0.0.1:11211"
+    let toml = format!(
+        "{}{}",
+        crate::runtime::publish::tests::SVC_LC,
+        r#"
 [policy]
 kind = "static-cores"
 [kubernetes]
@@ -310,8 +290,9 @@ node_name = "n1"
 advertise_horizon_s = 60
 advertise_damping_s = 10
 advertise_min_history_s = 5
-"#;
-    let config = Config::from_toml_str(toml).unwrap();
+"#
+    );
+    let config = Config::from_toml_str(&toml).unwrap();
     let machine = MachineInfo::with_cpus(4);
     let mut policy = policy::build(&config, &machine);
     let dir = tempfile::tempdir().unwrap();

@@ -46,10 +46,7 @@ impl Agent {
         for s in &self.supervised {
             let Some(pid) = s.pid() else { continue };
             for p in pids::descendants(&root, pid) {
-                let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{p}/cgroup")))
-                else {
-                    continue;
-                };
+                let text = pids::cgroup_text(&root, p);
                 let outside = cg
                     .process_dirs(&s.group, &text)
                     .iter()

@@ -118,6 +118,37 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A publisher at the start of a run of `policy`, writing its decisions to `log` (none:
+    /// no decision log); `lcs` are the LC services' SLOs, `slo_us` the first one's.
+    pub fn new(
+        log: Option<DecisionLog>,
+        metrics: Metrics,
+        policy: &'static str,
+        slo_us: f64,
+        lcs: Vec<ServiceSlo>,
+        started_unix_ms: u64,
+    ) -> Publisher {
+        Publisher {
+            log,
+            metrics,
+            policy,
+            started_unix_ms,
+            slo_us,
+            lcs,
+            reasons: Default::default(),
+            last_reason: String::new(),
+            last_allocation: None,
+            last_write_error: None,
+            summary: Default::default(),
+            state_dirty: false,
+            be_held_off: None,
+            pending: None,
+            last_logged: None,
+            last_binding_lc: None,
+            advertise: Default::default(),
+        }
+    }
+
     /// Logs a ctl command that changes the policy's decisions, on the decisions' clock, so
     /// `--replay` applies it between the same two decisions.
     pub fn log_event(&mut self, event: &CtlEvent) {
@@ -304,8 +335,40 @@ impl Publisher {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::DecisionLog;
+
+    /// A publisher of `policy` writing its decision log to `path`, as the agent builds it.
+    pub(in crate::runtime) fn publisher(
+        path: &std::path::Path,
+        policy: &'static str,
+        slo_us: f64,
+        lcs: Vec<crate::publish::metrics::ServiceSlo>,
+    ) -> super::Publisher {
+        let (metrics, _registry) = crate::publish::metrics::Metrics::new();
+        super::Publisher::new(
+            Some(DecisionLog::open(path, 1 << 30).unwrap()),
+            metrics,
+            policy,
+            slo_us,
+            lcs,
+            0,
+        )
+    }
+
+    /// The one LC service of the publisher tests' configs: `svc`, its SLO 500 µs, its latency
+    /// probed on 127.0.0.1:11211.
+    pub(in crate::runtime) const SVC_LC: &str = r#"
+[lc]
+name = "svc"
+cgroup = "headroom/lc"
+[lc.slo]
+target_us = 500
+window_s = 15
+[lc.latency]
+source = "probe"
+address = "127.0.0.1:11211"
+"#;
 
     /// A window is known by its end (tick time − age): the same window a tick later is not a
     /// new one; another end is, even with the same figure and the same age (ticks a second
@@ -396,48 +459,23 @@ mod tests {
         use headroom_control::policy::{self, MachineInfo};
         use headroom_types::observation::Observation;
         use std::time::Duration;
-        let toml = r#"
-[lc]
-name = "svc"
-cgroup = "headroom/lc"
-[lc.slo]
-target_us = 500
-window_s = 15
-[lc.latency]
-source = "probe"
-address = "127.0.0.1:11211"
+        let toml = format!(
+            "{SVC_LC}{}",
+            r#"
 [lc.load]
 source = "memcache-stats"
 address = "127.0.0.1:11211"
 peak_qps = 100000
 [policy]
 kind = "hybrid"
-"#;
-        let config = Config::from_toml_str(toml).unwrap();
+"#
+        );
+        let config = Config::from_toml_str(&toml).unwrap();
         let machine = MachineInfo::with_cpus(2);
         let mut policy = policy::build(&config, &machine);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("decisions.jsonl");
-        let (metrics, _registry) = crate::publish::metrics::Metrics::new();
-        let mut p = super::Publisher {
-            log: Some(DecisionLog::open(&path, 1 << 30).unwrap()),
-            metrics,
-            policy: "hybrid",
-            started_unix_ms: 0,
-            slo_us: 500.0,
-            lcs: Vec::new(),
-            reasons: Default::default(),
-            last_reason: String::new(),
-            last_allocation: None,
-            last_write_error: None,
-            summary: Default::default(),
-            state_dirty: false,
-            be_held_off: None,
-            pending: None,
-            last_logged: None,
-            last_binding_lc: None,
-            advertise: Default::default(),
-        };
+        let mut p = publisher(&path, "hybrid", 500.0, Vec::new());
         let mut disarmed = 0;
         for i in 0..10_000u64 {
             // no latency yet (BE disabled), the idle count flipping 0 <-> 2
@@ -492,26 +530,7 @@ kind = "hybrid"
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("decisions.jsonl");
-        let (metrics, _registry) = crate::publish::metrics::Metrics::new();
-        let mut p = super::Publisher {
-            log: Some(DecisionLog::open(&path, 1 << 30).unwrap()),
-            metrics,
-            policy: "multi",
-            started_unix_ms: 0,
-            slo_us: 500.0,
-            lcs: Vec::new(),
-            reasons: Default::default(),
-            last_reason: String::new(),
-            last_allocation: None,
-            last_write_error: None,
-            summary: Default::default(),
-            state_dirty: false,
-            be_held_off: None,
-            pending: None,
-            last_logged: None,
-            last_binding_lc: None,
-            advertise: Default::default(),
-        };
+        let mut p = publisher(&path, "multi", 500.0, Vec::new());
         let decision = |binding: &str| Decision {
             allocation: headroom_types::allocation::Allocation::default(),
             reason: "multi:hold".into(),

@@ -268,32 +268,22 @@ impl Agent {
         node.set_sensors(sensors, started_at);
         metrics.actuating.set(if dry { 0.0 } else { 1.0 });
         metrics.cpus.set(machine.cpus.len() as f64);
-        let mut publisher = Publisher {
+        let lcs = config
+            .lcs
+            .iter()
+            .map(|l| crate::publish::metrics::ServiceSlo {
+                name: l.name.clone(),
+                slo_us: l.slo.target_us,
+            })
+            .collect();
+        let mut publisher = Publisher::new(
             log,
             metrics,
-            policy: config.policy.kind.as_str(),
-            started_unix_ms: unix_ms(),
-            slo_us: config.lc().slo.target_us,
-            lcs: config
-                .lcs
-                .iter()
-                .map(|l| crate::publish::metrics::ServiceSlo {
-                    name: l.name.clone(),
-                    slo_us: l.slo.target_us,
-                })
-                .collect(),
-            reasons: Default::default(),
-            last_reason: String::new(),
-            last_allocation: None,
-            last_write_error: None,
-            summary: Default::default(),
-            state_dirty: true,
-            be_held_off: None,
-            pending: None,
-            last_logged: None,
-            last_binding_lc: None,
-            advertise: Default::default(),
-        };
+            config.policy.kind.as_str(),
+            config.lc().slo.target_us,
+            lcs,
+            unix_ms(),
+        );
         // The decision state is only ever read from the log.
         controller.policy_mut().set_explain(publisher.log.is_some());
         publisher.state_dirty = true;
@@ -521,9 +511,7 @@ fn refuse_foreign_lc_pids(
 ) -> Result<(), AgentError> {
     for lc in &config.lcs {
         for pid in &lc.pids {
-            let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))) else {
-                continue;
-            };
+            let text = headroom_host::pids::cgroup_text(root, *pid);
             for dir in cgroups.process_dirs(&lc.cgroup, &text) {
                 if let Some((lock_file, holder)) = lock.foreign_holder(&dir) {
                     return Err(AgentError::State(state::StateError::Held {

@@ -1,6 +1,7 @@
 //! What the tests that run a real agent in this process share: stand-in services that end
 //! with the test, and an agent started on a TOML text in a thread of its own.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -47,6 +48,31 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The config the cgroup tests run: the LC in group `lc` with the `[lc]` keys `lc_keys` (its
+/// pids, a pid file, a port), one BE (`sleep 60`) in group `be`, static cores (CPU 0 for the
+/// LC), `restore` on exit, the state file `state` and the control socket `socket`, no metrics.
+#[allow(dead_code)] // not every test that shares this module runs this config
+pub fn agent_config(lc: &str, be: &str, lc_keys: &str, state: &Path, socket: &Path) -> String {
+    format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{lc}\"\n{lc_keys}\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{be}\"\ncommand = [\"sleep\", \"60\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{}\"\n\n\
+         [api]\nsocket = \"{}\"\nmetrics = \"\"\n",
+        state.display(),
+        socket.display()
+    )
+}
+
+/// Options for an agent on `text` that runs for `run_for`, leaving signals to the test.
+#[allow(dead_code)] // not every test that shares this module starts an agent
+pub fn options(text: &str, run_for: Duration) -> AgentOptions {
+    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
+    o.handle_signals = false;
+    o.run_for = Some(run_for);
+    o
+}
+
 /// An agent on `text` for `run_for`, running in a thread; `Err` (the reason, for a SKIP line)
 /// when it does not start here.
 #[allow(dead_code)] // not every test that shares this module starts an agent this way
@@ -54,10 +80,7 @@ pub fn start_agent(
     text: &str,
     run_for: Duration,
 ) -> Result<JoinHandle<Result<RunSummary, AgentError>>, String> {
-    let config = Config::from_toml_str(text).expect("the test's config");
-    let mut options = AgentOptions::new(config);
-    options.handle_signals = false;
-    options.run_for = Some(run_for);
-    let agent = Agent::start(options).map_err(|e| format!("the agent does not start here: {e}"))?;
+    let agent = Agent::start(options(text, run_for))
+        .map_err(|e| format!("the agent does not start here: {e}"))?;
     Ok(std::thread::spawn(move || agent.run()))
 }

@@ -193,6 +193,21 @@ impl Plan {
         Plan { node, act }
     }
 
+    /// The groups `hr/lc` and `hr/be` made in `fake` (the writes that took forgotten), and the
+    /// write path over them.
+    pub fn on_hr(fake: &Fake) -> Plan {
+        let cgroups = fake.host().cgroups().unwrap();
+        let lc = headroom_types::GroupPath::new("hr/lc").unwrap();
+        let be = headroom_types::GroupPath::new("hr/be").unwrap();
+        cgroups.create(&lc).unwrap();
+        cgroups.create(&be).unwrap();
+        fake.io.take_writes();
+        Plan::attach(
+            &fake.host(),
+            headroom_control::actuation::ManagedGroups { lc, be: vec![be] },
+        )
+    }
+
     pub fn apply(
         &mut self,
         a: &headroom_types::allocation::Allocation,

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use headroom_host::spawn::StartIn;
+
 use crate::error::{BenchError, Result};
 use crate::validity::Connections;
 
@@ -240,6 +242,12 @@ impl Runner {
 
     /// Starts a long-running subprocess with its output going to `<log_dir>/<label>.log`.
     pub fn spawn(&self, label: &str, argv: &[String]) -> Result<Proc> {
+        self.spawn_in(label, argv, &StartIn::parent())
+    }
+
+    /// As [`Runner::spawn`], the process started where `start` says (a cgroup, without a
+    /// capability) before it executes `argv`.
+    pub fn spawn_in(&self, label: &str, argv: &[String], start: &StartIn) -> Result<Proc> {
         let command = command_line(&argv[0], &argv[1..]);
         std::fs::create_dir_all(&self.log_dir)
             .map_err(|e| BenchError::io("creating", &self.log_dir, e))?;
@@ -255,18 +263,18 @@ impl Runner {
             .try_clone()
             .map_err(|e| BenchError::io("duplicating", &log_path, e))?;
         let log_start = log.metadata().map_or(0, |m| m.len());
-        let child = Command::new(&argv[0])
-            .args(&argv[1..])
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|source| {
-                BenchError::Report(headroom_report::ReportError::Spawn {
-                    command: command.clone(),
-                    source,
-                })
-            })?;
+            .stderr(log2);
+        start.apply(&mut cmd)?;
+        let child = cmd.spawn().map_err(|source| {
+            BenchError::Report(headroom_report::ReportError::Spawn {
+                command: command.clone(),
+                source,
+            })
+        })?;
         Ok(Proc {
             label: label.to_string(),
             command,

@@ -66,16 +66,7 @@ impl Guard {
     /// Starts `headroom agent --config config`, its stderr in `log` in the scratch directory;
     /// the index of its child.
     pub fn spawn_agent(&mut self, config: &Path, log: &str) -> usize {
-        let stderr = std::fs::File::create(self.dir.path().join(log)).unwrap();
-        let child = Command::new(BIN)
-            .args(["agent", "--config"])
-            .arg(config)
-            .env("HEADROOM_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start the agent");
+        let child = spawn_agent(config, &self.dir.path().join(log), &[]);
         self.children.push(child);
         self.children.len() - 1
     }
@@ -95,12 +86,7 @@ impl Guard {
 
     /// A `sleep 60` child (an idle stand-in for an LC service); its pid.
     pub fn sleeper(&mut self) -> u32 {
-        let c = Command::new("sleep")
-            .arg("60")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let c = sleep_60();
         let pid = c.id();
         self.children.push(c);
         pid
@@ -124,6 +110,76 @@ impl Drop for Guard {
             eprintln!("cleanup: removing {}: {e}", self.top);
         }
     }
+}
+
+/// A `sleep 60` process, its output discarded: an idle stand-in for a service.
+pub fn sleep_60() -> Child {
+    Command::new("sleep")
+        .arg("60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// `headroom agent --config config` with `extra` arguments, logging at `info` to `stderr_to`.
+pub fn spawn_agent(config: &Path, stderr_to: &Path, extra: &[&str]) -> Child {
+    let stderr = std::fs::File::create(stderr_to).unwrap();
+    Command::new(BIN)
+        .args(["agent", "--config"])
+        .arg(config)
+        .args(extra)
+        .env("HEADROOM_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start the agent")
+}
+
+/// `headroom ctl --json status` of the agent on `dir/ctl.sock`: its `status` object, `None`
+/// while it does not answer.
+pub fn status_json(dir: &Path) -> Option<serde_json::Value> {
+    let out = Command::new(BIN)
+        .args(["ctl", "--socket"])
+        .arg(dir.join("ctl.sock"))
+        .args(["--json", "status"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(v["status"].clone())
+}
+
+/// Calls `f` every `every` until it holds (true) or `timeout` passes (false).
+pub fn within(timeout: Duration, every: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(every);
+    }
+    false
+}
+
+/// `headroom agent --config config --replay log`: it reproduces every decision of `log`.
+pub fn assert_replays_exactly(config: &Path, log: &Path) {
+    let out = Command::new(BIN)
+        .args(["agent", "--config"])
+        .arg(config)
+        .arg("--replay")
+        .arg(log)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("reproduced exactly"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The file `name` in `dir` ("" while there is none): an agent's log.

@@ -253,6 +253,22 @@ impl CgroupLayout {
     }
 }
 
+/// The first of `cgroup_root`'s `cpu` and `cpuset` v1 hierarchies and `cgroup_root` itself (a
+/// cgroup2 mount) that is a cgroup hierarchy (it has `cgroup.procs`) this process may write:
+/// where an agent could make its groups. `None`: nowhere.
+pub fn writable_hierarchy(cgroup_root: &Path) -> Option<PathBuf> {
+    [
+        cgroup_root.join("cpu"),
+        cgroup_root.join("cpuset"),
+        cgroup_root.to_path_buf(),
+    ]
+    .into_iter()
+    .find(|p| {
+        p.join(super::PROCS).exists()
+            && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::W_OK).is_ok()
+    })
+}
+
 /// Mount points in mountinfo escape space, tab, newline and backslash as octal.
 fn unescape_mount(raw: &str) -> String {
     let bytes = raw.as_bytes();
@@ -275,4 +291,27 @@ fn unescape_mount(raw: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writable_hierarchy_is_one_with_cgroup_procs() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        assert_eq!(writable_hierarchy(r), None);
+        std::fs::create_dir_all(r.join("cpu")).unwrap();
+        assert_eq!(
+            writable_hierarchy(r),
+            None,
+            "a directory is not a hierarchy"
+        );
+        std::fs::create_dir_all(r.join("cpuset")).unwrap();
+        std::fs::write(r.join("cpuset/cgroup.procs"), "").unwrap();
+        assert_eq!(writable_hierarchy(r), Some(r.join("cpuset")));
+        std::fs::write(r.join("cpu/cgroup.procs"), "").unwrap();
+        assert_eq!(writable_hierarchy(r), Some(r.join("cpu")), "cpu first");
+    }
 }

@@ -31,7 +31,7 @@ pub use freezer::FreezeState;
 pub use freezer_key::{FreezerKeyHold, FREEZER_KEY_PREFIX};
 pub use io::{DeviceId, IoLimits};
 pub use knob_file::KnobFile;
-pub use layout::{Backend, CgroupLayout, CgroupMode, Controller};
+pub use layout::{writable_hierarchy, Backend, CgroupLayout, CgroupMode, Controller};
 pub use memory::MemoryEvents;
 
 /// The core interface files every group has, whatever its controllers (cgroup-v2.rst "Core

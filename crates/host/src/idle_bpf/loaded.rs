@@ -4,12 +4,22 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::bpf::{bpf, load_program, ProgramToLoad};
+use crate::bpf_sys::{
+    create_map, load_program, object_id, test_run, ProgramToLoad, BPF_F_MMAPABLE,
+    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_RINGBUF, BPF_PROG_TYPE_RAW_TRACEPOINT,
+};
 use crate::error::{HostError, Result};
 
 use super::program::{self, control, slot};
 use super::ring::{Mapping, RingReader};
-use super::syscall::*;
+
+/// Ring buffer bytes: 2730 events of 32 bytes (header included).
+const RING_BYTES: usize = 64 * 1024;
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
+}
 
 /// Counters the program keeps in its control block.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -115,53 +125,19 @@ impl IdleProgram {
     /// Runs the program once in the kernel as if `cpu` had entered (`state` = its C-state) or
     /// left (`state = u32::MAX`) idle: the behaviour test of the real bytecode.
     pub fn test_run(&self, state: u32, cpu: u32) -> Result<()> {
-        let args = [u64::from(state), u64::from(cpu)];
-        let mut attr = TestRunAttr {
-            prog_fd: self.program.as_raw_fd() as u32,
-            retval: 0,
-            data_size_in: 0,
-            data_size_out: 0,
-            data_in: 0,
-            data_out: 0,
-            repeat: 0,
-            duration: 0,
-            ctx_size_in: 16,
-            ctx_size_out: 0,
-            ctx_in: args.as_ptr() as u64,
-            ctx_out: 0,
-            flags: 0,
-            cpu: 0,
-            batch_size: 0,
-            _tail: [0; 7],
-        };
-        let _ = BPF_F_TEST_RUN_ON_CPU;
-        if bpf(BPF_PROG_TEST_RUN, &mut attr) < 0 {
-            return Err(syscall_error(
-                "bpf(BPF_PROG_TEST_RUN)",
+        test_run(
+            &self.program,
+            &[u64::from(state), u64::from(cpu)],
+            (
                 "raw_tracepoint idle program",
                 format!("state {state}, cpu {cpu}"),
-            ));
-        }
-        Ok(())
+            ),
+        )
     }
 
     /// The kernel's id of the program (what `bpftool prog` lists).
     pub fn program_id(&self) -> Result<u32> {
-        let mut info = [0u32; 2]; // { type, id, ... }
-        let mut attr = InfoAttr {
-            bpf_fd: self.program.as_raw_fd() as u32,
-            info_len: 8,
-            info: info.as_mut_ptr() as u64,
-            _tail: [0; 2],
-        };
-        if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) < 0 {
-            return Err(syscall_error(
-                "bpf(BPF_OBJ_GET_INFO_BY_FD)",
-                "idle program",
-                String::new(),
-            ));
-        }
-        Ok(info[1])
+        object_id(&self.program, "idle program")
     }
 
     fn slot_word(&self, cpu: usize, off: i16) -> u64 {

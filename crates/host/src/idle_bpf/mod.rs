@@ -20,13 +20,11 @@
 mod loaded;
 pub mod program;
 pub mod ring;
-pub(crate) mod syscall;
 mod tracker;
 
 pub use loaded::{EventCounters, IdleProgram};
 pub use program::{control, slot};
 pub use ring::{Direction, IdleEvent, Ready, RingReader};
-pub use syscall::program_loaded;
 pub use tracker::{BpfIdleSampler, BpfIdleTracker};
 
 /// Monotonic clock, ns: the clock `bpf_ktime_get_ns` uses.

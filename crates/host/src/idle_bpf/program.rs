@@ -17,8 +17,8 @@
 //! Written with the host's assembler ([`crate::bpf_asm`]): named registers, jump targets by
 //! name — the listing reads top to bottom like the C it replaces.
 
-use crate::bpf::Insn;
 use crate::bpf_asm::{Asm, Cond, Helper, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9};
+use crate::bpf_sys::Insn;
 
 /// Byte offsets in a CPU's slot (array index = CPU).
 pub mod slot {

@@ -1,19 +1,17 @@
 //! The attached idle tracker (the program on the `power:cpu_idle` raw tracepoint, as a link)
 //! and the per-CPU idle-fraction sampler built on it.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::bpf::bpf;
+use crate::bpf_sys::raw_tracepoint_open;
 use crate::error::{HostError, IoOp, Result};
 use headroom_types::values::CpuSet;
 
 use super::loaded::IdleProgram;
 use super::monotonic_ns;
-use super::syscall::*;
 
 /// The attached idle tracker. Detached (link, program, mappings and maps closed) on drop.
 #[derive(Debug)]
@@ -48,24 +46,9 @@ impl BpfIdleTracker {
         let online: Vec<usize> = cpu_list("online")?.iter().map(|c| c as usize).collect();
         let program = IdleProgram::load(possible, watched.unwrap_or(&online))?;
 
-        let tp = CString::new("cpu_idle").unwrap_or_default();
-        let mut tp_attr = RawTracepointAttr {
-            name: tp.as_ptr() as u64,
-            prog_fd: program.program.as_raw_fd() as u32,
-            _pad: 0,
-            cookie: 0,
-            _tail: [0; 4],
-        };
-        let link = bpf(BPF_RAW_TRACEPOINT_OPEN, &mut tp_attr);
-        if link < 0 {
-            return Err(syscall_error(
-                "bpf(BPF_RAW_TRACEPOINT_OPEN)",
-                "power:cpu_idle",
-                "idle program".to_owned(),
-            ));
-        }
+        let link = raw_tracepoint_open(("power", "cpu_idle"), &program.program, "idle program")?;
         let tracker = BpfIdleTracker {
-            _link: owned(link),
+            _link: link,
             program,
             idle: vec![0; possible],
             online,

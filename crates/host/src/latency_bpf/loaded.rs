@@ -1,27 +1,20 @@
 //! The sensor's maps and programs in the kernel, and their attachment to the tracepoints
 //! through `perf_event_open` (the kernel detaches a program when its perf event's fd closes).
 
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use crate::bpf::{bpf, load_program, Insn, ProgramToLoad};
-use crate::error::{HostError, Result};
-use crate::idle_bpf::syscall::{
-    create_keyed_map, owned, syscall_error, GetIdAttr, InfoAttr, TestRunAttr, BPF_MAP_TYPE_ARRAY,
-    BPF_OBJ_GET_INFO_BY_FD, BPF_PROG_TEST_RUN, BPF_PROG_TYPE_RAW_TRACEPOINT,
+use crate::bpf_sys::{
+    create_keyed_map, load_program, map_delete, map_lookup, map_next_key, map_update, object_id,
+    owned, syscall_error, test_run, Insn, ProgramToLoad, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
+    BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT,
 };
+use crate::error::{HostError, Result};
 
 use super::histogram::LatencySnapshot;
 use super::program::{self, stats, Layout, MapFds};
 use super::tracefs;
 
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
-const BPF_MAP_TYPE_HASH: u32 = 1;
-const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `_IO('$', 0)`, `_IOW('$', 8, u32)`.
@@ -32,16 +25,6 @@ const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 pub const MAX_PORTS: usize = headroom_types::resources::MAX_LATENCY_PORTS;
 /// LC sockets tracked at once (an entry per open connection that has sent a request).
 pub const MAX_SOCKETS: u32 = 16_384;
-
-#[repr(C)]
-struct MapElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-    _tail: [u64; 4],
-}
 
 /// `struct perf_event_attr` up to `config1` (`PERF_ATTR_SIZE_VER0`, 64 bytes).
 #[repr(C)]
@@ -56,18 +39,6 @@ struct PerfEventAttr {
     wakeup_events: u32,
     bp_type: u32,
     config1: u64,
-}
-
-fn map_elem(cmd: libc::c_long, map: &OwnedFd, key: *const u8, value: *mut u8, flags: u64) -> i64 {
-    let mut attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: key as u64,
-        value: value as u64,
-        flags,
-        _tail: [0; 4],
-    };
-    bpf(cmd, &mut attr) as i64
 }
 
 /// The maps and the three programs, loaded but not attached.
@@ -167,73 +138,31 @@ impl LatencyPrograms {
             });
         }
         // remove what is no longer wanted, then add (a port both before and after stays)
-        let mut key = 0u32;
-        let mut next = 0u32;
         let mut old = Vec::new();
-        let mut first = true;
-        loop {
-            const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
-            let k = if first {
-                std::ptr::null()
-            } else {
-                &key as *const u32 as *const u8
-            };
-            if map_elem(
-                BPF_MAP_GET_NEXT_KEY,
-                &self.ports,
-                k,
-                &mut next as *mut u32 as *mut u8,
-                0,
-            ) < 0
-            {
-                break;
-            }
-            first = false;
+        let mut next = 0u32;
+        while old.len() <= MAX_PORTS && map_next_key(&self.ports, old.last(), &mut next) {
             old.push(next);
-            key = next;
         }
         for p in old.iter().filter(|p| !ports.contains(&(**p as u16))) {
-            map_elem(
-                BPF_MAP_DELETE_ELEM,
-                &self.ports,
-                p as *const u32 as *const u8,
-                std::ptr::null_mut(),
-                0,
-            );
+            map_delete(&self.ports, p);
         }
         for &p in ports {
-            let key = u32::from(p);
-            let mut one = 1u32;
-            if map_elem(
-                BPF_MAP_UPDATE_ELEM,
-                &self.ports,
-                &key as *const u32 as *const u8,
-                &mut one as *mut u32 as *mut u8,
-                0,
-            ) < 0
-            {
-                return Err(syscall_error(
-                    "bpf(BPF_MAP_UPDATE_ELEM)",
-                    "latency sensor ports map",
-                    format!("port {p}"),
-                ));
-            }
+            map_update(&self.ports, &u32::from(p), &1u32, 0).map_err(|source| {
+                HostError::Syscall {
+                    call: "bpf(BPF_MAP_UPDATE_ELEM)",
+                    target: "latency sensor ports map".to_owned(),
+                    value: format!("port {p}"),
+                    source,
+                }
+            })?;
         }
         Ok(())
     }
 
     /// The cumulative counters and histogram.
     pub fn snapshot(&self) -> Result<LatencySnapshot> {
-        let key = 0u32;
         let mut entry = vec![0u8; stats::SIZE];
-        if map_elem(
-            BPF_MAP_LOOKUP_ELEM,
-            &self.stats,
-            &key as *const u32 as *const u8,
-            entry.as_mut_ptr(),
-            0,
-        ) < 0
-        {
+        if !map_lookup(&self.stats, &0u32, entry.as_mut_slice()) {
             return Err(syscall_error(
                 "bpf(BPF_MAP_LOOKUP_ELEM)",
                 "latency sensor stats map",
@@ -257,75 +186,26 @@ impl LatencyPrograms {
     fn pending_entry(&self, sock: u64) -> Option<[u64; 4]> {
         const _: () = assert!(program::pending::SIZE == 32);
         let mut v = [0u64; 4];
-        (map_elem(
-            BPF_MAP_LOOKUP_ELEM,
-            &self.pending,
-            &sock as *const u64 as *const u8,
-            v.as_mut_ptr() as *mut u8,
-            0,
-        ) == 0)
-            .then_some(v)
+        map_lookup(&self.pending, &sock, &mut v).then_some(v)
     }
 
     /// Kernel ids of the programs and the maps (what `bpftool` lists).
     pub fn ids(&self) -> Result<(Vec<u32>, Vec<u32>)> {
-        let id = |fd: &OwnedFd, info_len: usize, at: usize| -> Result<u32> {
-            let mut info = [0u32; 4];
-            let mut attr = InfoAttr {
-                bpf_fd: fd.as_raw_fd() as u32,
-                info_len: info_len as u32,
-                info: info.as_mut_ptr() as u64,
-                _tail: [0; 2],
-            };
-            if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) < 0 {
-                return Err(syscall_error(
-                    "bpf(BPF_OBJ_GET_INFO_BY_FD)",
-                    "latency sensor",
-                    String::new(),
-                ));
-            }
-            Ok(info[at])
-        };
-        // bpf_prog_info { type, id, ... }; bpf_map_info { type, id, ... }
+        let id = |fd: &&OwnedFd| object_id(fd, "latency sensor");
         Ok((
             [&self.arrival, &self.reply, &self.close]
                 .iter()
-                .map(|f| id(f, 8, 1))
+                .map(id)
                 .collect::<Result<_>>()?,
             [&self.ports, &self.pending, &self.stats]
                 .iter()
-                .map(|f| id(f, 8, 1))
+                .map(id)
                 .collect::<Result<_>>()?,
         ))
     }
 
     fn test_run(&self, prog: &OwnedFd, ctx: &[u64; 12]) -> Result<()> {
-        let mut attr = TestRunAttr {
-            prog_fd: prog.as_raw_fd() as u32,
-            retval: 0,
-            data_size_in: 0,
-            data_size_out: 0,
-            data_in: 0,
-            data_out: 0,
-            repeat: 0,
-            duration: 0,
-            ctx_size_in: std::mem::size_of_val(ctx) as u32,
-            ctx_size_out: 0,
-            ctx_in: ctx.as_ptr() as u64,
-            ctx_out: 0,
-            flags: 0,
-            cpu: 0,
-            batch_size: 0,
-            _tail: [0; 7],
-        };
-        if bpf(BPF_PROG_TEST_RUN, &mut attr) < 0 {
-            return Err(syscall_error(
-                "bpf(BPF_PROG_TEST_RUN)",
-                "latency sensor program",
-                format!("{ctx:?}"),
-            ));
-        }
-        Ok(())
+        test_run(prog, ctx, ("latency sensor program", format!("{ctx:?}")))
     }
 
     /// Runs the arrival program on a made-up `tcp_probe` (a [`Self::load_for_test`] load) of
@@ -369,22 +249,6 @@ impl LatencyPrograms {
         ctx[l.state_newstate as usize / 8] = u64::from(newstate as u32);
         self.test_run(&self.close, &ctx)
     }
-}
-
-/// Whether a map with this id still exists.
-pub fn map_exists(id: u32) -> bool {
-    let mut attr = GetIdAttr {
-        id,
-        next_id: 0,
-        open_flags: 0,
-        _tail: [0; 5],
-    };
-    let fd = bpf(BPF_MAP_GET_FD_BY_ID, &mut attr);
-    if fd < 0 {
-        return io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT);
-    }
-    drop(owned(fd));
-    true
 }
 
 /// The programs attached to their tracepoints: timing the LC's requests on its ports until

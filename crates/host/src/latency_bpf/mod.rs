@@ -29,7 +29,7 @@ pub mod program;
 pub mod tracefs;
 
 pub use histogram::{Counters, LatencySnapshot};
-pub use loaded::{map_exists, LatencyPrograms, LatencySensor, MAX_PORTS, MAX_SOCKETS};
+pub use loaded::{LatencyPrograms, LatencySensor, MAX_PORTS, MAX_SOCKETS};
 
 use std::path::Path;
 

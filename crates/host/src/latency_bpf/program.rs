@@ -26,10 +26,10 @@
 //! bucket is at most 1/16 = 6.25% wide, its midpoint within 3.2% of any value in it), the
 //! index computed with a branch-per-bit `floor(log2)` (no loops).
 
-use crate::bpf::Insn;
 use crate::bpf_asm::{
     Alu, Asm, Cond, Helper, Size, BPF_NOEXIST, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9,
 };
+use crate::bpf_sys::Insn;
 
 /// Byte offsets of the counters at the start of the stats map's one entry; the histogram's
 /// buckets follow at [`stats::BUCKETS`].

@@ -3,14 +3,11 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::bpf::bpf;
-use crate::idle_bpf::program_loaded;
-use crate::idle_bpf::syscall::{owned, GetIdAttr, InfoAttr, BPF_OBJ_GET_INFO_BY_FD};
+use crate::bpf_sys::{map_exists, next_program_id, object_info, program_by_id, program_loaded};
 
 /// One attached sensor test at a time: the fault test counts the programs loaded.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -335,43 +332,23 @@ fn dropping_the_sensor_removes_its_programs_and_maps() {
 
 /// Ids of loaded programs whose name starts with `hr_lat`.
 fn sensor_programs() -> Vec<u32> {
-    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
     let mut out = Vec::new();
     let mut id = 0u32;
-    loop {
-        let mut attr = GetIdAttr {
-            id,
-            next_id: 0,
-            open_flags: 0,
-            _tail: [0; 5],
+    // bounded: ids only grow, and a host holds far fewer programs
+    for _ in 0..100_000 {
+        let Some(next) = next_program_id(id) else {
+            break;
         };
-        if bpf(BPF_PROG_GET_NEXT_ID, &mut attr) < 0 {
-            return out;
-        }
-        id = attr.next_id;
-        let mut get = GetIdAttr {
-            id,
-            next_id: 0,
-            open_flags: 0,
-            _tail: [0; 5],
-        };
-        let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut get);
-        if fd < 0 {
+        id = next;
+        let Ok(fd) = program_by_id(id) else {
             continue;
-        }
-        let fd = owned(fd);
-        let mut info = [0u8; 80]; // bpf_prog_info up to name[16] at 64
-        let mut attr = InfoAttr {
-            bpf_fd: fd.as_raw_fd() as u32,
-            info_len: 80,
-            info: info.as_mut_ptr() as u64,
-            _tail: [0; 2],
         };
-        if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) == 0 && info[64..].starts_with(b"hr_lat") {
+        let mut info = [0u8; 80]; // bpf_prog_info up to name[16] at 64
+        if object_info(&fd, &mut info).is_ok() && info[64..].starts_with(b"hr_lat") {
             out.push(id);
         }
     }
+    out
 }
 
 /// A sensor whose second attachment fails (a tracepoint id that does not exist) returns the

@@ -115,9 +115,9 @@ fn probe() -> Result<(), UringUnavailable> {
     result.map_err(|source| UringUnavailable {
         source,
         simulated,
-        sysctl: std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        sysctl: headroom_host::sysctl::io_uring_disabled(std::path::Path::new("/"))
             .ok()
-            .map(|v| v.trim().to_string()),
+            .map(|v| v.to_string()),
     })
 }
 

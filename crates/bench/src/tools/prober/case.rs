@@ -15,6 +15,7 @@ use headroom_control::config::{
     BeConfig, Config, LatencyConfig, LcConfig, OnExit, PolicyConfig, PolicyKind, SafetyConfig,
     SloConfig,
 };
+use headroom_host::spawn::{Capability, StartIn};
 use headroom_types::decision::DecisionRecord;
 use headroom_types::load_result::LoadResult;
 use headroom_types::GroupPath;
@@ -30,25 +31,23 @@ pub enum AgentRt {
     Allowed,
     /// In a v1 `cpu` group whose `cpu.rt_runtime_us` is 0.
     Group { dir: PathBuf },
-    /// Without CAP_SYS_NICE (setpriv), where no such group can be made.
+    /// Without CAP_SYS_NICE (bounding and inheritable sets), where no such group can be made.
     NoCapability,
 }
 
-/// `chrt -f 1 true` under `prefix`: whether SCHED_FIFO is granted there.
-fn fifo_granted(prefix: &[String]) -> bool {
-    let mut argv: Vec<String> = prefix.to_vec();
-    argv.extend(["chrt", "-f", "1", "true"].map(String::from));
-    Command::new(&argv[0])
-        .args(&argv[1..])
+/// `chrt -f 1 true` started as `start` says: whether SCHED_FIFO is granted there (a child
+/// that could not be started so is not granted it either).
+fn fifo_granted(start: &StartIn) -> bool {
+    let mut cmd = Command::new("chrt");
+    cmd.args(["-f", "1", "true"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .stderr(std::process::Stdio::null());
+    start.apply(&mut cmd).is_ok() && cmd.status().is_ok_and(|s| s.success())
 }
 
 /// Whether the bench itself (and so its reference instruments) may use SCHED_FIFO.
 pub fn fifo_allowed_here() -> bool {
-    fifo_granted(&[])
+    fifo_granted(&StartIn::parent())
 }
 
 impl AgentRt {
@@ -58,7 +57,7 @@ impl AgentRt {
             Some(dir) => AgentRt::Group { dir },
             None => AgentRt::NoCapability,
         };
-        if fifo_granted(&rt.prefix()) {
+        if fifo_granted(&rt.start()) {
             let what = rt.describe();
             rt.remove();
             return Err(ToolError::Measurement(format!(
@@ -68,23 +67,12 @@ impl AgentRt {
         Ok(rt)
     }
 
-    /// The argv prefix that starts a command here.
-    pub fn prefix(&self) -> Vec<String> {
+    /// How a command is started here.
+    pub fn start(&self) -> StartIn {
         match self {
-            AgentRt::Allowed => Vec::new(),
-            AgentRt::Group { dir } => vec![
-                "sh".into(),
-                "-c".into(),
-                r#"echo $$ > "$0" && exec "$@""#.into(),
-                dir.join("cgroup.procs").display().to_string(),
-            ],
-            AgentRt::NoCapability => [
-                "setpriv",
-                "--inh-caps=-sys_nice",
-                "--bounding-set=-sys_nice",
-            ]
-            .map(String::from)
-            .to_vec(),
+            AgentRt::Allowed => StartIn::parent(),
+            AgentRt::Group { dir } => StartIn::parent().in_group(dir),
+            AgentRt::NoCapability => StartIn::parent().without(Capability::SysNice),
         }
     }
 
@@ -236,12 +224,12 @@ fn start_agent(
         decisions.display().to_string(),
         "--dry-run".into(),
     ];
-    let argv = runner.argv(&[0], &rt.prefix(), &args);
-    let mut p = runner.spawn(label, &argv)?;
+    let argv = runner.argv(&[0], &[], &args);
+    let mut p = runner.spawn_in(label, &argv, &rt.start())?;
     std::thread::sleep(Duration::from_millis(1500));
     if let Some(status) = p.exited() {
         return Err(ToolError::Command {
-            command: argv.join(" "),
+            command: format!("{} (SCHED_FIFO {})", argv.join(" "), rt.describe()),
             stderr: format!("{status}: {}", p.log_tail(1500)),
         });
     }
@@ -653,15 +641,19 @@ mod tests {
     }
 
     #[test]
-    fn the_prefix_puts_the_agent_in_the_group_or_drops_its_capability() {
+    fn the_start_puts_the_agent_in_the_group_or_drops_its_capability() {
         let g = AgentRt::Group {
             dir: PathBuf::from("/sys/fs/cgroup/cpu/x"),
         };
-        let p = g.prefix();
-        assert_eq!(p[0], "sh");
-        assert_eq!(p[3], "/sys/fs/cgroup/cpu/x/cgroup.procs");
-        assert!(AgentRt::NoCapability.prefix()[0] == "setpriv");
-        assert!(AgentRt::Allowed.prefix().is_empty());
+        let s = g.start();
+        assert_eq!(s.group_dir(), Some(Path::new("/sys/fs/cgroup/cpu/x")));
+        assert!(s.dropped().is_empty());
+        let s = AgentRt::NoCapability.start();
+        assert_eq!(
+            (s.group_dir(), s.dropped()),
+            (None, &[Capability::SysNice][..])
+        );
+        assert!(AgentRt::Allowed.start().is_parent());
     }
 
     /// Live: where a v1 cpu hierarchy with real-time group scheduling is mounted (root), the
@@ -677,7 +669,7 @@ mod tests {
             Ok(rt) => rt,
             Err(e) => panic!("{e}"),
         };
-        let refused = !fifo_granted(&rt.prefix());
+        let refused = !fifo_granted(&rt.start());
         let what = rt.describe();
         rt.remove();
         assert!(refused, "{what}");

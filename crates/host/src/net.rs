@@ -1,0 +1,57 @@
+//! A network device as sysfs describes it (`<root>/sys/class/net/<device>`; `root` is `/` on
+//! the live host, a fake tree in tests).
+
+use std::path::Path;
+
+use crate::error::{HostError, IoOp, Result};
+
+/// The link speed of `device`, Mbit/s (`sys/class/net/<device>/speed`). A device that reports
+/// none (a virtual one: -1, or the file unreadable while the link is down) is an error naming
+/// the file and what it held.
+pub fn link_speed_mbit(root: &Path, device: &str) -> Result<u64> {
+    if device.is_empty() || device.contains('/') || device == "." || device == ".." {
+        return Err(HostError::Invalid {
+            what: "network device",
+            value: device.to_owned(),
+            reason: "not a device name".to_owned(),
+        });
+    }
+    let path = root.join("sys/class/net").join(device).join("speed");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| HostError::io(IoOp::Read, &path, None, e))?;
+    match text.trim().parse::<i64>() {
+        Ok(v) if v > 0 => Ok(v as u64),
+        _ => Err(HostError::Parse {
+            path,
+            content: text.trim().to_owned(),
+            reason: "no link speed (virtual device?)".to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_link_speed_is_read_from_sysfs_under_root() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for (dev, speed) in [("eth0", "10000\n"), ("veth1", "-1\n")] {
+            let d = r.join("sys/class/net").join(dev);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("speed"), speed).unwrap();
+        }
+        assert_eq!(link_speed_mbit(r, "eth0").unwrap(), 10_000);
+        let err = link_speed_mbit(r, "veth1").unwrap_err().to_string();
+        assert!(
+            err.contains("sys/class/net/veth1/speed") && err.contains("\"-1\""),
+            "{err}"
+        );
+        assert!(link_speed_mbit(r, "nope").unwrap_err().is_not_found());
+        assert!(matches!(
+            link_speed_mbit(r, "../eth0"),
+            Err(HostError::Invalid { .. })
+        ));
+    }
+}

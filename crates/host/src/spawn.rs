@@ -1,0 +1,272 @@
+//! Starting a child process inside a cgroup, or without a capability, with no shell or helper
+//! binary in between: a [`StartIn`] gives a `std::process::Command` a `pre_exec` step that
+//! runs in the child between fork and exec. The child joins the group by writing `0` (the
+//! writer itself) to the group's `cgroup.procs` (v1 and v2 alike), then drops the capabilities
+//! from its bounding and inheritable sets, so whatever it executes (even as root) never
+//! regains them.
+//!
+//! Between fork and exec only async-signal-safe calls are allowed: everything the step needs
+//! (the path as a C string, the capability numbers) is prepared before the fork, and the step
+//! itself is `open`/`write`/`close`, `prctl` and `capget`/`capset`, with no allocation.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{HostError, Result};
+
+/// A capability a child can be started without (`linux/capability.h` numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// `CAP_SYS_NICE`: raising priority, real-time scheduling policies, others' affinity.
+    SysNice = 23,
+}
+
+/// Where and with what a child starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartIn {
+    group_dir: Option<PathBuf>,
+    without: Vec<Capability>,
+}
+
+impl StartIn {
+    /// As the parent: its groups, its capabilities.
+    pub fn parent() -> StartIn {
+        StartIn::default()
+    }
+
+    /// In the cgroup directory `dir` (a v1 hierarchy's group or a v2 group, on the host).
+    pub fn in_group(mut self, dir: &Path) -> StartIn {
+        self.group_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Without `cap`, in the bounding and inheritable sets.
+    pub fn without(mut self, cap: Capability) -> StartIn {
+        if !self.without.contains(&cap) {
+            self.without.push(cap);
+        }
+        self
+    }
+
+    /// The group directory the child joins, if any.
+    pub fn group_dir(&self) -> Option<&Path> {
+        self.group_dir.as_deref()
+    }
+
+    /// The capabilities the child starts without.
+    pub fn dropped(&self) -> &[Capability] {
+        &self.without
+    }
+
+    /// Whether the child starts as the parent would (nothing to do before exec).
+    pub fn is_parent(&self) -> bool {
+        self.group_dir.is_none() && self.without.is_empty()
+    }
+
+    /// Installs the step on `cmd` (nothing where [`Self::is_parent`]). A failure in the child
+    /// makes `cmd`'s spawn fail with the errno of the step that failed.
+    pub fn apply(&self, cmd: &mut Command) -> Result<()> {
+        if self.is_parent() {
+            return Ok(());
+        }
+        let procs = match &self.group_dir {
+            Some(dir) => {
+                let path = dir.join("cgroup.procs");
+                Some(
+                    CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::Invalid {
+                        what: "cgroup directory",
+                        value: dir.display().to_string(),
+                        reason: "holds a NUL byte".to_owned(),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let caps: Vec<u32> = self.without.iter().map(|&c| c as u32).collect();
+        let step = move || -> io::Result<()> {
+            if let Some(procs) = &procs {
+                join_group(procs)?;
+            }
+            for &cap in &caps {
+                drop_capability(cap)?;
+            }
+            Ok(())
+        };
+        // SAFETY: the step makes only async-signal-safe calls (open, write, close, prctl,
+        // capget, capset) on data prepared before the fork, and allocates nothing.
+        unsafe { cmd.pre_exec(step) };
+        Ok(())
+    }
+}
+
+/// The calling process joins the group whose `cgroup.procs` is `procs` ("0": the writer).
+fn join_group(procs: &CString) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path; the fd is closed below on every path.
+    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: one byte from a static buffer to the fd just opened.
+    let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+    let error = io::Error::last_os_error();
+    // SAFETY: the fd opened above, closed once.
+    unsafe { libc::close(fd) };
+    if written != 1 {
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Removes `cap` from the calling process's bounding set, then from its inheritable set.
+fn drop_capability(cap: u32) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and two data words, as version 3 requires.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    data[(cap / 32) as usize].inheritable &= !(1 << (cap % 32));
+    // SAFETY: as above; the kernel only reads them.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::Controller;
+
+    #[test]
+    fn a_start_says_where_and_without_what() {
+        let s = StartIn::parent();
+        assert!(s.is_parent());
+        let s = s
+            .in_group(Path::new("/sys/fs/cgroup/cpu/x"))
+            .without(Capability::SysNice)
+            .without(Capability::SysNice);
+        assert_eq!(s.group_dir(), Some(Path::new("/sys/fs/cgroup/cpu/x")));
+        assert_eq!(s.dropped(), &[Capability::SysNice]);
+        assert!(!s.is_parent());
+    }
+
+    /// Removes the test's group when the test ends, also on failure.
+    struct Group(PathBuf);
+
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    fn output(start: &StartIn, argv: &[&str]) -> std::io::Result<String> {
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]);
+        start.apply(&mut cmd).unwrap();
+        let out = cmd.output()?;
+        assert!(out.status.success(), "{argv:?}: {:?}", out);
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Live (root): the child is a member of the group from its first instruction, and
+    /// CAP_SYS_NICE is gone from its bounding set after exec.
+    #[test]
+    fn the_child_starts_in_the_group_without_the_capability() {
+        const TEST: &str = "the_child_starts_in_the_group_without_the_capability";
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP {TEST}: needs root");
+            return;
+        }
+        let Ok(layout) = crate::LinuxHost::system().cgroup_layout() else {
+            eprintln!("SKIP {TEST}: no cgroup mount found");
+            return;
+        };
+        let Some(mount) = layout.v1.get(&Controller::Cpu).or(layout.v2.as_ref()) else {
+            eprintln!("SKIP {TEST}: no v1 cpu hierarchy nor cgroup2 mount");
+            return;
+        };
+        let name = "headroom-test-house41-spawn";
+        let group = Group(mount.join(name));
+        std::fs::create_dir_all(&group.0).unwrap();
+
+        let start = StartIn::parent()
+            .in_group(&group.0)
+            .without(Capability::SysNice);
+        let text = output(
+            &start,
+            &["sh", "-c", "cat /proc/self/cgroup /proc/self/status"],
+        )
+        .expect("spawn");
+        assert!(
+            text.lines().any(|l| l.ends_with(&format!(":/{name}"))),
+            "{text}"
+        );
+        let bound = |text: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .expect("CapBnd")
+        };
+        let me = std::fs::read_to_string("/proc/self/status").unwrap();
+        if bound(&me) & (1 << 23) == 0 {
+            eprintln!("SKIP {TEST} (capability part): this process has no CAP_SYS_NICE to drop");
+        } else {
+            assert_eq!(bound(&text) & (1 << 23), 0, "{text}");
+        }
+
+        // A group that does not exist: the spawn fails, naming the errno.
+        let gone = StartIn::parent().in_group(&mount.join("headroom-test-house41-none"));
+        let mut cmd = Command::new("true");
+        gone.apply(&mut cmd).unwrap();
+        let err = cmd.status().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+    }
+}
