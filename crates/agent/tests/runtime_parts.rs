@@ -255,12 +255,9 @@ fn idle_clients_do_not_delay_a_scrape() {
     let t = Instant::now();
     let body =
         headroom_agent::sensors::scrape::http_get(&format!("http://{addr}/metrics")).unwrap();
-    // served before the idle clients' 1 s read timeouts run out (serially it took 20 s)
-    assert!(
-        t.elapsed() < Duration::from_millis(900),
-        "{:?}",
-        t.elapsed()
-    );
+    // not served behind the idle clients (serially it took 20 s, one read timeout each); the
+    // bound is a generous hang detector, far below that, not a timing
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
     assert!(body.contains("headroom_writes_total"));
     drop(idle);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -278,11 +275,15 @@ fn the_control_socket_bounds_requests_and_serves_clients_concurrently() {
             let _ = reply.send(Response::ok("status"));
         }
     });
-    let _idle = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    // served beside idle clients, not after them: served one after another, the four would
+    // hold it for four whole-request deadlines (8 s); the bound is a generous hang detector
+    let _idle: Vec<_> = (0..4)
+        .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+        .collect();
     let t = Instant::now();
     let resp = control::request(&sock, &Request::Status).unwrap();
     assert!(
-        resp.ok && t.elapsed() < Duration::from_secs(1),
+        resp.ok && t.elapsed() < Duration::from_secs(5),
         "{:?}",
         t.elapsed()
     );
