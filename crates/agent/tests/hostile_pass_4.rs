@@ -40,8 +40,9 @@ impl Drop for Guard {
 }
 
 /// Root with a writable cgroupfs and a fresh `hostile4-<name>-<pid>` top group, or `None`
-/// after a SKIP line.
-fn setup(test: &str, name: &str) -> Option<Guard> {
+/// after a SKIP line. `id` (one per test) makes the marker unique among the tests running
+/// together.
+fn setup(test: &str, name: &str, id: u32) -> Option<Guard> {
     if !live::is_root() {
         eprintln!("SKIP {test}: needs root (cgroups)");
         return None;
@@ -59,8 +60,8 @@ fn setup(test: &str, name: &str) -> Option<Guard> {
         return None;
     }
     let _ = cgroups.remove(&top);
-    // A `sleep` argument no other process carries: 4xxx.<pid>.
-    let marker = format!("4{:03}.{}", name.len(), std::process::id());
+    // A `sleep` argument no other process carries: 4<id>.<pid>.
+    let marker = format!("4{id:03}.{}", std::process::id());
     Some(Guard {
         cgroups,
         top,
@@ -147,7 +148,7 @@ const DAEMON_RESTORE: &str = "a_daemonized_be_child_is_stopped_by_restore";
 /// the group, which it kept busy). It is stopped with the rest of the group now.
 #[test]
 fn a_daemonized_be_child_is_stopped_by_restore() {
-    let Some(guard) = setup(DAEMON_RESTORE, "daemon-restore") else {
+    let Some(guard) = setup(DAEMON_RESTORE, "daemon-restore", 1) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -194,7 +195,7 @@ const DAEMON_MOVED: &str = "a_daemonized_be_child_moved_out_is_moved_back";
 /// someone else ran on there, unconfined, and was never moved back; `ctl status` said nothing.
 #[test]
 fn a_daemonized_be_child_moved_out_is_moved_back() {
-    let Some(guard) = setup(DAEMON_MOVED, "daemon-moved") else {
+    let Some(guard) = setup(DAEMON_MOVED, "daemon-moved", 2) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -271,7 +272,7 @@ const RESTART_FAILS: &str = "a_restart_that_fails_leaves_the_earlier_agents_be_f
 /// leaves BE frozen and the state file in place now.
 #[test]
 fn a_restart_that_fails_leaves_the_earlier_agents_be_frozen() {
-    let Some(guard) = setup(RESTART_FAILS, "restart-fails") else {
+    let Some(guard) = setup(RESTART_FAILS, "restart-fails", 3) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -332,7 +333,7 @@ const LIVE_INTERVAL: &str = "a_live_change_of_the_policys_interval_is_applied";
 /// slower than set. The loop follows the change now; `ctl status` says its interval.
 #[test]
 fn a_live_change_of_the_policys_interval_is_applied() {
-    let Some(guard) = setup(LIVE_INTERVAL, "live-interval") else {
+    let Some(guard) = setup(LIVE_INTERVAL, "live-interval", 4) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
