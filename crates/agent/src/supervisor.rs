@@ -98,6 +98,11 @@ impl Supervised {
         self.child.map(|p| p as u32).or(self.adopted)
     }
 
+    /// Whether the running command was launched by this agent (not adopted).
+    pub fn launched(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Watches a process an earlier agent started (if it is still alive and in the group).
     pub fn adopt(&mut self, cgroups: &Cgroups, pid: u32) -> bool {
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
@@ -144,6 +149,15 @@ impl Supervised {
             self.child = None;
             self.adopted = None;
             self.last_exit = Some(format!("{how} after {:.1} s", ran.as_secs_f64()));
+            // A command that daemonizes ends at once and leaves its work behind: confined in
+            // the group and stopped with it, but worth saying (a restart adds another).
+            let left = cgroups
+                .procs(&self.group)
+                .map_or(0, |p| p.iter().filter(|p| !self.spared.contains(p)).count());
+            if left > 0 {
+                tracing::warn!(name = %self.name, processes = left, restart = self.restart,
+                    "the BE command ended but left processes in its group (it daemonizes?): they stay confined there and are stopped with it; run the command in the foreground");
+            }
             if self.restart {
                 self.restart_at = Some(now + self.backoff);
                 tracing::warn!(name = %self.name, status = %how, ran_ms = ran.as_millis() as u64,
@@ -169,12 +183,25 @@ impl Supervised {
     /// an earlier one: SIGTERM to its process group (the command leads its own), then, after
     /// `grace`, SIGKILL to every process left in its group and the groups below (`cgroup.kill`
     /// on v2). A BE group with a `command` is the agent's own, so a process someone else put
-    /// there goes too. Returns how many processes had to be killed.
+    /// there goes too. With the command itself gone (exited, or waiting for its restart), what
+    /// it forked may still run in the group — a daemon, a double fork — and goes the same way
+    /// (fourth hostile pass: such a child outlived `restore`, unconfined, with no agent).
+    /// Processes in `spared` are left. Returns how many processes had to be killed.
     pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> usize {
+        use nix::sys::signal::{kill, killpg, Signal};
         self.restart_at = None;
-        let Some(pid) = self.pid() else {
-            return 0;
+        let pid = self.pid();
+        let ours = |cgroups: &Cgroups| -> Vec<i32> {
+            cgroups
+                .procs(&self.group)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| !self.spared.contains(p))
+                .collect()
         };
+        if pid.is_none() && ours(cgroups).is_empty() && !self.has_subgroups(cgroups) {
+            return 0;
+        }
         // A frozen process takes no signal until it is thawed.
         if cgroups
             .freeze_state(&self.group)
@@ -182,35 +209,44 @@ impl Supervised {
         {
             let _ = cgroups.thaw(&self.group);
         }
-        let leader = nix::unistd::Pid::from_raw(pid as i32);
-        if nix::sys::signal::killpg(leader, nix::sys::signal::Signal::SIGTERM).is_err() {
-            let _ = nix::sys::signal::kill(leader, nix::sys::signal::Signal::SIGTERM);
+        let leader = pid.map(|p| nix::unistd::Pid::from_raw(p as i32));
+        match leader {
+            Some(leader) => {
+                if killpg(leader, Signal::SIGTERM).is_err() {
+                    let _ = kill(leader, Signal::SIGTERM);
+                }
+            }
+            None => {
+                for p in ours(cgroups) {
+                    let _ = kill(nix::unistd::Pid::from_raw(p), Signal::SIGTERM);
+                }
+            }
         }
         let end = Instant::now() + grace;
         while Instant::now() < end {
-            let gone = match self.child {
-                Some(pid) => reap(pid).is_some(),
-                None => nix::sys::signal::kill(leader, None).is_err(),
+            let gone = match (self.child, leader) {
+                (Some(pid), _) => reap(pid).is_some(),
+                (None, Some(leader)) => kill(leader, None).is_err(),
+                (None, None) => true,
             };
-            let group_empty = cgroups
-                .procs(&self.group)
-                .is_ok_and(|p| p.iter().all(|p| self.spared.contains(p)));
-            if gone && group_empty {
+            if gone && ours(cgroups).is_empty() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         let killed = kill_group_except(cgroups, &self.group, &self.spared);
         if let Some(pid) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
         }
         self.adopted = None;
-        tracing::info!(name = %self.name, pid, killed, "stopped");
+        tracing::info!(name = %self.name, pid = ?pid, killed, "stopped");
         killed
+    }
+
+    /// Whether the group has groups below it (their processes are stopped with it).
+    fn has_subgroups(&self, cgroups: &Cgroups) -> bool {
+        cgroups.children(&self.group).is_ok_and(|c| !c.is_empty())
     }
 }
 

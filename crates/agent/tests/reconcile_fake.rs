@@ -150,18 +150,21 @@ fn a_failed_write_keeps_what_confines_be_and_skips_what_gives() {
                 }
             ));
             assert_eq!(f.attempts, 3);
-            assert_eq!(f.kept.len(), 2, "{msg}");
+            assert_eq!(f.kept.len(), 3, "{msg}");
             assert_eq!(f.rollback, RollbackOutcome::NothingToUndo, "{msg}");
         }
         other => panic!("unexpected error {other}"),
     }
     assert!(msg.contains("cpu.cfs_quota_us"), "names the path: {msg}");
     assert!(msg.contains("50000"), "names the value: {msg}");
-    assert!(msg.contains("kept 2 confining write(s)"), "{msg}");
-    // BE keeps the narrower cpuset and the lower weight; what gives (the LC's weight) waits.
+    assert!(msg.contains("kept 3 confining write(s)"), "{msg}");
+    // BE keeps the narrower cpuset and the lower weight, and — the quota that was to hold it
+    // to half a CPU refused — is frozen (fourth hostile pass); what gives (the LC's weight)
+    // waits.
     assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "3");
     assert_eq!(fake.knob("cpu", "hr/be", "cpu.shares"), "2");
     assert_eq!(fake.knob("cpu", "hr/be", "cpu.cfs_quota_us"), "-1");
+    assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "FROZEN");
     assert_eq!(fake.knob("cpu", "hr/lc", "cpu.shares"), "1024");
     // The next pass retries only what is missing; once the knob works the change completes.
     fake.io.take_writes();
@@ -180,6 +183,54 @@ fn a_failed_write_keeps_what_confines_be_and_skips_what_gives() {
     assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "3");
     assert_eq!(fake.knob("cpu", "hr/be", "cpu.cfs_quota_us"), "50000");
     assert_eq!(fake.knob("cpu", "hr/lc", "cpu.shares"), "10000");
+    assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
+}
+
+/// Fourth hostile pass: a narrower cpuset the kernel refuses (v1 EBUSY: a group below BE's,
+/// made by BE's own job or by hand, holds the CPUs being taken) left BE running on the wider
+/// set — the LC's CPU included — tick after tick, while the policy had shrunk it. A refused
+/// write that was to confine BE's CPUs freezes BE instead, until it goes through; a refused
+/// memory limit does not (freezing keeps the memory).
+#[test]
+fn a_refused_cpu_shrink_freezes_be_until_it_goes_through() {
+    let fake = Fake::v1();
+    let mut r = setup(&fake);
+    let wide = Allocation {
+        be_cpus: Some(CpuSet::from([0, 1, 2, 3])),
+        ..Allocation::default()
+    };
+    r.apply(&wide, true).unwrap();
+    assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
+    fake.io.fail("hr/be/cpuset.cpus", libc::EBUSY);
+    let narrow = Allocation {
+        be_cpus: Some(CpuSet::from([3])),
+        ..Allocation::default()
+    };
+    let err = r.apply(&narrow, true).unwrap_err();
+    assert!(err.to_string().contains("cpuset.cpus"), "{err}");
+    assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "0-3");
+    assert_eq!(
+        fake.knob("freezer", "hr/be", "freezer.state"),
+        "FROZEN",
+        "BE kept the LC's CPUs unfrozen: {err}"
+    );
+    // Later passes (read-back or not) keep it frozen while the shrink is refused.
+    for verify in [false, true, false] {
+        assert!(r.apply(&narrow, verify).is_err());
+        assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "FROZEN");
+    }
+    fake.io.heal();
+    r.apply(&narrow, false).unwrap();
+    assert_eq!(fake.knob("cpuset", "hr/be", "cpuset.cpus"), "3");
+    assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
+    // A memory limit the kernel refuses (BE uses more) is no reason to freeze BE.
+    fake.io.fail("hr/be/memory.limit_in_bytes", libc::EBUSY);
+    let capped = Allocation {
+        be_memory_limit_bytes: Some(64 << 20),
+        ..narrow.clone()
+    };
+    assert!(r.apply(&capped, true).is_err());
+    assert_eq!(fake.knob("freezer", "hr/be", "freezer.state"), "THAWED");
 }
 
 #[test]

@@ -617,6 +617,20 @@ fn one_services_slo_changes_live_by_its_index() {
     let e = c.set("lc[1].cgroup", "\"x\"").unwrap_err().to_string();
     assert!(e.contains("not changeable at run time"), "{e}");
     assert_eq!(c.lcs[1].cgroup.as_str(), "headroom/serve");
+    // Fourth hostile pass: what the latency sources were started with is not live (a
+    // percentile set live was shown in `ctl status` while the sensors measured the old one).
+    let before = c.clone();
+    for (key, value) in [
+        ("lc.slo.percentile", "99.9"),
+        ("lc[1].slo.percentile", "50"),
+        ("lc.slo.window_s", "60"),
+        ("lc[1].slo.min_samples", "10"),
+    ] {
+        let e = c.set(key, value).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{key} = {value:?}")), "{e}");
+        assert!(e.contains("restart"), "{e}");
+    }
+    assert_eq!(c, before);
 }
 
 /// A BE memory limit of 0 or a few bytes is no cap on a working set: v1 refuses it (EBUSY) and
@@ -749,6 +763,24 @@ fn configs_that_passed_then_failed_are_refused_at_once() {
     for (from, to, key) in cases {
         refused_with(from, to, key);
     }
+    // Fourth hostile pass: a knob file above the group's own name (the start made the
+    // groups above it, then failed at ENOTDIR), and a NUL byte in a command (the start
+    // confined BE, then failed to launch it): both refused before anything is touched.
+    for (from, to, key) in [
+        (
+            "cgroup = \"headroom/be\"",
+            "cgroup = \"headroom/cpu.shares/be\"",
+            "be[0].cgroup",
+        ),
+        (
+            "cgroup = \"headroom/be\"",
+            "cgroup = \"headroom/be\"\ncommand = [\"sleep\", \"1\\u0000\"]",
+            "be[0].command",
+        ),
+    ] {
+        let msg = refused_with(from, to, key);
+        assert!(msg.contains("cpu.shares") || msg.contains("NUL"), "{msg}");
+    }
     // A systemd-style group name with a dot is a group, not a knob file.
     let ok = GOOD.replacen(
         "cgroup = \"headroom/be\"",
@@ -822,4 +854,46 @@ fn a_bad_pacing_key_is_named_by_its_own_name() {
         "cgroup = \"headroom/be\"\nrestart_backoff_ms = 0",
         "be[0].restart_backoff_ms = 0",
     );
+}
+
+/// Fourth hostile pass (a low left by the third): `policy.static-cores.cpus = "1,1,1"` was
+/// taken as `{1}` although the code said CPUs listed twice are refused. A CPU named twice in
+/// a written list — repeated, or by overlapping ranges — is refused with key and value, in the
+/// file and through `set` alike, for every config CPU list.
+#[test]
+fn a_cpu_list_naming_a_cpu_twice_is_refused_in_the_file_and_live() {
+    for (section, key) in [
+        ("[policy.static-cores]\ncpus", "policy.static-cores.cpus"),
+        ("[policy.blind]\nbe_cpus", "policy.blind.be_cpus"),
+    ] {
+        for (list, cpu) in [("1,1,1", 1), ("0-2,1", 1)] {
+            let msg = refuse(&format!("{GOOD}{section} = \"{list}\"\n"));
+            assert_eq!(
+                msg,
+                format!("{key} = \"{list}\": lists CPU {cpu} twice"),
+                "{section}"
+            );
+        }
+    }
+    let threads = GOOD.replacen(
+        "[lc.latency]",
+        "[lc.threads]\ncpus = \"0,0\"\n[lc.latency]",
+        1,
+    );
+    assert_eq!(
+        refuse(&threads),
+        "lc.threads.cpus = \"0,0\": lists CPU 0 twice"
+    );
+    let mut c = Config::from_toml_str(GOOD).unwrap();
+    let before = c.clone();
+    for key in ["policy.static-cores.cpus", "policy.blind.be_cpus"] {
+        for value in ["1,1,1", "\"0-2,1\"", "[1, 1]"] {
+            let err = c.set(key, value).expect_err(value).to_string();
+            assert!(err.contains(key), "{err}");
+            assert!(err.contains("twice"), "{err}");
+        }
+    }
+    assert_eq!(c, before, "a refused set changes nothing");
+    c.set("policy.static-cores.cpus", "0-1,3").unwrap();
+    assert_eq!(c.policy.static_cores.cpus.to_vec(), [0, 1, 3]);
 }

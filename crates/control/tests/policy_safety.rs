@@ -135,6 +135,38 @@ fn slo_violation_starts_a_cooldown() {
     assert!(d.allocation.be_enabled, "{}", d.reason);
 }
 
+/// Fourth hostile pass (a low left by the third): `ctl set safety.violation_cooldown_s=0`
+/// during a running cooldown kept BE off for the old cooldown's length. The cooldown runs
+/// from the violation with the value set now: shortened, it ends at once; lengthened, later.
+#[test]
+fn a_live_cooldown_change_applies_to_the_running_cooldown() {
+    let mut p = policy::build(&cfg(BLIND_WITH_LATENCY), &MachineInfo::with_cpus(8));
+    let t = grown(p.as_mut(), 2);
+    let d = p.decide(&fresh(600.0, 6.0), ms(t));
+    assert_eq!(d.reason, "safety:slo-violation:cooldown");
+    assert_eq!(
+        d.state["safety"]["violation_cooldown_until_ms"],
+        t + 60_000,
+        "60 s from the violation"
+    );
+    // lengthened: from the same violation
+    p.set_param("safety.violation_cooldown_s", "120").unwrap();
+    let d = p.decide(&fresh(100.0, 6.0), ms(t + 90_000));
+    assert!(!d.allocation.be_enabled, "120 s from the violation");
+    assert_eq!(
+        d.state["safety"]["violation_cooldown_until_ms"],
+        t + 120_000
+    );
+    // shortened below what has passed: over at once
+    p.set_param("safety.violation_cooldown_s", "5").unwrap();
+    let d = p.decide(&fresh(100.0, 6.0), ms(t + 90_001));
+    assert!(d.allocation.be_enabled, "{}", d.reason);
+    // 0 turns the rule off: a new violation starts none
+    p.set_param("safety.violation_cooldown_s", "0").unwrap();
+    let d = p.decide(&fresh(600.0, 6.0), ms(t + 90_002));
+    assert_ne!(d.reason, "safety:slo-violation:cooldown");
+}
+
 /// A fallback prober's figure the kernel sensor does not confirm holds BE (no growth) but
 /// starts no cooldown; a trusted one does, and the state names the source that judged it.
 #[test]

@@ -80,6 +80,32 @@ pub fn in_process_group(root: &Path, pgid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// When `pid` started (clock ticks after boot, `/proc/<pid>/stat` field 22): with the pid, it
+/// names one process, never a later one that reuses the number. `None` when it is gone.
+pub fn start_time(root: &Path, pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
+    // "pid (comm) state ppid ...": fields from the state (3rd) on follow the last ')'
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` has exited and waits to be reaped (state `Z`): its `/proc/<pid>/cgroup`
+/// names the root group, which is no move by anyone.
+pub fn is_zombie(root: &Path, pid: u32) -> bool {
+    std::fs::read_to_string(root.join(format!("proc/{pid}/stat")))
+        .ok()
+        .and_then(|s| {
+            s[s.rfind(')')? + 1..]
+                .split_whitespace()
+                .next()
+                .map(|st| st == "Z")
+        })
+        .unwrap_or(false)
+}
+
 /// The processes whose argv is exactly `command`.
 pub fn running(root: &Path, command: &[String]) -> Vec<u32> {
     let want: Vec<u8> = command
@@ -189,6 +215,26 @@ mod tests {
         assert!(listening_on(r, 11212).is_empty());
         assert_eq!(cgroup_text(r, 11), "0::/lc-11\n");
         assert_eq!(cgroup_text(r, 99), "");
+    }
+
+    #[test]
+    fn start_time_is_the_stat_files_22nd_field() {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("proc/42");
+        std::fs::create_dir_all(&d).unwrap();
+        // a comm with a space and a parenthesis
+        let mut stat = String::from("42 (a) b) S 1 42 42 0 -1 4194560");
+        for f in 10..=21 {
+            stat.push_str(&format!(" {f}"));
+        }
+        stat.push_str(" 987654 1000 2000\n");
+        std::fs::write(d.join("stat"), stat).unwrap();
+        assert_eq!(start_time(root.path(), 42), Some(987_654));
+        assert!(!is_zombie(root.path(), 42));
+        std::fs::write(d.join("stat"), "42 (a) Z 1 42").unwrap();
+        assert!(is_zombie(root.path(), 42));
+        assert_eq!(start_time(root.path(), 43), None);
+        assert!(start_time(Path::new("/"), std::process::id()).is_some());
     }
 
     #[test]

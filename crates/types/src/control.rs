@@ -110,6 +110,11 @@ pub struct AgentStatus {
     /// there to compare with what the agent took as originals).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_set_aside: Option<String>,
+    /// How often the control loop ticks now, ms: the policy's interval (event-driven: the
+    /// periodic duty), following a live change of the policy or its interval. Extension:
+    /// `None` from an older agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tick_interval_ms: Option<f64>,
 }
 
 /// Who holds a group lock (one agent per group): written into each lock file by its holder,

@@ -370,9 +370,21 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         .write_all(text.as_bytes())
         .map_err(|e| io("writing to", e))?;
     let mut line = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut line)
-        .map_err(|e| io("reading from", e))?;
+    BufReader::new(&stream).read_line(&mut line).map_err(|e| {
+        // A read timeout surfaces as EAGAIN ("Resource temporarily unavailable"): say what
+        // it means (fourth hostile pass: an agent stopped by SIGSTOP).
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            io(
+                "no answer within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) from",
+                e,
+            )
+        } else {
+            io("reading from", e)
+        }
+    })?;
     serde_json::from_str(line.trim()).map_err(|e| ControlError::BadResponse {
         path: path.to_path_buf(),
         detail: format!("{e}: {:?}", line.trim()),

@@ -17,6 +17,8 @@ use super::Agent;
 pub(super) const FOLLOW_PERIOD: Duration = Duration::from_secs(1);
 /// Moves kept for `ctl status`.
 const FOLLOWED_KEPT: usize = 10;
+/// BE processes remembered from one look to the next, at most.
+const MEMBERS_KEPT: usize = 4096;
 
 impl Agent {
     /// Follows the LCs and the BE groups (at most once per [`FOLLOW_PERIOD`]).
@@ -38,30 +40,65 @@ impl Agent {
     /// A BE command's process (or one it forked) found outside its BE group — moved out by
     /// someone else — is moved back: outside, nothing confines it, and the agent would report
     /// BE frozen while it ran (third hostile pass, issue 42: a worker moved to the root group
-    /// ran on through a disable).
+    /// ran on through a disable). Looked for among the command's descendants and among the
+    /// processes seen in the group at the last look (by pid and start time, so a reused pid
+    /// is never taken): a daemon or double fork has left the tree (fourth hostile pass: one
+    /// moved out of the group ran unfrozen on every CPU, never moved back).
     fn keep_be_processes_in_their_groups(&mut self) {
         let cg = self.node.cgroups().clone();
         let root = self.options.root.clone();
         let mut moved = Vec::new();
+        let mut members = std::collections::BTreeMap::new();
         for s in &self.supervised {
-            let Some(pid) = s.pid() else { continue };
-            for p in pids::descendants(&root, pid) {
+            let mut look: BTreeSet<u32> = s
+                .pid()
+                .map(|pid| pids::descendants(&root, pid))
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            look.extend(
+                self.be_members
+                    .iter()
+                    .filter(|(p, (g, start))| {
+                        *g == s.group && pids::start_time(&root, **p) == Some(*start)
+                    })
+                    .map(|(p, _)| *p),
+            );
+            for p in look {
+                // an exited process not yet reaped shows the root group: left alone
+                if pids::is_zombie(&root, p) {
+                    continue;
+                }
                 let text = pids::cgroup_text(&root, p);
                 let outside = cg
                     .process_dirs(&s.group, &text)
                     .iter()
                     .any(|d| !d.ends_with(s.group.as_str()));
-                if !outside {
-                    continue;
-                }
-                match cg.move_process(&s.group, p as i32) {
-                    Ok(()) => moved.push((p, s.group.clone())),
-                    Err(e) => {
-                        tracing::warn!(group = %s.group, pid = p, error = %e, "moving a BE process that left its group back")
+                if outside {
+                    match cg.move_process(&s.group, p as i32) {
+                        Ok(()) => moved.push((p, s.group.clone())),
+                        Err(e) => {
+                            tracing::warn!(group = %s.group, pid = p, error = %e, "moving a BE process that left its group back")
+                        }
                     }
+                }
+                // still ours if it is still there (a move back that failed is tried again)
+                if let Some(start) = pids::start_time(&root, p) {
+                    members.insert(p, (s.group.clone(), start));
+                }
+            }
+            // what is in the group now (but the processes found there at a first start)
+            let now = cg.procs(&s.group).unwrap_or_default();
+            for p in now.into_iter().filter(|p| !s.spared.contains(p)) {
+                if members.len() >= MEMBERS_KEPT {
+                    break;
+                }
+                if let Some(start) = pids::start_time(&root, p as u32) {
+                    members.insert(p as u32, (s.group.clone(), start));
                 }
             }
         }
+        self.be_members = members;
         for (p, g) in moved {
             tracing::warn!(group = %g, pid = p, "a BE process was outside its group (moved by someone else): moved back");
             self.note_followed(format!(

@@ -32,6 +32,11 @@ pub(super) struct HostSteps {
 
 /// Undoes `steps` newest first: stops launched BE, restores originals, moves the LC back,
 /// removes the groups this start created, and the state file when there was none before.
+///
+/// A restart (a state file of these groups) found BE confined by the agent before it, and its
+/// originals are that agent's record: they stay for the next start, and BE is left frozen —
+/// restoring them here thawed the earlier agent's BE onto every CPU with no agent left
+/// (fourth hostile pass). Only the BE commands this start launched are stopped.
 pub(super) fn undo(
     steps: &mut HostSteps,
     cgroups: &Cgroups,
@@ -41,15 +46,26 @@ pub(super) fn undo(
 ) {
     tracing::warn!("start failed: undoing what it did");
     for s in &mut steps.supervised {
-        s.stop(cgroups, Duration::from_secs(2));
+        if !steps.had_state || s.launched() {
+            s.stop(cgroups, Duration::from_secs(2));
+        }
     }
     let mut restored = true;
-    if let Some(c) = controller {
-        if let Some(act) = c.actuation_mut() {
-            if let Err(e) = act.restore_original(node) {
-                tracing::error!(error = %e, "restoring originals after a failed start");
-                restored = false;
+    if let Some(act) = controller.and_then(|c| c.actuation_mut()) {
+        if steps.had_state {
+            for g in &act.groups().be {
+                match cgroups.freeze(g) {
+                    Ok(()) => {
+                        tracing::warn!(group = %g, "a restart failed: BE left frozen, the state file kept for the next start")
+                    }
+                    Err(e) => {
+                        tracing::error!(group = %g, error = %e, "freezing BE after a failed restart")
+                    }
+                }
             }
+        } else if let Err(e) = act.restore_original(node) {
+            tracing::error!(error = %e, "restoring originals after a failed start");
+            restored = false;
         }
     }
     move_lc_back(cgroups, &steps.lc_moved);

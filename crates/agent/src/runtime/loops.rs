@@ -10,11 +10,7 @@ impl Agent {
     /// BPF idle program's threshold crossings where it works (see [`crate::sensors::idle_wake`]),
     /// polling at the policy's interval otherwise.
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
-        let interval = self
-            .controller
-            .policy()
-            .poll_interval()
-            .max(Duration::from_micros(100));
+        let interval = self.poll_interval();
         let deadline = self.options.run_for.map(|d| Instant::now() + d);
         set_timer_slack_ns(1000);
         raise_control_loop_priority(self.config.safety.agent_fifo_priority);
@@ -81,10 +77,23 @@ impl Agent {
         false
     }
 
-    /// The polling loop: a tick every `interval`.
+    /// The policy's interval now (a live `ctl set` of the policy or its interval changes it:
+    /// the fourth hostile pass found a `set policy.kind=blind` acknowledged and then run at
+    /// the static policy's one tick a second).
+    fn poll_interval(&mut self) -> Duration {
+        let interval = self
+            .controller
+            .policy()
+            .poll_interval()
+            .max(Duration::from_micros(100));
+        self.tick_interval = Some(interval);
+        interval
+    }
+
+    /// The polling loop: a tick every `interval` (followed when a request changes it).
     fn run_polling(
         &mut self,
-        interval: Duration,
+        mut interval: Duration,
         deadline: Option<Instant>,
         reactions: &mut ReactionLog,
     ) {
@@ -102,8 +111,11 @@ impl Agent {
                 // Asleep until the next tick, or a ctl request (its doorbell): a request is
                 // answered at once, not at the next tick (a policy polling every second would
                 // hold `ctl off` that long).
-                if self.wait_for_request((next - now).min(Duration::from_millis(100))) {
-                    self.handle_requests(true);
+                if self.wait_for_request((next - now).min(Duration::from_millis(100)))
+                    && self.handle_requests(true)
+                {
+                    interval = self.poll_interval();
+                    next = next.min(Instant::now() + interval);
                 }
                 continue;
             }
@@ -126,7 +138,10 @@ impl Agent {
                 slow_due = now + SLOW_PERIOD;
                 self.slow_work(now);
             }
-            self.handle_requests(false);
+            if self.handle_requests(false) {
+                interval = self.poll_interval();
+                next = next.min(Instant::now() + interval);
+            }
         }
     }
 
@@ -157,6 +172,7 @@ impl Agent {
     ) {
         let start = Instant::now();
         let mut schedule = EventSchedule::new(interval, start);
+        self.tick_interval = Some(schedule.period());
         // Slow work keeps the periodic tick's cadence (both 100 ms from the same start), so a
         // steady host wakes once per period, not twice.
         let mut slow_due = start;
@@ -176,6 +192,7 @@ impl Agent {
             let Some(source) = self.node.sensors_mut().and_then(|s| s.idle_event_source()) else {
                 // never a silent stop of sensing
                 tracing::error!("idle events unavailable; polling from now on");
+                let interval = self.poll_interval();
                 return self.run_polling(interval, deadline, reactions);
             };
             let (cause, drained, woken) = schedule.wait_on(source, now, other_due, Instant::now);
@@ -207,7 +224,10 @@ impl Agent {
             }
             // The doorbell is read (cleared) only when it woke the loop: a request queued while
             // the loop was busy is answered now and its ring wakes the next wait once more.
-            self.handle_requests(woken.request);
+            if self.handle_requests(woken.request) {
+                schedule.set_interval(self.poll_interval(), Instant::now());
+                self.tick_interval = Some(schedule.period());
+            }
         }
     }
 

@@ -253,6 +253,9 @@ pub struct Agent {
     /// When the LCs and BE groups were last looked for (see `follow`), and what was done.
     followed_at: Option<Instant>,
     targets_followed: std::collections::VecDeque<(u64, String)>,
+    /// The BE commands' processes seen in their groups at the last look: pid → (group, start
+    /// time), so one moved out after its parent died is still found (see `follow`).
+    be_members: BTreeMap<u32, (GroupPath, u64)>,
     /// When the state file's presence was last checked (a removed one is written again).
     state_checked: Option<Instant>,
     metrics_addr: Option<std::net::SocketAddr>,
@@ -268,6 +271,8 @@ pub struct Agent {
     foreign_lc_pids: std::collections::BTreeSet<u32>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
+    /// How often the running loop ticks (`ctl status`); `None` before `run`.
+    tick_interval: Option<Duration>,
 }
 
 /// What this host offers the policies, limited to what the node actuates (a mechanism the

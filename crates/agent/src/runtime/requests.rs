@@ -5,14 +5,18 @@ use super::*;
 
 impl Agent {
     /// Answers every queued request; `rung`: the doorbell woke the loop (clear it first).
-    pub(super) fn handle_requests(&mut self, rung: bool) {
+    /// Whether one was answered.
+    pub(super) fn handle_requests(&mut self, rung: bool) -> bool {
         let Some(requests) = &self.requests else {
-            return;
+            return false;
         };
+        let mut answered = false;
         for (req, reply) in requests.take(rung) {
             let response = self.answer(req);
             let _ = reply.send(response);
+            answered = true;
         }
+        answered
     }
 
     pub(super) fn t_ms(&self) -> u64 {
@@ -186,6 +190,7 @@ impl Agent {
             kubernetes: self.kube.as_ref().map(|k| k.set().clone()),
             advertise: self.advertise.as_ref().map(|a| a.status()),
             lock: self.group_lock.as_ref().map(|l| l.holder().clone()),
+            tick_interval_ms: self.tick_interval.map(|d| d.as_secs_f64() * 1000.0),
             state_set_aside: self
                 .state_set_aside
                 .as_ref()

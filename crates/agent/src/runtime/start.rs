@@ -312,6 +312,7 @@ impl Agent {
             state_checked: None,
             followed_at: None,
             targets_followed: Default::default(),
+            be_members: Default::default(),
             metrics_addr,
             kube: None,
             advertise: None,
@@ -319,6 +320,7 @@ impl Agent {
             group_lock,
             foreign_lc_pids: Default::default(),
             state_set_aside,
+            tick_interval: None,
         };
         if let Some(w) = headroom_control::config::policy_without_knob(&agent.config) {
             tracing::warn!("{w}");

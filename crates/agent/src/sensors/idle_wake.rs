@@ -87,6 +87,16 @@ impl EventSchedule {
         self.period
     }
 
+    /// Follows a policy whose interval changed (a live `ctl set`): a shorter one takes effect
+    /// from `now`, not after the old period has run out.
+    pub fn set_interval(&mut self, poll_interval: Duration, now: Instant) {
+        let period = poll_interval.max(EVENT_PERIOD);
+        if period != self.period {
+            self.period = period;
+            self.next_periodic = self.next_periodic.min(now + period);
+        }
+    }
+
     /// How long to sleep from `now`: until the periodic tick or `other_due` (slow work, the
     /// run's end), whichever is first.
     pub fn timeout(&self, now: Instant, other_due: Instant) -> Duration {
@@ -346,6 +356,26 @@ mod tests {
         );
         assert!(fake.waits.iter().all(|w| *w <= EVENT_PERIOD));
         assert!(fake.waits.iter().any(|w| *w >= Duration::from_millis(90)));
+    }
+
+    /// A live change of the policy's interval (`ctl set`): a shorter period counts from the
+    /// change, not from the end of the old one.
+    #[test]
+    fn a_shorter_interval_set_live_counts_from_the_change() {
+        let t0 = Instant::now();
+        let mut s = EventSchedule::new(Duration::from_secs(2), t0);
+        assert_eq!(s.after_wait(t0, &Drained::default()), Some(Cause::Periodic));
+        let at = t0 + Duration::from_millis(5);
+        s.set_interval(Duration::from_millis(1), at);
+        assert_eq!(s.period(), EVENT_PERIOD);
+        assert_eq!(s.timeout(at, t0 + Duration::from_secs(9)), EVENT_PERIOD);
+        s.set_interval(Duration::from_secs(3), at);
+        assert_eq!(s.period(), Duration::from_secs(3));
+        assert_eq!(
+            s.timeout(at, t0 + Duration::from_secs(9)),
+            EVENT_PERIOD,
+            "a longer one starts after the tick already due"
+        );
     }
 
     /// A slow policy (Heracles' outer loop, 2 s) keeps its own period.

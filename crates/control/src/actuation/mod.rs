@@ -361,6 +361,7 @@ impl Actuation {
         let mut done: Vec<(Knob, KnobValue, KnobValue)> = Vec::new();
         let mut failed: Option<(Knob, KnobValue, KnobValue, u32, NodeError)> = None;
         let mut also_failed = Vec::new();
+        let mut failed_keys: Vec<Knob> = Vec::new();
         for (key, from, to) in changes {
             // After a failure only what confines BE goes on: the node must never keep BE
             // wider than the plan's target because an unrelated knob refused a value.
@@ -384,9 +385,31 @@ impl Actuation {
                     also_failed.push(format!("{} to {to}: {source}", node.describe(&key)));
                     // One that may be half-made (several files) is read back next time.
                     if half_made(&key, &from, &to) {
-                        self.unknown.insert(key);
+                        self.unknown.insert(key.clone());
                     }
+                    failed_keys.push(key);
                 }
+            }
+        }
+        // A write that confines BE failed (a narrower cpuset the kernel refuses because a
+        // group below BE's holds more CPUs, a lower quota below a sub-group's): BE would keep
+        // what the write was to take, the LC's CPUs included. It is frozen instead until the
+        // write goes through (the next plans keep it frozen: a thaw is never made after a
+        // failure). Fourth hostile pass.
+        if let Some((key, from, to, _, _)) = &failed {
+            let confinement_failed = (self.confines_be(key, from, to) && freezing_confines(key))
+                || failed_keys.iter().any(freezing_confines);
+            if confinement_failed {
+                failed_keys.push(key.clone());
+                self.freeze_instead(
+                    node,
+                    target,
+                    &before,
+                    &failed_keys,
+                    &mut done,
+                    &mut report,
+                    &mut also_failed,
+                );
             }
         }
         // Said once the plan's writes are done: naming a file and writing a log line between
@@ -439,6 +462,52 @@ impl Actuation {
             self.current.insert(k.clone(), v.clone());
         }
         Ok(report)
+    }
+
+    /// Freezes every BE group the plan left thawed (see `apply_target`): the last resort
+    /// when a write that was to confine BE failed. Made writes join `done` (kept, confining).
+    #[allow(clippy::too_many_arguments)]
+    fn freeze_instead(
+        &mut self,
+        node: &mut dyn Node,
+        target: &BTreeMap<Knob, KnobValue>,
+        before: &BTreeMap<Knob, KnobValue>,
+        failed: &[Knob],
+        done: &mut Vec<(Knob, KnobValue, KnobValue)>,
+        report: &mut ApplyReport,
+        also_failed: &mut Vec<String>,
+    ) {
+        let frozen = KnobValue::Frozen(true);
+        for g in self.groups.be.clone() {
+            let key = Knob::cgroup(&g, CgroupKnob::Frozen);
+            if !target.contains_key(&key) || failed.contains(&key) {
+                continue;
+            }
+            let now = done
+                .iter()
+                .rev()
+                .find(|(k, _, _)| *k == key)
+                .map(|(_, _, to)| to)
+                .or_else(|| before.get(&key));
+            let Some(from) = now.cloned().filter(|v| *v != frozen) else {
+                continue;
+            };
+            match self.write_with_retry(node, &key, &from, &frozen, &mut report.retries) {
+                Ok(()) => {
+                    tracing::warn!(group = %g, "a write confining BE failed: BE frozen until it goes through");
+                    self.unknown.remove(&key);
+                    report.writes.push(Write {
+                        knob: key.clone(),
+                        from: Some(from.clone()),
+                        to: frozen.clone(),
+                    });
+                    done.push((key, from, frozen.clone()));
+                }
+                Err((_, e)) => {
+                    also_failed.push(format!("{} to {frozen}: {e}", node.describe(&key)))
+                }
+            }
+        }
     }
 
     /// Orders a plan: by phase, then the LC's side before BE's within a phase, then by knob.
@@ -541,6 +610,19 @@ impl Actuation {
     pub fn invalidate(&mut self) {
         self.current.clear();
     }
+}
+
+/// Whether freezing BE does what a failed write to `knob` was to do (hold BE's use of CPUs,
+/// cache, bandwidth, disk or network down): not for a memory limit (a frozen group keeps its
+/// memory), nor for the freeze itself.
+fn freezing_confines(knob: &Knob) -> bool {
+    !matches!(
+        knob,
+        Knob::Cgroup {
+            knob: CgroupKnob::MemoryMax | CgroupKnob::Frozen,
+            ..
+        }
+    )
 }
 
 /// Whether a failed write may have been partly made: two schemata lines, four v1 throttle

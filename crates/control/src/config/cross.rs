@@ -23,14 +23,16 @@ const KNOB_PREFIXES: &[&str] = &[
 ];
 const KNOB_NAMES: &[&str] = &["tasks", "notify_on_release", "release_agent"];
 
-/// The name of a knob file, when `group`'s last component is one.
+/// The name of a knob file, when a component of `group` is one (the last, or one above it:
+/// `a/cpu.shares/be` cannot be made where `a/cpu.shares` is a file — found at start, after
+/// the groups above it were made, in the fourth hostile pass).
 fn knob_file(group: &str) -> Option<&str> {
-    let last = group.trim_end_matches('/').rsplit('/').next()?;
-    let is_knob = KNOB_NAMES.contains(&last)
-        || KNOB_PREFIXES
-            .iter()
-            .any(|p| last.starts_with(p) && last.len() > p.len());
-    is_knob.then_some(last)
+    group.trim_end_matches('/').split('/').find(|part| {
+        KNOB_NAMES.contains(part)
+            || KNOB_PREFIXES
+                .iter()
+                .any(|p| part.starts_with(p) && part.len() > p.len())
+    })
 }
 
 impl Config {
@@ -96,7 +98,7 @@ impl Config {
                 p.push(invalid(
                     &key,
                     &group,
-                    format!("ends in {file:?}, a cgroup knob file, not a group: name the group's directory (e.g. \"headroom/be\")"),
+                    format!("names {file:?}, a cgroup knob file, not a group: name the group's directory (e.g. \"headroom/be\")"),
                 ));
             }
         }
@@ -117,6 +119,13 @@ impl Config {
                     &key,
                     command,
                     "the program (its first word) is empty: name it, or leave the command out",
+                ));
+            } else if command.iter().any(|a| a.contains('\0')) {
+                // No argv can carry it: the launch failed at start, after BE was confined.
+                p.push(invalid(
+                    &key,
+                    command,
+                    "an argument holds a NUL byte, which no program can be given",
                 ));
             }
         }

@@ -324,6 +324,7 @@ pub struct LcThreadsConfig {
     /// Pin LC threads to distinct CPUs (Blagodurov §IV.E, Leverich & Kozyrakis).
     pub pin: bool,
     /// CPUs to pin onto; empty = the agent uses the lowest-numbered CPUs.
+    #[serde(deserialize_with = "CpuSet::deserialize_distinct")]
     pub cpus: CpuSet,
     /// EEVDF slice request for LC threads, µs.
     #[serde(skip_serializing_if = "Option::is_none")]

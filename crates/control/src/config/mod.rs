@@ -78,6 +78,10 @@ const NOT_LIVE: &[&str] = &[
     "safety.state_file",
     "safety.agent_fifo_priority",
 ];
+/// A service's SLO keys its latency sources are started with (the percentile they compute over
+/// their window): read once, at start. Taken live, `ctl status` named a percentile the sensors
+/// did not measure (fourth hostile pass); `slo.target_us` stays live.
+const SLO_MEASURED: &[&str] = &["slo.percentile", "slo.window_s", "slo.min_samples"];
 
 impl Config {
     /// `lcs` (the first protected by single-LC policies) beside `be`, run by `policy`; every
@@ -179,6 +183,13 @@ impl Config {
                 key,
                 value,
                 "read once at start: change it in the config file and restart the agent",
+            ));
+        }
+        if let Some((_, rest)) = service.filter(|(_, rest)| SLO_MEASURED.contains(rest)) {
+            return Err(invalid(
+                key,
+                value,
+                format!("read once at start (the latency sources measure the {rest} they started with): change it in the config file and restart the agent"),
             ));
         }
         if !live {

@@ -45,7 +45,10 @@ pub struct Guarded {
     last: Option<Allocation>,
     stale_ticks: u64,
     stale_since: Option<Duration>,
-    violation_until: Option<Duration>,
+    /// The last trusted SLO violation: the cooldown runs `safety.violation_cooldown_s` from it,
+    /// read at each decision, so a live `set` of the cooldown applies to a running one (fourth
+    /// hostile pass: a shorter value waited out the old one).
+    violation_at: Option<Duration>,
     /// The latency source that judged the violation starting the cooldown (`kernel`, `probe`,
     /// … or `latency` where the observation names none), for the decision log.
     violation_judged_by: Option<String>,
@@ -77,7 +80,7 @@ impl Guarded {
             last: None,
             stale_ticks: 0,
             stale_since: None,
-            violation_until: None,
+            violation_at: None,
             violation_judged_by: None,
             rules_hold_be_off: false,
             last_grow: None,
@@ -86,6 +89,12 @@ impl Guarded {
             lc_cpus: LcCpusMemo::default(),
             binding: None,
         }
+    }
+
+    /// When the violation cooldown ends: the last violation plus the cooldown configured now.
+    fn violation_until(&self) -> Option<Duration> {
+        self.violation_at
+            .map(|t| t.saturating_add(super::secs(self.config.safety.violation_cooldown_s)))
     }
 
     /// The live configuration (after any `set`).
@@ -306,7 +315,7 @@ impl Policy for Guarded {
             if violating && untrusted.is_some() {
                 untrusted_violation = untrusted;
             } else if violating {
-                self.violation_until = Some(now + super::secs(s.violation_cooldown_s));
+                self.violation_at = Some(now);
                 let source = match &per_service {
                     Some(l) => l.violating.as_ref().and_then(|name| {
                         obs.lc_groups
@@ -319,7 +328,8 @@ impl Policy for Guarded {
                 self.violation_judged_by = Some(source.unwrap_or_else(|| "latency".to_string()));
             }
         }
-        if untrusted_violation.is_some() && self.violation_until.is_none_or(|t| now >= t) {
+        let violation_until = self.violation_until();
+        if untrusted_violation.is_some() && violation_until.is_none_or(|t| now >= t) {
             let held = match &self.last {
                 Some(prev) => a.limit_growth(prev),
                 None => Allocation {
@@ -332,7 +342,7 @@ impl Policy for Guarded {
                 a = held;
             }
         }
-        if self.violation_until.is_some_and(|t| now < t) {
+        if violation_until.is_some_and(|t| now < t) {
             if a.be_enabled {
                 let who = per_service.as_ref().and_then(|l| l.violating.as_ref());
                 overrides.push(named("safety:slo-violation:cooldown", who));
@@ -419,7 +429,7 @@ impl Policy for Guarded {
                     "stale_ticks": self.stale_ticks,
                     "stale_since_ms": self.stale_since.map(|t| t.as_millis() as u64),
                     "violation_cooldown_until_ms":
-                        self.violation_until.map(|t| t.as_millis() as u64),
+                        violation_until.map(|t| t.as_millis() as u64),
                     "violation_judged_by": self.violation_judged_by,
                     "untrusted_violation": untrusted_violation,
                     "unavailable": dropped,

@@ -4,7 +4,9 @@
 //! agent's knob values, `--cpus` flags): elements separated by commas, each a number or a range
 //! `a-b` with `a <= b`; whitespace around elements and at the ends ignored (files end in a
 //! newline); a CPU named twice in a string folded (the kernel accepts `0-2,1`), in an array
-//! refused (a config mistake); empty elements (`1,,2`) and numbers above [`MAX_CPU_ID`] refused.
+//! refused (a config mistake), and in a string someone wrote (a config key, `ctl set`: read
+//! with [`CpuSet::deserialize_distinct`]) refused too; empty elements (`1,,2`) and numbers
+//! above [`MAX_CPU_ID`] refused.
 //! An empty or blank string is the empty set: what a `cpuset.cpus` file holding no CPUs reads
 //! back (on cgroup v2, a group inheriting its parent's). A caller to whom no CPUs means nothing
 //! (an affinity mask, `antagonist --cpus`) refuses the empty set itself.
@@ -141,6 +143,33 @@ impl CpuSet {
         Ok(CpuSet(set))
     }
 
+    /// [`CpuSet::parse_list`] for a list a person wrote (a config key, `ctl set`): a CPU named
+    /// twice, by repeating it or by overlapping ranges (`"1,1"`, `"0-2,1"`), is a mistake worth
+    /// naming, not something to fold silently (fourth hostile pass: `"1,1,1"` was taken as `1`).
+    pub fn parse_distinct_list(text: &str) -> Result<Self, ValueError> {
+        let whole = CpuSet::parse_list(text)?;
+        let mut seen = BTreeSet::new();
+        for part in text.trim().split(',') {
+            for cpu in &CpuSet::parse_list(part)? {
+                if !seen.insert(cpu) {
+                    return Err(ValueError::new(
+                        "cpu list",
+                        text,
+                        format!("lists CPU {cpu} twice"),
+                    ));
+                }
+            }
+        }
+        Ok(whole)
+    }
+
+    /// Reads a config's CPU list (`#[serde(deserialize_with = "CpuSet::deserialize_distinct")]`):
+    /// as [`CpuSet`]'s own reading, but a string naming a CPU twice is refused as an array
+    /// naming one twice is.
+    pub fn deserialize_distinct<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Visitor { distinct: true })
+    }
+
     /// The kernel list syntax, ranges collapsed (`0-3,8`); empty for the empty set.
     pub fn to_list(&self) -> String {
         let mut out = String::new();
@@ -225,31 +254,38 @@ impl serde::Serialize for CpuSet {
     }
 }
 
+/// An array of distinct numbers or a kernel list string (`distinct`: naming no CPU twice).
+struct Visitor {
+    distinct: bool,
+}
+
+impl<'de> serde::de::Visitor<'de> for Visitor {
+    type Value = CpuSet;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of CPU numbers, e.g. [0, 1] or \"0-3,8\"")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CpuSet, E> {
+        let parsed = if self.distinct {
+            CpuSet::parse_distinct_list(v)
+        } else {
+            CpuSet::parse_list(v)
+        };
+        parsed.map_err(|e| E::custom(e.reason))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<CpuSet, A::Error> {
+        let mut cpus = Vec::new();
+        while let Some(cpu) = seq.next_element::<u32>()? {
+            cpus.push(cpu);
+        }
+        CpuSet::from_distinct(&cpus).map_err(|e| serde::de::Error::custom(e.reason))
+    }
+}
+
 /// An array of distinct numbers or a kernel list string; the error is the reason alone (the
 /// reader names the key or line).
 impl<'de> serde::Deserialize<'de> for CpuSet {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = CpuSet;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of CPU numbers, e.g. [0, 1] or \"0-3,8\"")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CpuSet, E> {
-                CpuSet::parse_list(v).map_err(|e| E::custom(e.reason))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<CpuSet, A::Error> {
-                let mut cpus = Vec::new();
-                while let Some(cpu) = seq.next_element::<u32>()? {
-                    cpus.push(cpu);
-                }
-                CpuSet::from_distinct(&cpus).map_err(|e| serde::de::Error::custom(e.reason))
-            }
-        }
-        d.deserialize_any(Visitor)
+        d.deserialize_any(Visitor { distinct: false })
     }
 }
 
@@ -289,6 +325,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("9000"), "{err}");
+    }
+
+    #[test]
+    fn a_written_list_naming_a_cpu_twice_is_refused() {
+        for (text, cpu) in [("1,1,1", 1), ("0-2,1", 1), ("3,0-3", 3)] {
+            let err = CpuSet::parse_distinct_list(text).unwrap_err().to_string();
+            assert!(err.contains(&format!("lists CPU {cpu} twice")), "{err}");
+            assert!(err.contains(text), "{err}");
+            // the kernel's files fold them
+            assert!(CpuSet::parse_list(text).is_ok());
+        }
+        assert_eq!(
+            CpuSet::parse_distinct_list("0-2,5").unwrap().to_list(),
+            "0-2,5"
+        );
+        assert!(CpuSet::parse_distinct_list(" ").unwrap().is_empty());
+        #[derive(serde::Deserialize)]
+        struct Key {
+            #[serde(deserialize_with = "CpuSet::deserialize_distinct")]
+            cpus: CpuSet,
+        }
+        let err = serde_json::from_str::<Key>(r#"{"cpus":"1,1"}"#)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("lists CPU 1 twice"), "{err}");
+        let err = serde_json::from_str::<Key>(r#"{"cpus":[2,2]}"#)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("lists a CPU twice"), "{err}");
+        let ok: Key = serde_json::from_str(r#"{"cpus":"0,2-3"}"#).unwrap();
+        assert_eq!(ok.cpus.to_vec(), [0, 2, 3]);
     }
 
     #[test]

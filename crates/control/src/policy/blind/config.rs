@@ -35,6 +35,7 @@ pub struct BlindConfig {
     /// CFS period for the fractional part, µs.
     pub quota_period_us: u64,
     /// CPUs BE may ever use; empty = all online CPUs (minus the LC's pinned CPUs).
+    #[serde(deserialize_with = "CpuSet::deserialize_distinct")]
     pub be_cpus: CpuSet,
 }
 

@@ -12,6 +12,7 @@ pub struct StaticCoresConfig {
     /// Number of BE cores, taken from the highest-numbered CPUs not pinned to LC.
     pub cores: u32,
     /// Explicit BE CPUs (overrides `cores`).
+    #[serde(deserialize_with = "CpuSet::deserialize_distinct")]
     pub cpus: CpuSet,
 }
 
@@ -45,7 +46,8 @@ impl Default for StaticCyclesConfig {
 impl StaticCoresConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
     pub(crate) fn validate(&self, _: &mut Problems) {
-        // CPUs listed twice are refused when the list is read (CpuSet).
+        // CPUs listed twice (`"1,1"`, `"0-2,1"`, `[1, 1]`) are refused when the list is read
+        // (`CpuSet::deserialize_distinct`), in a config file and by `ctl set` alike.
     }
 }
 
