@@ -194,7 +194,7 @@ fn a_failed_write_keeps_what_confines_be_and_skips_what_gives() {
 #[test]
 fn a_refused_cpu_shrink_freezes_be_until_it_goes_through() {
     let fake = Fake::v1();
-    let mut r = setup(&fake);
+    let mut r = Plan::on_hr(&fake);
     let wide = Allocation {
         be_cpus: Some(CpuSet::from([0, 1, 2, 3])),
         ..Allocation::default()
