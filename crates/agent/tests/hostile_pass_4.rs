@@ -141,6 +141,35 @@ fn daemonizing(marker: &str) -> String {
     format!("[\"sh\", \"-c\", \"setsid sleep {marker} </dev/null >/dev/null 2>&1 & exit 0\"]")
 }
 
+/// An agent on `guard`'s groups whose BE command daemonizes, running for `run_for` in a thread
+/// (the LC a sleeper); `None` (SKIP printed) where the agent does not start here.
+fn run_daemonizing_agent(
+    test: &str,
+    guard: &Guard,
+    dir: &Path,
+    lc: &live::Children,
+    run_for: Duration,
+) -> Option<
+    std::thread::JoinHandle<
+        Result<headroom_agent::runtime::RunSummary, headroom_agent::runtime::AgentError>,
+    >,
+> {
+    let text = config(
+        &guard.top,
+        dir,
+        lc.pid(0),
+        &daemonizing(&guard.marker),
+        "restore",
+    );
+    match Agent::start(options(&text, run_for)) {
+        Ok(agent) => Some(std::thread::spawn(move || agent.run())),
+        Err(e) => {
+            eprintln!("SKIP {test}: the agent does not start here: {e}");
+            None
+        }
+    }
+}
+
 const DAEMON_RESTORE: &str = "a_daemonized_be_child_is_stopped_by_restore";
 
 /// The BE command exits at once, its daemonized child running on in the BE group. `restore`
@@ -153,18 +182,15 @@ fn a_daemonized_be_child_is_stopped_by_restore() {
     };
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(1);
-    let text = config(
-        &guard.top,
+    let Some(runner) = run_daemonizing_agent(
+        DAEMON_RESTORE,
+        &guard,
         dir.path(),
-        lc.pid(0),
-        &daemonizing(&guard.marker),
-        "restore",
-    );
-    let agent = match Agent::start(options(&text, Duration::from_millis(1500))) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {DAEMON_RESTORE}: the agent does not start here: {e}"),
+        &lc,
+        Duration::from_millis(1500),
+    ) else {
+        return;
     };
-    let runner = std::thread::spawn(move || agent.run());
     let be = format!("/{}/be", guard.top);
     let started = eventually(Duration::from_secs(5), || {
         with_marker(&guard.marker)
@@ -200,18 +226,15 @@ fn a_daemonized_be_child_moved_out_is_moved_back() {
     };
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(1);
-    let text = config(
-        &guard.top,
+    let Some(runner) = run_daemonizing_agent(
+        DAEMON_MOVED,
+        &guard,
         dir.path(),
-        lc.pid(0),
-        &daemonizing(&guard.marker),
-        "restore",
-    );
-    let agent = match Agent::start(options(&text, Duration::from_secs(8))) {
-        Ok(a) => a,
-        Err(e) => return eprintln!("SKIP {DAEMON_MOVED}: the agent does not start here: {e}"),
+        &lc,
+        Duration::from_secs(8),
+    ) else {
+        return;
     };
-    let runner = std::thread::spawn(move || agent.run());
     let sock = dir.path().join("ctl.sock");
     let be = guard.top.join("be").unwrap();
     // in the BE group of every hierarchy the agent manages
