@@ -336,17 +336,51 @@ fn stop_agent(clean: &mut Cleanup, pid: u32) {
 #[allow(clippy::too_many_arguments)]
 fn spawn_agent(bin: &Path, cfg: &Path, log: &Path, clean: &mut Cleanup) -> Result<u32> {
     let _ = std::fs::remove_file(log);
+    // its stderr beside the reaction log, so a phase that logged nothing can say why
+    let stderr = std::fs::File::create(stderr_path(log))
+        .map(Stdio::from)
+        .unwrap_or_else(|_| Stdio::null());
     let agent = Command::new(bin)
         .args(["agent", "--config"])
         .arg(cfg)
         .env(headroom_agent::publish::reaction_log::ENV, log)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .context("running the agent")?;
     let pid = agent.id();
     clean.adopt(agent);
     Ok(pid)
+}
+
+/// Where the agent whose reaction log is `log` writes its stderr.
+fn stderr_path(log: &Path) -> std::path::PathBuf {
+    log.with_extension("stderr")
+}
+
+/// How the agent `pid` fared, for a phase that logged no reaction: exited early (with its
+/// status and last stderr line), or ran to the end without answering a crossing.
+fn why_none_logged(clean: &mut Cleanup, pid: u32, log: &Path) -> String {
+    let exited = clean
+        .children
+        .iter_mut()
+        .find(|c| c.id() == pid)
+        .and_then(|c| c.try_wait().ok().flatten());
+    let stderr = std::fs::read_to_string(stderr_path(log)).unwrap_or_default();
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    match exited {
+        Some(status) => format!(
+            "the agent exited before the steps ended ({status}); its last stderr line: {last:?}"
+        ),
+        None => format!(
+            "the agent ran throughout and answered no crossing with a write (its stderr: {})",
+            stderr_path(log).display()
+        ),
+    }
 }
 
 /// Reaction per event for every mode, on an idle and a busy host.
@@ -428,6 +462,8 @@ pub(super) fn reactions(
                 wait_state(step_pid, 'T');
                 std::thread::sleep(Duration::from_millis(60));
             }
+            // asked before the stop (the log may only be flushed at exit): used if none logged
+            let how_it_fared = why_none_logged(clean, agent_pid, &log);
             stop_agent(clean, agent_pid);
             signal(step_pid, libc::SIGKILL);
             signal(step_pid, libc::SIGCONT);
@@ -442,6 +478,10 @@ pub(super) fn reactions(
             println!("  {:>9} reaction {}", mode.name, reaction.line());
             println!("  {:>9} sensing  {}", "", sensing.line());
             let phases = print_phases(&rows);
+            let none_because = rows.is_empty().then_some(how_it_fared);
+            if let Some(why) = &none_because {
+                println!("  {:>9} no reaction logged: {why}", "");
+            }
             if skipped > 0 {
                 println!(
                     "  {:>9} {skipped} of {steps} steps skipped: BE was not running 0.5 s after the previous step (load average {})",
@@ -454,6 +494,7 @@ pub(super) fn reactions(
                 serde_json::json!({
                     "reaction": reaction.json(), "sensing": sensing.json(),
                     "phases": phases, "steps": steps, "steps_skipped": skipped,
+                    "none_logged_because": none_because,
                 }),
             );
         }
