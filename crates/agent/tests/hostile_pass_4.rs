@@ -8,11 +8,10 @@
 mod live;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_agent::runtime::{Agent, AgentOptions};
-use headroom_control::config::Config;
+use headroom_agent::runtime::Agent;
 use headroom_host::{Cgroups, FreezeState, LinuxHost};
 use headroom_types::GroupPath;
 
@@ -100,20 +99,6 @@ fn groups_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// Polls `f` every 50 ms for up to `within` (a hang detector, not a timing claim).
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// A config on `top/{lc,be}`: the LC `lc_pid`, the BE `command` (`restart = false`),
 /// static-cores on CPU 0, the given exit action, state and socket in `dir`.
 fn config(top: &GroupPath, dir: &Path, lc_pid: u32, command: &str, on_exit: &str) -> String {
@@ -126,13 +111,6 @@ fn config(top: &GroupPath, dir: &Path, lc_pid: u32, command: &str, on_exit: &str
          [safety]\non_exit = \"{on_exit}\"\nstate_file = \"{d}/state.json\"\n\n\
          [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n"
     )
-}
-
-fn options(text: &str, run_for: Duration) -> AgentOptions {
-    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
-    o.handle_signals = false;
-    o.run_for = Some(run_for);
-    o
 }
 
 /// A BE command that daemonizes: a `sleep MARKER` in a session of its own, the command
@@ -161,13 +139,9 @@ fn run_daemonizing_agent(
         &daemonizing(&guard.marker),
         "restore",
     );
-    match Agent::start(options(&text, run_for)) {
-        Ok(agent) => Some(std::thread::spawn(move || agent.run())),
-        Err(e) => {
-            eprintln!("SKIP {test}: the agent does not start here: {e}");
-            None
-        }
-    }
+    live::start_agent(&text, run_for)
+        .map_err(|why| eprintln!("SKIP {test}: {why}"))
+        .ok()
 }
 
 const DAEMON_RESTORE: &str = "a_daemonized_be_child_is_stopped_by_restore";
@@ -192,7 +166,7 @@ fn a_daemonized_be_child_is_stopped_by_restore() {
         return;
     };
     let be = format!("/{}/be", guard.top);
-    let started = eventually(Duration::from_secs(5), || {
+    let started = live::eventually(Duration::from_secs(5), || {
         with_marker(&guard.marker)
             .first()
             .is_some_and(|&p| groups_of(p).iter().any(|g| g == &be))
@@ -200,7 +174,7 @@ fn a_daemonized_be_child_is_stopped_by_restore() {
     assert!(started, "the daemon runs in {be}");
     let summary = runner.join().unwrap().expect("the agent restored");
     eprintln!("exit action: {}", summary.exit_action);
-    let gone = eventually(Duration::from_secs(3), || {
+    let gone = live::eventually(Duration::from_secs(3), || {
         with_marker(&guard.marker).is_empty()
     });
     assert!(
@@ -252,7 +226,7 @@ fn a_daemonized_be_child_moved_out_is_moved_back() {
             })
     };
     let mut daemon = None;
-    eventually(Duration::from_secs(5), || {
+    live::eventually(Duration::from_secs(5), || {
         daemon = with_marker(&guard.marker).first().copied();
         daemon.is_some_and(in_be)
     });
@@ -268,7 +242,7 @@ fn a_daemonized_be_child_moved_out_is_moved_back() {
         std::fs::write(root.join("cgroup.procs"), daemon.to_string()).unwrap();
     }
     assert!(!in_be(daemon), "moved out: {:?}", groups_of(daemon));
-    let back = eventually(Duration::from_secs(5), || in_be(daemon));
+    let back = live::eventually(Duration::from_secs(5), || in_be(daemon));
     let said: Vec<String> = request(&sock, &Request::Status)
         .ok()
         .and_then(|r| r.status)
@@ -302,7 +276,7 @@ fn a_restart_that_fails_leaves_the_earlier_agents_be_frozen() {
     let lc = live::Children::sleepers(1);
     let command = format!("[\"sleep\", \"{}\"]", guard.marker);
     let text = config(&guard.top, dir.path(), lc.pid(0), &command, "freeze");
-    let first = match Agent::start(options(&text, Duration::from_millis(800))) {
+    let first = match Agent::start(live::options(&text, Duration::from_millis(800))) {
         Ok(a) => a,
         Err(e) => return eprintln!("SKIP {RESTART_FAILS}: the agent does not start here: {e}"),
     };
@@ -322,7 +296,7 @@ fn a_restart_that_fails_leaves_the_earlier_agents_be_frozen() {
     state["last_allocation"]["be_cpus"] = serde_json::json!([4095]);
     std::fs::write(&state_path, state.to_string()).unwrap();
 
-    let second = Agent::start(options(&text, Duration::from_millis(800)));
+    let second = Agent::start(live::options(&text, Duration::from_millis(800)));
     let err = match second {
         Ok(a) => {
             let _ = a.run();
@@ -363,14 +337,14 @@ fn a_live_change_of_the_policys_interval_is_applied() {
     let lc = live::Children::sleepers(1);
     let command = format!("[\"sleep\", \"{}\"]", guard.marker);
     let text = config(&guard.top, dir.path(), lc.pid(0), &command, "restore");
-    let agent = match Agent::start(options(&text, Duration::from_secs(12))) {
+    let agent = match Agent::start(live::options(&text, Duration::from_secs(12))) {
         Ok(a) => a,
         Err(e) => return eprintln!("SKIP {LIVE_INTERVAL}: the agent does not start here: {e}"),
     };
     let runner = std::thread::spawn(move || agent.run());
     let sock = dir.path().join("ctl.sock");
     let status = || request(&sock, &Request::Status).ok().and_then(|r| r.status);
-    assert!(eventually(Duration::from_secs(5), || status().is_some()));
+    assert!(live::eventually(Duration::from_secs(5), || status().is_some()));
     let set = |key: &str, value: &str| {
         let r = request(
             &sock,
@@ -386,7 +360,7 @@ fn a_live_change_of_the_policys_interval_is_applied() {
     set("policy.blind.poll_ms", "5");
     set("policy.kind", "blind");
     let ticks = status().unwrap().ticks;
-    let fast = eventually(Duration::from_secs(8), || {
+    let fast = live::eventually(Duration::from_secs(8), || {
         status().is_some_and(|s| s.ticks >= ticks + 100)
     });
     let st = status().unwrap();

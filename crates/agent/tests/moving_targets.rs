@@ -7,7 +7,7 @@ mod live;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
 use headroom_agent::runtime::{AgentError, RunSummary};
@@ -78,20 +78,6 @@ fn procs(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Polls `f` every 50 ms for up to `within`.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn followed(sock: &Path) -> Vec<String> {
     request(sock, &Request::Status)
         .ok()
@@ -130,7 +116,7 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_pid_file_and_moved_in() {
     let _ = first.0[0].wait();
     let second = live::Children::sleepers(1);
     std::fs::write(&pid_file, format!("{}\n", second.pid(0))).unwrap();
-    let moved = eventually(Duration::from_secs(4), || {
+    let moved = live::eventually(Duration::from_secs(4), || {
         lc_dirs.iter().all(|d| procs(d).contains(&second.pid(0)))
     });
     assert!(
@@ -201,7 +187,7 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_listening_port() {
     let _ = first.0[0].wait();
     let (second, _) = listener(port).expect("the port again");
     let second = live::Children(vec![second]);
-    let moved = eventually(Duration::from_secs(4), || {
+    let moved = live::eventually(Duration::from_secs(4), || {
         lc_dirs.iter().all(|d| procs(d).contains(&second.pid(0)))
     });
     assert!(
@@ -245,7 +231,7 @@ fn a_be_group_removed_by_someone_else_is_created_again_with_be_in_it() {
     for d in &be_dirs {
         std::fs::remove_dir(d).unwrap();
     }
-    let back = eventually(Duration::from_secs(4), || {
+    let back = live::eventually(Duration::from_secs(4), || {
         let dirs = group_dirs(&be);
         dirs.len() == be_dirs.len() && dirs.iter().all(|d| procs(d).contains(&be_pid))
     });
@@ -291,7 +277,7 @@ fn a_be_process_moved_out_of_its_group_is_moved_back() {
         let root = hierarchy_root(d, &be);
         std::fs::write(root.join("cgroup.procs"), be_pid.to_string()).unwrap();
     }
-    let back = eventually(Duration::from_secs(4), || {
+    let back = live::eventually(Duration::from_secs(4), || {
         group_dirs(&be).iter().all(|d| procs(d).contains(&be_pid))
     });
     let said = followed(&sock);

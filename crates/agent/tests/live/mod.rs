@@ -84,3 +84,18 @@ pub fn start_agent(
         .map_err(|e| format!("the agent does not start here: {e}"))?;
     Ok(std::thread::spawn(move || agent.run()))
 }
+
+/// Polls `f` every 50 ms for up to `within`: a hang detector, not a timing claim.
+#[allow(dead_code)] // not every test that shares this module waits on a condition
+pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
