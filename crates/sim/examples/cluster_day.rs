@@ -4,7 +4,7 @@
 //! defaults) and once without (the first model), over the same node runs. Prints the tables;
 //! asserts nothing.
 //!
-//! `cargo run -p headroom-sim --example cluster_day -- [SERVERS] [HOURS] [OFFERED_LOAD] [CORES,..]
+//! `cargo run -p headroom-sim --example cluster_day -- [SERVERS] [HOURS] [OFFERED_LOAD,..] [CORES,..]
 //! [PERCENTILE] [MIN_HISTORY_S] [SEED]` (default 100 24 0.6 8,16,32 the advertiser's defaults, seed 1; `headroom sim fleet --cluster` is the same through the CLI).
 
 use headroom_control::config::KubernetesConfig;
@@ -18,7 +18,11 @@ fn main() {
     let arg = |i: usize, d: &str| args.get(i).cloned().unwrap_or_else(|| d.to_string());
     let servers: usize = arg(0, "100").parse().expect("SERVERS: a count");
     let hours: f64 = arg(1, "24").parse().expect("HOURS: a number");
-    let offered_load: f64 = arg(2, "0.6").parse().expect("OFFERED_LOAD: a fraction");
+    // One offered load or several (comma list): each is scheduled over the same node runs.
+    let offered_loads: Vec<f64> = arg(2, "0.6")
+        .split(',')
+        .map(|o| o.parse().expect("OFFERED_LOAD: a fraction, or a comma list of them"))
+        .collect();
     let cores: Vec<u32> = arg(3, "8,16,32")
         .split(',')
         .map(|c| c.parse().expect("CORES: a comma list of counts"))
@@ -38,24 +42,30 @@ fn main() {
         hours,
         cores,
         seed,
-        offered_load,
+        offered_load: offered_loads[0],
         advertise,
         costs: NodeCosts::default(),
     };
     let started = std::time::Instant::now();
     let nodes = node_timelines(&setup, &spec, &|_, _| {}).expect("the cluster day runs");
-    print!(
-        "{}",
-        text_table(&schedule_all(&nodes, setup.window_s, &spec))
-    );
-    let free = ClusterSpec {
-        costs: NodeCosts::none(),
-        ..spec.clone()
-    };
-    println!("without the costs of crowding (the first model):");
-    print!(
-        "{}",
-        text_table(&schedule_all(&nodes, setup.window_s, &free))
-    );
+    for &offered_load in &offered_loads {
+        let costed = ClusterSpec {
+            offered_load,
+            ..spec.clone()
+        };
+        print!(
+            "{}",
+            text_table(&schedule_all(&nodes, setup.window_s, &costed))
+        );
+        let free = ClusterSpec {
+            costs: NodeCosts::none(),
+            ..costed
+        };
+        println!("without the costs of crowding (the first model):");
+        print!(
+            "{}",
+            text_table(&schedule_all(&nodes, setup.window_s, &free))
+        );
+    }
     println!("({:.0} s wall)", started.elapsed().as_secs_f64());
 }
