@@ -28,21 +28,48 @@ pub struct BoundPod {
     pub millicpu: u64,
 }
 
-/// Parses an extended resource quantity: a whole count, optionally with a decimal SI suffix
-/// (`2k` = 2000); the API refuses fractions of extended resources, so they are refused here.
+/// Parses an extended resource quantity as the API writes one (its canonical form: `2k` for
+/// 2000): a whole number with a decimal SI suffix (`k` `M` `G` `T` `P` `E`), a binary one (`Ki`
+/// … `Ei`) or a decimal exponent (`2e3`), or milli-units that make a whole count (`3000m`). The
+/// API refuses fractions of extended resources, so they are refused here.
 fn parse_count(q: &str) -> Result<u64, &'static str> {
+    const NOT_WHOLE: &str = "not a whole count (extended resources are integers)";
     let q = q.trim();
-    let (digits, mult) = match q.strip_suffix('k') {
-        Some(d) => (d, 1000),
-        None => match q.strip_suffix('M') {
-            Some(d) => (d, 1_000_000),
-            None => (q, 1),
-        },
+    let split = q
+        .find(|c: char| !c.is_ascii_digit() && c != '+')
+        .unwrap_or(q.len());
+    let (digits, suffix) = q.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| NOT_WHOLE)?;
+    let pow = |base: u64, exp: u32| base.checked_pow(exp).ok_or("too large");
+    let value = match suffix {
+        "" => Some(n),
+        "m" => {
+            if !n.is_multiple_of(1000) {
+                return Err(NOT_WHOLE);
+            }
+            Some(n / 1000)
+        }
+        "k" => n.checked_mul(pow(1000, 1)?),
+        "M" => n.checked_mul(pow(1000, 2)?),
+        "G" => n.checked_mul(pow(1000, 3)?),
+        "T" => n.checked_mul(pow(1000, 4)?),
+        "P" => n.checked_mul(pow(1000, 5)?),
+        "E" => n.checked_mul(pow(1000, 6)?),
+        "Ki" => n.checked_mul(pow(1024, 1)?),
+        "Mi" => n.checked_mul(pow(1024, 2)?),
+        "Gi" => n.checked_mul(pow(1024, 3)?),
+        "Ti" => n.checked_mul(pow(1024, 4)?),
+        "Pi" => n.checked_mul(pow(1024, 5)?),
+        "Ei" => n.checked_mul(pow(1024, 6)?),
+        e => {
+            let exp: u32 = e
+                .strip_prefix(['e', 'E'])
+                .and_then(|x| x.strip_prefix('+').unwrap_or(x).parse().ok())
+                .ok_or(NOT_WHOLE)?;
+            n.checked_mul(pow(10, exp)?)
+        }
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "not a whole count (extended resources are integers)")?;
-    n.checked_mul(mult).ok_or("too large")
+    value.ok_or("too large")
 }
 
 /// What `pod` requests of [`BE_CPU`] (its containers' requests, each defaulting to its limit as
@@ -104,14 +131,26 @@ pub struct Floor {
     refused: BTreeMap<String, RequestError>,
     /// Whether the first list has arrived.
     pub synced: bool,
+    /// The node whose pods count (empty: every pod given). The watch selects the node's pods on
+    /// the server; a pod of another node that comes all the same counts nothing.
+    node: String,
 }
 
 impl Floor {
+    /// The floor of `node`'s pods.
+    pub fn of_node(node: &str) -> Floor {
+        Floor {
+            node: node.to_string(),
+            ..Floor::default()
+        }
+    }
+
     /// A pod came or changed. `Some(error)` the first time a pod's request is refused.
     pub fn apply(&mut self, pod: &Pod) -> Option<RequestError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.pods.remove(&uid);
-        if !holds(pod) {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if !holds(pod) || (!self.node.is_empty() && node != Some(self.node.as_str())) {
             self.refused.remove(&uid);
             return None;
         }
@@ -206,6 +245,40 @@ mod tests {
         assert_eq!(f.millicpu(), 1500);
         f.delete(&pod("a", "Running", json!([])));
         assert_eq!(f.millicpu(), 0);
+    }
+
+    #[test]
+    fn a_pod_of_another_node_counts_nothing() {
+        let mut f = Floor::of_node("n1");
+        f.apply(&pod("a", "Running", json!([c("m", Some("1500"), None)])));
+        let mut elsewhere = pod("b", "Running", json!([c("m", Some("700"), None)]));
+        elsewhere.spec.as_mut().unwrap().node_name = Some("n2".into());
+        f.apply(&elsewhere);
+        assert_eq!(f.millicpu(), 1500);
+        // Every pod counts where no node is named.
+        let mut any = Floor::default();
+        any.apply(&elsewhere);
+        assert_eq!(any.millicpu(), 700);
+    }
+
+    #[test]
+    fn quantities_parse_as_the_api_writes_them() {
+        for (q, want) in [
+            ("1500", 1500),
+            ("2k", 2000),
+            ("2e3", 2000),
+            ("2E+3", 2000),
+            ("1Ki", 1024),
+            ("3000m", 3),
+            ("1M", 1_000_000),
+            (" 7 ", 7),
+        ] {
+            assert_eq!(parse_count(q), Ok(want), "{q}");
+        }
+        for q in ["1.5", "1500m", "-1", "", "k", "2x", "1e-3", "99E"] {
+            assert!(parse_count(q).is_err(), "{q} accepted");
+        }
+        assert_eq!(parse_count("18446744073709551615k"), Err("too large"));
     }
 
     #[test]

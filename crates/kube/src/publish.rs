@@ -105,7 +105,7 @@ async fn run(
     let mut pod_events = watcher(pods, watcher::Config::default().fields(&selector))
         .default_backoff()
         .boxed();
-    let mut floor = Floor::default();
+    let mut floor = Floor::of_node(&opts.node);
     let mut relisting = false;
     let mut said: Option<String> = None;
     let mut retry = opts.retry;

@@ -61,6 +61,9 @@ pub struct StandIn {
     pub requests: Arc<Mutex<Vec<String>>>,
     /// The Node objects (status patches land here).
     pub nodes: Arc<Mutex<Nodes>>,
+    /// Whether `fieldSelector=spec.nodeName=…` is applied (as kube-apiserver does); a test of
+    /// the client's own defence clears it to be sent other nodes' pods.
+    pub select_fields: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     /// [`StandIn::listing`]'s own sender (its watches then stay open, not ended).
     _silent: Option<mpsc::Sender<Value>>,
@@ -296,6 +299,18 @@ fn chunk(w: &mut TcpStream, data: &str) -> std::io::Result<()> {
     w.flush()
 }
 
+/// The node a pod list or watch selects (`fieldSelector=spec.nodeName=<node>`, as the agent
+/// asks), the API server applying it as kube-apiserver does; `None`: every pod.
+fn node_selector(path: &str) -> Option<String> {
+    let query = path.split_once('?')?.1;
+    query.split('&').find_map(|kv| {
+        let v = kv.strip_prefix("fieldSelector=")?;
+        let v = v.replace("%3D", "=").replace("%3d", "=");
+        v.split(',')
+            .find_map(|term| term.strip_prefix("spec.nodeName=").map(str::to_string))
+    })
+}
+
 /// Serves one connection: lists and (one) watch.
 fn serve(
     conn: TcpStream,
@@ -304,6 +319,7 @@ fn serve(
     stop: &AtomicBool,
     events: &Mutex<Option<mpsc::Receiver<Value>>>,
     nodes: &Mutex<Nodes>,
+    select_fields: &AtomicBool,
 ) {
     let Ok(mut w) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
@@ -322,9 +338,15 @@ fn serve(
             let _ = write!(w, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
             continue;
         }
+        let node = node_selector(&path).filter(|_| select_fields.load(Ordering::SeqCst));
+        let selected = |pod: &Value| {
+            node.as_deref()
+                .is_none_or(|n| pod["spec"]["nodeName"].as_str() == Some(n))
+        };
         if !path.contains("watch=true") {
+            let items: Vec<&Value> = list.iter().filter(|p| selected(p)).collect();
             let body = json!({"apiVersion": "v1", "kind": "PodList",
-                              "metadata": {"resourceVersion": "10"}, "items": list})
+                              "metadata": {"resourceVersion": "10"}, "items": items})
             .to_string();
             let _ = write!(
                 w,
@@ -340,6 +362,9 @@ fn serve(
         while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
             match &mine {
                 Some(rx) => match rx.recv_timeout(Duration::from_millis(50)) {
+                    // An object of another node is not this watch's (ERROR and BOOKMARK
+                    // events carry no pod and always go out).
+                    Ok(ev) if ev["object"]["kind"] == "Pod" && !selected(&ev["object"]) => {}
                     Ok(ev) => {
                         if chunk(&mut w, &format!("{ev}\n")).is_err() {
                             return;
@@ -365,27 +390,37 @@ impl StandIn {
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Mutex::new(Some(events)));
         let nodes = Arc::new(Mutex::new(Nodes::default()));
-        let (reqs, stopped, all_nodes) = (requests.clone(), stop.clone(), nodes.clone());
+        let select_fields = Arc::new(AtomicBool::new(true));
+        let (reqs, stopped, all_nodes, selecting) = (
+            requests.clone(),
+            stop.clone(),
+            nodes.clone(),
+            select_fields.clone(),
+        );
         std::thread::spawn(move || {
             for conn in listener.incoming().take(MAX_CONNECTIONS) {
                 let Ok(conn) = conn else { continue };
                 if stopped.load(Ordering::SeqCst) {
                     return;
                 }
-                let (list, reqs, stopped, events, nodes) = (
+                let (list, reqs, stopped, events, nodes, selecting) = (
                     list.clone(),
                     reqs.clone(),
                     stopped.clone(),
                     events.clone(),
                     all_nodes.clone(),
+                    selecting.clone(),
                 );
-                std::thread::spawn(move || serve(conn, &list, &reqs, &stopped, &events, &nodes));
+                std::thread::spawn(move || {
+                    serve(conn, &list, &reqs, &stopped, &events, &nodes, &selecting)
+                });
             }
         });
         Ok(StandIn {
             port,
             requests,
             nodes,
+            select_fields,
             stop,
             _silent: None,
         })

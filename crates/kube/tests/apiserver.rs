@@ -96,6 +96,10 @@ fn pods_come_change_and_go_and_a_bad_one_is_refused() {
     ];
     let (push, events) = mpsc::channel();
     let server = StandIn::start(list, events).unwrap();
+    // The server sends elsewhere-0 despite the field selector: the client's own check is tested.
+    server
+        .select_fields
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let kubeconfig = server.kubeconfig(dir.path()).unwrap();
 
     let (tx, rx) = mpsc::channel();
@@ -190,5 +194,96 @@ fn pods_come_change_and_go_and_a_bad_one_is_refused() {
     assert!(!seen
         .iter()
         .any(|c| matches!(c, LcChange::Added { lc } if lc.name.contains("elsewhere") || lc.name.contains("batch"))));
+    discovery.stop();
+}
+
+/// kube-apiserver ends a watch whose resourceVersion is too old with an ERROR event (a Status,
+/// code 410 `Expired`); the client must list again and keep what it knew meanwhile. The server
+/// here also applies the field selector, so a pod of another node never reaches the client.
+#[test]
+fn an_expired_watch_is_listed_again_and_the_lc_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cgroup");
+    let a = "aaaaaaaa-0000-0000-0000-00000000000a";
+    std::fs::create_dir_all(root.join("cpu").join(format!("kubepods/burstable/pod{a}"))).unwrap();
+    std::fs::create_dir_all(root.join("cpu").join("kubepods/besteffort")).unwrap();
+    let slo = json!({"headroom.io/slo-p99-us": "500"});
+    let list = vec![
+        pod("cart-0", a, NODE, "Running", "Burstable", slo.clone(), 5),
+        pod(
+            "elsewhere-0",
+            "ffffffff-0000-0000-0000-00000000000f",
+            "node-b",
+            "Running",
+            "Burstable",
+            slo.clone(),
+            6,
+        ),
+    ];
+    let (push, events) = mpsc::channel();
+    let server = StandIn::start(list, events).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut opts = DiscoveryOptions::new(NODE);
+    opts.kubeconfig = Some(server.kubeconfig(dir.path()).unwrap());
+    opts.cgroup_root = root.clone();
+    opts.recheck = Duration::from_millis(50);
+    let discovery = Discovery::start(opts, Some(tx)).unwrap();
+    let mut seen = Vec::new();
+    let set = wait_for(&rx, "the first list", &mut seen, |s| s.synced);
+    assert_eq!(names(&set), ["shop/cart-0"]);
+
+    let lists = |server: &StandIn| {
+        server
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.starts_with("/api/v1/pods") && !r.contains("watch=true"))
+            .count()
+    };
+    let before = lists(&server);
+    push.send(
+        json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+        "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+        "message": "too old resource version: 10 (42)"}}),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while lists(&server) == before {
+        assert!(
+            Instant::now() < deadline,
+            "no new list after the watch expired: {:?}",
+            server.requests.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The new list has been asked for; a second on, it has been read: the set is whole, and the
+    // LC never left it.
+    let settled = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        while let Ok(ev) = rx.try_recv() {
+            seen.extend(ev.changes.clone());
+        }
+        let snap = discovery.snapshot();
+        if snap.synced && Instant::now() >= settled {
+            assert_eq!(names(&snap), ["shop/cart-0"]);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the set never came back: {snap:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !seen
+            .iter()
+            .any(|c| matches!(c, LcChange::Removed { name } if name == "shop/cart-0")),
+        "the LC was dropped across the re-list: {seen:#?}"
+    );
+    assert!(!seen
+        .iter()
+        .any(|c| matches!(c, LcChange::Added { lc } if lc.name.contains("elsewhere"))));
     discovery.stop();
 }
