@@ -114,15 +114,19 @@ pub struct Search {
 
 /// The highest rate that `holds`: doubling from `start` (at most `doublings` steps) until one
 /// does not hold, then `bisections` halvings between the last that held and the first that did
-/// not. 0 when `start` does not hold. A rate whose outcome is unknown stops the search where it
-/// is (the rates that held stay; nothing is concluded from the unknown one), and says so.
+/// not. 0 when `start` does not hold. A rate whose outcome is unknown is never taken for one that
+/// did not hold: when the doubling meets one, the halvings narrow the gap below it (a rate there
+/// that does not hold makes it an ordinary search again); an unknown rate met while halving stops
+/// the search where it is. Nothing is concluded from an unknown rate, and the result says which
+/// one stopped it. An unknown `start` gives 0 (never a rate below one that was not measured).
 pub(crate) fn capacity_search<E, O: Into<Outcome>>(
     start: f64,
     doublings: usize,
     bisections: usize,
     mut holds: impl FnMut(f64) -> Result<O, E>,
 ) -> Result<Search, E> {
-    let (mut ok, mut bad) = (0.0, None);
+    let (mut ok, mut above) = (0.0, None::<f64>);
+    let mut unknown: Option<(f64, String)> = None;
     let mut q = start;
     for _ in 0..doublings {
         match holds(q)?.into() {
@@ -131,38 +135,42 @@ pub(crate) fn capacity_search<E, O: Into<Outcome>>(
                 q *= 2.0;
             }
             Outcome::NotHeld => {
-                bad = Some(q);
+                above = Some(q);
                 break;
             }
             Outcome::Unknown(why) => {
-                return Ok(Search {
-                    qps: ok,
-                    unknown: Some((q, why)),
-                })
+                if ok <= 0.0 {
+                    return Ok(Search {
+                        qps: 0.0,
+                        unknown: Some((q, why)),
+                    });
+                }
+                above = Some(q);
+                unknown = Some((q, why));
+                break;
             }
         }
     }
-    if let Some(mut hi) = bad {
+    if let Some(mut hi) = above {
         let mut lo: f64 = ok;
         for _ in 0..bisections {
             let mid = (lo + hi) / 2.0;
             match holds(mid)?.into() {
                 Outcome::Held => lo = mid,
-                Outcome::NotHeld => hi = mid,
+                Outcome::NotHeld => {
+                    hi = mid;
+                    // Bracketed by rates that were measured: the unknown one above is moot.
+                    unknown = None;
+                }
                 Outcome::Unknown(why) => {
-                    return Ok(Search {
-                        qps: lo,
-                        unknown: Some((mid, why)),
-                    })
+                    unknown = Some((mid, why));
+                    break;
                 }
             }
         }
         ok = lo;
     }
-    Ok(Search {
-        qps: ok,
-        unknown: None,
-    })
+    Ok(Search { qps: ok, unknown })
 }
 
 #[cfg(test)]
@@ -334,20 +342,49 @@ mod tests {
             s.unknown,
             Some((10_000.0, "independence: run ≥ 40 s".into()))
         );
-        // Held at 10k and 20k, unknown at 40k: at least 20k, said so, and no bisection below.
+        // Held at 10k and 20k, unknown from 30k: at least 20k, said so, and nothing below it
+        // tried (the gap above 20k was, and was unknown too).
         let mut asked = Vec::new();
         let s = capacity_search(10_000.0, 9, 4, |q| {
             asked.push(q);
-            Ok::<_, ()>(if q < 40_000.0 {
+            Ok::<_, ()>(if q < 30_000.0 {
                 Outcome::Held
             } else {
                 unknown("noise")
             })
         })
         .unwrap();
-        assert_eq!(asked, [10e3, 20e3, 40e3]);
+        assert_eq!(asked, [10e3, 20e3, 40e3, 30e3]);
         assert_eq!(s.qps, 20_000.0);
-        assert_eq!(s.unknown.map(|u| u.0), Some(40_000.0));
+        assert_eq!(s.unknown.map(|u| u.0), Some(30_000.0));
+        // Unknown at 40k but measurable below: the gap is narrowed, never below 20k.
+        let mut asked = Vec::new();
+        let s = capacity_search(10_000.0, 9, 4, |q| {
+            asked.push(q);
+            Ok::<_, ()>(if q < 35_000.0 {
+                Outcome::Held
+            } else {
+                unknown("noise")
+            })
+        })
+        .unwrap();
+        assert_eq!(asked, [10e3, 20e3, 40e3, 30e3, 35e3]);
+        assert_eq!(s.qps, 30_000.0);
+        assert_eq!(s.unknown.map(|u| u.0), Some(35_000.0));
+        // A rate below the unknown one that does not hold brackets the capacity with measured
+        // rates: an ordinary search, nothing unknown in its result.
+        let s = capacity_search(10_000.0, 9, 4, |q| {
+            Ok::<_, ()>(if q < 32_000.0 {
+                Outcome::Held
+            } else if q < 40_000.0 {
+                Outcome::NotHeld
+            } else {
+                unknown("noise")
+            })
+        })
+        .unwrap();
+        assert_eq!(s.qps, 31_250.0);
+        assert_eq!(s.unknown, None);
         // Unknown during the bisection: the highest held so far stays.
         let s = capacity_search(10_000.0, 9, 4, |q| {
             Ok::<_, ()>(if q <= 20_000.0 {
