@@ -42,7 +42,9 @@ fn colocation_report_has_design_summary_keys_data_files_and_plots() {
                 "emu_mean",
                 "emu_min",
                 "lc_p99_us_max",
-                "be_throughput_norm"
+                "be_throughput_norm",
+                "valid_windows",
+                "slo_violations_valid"
             ])
         );
     }

@@ -21,7 +21,10 @@ fn main() {
     // One offered load or several (comma list): each is scheduled over the same node runs.
     let offered_loads: Vec<f64> = arg(2, "0.6")
         .split(',')
-        .map(|o| o.parse().expect("OFFERED_LOAD: a fraction, or a comma list of them"))
+        .map(|o| {
+            o.parse()
+                .expect("OFFERED_LOAD: a fraction, or a comma list of them")
+        })
         .collect();
     let cores: Vec<u32> = arg(3, "8,16,32")
         .split(',')

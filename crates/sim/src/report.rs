@@ -66,6 +66,8 @@ pub fn fleet_study(setup: &SimSetup, spec: &FleetSpec, results: &[PolicyFleet]) 
             emu_min: Some(f.emu_min()),
             lc_p99_us_max: Some(f.p99_max()),
             be_throughput_norm: Some(f.be_norm_mean()),
+            valid_windows: None,
+            slo_violations_valid: None,
         })
         .collect();
     let series = |name: &str, f: &PolicyFleet, points: Vec<XY>| Series {

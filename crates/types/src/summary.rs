@@ -37,4 +37,10 @@ pub struct RunSummary {
     pub lc_p99_us_max: Option<f64>,
     /// BE throughput normalized to the BE running alone (1.0 = as fast as alone).
     pub be_throughput_norm: Option<f64>,
+    /// Windows whose load run passed its self-checks, and how many of those violated the SLO
+    /// (`None` where the experiment keeps no per-window validity). A verdict rests on these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_windows: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_violations_valid: Option<u64>,
 }

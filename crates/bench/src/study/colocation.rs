@@ -31,6 +31,13 @@ pub fn colocation_run_summary(run: &ColocationRun, m: &Manifest) -> RunSummary {
     let tails = window_tails(run, m.percentile);
     let emus: Vec<f64> = window_emus(run).into_iter().flatten().collect();
     let be: Vec<f64> = run.windows.iter().filter_map(|w| w.be_fraction).collect();
+    let valid_tails: Vec<Option<f64>> = run
+        .windows
+        .iter()
+        .zip(&tails)
+        .filter(|(w, _)| w.load.as_ref().is_some_and(|l| l.valid))
+        .map(|(_, t)| *t)
+        .collect();
     RunSummary {
         policy: run.policy.clone(),
         be: run.be.clone(),
@@ -40,6 +47,8 @@ pub fn colocation_run_summary(run: &ColocationRun, m: &Manifest) -> RunSummary {
         emu_min: stats::min(&emus),
         lc_p99_us_max: stats::max(&tails.iter().flatten().copied().collect::<Vec<_>>()),
         be_throughput_norm: stats::mean(&be),
+        valid_windows: Some(valid_tails.len() as u64),
+        slo_violations_valid: Some(stats::slo_violations(&valid_tails, m.slo_us)),
     }
 }
 
@@ -245,11 +254,18 @@ pub fn study_colocation(m: &Manifest, runs: &[ColocationRun]) -> Study {
     let mut findings = Vec::new();
     for (run, s) in runs.iter().zip(&summaries) {
         findings.push(format!(
-            "{} with {} BE: {} of {} windows violated the SLO; EMU mean {}, min {}; worst {pl} {}.{}",
+            "{} with {} BE: {} of {} windows violated the SLO{}; EMU mean {}, min {}; worst {pl} {}.{}",
             label(run),
             s.be,
             s.slo_violations,
             s.windows,
+            match (s.valid_windows, s.slo_violations_valid) {
+                (Some(v), Some(n)) if v < s.windows => format!(
+                    " ({n} of the {v} whose load runs passed their self-checks; the other {} are figures the load generator could not vouch for)",
+                    s.windows - v
+                ),
+                _ => String::new(),
+            },
             s.emu_mean.map_or("–".into(), |v| format!("{:.0}%", v * 100.0)),
             s.emu_min.map_or("–".into(), |v| format!("{:.0}%", v * 100.0)),
             s.lc_p99_us_max.map_or("–".into(), |v| format!("{v:.0} µs")),

@@ -207,6 +207,8 @@ fn sweep_run(m: &Manifest, name: &str, levels: &[Level]) -> RunSummary {
         emu_min: stats::min(&emus),
         lc_p99_us_max: stats::max(&tails.iter().flatten().copied().collect::<Vec<_>>()),
         be_throughput_norm: stats::median(&be_norms),
+        valid_windows: None,
+        slo_violations_valid: None,
     }
 }
 

@@ -292,11 +292,12 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
     let pct = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{:.0}%", v * 100.0));
     for r in &s.runs {
         out.push(format!(
-            "  {:<8} + {}: {} of {} windows violated the SLO, EMU mean {} (min {}), worst p99 {}",
+            "  {:<8} + {}: {} of {} windows violated the SLO{}, EMU mean {} (min {}), worst p99 {}",
             r.policy,
             r.be,
             r.slo_violations,
             r.windows,
+            valid_part(r),
             pct(r.emu_mean),
             pct(r.emu_min),
             r.lc_p99_us_max.map_or("–".into(), |v| format!("{v:.0} µs"))
@@ -330,6 +331,8 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
             ));
             if let Some(why) = no_difference_shown(s.slo_us, n) {
                 out.push(format!("  this host did not show a difference: {why}"));
+            } else if let Some(why) = mostly_hollow(n, a) {
+                out.push(format!("  {why}"));
             }
         }
         _ => {
@@ -340,6 +343,37 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
         out.push(String::new());
     }
     out
+}
+
+/// ` (of the N whose load runs passed their self-checks: M)`, where the run kept validity and
+/// some window failed.
+fn valid_part(r: &headroom_types::summary::RunSummary) -> String {
+    match (r.valid_windows, r.slo_violations_valid) {
+        (Some(v), Some(m)) if v < r.windows => {
+            format!(" (of the {v} whose load runs passed their self-checks: {m})")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Where fewer than half of either run's windows were measured validly, the verdict's counts
+/// rest on figures the load generator could not vouch for: said, with the valid windows' own
+/// comparison.
+fn mostly_hollow(
+    none: &headroom_types::summary::RunSummary,
+    agent: &headroom_types::summary::RunSummary,
+) -> Option<String> {
+    let (nv, av) = (none.valid_windows?, agent.valid_windows?);
+    if 2 * nv >= none.windows && 2 * av >= agent.windows {
+        return None;
+    }
+    Some(format!(
+        "these counts rest mostly on windows whose load runs failed their self-checks ({nv} of {} valid without the agent, {av} of {} with it); over the valid ones alone: {} → {} violating",
+        none.windows,
+        agent.windows,
+        none.slo_violations_valid.unwrap_or(0),
+        agent.slo_violations_valid.unwrap_or(0)
+    ))
 }
 
 /// Why the run without the agent could show no difference, where it could not: BE never pushed
@@ -372,6 +406,8 @@ mod tests {
             emu_min: Some(1.17),
             lc_p99_us_max: Some(3125.0),
             be_throughput_norm: None,
+            valid_windows: None,
+            slo_violations_valid: None,
         };
         let why = super::no_difference_shown(7588.0, &none).expect("said");
         assert!(why.contains("worst p99 3125 µs against 7588 µs"), "{why}");
@@ -387,6 +423,63 @@ mod tests {
         assert!(super::no_difference_shown(500.0, &unmeasured)
             .unwrap()
             .contains("no window measured"));
+    }
+
+    #[test]
+    fn a_verdict_on_mostly_hollow_windows_says_so_with_the_valid_ones_counted() {
+        use headroom_types::summary::{RunSummary, Summary};
+        // The 2026-11-29 14:44 run: none 8 of 9 violating, 3 valid (2 of them violating);
+        // hybrid 0 of 9, 2 valid.
+        let none = RunSummary {
+            policy: "none".into(),
+            be: "spin".into(),
+            slo_violations: 8,
+            windows: 9,
+            emu_mean: Some(1.33),
+            emu_min: Some(1.04),
+            lc_p99_us_max: Some(4542.0),
+            be_throughput_norm: None,
+            valid_windows: Some(3),
+            slo_violations_valid: Some(2),
+        };
+        let hybrid = RunSummary {
+            policy: "hybrid".into(),
+            slo_violations: 0,
+            valid_windows: Some(2),
+            slo_violations_valid: Some(0),
+            ..none.clone()
+        };
+        let s = Summary {
+            experiment: "colocation".into(),
+            slo_us: 3686.0,
+            percentile: 99.0,
+            runs: vec![none.clone(), hybrid.clone()],
+        };
+        let text = super::verdict(&s).join("\n");
+        assert!(
+            text.contains("8 of 9 windows violated the SLO (of the 3 whose load runs passed their self-checks: 2)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("3 of 9 valid without the agent, 2 of 9 with it); over the valid ones alone: 2 → 0 violating"),
+            "{text}"
+        );
+        // Every window valid: the plain counts, nothing more said.
+        let all_valid = |r: &RunSummary| RunSummary {
+            valid_windows: Some(9),
+            slo_violations_valid: Some(r.slo_violations),
+            ..r.clone()
+        };
+        let s = Summary {
+            runs: vec![all_valid(&none), all_valid(&hybrid)],
+            ..s
+        };
+        let text = super::verdict(&s).join("\n");
+        assert!(
+            text.contains("8 of 9 windows violated the SLO, EMU"),
+            "{text}"
+        );
+        assert!(!text.contains("self-checks"), "{text}");
     }
     use headroom_report::model::{AgentWindow, LoadMetrics, Window};
 
