@@ -40,36 +40,41 @@ fn parse_count(q: &str) -> Result<u64, &'static str> {
         .unwrap_or(q.len());
     let (digits, suffix) = q.split_at(split);
     let n: u64 = digits.parse().map_err(|_| NOT_WHOLE)?;
-    let pow = |base: u64, exp: u32| base.checked_pow(exp).ok_or("too large");
-    let value = match suffix {
-        "" => Some(n),
-        "m" => {
-            if !n.is_multiple_of(1000) {
-                return Err(NOT_WHOLE);
-            }
-            Some(n / 1000)
-        }
-        "k" => n.checked_mul(pow(1000, 1)?),
-        "M" => n.checked_mul(pow(1000, 2)?),
-        "G" => n.checked_mul(pow(1000, 3)?),
-        "T" => n.checked_mul(pow(1000, 4)?),
-        "P" => n.checked_mul(pow(1000, 5)?),
-        "E" => n.checked_mul(pow(1000, 6)?),
-        "Ki" => n.checked_mul(pow(1024, 1)?),
-        "Mi" => n.checked_mul(pow(1024, 2)?),
-        "Gi" => n.checked_mul(pow(1024, 3)?),
-        "Ti" => n.checked_mul(pow(1024, 4)?),
-        "Pi" => n.checked_mul(pow(1024, 5)?),
-        "Ei" => n.checked_mul(pow(1024, 6)?),
-        e => {
-            let exp: u32 = e
-                .strip_prefix(['e', 'E'])
-                .and_then(|x| x.strip_prefix('+').unwrap_or(x).parse().ok())
-                .ok_or(NOT_WHOLE)?;
-            n.checked_mul(pow(10, exp)?)
-        }
+    // The quantity suffixes: decimal SI, then binary (each a power of its base).
+    const SUFFIXES: [(&str, u64, u32); 12] = [
+        ("k", 1000, 1),
+        ("M", 1000, 2),
+        ("G", 1000, 3),
+        ("T", 1000, 4),
+        ("P", 1000, 5),
+        ("E", 1000, 6),
+        ("Ki", 1024, 1),
+        ("Mi", 1024, 2),
+        ("Gi", 1024, 3),
+        ("Ti", 1024, 4),
+        ("Pi", 1024, 5),
+        ("Ei", 1024, 6),
+    ];
+    let scale = |base: u64, exp: u32| {
+        base.checked_pow(exp)
+            .and_then(|m| n.checked_mul(m))
+            .ok_or("too large")
     };
-    value.ok_or("too large")
+    match suffix {
+        "" => Ok(n),
+        "m" if n.is_multiple_of(1000) => Ok(n / 1000),
+        "m" => Err(NOT_WHOLE),
+        s => match SUFFIXES.iter().find(|(name, _, _)| *name == s) {
+            Some(&(_, base, exp)) => scale(base, exp),
+            None => {
+                let exp: u32 = s
+                    .strip_prefix(['e', 'E'])
+                    .and_then(|x| x.strip_prefix('+').unwrap_or(x).parse().ok())
+                    .ok_or(NOT_WHOLE)?;
+                scale(10, exp)
+            }
+        },
+    }
 }
 
 /// What `pod` requests of [`BE_CPU`] (its containers' requests, each defaulting to its limit as
