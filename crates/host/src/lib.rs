@@ -38,6 +38,8 @@
 //! sensors::{PolledFile, ProcStatReader, CpuIdleSampler, SchedstatReader, parse_psi, MemInfo}
 //! latency_bpf::LatencySensor::attach(ports) -> snapshot() (the LC's request latency, passively)
 //! bpf_asm::Asm (writes every BPF program) / bpf_sys (every bpf(2) call, program_loaded, map_exists)
+//! net::timestamps::{enable_timestamping, read_errqueue, recv_stamped, rx_stamp, KernelStamp}
+//!   a socket's kernel TX/RX software stamps (the load generator's and the prober's latencies)
 //! net::link_speed_mbit(root, dev) / sysctl::{read, io_uring_disabled}(root) / pids::cgroup_text
 //! spawn::StartIn::parent().in_group(dir).without(cap).apply(&mut cmd)   a child in a cgroup, no shell
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)

@@ -17,10 +17,10 @@
 //! wake-up per send, not one per send and one per reply) whenever no send waits on a reply (see
 //! `replies_can_wait`). Send times and latencies are from the schedule, exactly as with epoll.
 
+use headroom_host::net::timestamps::rx_stamp;
 use io_uring::types::{BufRingEntry, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
-use super::rx_stamp::rx_timestamp_ns;
 use super::{Io, Wait, Worker};
 use crate::clock::now_ns;
 use crate::error::LoadError;
@@ -35,7 +35,7 @@ const BUFFER_GROUP: u16 = 0;
 const MAX_WAIT_NS: u64 = 200_000_000;
 /// Room for the control messages in each received buffer: SCM_TIMESTAMPNS, and the
 /// SCM_TIMESTAMPING TCP adds on a socket that reports software transmit stamps too.
-pub(super) const CONTROL_LEN: usize = super::rx_stamp::RX_CONTROL_LEN;
+pub(super) const CONTROL_LEN: usize = headroom_host::net::timestamps::RX_CONTROL_LEN;
 /// A wait that should not end for replies asks for this many completions (the kernel caps it at
 /// the completion queue's size); its timeout, the next send's time, ends it.
 const WAIT_FOR_TIMER: usize = 1 << 16;
@@ -522,7 +522,7 @@ impl Worker<'_> {
                 c.make_room(got);
                 c.rbuf[c.rend..c.rend + got].copy_from_slice(payload);
                 c.rend += got;
-                if let Some(t) = rx_timestamp_ns(out.control_data(), offset) {
+                if let Some(t) = rx_stamp(out.control_data()).and_then(|s| s.monotonic_ns(offset)) {
                     // Never later than now; never before the clock the stamps are mapped to.
                     stamp = t.min(now);
                     kernel_rx = true;
