@@ -22,8 +22,9 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, tighten_timer_slack, Timer};
+use crate::clock::{now_ns, tighten_timer_slack};
 use headroom_host::sched::pin_this_thread;
+use headroom_host::timer::Timer;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX);

@@ -12,7 +12,11 @@ impl Agent {
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
         let interval = self.poll_interval();
         let deadline = self.options.run_for.map(|d| Instant::now() + d);
-        set_timer_slack_ns(1000);
+        // 1 µs of slack so 1 ms sleeps end close to their deadline; a refusal (none is known)
+        // only makes ticks later.
+        if let Err(e) = headroom_host::sched::set_timer_slack_ns(1000) {
+            tracing::warn!(error = %e, "timer slack left at its default");
+        }
         raise_control_loop_priority(self.config.safety.agent_fifo_priority);
         let mut reactions = ReactionLog::from_env();
         if self.start_idle_sensing(&reactions) {
@@ -428,7 +432,6 @@ pub(super) fn service_treatment(
     }
 }
 
-/// Lowers this thread's timer slack so 1 ms sleeps end close to their deadline.
 /// Puts the calling (control loop) thread above every CFS thread, so a BE or LC thread filling
 /// every CPU cannot delay the tick that shrinks BE; nice -20 where FIFO is refused.
 fn raise_control_loop_priority(fifo_priority: u8) {
@@ -458,12 +461,5 @@ fn raise_control_loop_priority(fifo_priority: u8) {
                 tracing::warn!(fifo = %fifo, nice = %nice, "control loop keeps its scheduling")
             }
         },
-    }
-}
-
-fn set_timer_slack_ns(ns: u64) {
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches nothing else.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
     }
 }

@@ -9,9 +9,10 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use super::{Io, Wait, Worker};
-use crate::clock::{now_ns, Timer};
+use crate::clock::now_ns;
 use crate::error::LoadError;
 use headroom_host::net::timestamps::recv_stamped;
+use headroom_host::timer::Timer;
 
 const TIMER_TOKEN: Token = Token(usize::MAX);
 

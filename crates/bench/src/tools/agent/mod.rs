@@ -460,41 +460,20 @@ fn cpu_use(
 /// CPU share (% of one CPU) of a thread that does nothing but sleep to absolute `period`
 /// deadlines for `seconds`, with the agent's timer slack (1 µs): the cost of the wake-ups alone.
 fn wake_up_floor_pct(period: Duration, seconds: f64) -> f64 {
-    let now = |clock| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes into the timespec we own.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-    };
-    // SAFETY: prctl with integer arguments only affects this thread.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+    use headroom_load::clock::{now_ns, thread_cpu_ns};
+    // The agent's slack; a refusal (none is known) shows as a higher floor.
+    let _ = headroom_host::sched::set_timer_slack_ns(1000);
     let ticks = (seconds / period.as_secs_f64()).round().max(1.0) as u64;
-    let cpu0 = now(libc::CLOCK_THREAD_CPUTIME_ID);
-    let wall0 = now(libc::CLOCK_MONOTONIC);
+    let period_ns = period.as_nanos() as u64;
+    let (cpu0, wall0) = (thread_cpu_ns(), now_ns());
     let mut deadline = wall0;
     for _ in 0..ticks {
-        deadline += period.as_secs_f64();
-        let ts = libc::timespec {
-            tv_sec: deadline.trunc() as libc::time_t,
-            tv_nsec: (deadline.fract() * 1e9) as libc::c_long,
-        };
-        // SAFETY: an absolute sleep on CLOCK_MONOTONIC with a timespec we own; EINTR just
-        // ends this tick early.
-        unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
+        deadline += period_ns;
+        headroom_host::timer::sleep_until(deadline);
     }
-    let cpu = now(libc::CLOCK_THREAD_CPUTIME_ID) - cpu0;
-    let wall = now(libc::CLOCK_MONOTONIC) - wall0;
-    100.0 * cpu / wall
+    let cpu = thread_cpu_ns().saturating_sub(cpu0);
+    let wall = now_ns().saturating_sub(wall0).max(1);
+    100.0 * cpu as f64 / wall as f64
 }
 
 /// Start-up time excluded from the steady-state CPU figure, s.
