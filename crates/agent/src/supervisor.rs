@@ -11,11 +11,11 @@
 //! would block the spawn until BE is thawed.
 
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use headroom_host::spawn::StartIn;
 use headroom_host::{Backend, Cgroups, Controller};
 use headroom_types::GroupPath;
 
@@ -31,6 +31,13 @@ pub enum LaunchError {
         group: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("{name}: preparing its start in {group}: {source}")]
+    Prepare {
+        name: String,
+        group: String,
+        #[source]
+        source: Box<headroom_host::HostError>,
     },
     #[error("{name}: moving pid {pid} into {group}: {source}")]
     Move {
@@ -286,33 +293,21 @@ pub fn launch_in_group(
         .backend(Controller::Freezer)
         .ok()
         .map(|b| b.mount().to_path_buf());
-    let early: Vec<CString> = cgroups
+    let early = cgroups
         .group_dirs(group)
         .into_iter()
         .filter(|(b, _)| matches!(b, Backend::V1(_)))
         .filter(|(b, _)| Some(b.mount().to_path_buf()) != freezer_mount)
-        .filter_map(|(_, dir)| CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok())
-        .collect();
+        .fold(StartIn::parent(), |start, (_, dir)| start.in_group(&dir));
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).process_group(0);
-    // SAFETY: only async-signal-safe calls (open, write, close) on buffers prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            for path in &early {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if n != 1 {
-                    return Err(err);
-                }
-            }
-            Ok(())
-        });
-    }
+    early
+        .apply(&mut cmd)
+        .map_err(|source| LaunchError::Prepare {
+            name: name.to_string(),
+            group: group.to_string(),
+            source: Box::new(source),
+        })?;
     let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
         name: name.to_string(),
         command: command.to_vec(),

@@ -423,7 +423,7 @@ pub(super) fn reactions(
             let log = dir.join(format!("reactions-{}-{tag}.log", mode.name));
             let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
             std::thread::sleep(Duration::from_secs(2));
-            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)
+            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)?
                 .spawn()
                 .context("starting the step spinner")?;
             let step_pid = step.id();

@@ -25,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::{Context, Result, ToolError};
+use headroom_host::spawn::StartIn;
 use headroom_host::LinuxHost;
 use headroom_types::GroupPath;
 
@@ -90,24 +91,21 @@ fn write_config(
     .write()
 }
 
-pub(super) fn pinned(args: &[&str], cpu: usize) -> Command {
+/// This binary with `args`, pinned to `cpu`, its output dropped.
+pub(super) fn pinned(args: &[&str], cpu: usize) -> Result<Command> {
+    started(args, &StartIn::parent().on_cpu(cpu))
+}
+
+/// This binary with `args`, started as `start` says, its output dropped.
+fn started(args: &[&str], start: &StartIn) -> Result<Command> {
     let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("headroom"));
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    pin_command(&mut cmd, cpu);
-    cmd
-}
-
-/// Pins the child to `cpu` before it execs.
-fn pin_command(cmd: &mut Command, cpu: usize) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: pin_this_thread allocates nothing and takes no lock (safe between fork and exec).
-    unsafe {
-        cmd.pre_exec(move || headroom_host::sched::pin_this_thread(cpu));
-    }
+    start.apply(&mut cmd)?;
+    Ok(cmd)
 }
 
 pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
@@ -135,7 +133,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        pin_command(&mut sleeper, 1);
+        StartIn::parent().on_cpu(1).apply(&mut sleeper)?;
         sleeper
     }
     .spawn()
@@ -310,26 +308,15 @@ impl Drop for Spinners {
 
 /// One `antagonist spin` per CPU, pinned there at nice 19.
 fn start_spinners() -> Result<Spinners> {
-    use std::os::unix::process::CommandExt;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut children = Spinners(Vec::new());
     for cpu in 0..cpus {
-        let mut cmd = pinned(
+        let child = started(
             &["antagonist", "spin", "--threads", "1", "--duration", "600"],
-            cpu,
-        );
-        // SAFETY: setpriority of the child itself before exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setpriority(libc::PRIO_PROCESS, 0, 19) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting the spinner on CPU {cpu}"))?;
+            &StartIn::parent().on_cpu(cpu).at_nice(19),
+        )?
+        .spawn()
+        .with_context(|| format!("starting the spinner on CPU {cpu}"))?;
         teardown::watch(child.id());
         children.0.push(child);
     }

@@ -60,7 +60,7 @@ pub(super) fn reaction(
         )
     };
     // The step: a spinner on CPU 1 in the LC group, held stopped until t0.
-    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)
+    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)?
         .spawn()
         .context("starting the step spinner")?;
     let step_pid = step.id();
