@@ -43,7 +43,7 @@
 //! net::link_speed_mbit(root, dev) / sysctl::{read, io_uring_disabled}(root) / pids::cgroup_text
 //! timer::{Timer (timerfd, absolute CLOCK_MONOTONIC), sleep_until(ns)}
 //! spawn::StartIn::parent().in_group(dir).without(cap).on_cpu(c).at_nice(n).apply(&mut cmd)
-//!   a child in cgroups, pinned, no shell
+//!   a child in cgroups, pinned, no shell / spawn::Gated::fork(argv): placed before it execs
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```

@@ -10,6 +10,9 @@
 //! (the paths as C strings, the capability numbers) is prepared before the fork, and the step
 //! itself is `open`/`write`/`close`, `prctl`, `capget`/`capset`, `sched_setaffinity` and
 //! `setpriority`, with no allocation.
+//!
+//! A child that must be placed by its parent while it waits (a frozen group cannot be joined
+//! from inside `pre_exec` without blocking the spawn) is forked behind a gate: [`Gated`].
 
 use std::ffi::CString;
 use std::io;
@@ -19,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::error::{HostError, Result};
+
+mod gate;
+pub use gate::Gated;
 
 /// A capability a child can be started without (`linux/capability.h` numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
