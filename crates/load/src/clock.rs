@@ -1,6 +1,6 @@
 //! Time for the engine: a raw CLOCK_MONOTONIC in nanoseconds (the same clock the send timer,
 //! `headroom_host::timer::Timer`, uses, so a send time can be armed as an absolute deadline),
-//! the wake-up lead, thread timer slack and the process's CPU time.
+//! the wake-up lead and thread timer slack.
 
 use headroom_host::timer::sleep_until;
 
@@ -149,105 +149,6 @@ pub fn online_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-}
-
-/// User + system CPU seconds consumed so far by this process (getrusage RUSAGE_SELF).
-pub fn process_cpu_s() -> f64 {
-    rusage_split(libc::RUSAGE_SELF).total_s()
-}
-
-/// User + system CPU seconds of waited-for children (getrusage RUSAGE_CHILDREN).
-pub fn children_cpu_s() -> f64 {
-    children_cpu_split().total_s()
-}
-
-/// User and system CPU seconds kept apart: whether a client's cost is its own code or the
-/// kernel's work on its behalf (on loopback TCP the latter includes the peer's receive path).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CpuSplit {
-    pub user_s: f64,
-    pub sys_s: f64,
-}
-
-impl CpuSplit {
-    pub fn total_s(self) -> f64 {
-        self.user_s + self.sys_s
-    }
-}
-
-impl std::ops::Sub for CpuSplit {
-    type Output = CpuSplit;
-    fn sub(self, earlier: CpuSplit) -> CpuSplit {
-        CpuSplit {
-            user_s: self.user_s - earlier.user_s,
-            sys_s: self.sys_s - earlier.sys_s,
-        }
-    }
-}
-
-/// CPU of waited-for children, user and system apart (getrusage RUSAGE_CHILDREN).
-pub fn children_cpu_split() -> CpuSplit {
-    rusage_split(libc::RUSAGE_CHILDREN)
-}
-
-/// CPU of the calling thread, user and system apart (getrusage RUSAGE_THREAD).
-pub fn thread_cpu_split() -> CpuSplit {
-    rusage_split(libc::RUSAGE_THREAD)
-}
-
-fn rusage_split(who: libc::c_int) -> CpuSplit {
-    // SAFETY: getrusage fills the struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(who, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    CpuSplit {
-        user_s: tv(ru.ru_utime),
-        sys_s: tv(ru.ru_stime),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_split_subtracts_field_by_field() {
-        let later = CpuSplit {
-            user_s: 3.5,
-            sys_s: 10.25,
-        };
-        let earlier = CpuSplit {
-            user_s: 1.0,
-            sys_s: 0.25,
-        };
-        assert_eq!(
-            later - earlier,
-            CpuSplit {
-                user_s: 2.5,
-                sys_s: 10.0
-            }
-        );
-        assert_eq!((later - earlier).total_s(), 12.5);
-    }
-
-    #[test]
-    fn thread_cpu_split_counts_user_work_as_user_time() {
-        let before = thread_cpu_split();
-        let start = std::time::Instant::now();
-        let mut x = 0u64;
-        // Spin until the thread has run 30 ms of CPU (bounded at 5 s of wall time).
-        while (thread_cpu_split() - before).total_s() < 0.03 && start.elapsed().as_secs() < 5 {
-            for i in 0..100_000u64 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-            }
-        }
-        let spent = thread_cpu_split() - before;
-        assert!(spent.total_s() >= 0.03, "{spent:?}");
-        assert!(
-            spent.user_s > 0.0,
-            "a user-space loop shows as user time: {spent:?}"
-        );
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::{Context, Result, ToolError};
+use headroom_host::process::{cpu_split, send_signal, Signal, Usage};
 use headroom_host::spawn::StartIn;
 use headroom_host::LinuxHost;
 use headroom_types::GroupPath;
@@ -109,8 +110,7 @@ fn started(args: &[&str], start: &StartIn) -> Result<Command> {
 }
 
 pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !headroom_host::process::is_root() {
         return Err(ToolError::Needs {
             tool: "headroom bench agent",
             need: "root (it creates cgroups)".into(),
@@ -359,7 +359,7 @@ fn cpu_use(
         let polls: &[u64] = if sensor == "events" { &[1] } else { &[1, 10] };
         for &poll_ms in polls {
             let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor)?;
-            let before = headroom_load::clock::children_cpu_s();
+            let before = cpu_split(Usage::Children).total_s();
             let start = Instant::now();
             let total_s = flags.seconds + WARMUP_S + 1.0;
             // the agent's log, shown if it fails
@@ -388,7 +388,7 @@ fn cpu_use(
             teardown::unwatch(child.id());
             let status = status?;
             let wall = start.elapsed().as_secs_f64();
-            let cpu = headroom_load::clock::children_cpu_s() - before;
+            let cpu = cpu_split(Usage::Children).total_s() - before;
             if !status.success() {
                 let text = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
@@ -477,9 +477,9 @@ pub(super) fn loadavg() -> String {
     headroom_host::process::load_average_text()
 }
 
-pub(super) fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on the benchmark's own child.
-    unsafe { libc::kill(pid as i32, sig) };
+/// Sends `sig` to the benchmark's own child `pid` (one already gone: nothing to do).
+pub(super) fn signal(pid: u32, sig: Signal) {
+    let _ = send_signal(pid as i32, sig);
 }
 
 /// Waits (≤ 1 s) until `pid` is in state `want` ('T' stopped, 'R' running) per /proc.
