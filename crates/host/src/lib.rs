@@ -41,6 +41,7 @@
 //! net::timestamps::{enable_timestamping, read_errqueue, recv_stamped, rx_stamp, KernelStamp}
 //!   a socket's kernel TX/RX software stamps (the load generator's and the prober's latencies)
 //! net::link_speed_mbit(root, dev) / sysctl::{read, io_uring_disabled}(root) / pids::cgroup_text
+//! poll::{wait(&mut [Wait], timeout), Doorbell}   ppoll (ns timeouts) and an eventfd to end it
 //! timer::{Timer (timerfd, absolute CLOCK_MONOTONIC), sleep_until(ns)}
 //! spawn::StartIn::parent().in_group(dir).without(cap).on_cpu(c).at_nice(n).apply(&mut cmd)
 //!   a child in cgroups, pinned, no shell / spawn::Gated::fork(argv): placed before it execs
@@ -60,6 +61,7 @@ pub mod knob_io;
 pub mod latency_bpf;
 pub mod net;
 pub mod pids;
+pub mod poll;
 pub mod power;
 pub mod process;
 pub mod resctrl;

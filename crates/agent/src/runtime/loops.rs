@@ -155,15 +155,11 @@ impl Agent {
             std::thread::sleep(timeout);
             return false;
         };
-        let mut fd = libc::pollfd {
-            fd: requests.wake_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut fd, 1, ms) };
-        n > 0 && fd.revents & libc::POLLIN != 0
+        use headroom_host::poll::{wait, Wait, Want};
+        let mut bell = [Wait::new(requests.wake_fd(), Want::Read)];
+        // Whole ms, at least one, as the loop's ticks are.
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as u64;
+        wait(&mut bell, Duration::from_millis(ms)).unwrap_or(0) > 0 && bell[0].readable()
     }
 
     /// The event-driven loop: asleep in `epoll_wait` until a crossing or the next periodic

@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use headroom_host::net::timestamps::{self, enable_timestamping, ErrQueue, Timestamping};
+use headroom_host::poll::{wait, Wait, Want};
 use headroom_load::protocol::Op;
 
 use super::{parse_http_response, ProbeConnError, ProbeState, ProbeWire};
@@ -174,27 +175,11 @@ impl ProbeConn {
 /// Waits up to `timeout` for any of `conns` awaiting a reply to become readable (µs precision
 /// through ppoll).
 pub(super) fn wait_readable(conns: &[ProbeConn], timeout: Duration) {
-    let mut pfds: [libc::pollfd; super::MAX_CONNS] = [libc::pollfd {
-        fd: -1,
-        events: libc::POLLIN,
-        revents: 0,
-    }; super::MAX_CONNS];
-    for (p, c) in pfds.iter_mut().zip(conns) {
+    let mut waits = [Wait::NONE; super::MAX_CONNS];
+    for (w, c) in waits.iter_mut().zip(conns) {
         if c.in_flight.is_some() {
-            p.fd = c.fd();
+            *w = Wait::new(c.fd(), Want::Read);
         }
     }
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: valid pollfds (fd -1 entries are ignored), a valid timespec, no signal mask.
-    unsafe {
-        libc::ppoll(
-            pfds.as_mut_ptr(),
-            pfds.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        )
-    };
+    let _ = wait(&mut waits, timeout);
 }
