@@ -32,7 +32,11 @@ fn timespec(sec: i64, nsec: i64) -> libc::timespec {
 }
 
 fn stamp_message(key: u32, origin: u8, info: u32, sec: i64) -> Vec<u8> {
-    let ts = [timespec(sec, if sec == 0 { 0 } else { 7 }), timespec(0, 0), timespec(0, 0)];
+    let ts = [
+        timespec(sec, if sec == 0 { 0 } else { 7 }),
+        timespec(0, 0),
+        timespec(0, 0),
+    ];
     // SAFETY: plain data.
     let mut ee: libc::sock_extended_err = unsafe { std::mem::zeroed() };
     ee.ee_errno = libc::ENOMSG as u32;
