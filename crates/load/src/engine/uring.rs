@@ -265,22 +265,12 @@ impl Worker<'_> {
         let fd = stream.as_raw_fd();
         // Kernel receive timestamps: a reply's time is when the kernel took it in, not when this
         // thread got round to it (so replies can wait for the next send's wake-up).
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt with a valid fd and an int option value we own.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                &on as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        c.ring.rx_stamps = rc == 0;
+        let stamped = headroom_host::net::timestamps::enable_timestampns(fd).is_ok();
+        c.ring.rx_stamps = stamped;
         let generation = c.ring.generation;
         c.ring.recv_armed = true;
         let u = self.uring();
-        u.unstamped |= rc != 0;
+        u.unstamped |= !stamped;
         let entry = opcode::RecvMsgMulti::new(Fd(fd), &*u.msghdr, BUFFER_GROUP)
             .build()
             .user_data(user_data(KIND_RECV, generation, i));
