@@ -10,9 +10,10 @@
 //! releaser or a cleaner holds it for the instant of removal is tried again briefly.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use headroom_host::process::{flock_key, try_flock, Flock};
 
 use crate::state::StateError;
 
@@ -114,7 +115,7 @@ impl GroupLock {
         };
         for key in &keys {
             let path = dir.join(lock_file_name(key));
-            let Some(file) = take(&path, libc::LOCK_EX)? else {
+            let Some(file) = take(&path, Flock::Exclusive)? else {
                 // Held exclusively (an agent manages this group), or shared (one manages a
                 // group inside it).
                 let below = !held_exclusively(&path);
@@ -141,7 +142,7 @@ impl GroupLock {
         }
         for key in &above {
             let path = dir.join(lock_file_name(key));
-            let Some(file) = take(&path, libc::LOCK_SH)? else {
+            let Some(file) = take(&path, Flock::Shared)? else {
                 let holder = read_holder(&path)
                     .map(|h| h.to_string())
                     .unwrap_or_else(|| "whose lock file names no holder yet".into());
@@ -214,9 +215,9 @@ const BUSY_PAUSE: Duration = Duration::from_millis(2);
 /// between this one's open and its check; more means something outside the protocol).
 const REPLACED_TRIES: u32 = 200;
 
-/// Takes `how` (`LOCK_EX` or `LOCK_SH`) on the file `path` names, creating it; `None` when
+/// Takes `how` on the file `path` names, creating it; `None` when
 /// another holder keeps it.
-fn take(path: &Path, how: libc::c_int) -> Result<Option<File>, StateError> {
+fn take(path: &Path, how: Flock) -> Result<Option<File>, StateError> {
     let io = |op: &'static str| {
         move |source| StateError::Io {
             op,
@@ -250,17 +251,6 @@ fn take(path: &Path, how: libc::c_int) -> Result<Option<File>, StateError> {
     ))
 }
 
-/// A file's key in /proc/locks: its device's major and minor numbers and its inode.
-fn flock_key(meta: &std::fs::Metadata) -> (u64, u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    let dev = meta.dev();
-    (
-        u64::from(libc::major(dev)),
-        u64::from(libc::minor(dev)),
-        meta.ino(),
-    )
-}
-
 /// Whether `path` names the open `file` now (same device and inode).
 fn names(path: &Path, file: &File) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -274,7 +264,7 @@ fn names(path: &Path, file: &File) -> bool {
 /// without waiting says so), before the lock itself goes with the descriptor.
 fn release(path: &Path, file: File) {
     // A shared holder's upgrade drops its shared lock when it fails; it is letting go anyway.
-    if try_flock(&file, libc::LOCK_EX).unwrap_or(false) && names(path, &file) {
+    if try_flock(&file, Flock::Exclusive).unwrap_or(false) && names(path, &file) {
         let _ = std::fs::remove_file(path);
     }
     drop(file);
@@ -306,7 +296,7 @@ fn remove_stale(dir: &Path) {
         let Ok(file) = File::open(&path) else {
             continue;
         };
-        if try_flock(&file, libc::LOCK_EX).unwrap_or(false) && names(&path, &file) {
+        if try_flock(&file, Flock::Exclusive).unwrap_or(false) && names(&path, &file) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -348,20 +338,6 @@ fn holder_below(dir: &Path, key: &Path, mine: &[&Path]) -> Option<String> {
             .any(|g| Path::new(g).starts_with(key) && Path::new(g) != key)
             .then(|| h.to_string())
     })
-}
-
-/// `flock(how | LOCK_NB)`: `Ok(false)` when another open file holds it.
-fn try_flock(file: &File, how: libc::c_int) -> std::io::Result<bool> {
-    // SAFETY: flock on an fd the caller owns for the call's duration.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Ok(false);
-    }
-    Err(err)
 }
 
 /// Writes the holder at offset 0 and cuts the file there (a reader racing the write retries).

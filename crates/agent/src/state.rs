@@ -260,7 +260,7 @@ pub struct StateLock {
 impl StateLock {
     /// Takes the lock of `state_file`, or says which agent holds it.
     pub fn acquire(state_file: &Path) -> Result<StateLock, StateError> {
-        use std::os::fd::AsRawFd;
+        use headroom_host::process::{try_flock, Flock};
         let mut name = state_file.as_os_str().to_owned();
         name.push(".lock");
         let path = PathBuf::from(name);
@@ -282,19 +282,14 @@ impl StateLock {
             .truncate(false)
             .open(&path)
             .map_err(io("opening"))?;
-        // SAFETY: flock on an fd this function owns.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let holder = std::fs::read_to_string(&path).unwrap_or_default();
-                return Err(StateError::Held {
-                    what: format!("state file {}", state_file.display()),
-                    lock: path.clone(),
-                    holder: format!("pid {}", holder.trim()),
-                });
-            }
-            return Err(io("locking")(err));
+        let locked = try_flock(&file, Flock::Exclusive).map_err(io("locking"))?;
+        if !locked {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(StateError::Held {
+                what: format!("state file {}", state_file.display()),
+                lock: path.clone(),
+                holder: format!("pid {}", holder.trim()),
+            });
         }
         file.set_len(0).map_err(io("truncating"))?;
         writeln!(file, "{}", std::process::id()).map_err(io("writing"))?;

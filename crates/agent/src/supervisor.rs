@@ -10,12 +10,11 @@
 //! the one hierarchy) is joined right after spawn — joining a frozen group inside `pre_exec`
 //! would block the spawn until BE is thawed.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use headroom_host::spawn::{Gated, StartIn};
 use headroom_host::{Backend, Cgroups, Controller};
 use headroom_types::GroupPath;
 
@@ -31,6 +30,13 @@ pub enum LaunchError {
         group: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("{name}: preparing its start in {group}: {source}")]
+    Prepare {
+        name: String,
+        group: String,
+        #[source]
+        source: Box<headroom_host::HostError>,
     },
     #[error("{name}: moving pid {pid} into {group}: {source}")]
     Move {
@@ -286,33 +292,21 @@ pub fn launch_in_group(
         .backend(Controller::Freezer)
         .ok()
         .map(|b| b.mount().to_path_buf());
-    let early: Vec<CString> = cgroups
+    let early = cgroups
         .group_dirs(group)
         .into_iter()
         .filter(|(b, _)| matches!(b, Backend::V1(_)))
         .filter(|(b, _)| Some(b.mount().to_path_buf()) != freezer_mount)
-        .filter_map(|(_, dir)| CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok())
-        .collect();
+        .fold(StartIn::parent(), |start, (_, dir)| start.in_group(&dir));
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).process_group(0);
-    // SAFETY: only async-signal-safe calls (open, write, close) on buffers prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            for path in &early {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if n != 1 {
-                    return Err(err);
-                }
-            }
-            Ok(())
-        });
-    }
+    early
+        .apply(&mut cmd)
+        .map_err(|source| LaunchError::Prepare {
+            name: name.to_string(),
+            group: group.to_string(),
+            source: Box::new(source),
+        })?;
     let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
         name: name.to_string(),
         command: command.to_vec(),
@@ -345,13 +339,12 @@ fn reap(pid: i32) -> Option<String> {
     }
 }
 
-/// Forks `command` behind a gate: the child leads its own process group, drops every fd it
-/// inherited, says so, and waits on the gate (one end of a socket pair); the parent waits for
-/// that word, moves it into every hierarchy of `group` (a frozen group freezes it where it
+/// Forks `command` behind a gate ([`Gated`]): the child drops every fd it inherited and waits;
+/// the agent moves it into every hierarchy of `group` (a frozen group freezes it where it
 /// waits) and then opens the gate, and the child execs. Moving it only once it has dropped its
 /// fds matters: a child frozen before it had would hold the agent's state lock for as long as
 /// it stays frozen (a kill -9 of the agent mid-launch then kept the next agent out). If the
-/// parent dies first, the gate closes empty and the child exits without running the command.
+/// agent dies first, the gate closes empty and the child exits without running the command.
 /// Returns the child's pid.
 pub fn launch_gated(
     cgroups: &Cgroups,
@@ -370,100 +363,17 @@ pub fn launch_gated(
             name: name.to_string(),
         });
     }
-    let args: Vec<CString> = command
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| spawn_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
-    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let devnull = CString::new("/dev/null").expect("no NUL");
-    let mut fds = [0; 2];
-    // SAFETY: socketpair fills two fds.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(spawn_err(std::io::Error::last_os_error()));
+    let child = Gated::fork(command).map_err(spawn_err)?;
+    // Bounded: a child that does not say it dropped the agent's fds is not placed.
+    if !child.wait_ready(Duration::from_secs(5)) {
+        child.kill();
+        return Err(spawn_err(std::io::Error::other(
+            "the gated child did not get ready within 5 s",
+        )));
     }
-    // the child's end and the agent's end of the gate
-    let (gate_r, gate_w) = (fds[0], fds[1]);
-    // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
-    // close, execvp, _exit) on data prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        let e = std::io::Error::last_os_error();
-        // SAFETY: closing the two fds made above.
-        unsafe {
-            libc::close(gate_r);
-            libc::close(gate_w);
-        }
-        return Err(spawn_err(e));
-    }
-    if pid == 0 {
-        // SAFETY: see above; nothing here allocates or takes a lock.
-        unsafe {
-            libc::setpgid(0, 0);
-            libc::close(gate_w);
-            // Drop every fd inherited from the agent but the gate: a child that the agent left
-            // frozen behind the gate (killed mid-launch) must not keep the state lock, the
-            // control socket or the metrics port, or the next agent could not start.
-            close_inherited_fds(gate_r);
-            if libc::write(gate_r, b"r".as_ptr().cast(), 1) != 1 {
-                libc::_exit(1);
-            }
-            let mut byte = 0u8;
-            let n = libc::read(gate_r, (&mut byte as *mut u8).cast(), 1);
-            if n != 1 {
-                libc::_exit(1); // the agent died before placing us: do not run
-            }
-            let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
-            if null >= 0 {
-                libc::dup2(null, 0);
-            }
-            libc::execvp(argv[0], argv.as_ptr());
-            libc::_exit(127);
-        }
-    }
-    // SAFETY: the parent's copy of the read end is not used.
-    unsafe { libc::close(gate_r) };
-    let close_gate = |open: bool| {
-        // SAFETY: one byte from a live buffer, then closing the fd this function owns.
-        unsafe {
-            if open {
-                libc::write(gate_w, b"g".as_ptr().cast(), 1);
-            }
-            libc::close(gate_w);
-        }
-    };
-    // Wait (bounded) for the child to have dropped the agent's fds before it can be frozen.
-    let mut poll = libc::pollfd {
-        fd: gate_w,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let mut word = 0u8;
-    // SAFETY: one pollfd and a one-byte read into a live buffer, on the fd this function owns.
-    let ready = unsafe {
-        libc::poll(&mut poll, 1, 5_000) == 1
-            && libc::read(gate_w, (&mut word as *mut u8).cast(), 1) == 1
-            && word == b'r'
-    };
-    if !ready {
-        let e = std::io::Error::other("the gated child did not get ready within 5 s");
-        close_gate(false);
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        return Err(spawn_err(e));
-    }
+    let pid = child.pid();
     if let Err(source) = cgroups.move_process(group, pid) {
-        close_gate(false);
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        child.refuse();
         return Err(LaunchError::Move {
             name: name.to_string(),
             pid: pid as u32,
@@ -471,71 +381,6 @@ pub fn launch_gated(
             source: Box::new(source),
         });
     }
-    close_gate(true);
+    child.open();
     Ok(pid as u32)
-}
-
-/// Closes every fd from 3 up except `keep` (async-signal-safe: raw `close_range(2)`, with a
-/// bounded `close` loop where the kernel predates it, 5.9).
-fn close_inherited_fds(keep: libc::c_int) {
-    let range = |first: libc::c_uint, last: libc::c_uint| {
-        // SAFETY: close_range only closes fds of this (forked) process.
-        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
-        if rc != 0 {
-            for fd in first..=last.min(4095) {
-                // SAFETY: as above.
-                unsafe { libc::close(fd as libc::c_int) };
-            }
-        }
-    };
-    let keep = keep as libc::c_uint;
-    if keep > 3 {
-        range(3, keep - 1);
-    }
-    range(keep.max(2) + 1, libc::c_uint::MAX);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The gated child must not hold the agent's fds (its state lock above all) while it waits.
-    #[test]
-    fn a_gated_child_keeps_only_its_gate_fd() {
-        let lock = std::fs::File::open("/proc/self/stat").expect("open");
-        let held = std::os::fd::AsRawFd::as_raw_fd(&lock);
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fds.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: the child only calls close/fcntl/_exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            close_inherited_fds(fds[0]);
-            // SAFETY: fcntl on fd numbers; EBADF is the expected answer for closed ones.
-            let code = unsafe {
-                let gate_open = libc::fcntl(fds[0], libc::F_GETFD) >= 0;
-                let lock_closed = libc::fcntl(held, libc::F_GETFD) < 0;
-                let other_closed = libc::fcntl(fds[1], libc::F_GETFD) < 0;
-                let stdio_open = libc::fcntl(2, libc::F_GETFD) >= 0;
-                u8::from(gate_open)
-                    | u8::from(lock_closed) << 1
-                    | u8::from(other_closed) << 2
-                    | u8::from(stdio_open) << 3
-            };
-            // SAFETY: leaving the forked child without running the parent's destructors.
-            unsafe { libc::_exit(code as libc::c_int) };
-        }
-        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).expect("wait");
-        assert_eq!(
-            status,
-            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0b1111),
-            "bits: gate open, lock closed, other fd closed, stdio open"
-        );
-        // SAFETY: closing the test's own pipe.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
-    }
 }

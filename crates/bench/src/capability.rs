@@ -7,12 +7,10 @@ use std::path::Path;
 /// `Ok` when the agent can actuate here, else every reason it cannot.
 pub fn agent_can_actuate(cgroup_root: &Path) -> Result<(), Vec<String>> {
     let mut why = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    if euid != 0 {
-        why.push(format!(
-            "not root (euid {euid}): the agent cannot create cgroups, move processes or change CPU sets"
-        ));
+    if !headroom_host::process::is_root() {
+        why.push(
+            "not root: the agent cannot create cgroups, move processes or change CPU sets".into(),
+        );
     }
     let writable = headroom_host::cgroup::writable_hierarchy(cgroup_root).is_some();
     if !writable {

@@ -60,10 +60,7 @@ fn main() {
         cli.command,
         Command::Ctl(_) | Command::Doctor(_) | Command::Report(_)
     ) {
-        // SAFETY: setting a signal's disposition to its default before any thread starts.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
+        headroom_host::process::die_on_closed_pipe();
     }
     let result = match cli.command {
         Command::Load(a) => cmd::load::run(a),

@@ -38,8 +38,13 @@
 //! sensors::{PolledFile, ProcStatReader, CpuIdleSampler, SchedstatReader, parse_psi, MemInfo}
 //! latency_bpf::LatencySensor::attach(ports) -> snapshot() (the LC's request latency, passively)
 //! bpf_asm::Asm (writes every BPF program) / bpf_sys (every bpf(2) call, program_loaded, map_exists)
+//! net::timestamps::{enable_timestamping, read_errqueue, recv_stamped, rx_stamp, KernelStamp}
+//!   a socket's kernel TX/RX software stamps (the load generator's and the prober's latencies)
 //! net::link_speed_mbit(root, dev) / sysctl::{read, io_uring_disabled}(root) / pids::cgroup_text
-//! spawn::StartIn::parent().in_group(dir).without(cap).apply(&mut cmd)   a child in a cgroup, no shell
+//! poll::{wait(&mut [Wait], timeout), Doorbell}   ppoll (ns timeouts) and an eventfd to end it
+//! timer::{Timer (timerfd, absolute CLOCK_MONOTONIC), sleep_until(ns)}
+//! spawn::StartIn::parent().in_group(dir).without(cap).on_cpu(c).at_nice(n).apply(&mut cmd)
+//!   a child in cgroups, pinned, no shell / spawn::Gated::fork(argv): placed before it execs
 //! doctor::probe(root) -> headroom_types::doctor::Doctor; doctor::probe_with(&host, ProbeOptions)
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
@@ -56,6 +61,7 @@ pub mod knob_io;
 pub mod latency_bpf;
 pub mod net;
 pub mod pids;
+pub mod poll;
 pub mod power;
 pub mod process;
 pub mod resctrl;
@@ -65,6 +71,7 @@ pub mod sensors;
 pub mod spawn;
 pub mod sysctl;
 pub mod tc;
+pub mod timer;
 pub mod topology;
 
 pub use cgroup::{

@@ -1,9 +1,12 @@
 //! A network device as sysfs describes it (`<root>/sys/class/net/<device>`; `root` is `/` on
-//! the live host, a fake tree in tests).
+//! the live host, a fake tree in tests), and the kernel's timestamps on a socket
+//! ([`timestamps`]).
 
 use std::path::Path;
 
 use crate::error::{HostError, IoOp, Result};
+
+pub mod timestamps;
 
 /// The link speed of `device`, Mbit/s (`sys/class/net/<device>/speed`). A device that reports
 /// none (a virtual one: -1, or the file unreadable while the link is down) is an error naming

@@ -1,12 +1,17 @@
 //! Processes and the machine as /proc tells them (through `procfs`): a process's or thread's
 //! CPU time, its run state, the kernel's release and load average — what benchmarks and the
-//! workloads print beside their figures, and the flocks held now (/proc/locks).
+//! workloads print beside their figures, and the flocks held now (/proc/locks). And the calls a
+//! tool makes on processes: a signal, whether one exists, whether we are root, our thread id.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::unistd::Pid;
 use procfs::process::Process;
 use procfs::Current;
+
+pub use nix::sys::signal::Signal;
 
 use crate::error::{HostError, IoOp, Result};
 
@@ -104,6 +109,137 @@ pub fn process_state(pid: i32) -> Option<char> {
         .map(|s| s.state)
 }
 
+/// Sends `sig` to process `pid` (a negative `pid`: to that process group, as kill(2)). The
+/// error names the pid and the signal (ESRCH: it is gone).
+pub fn send_signal(pid: i32, sig: Signal) -> Result<()> {
+    nix::sys::signal::kill(Pid::from_raw(pid), sig).map_err(|errno| HostError::Syscall {
+        call: "kill",
+        target: format!("pid {pid}"),
+        value: sig.as_str().to_owned(),
+        source: std::io::Error::from_raw_os_error(errno as i32),
+    })
+}
+
+/// Whether process `pid` exists (signal 0: only ESRCH says it does not; EPERM is someone
+/// else's process).
+pub fn exists(pid: i32) -> bool {
+    !matches!(
+        nix::sys::signal::kill(Pid::from_raw(pid), None),
+        Err(Errno::ESRCH)
+    )
+}
+
+/// Restores SIGPIPE's default (the process ends on a write to a closed pipe, as Unix tools do;
+/// Rust starts with it ignored). Called before any thread starts.
+pub fn die_on_closed_pipe() {
+    // SAFETY: the default disposition installs no handler; nothing else sets this signal's.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The calling thread's id (`gettid`).
+pub fn thread_id() -> i32 {
+    nix::unistd::gettid().as_raw()
+}
+
+/// User and system CPU seconds kept apart: whether a cost is a program's own code or the
+/// kernel's work on its behalf (on loopback TCP the latter includes the peer's receive path).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSplit {
+    pub user_s: f64,
+    pub sys_s: f64,
+}
+
+impl CpuSplit {
+    pub fn total_s(self) -> f64 {
+        self.user_s + self.sys_s
+    }
+}
+
+impl std::ops::Sub for CpuSplit {
+    type Output = CpuSplit;
+    fn sub(self, earlier: CpuSplit) -> CpuSplit {
+        CpuSplit {
+            user_s: self.user_s - earlier.user_s,
+            sys_s: self.sys_s - earlier.sys_s,
+        }
+    }
+}
+
+/// Whose CPU time [`cpu_split`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Usage {
+    /// This process (`RUSAGE_SELF`).
+    Process,
+    /// Its waited-for children (`RUSAGE_CHILDREN`).
+    Children,
+    /// The calling thread (`RUSAGE_THREAD`).
+    Thread,
+}
+
+/// CPU time used so far by `who`, user and system apart (`getrusage`, which refuses none of
+/// these three).
+pub fn cpu_split(who: Usage) -> CpuSplit {
+    let who = match who {
+        Usage::Process => libc::RUSAGE_SELF,
+        Usage::Children => libc::RUSAGE_CHILDREN,
+        Usage::Thread => libc::RUSAGE_THREAD,
+    };
+    // SAFETY: rusage is plain data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    CpuSplit {
+        user_s: tv(ru.ru_utime),
+        sys_s: tv(ru.ru_stime),
+    }
+}
+
+/// How [`try_flock`] locks a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flock {
+    Exclusive,
+    Shared,
+}
+
+/// `flock(how | LOCK_NB)` on `file`: `Ok(false)` when another open file holds it.
+pub fn try_flock(file: &std::fs::File, how: Flock) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let how = match how {
+        Flock::Exclusive => libc::LOCK_EX,
+        Flock::Shared => libc::LOCK_SH,
+    };
+    // SAFETY: flock on an fd the caller owns for the call's duration.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(err)
+}
+
+/// A file's key in /proc/locks, as [`flocks_held`] lists them: its device's major and minor
+/// numbers and its inode.
+pub fn flock_key(meta: &std::fs::Metadata) -> (u64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.dev();
+    (
+        u64::from(libc::major(dev)),
+        u64::from(libc::minor(dev)),
+        meta.ino(),
+    )
+}
+
 /// The (device major, minor, inode) of every flock held now; `exclusive`: only those.
 pub fn flocks_held(exclusive: bool) -> std::collections::BTreeSet<(u64, u64, u64)> {
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
@@ -129,6 +265,99 @@ fn parse_flocks(locks: &str, exclusive: bool) -> std::collections::BTreeSet<(u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_split_subtracts_field_by_field() {
+        let later = CpuSplit {
+            user_s: 3.5,
+            sys_s: 10.25,
+        };
+        let earlier = CpuSplit {
+            user_s: 1.0,
+            sys_s: 0.25,
+        };
+        assert_eq!(
+            later - earlier,
+            CpuSplit {
+                user_s: 2.5,
+                sys_s: 10.0
+            }
+        );
+        assert_eq!((later - earlier).total_s(), 12.5);
+    }
+
+    #[test]
+    fn a_threads_user_work_counts_as_its_user_time_and_its_process() {
+        let before = cpu_split(Usage::Thread);
+        let process_before = cpu_split(Usage::Process);
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        // Spin until the thread has run 30 ms of CPU (bounded at 5 s of wall time).
+        while (cpu_split(Usage::Thread) - before).total_s() < 0.03 && start.elapsed().as_secs() < 5
+        {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        let spent = cpu_split(Usage::Thread) - before;
+        assert!(spent.total_s() >= 0.03, "{spent:?}");
+        assert!(
+            spent.user_s > 0.0,
+            "a user-space loop shows as user time: {spent:?}"
+        );
+        assert!((cpu_split(Usage::Process) - process_before).total_s() >= spent.total_s() * 0.9);
+    }
+
+    #[test]
+    fn a_flock_is_seen_in_proc_locks_and_refused_to_a_second_open_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let a = std::fs::File::create(&path).unwrap();
+        let b = std::fs::File::open(&path).unwrap();
+        assert!(try_flock(&a, Flock::Exclusive).unwrap());
+        assert!(
+            !try_flock(&b, Flock::Shared).unwrap(),
+            "held exclusively by a"
+        );
+        let key = flock_key(&a.metadata().unwrap());
+        let listed = flocks_held(true).contains(&key);
+        drop(a);
+        assert!(
+            try_flock(&b, Flock::Shared).unwrap(),
+            "a's lock went with it"
+        );
+        if !listed {
+            eprintln!(
+                "SKIP a_flock_is_seen_in_proc_locks (the /proc/locks part): this file system's \
+                 device there is not the one stat gives (overlayfs?)"
+            );
+            return;
+        }
+        assert!(!flocks_held(true).contains(&key), "only shared now");
+        assert!(flocks_held(false).contains(&key));
+    }
+
+    #[test]
+    fn a_signal_reaches_a_child_and_a_reaped_one_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id() as i32;
+        assert!(exists(pid));
+        send_signal(pid, Signal::SIGKILL).expect("kill our own child");
+        let status = child.wait().expect("wait");
+        assert!(!status.success());
+        assert!(!exists(pid));
+        let e = send_signal(pid, Signal::SIGTERM).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("pid {pid}")) && e.contains("SIGTERM") && e.contains("ESRCH"),
+            "{e}"
+        );
+        assert!(thread_id() > 0);
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(is_root(), unsafe { libc::geteuid() } == 0);
+    }
 
     #[test]
     fn this_process_runs_and_its_times_grow_with_work() {

@@ -1,13 +1,18 @@
-//! Starting a child process inside a cgroup, or without a capability, with no shell or helper
-//! binary in between: a [`StartIn`] gives a `std::process::Command` a `pre_exec` step that
-//! runs in the child between fork and exec. The child joins the group by writing `0` (the
-//! writer itself) to the group's `cgroup.procs` (v1 and v2 alike), then drops the capabilities
-//! from its bounding and inheritable sets, so whatever it executes (even as root) never
-//! regains them.
+//! Starting a child process inside cgroups, without a capability, on one CPU or at a nice
+//! value, with no shell or helper binary in between: a [`StartIn`] gives a
+//! `std::process::Command` a `pre_exec` step that runs in the child between fork and exec. The
+//! child joins each group by writing `0` (the writer itself) to the group's `cgroup.procs` (v1
+//! and v2 alike), drops the capabilities from its bounding and inheritable sets, so whatever it
+//! executes (even as root) never regains them, then pins itself and sets its nice value (its
+//! threads inherit both).
 //!
 //! Between fork and exec only async-signal-safe calls are allowed: everything the step needs
-//! (the path as a C string, the capability numbers) is prepared before the fork, and the step
-//! itself is `open`/`write`/`close`, `prctl` and `capget`/`capset`, with no allocation.
+//! (the paths as C strings, the capability numbers) is prepared before the fork, and the step
+//! itself is `open`/`write`/`close`, `prctl`, `capget`/`capset`, `sched_setaffinity` and
+//! `setpriority`, with no allocation.
+//!
+//! A child that must be placed by its parent while it waits (a frozen group cannot be joined
+//! from inside `pre_exec` without blocking the spawn) is forked behind a gate: [`Gated`].
 
 use std::ffi::CString;
 use std::io;
@@ -17,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::error::{HostError, Result};
+
+mod gate;
+pub use gate::Gated;
 
 /// A capability a child can be started without (`linux/capability.h` numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +36,10 @@ pub enum Capability {
 /// Where and with what a child starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartIn {
-    group_dir: Option<PathBuf>,
+    group_dirs: Vec<PathBuf>,
     without: Vec<Capability>,
+    cpu: Option<usize>,
+    nice: Option<i32>,
 }
 
 impl StartIn {
@@ -38,9 +48,24 @@ impl StartIn {
         StartIn::default()
     }
 
-    /// In the cgroup directory `dir` (a v1 hierarchy's group or a v2 group, on the host).
+    /// In the cgroup directory `dir` (a v1 hierarchy's group or a v2 group, on the host); called
+    /// again, in that one too (one group per v1 hierarchy), joined in the order given.
     pub fn in_group(mut self, dir: &Path) -> StartIn {
-        self.group_dir = Some(dir.to_path_buf());
+        if !self.group_dirs.iter().any(|d| d == dir) {
+            self.group_dirs.push(dir.to_path_buf());
+        }
+        self
+    }
+
+    /// Pinned to `cpu` (its threads inherit the affinity).
+    pub fn on_cpu(mut self, cpu: usize) -> StartIn {
+        self.cpu = Some(cpu);
+        self
+    }
+
+    /// At nice value `nice` (-20..=19; the kernel clamps what lies beyond).
+    pub fn at_nice(mut self, nice: i32) -> StartIn {
+        self.nice = Some(nice);
         self
     }
 
@@ -52,9 +77,9 @@ impl StartIn {
         self
     }
 
-    /// The group directory the child joins, if any.
-    pub fn group_dir(&self) -> Option<&Path> {
-        self.group_dir.as_deref()
+    /// The group directories the child joins, in order.
+    pub fn group_dirs(&self) -> &[PathBuf] {
+        &self.group_dirs
     }
 
     /// The capabilities the child starts without.
@@ -64,40 +89,51 @@ impl StartIn {
 
     /// Whether the child starts as the parent would (nothing to do before exec).
     pub fn is_parent(&self) -> bool {
-        self.group_dir.is_none() && self.without.is_empty()
+        *self == StartIn::default()
     }
 
     /// Installs the step on `cmd` (nothing where [`Self::is_parent`]). A failure in the child
-    /// makes `cmd`'s spawn fail with the errno of the step that failed.
+    /// makes `cmd`'s spawn fail with the errno of the step that failed. Refused here (before any
+    /// fork) only for a group directory that holds a NUL byte.
     pub fn apply(&self, cmd: &mut Command) -> Result<()> {
         if self.is_parent() {
             return Ok(());
         }
-        let procs = match &self.group_dir {
-            Some(dir) => {
+        let procs: Vec<CString> = self
+            .group_dirs
+            .iter()
+            .map(|dir| {
                 let path = dir.join("cgroup.procs");
-                Some(
-                    CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::Invalid {
-                        what: "cgroup directory",
-                        value: dir.display().to_string(),
-                        reason: "holds a NUL byte".to_owned(),
-                    })?,
-                )
-            }
-            None => None,
-        };
+                CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::Invalid {
+                    what: "cgroup directory",
+                    value: dir.display().to_string(),
+                    reason: "holds a NUL byte".to_owned(),
+                })
+            })
+            .collect::<Result<_>>()?;
         let caps: Vec<u32> = self.without.iter().map(|&c| c as u32).collect();
+        let (cpu, nice) = (self.cpu, self.nice);
         let step = move || -> io::Result<()> {
-            if let Some(procs) = &procs {
+            for procs in &procs {
                 join_group(procs)?;
             }
             for &cap in &caps {
                 drop_capability(cap)?;
             }
+            if let Some(cpu) = cpu {
+                crate::sched::pin_this_thread(cpu)?;
+            }
+            if let Some(nice) = nice {
+                // SAFETY: setpriority of the calling process with integer arguments.
+                if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(())
         };
         // SAFETY: the step makes only async-signal-safe calls (open, write, close, prctl,
-        // capget, capset) on data prepared before the fork, and allocates nothing.
+        // capget, capset, sched_setaffinity, setpriority) on data prepared before the fork, and
+        // allocates nothing.
         unsafe { cmd.pre_exec(step) };
         Ok(())
     }
@@ -192,9 +228,48 @@ mod tests {
             .in_group(Path::new("/sys/fs/cgroup/cpu/x"))
             .without(Capability::SysNice)
             .without(Capability::SysNice);
-        assert_eq!(s.group_dir(), Some(Path::new("/sys/fs/cgroup/cpu/x")));
+        assert_eq!(s.group_dirs(), &[PathBuf::from("/sys/fs/cgroup/cpu/x")]);
         assert_eq!(s.dropped(), &[Capability::SysNice]);
         assert!(!s.is_parent());
+        let s = s
+            .in_group(Path::new("/sys/fs/cgroup/memory/x"))
+            .in_group(Path::new("/sys/fs/cgroup/cpu/x"));
+        assert_eq!(
+            s.group_dirs(),
+            &[
+                PathBuf::from("/sys/fs/cgroup/cpu/x"),
+                PathBuf::from("/sys/fs/cgroup/memory/x")
+            ]
+        );
+        assert!(!StartIn::parent().on_cpu(0).is_parent());
+        assert!(!StartIn::parent().at_nice(19).is_parent());
+    }
+
+    /// The child runs on the CPU and at the nice value it was given (no root needed).
+    #[test]
+    fn the_child_starts_on_its_cpu_at_its_nice_value() {
+        let cpu = crate::sched::affinity(0)
+            .expect("own affinity")
+            .iter()
+            .last()
+            .expect("a CPU") as usize;
+        let start = StartIn::parent().on_cpu(cpu).at_nice(19);
+        let text = output(
+            &start,
+            &["sh", "-c", "cat /proc/self/status /proc/self/stat"],
+        )
+        .expect("spawn");
+        let allowed = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .expect("Cpus_allowed_list")
+            .trim();
+        assert_eq!(allowed, cpu.to_string(), "{text}");
+        // /proc/<pid>/stat field 19 is the nice value (after the `)` of the command name).
+        let stat = text.lines().last().expect("the stat line");
+        let after = &stat[stat.rfind(')').expect("comm") + 1..];
+        let nice = after.split_whitespace().nth(19 - 3).expect("field 19");
+        assert_eq!(nice, "19", "{stat}");
     }
 
     /// Removes the test's group when the test ends, also on failure.

@@ -1,9 +1,8 @@
-//! Time for the engine: a raw CLOCK_MONOTONIC in nanoseconds (the same clock timerfd uses, so a
-//! send time can be armed as an absolute deadline), a timerfd the poll loop waits on (epoll's own
-//! timeout is in milliseconds: too coarse for µs send schedules), thread timer slack, CPU pinning
-//! and the process's CPU time.
+//! Time for the engine: a raw CLOCK_MONOTONIC in nanoseconds (the same clock the send timer,
+//! `headroom_host::timer::Timer`, uses, so a send time can be armed as an absolute deadline),
+//! the wake-up lead and thread timer slack.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use headroom_host::timer::sleep_until;
 
 /// CLOCK_MONOTONIC now, in nanoseconds.
 #[inline]
@@ -23,79 +22,6 @@ pub fn unix_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// A one-shot absolute CLOCK_MONOTONIC timer as a pollable file descriptor.
-pub struct Timer {
-    fd: OwnedFd,
-    armed_at: u64,
-}
-
-impl Timer {
-    pub fn new() -> std::io::Result<Timer> {
-        // SAFETY: plain syscall; the returned descriptor is checked and then owned.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        Ok(Timer {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            armed_at: 0,
-        })
-    }
-
-    /// Fires at absolute monotonic time `at_ns` (re-arming also clears a pending expiry, so the
-    /// next expiry is a fresh edge for edge-triggered epoll). No syscall if already armed there.
-    pub fn arm(&mut self, at_ns: u64) -> std::io::Result<()> {
-        if at_ns == self.armed_at {
-            return Ok(());
-        }
-        let at = at_ns.max(1);
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: (at / 1_000_000_000) as libc::time_t,
-                tv_nsec: (at % 1_000_000_000) as libc::c_long,
-            },
-        };
-        // SAFETY: valid fd and itimerspec we own.
-        let rc = unsafe {
-            libc::timerfd_settime(
-                self.fd.as_raw_fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &spec,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        self.armed_at = at_ns;
-        Ok(())
-    }
-
-    /// The absolute time the timer was last armed for (0 after it fired).
-    pub fn armed_at(&self) -> u64 {
-        self.armed_at
-    }
-
-    /// Forget the armed time so the next `arm` re-arms (after the timer fired).
-    pub fn fired(&mut self) {
-        self.armed_at = 0;
-    }
-
-    pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
 }
 
 /// How early to wake before a send: a running estimate of the timer's wake-up lateness.
@@ -201,28 +127,6 @@ impl Default for WakeLead {
     }
 }
 
-/// Sleeps until absolute CLOCK_MONOTONIC time `at_ns` (clock_nanosleep, TIMER_ABSTIME).
-pub fn sleep_until(at_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: clock_nanosleep reads the timespec we own; no remainder with TIMER_ABSTIME.
-        let rc = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc != libc::EINTR {
-            return;
-        }
-    }
-}
-
 /// CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID), in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -236,10 +140,8 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// Timer slack of the calling thread: 1 ns so sleeps end when asked (default is 50 µs).
 pub fn tighten_timer_slack() {
-    // SAFETY: prctl with integer arguments only affects this thread.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
+    // A refusal (none is known) leaves sleeps ending up to 50 µs late: measured, not fatal.
+    let _ = headroom_host::sched::set_timer_slack_ns(1);
 }
 
 /// Number of CPUs this process may run on.
@@ -247,122 +149,6 @@ pub fn online_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-}
-
-/// User + system CPU seconds consumed so far by this process (getrusage RUSAGE_SELF).
-pub fn process_cpu_s() -> f64 {
-    rusage_split(libc::RUSAGE_SELF).total_s()
-}
-
-/// User + system CPU seconds of waited-for children (getrusage RUSAGE_CHILDREN).
-pub fn children_cpu_s() -> f64 {
-    children_cpu_split().total_s()
-}
-
-/// User and system CPU seconds kept apart: whether a client's cost is its own code or the
-/// kernel's work on its behalf (on loopback TCP the latter includes the peer's receive path).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CpuSplit {
-    pub user_s: f64,
-    pub sys_s: f64,
-}
-
-impl CpuSplit {
-    pub fn total_s(self) -> f64 {
-        self.user_s + self.sys_s
-    }
-}
-
-impl std::ops::Sub for CpuSplit {
-    type Output = CpuSplit;
-    fn sub(self, earlier: CpuSplit) -> CpuSplit {
-        CpuSplit {
-            user_s: self.user_s - earlier.user_s,
-            sys_s: self.sys_s - earlier.sys_s,
-        }
-    }
-}
-
-/// CPU of waited-for children, user and system apart (getrusage RUSAGE_CHILDREN).
-pub fn children_cpu_split() -> CpuSplit {
-    rusage_split(libc::RUSAGE_CHILDREN)
-}
-
-/// CPU of the calling thread, user and system apart (getrusage RUSAGE_THREAD).
-pub fn thread_cpu_split() -> CpuSplit {
-    rusage_split(libc::RUSAGE_THREAD)
-}
-
-fn rusage_split(who: libc::c_int) -> CpuSplit {
-    // SAFETY: getrusage fills the struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(who, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    CpuSplit {
-        user_s: tv(ru.ru_utime),
-        sys_s: tv(ru.ru_stime),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timer_fires_at_its_deadline() {
-        tighten_timer_slack();
-        let mut t = Timer::new().unwrap();
-        let deadline = now_ns() + 2_000_000;
-        t.arm(deadline).unwrap();
-        let mut pfd = libc::pollfd {
-            fd: t.raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, 1000) };
-        assert_eq!(rc, 1);
-        assert!(now_ns() >= deadline);
-    }
-
-    #[test]
-    fn cpu_split_subtracts_field_by_field() {
-        let later = CpuSplit {
-            user_s: 3.5,
-            sys_s: 10.25,
-        };
-        let earlier = CpuSplit {
-            user_s: 1.0,
-            sys_s: 0.25,
-        };
-        assert_eq!(
-            later - earlier,
-            CpuSplit {
-                user_s: 2.5,
-                sys_s: 10.0
-            }
-        );
-        assert_eq!((later - earlier).total_s(), 12.5);
-    }
-
-    #[test]
-    fn thread_cpu_split_counts_user_work_as_user_time() {
-        let before = thread_cpu_split();
-        let start = std::time::Instant::now();
-        let mut x = 0u64;
-        // Spin until the thread has run 30 ms of CPU (bounded at 5 s of wall time).
-        while (thread_cpu_split() - before).total_s() < 0.03 && start.elapsed().as_secs() < 5 {
-            for i in 0..100_000u64 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-            }
-        }
-        let spent = thread_cpu_split() - before;
-        assert!(spent.total_s() >= 0.03, "{spent:?}");
-        assert!(
-            spent.user_s > 0.0,
-            "a user-space loop shows as user time: {spent:?}"
-        );
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::clock::{now_ns, online_cpus, process_cpu_s};
+use crate::clock::{now_ns, online_cpus};
 use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::engine::{
@@ -27,6 +27,7 @@ use crate::results::Interval;
 use crate::results::{RawResults, MAX_IA_SAMPLES};
 use crate::sizing;
 use crate::stats::LatencyHist;
+use headroom_host::process::{cpu_split, Usage};
 use headroom_types::load_result::ConnectionSizing;
 
 /// Records per server: mutilate divides `-r` by the number of servers.
@@ -364,7 +365,7 @@ pub(crate) fn run_local_validated(
         fifo: opts.fifo,
     };
     let nworkers = plans.len();
-    let cpu_before = process_cpu_s();
+    let cpu_before = cpu_split(Usage::Process).total_s();
     let (tx, rx) = mpsc::channel::<IntervalMsg>();
     let outs: Vec<Result<WorkerOut, LoadError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = plans
@@ -403,7 +404,7 @@ pub(crate) fn run_local_validated(
             .collect()
     });
     let wall_s = (now_ns().saturating_sub(t0)) as f64 * 1e-9;
-    let cpu_s = process_cpu_s() - cpu_before;
+    let cpu_s = cpu_split(Usage::Process).total_s() - cpu_before;
     if let Some(h) = hdr.as_mut() {
         h.finish()?;
     }

@@ -4,6 +4,9 @@
 //! cgroup-v2 host with real-time group scheduling); the engine keeps its schedule under
 //! SCHED_OTHER by timer slack 1 ns and a busy-poll window sized from its measured wake-up error.
 
+use headroom_host::sched::{self, SchedPolicy};
+use headroom_host::HostError;
+
 /// The class the load threads run in and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SchedInfo {
@@ -20,44 +23,45 @@ impl SchedInfo {
     }
 }
 
-/// Policy and priority of the calling thread.
-fn current() -> (libc::c_int, libc::c_int) {
-    // SAFETY: sched_getscheduler/sched_getparam on this thread (0) write only into `p`.
-    unsafe {
-        let policy = libc::sched_getscheduler(0);
-        let mut p: libc::sched_param = std::mem::zeroed();
-        libc::sched_getparam(0, &mut p);
-        (policy, p.sched_priority)
-    }
+/// The calling thread's policy (`None` where it cannot be read or is one we do not name).
+fn current() -> Option<SchedPolicy> {
+    sched::sched(0).ok().and_then(|a| a.policy())
 }
 
-fn class_name(policy: libc::c_int, prio: libc::c_int) -> String {
+fn class_name(policy: Option<SchedPolicy>) -> String {
     match policy {
-        libc::SCHED_FIFO => format!("SCHED_FIFO {prio}"),
-        libc::SCHED_RR => format!("SCHED_RR {prio}"),
-        libc::SCHED_BATCH => "SCHED_BATCH".into(),
-        libc::SCHED_IDLE => "SCHED_IDLE".into(),
+        Some(SchedPolicy::Fifo { priority }) => format!("SCHED_FIFO {priority}"),
+        Some(SchedPolicy::RoundRobin { priority }) => format!("SCHED_RR {priority}"),
+        Some(SchedPolicy::Batch { .. }) => "SCHED_BATCH".into(),
+        Some(SchedPolicy::Idle) => "SCHED_IDLE".into(),
         _ => "SCHED_OTHER".into(),
     }
 }
 
-fn errno_name(e: &std::io::Error) -> String {
-    let name = match e.raw_os_error() {
+/// Why the kernel (or the host layer, for a priority out of range) refused: "EPERM: …".
+fn refusal(e: &HostError) -> String {
+    let HostError::Syscall { source, .. } = e else {
+        return e.to_string();
+    };
+    let name = match source.raw_os_error() {
         Some(libc::EPERM) => "EPERM",
         Some(libc::EINVAL) => "EINVAL",
         Some(libc::EACCES) => "EACCES",
-        _ => return e.to_string(),
+        _ => return source.to_string(),
     };
-    format!("{name}: {e}")
+    format!("{name}: {source}")
 }
 
 /// Settles the calling thread's class before the load threads are started (they inherit it):
 /// SCHED_FIFO at `fifo` when given and allowed; otherwise whatever the caller gave (`chrt`).
 pub fn settle(fifo: Option<u32>) -> SchedInfo {
-    let (policy, prio) = current();
-    let inherited = class_name(policy, prio);
+    let policy = current();
+    let inherited = class_name(policy);
     let Some(want) = fifo else {
-        let reason = if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
+        let reason = if matches!(
+            policy,
+            Some(SchedPolicy::Fifo { .. } | SchedPolicy::RoundRobin { .. })
+        ) {
             "inherited from the caller (e.g. chrt)".to_string()
         } else {
             "SCHED_FIFO not requested (--fifo N asks for it)".to_string()
@@ -67,21 +71,15 @@ pub fn settle(fifo: Option<u32>) -> SchedInfo {
             reason,
         };
     };
-    let param = libc::sched_param {
-        sched_priority: want as libc::c_int,
-    };
-    // SAFETY: sched_setscheduler on this thread (0) with a parameter we own.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        return SchedInfo {
+    match sched::set_sched(0, SchedPolicy::Fifo { priority: want }) {
+        Ok(()) => SchedInfo {
             class: format!("SCHED_FIFO {want}"),
             reason: format!("--fifo {want}"),
-        };
-    }
-    let e = std::io::Error::last_os_error();
-    SchedInfo {
-        class: inherited,
-        reason: format!("SCHED_FIFO {want} refused ({})", errno_name(&e)),
+        },
+        Err(e) => SchedInfo {
+            class: inherited,
+            reason: format!("SCHED_FIFO {want} refused ({})", refusal(&e)),
+        },
     }
 }
 
@@ -97,10 +95,11 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_priority_is_refused_with_the_errno() {
-        // 0 is not a valid SCHED_FIFO priority: EINVAL for everyone, root or not.
+    fn an_invalid_priority_is_refused_and_says_why() {
+        // 0 is not a SCHED_FIFO priority: refused before the kernel is asked, root or not.
         let s = std::thread::spawn(|| settle(Some(0))).join().unwrap();
-        assert!(s.reason.contains("refused (EINVAL"), "{s:?}");
+        assert!(s.reason.starts_with("SCHED_FIFO 0 refused ("), "{s:?}");
+        assert!(s.reason.contains("1..=99"), "{s:?}");
         assert!(!s.class.starts_with("SCHED_FIFO 0"), "{s:?}");
     }
 }

@@ -22,8 +22,10 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rand::{Rng, SeedableRng};
 
-use crate::clock::{now_ns, tighten_timer_slack, Timer};
+use crate::clock::{now_ns, tighten_timer_slack};
+use headroom_host::net::timestamps;
 use headroom_host::sched::pin_this_thread;
+use headroom_host::timer::Timer;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TIMER: Token = Token(usize::MAX);
@@ -304,67 +306,20 @@ fn serve(
     Ok(())
 }
 
-/// Asks the kernel to stamp received data (SO_TIMESTAMPNS, CLOCK_REALTIME).
+/// Asks the kernel to stamp received data (SO_TIMESTAMPNS, CLOCK_REALTIME); a refusal leaves
+/// reads unstamped (timed when read).
 fn enable_rx_timestamps(fd: RawFd) {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on a socket we own, with a pointer to a live c_int of the given size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    let _ = timestamps::enable_timestampns(fd);
 }
 
-/// One `recvmsg` into `buf`: bytes read and, when the kernel stamped them, their receive time
-/// converted to CLOCK_MONOTONIC ns (the realtime stamp minus the realtime − monotonic offset now).
+/// One read into `buf`: bytes read and, when the kernel stamped them, their receive time on
+/// CLOCK_MONOTONIC ns.
 fn read_stamped(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<u64>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // Room for one cmsg carrying a timespec (u64 words keep it aligned).
-    let mut control = [0u64; 8];
-    // SAFETY: zeroed msghdr is a valid empty header; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: fd is an open socket; msg points at live buffers of the stated sizes.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut stamp = None;
-    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG helpers.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-            {
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
-                let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
-                stamp = Some(real);
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    let mono = stamp.and_then(|real| {
-        let offset = realtime_ns() - now_ns() as i128;
-        u64::try_from(real - offset).ok()
-    });
-    Ok((n as usize, mono))
-}
-
-fn realtime_ns() -> i128 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    d.as_nanos() as i128
+    let (n, stamp) = timestamps::recv_stamped(fd, buf)?;
+    Ok((
+        n,
+        stamp.and_then(|s| s.monotonic_ns(timestamps::realtime_offset_ns())),
+    ))
 }
 
 fn flush(c: &mut Client) {

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use headroom_load::clock::process_cpu_s;
+use headroom_host::process::{cpu_split, Usage};
 use headroom_sim::fleet::{run_fleet, FleetSpec};
 use headroom_sim::model::ServerModel;
 use headroom_sim::run::{SimSetup, ALL_POLICIES};
@@ -32,9 +32,12 @@ fn main() {
             seed: 1,
             policies: vec![kind],
         };
-        let (wall0, cpu0) = (Instant::now(), process_cpu_s());
+        let (wall0, cpu0) = (Instant::now(), cpu_split(Usage::Process).total_s());
         let r = run_fleet(&setup, &spec, &|_, _| {}).expect("fleet runs");
-        let (wall, cpu) = (wall0.elapsed().as_secs_f64(), process_cpu_s() - cpu0);
+        let (wall, cpu) = (
+            wall0.elapsed().as_secs_f64(),
+            cpu_split(Usage::Process).total_s() - cpu0,
+        );
         total_cpu += cpu;
         let sh = servers as f64 * hours;
         println!(

@@ -57,14 +57,8 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), TopologyError> {
 
 /// CPU time (user + system) of this process so far.
 pub fn process_cpu_time() -> Duration {
-    // SAFETY: getrusage fills the zeroed struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF is valid and `ru` is a valid out pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    use headroom_host::process::{cpu_split, Usage};
+    Duration::from_secs_f64(cpu_split(Usage::Process).total_s())
 }
 
 #[cfg(test)]

@@ -13,50 +13,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use headroom_host::poll::{wait, Doorbell, Wait, Want};
+
 use crate::sensors::lc_signal::StopFlag;
 
 pub use headroom_types::control::{Request, Response};
 
 /// A request waiting for the agent loop, with the channel its answer goes back on.
 pub type Pending = (Request, Sender<Response>);
-
-/// An eventfd the client threads ring after queueing a request: the event-driven loop sleeps
-/// on it beside the idle ring buffer, so a request wakes the agent at once instead of waiting
-/// for the periodic duty.
-#[derive(Debug)]
-pub struct Doorbell(std::os::fd::OwnedFd);
-
-impl Doorbell {
-    pub fn new() -> std::io::Result<Doorbell> {
-        // SAFETY: eventfd has no preconditions; a non-negative result is a new fd we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        Ok(Doorbell(unsafe {
-            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
-        }))
-    }
-
-    /// Makes the fd readable (a full counter, EAGAIN, is readable already).
-    pub fn ring(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    /// Resets the counter (not readable until the next ring).
-    pub fn clear(&self) {
-        let mut n: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
-        unsafe { libc::read(self.raw_fd(), (&mut n as *mut u64).cast(), 8) };
-    }
-
-    pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.0)
-    }
-}
 
 /// The agent loop's end of the control socket: the queued requests and the doorbell that says
 /// some wait.
@@ -236,13 +200,11 @@ fn accept_loop(
                 // Sleep until a client connects (or 1 s, to see `stop`; the agent connects
                 // once when it stops, so that is seen at once): polling the listener every
                 // few ms would cost the agent more than its 1 ms control loop.
-                let mut fd = libc::pollfd {
-                    fd: std::os::fd::AsRawFd::as_raw_fd(listener),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd for the duration of the call.
-                unsafe { libc::poll(&mut fd, 1, ACCEPT_WAIT_MS) };
+                let fd = std::os::fd::AsRawFd::as_raw_fd(listener);
+                let _ = wait(
+                    &mut [Wait::new(fd, Want::Read)],
+                    Duration::from_millis(ACCEPT_WAIT_MS),
+                );
                 bound.keep_in_place(path);
             }
             Err(e) => {
@@ -258,7 +220,7 @@ fn accept_loop(
 }
 
 /// How long the accept loop sleeps at most without a client (it then looks at `stop`).
-pub const ACCEPT_WAIT_MS: i32 = 1000;
+pub const ACCEPT_WAIT_MS: u64 = 1000;
 
 /// Clients served at once (besides the reserved slot for `off`).
 const MAX_CLIENTS: usize = 16;

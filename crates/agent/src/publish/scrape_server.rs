@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use headroom_host::poll::{wait, Wait, Want};
 use prometheus_client::registry::Registry;
 
 use crate::sensors::lc_signal::StopFlag;
@@ -141,40 +142,33 @@ fn serve_loop(listener: &TcpListener, registry: &Registry, stop: &StopFlag, dead
             .map(|c| c.deadline.saturating_duration_since(now).as_millis() + 1)
             .min()
             .map_or(crate::publish::control::ACCEPT_WAIT_MS, |ms| {
-                ms.min(crate::publish::control::ACCEPT_WAIT_MS as u128) as i32
+                ms.min(u128::from(crate::publish::control::ACCEPT_WAIT_MS)) as u64
             });
-        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
-            .map(|fd| (fd, libc::POLLIN))
+        let mut fds: Vec<Wait> = std::iter::once(Wait::new(listener.as_raw_fd(), Want::Read))
             .chain(conns.iter().map(|c| {
-                let events = if c.answer.is_some() {
-                    libc::POLLOUT
+                let want = if c.answer.is_some() {
+                    Want::Write
                 } else {
-                    libc::POLLIN
+                    Want::Read
                 };
-                (c.stream.as_raw_fd(), events)
+                Wait::new(c.stream.as_raw_fd(), want)
             }))
-            .map(|(fd, events)| libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            })
             .collect();
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
+        let _ = wait(&mut fds, Duration::from_millis(wait_ms));
         if stop.load(Ordering::Relaxed) {
             break;
         }
         let mut page = None;
         let mut done = vec![false; conns.len()];
         for ((c, fd), done) in conns.iter_mut().zip(&fds[1..]).zip(done.iter_mut()) {
-            if fd.revents != 0 {
+            if fd.ready() {
                 *done = c.progress(registry, &mut page) == Next::Done;
             }
         }
         let mut done = done.into_iter();
         let now = Instant::now();
         conns.retain(|c| !done.next().unwrap_or(true) && now < c.deadline);
-        if fds[0].revents != 0 {
+        if fds[0].ready() {
             accept_round(listener, registry, &mut conns, &mut page, deadline);
         }
     }

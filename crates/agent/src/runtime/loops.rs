@@ -12,7 +12,11 @@ impl Agent {
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
         let interval = self.poll_interval();
         let deadline = self.options.run_for.map(|d| Instant::now() + d);
-        set_timer_slack_ns(1000);
+        // 1 µs of slack so 1 ms sleeps end close to their deadline; a refusal (none is known)
+        // only makes ticks later.
+        if let Err(e) = headroom_host::sched::set_timer_slack_ns(1000) {
+            tracing::warn!(error = %e, "timer slack left at its default");
+        }
         raise_control_loop_priority(self.config.safety.agent_fifo_priority);
         let mut reactions = ReactionLog::from_env();
         if self.start_idle_sensing(&reactions) {
@@ -151,15 +155,11 @@ impl Agent {
             std::thread::sleep(timeout);
             return false;
         };
-        let mut fd = libc::pollfd {
-            fd: requests.wake_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut fd, 1, ms) };
-        n > 0 && fd.revents & libc::POLLIN != 0
+        use headroom_host::poll::{wait, Wait, Want};
+        let mut bell = [Wait::new(requests.wake_fd(), Want::Read)];
+        // Whole ms, at least one, as the loop's ticks are.
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as u64;
+        wait(&mut bell, Duration::from_millis(ms)).unwrap_or(0) > 0 && bell[0].readable()
     }
 
     /// The event-driven loop: asleep in `epoll_wait` until a crossing or the next periodic
@@ -428,7 +428,6 @@ pub(super) fn service_treatment(
     }
 }
 
-/// Lowers this thread's timer slack so 1 ms sleeps end close to their deadline.
 /// Puts the calling (control loop) thread above every CFS thread, so a BE or LC thread filling
 /// every CPU cannot delay the tick that shrinks BE; nice -20 where FIFO is refused.
 fn raise_control_loop_priority(fifo_priority: u8) {
@@ -458,12 +457,5 @@ fn raise_control_loop_priority(fifo_priority: u8) {
                 tracing::warn!(fifo = %fifo, nice = %nice, "control loop keeps its scheduling")
             }
         },
-    }
-}
-
-fn set_timer_slack_ns(ns: u64) {
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches nothing else.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
     }
 }

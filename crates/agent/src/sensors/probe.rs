@@ -38,10 +38,8 @@ use headroom_control::config::ProbeProtocol;
 
 mod conn;
 mod http;
-mod stamps;
-use conn::{InFlight, ProbeConn};
+use conn::{InFlight, ProbeConn, Stamps};
 pub use http::parse_http_response;
-use stamps::Stamps;
 
 /// The key the prober reads (a miss is as good as a hit for timing).
 pub const PROBE_KEY: &[u8] = b"headroom:probe";

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use headroom_host::process::{send_signal, Signal};
 use headroom_host::spawn::StartIn;
 
 use crate::error::{BenchError, Result};
@@ -108,11 +109,9 @@ impl Proc {
         if let Ok(Some(_)) = child.try_wait() {
             return;
         }
-        // SAFETY: kill(2) on our own child's pid; the child has not been reaped yet (try_wait
-        // above returned None), so the pid still names it.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
+        // The child has not been reaped yet (try_wait above returned None), so the pid still
+        // names it.
+        let _ = send_signal(child.id() as i32, Signal::SIGTERM);
         let start = Instant::now();
         while start.elapsed() < self.grace {
             if let Ok(Some(_)) = child.try_wait() {

@@ -62,8 +62,7 @@ pub fn run(out: Option<PathBuf>, o: Options) -> Result<()> {
         sampler.sample().map(|_| ()).map_err(Into::into)
     })?;
     let pid = std::process::id() as i32;
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    let tid = headroom_host::process::thread_id();
     let schedstat = match host.schedstat(pid, tid) {
         Ok(mut r) => Some(time_calls(o.reads as usize, || {
             r.read().map(|_| ()).map_err(Into::into)
@@ -74,7 +73,7 @@ pub fn run(out: Option<PathBuf>, o: Options) -> Result<()> {
     // The poll loop: sample per-CPU idle at absolute deadlines, like the blind policy's loop.
     let period = Duration::from_secs_f64(1.0 / o.poll_hz);
     let wall = Duration::from_secs_f64(o.poll_seconds);
-    let cpu_before = headroom_load::clock::thread_cpu_split();
+    let cpu_before = headroom_host::process::cpu_split(headroom_host::process::Usage::Thread);
     let start = Instant::now();
     let mut next = start;
     let mut polls = 0u64;
@@ -93,7 +92,9 @@ pub fn run(out: Option<PathBuf>, o: Options) -> Result<()> {
         }
     }
     let elapsed = start.elapsed();
-    let cpu = (headroom_load::clock::thread_cpu_split() - cpu_before).total_s();
+    let cpu = (headroom_host::process::cpu_split(headroom_host::process::Usage::Thread)
+        - cpu_before)
+        .total_s();
     let share = cpu / elapsed.as_secs_f64();
     let achieved_hz = polls as f64 / elapsed.as_secs_f64();
 

@@ -1,9 +1,10 @@
 //! A memcached the tools' benchmarks measure against: one worker thread on a free loopback
 //! port, pinned where asked, killed on drop.
 
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use headroom_host::spawn::StartIn;
 
 use crate::tools::error::{Result, ToolError};
 
@@ -40,10 +41,8 @@ pub(crate) fn start_memcached(cpu: Option<usize>) -> Result<Memcached> {
         |port| {
             let mut cmd = Command::new("memcached");
             if let Some(cpu) = cpu {
-                // SAFETY: the closure runs between fork and exec and only calls sched_setaffinity.
-                unsafe {
-                    cmd.pre_exec(move || headroom_host::sched::pin_this_thread(cpu));
-                }
+                // Only a group directory can be refused: none here.
+                let _ = StartIn::parent().on_cpu(cpu).apply(&mut cmd);
             }
             cmd.args([
                 "-l",

@@ -328,8 +328,7 @@ fn experiments(name: &str, out: Option<std::path::PathBuf>, rest: &[String]) -> 
 /// the LC service is still in it, so once every run has stopped its processes the experiment
 /// removes the (now empty) groups. Groups that still hold a process are left alone.
 pub(crate) fn remove_bench_groups() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !headroom_host::process::is_root() {
         return;
     }
     let Ok(cgroups) = headroom_host::LinuxHost::system().cgroups() else {

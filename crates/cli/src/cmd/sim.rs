@@ -262,11 +262,13 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         return fleet_cluster(&a, &setup, bar);
     }
     let started = Instant::now();
-    let cpu_before = headroom_load::clock::process_cpu_s();
+    let cpu_before =
+        headroom_host::process::cpu_split(headroom_host::process::Usage::Process).total_s();
     let results = run_fleet(&setup, &spec, &|done, _| bar.set_position(done)).map_err(classify)?;
     bar.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
-    let cpu = headroom_load::clock::process_cpu_s() - cpu_before;
+    let cpu = headroom_host::process::cpu_split(headroom_host::process::Usage::Process).total_s()
+        - cpu_before;
     let invocation = std::env::args().collect::<Vec<_>>().join(" ");
     let files =
         write_fleet_report(&a.out, &setup, &spec, &results, &invocation).map_err(classify)?;

@@ -8,10 +8,11 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use super::rx_stamp::recv_stamped;
 use super::{Io, Wait, Worker};
-use crate::clock::{now_ns, Timer};
+use crate::clock::now_ns;
 use crate::error::LoadError;
+use headroom_host::net::timestamps::recv_stamped;
+use headroom_host::timer::Timer;
 
 const TIMER_TOKEN: Token = Token(usize::MAX);
 
@@ -181,7 +182,7 @@ impl Worker<'_> {
                 }
             }
             let rend = c.rend;
-            match recv_stamped(fd, &mut c.rbuf[rend..], offset) {
+            match recv_stamped(fd, &mut c.rbuf[rend..]) {
                 Ok((0, _)) => {
                     let now = now_ns();
                     self.fault(i, now, "server closed the connection");
@@ -197,7 +198,7 @@ impl Worker<'_> {
                         self.out.counters.bytes_rx += n as u64;
                     }
                     // Never later than now (a stamp mapped past it: the clock slewed).
-                    let (at, kernel_rx) = match stamp {
+                    let (at, kernel_rx) = match stamp.and_then(|s| s.monotonic_ns(offset)) {
                         Some(t) => (t.min(now), true),
                         None => (now, false),
                     };

@@ -7,7 +7,7 @@
 //! histograms at the end and one interval histogram per second (off the hot path).
 //!
 //! **Whose time is whose.** A request is timed from the kernel's transmit stamp of its bytes
-//! ([`tx_stamp`]) to the kernel's receive stamp of its reply ([`rx_stamp`]): the service's
+//! ([`tx_stamp`]) to the kernel's receive stamp of its reply: the service's
 //! latency, whatever the client's thread was doing around them. The wait before the send is split
 //! in two: from the scheduled time to when the server let it go (its connection and every other
 //! one it may take at the depth cap, or closed: the time the reply or reconnect that made room
@@ -22,7 +22,6 @@ mod plan;
 pub mod poll_budget;
 mod pool;
 mod replies;
-mod rx_stamp;
 mod tx_stamp;
 mod uring;
 
@@ -193,7 +192,7 @@ pub fn run_worker(
         interval: LatencyHist::new(),
         interval_actual_send: LatencyHist::new(),
         interval_send_lag: LatencyHist::new(),
-        realtime_offset_ns: rx_stamp::realtime_offset_ns(),
+        realtime_offset_ns: headroom_host::net::timestamps::realtime_offset_ns(),
         interval_completed: 0,
         interval_index: 0,
         interval_tx,
@@ -389,7 +388,7 @@ impl Worker<'_> {
 
     fn flush_interval(&mut self, now: u64, last: bool) {
         // Kernel stamps are on the realtime clock: follow its slewing once a second.
-        self.realtime_offset_ns = rx_stamp::realtime_offset_ns();
+        self.realtime_offset_ns = headroom_host::net::timestamps::realtime_offset_ns();
         if last && self.interval_completed == 0 && self.interval.count() == 0 {
             return;
         }

@@ -55,9 +55,12 @@ impl PollBudget {
     /// The calling thread's budget: limited when it runs SCHED_FIFO or SCHED_RR, from the
     /// kernel's real-time share (the global one, and its v1 `cpu` group's where it has one).
     pub fn for_current_thread() -> PollBudget {
-        // SAFETY: sched_getscheduler on this thread only reads.
-        let policy = unsafe { libc::sched_getscheduler(0) };
-        if policy != libc::SCHED_FIFO && policy != libc::SCHED_RR {
+        use headroom_host::sched::{sched, SchedPolicy};
+        let policy = sched(0).ok().and_then(|a| a.policy());
+        if !matches!(
+            policy,
+            Some(SchedPolicy::Fifo { .. } | SchedPolicy::RoundRobin { .. })
+        ) {
             return PollBudget::unlimited();
         }
         let budget = headroom_host::rt_budget::RtBudget::of_this_process(std::path::Path::new("/"));

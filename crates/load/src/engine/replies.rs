@@ -3,9 +3,11 @@
 
 use std::os::fd::AsRawFd;
 
+use headroom_host::net::timestamps::{self, ErrQueue};
+
 use super::conn::Inflight;
 use super::plan::SavedSample;
-use super::{tx_stamp, Worker};
+use super::Worker;
 use crate::protocol::Op;
 use crate::stats::BlockHists;
 
@@ -70,21 +72,25 @@ impl Worker<'_> {
             if c.inflight.front().is_none_or(|f| f.tx != 0) {
                 break;
             }
-            match tx_stamp::read_errqueue(fd, offset) {
-                Ok(tx_stamp::ErrQueue::Stamp { key, ns }) => {
+            match timestamps::read_errqueue(fd) {
+                Ok(ErrQueue::Stamp { key, stamp }) => {
                     read += 1;
+                    // A stamp before the monotonic clock's start times nothing.
+                    let Some(ns) = stamp.monotonic_ns(offset) else {
+                        continue;
+                    };
                     for r in c.inflight.iter_mut() {
                         if r.tx != 0 {
                             continue;
                         }
-                        if !tx_stamp::covers(key, r.end) {
+                        if !timestamps::key_covers(key, r.end) {
                             break;
                         }
                         r.tx = ns;
                     }
                 }
-                Ok(tx_stamp::ErrQueue::Other) => read += 1,
-                Ok(tx_stamp::ErrQueue::Empty) => break,
+                Ok(ErrQueue::Other) => read += 1,
+                Ok(ErrQueue::Empty) => break,
                 Err(e) => {
                     tracing::debug!("reading the error queue of {}: {e}", c.plan.addr);
                     break;

@@ -17,10 +17,10 @@
 //! wake-up per send, not one per send and one per reply) whenever no send waits on a reply (see
 //! `replies_can_wait`). Send times and latencies are from the schedule, exactly as with epoll.
 
+use headroom_host::net::timestamps::rx_stamp;
 use io_uring::types::{BufRingEntry, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
-use super::rx_stamp::rx_timestamp_ns;
 use super::{Io, Wait, Worker};
 use crate::clock::now_ns;
 use crate::error::LoadError;
@@ -35,7 +35,7 @@ const BUFFER_GROUP: u16 = 0;
 const MAX_WAIT_NS: u64 = 200_000_000;
 /// Room for the control messages in each received buffer: SCM_TIMESTAMPNS, and the
 /// SCM_TIMESTAMPING TCP adds on a socket that reports software transmit stamps too.
-pub(super) const CONTROL_LEN: usize = super::rx_stamp::RX_CONTROL_LEN;
+pub(super) const CONTROL_LEN: usize = headroom_host::net::timestamps::RX_CONTROL_LEN;
 /// A wait that should not end for replies asks for this many completions (the kernel caps it at
 /// the completion queue's size); its timeout, the next send's time, ends it.
 const WAIT_FOR_TIMER: usize = 1 << 16;
@@ -265,22 +265,12 @@ impl Worker<'_> {
         let fd = stream.as_raw_fd();
         // Kernel receive timestamps: a reply's time is when the kernel took it in, not when this
         // thread got round to it (so replies can wait for the next send's wake-up).
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt with a valid fd and an int option value we own.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                &on as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        c.ring.rx_stamps = rc == 0;
+        let stamped = headroom_host::net::timestamps::enable_timestampns(fd).is_ok();
+        c.ring.rx_stamps = stamped;
         let generation = c.ring.generation;
         c.ring.recv_armed = true;
         let u = self.uring();
-        u.unstamped |= rc != 0;
+        u.unstamped |= !stamped;
         let entry = opcode::RecvMsgMulti::new(Fd(fd), &*u.msghdr, BUFFER_GROUP)
             .build()
             .user_data(user_data(KIND_RECV, generation, i));
@@ -522,7 +512,7 @@ impl Worker<'_> {
                 c.make_room(got);
                 c.rbuf[c.rend..c.rend + got].copy_from_slice(payload);
                 c.rend += got;
-                if let Some(t) = rx_timestamp_ns(out.control_data(), offset) {
+                if let Some(t) = rx_stamp(out.control_data()).and_then(|s| s.monotonic_ns(offset)) {
                     // Never later than now; never before the clock the stamps are mapped to.
                     stamp = t.min(now);
                     kernel_rx = true;

@@ -279,14 +279,8 @@ pub(crate) fn unix_now_s() -> i64 {
 }
 
 fn process_cpu_times() -> (f64, f64) {
-    // SAFETY: getrusage fills the zeroed struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF is valid and `ru` is a valid out pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return (0.0, 0.0);
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (tv(ru.ru_utime), tv(ru.ru_stime))
+    let cpu = headroom_host::process::cpu_split(headroom_host::process::Usage::Process);
+    (cpu.user_s, cpu.sys_s)
 }
 
 /// Starts servers.

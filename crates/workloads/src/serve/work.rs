@@ -131,16 +131,7 @@ pub fn burn_cpu(d: Duration) {
 
 /// CPU time consumed by the calling thread.
 pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own; the clock id is valid on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    Duration::from_nanos(headroom_load::clock::thread_cpu_ns())
 }
 
 /// The per-request synthetic work of one server.

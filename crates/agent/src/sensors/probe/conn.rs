@@ -6,13 +6,32 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use headroom_host::net::timestamps::{self, enable_timestamping, ErrQueue, Timestamping};
+use headroom_host::poll::{wait, Wait, Want};
 use headroom_load::protocol::Op;
 
-use super::stamps::{self, Stamps};
 use super::{parse_http_response, ProbeConnError, ProbeState, ProbeWire};
+
+/// Which kernel stamps a connection got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamps {
+    /// Transmit and receive stamps: latency = kernel RX − kernel TX.
+    TxRx,
+    /// Receive stamps only (the transmit flags were refused).
+    Rx,
+}
+
+/// Asks for software transmit and receive stamps on `fd`, or receive stamps alone where the
+/// kernel refuses the transmit flags.
+fn enable_stamps(fd: RawFd) -> std::io::Result<Stamps> {
+    if enable_timestamping(fd, Timestamping::TxRx).is_ok() {
+        return Ok(Stamps::TxRx);
+    }
+    enable_timestamping(fd, Timestamping::Rx).map(|()| Stamps::Rx)
+}
 
 /// The probe in flight on a connection.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +69,7 @@ impl ProbeConn {
         let stream = TcpStream::connect_timeout(addr, Duration::from_millis(500))?;
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
-        let stamps = stamps::enable(stream.as_raw_fd()).ok();
+        let stamps = enable_stamps(stream.as_raw_fd()).ok();
         Ok(ProbeConn {
             stream,
             stamps,
@@ -63,7 +82,7 @@ impl ProbeConn {
 
     /// Writes `request` as the probe scheduled at `scheduled`.
     pub fn send(&mut self, request: &[u8], scheduled: Instant) -> Result<(), ProbeConnError> {
-        let sent_ns = stamps::realtime_ns();
+        let sent_ns = timestamps::realtime_ns();
         (&self.stream)
             .write_all(request)
             .map_err(ProbeConnError::Send)?;
@@ -84,15 +103,14 @@ impl ProbeConn {
             return;
         };
         while r.tx_ns.is_none() {
-            match stamps::read_tx_stamp(self.stream.as_raw_fd()) {
-                Ok(Some((key, ns))) => {
+            match timestamps::read_errqueue(self.stream.as_raw_fd()) {
+                Ok(ErrQueue::Stamp { key, stamp }) => {
                     *seen = true;
-                    // wrapping order: the probe's key at or before the stamp's
-                    if key.wrapping_sub(r.key) < (1 << 31) {
-                        r.tx_ns = Some(ns);
+                    if timestamps::key_covers(key, u64::from(r.key)) {
+                        r.tx_ns = Some(stamp.realtime_ns());
                     }
                 }
-                Ok(None) | Err(_) => return,
+                Ok(ErrQueue::Other | ErrQueue::Empty) | Err(_) => return,
             }
         }
     }
@@ -110,11 +128,12 @@ impl ProbeConn {
         while self.in_flight.is_some() {
             let want = self.read_len.clamp(1, chunk.len());
             let received = if kernel_rx {
-                stamps::read_stamped(self.stream.as_raw_fd(), &mut chunk[..want])
+                timestamps::recv_stamped(self.stream.as_raw_fd(), &mut chunk[..want])
+                    .map(|(n, at)| (n, at.map(|s| s.realtime_ns())))
             } else {
                 (&self.stream)
                     .read(&mut chunk[..want])
-                    .map(|n| (n, Some(stamps::realtime_ns())))
+                    .map(|n| (n, Some(timestamps::realtime_ns())))
             };
             let rx_ns = match received {
                 Ok((0, _)) => return Ok(false),
@@ -156,27 +175,11 @@ impl ProbeConn {
 /// Waits up to `timeout` for any of `conns` awaiting a reply to become readable (µs precision
 /// through ppoll).
 pub(super) fn wait_readable(conns: &[ProbeConn], timeout: Duration) {
-    let mut pfds: [libc::pollfd; super::MAX_CONNS] = [libc::pollfd {
-        fd: -1,
-        events: libc::POLLIN,
-        revents: 0,
-    }; super::MAX_CONNS];
-    for (p, c) in pfds.iter_mut().zip(conns) {
+    let mut waits = [Wait::NONE; super::MAX_CONNS];
+    for (w, c) in waits.iter_mut().zip(conns) {
         if c.in_flight.is_some() {
-            p.fd = c.fd();
+            *w = Wait::new(c.fd(), Want::Read);
         }
     }
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: valid pollfds (fd -1 entries are ignored), a valid timespec, no signal mask.
-    unsafe {
-        libc::ppoll(
-            pfds.as_mut_ptr(),
-            pfds.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        )
-    };
+    let _ = wait(&mut waits, timeout);
 }

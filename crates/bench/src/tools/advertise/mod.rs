@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use headroom_control::advertise::{granted_millicpu, RESOURCE};
 use headroom_control::decision::{CtlEvent, LogLine};
+use headroom_host::process::{send_signal, Signal};
 use headroom_host::{Cgroups, Controller, LinuxHost};
 use headroom_kube::stand_in::{pod, with_be_cpu, StandIn};
 use headroom_types::control::AgentStatus;
@@ -215,8 +216,7 @@ fn tail(path: &Path) -> String {
 
 /// Runs the benchmark; with `out`, its files go there (else a directory under /tmp).
 pub fn run(out: Option<PathBuf>, f: Flags) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !headroom_host::process::is_root() {
         return Err(needs("root (it makes kubelet-style cgroups for the pods)"));
     }
     let cgroups = LinuxHost::system().cgroups()?;
@@ -426,8 +426,7 @@ pub fn run(out: Option<PathBuf>, f: Flags) -> Result<()> {
 
     // SIGTERM: the agent restores and writes its log's last run.
     let child = &mut live.children[agent];
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = send_signal(child.id() as i32, Signal::SIGTERM);
     if !wait_exit(child, Duration::from_secs(20)) {
         println!("the agent did not stop within 20 s of SIGTERM: killed");
     }

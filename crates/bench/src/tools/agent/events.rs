@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use crate::tools::error::{Context, Result, ToolError};
 use headroom_control::config::{IdleSensing, IdleSensor};
 use headroom_host::idle_bpf::{BpfIdleTracker, Direction};
+use headroom_host::process::Signal;
 use headroom_host::{Cgroups, FreezeState};
 use headroom_types::GroupPath;
 
@@ -97,11 +98,16 @@ fn duty_thread(
     limit: Duration,
 ) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
-        let _ = headroom_host::sched::pin_this_thread(cpu);
-        // SAFETY: the priority of this thread only (who 0 = the caller).
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-        }
+        use headroom_host::sched::{pin_this_thread, set_sched, SchedPolicy};
+        // Refused, the thread runs where and as it was: the phase's figures say so.
+        let _ = pin_this_thread(cpu);
+        let _ = set_sched(
+            0,
+            SchedPolicy::Other {
+                nice,
+                slice_ns: None,
+            },
+        );
         let end = Instant::now() + limit;
         let mut flips = 0u64;
         while !stop.load(Ordering::Relaxed) && Instant::now() < end {
@@ -318,7 +324,7 @@ pub(super) fn read_log(path: &Path) -> (Vec<Row>, Option<LogCounters>) {
 }
 
 fn stop_agent(clean: &mut Cleanup, pid: u32) {
-    signal(pid, libc::SIGTERM);
+    signal(pid, Signal::SIGTERM);
     for c in clean.children.iter_mut().filter(|c| c.id() == pid) {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(5) {
@@ -423,12 +429,12 @@ pub(super) fn reactions(
             let log = dir.join(format!("reactions-{}-{tag}.log", mode.name));
             let agent_pid = spawn_agent(bin, &cfg, &log, clean)?;
             std::thread::sleep(Duration::from_secs(2));
-            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)
+            let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)?
                 .spawn()
                 .context("starting the step spinner")?;
             let step_pid = step.id();
             clean.adopt(step);
-            signal(step_pid, libc::SIGSTOP);
+            signal(step_pid, Signal::SIGSTOP);
             if !wait_state(step_pid, 'T') {
                 return Err(ToolError::Measurement(format!(
                     "the step spinner {step_pid} did not stop"
@@ -456,17 +462,17 @@ pub(super) fn reactions(
                     continue;
                 }
                 std::thread::sleep(Duration::from_millis(20));
-                signal(step_pid, libc::SIGCONT);
+                signal(step_pid, Signal::SIGCONT);
                 std::thread::sleep(Duration::from_millis(30));
-                signal(step_pid, libc::SIGSTOP);
+                signal(step_pid, Signal::SIGSTOP);
                 wait_state(step_pid, 'T');
                 std::thread::sleep(Duration::from_millis(60));
             }
             // asked before the stop (the log may only be flushed at exit): used if none logged
             let how_it_fared = why_none_logged(clean, agent_pid, &log);
             stop_agent(clean, agent_pid);
-            signal(step_pid, libc::SIGKILL);
-            signal(step_pid, libc::SIGCONT);
+            signal(step_pid, Signal::SIGKILL);
+            signal(step_pid, Signal::SIGCONT);
             for c in clean.children.iter_mut().filter(|c| c.id() == step_pid) {
                 let _ = c.wait();
             }

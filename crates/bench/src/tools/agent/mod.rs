@@ -25,6 +25,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::{Context, Result, ToolError};
+use headroom_host::process::{cpu_split, send_signal, Signal, Usage};
+use headroom_host::spawn::StartIn;
 use headroom_host::LinuxHost;
 use headroom_types::GroupPath;
 
@@ -90,29 +92,25 @@ fn write_config(
     .write()
 }
 
-pub(super) fn pinned(args: &[&str], cpu: usize) -> Command {
+/// This binary with `args`, pinned to `cpu`, its output dropped.
+pub(super) fn pinned(args: &[&str], cpu: usize) -> Result<Command> {
+    started(args, &StartIn::parent().on_cpu(cpu))
+}
+
+/// This binary with `args`, started as `start` says, its output dropped.
+fn started(args: &[&str], start: &StartIn) -> Result<Command> {
     let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("headroom"));
     let mut cmd = Command::new(bin);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    pin_command(&mut cmd, cpu);
-    cmd
-}
-
-/// Pins the child to `cpu` before it execs.
-fn pin_command(cmd: &mut Command, cpu: usize) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: pin_this_thread allocates nothing and takes no lock (safe between fork and exec).
-    unsafe {
-        cmd.pre_exec(move || headroom_host::sched::pin_this_thread(cpu));
-    }
+    start.apply(&mut cmd)?;
+    Ok(cmd)
 }
 
 pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !headroom_host::process::is_root() {
         return Err(ToolError::Needs {
             tool: "headroom bench agent",
             need: "root (it creates cgroups)".into(),
@@ -135,7 +133,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        pin_command(&mut sleeper, 1);
+        StartIn::parent().on_cpu(1).apply(&mut sleeper)?;
         sleeper
     }
     .spawn()
@@ -310,26 +308,15 @@ impl Drop for Spinners {
 
 /// One `antagonist spin` per CPU, pinned there at nice 19.
 fn start_spinners() -> Result<Spinners> {
-    use std::os::unix::process::CommandExt;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut children = Spinners(Vec::new());
     for cpu in 0..cpus {
-        let mut cmd = pinned(
+        let child = started(
             &["antagonist", "spin", "--threads", "1", "--duration", "600"],
-            cpu,
-        );
-        // SAFETY: setpriority of the child itself before exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setpriority(libc::PRIO_PROCESS, 0, 19) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting the spinner on CPU {cpu}"))?;
+            &StartIn::parent().on_cpu(cpu).at_nice(19),
+        )?
+        .spawn()
+        .with_context(|| format!("starting the spinner on CPU {cpu}"))?;
         teardown::watch(child.id());
         children.0.push(child);
     }
@@ -372,7 +359,7 @@ fn cpu_use(
         let polls: &[u64] = if sensor == "events" { &[1] } else { &[1, 10] };
         for &poll_ms in polls {
             let cfg = write_config(dir, top, poll_ms, lc_pid, false, sensor)?;
-            let before = headroom_load::clock::children_cpu_s();
+            let before = cpu_split(Usage::Children).total_s();
             let start = Instant::now();
             let total_s = flags.seconds + WARMUP_S + 1.0;
             // the agent's log, shown if it fails
@@ -401,7 +388,7 @@ fn cpu_use(
             teardown::unwatch(child.id());
             let status = status?;
             let wall = start.elapsed().as_secs_f64();
-            let cpu = headroom_load::clock::children_cpu_s() - before;
+            let cpu = cpu_split(Usage::Children).total_s() - before;
             if !status.success() {
                 let text = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
@@ -460,41 +447,20 @@ fn cpu_use(
 /// CPU share (% of one CPU) of a thread that does nothing but sleep to absolute `period`
 /// deadlines for `seconds`, with the agent's timer slack (1 µs): the cost of the wake-ups alone.
 fn wake_up_floor_pct(period: Duration, seconds: f64) -> f64 {
-    let now = |clock| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes into the timespec we own.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-    };
-    // SAFETY: prctl with integer arguments only affects this thread.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+    use headroom_load::clock::{now_ns, thread_cpu_ns};
+    // The agent's slack; a refusal (none is known) shows as a higher floor.
+    let _ = headroom_host::sched::set_timer_slack_ns(1000);
     let ticks = (seconds / period.as_secs_f64()).round().max(1.0) as u64;
-    let cpu0 = now(libc::CLOCK_THREAD_CPUTIME_ID);
-    let wall0 = now(libc::CLOCK_MONOTONIC);
+    let period_ns = period.as_nanos() as u64;
+    let (cpu0, wall0) = (thread_cpu_ns(), now_ns());
     let mut deadline = wall0;
     for _ in 0..ticks {
-        deadline += period.as_secs_f64();
-        let ts = libc::timespec {
-            tv_sec: deadline.trunc() as libc::time_t,
-            tv_nsec: (deadline.fract() * 1e9) as libc::c_long,
-        };
-        // SAFETY: an absolute sleep on CLOCK_MONOTONIC with a timespec we own; EINTR just
-        // ends this tick early.
-        unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
+        deadline += period_ns;
+        headroom_host::timer::sleep_until(deadline);
     }
-    let cpu = now(libc::CLOCK_THREAD_CPUTIME_ID) - cpu0;
-    let wall = now(libc::CLOCK_MONOTONIC) - wall0;
-    100.0 * cpu / wall
+    let cpu = thread_cpu_ns().saturating_sub(cpu0);
+    let wall = now_ns().saturating_sub(wall0).max(1);
+    100.0 * cpu as f64 / wall as f64
 }
 
 /// Start-up time excluded from the steady-state CPU figure, s.
@@ -511,9 +477,9 @@ pub(super) fn loadavg() -> String {
     headroom_host::process::load_average_text()
 }
 
-pub(super) fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on the benchmark's own child.
-    unsafe { libc::kill(pid as i32, sig) };
+/// Sends `sig` to the benchmark's own child `pid` (one already gone: nothing to do).
+pub(super) fn signal(pid: u32, sig: Signal) {
+    let _ = send_signal(pid as i32, sig);
 }
 
 /// Waits (≤ 1 s) until `pid` is in state `want` ('T' stopped, 'R' running) per /proc.

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use headroom_host::process::Signal;
 use headroom_host::{Cgroups, FreezeState};
 use headroom_types::GroupPath;
 
@@ -60,12 +61,12 @@ pub(super) fn reaction(
         )
     };
     // The step: a spinner on CPU 1 in the LC group, held stopped until t0.
-    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)
+    let step = pinned(&["antagonist", "spin", "--duration", "900"], 1)?
         .spawn()
         .context("starting the step spinner")?;
     let step_pid = step.id();
     clean.adopt(step);
-    signal(step_pid, libc::SIGSTOP);
+    signal(step_pid, Signal::SIGSTOP);
     if !wait_state(step_pid, 'T') {
         return Err(ToolError::Measurement(format!(
             "the step spinner {step_pid} did not stop"
@@ -100,7 +101,7 @@ pub(super) fn reaction(
             continue;
         }
         let t0 = Instant::now();
-        signal(step_pid, libc::SIGCONT);
+        signal(step_pid, Signal::SIGCONT);
         let mut reacted = None;
         while t0.elapsed() < Duration::from_secs(2) {
             if state(cgroups) != before {
@@ -109,7 +110,7 @@ pub(super) fn reaction(
             }
             std::hint::spin_loop();
         }
-        signal(step_pid, libc::SIGSTOP);
+        signal(step_pid, Signal::SIGSTOP);
         wait_state(step_pid, 'T');
         match reacted {
             Some(d) => r.ms.push(d.as_secs_f64() * 1000.0),
@@ -118,9 +119,9 @@ pub(super) fn reaction(
         std::thread::sleep(Duration::from_millis(50));
     }
     // Stop this agent (restoring the groups) and the step before the next sensor's run.
-    signal(agent_pid, libc::SIGTERM);
-    signal(step_pid, libc::SIGKILL);
-    signal(step_pid, libc::SIGCONT);
+    signal(agent_pid, Signal::SIGTERM);
+    signal(step_pid, Signal::SIGKILL);
+    signal(step_pid, Signal::SIGCONT);
     for c in clean.children.iter_mut() {
         if c.id() == agent_pid || c.id() == step_pid {
             let t = Instant::now();

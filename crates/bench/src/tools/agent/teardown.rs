@@ -10,6 +10,7 @@ use std::process::Child;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use headroom_host::process::{exists, send_signal, Signal};
 use headroom_host::Cgroups;
 use headroom_types::GroupPath;
 
@@ -111,20 +112,12 @@ fn remove_groups(cgroups: &Cgroups, top: &GroupPath) {
                 break;
             }
             for pid in procs {
-                // SAFETY: kill(2) on processes of the benchmark's own group.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let _ = send_signal(pid, Signal::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
     let _ = cgroups.remove(top);
-}
-
-/// Whether process `pid` exists (kill with signal 0: ESRCH when it does not).
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let found = unsafe { libc::kill(pid, 0) } == 0;
-    found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// The top groups of benches whose process is gone (killed with SIGKILL), removed.
@@ -140,7 +133,7 @@ fn remove_stale_groups(cgroups: &Cgroups) {
         else {
             continue;
         };
-        if pid > 0 && !alive(pid) {
+        if pid > 0 && !exists(pid) {
             eprintln!("headroom bench agent: removing {name}, left by a bench that is gone");
             remove_groups(cgroups, &top);
         }
@@ -160,8 +153,7 @@ fn start_watcher() -> Result<()> {
                     if let Some(sig) = signals.forever().next() {
                         if let Some(a) = armed().take() {
                             for &pid in &a.pids {
-                                // SAFETY: kill(2) on this bench's own children.
-                                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                                let _ = send_signal(pid as i32, Signal::SIGKILL);
                             }
                             remove_groups(&a.cgroups, &a.top);
                             eprintln!(

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use super::error::{Context, Result, ToolError};
-use headroom_load::clock::CpuSplit;
+use headroom_host::process::CpuSplit;
 use serde::Serialize;
 
 mod runs;

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::tools::error::{Context, Result, ToolError};
-use headroom_load::clock::{children_cpu_split, thread_cpu_split, CpuSplit};
+use headroom_host::process::{cpu_split, CpuSplit, Usage};
 
 use super::{cpu_shares, RunFigures};
 
@@ -39,13 +39,13 @@ impl Drop for Scratch {
 
 /// Runs `cmd` to completion; returns stdout and the CPU it used.
 pub(super) fn run_measured(cmd: &mut Command) -> Result<(String, CpuSplit)> {
-    let before = children_cpu_split();
+    let before = cpu_split(Usage::Children);
     let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .output()
         .with_context(|| format!("running {cmd:?}"))?;
-    let cpu = children_cpu_split() - before;
+    let cpu = cpu_split(Usage::Children) - before;
     if !out.status.success() {
         return Err(ToolError::Command {
             command: format!("{cmd:?}"),
@@ -240,7 +240,7 @@ pub(super) fn pingpong(port: u16, requests: usize) -> Result<PingPong> {
     let req = format!("get {key}\r\n");
     let mut buf = [0u8; 4096];
     let mut lat = Vec::with_capacity(requests);
-    let cpu_before = thread_cpu_split();
+    let cpu_before = cpu_split(Usage::Thread);
     for _ in 0..requests {
         let t = Instant::now();
         s.write_all(req.as_bytes())
@@ -257,7 +257,7 @@ pub(super) fn pingpong(port: u16, requests: usize) -> Result<PingPong> {
         }
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let cpu = thread_cpu_split() - cpu_before;
+    let cpu = cpu_split(Usage::Thread) - cpu_before;
     lat.sort_by(f64::total_cmp);
     let per = |s: f64| s / requests.max(1) as f64;
     Ok(PingPong {

@@ -198,8 +198,7 @@ fn start_memcached(runner: &Runner, bin: &Path) -> Result<(Proc, SocketAddr)> {
         ]
         .map(String::from),
     );
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if headroom_host::process::is_root() {
         // memcached refuses to run as root without naming the user.
         argv.extend(["-u".into(), "root".into()]);
     }

@@ -646,12 +646,12 @@ mod tests {
             dir: PathBuf::from("/sys/fs/cgroup/cpu/x"),
         };
         let s = g.start();
-        assert_eq!(s.group_dir(), Some(Path::new("/sys/fs/cgroup/cpu/x")));
+        assert_eq!(s.group_dirs(), &[PathBuf::from("/sys/fs/cgroup/cpu/x")]);
         assert!(s.dropped().is_empty());
         let s = AgentRt::NoCapability.start();
         assert_eq!(
-            (s.group_dir(), s.dropped()),
-            (None, &[Capability::SysNice][..])
+            (s.group_dirs(), s.dropped()),
+            (&[][..], &[Capability::SysNice][..])
         );
         assert!(AgentRt::Allowed.start().is_parent());
     }

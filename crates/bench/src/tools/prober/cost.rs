@@ -135,15 +135,7 @@ fn wake_up_floor(rate_hz: f64, seconds: f64) -> (f64, u64) {
         x ^= x << 17;
         ((x >> 11) as f64 + 1.0) / (1u64 << 53) as f64
     };
-    let cpu = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes into the timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-    };
+    let cpu = || headroom_load::clock::thread_cpu_ns() as f64 * 1e-9;
     let mean = 1.0 / rate_hz.max(1.0);
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);

@@ -207,8 +207,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
             need: format!("2 CPUs (the agent's and the LC's); this host has {cpus}"),
         });
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !headroom_host::process::is_root() {
         return Err(ToolError::Needs {
             tool: "headroom bench prober",
             need: "root (the kernel sensor's BPF, the instruments' FIFO class)".into(),

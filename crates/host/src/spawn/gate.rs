@@ -1,0 +1,245 @@
+//! A child forked behind a gate: it leads its own process group, drops every fd it inherited
+//! but the gate, says so, and waits on the gate (one end of a socket pair) before it execs; the
+//! parent, meanwhile, places it (moves it into its groups, a frozen one included) and then opens
+//! the gate. So no instruction of the command runs before it is placed, and a child whose parent
+//! dies first finds the gate closed empty and exits without running.
+//!
+//! The fds are dropped before the child says it is ready because a child frozen while it still
+//! held them would hold its parent's (the agent's state lock, its control socket) for as long as
+//! it stays frozen.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+/// A child waiting behind its gate. Dropped without [`Gated::open`], the gate closes and the
+/// child exits without running (unreaped: [`Gated::refuse`] reaps it).
+#[derive(Debug)]
+pub struct Gated {
+    pid: i32,
+    /// The parent's end of the gate.
+    gate: OwnedFd,
+}
+
+impl Gated {
+    /// Forks `argv` (`argv[0]` looked up in `PATH`, stdin from /dev/null) behind a gate.
+    /// `InvalidInput` for an empty command or an argument holding a NUL byte.
+    pub fn fork(argv: &[String]) -> io::Result<Gated> {
+        if argv.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+        }
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let devnull = CString::new("/dev/null").expect("no NUL");
+        let mut fds = [0; 2];
+        // SAFETY: socketpair fills two fds.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // the child's end and the parent's end of the gate
+        let (gate_r, gate_w) = (fds[0], fds[1]);
+        // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
+        // close, execvp, _exit) on data prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: closing the two fds made above.
+            unsafe {
+                libc::close(gate_r);
+                libc::close(gate_w);
+            }
+            return Err(e);
+        }
+        if pid == 0 {
+            // SAFETY: see above; nothing here allocates or takes a lock.
+            unsafe {
+                libc::setpgid(0, 0);
+                libc::close(gate_w);
+                close_inherited_fds(gate_r);
+                if libc::write(gate_r, b"r".as_ptr().cast(), 1) != 1 {
+                    libc::_exit(1);
+                }
+                let mut byte = 0u8;
+                let n = libc::read(gate_r, (&mut byte as *mut u8).cast(), 1);
+                if n != 1 {
+                    libc::_exit(1); // the parent died, or refused, before placing us: do not run
+                }
+                let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
+                if null >= 0 {
+                    libc::dup2(null, 0);
+                }
+                libc::execvp(ptrs[0], ptrs.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: the parent's copy of the read end is not used.
+        unsafe { libc::close(gate_r) };
+        Ok(Gated {
+            pid,
+            // SAFETY: gate_w is this process's, open, and owned by nothing else.
+            gate: unsafe { OwnedFd::from_raw_fd(gate_w) },
+        })
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Waits up to `timeout` for the child to say it has dropped its inherited fds (only then
+    /// may it be frozen).
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.gate.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        let mut word = 0u8;
+        // SAFETY: one pollfd and a one-byte read into a live buffer, on the fd this owns.
+        unsafe {
+            libc::poll(&mut poll, 1, ms) == 1
+                && libc::read(poll.fd, (&mut word as *mut u8).cast(), 1) == 1
+                && word == b'r'
+        }
+    }
+
+    /// Opens the gate: the child execs.
+    pub fn open(self) {
+        // SAFETY: one byte from a static buffer to the fd this owns (closed on drop).
+        unsafe { libc::write(self.gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+    }
+
+    /// Closes the gate unopened and reaps the child, which exits without running.
+    pub fn refuse(self) {
+        let pid = self.pid;
+        drop(self.gate);
+        let _ = waitpid(Pid::from_raw(pid), None);
+    }
+
+    /// Closes the gate unopened, kills the child and reaps it (one that never got ready).
+    pub fn kill(self) {
+        let pid = self.pid;
+        drop(self.gate);
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = waitpid(Pid::from_raw(pid), None);
+    }
+}
+
+/// Closes every fd from 3 up except `keep` (async-signal-safe: raw `close_range(2)`, with a
+/// bounded `close` loop where the kernel predates it, 5.9).
+fn close_inherited_fds(keep: libc::c_int) {
+    let range = |first: libc::c_uint, last: libc::c_uint| {
+        // SAFETY: close_range only closes fds of this (forked) process.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+        if rc != 0 {
+            for fd in first..=last.min(4095) {
+                // SAFETY: as above.
+                unsafe { libc::close(fd as libc::c_int) };
+            }
+        }
+    };
+    let keep = keep as libc::c_uint;
+    if keep > 3 {
+        range(3, keep - 1);
+    }
+    range(keep.max(2) + 1, libc::c_uint::MAX);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::wait::WaitStatus;
+
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn an_opened_gate_runs_the_command() {
+        let g = Gated::fork(&argv(&["sh", "-c", "exit 7"])).expect("fork");
+        let pid = Pid::from_raw(g.pid());
+        assert!(g.wait_ready(Duration::from_secs(5)), "ready within 5 s");
+        g.open();
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 7));
+        // Nothing to fork: refused before any fork.
+        let e = Gated::fork(&[]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let e = Gated::fork(&argv(&["a\0b"])).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn a_gate_closed_unopened_ends_the_child_without_running_it() {
+        let g = Gated::fork(&argv(&["sh", "-c", "exit 7"])).expect("fork");
+        let pid = Pid::from_raw(g.pid());
+        assert!(g.wait_ready(Duration::from_secs(5)));
+        // Closed unopened (as `refuse` does), reaped here to see how it ended: 1, not 7.
+        drop(g);
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 1));
+        // `refuse` reaps it itself: nothing is left to wait for.
+        let g = Gated::fork(&argv(&["sh", "-c", "exit 7"])).expect("fork");
+        let pid = Pid::from_raw(g.pid());
+        assert!(g.wait_ready(Duration::from_secs(5)));
+        g.refuse();
+        assert!(waitpid(pid, None).is_err(), "already reaped");
+    }
+
+    /// The gated child must not hold the agent's fds (its state lock above all) while it waits.
+    #[test]
+    fn a_gated_child_keeps_only_its_gate_fd() {
+        let lock = std::fs::File::open("/proc/self/stat").expect("open");
+        let held = std::os::fd::AsRawFd::as_raw_fd(&lock);
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the child only calls close/fcntl/_exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            close_inherited_fds(fds[0]);
+            // SAFETY: fcntl on fd numbers; EBADF is the expected answer for closed ones.
+            let code = unsafe {
+                let gate_open = libc::fcntl(fds[0], libc::F_GETFD) >= 0;
+                let lock_closed = libc::fcntl(held, libc::F_GETFD) < 0;
+                let other_closed = libc::fcntl(fds[1], libc::F_GETFD) < 0;
+                let stdio_open = libc::fcntl(2, libc::F_GETFD) >= 0;
+                u8::from(gate_open)
+                    | u8::from(lock_closed) << 1
+                    | u8::from(other_closed) << 2
+                    | u8::from(stdio_open) << 3
+            };
+            // SAFETY: leaving the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code as libc::c_int) };
+        }
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).expect("wait");
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0b1111),
+            "bits: gate open, lock closed, other fd closed, stdio open"
+        );
+        // SAFETY: closing the test's own pipe.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}
