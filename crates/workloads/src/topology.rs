@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use nix::sched::{sched_getaffinity, CpuSet};
-use nix::unistd::Pid;
+use nix::sched::CpuSet;
 
 /// Errors reading topology or changing affinity.
 #[derive(Debug, thiserror::Error)]
@@ -13,6 +12,11 @@ pub enum TopologyError {
     BadCpuList { input: String, reason: String },
     #[error("{what}: {source}")]
     Sys { what: String, source: nix::Error },
+    #[error("{what}: {source}")]
+    Host {
+        what: String,
+        source: headroom_host::HostError,
+    },
 }
 
 /// Parses a kernel-style CPU list: `0-3,5,7-8` → [0,1,2,3,5,7,8] (sorted, deduplicated), by
@@ -38,13 +42,11 @@ pub fn parse_cpu_list(input: &str) -> Result<Vec<usize>, TopologyError> {
 
 /// The CPUs this process may run on, ascending.
 pub fn allowed_cpus() -> Result<Vec<usize>, TopologyError> {
-    let set = sched_getaffinity(Pid::from_raw(0)).map_err(|source| TopologyError::Sys {
-        what: "sched_getaffinity".into(),
-        source,
+    let set = headroom_host::sched::affinity(0).map_err(|e| TopologyError::Host {
+        what: "the CPUs this process may run on".into(),
+        source: e,
     })?;
-    Ok((0..CpuSet::count())
-        .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect())
+    Ok(set.iter().map(|c| c as usize).collect())
 }
 
 /// Pins the calling thread to one CPU.
