@@ -111,7 +111,7 @@ impl Supervised {
 
     /// Watches a process an earlier agent started (if it is still alive and in the group).
     pub fn adopt(&mut self, cgroups: &Cgroups, pid: u32) -> bool {
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
+        let alive = headroom_host::process::exists(pid as i32);
         let in_group = cgroups
             .procs(&self.group)
             .is_ok_and(|p| p.contains(&(pid as i32)));
@@ -139,11 +139,8 @@ impl Supervised {
     pub fn check(&mut self, cgroups: &Cgroups, now: Instant) {
         let died = match (&mut self.child, self.adopted) {
             (Some(pid), _) => reap(*pid),
-            (None, Some(pid)) => {
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
-                    .is_err()
-                    .then(|| "adopted process is gone".to_string())
-            }
+            (None, Some(pid)) => (!headroom_host::process::exists(pid as i32))
+                .then(|| "adopted process is gone".to_string()),
             (None, None) => None,
         };
         if let Some(how) = died {
@@ -194,7 +191,7 @@ impl Supervised {
     /// (fourth hostile pass: such a child outlived `restore`, unconfined, with no agent).
     /// Processes in `spared` are left. Returns how many processes had to be killed.
     pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> usize {
-        use nix::sys::signal::{kill, killpg, Signal};
+        use headroom_host::process::{exists, send_signal, Signal};
         self.restart_at = None;
         let pid = self.pid();
         let ours = |cgroups: &Cgroups| -> Vec<i32> {
@@ -215,16 +212,17 @@ impl Supervised {
         {
             let _ = cgroups.thaw(&self.group);
         }
-        let leader = pid.map(|p| nix::unistd::Pid::from_raw(p as i32));
+        let leader = pid.map(|p| p as i32);
         match leader {
             Some(leader) => {
-                if killpg(leader, Signal::SIGTERM).is_err() {
-                    let _ = kill(leader, Signal::SIGTERM);
+                // Its process group first (what it forked), else the leader alone.
+                if send_signal(-leader, Signal::SIGTERM).is_err() {
+                    let _ = send_signal(leader, Signal::SIGTERM);
                 }
             }
             None => {
                 for p in ours(cgroups) {
-                    let _ = kill(nix::unistd::Pid::from_raw(p), Signal::SIGTERM);
+                    let _ = send_signal(p, Signal::SIGTERM);
                 }
             }
         }
@@ -232,7 +230,7 @@ impl Supervised {
         while Instant::now() < end {
             let gone = match (self.child, leader) {
                 (Some(pid), _) => reap(pid).is_some(),
-                (None, Some(leader)) => kill(leader, None).is_err(),
+                (None, Some(leader)) => !exists(leader),
                 (None, None) => true,
             };
             if gone && ours(cgroups).is_empty() {
@@ -242,8 +240,8 @@ impl Supervised {
         }
         let killed = kill_group_except(cgroups, &self.group, &self.spared);
         if let Some(pid) = self.child.take() {
-            let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            let _ = send_signal(pid, Signal::SIGKILL);
+            let _ = headroom_host::process::reap(pid, true);
         }
         self.adopted = None;
         tracing::info!(name = %self.name, pid = ?pid, killed, "stopped");
@@ -329,14 +327,7 @@ pub fn launch_in_group(
 
 /// How a launched child ended, if it has (reaped); `None` while it runs.
 fn reap(pid: i32) -> Option<String> {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    match waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-        Ok(WaitStatus::StillAlive) => None,
-        Ok(WaitStatus::Exited(_, code)) => Some(format!("exit status: {code}")),
-        Ok(WaitStatus::Signaled(_, sig, _)) => Some(format!("signal: {sig}")),
-        Ok(_) => None,
-        Err(e) => Some(format!("wait failed: {e}")),
-    }
+    headroom_host::process::reap(pid, false).map(|end| end.to_string())
 }
 
 /// Forks `command` behind a gate ([`Gated`]): the child drops every fd it inherited and waits;

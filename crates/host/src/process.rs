@@ -120,6 +120,38 @@ pub fn send_signal(pid: i32, sig: Signal) -> Result<()> {
     })
 }
 
+/// How a child of this process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildEnd {
+    Exited(i32),
+    Signaled(Signal),
+    /// waitpid(2) itself failed (ECHILD: not this process's child, or reaped already).
+    WaitFailed(Errno),
+}
+
+impl std::fmt::Display for ChildEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChildEnd::Exited(code) => write!(f, "exit status: {code}"),
+            ChildEnd::Signaled(sig) => write!(f, "signal: {sig}"),
+            ChildEnd::WaitFailed(e) => write!(f, "wait failed: {e}"),
+        }
+    }
+}
+
+/// Reaps child `pid` if it has ended (`None` while it runs or is only stopped); with `block`,
+/// waits for it to end.
+pub fn reap(pid: i32, block: bool) -> Option<ChildEnd> {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let flags = (!block).then_some(WaitPidFlag::WNOHANG);
+    match waitpid(Pid::from_raw(pid), flags) {
+        Ok(WaitStatus::Exited(_, code)) => Some(ChildEnd::Exited(code)),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some(ChildEnd::Signaled(sig)),
+        Ok(_) => None,
+        Err(e) => Some(ChildEnd::WaitFailed(e)),
+    }
+}
+
 /// Whether process `pid` exists (signal 0: only ESRCH says it does not; EPERM is someone
 /// else's process).
 pub fn exists(pid: i32) -> bool {
@@ -453,5 +485,27 @@ mod tests {
             parse_flocks(text, true).into_iter().collect::<Vec<_>>(),
             vec![(8, 1, 5678)]
         );
+    }
+
+    #[test]
+    fn a_child_is_reaped_with_how_it_ended() {
+        let spawn = |script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .spawn()
+                .unwrap()
+                .id() as i32
+        };
+        assert_eq!(reap(spawn("exit 3"), true), Some(ChildEnd::Exited(3)));
+        let sleeper = spawn("exec sleep 30");
+        assert_eq!(reap(sleeper, false), None, "still running");
+        send_signal(sleeper, Signal::SIGKILL).unwrap();
+        let end = reap(sleeper, true);
+        assert_eq!(end, Some(ChildEnd::Signaled(Signal::SIGKILL)));
+        assert_eq!(end.unwrap().to_string(), "signal: SIGKILL");
+        assert!(matches!(
+            reap(sleeper, false),
+            Some(ChildEnd::WaitFailed(Errno::ECHILD))
+        ));
     }
 }
