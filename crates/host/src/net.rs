@@ -32,6 +32,14 @@ pub fn link_speed_mbit(root: &Path, device: &str) -> Result<u64> {
     }
 }
 
+/// The uid of the process at the other end of a Unix socket (SO_PEERCRED), `None` when the
+/// kernel does not say (the control socket then refuses the peer).
+pub fn peer_uid(stream: &std::os::unix::net::UnixStream) -> Option<u32> {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|cred| cred.uid())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

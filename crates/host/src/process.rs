@@ -120,6 +120,11 @@ pub fn send_signal(pid: i32, sig: Signal) -> Result<()> {
     })
 }
 
+/// This process's effective uid.
+pub fn effective_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
 /// How a child of this process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildEnd {

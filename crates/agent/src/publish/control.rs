@@ -164,7 +164,7 @@ fn accept_loop(
     bell: &Arc<Doorbell>,
     stop: StopFlag,
 ) {
-    let me = nix::unistd::geteuid().as_raw();
+    let me = headroom_host::process::effective_uid();
     let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut bound = Bound {
         listener,
@@ -237,10 +237,7 @@ const REPLY_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Whether the peer is this agent's uid or root (SO_PEERCRED).
 fn peer_allowed(stream: &UnixStream, me: u32) -> bool {
-    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
-        Ok(cred) => cred.uid() == me || cred.uid() == 0,
-        Err(_) => false,
-    }
+    headroom_host::net::peer_uid(stream).is_some_and(|uid| uid == me || uid == 0)
 }
 
 /// Reads one bounded request line by `deadline`; the error is the answer to send.
