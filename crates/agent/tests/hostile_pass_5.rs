@@ -131,7 +131,7 @@ fn a_be_process_named_by_the_lcs_pid_file_is_left_in_be() {
     let mut be = None;
     live::eventually(Duration::from_secs(5), || {
         be = with_marker(&guard.marker).first().copied();
-        be.is_some_and(|p| groups_of(p).iter().any(|g| *g == be_group))
+        be.is_some_and(|p| groups_of(p).contains(&be_group))
     });
     let be = be.expect("BE runs in its group");
     // The LC dies; its pid file now names BE's process.
@@ -142,7 +142,7 @@ fn a_be_process_named_by_the_lcs_pid_file_is_left_in_be() {
     let mut taken = Vec::new();
     live::eventually(Duration::from_secs(3), || {
         let now = groups_of(be);
-        if now.iter().any(|g| *g == lc_group) {
+        if now.contains(&lc_group) {
             taken = now;
         }
         false
@@ -325,7 +325,7 @@ fn a_be_process_in_a_group_below_bes_is_left_there() {
         worker = with_marker(&guard.marker).into_iter().find(|p| {
             std::fs::read(format!("/proc/{p}/comm")).is_ok_and(|c| c.starts_with(b"sleep"))
         });
-        worker.is_some_and(|p| groups_of(p).iter().any(|g| *g == be_group))
+        worker.is_some_and(|p| groups_of(p).contains(&be_group))
     });
     let worker = worker.expect("the BE worker runs in its group");
     // the job's own group below BE's, the worker moved into it
@@ -336,7 +336,7 @@ fn a_be_process_in_a_group_below_bes_is_left_there() {
     let mut moved_up = Vec::new();
     live::eventually(Duration::from_millis(2500), || {
         let now = groups_of(worker);
-        if now.iter().any(|g| *g == be_group) {
+        if now.contains(&be_group) {
             moved_up = now;
         }
         false
