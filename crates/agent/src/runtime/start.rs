@@ -91,6 +91,9 @@ impl Agent {
         // origins an interrupted start recorded (before its originals) are taken in any case.
         // (Another service's group it does not name gets its originals read now.)
         let previous = recorded.clone().filter(|p| p.manages(&groups));
+        if let Some(r) = &recorded {
+            r.warn_if_not_these_groups(&state_path, previous.is_some());
+        }
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let started = (|| {
