@@ -99,6 +99,32 @@ impl AgentState {
         out
     }
 
+    /// The cgroup groups whose originals the state records.
+    pub fn named_groups(&self) -> std::collections::BTreeSet<GroupPath> {
+        self.originals
+            .iter()
+            .filter_map(|o| match &o.knob {
+                Knob::Cgroup { group, .. } => Some(group.clone()),
+                _ => None,
+            })
+            .chain(self.original.keys().cloned())
+            .collect()
+    }
+
+    /// Says so when a state file that records groups is not this config's (its groups
+    /// changed between two runs): the start is a first start, and what the earlier agent left
+    /// in the groups it recorded stays as it is. Silent before (fifth hostile pass: an
+    /// earlier agent's BE left frozen in a renamed group, or spared beside a new one).
+    pub fn warn_if_not_these_groups(&self, path: &Path, managed: bool) {
+        let named = self.named_groups();
+        if managed || named.is_empty() {
+            return;
+        }
+        let named: Vec<&str> = named.iter().map(GroupPath::as_str).collect();
+        tracing::warn!(state = %path.display(), groups = ?named,
+            "the state file records groups this config does not manage as a whole (did its groups change?): starting as a first start; what the earlier agent left in them (its BE, frozen or confined) stays as it is: stop it with the earlier config and on_exit = \"restore\", or by hand");
+    }
+
     /// Whether the state names every group of `groups` (the same agent configuration).
     pub fn manages(&self, groups: &headroom_control::actuation::ManagedGroups) -> bool {
         let named: std::collections::BTreeSet<&headroom_types::GroupPath> = self

@@ -61,6 +61,38 @@ fn shipped_configs_are_valid() {
     assert_eq!(cfg.be[0].cgroup, "kubepods/besteffort");
 }
 
+/// The group locks must be the host's: with `/run/headroom` an emptyDir, each pod locked in
+/// a directory of its own, and a second agent (another DaemonSet, a test pod) took groups
+/// the first held (fifth hostile pass, issue 42).
+#[test]
+fn the_daemonsets_keep_the_group_locks_on_the_host() {
+    let locks = state::lock_dir(std::path::Path::new("/"));
+    let locks = locks.display().to_string();
+    for manifest in [
+        "deploy/kubernetes/headroom-daemonset.yaml",
+        "deploy/kubernetes/headroom-daemonset-single-lc.yaml",
+    ] {
+        let yaml = repo_file(manifest);
+        // the agent container's mount of the lock directory, and its volume
+        let mount = format!("mountPath: {locks}}}");
+        let volume = yaml
+            .lines()
+            .find(|l| l.contains(&mount))
+            .and_then(|l| l.split("name: ").nth(1))
+            .and_then(|r| r.split(',').next())
+            .unwrap_or_else(|| panic!("{manifest}: nothing mounted at {locks}"));
+        let declared = yaml
+            .lines()
+            .skip_while(|l| l.trim() != format!("- name: {volume}"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{manifest}: no volume {volume}"));
+        assert!(
+            declared.contains(&format!("hostPath: {{path: {locks},")),
+            "{manifest}: the volume {volume} at {locks} is not the host's directory: {declared}"
+        );
+    }
+}
+
 #[test]
 fn state_file_round_trips_and_leaves_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();

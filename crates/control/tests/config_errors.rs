@@ -897,3 +897,37 @@ fn a_cpu_list_naming_a_cpu_twice_is_refused_in_the_file_and_live() {
     c.set("policy.static-cores.cpus", "0-1,3").unwrap();
     assert_eq!(c.policy.static_cores.cpus.to_vec(), [0, 1, 3]);
 }
+
+/// A control socket path longer than a Unix socket can hold passed the checks and failed at
+/// start, in bind(2) (fifth hostile pass).
+#[test]
+fn a_socket_path_too_long_for_a_unix_socket_is_refused() {
+    let long = format!("/run/{}/headroom.sock", "d".repeat(100));
+    let msg = refuse(&format!("{GOOD}[api]\nsocket = \"{long}\"\n"));
+    assert!(msg.contains("api.socket"), "{msg}");
+    assert!(msg.contains("at most 107"), "{msg}");
+    let fits = format!("/run/{}/h.sock", "d".repeat(90));
+    Config::from_toml_str(&format!("{GOOD}[api]\nsocket = \"{fits}\"\n")).expect("fits");
+}
+
+/// A whole section of the wrong type (`be = 5`) is set aside and the rest read: the problems
+/// its stand-in causes are dropped, but they were matched as words, so every message saying
+/// "must be" went too and `lc.slo.target_us = -5` was never named (fifth hostile pass).
+#[test]
+fn a_section_set_aside_hides_no_other_error() {
+    let text =
+        GOOD.replacen(
+            "[[be]]\nname = \"batch\"\ncgroup = \"headroom/be\"\n",
+            "",
+            1,
+        )
+        .replacen(
+            "[lc]",
+            "be = 5\n[safety]\nviolation_cooldown_s = -1\n[lc]",
+            1,
+        ) + "[lc.slo]\ntarget_us = -5\n";
+    let msg = refuse(&text);
+    for key in ["be = 5", "lc.slo.target_us", "safety.violation_cooldown_s"] {
+        assert!(msg.contains(key), "{key} not named:\n{msg}");
+    }
+}

@@ -83,7 +83,21 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
             std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
         ));
     }
-    let _ = std::fs::remove_file(path);
+    // A stale socket is replaced; any other file is not the agent's to delete (a socket
+    // path naming the config file or another agent's state file deleted it: fifth hostile
+    // pass).
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(_) => {
+            return Err(io(
+                "refusing to replace (api.socket names a file that is not a socket; give the socket a path of its own)",
+                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a socket"),
+            ))
+        }
+        Err(_) => {}
+    }
     let listener = bind(path).map_err(|(what, e)| io(what, e))?;
     let bell = Arc::new(Doorbell::new().map_err(|e| io("creating the doorbell (eventfd) of", e))?);
     let (tx, rx) = mpsc::channel();

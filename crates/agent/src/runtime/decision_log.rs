@@ -88,6 +88,7 @@ impl DecisionLog {
             return;
         }
         let lines = self.ends.len() as u64;
+        self.reopen_if_replaced();
         if self.torn {
             // the cut failed last time: nothing goes after a torn line
             if let Err(e) = self.file.set_len(self.written) {
@@ -120,6 +121,33 @@ impl DecisionLog {
             }
         }
         self.clear();
+    }
+
+    /// Opens the path again when it no longer names the open file. A log removed under the
+    /// agent (an operator's `rm`, a cleanup) took every later line into the unlinked file,
+    /// unseen and uncounted, and past the cap its rotation failed and that file grew without
+    /// bound (fifth hostile pass).
+    fn reopen_if_replaced(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        let named = std::fs::metadata(&self.path).ok().map(id);
+        if named.is_some() && named == self.file.metadata().ok().map(id) {
+            return;
+        }
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&self.path);
+        match opened {
+            Ok(file) => {
+                tracing::warn!(path = %self.path.display(), "the decision log was removed or replaced: writing to the path again");
+                self.written = file.metadata().map_or(0, |m| m.len());
+                self.file = file;
+                self.torn = false;
+            }
+            Err(e) => self.failed("opening again", &e),
+        }
     }
 
     fn clear(&mut self) {
@@ -272,6 +300,30 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with("\n{\"t_ms\":2}\n") || text == "{\"t_ms\":2}\n");
         assert_eq!(log.lost + text.lines().count() as u64, 101);
+    }
+
+    /// A log removed while the agent writes it (an operator's `rm`): the lines went into the
+    /// unlinked file, unseen, and past the cap it grew without bound. The path is written
+    /// again.
+    #[test]
+    fn a_removed_log_is_written_again_at_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.jsonl");
+        let mut log = DecisionLog::open(&path, 4096).unwrap();
+        log.write_line("{\"t_ms\":1}");
+        log.flush();
+        std::fs::remove_file(&path).unwrap();
+        for t in 2..400 {
+            log.write_line(&format!("{{\"t_ms\":{t}}}"));
+            if t % 10 == 0 {
+                log.flush();
+            }
+        }
+        log.flush();
+        let text = std::fs::read_to_string(&path).expect("the log is written again");
+        assert!(text.ends_with("{\"t_ms\":399}\n"), "{text}");
+        assert!(text.len() <= 4096, "capped: {} bytes", text.len());
+        assert_eq!(log.lost, 0);
     }
 
     /// A log whose last line was torn (a crash, an older agent) is cut back on open: the next

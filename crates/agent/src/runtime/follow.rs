@@ -70,10 +70,14 @@ impl Agent {
                     continue;
                 }
                 let text = pids::cgroup_text(&root, p);
+                // A group below BE's (a job's own sub-group) is still BE's: moving it back up
+                // fought the job every second, each move logged as someone else's (fifth
+                // hostile pass).
+                let dirs = cg.group_dirs(&s.group);
                 let outside = cg
                     .process_dirs(&s.group, &text)
                     .iter()
-                    .any(|d| !d.ends_with(s.group.as_str()));
+                    .any(|d| !dirs.iter().any(|(_, gd)| d.starts_with(gd)));
                 if outside {
                     match cg.move_process(&s.group, p as i32) {
                         Ok(()) => moved.push((p, s.group.clone())),
@@ -166,6 +170,14 @@ impl Agent {
     fn follow_restarted_lcs(&mut self) {
         let cg = self.node.cgroups().clone();
         let root = self.options.root.clone();
+        // The origins of LC processes that are gone: their pids may be reused by anything,
+        // which `restore` would then move (and the list grew with every LC restart).
+        let before = self.lc_origins.len();
+        self.lc_origins
+            .retain(|&p, _| pids::start_time(&root, p).is_some() && !pids::is_zombie(&root, p));
+        if self.lc_origins.len() < before {
+            self.publisher.state_dirty = true;
+        }
         let lcs = self.config.lcs.clone();
         for (i, lc) in lcs.iter().enumerate() {
             let in_group: BTreeSet<u32> = cg
@@ -177,11 +189,29 @@ impl Agent {
             let launched_exited =
                 !lc.command.is_empty() && self.lc_child_exited(launched_index(&lcs, i));
             for pid in find_lc(&root, lc, in_group.is_empty(), launched_exited) {
-                if in_group.contains(&pid) || pid == std::process::id() {
+                // An LC that died and was not reaped (its pid file still names it) is no
+                // process to move: it was "moved in" once a second, a warning each time.
+                if in_group.contains(&pid)
+                    || pid == std::process::id()
+                    || pids::is_zombie(&root, pid)
+                {
                     continue;
                 }
                 // where it is now, to move it back on `restore`
                 let text = pids::cgroup_text(&root, pid);
+                // One of this agent's BE processes is never taken as the LC: a stale pid file
+                // whose pid BE reused, or a BE job listening on the LC's port, moved BE into
+                // the LC group, out of its freeze and cpuset (fifth hostile pass).
+                if self.is_be_process(pid, &text) {
+                    if self.be_lc_pids.insert(pid) {
+                        tracing::warn!(lc = %lc.name, pid, "a process found as the LC (pid file, port or command) is one of BE's: left in BE");
+                        self.note_followed(format!(
+                            "LC {}: pid {pid} (pid file, port or command) is a BE process: left in BE",
+                            lc.name
+                        ));
+                    }
+                    continue;
+                }
                 // A process in a group another agent manages is that agent's (its BE, moved
                 // here, would escape its freeze): left where it is.
                 let foreign = self.group_lock.as_ref().and_then(|l| {
@@ -217,6 +247,22 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Whether `pid` (its `/proc/<pid>/cgroup` is `text`) is one of BE's: in or below a BE
+    /// group in some hierarchy, or seen there at the last look (moved out, to be moved back).
+    fn is_be_process(&self, pid: u32, text: &str) -> bool {
+        let cg = self.node.cgroups();
+        let seen = self
+            .be_members
+            .get(&pid)
+            .is_some_and(|(_, start)| pids::start_time(&self.options.root, pid) == Some(*start));
+        seen || self.groups.be.iter().any(|g| {
+            let dirs = cg.group_dirs(g);
+            cg.process_dirs(g, text)
+                .iter()
+                .any(|d| dirs.iter().any(|(_, gd)| d.starts_with(gd)))
+        })
     }
 
     /// Whether the LC command launched for service `k` (an index into `lc_children`) exited.

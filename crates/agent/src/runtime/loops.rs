@@ -11,7 +11,11 @@ impl Agent {
     /// polling at the policy's interval otherwise.
     pub fn run(mut self) -> Result<RunSummary, AgentError> {
         let interval = self.poll_interval();
-        let deadline = self.options.run_for.map(|d| Instant::now() + d);
+        // (a run too long to add is refused at start; unbounded here rather than a panic)
+        let deadline = self
+            .options
+            .run_for
+            .and_then(|d| Instant::now().checked_add(d));
         // 1 µs of slack so 1 ms sleeps end close to their deadline; a refusal (none is known)
         // only makes ticks later.
         if let Err(e) = headroom_host::sched::set_timer_slack_ns(1000) {

@@ -12,6 +12,7 @@ mod host_steps;
 mod kube;
 mod lc_sources;
 mod loops;
+mod on_host;
 mod publish;
 mod requests;
 mod start;
@@ -269,6 +270,8 @@ pub struct Agent {
     group_lock: Option<state::GroupLock>,
     /// Pids found as an LC but left in another agent's group (each warned about once).
     foreign_lc_pids: std::collections::BTreeSet<u32>,
+    /// Pids found as an LC that are BE's own processes, left in BE (each said once).
+    be_lc_pids: std::collections::BTreeSet<u32>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
     /// How often the running loop ticks (`ctl status`); `None` before `run`.

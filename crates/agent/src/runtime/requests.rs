@@ -66,10 +66,11 @@ impl Agent {
             }
             Request::Set { key, value } => {
                 let mut updated = self.config.clone();
-                // The same checks as at start, the machine's included.
+                // The same checks as at start, the machine's and the disks' included.
                 if let Err(e) = updated
                     .set(&key, &value)
                     .and_then(|()| updated.validate_on(&self.machine.cpus))
+                    .and_then(|()| super::on_host::check_io_devices(&self.options.root, &updated))
                 {
                     return Response::error(e.to_string());
                 }

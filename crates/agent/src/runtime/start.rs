@@ -39,6 +39,10 @@ impl Agent {
         let config = options.config.clone();
         config.validate()?;
         config.check_runnable()?;
+        check_run_for(options.run_for)?;
+        if !options.dry_run {
+            super::on_host::check_on_host(&options.root, &config)?;
+        }
         let dry = options.dry_run;
         let host = LinuxHost::new(&options.root);
         let groups = ManagedGroups {
@@ -87,6 +91,9 @@ impl Agent {
         // origins an interrupted start recorded (before its originals) are taken in any case.
         // (Another service's group it does not name gets its originals read now.)
         let previous = recorded.clone().filter(|p| p.manages(&groups));
+        if let Some(r) = &recorded {
+            r.warn_if_not_these_groups(&state_path, previous.is_some());
+        }
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let started = (|| {
@@ -319,6 +326,7 @@ impl Agent {
             _lock: lock,
             group_lock,
             foreign_lc_pids: Default::default(),
+            be_lc_pids: Default::default(),
             state_set_aside,
             tick_interval: None,
         };
@@ -460,6 +468,26 @@ impl Agent {
             &state_path,
         );
         stop_threads(&self.stop, std::mem::take(&mut self.threads));
+    }
+}
+
+/// The longest run a deadline is set for (`--duration`): 100 years.
+const MAX_RUN_FOR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
+/// Refuses a run length the loop's clock cannot add (`--duration 1e19` started the agent,
+/// which then panicked on its first deadline, leaving BE frozen, the groups and the state
+/// file with no exit action: fifth hostile pass).
+fn check_run_for(run_for: Option<std::time::Duration>) -> Result<(), AgentError> {
+    match run_for {
+        Some(d) if d > MAX_RUN_FOR => Err(AgentError::Config(ConfigError::Invalid {
+            key: "--duration".into(),
+            value: format!("{} s", d.as_secs_f64()),
+            reason: format!(
+                "longer than {} s (100 years): leave it out to run until stopped",
+                MAX_RUN_FOR.as_secs()
+            ),
+        })),
+        _ => Ok(()),
     }
 }
 

@@ -44,7 +44,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "--duration {s}: must be a positive number of seconds"
             )));
         }
-        options.run_for = Some(std::time::Duration::from_secs_f64(s));
+        // 1e300 panicked here (from_secs_f64): too large for any duration
+        let d = std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+            super::usage(format!(
+                "--duration {s}: too large; leave it out to run until stopped"
+            ))
+        })?;
+        options.run_for = Some(d);
     }
     // `[kubernetes] discover`: the watch runs on its own thread; the agent takes its sets
     // between ticks. Kept alive until the agent stops.

@@ -27,6 +27,9 @@ pub struct ApiConfig {
 /// deploy/headroom.toml's): one place.
 pub const DEFAULT_SOCKET: &str = "/run/headroom/headroom.sock";
 
+/// The longest control socket path (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 /// The largest decision-log cap accepted, MiB (1 TiB).
 const MAX_DECISION_LOG_MB: u64 = 1 << 20;
 
@@ -50,6 +53,13 @@ impl ApiConfig {
     pub(crate) fn validate(&self, p: &mut Problems) {
         if self.socket.trim().is_empty() {
             p.push(invalid("api.socket", &self.socket, "must not be empty"));
+        } else if self.socket.len() > MAX_SOCKET_PATH {
+            // bind(2) refused it at start, after the config had passed (fifth hostile pass)
+            p.push(invalid(
+                "api.socket",
+                &self.socket,
+                format!("{} bytes: a Unix socket path holds at most {MAX_SOCKET_PATH}; give a shorter one", self.socket.len()),
+            ));
         }
         if !(1..=MAX_DECISION_LOG_MB).contains(&self.decision_log_max_mb) {
             p.push(invalid(

@@ -449,8 +449,7 @@ fn every_refusal(doc: toml::Table, first: PathError) -> ConfigError {
                     // is already named.
                     let dotted: Vec<String> = set_aside.iter().map(|k| dotted(k)).collect();
                     for p in e.problems() {
-                        let text = p.to_string();
-                        if !dotted.iter().any(|k| text.contains(k.as_str())) {
+                        if !dotted.iter().any(|k| caused_by(p, k)) {
                             problems.push(p.clone());
                         }
                     }
@@ -515,6 +514,30 @@ fn keys(path: &[serde_path_to_error::Segment]) -> Vec<String> {
 }
 
 /// `keys` as the config names a key: `lc.load.peak_qps`, `be[0].cgroup`.
+/// Whether problem `p` is about the set-aside key `k`: keyed by it (or below it), or naming it
+/// (`policy.kind = "hybrid" needs …`, `… of lc.load.peak_qps`). A one-word key (a section,
+/// `be = 5`) is looked for as a key only: found as a word, it took every message saying "must
+/// be" with it, and `lc.slo.target_us = -5` went unnamed (fifth hostile pass).
+fn caused_by(p: &ConfigError, k: &str) -> bool {
+    if let ConfigError::Invalid { key, .. } = p {
+        if key == k || key.starts_with(&format!("{k}.")) || key.starts_with(&format!("{k}[")) {
+            return true;
+        }
+    }
+    let text = p.to_string();
+    if k.contains(['.', '[']) {
+        return text.contains(k);
+    }
+    [
+        format!("{k} ="),
+        format!("{k}."),
+        format!("{k}["),
+        format!("[{k}"),
+    ]
+    .iter()
+    .any(|named| text.contains(named.as_str()))
+}
+
 fn dotted(keys: &[String]) -> String {
     let mut out = String::new();
     for k in keys {

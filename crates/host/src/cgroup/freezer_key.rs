@@ -107,7 +107,13 @@ fn sweep_stale(mount: &Path, proc_dir: &Path) {
         else {
             continue;
         };
-        if pid != std::process::id() && !proc_dir.join(pid.to_string()).exists() {
+        // Only an empty group is a key group: a group that holds processes is someone's
+        // (named with the prefix by chance or by hand), and thawing it would undo a freeze
+        // (fifth hostile pass).
+        let holds_processes = std::fs::read_to_string(entry.path().join("cgroup.procs"))
+            .is_ok_and(|t| !t.trim().is_empty());
+        if pid != std::process::id() && !proc_dir.join(pid.to_string()).exists() && !holds_processes
+        {
             tracing::info!(dir = %entry.path().display(), "removing the freezer key group of a holder that is gone");
             release(&entry.path());
         }
@@ -128,10 +134,14 @@ mod tests {
             format!("{FREEZER_KEY_PREFIX}.4242.0"), // holder alive
             format!("{FREEZER_KEY_PREFIX}.4243.1"), // holder gone
             format!("{FREEZER_KEY_PREFIX}-other.1"),
+            format!("{FREEZER_KEY_PREFIX}.4244.0"), // holder gone, but not empty
             "be".to_string(),
         ] {
             std::fs::create_dir_all(mount.join(name)).unwrap();
         }
+        let busy = mount.join(format!("{FREEZER_KEY_PREFIX}.4244.0"));
+        std::fs::write(busy.join("cgroup.procs"), "777\n").unwrap();
+        std::fs::write(busy.join("freezer.state"), "FROZEN\n").unwrap();
         sweep_stale(&mount, &proc_dir);
         let mut left: Vec<String> = std::fs::read_dir(&mount)
             .unwrap()
@@ -144,7 +154,13 @@ mod tests {
                 "be".to_string(),
                 format!("{FREEZER_KEY_PREFIX}-other.1"),
                 format!("{FREEZER_KEY_PREFIX}.4242.0"),
+                format!("{FREEZER_KEY_PREFIX}.4244.0"),
             ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(busy.join("freezer.state")).unwrap(),
+            "FROZEN\n",
+            "a group holding processes is never thawed"
         );
     }
 

@@ -1,0 +1,160 @@
+//! The config's checks that need this host, made before the start touches anything and
+//! reported with the file's own errors' form (key, value, fix; every one at once; exit 2): an
+//! LC pid that runs, a command whose program is there to run, a disk to throttle. Before
+//! (fifth hostile pass), `[lc] pids` naming no running process passed, and the start failed
+//! after it had made the groups (exit 1); a BE command naming a program that is not there
+//! "died" with status 127 at every restart for as long as the agent ran.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use headroom_control::config::{Config, ConfigError};
+use headroom_host::pids;
+
+/// Every `[lc] pids` entry that is not a running process here, and every `command` whose
+/// program is not an executable file (by its path, or found in `PATH`).
+pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigError> {
+    let mut problems = Vec::new();
+    let mut commands = Vec::new();
+    for (i, lc) in config.lcs.iter().enumerate() {
+        let key = config.lc_key(i);
+        let gone: Vec<u32> = lc
+            .pids
+            .iter()
+            .copied()
+            .filter(|&p| !runs(root, p))
+            .collect();
+        if !gone.is_empty() {
+            problems.push(ConfigError::Invalid {
+                key: format!("{key}.pids"),
+                value: format!("{gone:?}"),
+                reason: "no such process is running here: give the running LC's pids (or its command, pid_file or listen_port)".into(),
+            });
+        }
+        commands.push((format!("{key}.command"), &lc.command));
+    }
+    for (i, be) in config.be.iter().enumerate() {
+        commands.push((format!("be[{i}].command"), &be.command));
+    }
+    for (key, command) in commands {
+        if let Some(reason) = command.first().and_then(|p| not_runnable(p)) {
+            problems.push(ConfigError::Invalid {
+                key,
+                value: format!("{command:?}"),
+                reason,
+            });
+        }
+    }
+    problems.extend(io_device_problems(root, config));
+    into_result(problems)
+}
+
+/// Every `safety.be_io_limits` device that is not a whole disk here (also checked on a live
+/// `set`). The kernel refuses a throttle on a device it lacks or on a partition (ENODEV), and
+/// a refused write that confines BE freezes it until the write goes through: for good, from
+/// a config the agent had accepted (fifth hostile pass).
+pub(super) fn check_io_devices(root: &Path, config: &Config) -> Result<(), ConfigError> {
+    into_result(io_device_problems(root, config))
+}
+
+fn io_device_problems(root: &Path, config: &Config) -> Vec<ConfigError> {
+    if !config.actuators.io {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    for (i, limit) in config.safety.be_io_limits.iter().enumerate() {
+        let dev = root.join(format!("sys/dev/block/{}", limit.device));
+        let reason = if !dev.exists() {
+            "no such block device here (see /proc/partitions)"
+        } else if dev.join("partition").exists() {
+            "a partition: the kernel throttles whole disks only; name the disk it is on"
+        } else {
+            continue;
+        };
+        problems.push(ConfigError::Invalid {
+            key: format!("safety.be_io_limits[{i}].device"),
+            value: format!("{:?}", limit.device.to_string()),
+            reason: reason.into(),
+        });
+    }
+    problems
+}
+
+fn into_result(mut problems: Vec<ConfigError>) -> Result<(), ConfigError> {
+    match problems.len() {
+        0 => Ok(()),
+        1 => Err(problems.remove(0)),
+        _ => Err(ConfigError::Several(problems)),
+    }
+}
+
+/// Whether `pid` is a running process (a zombie has ended).
+fn runs(root: &Path, pid: u32) -> bool {
+    root.join(format!("proc/{pid}")).is_dir() && !pids::is_zombie(root, pid)
+}
+
+/// Why `program` cannot be run (as `execvp` finds it), or `None` when it can.
+fn not_runnable(program: &str) -> Option<String> {
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return (!runnable(Path::new(program)))
+            .then(|| format!("{program} is not an executable file: name a program that is there"));
+    }
+    let dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    (!dirs.iter().any(|d| runnable(&d.join(program))))
+        .then(|| format!("{program:?} is not found in PATH: install it or give its full path"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_limits_name_whole_disks_that_are_here() {
+        let root = tempfile::tempdir().unwrap();
+        let block = root.path().join("sys/dev/block");
+        std::fs::create_dir_all(block.join("8:0")).unwrap();
+        std::fs::create_dir_all(block.join("8:1")).unwrap();
+        std::fs::write(block.join("8:1/partition"), "1\n").unwrap();
+        let config = |dev: &str| {
+            let mut c = Config::from_toml_str(&format!(
+                "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[policy]\nkind = \"static-cores\"\n[[safety.be_io_limits]]\ndevice = \"{dev}\"\nread_bps = 1048576\n"
+            ))
+            .unwrap();
+            c.actuators.io = true;
+            c
+        };
+        assert!(check_io_devices(root.path(), &config("8:0")).is_ok());
+        let partition = check_io_devices(root.path(), &config("8:1")).unwrap_err();
+        assert!(partition.to_string().contains("partition"), "{partition}");
+        let missing = check_io_devices(root.path(), &config("8:16")).unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .contains("safety.be_io_limits[0].device"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn programs_are_found_as_execvp_finds_them() {
+        assert_eq!(not_runnable("sh"), None);
+        assert_eq!(not_runnable("/bin/sh"), None);
+        assert!(not_runnable("hp5-no-such-program").is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        assert!(
+            not_runnable(plain.to_str().unwrap()).is_some(),
+            "not executable"
+        );
+        assert!(
+            not_runnable(dir.path().to_str().unwrap()).is_some(),
+            "a directory"
+        );
+    }
+}
