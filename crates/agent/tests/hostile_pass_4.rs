@@ -12,91 +12,15 @@ use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
 use headroom_agent::runtime::Agent;
-use headroom_host::{Cgroups, FreezeState, LinuxHost};
+use headroom_host::FreezeState;
 use headroom_types::GroupPath;
 
-/// The test's top group and marker: on drop, every process carrying the marker is killed, then
-/// whatever is left below the top group, and the groups are removed.
-struct Guard {
-    cgroups: Cgroups,
-    top: GroupPath,
-    marker: String,
-}
+use live::marked::{alive, groups_of, sleeps_with_marker, MarkedGroup as Guard};
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for pid in with_marker(&self.marker) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.cgroups.kill_all(&self.top);
-        if let Err(e) = self.cgroups.remove(&self.top) {
-            eprintln!("cleanup: removing {}: {e}", self.top);
-        }
-    }
-}
-
-/// Root with a writable cgroupfs and a fresh `hostile4-<name>-<pid>` top group, or `None`
-/// after a SKIP line. `id` (one per test) makes the marker unique among the tests running
-/// together.
+/// Root with a writable cgroupfs and a fresh `hostile4-<name>-<pid>` top group, or `None` after a
+/// SKIP line. `id` (one per test) makes the marker unique among the tests running together.
 fn setup(test: &str, name: &str, id: u32) -> Option<Guard> {
-    if !live::is_root() {
-        eprintln!("SKIP {test}: needs root (cgroups)");
-        return None;
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("SKIP {test}: no cgroups: {e}");
-            return None;
-        }
-    };
-    let top = GroupPath::new(&format!("hostile4-{name}-{}", std::process::id())).unwrap();
-    if let Err(e) = cgroups.create(&top) {
-        eprintln!("SKIP {test}: cgroupfs not writable: {e}");
-        return None;
-    }
-    let _ = cgroups.remove(&top);
-    // A `sleep` argument no other process carries: 4<id>.<pid>.
-    let marker = format!("4{id:03}.{}", std::process::id());
-    Some(Guard {
-        cgroups,
-        top,
-        marker,
-    })
-}
-
-/// The live processes (not zombies) whose command line holds `marker`.
-fn with_marker(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .filter(|p| alive(*p))
-        .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next())
-        .is_some_and(|st| st != "Z" && st != "X")
-}
-
-/// The group directory of `pid` in every v1 hierarchy (or the v2 one), from /proc.
-fn groups_of(pid: u32) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2).map(str::to_string))
-        .collect()
+    Guard::setup(test, "hostile4", 4, name, id)
 }
 
 /// A config on `top/{lc,be}`: the LC `lc_pid`, the BE `command` (`restart = false`),
@@ -167,7 +91,7 @@ fn a_daemonized_be_child_is_stopped_by_restore() {
     };
     let be = format!("/{}/be", guard.top);
     let started = live::eventually(Duration::from_secs(5), || {
-        with_marker(&guard.marker)
+        sleeps_with_marker(&guard.marker)
             .first()
             .is_some_and(|&p| groups_of(p).iter().any(|g| g == &be))
     });
@@ -175,13 +99,13 @@ fn a_daemonized_be_child_is_stopped_by_restore() {
     let summary = runner.join().unwrap().expect("the agent restored");
     eprintln!("exit action: {}", summary.exit_action);
     let gone = live::eventually(Duration::from_secs(3), || {
-        with_marker(&guard.marker).is_empty()
+        sleeps_with_marker(&guard.marker).is_empty()
     });
     assert!(
         gone,
         "the BE command's daemonized child outlived restore: {:?} in {:?}",
-        with_marker(&guard.marker),
-        with_marker(&guard.marker)
+        sleeps_with_marker(&guard.marker),
+        sleeps_with_marker(&guard.marker)
             .first()
             .map(|&p| groups_of(p))
             .unwrap_or_default()
@@ -227,7 +151,7 @@ fn a_daemonized_be_child_moved_out_is_moved_back() {
     };
     let mut daemon = None;
     live::eventually(Duration::from_secs(5), || {
-        daemon = with_marker(&guard.marker).first().copied();
+        daemon = sleeps_with_marker(&guard.marker).first().copied();
         daemon.is_some_and(in_be)
     });
     let daemon = daemon.expect("the daemon runs");
@@ -286,7 +210,7 @@ fn a_restart_that_fails_leaves_the_earlier_agents_be_frozen() {
         guard.cgroups.freeze_state(&be).unwrap(),
         FreezeState::Frozen
     );
-    let worker = *with_marker(&guard.marker)
+    let worker = *sleeps_with_marker(&guard.marker)
         .first()
         .expect("the first agent's BE, frozen");
     // The recorded allocation names a CPU this machine does not have.

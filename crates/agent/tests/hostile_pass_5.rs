@@ -10,88 +10,15 @@ mod live;
 use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_host::{Cgroups, LinuxHost};
+use headroom_host::LinuxHost;
 use headroom_types::GroupPath;
 
-/// The test's top group and marker: on drop, every process carrying the marker is killed, then
-/// whatever is left below the top group, and the groups are removed.
-struct Guard {
-    cgroups: Cgroups,
-    top: GroupPath,
-    marker: String,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for pid in with_marker(&self.marker) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.cgroups.kill_all(&self.top);
-        if let Err(e) = self.cgroups.remove(&self.top) {
-            eprintln!("cleanup: removing {}: {e}", self.top);
-        }
-    }
-}
+use live::marked::{groups_of, with_marker, MarkedGroup as Guard};
 
 /// Root with a writable cgroupfs and a fresh `hp5-<name>-<pid>` top group, or `None` after a
 /// SKIP line. `id` (one per test) makes the marker unique among the tests running together.
 fn setup(test: &str, name: &str, id: u32) -> Option<Guard> {
-    if !live::is_root() {
-        eprintln!("SKIP {test}: needs root (cgroups)");
-        return None;
-    }
-    let cgroups = match LinuxHost::system().cgroups() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("SKIP {test}: no cgroups: {e}");
-            return None;
-        }
-    };
-    let top = GroupPath::new(&format!("hp5-{name}-{}", std::process::id())).unwrap();
-    if let Err(e) = cgroups.create(&top) {
-        eprintln!("SKIP {test}: cgroupfs not writable: {e}");
-        return None;
-    }
-    let _ = cgroups.remove(&top);
-    // A `sleep` argument no other process carries: 5<id>.<pid>.
-    let marker = format!("5{id:03}.{}", std::process::id());
-    Some(Guard {
-        cgroups,
-        top,
-        marker,
-    })
-}
-
-/// The live processes (not zombies) whose command line holds `marker`.
-fn with_marker(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            stat.rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().next())
-                .is_some_and(|st| st != "Z" && st != "X")
-        })
-        .collect()
-}
-
-/// The group directory of `pid` in every v1 hierarchy (or the v2 one), from /proc.
-fn groups_of(pid: u32) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2).map(str::to_string))
-        .collect()
+    Guard::setup(test, "hp5", 5, name, id)
 }
 
 const PID_FILE_NAMES_BE: &str = "a_be_process_named_by_the_lcs_pid_file_is_left_in_be";

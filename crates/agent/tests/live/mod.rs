@@ -9,6 +9,8 @@ use std::time::Duration;
 use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
 use headroom_control::config::Config;
 
+pub mod marked;
+
 /// Processes standing in for services: killed and reaped at the end, whatever happens.
 pub struct Children(pub Vec<std::process::Child>);
 
