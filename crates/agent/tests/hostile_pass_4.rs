@@ -167,11 +167,7 @@ fn a_daemonized_be_child_moved_out_is_moved_back() {
     }
     assert!(!in_be(daemon), "moved out: {:?}", groups_of(daemon));
     let back = live::eventually(Duration::from_secs(5), || in_be(daemon));
-    let said: Vec<String> = request(&sock, &Request::Status)
-        .ok()
-        .and_then(|r| r.status)
-        .map(|s| s.targets_followed.into_iter().map(|r| r.reason).collect())
-        .unwrap_or_default();
+    let said = live::followed(&sock);
     let _ = runner.join();
     assert!(
         back,

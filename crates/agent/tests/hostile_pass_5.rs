@@ -74,11 +74,7 @@ fn a_be_process_named_by_the_lcs_pid_file_is_left_in_be() {
         }
         false
     });
-    let said: Vec<String> = request(&dir.path().join("ctl.sock"), &Request::Status)
-        .ok()
-        .and_then(|r| r.status)
-        .map(|s| s.targets_followed.into_iter().map(|r| r.reason).collect())
-        .unwrap_or_default();
+    let said = live::followed(&dir.path().join("ctl.sock"));
     let _ = runner.join();
     assert!(
         taken.is_empty(),
@@ -268,11 +264,7 @@ fn a_be_process_in_a_group_below_bes_is_left_there() {
         }
         false
     });
-    let said: Vec<String> = request(&dir.path().join("ctl.sock"), &Request::Status)
-        .ok()
-        .and_then(|r| r.status)
-        .map(|s| s.targets_followed.into_iter().map(|r| r.reason).collect())
-        .unwrap_or_default();
+    let said = live::followed(&dir.path().join("ctl.sock"));
     let _ = runner.join();
     assert!(
         moved_up.is_empty(),

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use headroom_agent::publish::control::{request, Request};
 use headroom_agent::runtime::{AgentError, RunSummary};
 
 /// The agent on `top/lc` (with the `[lc]` keys `lc`) and `top/be`, its state and socket in
@@ -78,14 +77,6 @@ fn procs(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-fn followed(sock: &Path) -> Vec<String> {
-    request(sock, &Request::Status)
-        .ok()
-        .and_then(|r| r.status)
-        .map(|s| s.targets_followed.into_iter().map(|r| r.reason).collect())
-        .unwrap_or_default()
-}
-
 const PID_FILE: &str = "an_lc_restarted_under_a_new_pid_is_found_by_its_pid_file_and_moved_in";
 
 #[test]
@@ -124,7 +115,7 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_pid_file_and_moved_in() {
         "the LC's new pid {} was not moved into its group",
         second.pid(0)
     );
-    let said = followed(&dir.path().join("ctl.sock"));
+    let said = live::followed(&dir.path().join("ctl.sock"));
     assert!(
         said.iter()
             .any(|r| r.contains(&format!("new pid {}", second.pid(0)))),
@@ -195,7 +186,7 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_listening_port() {
         "the LC listening on {port} under pid {} was not moved in",
         second.pid(0)
     );
-    let said = followed(&dir.path().join("ctl.sock"));
+    let said = live::followed(&dir.path().join("ctl.sock"));
     assert!(
         said.iter().any(|r| r.contains("new pid")),
         "ctl status says it: {said:?}"
@@ -239,7 +230,7 @@ fn a_be_group_removed_by_someone_else_is_created_again_with_be_in_it() {
         back,
         "the BE group was not created again with BE {be_pid} in it"
     );
-    let said = followed(&sock);
+    let said = live::followed(&sock);
     assert!(
         said.iter().any(|r| r.contains("removed by someone else")),
         "ctl status says it: {said:?}"
@@ -280,7 +271,7 @@ fn a_be_process_moved_out_of_its_group_is_moved_back() {
     let back = live::eventually(Duration::from_secs(4), || {
         group_dirs(&be).iter().all(|d| procs(d).contains(&be_pid))
     });
-    let said = followed(&sock);
+    let said = live::followed(&sock);
     let _ = runner.join();
     assert!(back, "BE {be_pid} was not moved back into {be}");
     assert!(

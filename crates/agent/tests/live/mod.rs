@@ -101,3 +101,15 @@ pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// What `ctl status` on `sock` lists as the targets the agent followed (the reasons, in words);
+/// empty when the agent does not answer.
+#[allow(dead_code)] // not every test that shares this module follows targets
+pub fn followed(sock: &Path) -> Vec<String> {
+    use headroom_agent::publish::control::{request, Request};
+    request(sock, &Request::Status)
+        .ok()
+        .and_then(|r| r.status)
+        .map(|s| s.targets_followed.into_iter().map(|r| r.reason).collect())
+        .unwrap_or_default()
+}
