@@ -329,10 +329,13 @@ fn verdict(s: &headroom_types::summary::Summary) -> Vec<String> {
                 us(a.lc_p99_us_max),
                 us(n.lc_p99_us_max)
             ));
+            // Both can hold: a run with no violation whose windows were mostly not measured
+            // validly says first that its counts rest on hollow windows.
+            if let Some(why) = mostly_hollow(n, a) {
+                out.push(format!("  {why}"));
+            }
             if let Some(why) = no_difference_shown(s.slo_us, n) {
                 out.push(format!("  this host did not show a difference: {why}"));
-            } else if let Some(why) = mostly_hollow(n, a) {
-                out.push(format!("  {why}"));
             }
         }
         _ => {
@@ -367,13 +370,19 @@ fn mostly_hollow(
     if 2 * nv >= none.windows && 2 * av >= agent.windows {
         return None;
     }
-    Some(format!(
-        "these counts rest mostly on windows whose load runs failed their self-checks ({nv} of {} valid without the agent, {av} of {} with it); over the valid ones alone: {} → {} violating",
-        none.windows,
-        agent.windows,
-        none.slo_violations_valid.unwrap_or(0),
-        agent.slo_violations_valid.unwrap_or(0)
-    ))
+    let head = format!(
+        "these counts rest mostly on windows whose load runs failed their self-checks ({nv} of {} valid without the agent, {av} of {} with it)",
+        none.windows, agent.windows
+    );
+    Some(if nv == 0 || av == 0 {
+        format!("{head}; with no valid window on one side there is no valid comparison: the colocation figures above are unknown here")
+    } else {
+        format!(
+            "{head}; over the valid ones alone: {} → {} violating",
+            none.slo_violations_valid.unwrap_or(0),
+            agent.slo_violations_valid.unwrap_or(0)
+        )
+    })
 }
 
 /// Why the run without the agent could show no difference, where it could not: BE never pushed
@@ -480,6 +489,23 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("self-checks"), "{text}");
+        // The 2026-11-29 17:14 run: no window valid on either side and no violation: both the
+        // hollow windows and the missing difference are said, the hollow first.
+        let hollow = |r: &RunSummary| RunSummary {
+            slo_violations: 0,
+            valid_windows: Some(0),
+            slo_violations_valid: Some(0),
+            ..r.clone()
+        };
+        let s = Summary {
+            slo_us: 8778.0,
+            runs: vec![hollow(&none), hollow(&hybrid)],
+            ..s
+        };
+        let lines = super::verdict(&s);
+        let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+        let (h, d) = (at("no valid comparison"), at("did not show a difference"));
+        assert!(h.is_some() && d.is_some() && h < d, "{lines:#?}");
     }
     use headroom_report::model::{AgentWindow, LoadMetrics, Window};
 
