@@ -78,7 +78,7 @@ fn main() {
         Command::Plan(a) => cmd::plan::run(a),
     };
     if let Err(err) = result {
-        eprintln!("headroom: error: {err:#}");
+        eprintln!("headroom: error: {}", cmd::error_text(&err));
         std::process::exit(cmd::exit_code(&err));
     }
 }

@@ -78,6 +78,12 @@ fn malformed_values_are_usage_errors() {
             "--protocol",
         ),
         (vec!["-s", "127.0.0.1:1", "-u", "1.5"], "-u/--update"),
+        (vec!["-s", "127.0.0.1:1", "-t", "1e300"], "-t/--time"),
+        (vec!["-s", "127.0.0.1:1", "-V", "1e12"], "-V/--valuesize"),
+        (
+            vec!["-s", "127.0.0.1:1", "-t", "1e300", "-u", "1.5"],
+            "2 problems: ",
+        ),
         (vec!["-q", "100"], "-s/--server"),
     ] {
         let o = headroom(&args);
@@ -94,6 +100,9 @@ fn unreachable_server_exits_1_naming_it() {
     let o = headroom(&["-s", &server, "-q", "100", "-t", "1", "--noload"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains(&server), "{}", stderr(&o));
+    // The refusal is said once, not once by the error and again as its source.
+    let refused = std::io::Error::from_raw_os_error(libc::ECONNREFUSED).to_string();
+    assert_eq!(stderr(&o).matches(&refused).count(), 1, "{}", stderr(&o));
 }
 
 #[test]

@@ -49,6 +49,9 @@ pub enum LoadError {
     /// A remote load agent (or, in agent mode, the master) broke the protocol or failed.
     #[error("load agent {peer}: {reason}")]
     Agent { peer: String, reason: String },
+    /// More than one of the above found at once (every bad option is named, not only the first).
+    #[error("{} problems: {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    Several(Vec<LoadError>),
     /// The operating system refused something the engine needs (a thread, a poller, a timer).
     #[error("{what}: {source}")]
     System {
@@ -68,6 +71,15 @@ impl LoadError {
             flag: flag.to_string(),
             value: value.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// One error as itself, several as [`LoadError::Several`].
+    pub(crate) fn several(mut all: Vec<LoadError>) -> LoadError {
+        if all.len() == 1 {
+            all.remove(0)
+        } else {
+            LoadError::Several(all)
         }
     }
 
@@ -93,6 +105,6 @@ impl LoadError {
                 | LoadError::Unsupported { .. }
                 | LoadError::Conflict { .. }
                 | LoadError::Combined { .. }
-        )
+        ) || matches!(self, LoadError::Several(all) if all.iter().any(LoadError::is_usage))
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::dist::Dist;
 use crate::error::LoadError;
 use crate::keys::Popularity;
-use crate::protocol::Protocol;
+use crate::protocol::{Protocol, MAX_VALUE_LEN};
 
 /// mutilate's default agent port.
 pub const DEFAULT_AGENT_PORT: u16 = 5556;
@@ -312,6 +312,48 @@ fn parse_dist(flag: &str, spec: &str) -> Result<Dist, LoadError> {
         .map_err(|e| LoadError::invalid(flag, spec, e.to_string()))
 }
 
+/// The shortest measured run (`-t`): below it no request is scheduled at any rate one would ask.
+pub const MIN_TIME_S: f64 = 0.001;
+/// The longest `-t` or `-w`: a week (the run's deadlines must fit the clock, and a longer run is
+/// a typo).
+pub const MAX_RUN_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Most client threads.
+pub const MAX_THREADS: usize = 1024;
+/// Most connections of one client (every thread and server together).
+pub const MAX_CONNECTIONS: usize = 100_000;
+
+/// A duration flag within [`MAX_RUN_S`] and at least `min`.
+fn check_seconds(flag: &str, v: f64, min: f64) -> Result<(), LoadError> {
+    if v.is_finite() && v >= min && v <= MAX_RUN_S && (min > 0.0 || v >= 0.0) {
+        return Ok(());
+    }
+    Err(LoadError::invalid(
+        flag,
+        v.to_string(),
+        format!("must be between {min} and {MAX_RUN_S} s (a week)"),
+    ))
+}
+
+/// Values larger than the reply parser takes ([`MAX_VALUE_LEN`], memcached's default item size)
+/// would be sent and then refused when read: a distribution whose 99.9th percentile (or fixed
+/// value) is above it is refused; rarer draws above it are sent at that size.
+fn check_value_sizes(d: &Dist, spec: &str) -> Result<(), LoadError> {
+    let high = match d {
+        Dist::Fixed(v) => Some(*v),
+        other => other.quantile(0.999),
+    };
+    match high {
+        Some(v) if !v.is_finite() || v > MAX_VALUE_LEN as f64 => Err(LoadError::invalid(
+            "-V/--valuesize",
+            spec,
+            format!(
+                "values up to {v:.0} bytes; at most {MAX_VALUE_LEN} (1 MiB, memcached's default item size) are taken"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Resolves `H[:P]` (IPv6 as `[::1]:P`) to a socket address.
 pub fn resolve_server(spec: &str, default_port: u16) -> Result<SocketAddr, LoadError> {
     if spec.is_empty() {
@@ -348,58 +390,59 @@ pub fn resolve_server(spec: &str, default_port: u16) -> Result<SocketAddr, LoadE
 }
 
 impl LoadOptions {
-    /// Checks every value and parses the distributions; errors name the flag and the value.
+    /// Checks every value and parses the distributions; errors name the flag and the value, every
+    /// one found at once ([`LoadError::Several`] where there are more than one).
     pub fn validate(&self) -> Result<Validated, LoadError> {
+        let mut problems: Vec<LoadError> = Vec::new();
+        let mut note = |r: Result<(), LoadError>| {
+            if let Err(e) = r {
+                problems.push(e);
+            }
+        };
         if self.servers.is_empty() {
-            return Err(LoadError::invalid(
+            note(Err(LoadError::invalid(
                 "-s/--server",
                 "",
                 "at least one server is required",
-            ));
+            )));
         }
         let mut servers = Vec::new();
         for s in &self.servers {
-            servers.push((s.clone(), resolve_server(s, self.protocol.default_port())?));
+            match resolve_server(s, self.protocol.default_port()) {
+                Ok(a) => servers.push((s.clone(), a)),
+                Err(e) => note(Err(e)),
+            }
         }
-        let keysize = parse_dist("-K/--keysize", &self.keysize)?;
-        let valuesize = parse_dist("-V/--valuesize", &self.valuesize)?;
+        let keysize = parse_dist("-K/--keysize", &self.keysize);
+        let valuesize = parse_dist("-V/--valuesize", &self.valuesize).and_then(|d| {
+            check_value_sizes(&d, &self.valuesize)?;
+            Ok(d)
+        });
         let iadist_unit = Dist::interarrival(&self.iadist, 1.0)
-            .map_err(|e| LoadError::invalid("-i/--iadist", &self.iadist, e.to_string()))?;
-        if !(self.time_s > 0.0 && self.time_s.is_finite()) {
-            return Err(LoadError::invalid(
-                "-t/--time",
-                self.time_s.to_string(),
-                "must be positive",
-            ));
-        }
-        if !(self.warmup_s >= 0.0 && self.warmup_s.is_finite()) {
-            return Err(LoadError::invalid(
-                "-w/--warmup",
-                self.warmup_s.to_string(),
-                "must be zero or positive",
-            ));
-        }
+            .map_err(|e| LoadError::invalid("-i/--iadist", &self.iadist, e.to_string()));
+        note(check_seconds("-t/--time", self.time_s, MIN_TIME_S));
+        note(check_seconds("-w/--warmup", self.warmup_s, 0.0));
         if self.records == 0 {
-            return Err(LoadError::invalid(
+            note(Err(LoadError::invalid(
                 "-r/--records",
                 "0",
                 "must be at least 1",
-            ));
+            )));
         }
         if !(0.0..=1.0).contains(&self.update) {
-            return Err(LoadError::invalid(
+            note(Err(LoadError::invalid(
                 "-u/--update",
                 self.update.to_string(),
                 "must be between 0 and 1",
-            ));
+            )));
         }
         if let Some(p) = self.fifo {
             if !(1..=99).contains(&p) {
-                return Err(LoadError::invalid(
+                note(Err(LoadError::invalid(
                     "--fifo",
                     p.to_string(),
                     "SCHED_FIFO priorities are 1..=99",
-                ));
+                )));
             }
         }
         for (flag, v) in [
@@ -408,15 +451,27 @@ impl LoadOptions {
             ("-d/--depth", self.depth),
         ] {
             if v == 0 {
-                return Err(LoadError::invalid(flag, "0", "must be at least 1"));
+                note(Err(LoadError::invalid(flag, "0", "must be at least 1")));
             }
         }
-        if self.threads > 1024 || self.connections * self.servers.len() * self.threads > 100_000 {
-            return Err(LoadError::invalid(
+        if self.threads > MAX_THREADS {
+            note(Err(LoadError::invalid(
+                "-T/--threads",
+                self.threads.to_string(),
+                format!("at most {MAX_THREADS}"),
+            )));
+        } else if self.connections * self.servers.len() * self.threads > MAX_CONNECTIONS {
+            note(Err(LoadError::invalid(
                 "-c/--connections",
                 self.connections.to_string(),
-                "more than 100000 connections in total",
-            ));
+                format!(
+                    "{} connections in total (-c {} × -T {} × {} server(s)), more than {MAX_CONNECTIONS}",
+                    self.connections * self.servers.len() * self.threads,
+                    self.connections,
+                    self.threads,
+                    self.servers.len()
+                ),
+            )));
         }
         let wants_measure = self.measure_connections.is_some()
             || self.measure_qps.is_some()
@@ -427,44 +482,47 @@ impl LoadOptions {
             0
         };
         if wants_measure && measure_connections == 0 {
-            return Err(LoadError::invalid(
+            note(Err(LoadError::invalid(
                 "-C/--measure_connections",
                 "0",
                 "must be at least 1",
-            ));
+            )));
         }
         let measure_depth = self.measure_depth.unwrap_or(1);
         if measure_depth == 0 {
-            return Err(LoadError::invalid(
+            note(Err(LoadError::invalid(
                 "-D/--measure_depth",
                 "0",
                 "must be at least 1",
-            ));
+            )));
         }
         let measure_qps = if wants_measure {
             let q = self.measure_qps.unwrap_or(DEFAULT_MEASURE_QPS);
             if q == 0 {
-                return Err(LoadError::invalid(
+                note(Err(LoadError::invalid(
                     "-Q/--measure_qps",
                     "0",
                     "measurement connections need a rate",
-                ));
+                )));
             }
             if self.qps > 0 && q > self.qps {
-                return Err(LoadError::invalid(
+                note(Err(LoadError::invalid(
                     "-Q/--measure_qps",
                     q.to_string(),
                     format!("exceeds the total --qps {}", self.qps),
-                ));
+                )));
             }
             q
         } else {
             0
         };
-        let load_qps = if self.qps == 0 {
-            0
-        } else {
-            self.qps - measure_qps
+        let load_qps = self.qps.saturating_sub(measure_qps);
+        let (keysize, valuesize, iadist_unit) = match (keysize, valuesize, iadist_unit) {
+            (Ok(k), Ok(v), Ok(i)) if problems.is_empty() => (k, v, i),
+            (k, v, i) => {
+                problems.extend([k.err(), v.err(), i.err()].into_iter().flatten());
+                return Err(LoadError::several(problems));
+            }
         };
         Ok(Validated {
             servers,
@@ -519,6 +577,79 @@ mod tests {
         );
         let err = resolve_server("127.0.0.1:xx", 1).unwrap_err().to_string();
         assert!(err.contains("xx"), "{err}");
+    }
+
+    fn options(args: &[&str]) -> LoadOptions {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: crate::LoadArgs,
+        }
+        let mut all = vec!["load"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+            .expect("parses")
+            .load
+            .to_options()
+            .expect("options")
+    }
+
+    #[test]
+    fn every_bad_option_is_named_at_once() {
+        let err = options(&[
+            "-s",
+            "127.0.0.1:1",
+            "-t",
+            "1e300",
+            "--warmup=-1",
+            "-u",
+            "2",
+            "-V",
+            "1e12",
+        ])
+        .validate()
+        .unwrap_err();
+        assert!(err.is_usage(), "{err}");
+        let text = err.to_string();
+        for flag in ["-t/--time", "-w/--warmup", "-u/--update", "-V/--valuesize"] {
+            assert!(text.contains(flag), "{flag} missing from: {text}");
+        }
+        assert!(text.starts_with("4 problems: "), "{text}");
+        // One problem is itself, not a list of one.
+        let err = options(&["-s", "127.0.0.1:1", "-t", "0.0001"])
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, LoadError::InvalidOption { .. }), "{err}");
+    }
+
+    #[test]
+    fn durations_and_value_sizes_are_bounded_where_they_are_accepted() {
+        for (args, flag) in [
+            (vec!["-t", "1e300"], "-t/--time"),
+            (vec!["-t", "1e-300"], "-t/--time"),
+            (vec!["-w", "1e300"], "-w/--warmup"),
+            (vec!["-V", "1e12"], "-V/--valuesize"),
+            (vec!["-V", "exponential:0.000001"], "-V/--valuesize"),
+            (vec!["-T", "2000"], "-T/--threads"),
+        ] {
+            let mut all = vec!["-s", "127.0.0.1:1"];
+            all.extend(args.iter().copied());
+            let err = options(&all).validate().unwrap_err().to_string();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+        // The bounds themselves are taken.
+        for args in [
+            vec!["-t", "604800", "-w", "0"],
+            vec!["-t", "0.001"],
+            vec!["-V", "1048576"],
+        ] {
+            let mut all = vec!["-s", "127.0.0.1:1"];
+            all.extend(args.iter().copied());
+            options(&all)
+                .validate()
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::feed::FeedWriter;
 use crate::hdrlog::HdrLogWriter;
 use crate::keys::KeyChooser;
 use crate::options::{LoadOptions, Validated};
-use crate::protocol::Op;
+use crate::protocol::{Op, MAX_VALUE_LEN};
 use crate::results::Interval;
 use crate::results::{RawResults, MAX_IA_SAMPLES};
 use crate::sizing;
@@ -76,7 +76,11 @@ pub fn preload(opts: &LoadOptions, v: &Validated) -> Result<PreloadStats, LoadEr
             for i in next..batch_end {
                 key.clear();
                 keys.write_key(i, &mut key);
-                let len = v.valuesize.sample(&mut rng).round().max(0.0) as usize;
+                let len = v
+                    .valuesize
+                    .sample(&mut rng)
+                    .round()
+                    .clamp(0.0, MAX_VALUE_LEN as f64) as usize;
                 protocol.encode(Op::Set, &key, len, &mut out);
             }
             s.write_all(&out)

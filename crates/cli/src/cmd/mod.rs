@@ -47,6 +47,24 @@ pub fn parse_flags<T: clap::Parser>(args: &[String]) -> anyhow::Result<T> {
 }
 
 /// 2 for usage errors anywhere in the chain, 1 otherwise.
+/// The error and its causes in one line, as `{:#}` prints them, less a cause whose text the
+/// line already holds: many errors here say their source in their own message (so that it shows
+/// wherever they are printed) and also keep it as their source, which `{:#}` then printed twice
+/// ("Connection refused (os error 111): Connection refused (os error 111)").
+pub fn error_text(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err
         .chain()
@@ -55,5 +73,44 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         2
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// As the libraries' thiserror errors do: the source in the message and kept as the source.
+    #[derive(Debug)]
+    struct SaysItsSource {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for SaysItsSource {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot connect to server 127.0.0.1:1: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for SaysItsSource {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_says_is_printed_once() {
+        let io = std::io::Error::from_raw_os_error(111);
+        let io_text = io.to_string();
+        let err = anyhow::Error::new(SaysItsSource { source: io });
+        let line = super::error_text(&err);
+        assert_eq!(line.matches(&io_text).count(), 1, "{line}");
+        // A context whose cause it does not repeat keeps the cause.
+        let err =
+            anyhow::Error::new(std::io::Error::from_raw_os_error(2)).context("reading x.toml");
+        let line = super::error_text(&err);
+        assert!(line.starts_with("reading x.toml: "), "{line}");
+        assert!(
+            line.contains(&std::io::Error::from_raw_os_error(2).to_string()),
+            "{line}"
+        );
     }
 }

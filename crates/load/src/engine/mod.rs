@@ -57,7 +57,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::clock::{now_ns, tighten_timer_slack, WakeLead};
 use crate::error::LoadError;
-use crate::protocol::Op;
+use crate::protocol::{Op, MAX_VALUE_LEN};
 use crate::results::MAX_IA_SAMPLES;
 use crate::stats::LatencyHist;
 use headroom_host::sched::pin_this_thread;
@@ -514,7 +514,11 @@ impl Worker<'_> {
             let is_set = sh.update > 0.0 && self.rng.random::<f64>() < sh.update;
             let before = c.wbuf.len();
             if is_set {
-                let len = sh.valuesize.sample(&mut self.rng).round().max(0.0) as usize;
+                let len = sh
+                    .valuesize
+                    .sample(&mut self.rng)
+                    .round()
+                    .clamp(0.0, MAX_VALUE_LEN as f64) as usize;
                 sh.protocol.encode(Op::Set, &self.key, len, &mut c.wbuf);
             } else {
                 sh.protocol.encode(Op::Get, &self.key, 0, &mut c.wbuf);
