@@ -184,12 +184,99 @@ fn experiment_options(
     options_from_flags(exp, flags, invocation)
 }
 
-/// Builds the recording options from flags parsed or built (bad values are usage errors).
+/// The longest colocation trace (`--minutes`): a day.
+pub(crate) const MAX_MINUTES: f64 = 24.0 * 60.0;
+/// The longest point or window (`--duration`): an hour.
+const MAX_DURATION_S: f64 = 3600.0;
+/// The most repetitions of a point.
+const MAX_REPEATS: u32 = 1000;
+/// The largest `--slo-us` (about 17 minutes) and `--peak-qps`: beyond either is a typo.
+const MAX_SLO_US: f64 = 1e9;
+const MAX_PEAK_QPS: f64 = 1e9;
+
+/// A number in (0, max], else the problem in words.
+fn within(flag: &str, v: f64, max: f64, unit: &str) -> Option<String> {
+    (!(v.is_finite() && v > 0.0 && v <= max))
+        .then(|| format!("{flag} {v}: must be above 0 and at most {max} {unit}"))
+}
+
+/// Every problem with the experiment flags' values, in words (empty when they are all good).
+pub(crate) fn flag_problems(flags: &ExperimentFlags) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(d) = flags.duration {
+        if !(d.is_finite() && (1.0..=MAX_DURATION_S).contains(&d)) {
+            problems.push(format!(
+                "--duration {d}: must be between 1 and {MAX_DURATION_S} seconds"
+            ));
+        }
+    }
+    if let Some(r) = flags.repeats {
+        if !(1..=MAX_REPEATS).contains(&r) {
+            problems.push(format!(
+                "--repeats {r}: must be between 1 and {MAX_REPEATS}"
+            ));
+        }
+    }
+    if let Some(l) = &flags.loads {
+        if l.is_empty() || l.iter().any(|x| !(*x > 0.0 && *x <= 200.0)) {
+            problems.push(format!(
+                "--loads {l:?}: each level must be in (0, 200] % of peak"
+            ));
+        }
+    }
+    problems.extend(
+        flags
+            .slo_us
+            .and_then(|s| within("--slo-us", s, MAX_SLO_US, "µs")),
+    );
+    problems.extend(
+        flags
+            .peak_qps
+            .and_then(|p| within("--peak-qps", p, MAX_PEAK_QPS, "QPS")),
+    );
+    if !(flags.percentile > 0.0 && flags.percentile < 100.0) {
+        problems.push(format!(
+            "--percentile {}: must be in (0, 100)",
+            flags.percentile
+        ));
+    }
+    problems.extend(
+        flags
+            .minutes
+            .and_then(|m| within("--minutes", m, MAX_MINUTES, "minutes (a day)")),
+    );
+    for (flag, list) in [
+        ("--loadgen-cpus", &flags.loadgen_cpus),
+        ("--server-cpus", &flags.server_cpus),
+        ("--be-cpus", &flags.be_cpus),
+    ] {
+        if let Some(Err(e)) = list.as_deref().map(headroom_bench::runner::parse_cpu_list) {
+            problems.push(format!("{flag}: {e}"));
+        }
+    }
+    problems
+}
+
+/// Problems as one usage error (every one named), or nothing.
+pub(crate) fn refuse(problems: Vec<String>) -> anyhow::Result<()> {
+    match problems.len() {
+        0 => Ok(()),
+        1 => Err(super::usage(problems.concat())),
+        n => Err(super::usage(format!(
+            "{n} problems: {}",
+            problems.join("; ")
+        ))),
+    }
+}
+
+/// Builds the recording options from flags parsed or built (bad values are usage errors, every
+/// one at once).
 pub(crate) fn options_from_flags(
     exp: headroom_bench::experiments::Experiment,
     flags: ExperimentFlags,
     invocation: String,
 ) -> anyhow::Result<headroom_bench::record::Options> {
+    refuse(flag_problems(&flags))?;
     let bin = match std::env::var_os("HEADROOM_BIN") {
         Some(p) => std::path::PathBuf::from(p),
         None => std::env::current_exe()?,
@@ -197,45 +284,16 @@ pub(crate) fn options_from_flags(
     let mut o = headroom_bench::record::Options::defaults(exp, flags.quick, bin);
     o.invocation = invocation;
     if let Some(d) = flags.duration {
-        if d.is_nan() || d < 1.0 {
-            return Err(super::usage(format!(
-                "--duration {d}: must be at least 1 second"
-            )));
-        }
         o.duration_s = d;
     }
     if let Some(r) = flags.repeats {
-        if r == 0 {
-            return Err(super::usage("--repeats 0: at least 1 repetition is needed"));
-        }
         o.repeats = r;
     }
     if let Some(l) = flags.loads {
-        if l.is_empty() || l.iter().any(|x| !(*x > 0.0 && *x <= 200.0)) {
-            return Err(super::usage(format!(
-                "--loads {l:?}: each level must be in (0, 200] % of peak"
-            )));
-        }
         o.loads = l.iter().map(|x| x / 100.0).collect();
     }
-    if let Some(s) = flags.slo_us {
-        if s.is_nan() || s <= 0.0 {
-            return Err(super::usage(format!("--slo-us {s}: must be positive")));
-        }
-        o.slo_us = Some(s);
-    }
-    if let Some(p) = flags.peak_qps {
-        if p.is_nan() || p <= 0.0 {
-            return Err(super::usage(format!("--peak-qps {p}: must be positive")));
-        }
-        o.peak_qps = Some(p);
-    }
-    if flags.percentile.is_nan() || flags.percentile <= 0.0 || flags.percentile >= 100.0 {
-        return Err(super::usage(format!(
-            "--percentile {}: must be in (0, 100)",
-            flags.percentile
-        )));
-    }
+    o.slo_us = flags.slo_us.or(o.slo_us);
+    o.peak_qps = flags.peak_qps.or(o.peak_qps);
     o.percentile = flags.percentile;
     if let Some(b) = flags.be {
         o.be = b;
@@ -244,26 +302,21 @@ pub(crate) fn options_from_flags(
         o.policies = p;
     }
     if let Some(m) = flags.minutes {
-        if m.is_nan() || m <= 0.0 {
-            return Err(super::usage(format!("--minutes {m}: must be positive")));
-        }
         o.minutes = m;
     }
-    let cpus = |s: &str, flag: &str| {
-        headroom_bench::runner::parse_cpu_list(s).map_err(|e| super::usage(format!("{flag}: {e}")))
+    // The lists parse (checked above).
+    let cpus = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(|c| headroom_bench::runner::parse_cpu_list(c).ok())
     };
-    let loadgen = flags
-        .loadgen_cpus
-        .map(|c| cpus(&c, "--loadgen-cpus"))
-        .transpose()?;
-    let server = flags
-        .server_cpus
-        .map(|c| cpus(&c, "--server-cpus"))
-        .transpose()?;
     let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    o.placement = headroom_bench::runner::Placement::with_overrides(host_cpus, loadgen, server);
-    if let Some(c) = flags.be_cpus {
-        o.placement.be = cpus(&c, "--be-cpus")?;
+    o.placement = headroom_bench::runner::Placement::with_overrides(
+        host_cpus,
+        cpus(&flags.loadgen_cpus),
+        cpus(&flags.server_cpus),
+    );
+    if let Some(be) = cpus(&flags.be_cpus) {
+        o.placement.be = be;
     }
     o.dry_run = flags.dry_run;
     o.realtime_loadgen = flags.realtime_loadgen && !flags.no_realtime_loadgen;

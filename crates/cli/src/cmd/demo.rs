@@ -33,28 +33,36 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.minutes.is_nan() || args.minutes <= 0.0 {
-        return Err(super::usage(format!(
-            "--minutes {}: must be positive",
+    let mut problems = Vec::new();
+    // Each of the two runs takes half of --minutes.
+    let max_minutes = 2.0 * super::bench::MAX_MINUTES;
+    if !(args.minutes.is_finite() && args.minutes > 0.0 && args.minutes <= max_minutes) {
+        problems.push(format!(
+            "--minutes {}: must be above 0 and at most {max_minutes} (two days: a day a run)",
             args.minutes
-        )));
+        ));
     }
     if args.window.is_nan() || args.window < 2.0 {
-        return Err(super::usage(format!(
+        problems.push(format!(
             "--window {}: must be at least 2 seconds",
             args.window
-        )));
+        ));
+    } else if args.minutes.is_finite() && args.window > args.minutes * 30.0 {
+        problems.push(format!(
+            "--window {}: longer than each run ({} s of --minutes {}): not one window would fit",
+            args.window,
+            args.minutes * 30.0,
+            args.minutes
+        ));
     }
     if !matches!(args.be.as_str(), "spin" | "dram" | "mix") {
-        return Err(super::usage(format!(
+        problems.push(format!(
             "--be {:?}: the demo runs spin, dram or mix",
             args.be
-        )));
+        ));
     }
     if args.policy == "none" {
-        return Err(super::usage(
-            "--policy none: the demo compares an agent policy with none",
-        ));
+        problems.push("--policy none: the demo compares an agent policy with none".into());
     }
     let mut flags = super::bench::ExperimentFlags {
         minutes: Some(args.minutes / 2.0),
@@ -65,6 +73,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         peak_qps: args.peak_qps,
         ..super::bench::ExperimentFlags::defaults()
     };
+    // The flags the demo hands the bench, checked with its own: --minutes (halved there) is the
+    // demo's to name, and the bench's --duration is the demo's --window.
+    problems.extend(
+        super::bench::flag_problems(&flags)
+            .into_iter()
+            .filter(|p| !p.starts_with("--minutes"))
+            .map(|p| match p.strip_prefix("--duration") {
+                Some(rest) => format!("--window{rest}"),
+                None => p,
+            }),
+    );
+    super::bench::refuse(problems)?;
     println!(
         "headroom demo: LC = headroom serve, BE = headroom antagonist {}",
         args.be
