@@ -324,6 +324,8 @@ fn bad_input_exits_2() {
         (vec!["bogus"], "unknown antagonist kind"),
         (vec!["spin", "--duration", "-1"], "--duration"),
         (vec!["spin", "--duration", "0"], "--duration"),
+        // Panicked (Duration::from_secs_f64) before it was bounded.
+        (vec!["spin", "--duration", "1e300"], "at most"),
         (vec!["spin", "--progress", no_dir_s], "progress file"),
         (vec!["spin", "--threads", "0"], "--threads"),
         (vec!["spin", "--cpus", "3-1"], "--cpus"),

@@ -84,6 +84,13 @@ fn bad_flags_are_usage_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NODE_NAME"));
+    // Too long for the clock: refused before the watch starts (it panicked at the deadline).
+    let out = Command::new(BIN)
+        .args(["kube-discover", "--node", "n", "--for-s", "1e300"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--for-s 1e300"));
 }
 
 /// `--socket`: after the set, the agent's advertisement (asked on its control socket, here a

@@ -327,9 +327,15 @@ fn check_seconds(flag: &str, v: f64, min: f64) -> Result<(), LoadError> {
     if v.is_finite() && v >= min && v <= MAX_RUN_S && (min > 0.0 || v >= 0.0) {
         return Ok(());
     }
+    // `1e300` as typed, not its 301 digits.
+    let shown = if v != 0.0 && v.is_finite() && !(1e-3..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    };
     Err(LoadError::invalid(
         flag,
-        v.to_string(),
+        shown,
         format!("must be between {min} and {MAX_RUN_S} s (a week)"),
     ))
 }

@@ -181,15 +181,10 @@ fn open_progress(path: &Path) -> anyhow::Result<ProgressOut> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let kind = kind_from_args(&args)?;
-    let duration = match args.duration {
-        None => None,
-        Some(d) if d.is_finite() && d > 0.0 => Some(Duration::from_secs_f64(d)),
-        Some(d) => {
-            return Err(super::usage(format!(
-                "--duration {d}: must be a positive number of seconds"
-            )))
-        }
-    };
+    let duration = args
+        .duration
+        .map(|d| super::seconds_flag("--duration", d))
+        .transpose()?;
     let cpus = match &args.cpus {
         None => None,
         Some(list) => {

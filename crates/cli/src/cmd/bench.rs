@@ -196,8 +196,12 @@ const MAX_PEAK_QPS: f64 = 1e9;
 
 /// A number in (0, max], else the problem in words.
 fn within(flag: &str, v: f64, max: f64, unit: &str) -> Option<String> {
-    (!(v.is_finite() && v > 0.0 && v <= max))
-        .then(|| format!("{flag} {v}: must be above 0 and at most {max} {unit}"))
+    (!(v.is_finite() && v > 0.0 && v <= max)).then(|| {
+        format!(
+            "{flag} {}: must be above 0 and at most {max} {unit}",
+            super::number(v)
+        )
+    })
 }
 
 /// Every problem with the experiment flags' values, in words (empty when they are all good).
@@ -206,7 +210,8 @@ pub(crate) fn flag_problems(flags: &ExperimentFlags) -> Vec<String> {
     if let Some(d) = flags.duration {
         if !(d.is_finite() && (1.0..=MAX_DURATION_S).contains(&d)) {
             problems.push(format!(
-                "--duration {d}: must be between 1 and {MAX_DURATION_S} seconds"
+                "--duration {}: must be between 1 and {MAX_DURATION_S} seconds",
+                super::number(d)
             ));
         }
     }

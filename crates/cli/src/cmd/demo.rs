@@ -39,7 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.minutes.is_finite() && args.minutes > 0.0 && args.minutes <= max_minutes) {
         problems.push(format!(
             "--minutes {}: must be above 0 and at most {max_minutes} (two days: a day a run)",
-            args.minutes
+            super::number(args.minutes)
         ));
     }
     if args.window.is_nan() || args.window < 2.0 {

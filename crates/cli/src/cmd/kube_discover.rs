@@ -83,13 +83,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .node(std::env::var(NODE_NAME_ENV).ok())
             .map_err(|e| super::usage(format!("headroom kube-discover: give --node: {e}")))?,
     };
-    if let Some(f) = args.for_s {
-        if !(f > 0.0 && f.is_finite()) {
-            return Err(super::usage(format!(
-                "headroom kube-discover: --for-s {f}: must be a positive number of seconds"
-            )));
-        }
-    }
+    let run_for = args
+        .for_s
+        .map(|f| super::seconds_flag("headroom kube-discover: --for-s", f))
+        .transpose()?;
     let mut opts = DiscoveryOptions::new(&node);
     opts.kubeconfig = args
         .kubeconfig
@@ -99,9 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     opts.layout = args.layout.unwrap_or(k.cgroup_layout);
     let (tx, rx) = std::sync::mpsc::channel();
     let discovery = Discovery::start(opts, Some(tx)).context("headroom kube-discover")?;
-    let deadline = args
-        .for_s
-        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let deadline = run_for.map(|d| Instant::now() + d);
     let mut out = std::io::stdout().lock();
     loop {
         let wait = match deadline {

@@ -47,6 +47,31 @@ pub fn parse_flags<T: clap::Parser>(args: &[String]) -> anyhow::Result<T> {
 }
 
 /// 2 for usage errors anywhere in the chain, 1 otherwise.
+/// The longest run a `--duration`-style flag takes: a year (longer is a typo, and "until
+/// stopped" is what leaving the flag out means).
+pub const MAX_FLAG_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A seconds flag as a duration: positive, finite and at most [`MAX_FLAG_SECONDS`], else a usage
+/// error naming the flag and the value (`1e300` panicked in `Duration::from_secs_f64`).
+pub fn seconds_flag(flag: &str, v: f64) -> anyhow::Result<std::time::Duration> {
+    if v.is_finite() && v > 0.0 && v <= MAX_FLAG_SECONDS {
+        return Ok(std::time::Duration::from_secs_f64(v));
+    }
+    Err(usage(format!(
+        "{flag} {}: must be a positive number of seconds, at most {MAX_FLAG_SECONDS} (a year); leave it out to run until stopped",
+        number(v)
+    )))
+}
+
+/// A number as a person typed it: `1e300` rather than its 301 digits.
+pub fn number(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-3..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
 /// The error and its causes in one line, as `{:#}` prints them, less a cause whose text the
 /// line already holds: many errors here say their source in their own message (so that it shows
 /// wherever they are printed) and also keep it as their source, which `{:#}` then printed twice
