@@ -144,6 +144,26 @@ fn bad_trace_and_model_files_exit_2_naming_file_line_and_reason() {
 
     let o = headroom(&["sim", "fleet", "--policies", "fastest", "--out", "x"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // Every bad flag at once, and --servers bounded (10⁸ ran on for ever).
+    let o = headroom(&[
+        "sim",
+        "fleet",
+        "--servers",
+        "100000000",
+        "--hours",
+        "0",
+        "--cores",
+        "0",
+        "--policies",
+        "fastest",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    for says in ["4 problems", "--servers", "--hours", "--cores", "fastest"] {
+        assert!(text(&o).contains(says), "{says}: {}", text(&o));
+    }
+    assert!(!out.exists(), "nothing is written for refused flags");
 }
 
 #[test]

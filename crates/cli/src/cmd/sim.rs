@@ -183,21 +183,58 @@ fn fleet_cluster(a: &FleetArgs, setup: &SimSetup, bar: ProgressBar) -> anyhow::R
     Ok(())
 }
 
-fn fleet(a: FleetArgs) -> anyhow::Result<()> {
-    if a.servers == 0 || !(a.hours > 0.0 && a.hours <= 24.0 * 366.0) {
-        return Err(super::usage(format!(
-            "headroom sim fleet: --servers {} --hours {}: need at least 1 server and 0 < hours <= 8784",
-            a.servers, a.hours
-        )));
+/// The most servers `sim fleet` simulates (each a day of the real policy's ticks).
+const MAX_SERVERS: usize = 100_000;
+
+/// Every problem with `sim fleet`'s flags, in words (empty when they are all good).
+fn fleet_problems(a: &FleetArgs) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !(1..=MAX_SERVERS).contains(&a.servers) {
+        problems.push(format!(
+            "--servers {}: must be in 1..={MAX_SERVERS}",
+            a.servers
+        ));
+    }
+    if !(a.hours > 0.0 && a.hours <= 24.0 * 366.0) {
+        problems.push(format!(
+            "--hours {}: must be above 0 and at most 8784 (a year)",
+            super::number(a.hours)
+        ));
     }
     if let Some(c) = a
         .cores
         .iter()
         .find(|c| **c == 0 || **c > headroom_sim::model::MAX_CORES)
     {
-        return Err(super::usage(format!(
-            "headroom sim fleet: --cores {c}: must be in 1..=128"
-        )));
+        problems.push(format!(
+            "--cores {c}: must be in 1..={}",
+            headroom_sim::model::MAX_CORES
+        ));
+    }
+    if let Some(bad) = a.policies.iter().find(|p| parse_policy(p).is_err()) {
+        problems.push(format!(
+            "--policies {bad:?}: not a policy (one of {})",
+            ALL_POLICIES
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    problems
+}
+
+fn fleet(a: FleetArgs) -> anyhow::Result<()> {
+    let problems = fleet_problems(&a);
+    match problems.len() {
+        0 => {}
+        1 => return Err(super::usage(format!("headroom sim fleet: {}", problems[0]))),
+        n => {
+            return Err(super::usage(format!(
+                "headroom sim fleet: {n} problems: {}",
+                problems.join("; ")
+            )))
+        }
     }
     let mut model = match &a.model {
         Some(p) => ServerModel::from_file(p).map_err(input)?,
