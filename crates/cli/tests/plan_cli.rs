@@ -91,4 +91,21 @@ fn bad_plan_files_exit_2() {
     assert!(text(&o).contains("missing.json"), "{}", text(&o));
     let o = headroom(&["plan"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+
+    // Every bad value at once; a fleet too large to count is refused (it overflowed the sum).
+    std::fs::write(
+        &plan,
+        "[lc]\npeak_qps = 1e300\nqps_per_server = 1e-300\nmean_load = 7\n[be]\ndemand_servers = -3\n[colocation]\nemu = 0.9\n",
+    )
+    .unwrap();
+    let o = headroom(&["plan", "--config", plan.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    for says in [
+        "3 problems",
+        "lc.peak_qps / lc.qps_per_server",
+        "lc.mean_load = 7",
+        "be.demand_servers = -3",
+    ] {
+        assert!(text(&o).contains(says), "{says}: {}", text(&o));
+    }
 }

@@ -24,6 +24,9 @@ pub enum SimError {
         value: String,
         reason: String,
     },
+    /// More than one of the above found at once (every bad value is named, not only the first).
+    #[error("{} problems: {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    Several(Vec<SimError>),
     /// The model's calibration data do not cover what was asked.
     #[error("not covered by the model's calibration: {0}")]
     NotCovered(String),
@@ -60,6 +63,15 @@ impl SimError {
         }
     }
 
+    /// None for no problem, the one itself, or [`SimError::Several`].
+    pub fn gather(mut all: Vec<SimError>) -> Result<(), SimError> {
+        match all.len() {
+            0 => Ok(()),
+            1 => Err(all.remove(0)),
+            _ => Err(SimError::Several(all)),
+        }
+    }
+
     /// Attaches the file an error came from.
     pub fn in_file(self, path: &Path) -> SimError {
         match self {
@@ -76,6 +88,9 @@ impl SimError {
                 value,
                 reason,
             },
+            SimError::Several(all) => {
+                SimError::Several(all.into_iter().map(|e| e.in_file(path)).collect())
+            }
             other => other,
         }
     }
@@ -88,6 +103,6 @@ impl SimError {
                 | SimError::Invalid { .. }
                 | SimError::NotCovered(_)
                 | SimError::Refused(_)
-        )
+        ) || matches!(self, SimError::Several(all) if all.iter().any(SimError::is_bad_input))
     }
 }

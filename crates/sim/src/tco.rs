@@ -199,31 +199,42 @@ impl PlanConfig {
     }
 
     fn check(&self) -> Result<(), SimError> {
-        let pos = |k: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(SimError::invalid(k, v, "must be > 0"))
+        let mut problems = Vec::new();
+        let mut pos = |k: &str, v: f64| {
+            if !(v.is_finite() && v > 0.0) {
+                problems.push(SimError::invalid(k, v, "must be > 0"));
             }
         };
-        pos("lc.peak_qps", self.lc.peak_qps)?;
-        pos("lc.qps_per_server", self.lc.qps_per_server)?;
-        if let Some(m) = self.lc.mean_load {
-            if !(0.0..=1.0).contains(&m) {
-                return Err(SimError::invalid("lc.mean_load", m, "must be in 0..=1"));
-            }
-        }
-        if self.be.demand_servers.is_nan() || self.be.demand_servers < 0.0 {
-            return Err(SimError::invalid(
-                "be.demand_servers",
-                self.be.demand_servers,
-                "must be >= 0",
+        pos("lc.peak_qps", self.lc.peak_qps);
+        pos("lc.qps_per_server", self.lc.qps_per_server);
+        pos("server.server_usd", self.server.server_usd);
+        pos("server.peak_power_w", self.server.peak_power_w);
+        let lc_servers = self.lc.peak_qps / self.lc.qps_per_server;
+        // Both rates good (else said above) and their ratio too large or infinite.
+        if self.lc.peak_qps > 0.0
+            && self.lc.qps_per_server > 0.0
+            && (lc_servers.is_nan() || lc_servers > MAX_SERVERS)
+        {
+            problems.push(SimError::invalid(
+                "lc.peak_qps / lc.qps_per_server",
+                lc_servers,
+                "more than 10⁹ LC servers: check the two rates' units",
             ));
         }
-        pos("server.server_usd", self.server.server_usd)?;
-        pos("server.peak_power_w", self.server.peak_power_w)?;
+        if let Some(m) = self.lc.mean_load {
+            if !(0.0..=1.0).contains(&m) {
+                problems.push(SimError::invalid("lc.mean_load", m, "must be in 0..=1"));
+            }
+        }
+        if !(0.0..=MAX_SERVERS).contains(&self.be.demand_servers) {
+            problems.push(SimError::invalid(
+                "be.demand_servers",
+                self.be.demand_servers,
+                "must be in 0..=10⁹",
+            ));
+        }
         if !(0.0..=1.0).contains(&self.server.idle_power_fraction) {
-            return Err(SimError::invalid(
+            problems.push(SimError::invalid(
                 "server.idle_power_fraction",
                 self.server.idle_power_fraction,
                 "must be in 0..=1",
@@ -231,17 +242,17 @@ impl PlanConfig {
         }
         if let Some(e) = self.colocation.emu {
             if !(0.0..=2.0).contains(&e) {
-                return Err(SimError::invalid("colocation.emu", e, "must be in 0..=2"));
+                problems.push(SimError::invalid("colocation.emu", e, "must be in 0..=2"));
             }
         }
         if self.colocation.emu.is_none() && self.colocation.summary.is_none() {
-            return Err(SimError::invalid(
+            problems.push(SimError::invalid(
                 "colocation",
                 "{}",
                 "give `emu` or `summary` (a summary.json with the policy's emu_mean)",
             ));
         }
-        Ok(())
+        SimError::gather(problems)
     }
 
     /// The EMU and mean load to plan with: given, or read from the summary.
@@ -307,6 +318,10 @@ impl PlanConfig {
 }
 
 /// Servers and TCO with and without colocation.
+/// The most servers a plan counts (LC or BE): beyond it the inputs' units are wrong, and the
+/// counts would overflow.
+const MAX_SERVERS: f64 = 1e9;
+
 pub fn plan(cfg: &PlanConfig, emu: f64, mean_load: f64, emu_source: String) -> PlanAnswer {
     let p = &cfg.server;
     let lc_servers = (cfg.lc.peak_qps / cfg.lc.qps_per_server).ceil() as u64;
