@@ -327,3 +327,31 @@ fn a_removed_control_socket_is_bound_again() {
     assert!(!sock.exists(), "its own socket removed at exit");
     drop(loop_);
 }
+
+/// The ctl client against a socket that is not the agent's and answers megabytes without a line
+/// end: it reads a bounded reply and names it shortened (it buffered and printed all 50 MB).
+#[test]
+fn the_ctl_client_reads_a_strangers_endless_reply_bounded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("stranger.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    let server = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().expect("accept");
+        let chunk = vec![b'x'; 1 << 20];
+        // 32 MiB, more than the client takes; it hangs up part-way (EPIPE ends the loop).
+        for _ in 0..32 {
+            if c.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let err = control::request(&path, &Request::Status).expect_err("not a response");
+    let text = err.to_string();
+    assert!(
+        text.contains("first 200 of"),
+        "{}",
+        &text[..text.len().min(400)]
+    );
+    assert!(text.len() < 2000, "{} bytes of error", text.len());
+    server.join().expect("server thread");
+}

@@ -343,23 +343,42 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         .write_all(text.as_bytes())
         .map_err(|e| io("writing to", e))?;
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line).map_err(|e| {
-        // A read timeout surfaces as EAGAIN ("Resource temporarily unavailable"): say what
-        // it means (fourth hostile pass: an agent stopped by SIGSTOP).
-        if matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ) {
-            io(
-                "no answer within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) from",
-                e,
-            )
-        } else {
-            io("reading from", e)
+    // Bounded: whatever answers on the socket (not the agent: another program's socket, a
+    // hostile one) cannot make the client buffer without end.
+    BufReader::new(std::io::Read::take(&stream, MAX_REPLY_BYTES))
+        .read_line(&mut line)
+        .map_err(|e| {
+            // A read timeout surfaces as EAGAIN ("Resource temporarily unavailable"): say what
+            // it means (fourth hostile pass: an agent stopped by SIGSTOP).
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                io(
+                    "no answer within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) from",
+                    e,
+                )
+            } else {
+                io("reading from", e)
+            }
+        })?;
+    serde_json::from_str(line.trim()).map_err(|e| {
+        // What came back, shortened: a stranger's reply may be megabytes of anything.
+        let shown: String = line.trim().chars().take(200).collect();
+        let more = line.trim().chars().count() > 200;
+        ControlError::BadResponse {
+            path: path.to_path_buf(),
+            detail: format!(
+                "{e}: {shown:?}{}",
+                if more {
+                    format!(" (first 200 of {} bytes)", line.len())
+                } else {
+                    String::new()
+                }
+            ),
         }
-    })?;
-    serde_json::from_str(line.trim()).map_err(|e| ControlError::BadResponse {
-        path: path.to_path_buf(),
-        detail: format!("{e}: {:?}", line.trim()),
     })
 }
+
+/// The longest reply `request` reads: a status of a node with many LCs is a few hundred KiB.
+const MAX_REPLY_BYTES: u64 = 16 << 20;
