@@ -51,6 +51,25 @@ fn report_of_a_directory_without_a_manifest_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a run directory"), "{err}");
+    // A manifest whose figures are impossible is refused naming each (it was drawn).
+    let manifest = headroom_report::model::Manifest {
+        experiment: "colocation".into(),
+        slo_us: -1e300,
+        percentile: 1e300,
+        peak_qps: Some(-5.0),
+        ..Default::default()
+    };
+    std::fs::write(
+        tmp.path().join("manifest.json"),
+        serde_json::to_string(&manifest).unwrap(),
+    )
+    .unwrap();
+    let out = headroom().arg("report").arg(tmp.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for says in ["slo_us = -1", "percentile = 1", "peak_qps = -5"] {
+        assert!(err.contains(says), "{says}: {err}");
+    }
 }
 
 #[test]

@@ -55,8 +55,37 @@ impl RunDir {
         self.root.join("manifest.json")
     }
 
+    /// The manifest, its figures checked (a hand-edited or corrupt one is refused naming every
+    /// bad value, not drawn: `slo_us = -1e300` made a report of nothing but violations).
     pub fn read_manifest(&self) -> Result<Manifest> {
-        read_json(&self.manifest_path())
+        let path = self.manifest_path();
+        let m: Manifest = read_json(&path)?;
+        // 0 is "not set" (an experiment without an SLO or a peak writes the defaults).
+        let mut bad = Vec::new();
+        if !(m.slo_us.is_finite() && m.slo_us >= 0.0) {
+            bad.push(format!(
+                "slo_us = {:?}: must be a number of µs, 0 or more",
+                m.slo_us
+            ));
+        }
+        if !(m.percentile >= 0.0 && m.percentile < 100.0) {
+            bad.push(format!(
+                "percentile = {:?}: must be in [0, 100)",
+                m.percentile
+            ));
+        }
+        if let Some(p) = m.peak_qps.filter(|p| !(p.is_finite() && *p >= 0.0)) {
+            bad.push(format!("peak_qps = {p:?}: must be a rate, 0 or more"));
+        }
+        if bad.is_empty() {
+            Ok(m)
+        } else {
+            Err(ReportError::Input(format!(
+                "{}: {}",
+                path.display(),
+                bad.join("; ")
+            )))
+        }
     }
 
     /// The existing manifest, if any (a resumed run keeps its SLO, peak and start time).

@@ -28,7 +28,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         })?
     } else {
-        headroom_bench::study::report(&args.dir)?
+        headroom_bench::study::report(&args.dir).map_err(|e| match e {
+            // A run directory whose files are not what a run writes: the user's input.
+            headroom_bench::BenchError::Input(_)
+            | headroom_bench::BenchError::Report(headroom_report::ReportError::Input(_)) => {
+                super::usage(format!("headroom report: {e}"))
+            }
+            other => anyhow::Error::new(other),
+        })?
     };
     println!("report:  {}", files.html.display());
     println!("summary: {}", files.summary_json.display());
