@@ -22,10 +22,19 @@ pub enum FlagValueError {
     NotAFile { value: String },
 }
 
-/// A finite number above 0.
+/// The largest value any of the tools' numbers takes (seconds, QPS, µs, CPUs): beyond it a
+/// value is a typo, and a duration of `1e300` s overflowed the clock where it was used.
+pub const MAX_FLAG_VALUE: f64 = 1e9;
+
+/// A finite number above 0, at most [`MAX_FLAG_VALUE`].
 pub fn positive_f64(s: &str) -> Result<f64, FlagValueError> {
     match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_FLAG_VALUE => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 => Err(FlagValueError::Above {
+            value: s.into(),
+            max: MAX_FLAG_VALUE,
+            unit: "(no tool's figure is larger)",
+        }),
         _ => Err(FlagValueError::NotPositive { value: s.into() }),
     }
 }
@@ -83,9 +92,13 @@ mod tests {
     #[test]
     fn each_refusal_names_the_value_and_the_bound() {
         assert_eq!(positive_f64("2.5"), Ok(2.5));
-        for bad in ["0", "-1", "nan", "inf", "x"] {
+        for bad in ["0", "-1", "nan", "inf", "x", "1e300"] {
             assert!(positive_f64(bad).is_err(), "{bad}");
         }
+        assert!(positive_f64("1e300")
+            .unwrap_err()
+            .to_string()
+            .contains("above 1000000000"));
         let e = positive_at_most("200000", 100_000.0, "Hz").unwrap_err();
         assert_eq!(e.to_string(), "\"200000\" is above 100000 Hz");
         assert_eq!(seconds_in("5", 5.0, 3600.0), Ok(5.0));
