@@ -15,6 +15,7 @@ pub mod fixture;
 pub mod record;
 pub mod runner;
 pub mod stats;
+pub mod stop_on_signal;
 pub mod study;
 pub mod tools;
 pub mod validity;

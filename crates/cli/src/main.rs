@@ -77,6 +77,9 @@ fn main() {
         Command::Sim(a) => cmd::sim::run(a),
         Command::Plan(a) => cmd::plan::run(a),
     };
+    // A bench or the demo being stopped by a signal: its watcher ends the process once it has
+    // stopped the children (whose failures under that SIGTERM are no result).
+    headroom_bench::stop_on_signal::wait_if_stopping();
     if let Err(err) = result {
         eprintln!("headroom: error: {}", cmd::error_text(&err));
         std::process::exit(cmd::exit_code(&err));

@@ -71,6 +71,55 @@ fn a_stopped_bench_agent_removes_its_groups_and_children() {
     }
 }
 
+/// Any bench (here `bench loadgen`: memcached and load generators) stopped by a `timeout`'s
+/// SIGTERM stops what it started: they ran on as orphans (2026-11-29, `bench advertise`).
+#[test]
+fn any_bench_stopped_by_sigterm_stops_what_it_started() {
+    let test = "any_bench_stopped_by_sigterm_stops_what_it_started";
+    if support::find_memcached(test).is_none() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut bench = Command::new(BIN)
+        .args(["bench", "loadgen", "--time", "30", "--out"])
+        .arg(out.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // memcached first, then a load generator beside it.
+    let started = wait_for("the bench's children", Duration::from_secs(60), || {
+        children_of(bench.id()).len() >= 2
+    });
+    let children = children_of(bench.id());
+    signal(&bench, nix::sys::signal::Signal::SIGTERM);
+    let status = wait_exit(&mut bench);
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = bench.stderr.take().unwrap().read_to_string(&mut err);
+    let gone = wait_for("the children to go", Duration::from_secs(5), || {
+        children.iter().all(|&p| !alive(p))
+    });
+    for &p in &children {
+        if alive(p) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    assert!(
+        started.is_some(),
+        "the bench started fewer than 2 children: {err}"
+    );
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(
+        gone.is_some(),
+        "children {children:?} outlived the bench: {err}"
+    );
+    assert!(err.contains("stopped by signal 15"), "{err}");
+}
+
 /// The pids whose parent is `pid` (from /proc/*/stat).
 fn children_of(pid: u32) -> Vec<i32> {
     let mut out = Vec::new();

@@ -3,6 +3,7 @@
 //! The tools' benchmarks live in `headroom_bench::tools` (`loadgen`, `host`, `agent`, `prober`);
 //! this module parses their flags and calls them.
 
+use anyhow::Context as _;
 use headroom_bench::tools;
 
 /// Flags of `headroom bench`: one subcommand per experiment or benchmark, each parsing its own
@@ -71,6 +72,9 @@ pub struct Rest {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // Stopped from outside (a `timeout`, Ctrl-C, a closed terminal), a bench stops what it
+    // started instead of leaving it running.
+    headroom_bench::stop_on_signal::install().context("watching for SIGTERM, SIGINT and SIGHUP")?;
     let (name, rest) = match &args.which {
         Which::LatencyVsLoad(r) => ("latency-vs-load", r),
         Which::Interference(r) => ("interference", r),

@@ -2,6 +2,7 @@
 //! antagonist, finds the LC's peak, then runs a short diurnal colocation twice — without the
 //! agent and with its default policy — with a live view, and ends with the report and a verdict.
 
+use anyhow::Context as _;
 use std::path::PathBuf;
 
 use headroom_bench::experiments::Experiment;
@@ -85,6 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }),
     );
     super::bench::refuse(problems)?;
+    headroom_bench::stop_on_signal::install().context("watching for SIGTERM, SIGINT and SIGHUP")?;
     println!(
         "headroom demo: LC = headroom serve, BE = headroom antagonist {}",
         args.be

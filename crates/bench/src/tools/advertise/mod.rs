@@ -99,25 +99,35 @@ struct Live {
     groups: Vec<GroupPath>,
     children: Vec<Child>,
     memcached: Option<Memcached>,
+    /// The same removal of the groups if the bench is stopped by a signal (crate::stop_on_signal).
+    on_signal: Option<u64>,
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
+        if let Some(id) = self.on_signal.take() {
+            crate::stop_on_signal::cancel(id);
+        }
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
         }
         drop(self.memcached.take());
-        for g in self.groups.iter().rev() {
-            if self.cgroups.exists(g) {
-                let _ = self.cgroups.thaw(g);
+        remove_groups(&self.cgroups, &self.groups);
+    }
+}
+
+/// Thaws and removes `groups`, deepest (last made) first.
+fn remove_groups(cgroups: &Cgroups, groups: &[GroupPath]) {
+    for g in groups.iter().rev() {
+        if cgroups.exists(g) {
+            let _ = cgroups.thaw(g);
+        }
+        for _ in 0..50 {
+            if !cgroups.exists(g) || cgroups.remove(g).is_ok() {
+                break;
             }
-            for _ in 0..50 {
-                if !self.cgroups.exists(g) || self.cgroups.remove(g).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -238,6 +248,7 @@ pub fn run(out: Option<PathBuf>, f: Flags) -> Result<()> {
         groups: Vec::new(),
         children: Vec::new(),
         memcached: None,
+        on_signal: None,
     };
     let lc_group = group(&format!("kubepods/burstable/pod{LC_UID}"))?;
     let be_group = group(&format!("{}/pod{BE_UID}", config::BESTEFFORT))?;
@@ -251,6 +262,10 @@ pub fn run(out: Option<PathBuf>, f: Flags) -> Result<()> {
         cgroups.create(&g)?;
         live.groups.push(g);
     }
+    let (c, made) = (cgroups.clone(), live.groups.clone());
+    live.on_signal = Some(crate::stop_on_signal::on_stop(move || {
+        remove_groups(&c, &made)
+    }));
     let memcached = start_memcached(None)?;
     let port = memcached.port;
     cgroups.move_process(&lc_group, memcached.pid() as i32)?;

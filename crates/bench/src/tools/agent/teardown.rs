@@ -1,10 +1,11 @@
 //! What `bench agent` leaves behind when it is stopped from outside. Its groups
 //! (`headroom-bench-agent-<pid>`) and children are removed by [`Cleanup`]'s drop when the bench
 //! ends on its own; a SIGTERM (a `timeout`), SIGINT (Ctrl-C) or SIGHUP (a closed terminal) would
-//! skip that drop and leave a frozen BE group, spinners and agents behind. A watcher thread takes
-//! those signals and does the same clean-up — the children first, so no agent recreates a group
-//! being removed — then exits with 128 + the signal. A bench killed with SIGKILL cannot clean
-//! up; the next `bench agent` removes groups whose bench process is gone.
+//! skip that drop and leave a frozen BE group, spinners and agents behind. The process-wide
+//! watcher (crate::stop_on_signal) takes those signals, stops the children first (so no agent
+//! recreates a group being removed), then runs this clean-up and exits with 128 + the signal. A
+//! bench killed with SIGKILL cannot clean up; the next `bench agent` removes groups whose bench
+//! process is gone.
 
 use std::process::Child;
 use std::sync::Mutex;
@@ -140,33 +141,22 @@ fn remove_stale_groups(cgroups: &Cgroups) {
     }
 }
 
-/// One watcher per process: on SIGTERM, SIGINT or SIGHUP, kills the watched children, removes
-/// the armed groups and exits. The handlers are reset in children at exec.
+/// The process-wide watcher (crate::stop_on_signal) stops the children on SIGTERM, SIGINT or
+/// SIGHUP; this bench's clean-up — kill what is left of the watched children, remove the armed
+/// groups — runs after it. Registered once; it does nothing once the bench cleaned up itself.
 fn start_watcher() -> Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     static STARTED: std::sync::Once = std::sync::Once::new();
-    let mut result = Ok(());
     STARTED.call_once(|| {
-        match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
-            Ok(mut signals) => {
-                std::thread::spawn(move || {
-                    if let Some(sig) = signals.forever().next() {
-                        if let Some(a) = armed().take() {
-                            for &pid in &a.pids {
-                                let _ = send_signal(pid as i32, Signal::SIGKILL);
-                            }
-                            remove_groups(&a.cgroups, &a.top);
-                            eprintln!(
-                                "headroom bench agent: stopped by signal {sig}; removed {} and its processes",
-                                a.top
-                            );
-                        }
-                        std::process::exit(128 + sig);
-                    }
-                });
+        crate::stop_on_signal::on_stop(|| {
+            if let Some(a) = armed().take() {
+                for &pid in &a.pids {
+                    let _ = send_signal(pid as i32, Signal::SIGKILL);
+                }
+                remove_groups(&a.cgroups, &a.top);
+                eprintln!("headroom bench agent: removed {} and its processes", a.top);
             }
-            Err(e) => result = Err(e),
-        }
+        });
     });
-    result.context("watching for SIGTERM, SIGINT and SIGHUP (to clean up on a stop)")
+    crate::stop_on_signal::install()
+        .context("watching for SIGTERM, SIGINT and SIGHUP (to clean up on a stop)")
 }
