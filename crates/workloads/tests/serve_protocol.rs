@@ -382,6 +382,12 @@ fn service_time_makes_requests_take_that_long() {
         t.elapsed()
     );
     assert!(ServiceTime::parse("nonsense:1").is_err());
+    // Bounded where accepted: a thread held 10 s a request, or a negative time, is refused.
+    for bad in ["fixed:1e300", "fixed:-5", "exponential:1e-300"] {
+        let e = ServiceTime::parse(bad).expect_err(bad).to_string();
+        assert!(e.contains("10 s"), "{bad}: {e}");
+    }
+    assert!(ServiceTime::parse("fixed:0").is_ok());
 }
 
 #[test]

@@ -33,7 +33,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use rand::RngCore;
 
 pub use stats::StatsSnapshot;
-pub use work::{ServiceTime, FOOTPRINT_LINES_PER_REQUEST};
+pub use work::{ServiceTime, ServiceTimeError, FOOTPRINT_LINES_PER_REQUEST, MAX_SERVICE_US};
 
 use stats::{Counters, ProcessFacts};
 use store::Store;

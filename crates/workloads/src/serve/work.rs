@@ -31,8 +31,25 @@ impl ServiceTime {
     }
 
     /// The load generator's distribution syntax (`fixed:50`, `exponential:100`, …), values in µs.
-    pub fn parse(spec: &str) -> Result<Self, headroom_load::dist::DistError> {
-        let dist: headroom_load::dist::Dist = spec.parse()?;
+    /// A distribution whose fixed value is negative, or whose 99.9th percentile passes the
+    /// [`MAX_SERVICE_US`] every draw is clamped to, is refused (`fixed:1e300` was taken, and
+    /// every request then held its thread 10 s).
+    pub fn parse(spec: &str) -> Result<Self, ServiceTimeError> {
+        use headroom_load::dist::Dist;
+        let dist: Dist = spec.parse()?;
+        let (low, high) = match &dist {
+            Dist::Fixed(v) => (Some(*v), Some(*v)),
+            other => (None, other.quantile(0.999)),
+        };
+        let bad = low
+            .filter(|v| *v < 0.0)
+            .or(high.filter(|v| v.is_nan() || *v > MAX_SERVICE_US));
+        if let Some(value_us) = bad {
+            return Err(ServiceTimeError::OutOfRange {
+                spec: spec.to_string(),
+                value_us,
+            });
+        }
         Ok(Self::from_fn(spec, move |rng| dist.sample(rng)))
     }
 
@@ -49,12 +66,24 @@ impl ServiceTime {
     pub fn draw(&self, rng: &mut dyn RngCore) -> Duration {
         let us = (self.sampler)(rng);
         let us = if us.is_finite() {
-            us.clamp(0.0, 10e6)
+            us.clamp(0.0, MAX_SERVICE_US)
         } else {
             0.0
         };
         Duration::from_nanos((us * 1000.0) as u64)
     }
+}
+
+/// The longest service time one request is given (its draws are clamped to it), µs.
+pub const MAX_SERVICE_US: f64 = 10e6;
+
+/// A `--service-time` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceTimeError {
+    #[error(transparent)]
+    Dist(#[from] headroom_load::dist::DistError),
+    #[error("{spec:?} gives {value_us:e} µs: service times must be 0 to {MAX_SERVICE_US:e} µs (10 s) in 99.9% of requests")]
+    OutOfRange { spec: String, value_us: f64 },
 }
 
 impl fmt::Debug for ServiceTime {
