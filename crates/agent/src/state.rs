@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
+use headroom_control::actuation::{CgroupKnob, EarlierRole, Knob, KnobValue, ManagedGroups};
 use headroom_types::allocation::Allocation;
 use headroom_types::GroupPath;
 
@@ -63,6 +64,32 @@ pub struct AgentState {
     /// Confined as BE, spared when the agent stops its BE or restarts after a crash.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub be_found: BTreeMap<String, Vec<u32>>,
+    /// Every LC service's group, as the config that wrote this named them (a later config
+    /// whose groups changed releases the ones it dropped; absent from older agents' files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lc_groups: Vec<GroupPath>,
+    /// Every BE: name → its group and whether the agent ran a command there (its processes
+    /// are the agent's to stop). Absent from older agents' files.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub be_groups: BTreeMap<String, RecordedBe>,
+}
+
+/// One BE as the state file records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedBe {
+    pub group: GroupPath,
+    /// The agent ran a command in it (`[[be]] command`).
+    pub command: bool,
+}
+
+/// A group the state file records that a later config does not manage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedGroup {
+    pub group: GroupPath,
+    pub role: EarlierRole,
+    /// Whether the earlier agent ran a BE command there (`None`: an older state file does not
+    /// say).
+    pub command: Option<bool>,
 }
 
 impl AgentState {
@@ -80,6 +107,8 @@ impl AgentState {
             created_groups: Vec::new(),
             lc_origins: BTreeMap::new(),
             be_found: BTreeMap::new(),
+            lc_groups: Vec::new(),
+            be_groups: BTreeMap::new(),
         }
     }
 
@@ -111,33 +140,82 @@ impl AgentState {
             .collect()
     }
 
-    /// Says so when a state file that records groups is not this config's (its groups
-    /// changed between two runs): the start is a first start, and what the earlier agent left
-    /// in the groups it recorded stays as it is. Silent before (fifth hostile pass: an
-    /// earlier agent's BE left frozen in a renamed group, or spared beside a new one).
-    pub fn warn_if_not_these_groups(&self, path: &Path, managed: bool) {
+    /// Whether the state names any of this config's groups (LC or BE): the start is then a
+    /// restart for those (originals kept, the earlier agent's BE adopted or stopped), even
+    /// when the config's groups changed (fifth hostile pass: a BE group added made the whole
+    /// start a first start, sparing the earlier agent's BE beside a new one).
+    pub fn names_any(&self, groups: &ManagedGroups, lcs: &[GroupPath]) -> bool {
         let named = self.named_groups();
-        if managed || named.is_empty() {
-            return;
-        }
-        let named: Vec<&str> = named.iter().map(GroupPath::as_str).collect();
-        tracing::warn!(state = %path.display(), groups = ?named,
-            "the state file records groups this config does not manage as a whole (did its groups change?): starting as a first start; what the earlier agent left in them (its BE, frozen or confined) stays as it is: stop it with the earlier config and on_exit = \"restore\", or by hand");
+        lcs.iter()
+            .chain(std::iter::once(&groups.lc))
+            .chain(groups.be.iter())
+            .any(|g| named.contains(g))
     }
 
-    /// Whether the state names every group of `groups` (the same agent configuration).
-    pub fn manages(&self, groups: &headroom_control::actuation::ManagedGroups) -> bool {
-        let named: std::collections::BTreeSet<&headroom_types::GroupPath> = self
-            .originals
-            .iter()
-            .filter_map(|o| match &o.knob {
-                Knob::Cgroup { group, .. } => Some(group),
-                _ => None,
-            })
-            .collect();
-        let has =
-            |g: &headroom_types::GroupPath| named.contains(g) || self.original.contains_key(g);
-        has(&groups.lc) && groups.be.iter().all(has)
+    /// Whether the state records `group` as a BE group of the agent that wrote it (an older
+    /// file that does not say: any group it names).
+    pub fn records_be(&self, group: &GroupPath) -> bool {
+        if self.be_groups.is_empty() && self.lc_groups.is_empty() {
+            return self.named_groups().contains(group);
+        }
+        self.be_groups.values().any(|b| b.group == *group)
+    }
+
+    /// The groups the state records that this config (`groups`, every LC service's group
+    /// `lcs`) no longer manages, with what the earlier agent did there.
+    /// A group the earlier agent ran BE in that is one of this config's LC groups (the two
+    /// swapped) counts as dropped too: its BE must go, and its settings back, before it holds
+    /// an LC.
+    pub fn dropped_groups(&self, groups: &ManagedGroups, lcs: &[GroupPath]) -> Vec<DroppedGroup> {
+        let is_lc = |g: &GroupPath| *g == groups.lc || lcs.contains(g);
+        let managed = |d: &DroppedGroup| {
+            groups.be.contains(&d.group) || (is_lc(&d.group) && d.role == EarlierRole::Lc)
+        };
+        let mut out: Vec<DroppedGroup> = Vec::new();
+        let mut add = |d: DroppedGroup| {
+            if !managed(&d) && !out.iter().any(|o| o.group == d.group) {
+                out.push(d);
+            }
+        };
+        for b in self.be_groups.values() {
+            add(DroppedGroup {
+                group: b.group.clone(),
+                role: EarlierRole::Be,
+                command: Some(b.command),
+            });
+        }
+        for g in &self.lc_groups {
+            add(DroppedGroup {
+                group: g.clone(),
+                role: EarlierRole::Lc,
+                command: Some(false),
+            });
+        }
+        // Groups with originals but no role: an older agent's file, or groups an agent had
+        // not released yet when it died (a release that failed, a kill -9 mid-start). Every
+        // knob is put back (an LC group's others hold their originals unless someone else
+        // changed them); its processes are stopped only when an agent launched them.
+        for g in self.named_groups() {
+            // (one of this config's LC groups without a role: its own, as it always was)
+            if is_lc(&g) || self.lc_groups.contains(&g) {
+                continue;
+            }
+            add(DroppedGroup {
+                group: g,
+                role: EarlierRole::Be,
+                command: None,
+            });
+        }
+        out
+    }
+
+    /// Every BE pid the state records as found at a first start (spared), any BE's.
+    pub fn spared_pids(&self) -> std::collections::BTreeSet<i32> {
+        self.be_found
+            .values()
+            .flatten()
+            .map(|&p| p as i32)
+            .collect()
     }
 }
 
@@ -153,6 +231,10 @@ pub enum StateError {
     },
     #[error("state file {path} is not valid: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    /// `safety.state_file` names something the agent must not replace (exit 2: nothing was
+    /// touched).
+    #[error("safety.state_file = {path:?} {what}: the agent replaces its state file at every write (and sets an unreadable one aside); give it a path of its own, e.g. /var/lib/headroom/state.json")]
+    NotAStateFile { path: PathBuf, what: String },
     /// Another live agent manages one of these groups (exit 2: nothing was touched).
     #[error("{what} is managed by another agent, {holder}: its lock {lock} is held; stop that agent (or give this one other groups)")]
     Held {
@@ -160,6 +242,61 @@ pub enum StateError {
         lock: PathBuf,
         holder: String,
     },
+}
+
+/// Refuses a state-file path naming what is not a regular file (a link is replaced, never
+/// followed): `state_file = "/dev/null"` had the host's `/dev/null` set aside as "corrupt"
+/// and a regular file written in its place (sixth hostile pass). Checked before anything is
+/// made, its lock file included.
+pub fn check_path(path: &Path) -> Result<(), StateError> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let t = meta.file_type();
+    if t.is_file() {
+        // (its first bytes: a config file named by mistake is refused before its lock is made)
+        use std::io::Read;
+        let mut head = [0u8; 256];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut head))
+            .unwrap_or(0);
+        let text = String::from_utf8_lossy(&head[..n]);
+        if !may_be_state(&text) {
+            let begins: String = text.chars().take(40).collect();
+            return Err(StateError::NotAStateFile {
+                path: path.to_path_buf(),
+                what: format!("holds something else (it begins {begins:?})"),
+            });
+        }
+        return Ok(());
+    }
+    if t.is_symlink() {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let what = if t.is_dir() {
+        "is a directory"
+    } else if t.is_char_device() || t.is_block_device() {
+        "is a device"
+    } else if t.is_fifo() {
+        "is a pipe"
+    } else if t.is_socket() {
+        "is a socket"
+    } else {
+        "is not a regular file"
+    };
+    Err(StateError::NotAStateFile {
+        path: path.to_path_buf(),
+        what: what.into(),
+    })
+}
+
+/// Whether `text`, which does not parse as a state file, may be one torn or damaged (empty, or
+/// a JSON object): set aside. Anything else is another file the config names by mistake (the
+/// config itself, a system file), refused rather than moved away.
+fn may_be_state(text: &str) -> bool {
+    let t = text.trim_start();
+    t.is_empty() || t.starts_with('{')
 }
 
 /// Reads the state file; `Ok(None)` when there is none.
@@ -175,9 +312,19 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
             })
         }
     };
-    let state: AgentState = serde_json::from_str(&text).map_err(|e| StateError::Invalid {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
+    let state: AgentState = serde_json::from_str(&text).map_err(|e| {
+        if may_be_state(&text) {
+            StateError::Invalid {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
+        } else {
+            let head: String = text.chars().take(40).collect();
+            StateError::NotAStateFile {
+                path: path.to_path_buf(),
+                what: format!("holds something else (it begins {head:?})"),
+            }
+        }
     })?;
     if state.version != STATE_VERSION && state.version != 1 {
         return Err(StateError::Invalid {
@@ -250,7 +397,19 @@ pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
     let tmp = PathBuf::from(tmp_name);
     let text = serde_json::to_vec_pretty(state).expect("state serializes");
     {
-        let mut f = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
+        // Made anew, never opened through a link: in a directory others can write (/tmp), a
+        // link planted at `<state>.tmp` had root truncate and write its target (sixth pass).
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io("removing the old", &tmp)(e))
+            }
+            _ => {}
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io("creating", &tmp))?;
         f.write_all(&text).map_err(io("writing", &tmp))?;
         f.sync_all().map_err(io("syncing", &tmp))?;
     }
@@ -301,11 +460,13 @@ impl StateLock {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io("creating the directory of"))?;
         }
+        // Never through a link (one planted there had its target truncated to the pid).
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(&path)
             .map_err(io("opening"))?;
         let locked = try_flock(&file, Flock::Exclusive).map_err(io("locking"))?;
@@ -328,3 +489,7 @@ impl StateLock {
 }
 
 pub use crate::group_lock::{held_locks, lock_dir, lock_file_name, read_holder, GroupLock};
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

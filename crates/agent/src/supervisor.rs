@@ -254,6 +254,20 @@ impl Supervised {
     }
 }
 
+/// The environment variable every BE command the agent launches carries (and what it forks
+/// inherits): the BE group it was launched for. A first start finds an earlier agent's BE by
+/// it when no state file recorded its pid (the state file could not be written, then a
+/// crash: fifth hostile pass); a process without it is an operator's, spared.
+pub const BE_OWNER_ENV: &str = "HEADROOM_BE_OWNER";
+
+/// Whether `pid` was launched by an agent (or forked by what one launched) for `group`.
+pub fn launched_for(pid: i32, group: &GroupPath) -> bool {
+    u32::try_from(pid).is_ok_and(|pid| {
+        headroom_host::pids::environ_var(std::path::Path::new("/"), pid, BE_OWNER_ENV)
+            .is_some_and(|v| v == group.as_str())
+    })
+}
+
 /// Kills every process of `group` and below (see [`Cgroups::kill_all`]); returns how many.
 pub fn kill_group(cgroups: &Cgroups, group: &GroupPath) -> usize {
     kill_group_except(cgroups, group, &std::collections::BTreeSet::new())
@@ -330,7 +344,8 @@ fn reap(pid: i32) -> Option<String> {
     headroom_host::process::reap(pid, false).map(|end| end.to_string())
 }
 
-/// Forks `command` behind a gate ([`Gated`]): the child drops every fd it inherited and waits;
+/// Forks `command` behind a gate ([`Gated`]), marked [`BE_OWNER_ENV`]`=<group>`: the child
+/// drops every fd it inherited and waits;
 /// the agent moves it into every hierarchy of `group` (a frozen group freezes it where it
 /// waits) and then opens the gate, and the child execs. Moving it only once it has dropped its
 /// fds matters: a child frozen before it had would hold the agent's state lock for as long as
@@ -354,7 +369,8 @@ pub fn launch_gated(
             name: name.to_string(),
         });
     }
-    let child = Gated::fork(command).map_err(spawn_err)?;
+    let marker = [(BE_OWNER_ENV.to_string(), group.to_string())];
+    let child = Gated::fork_with_env(command, &marker).map_err(spawn_err)?;
     // Bounded: a child that does not say it dropped the agent's fds is not placed.
     if !child.wait_ready(Duration::from_secs(5)) {
         child.kill();

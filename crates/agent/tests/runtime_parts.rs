@@ -120,6 +120,15 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
         lc_threads: Default::default(),
         created_groups: vec!["hr".parse().unwrap(), "hr/be".parse().unwrap()],
         lc_origins: [(9, vec!["/sys/fs/cgroup/cpu/system.slice".to_string()])].into(),
+        lc_groups: vec!["hr/lc".parse().unwrap()],
+        be_groups: [(
+            "spin".to_string(),
+            state::RecordedBe {
+                group: be.clone(),
+                command: true,
+            },
+        )]
+        .into(),
     };
     state::store(&path, &st).unwrap();
     assert_eq!(state::load(&path).unwrap().unwrap(), st);

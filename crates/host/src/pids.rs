@@ -106,6 +106,17 @@ pub fn is_zombie(root: &Path, pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The value of `name` in the environment `pid` started with (`/proc/<pid>/environ`: what it
+/// was exec'd with, which a child inherits), if set. `None` when the process is gone or keeps
+/// its environment from us.
+pub fn environ_var(root: &Path, pid: u32, name: &str) -> Option<String> {
+    let env = std::fs::read(root.join(format!("proc/{pid}/environ"))).ok()?;
+    env.split(|&b| b == 0).find_map(|entry| {
+        let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    })
+}
+
 /// The processes whose argv is exactly `command`.
 pub fn running(root: &Path, command: &[String]) -> Vec<u32> {
     let want: Vec<u8> = command
@@ -193,6 +204,24 @@ mod tests {
         std::fs::write(r.join("run/mc.pid"), "10\n").unwrap();
         std::fs::write(r.join("run/gone.pid"), "99\n").unwrap();
         root
+    }
+
+    #[test]
+    fn an_environment_variable_is_read_by_its_exact_name() {
+        let root = fake_proc();
+        std::fs::write(
+            root.path().join("proc/11/environ"),
+            "PATH=/bin\0HEADROOM_BE_OWNERX=no\0HEADROOM_BE_OWNER=hp/be\0",
+        )
+        .unwrap();
+        let r = root.path();
+        assert_eq!(
+            environ_var(r, 11, "HEADROOM_BE_OWNER").as_deref(),
+            Some("hp/be")
+        );
+        assert_eq!(environ_var(r, 11, "HEADROOM_BE"), None);
+        assert_eq!(environ_var(r, 10, "PATH"), None, "no environ file");
+        assert_eq!(environ_var(r, 99, "PATH"), None, "no process");
     }
 
     #[test]

@@ -115,6 +115,14 @@ pub struct AgentStatus {
     /// `None` from an older agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tick_interval_ms: Option<f64>,
+    /// Why the state file could not be written last (`None` once a write goes through): a
+    /// crash now leaves the next start without the originals and BE pids. Extension.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_write_error: Option<String>,
+    /// What the start did with what an earlier agent left: groups its config dropped put back
+    /// to their originals, its BE processes found without a state file stopped. Extension.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub start_actions: Vec<String>,
 }
 
 /// Who holds a group lock (one agent per group): written into each lock file by its holder,

@@ -77,11 +77,22 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
     }
-    if UnixStream::connect(path).is_ok() {
-        return Err(io(
-            "another agent is serving",
-            std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
-        ));
+    match UnixStream::connect(path) {
+        Ok(_) => {
+            return Err(io(
+                "another agent is serving",
+                std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
+            ))
+        }
+        // A datagram or seqpacket socket (journald's /dev/log) refuses a stream connect
+        // whether or not it is in use: it was deleted as "stale" (sixth hostile pass).
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EPROTOTYPE as i32) => {
+            return Err(io(
+                "refusing to replace (api.socket names another program's socket, not a stream socket; give the socket a path of its own)",
+                e,
+            ))
+        }
+        Err(_) => {}
     }
     // A stale socket is replaced; any other file is not the agent's to delete (a socket
     // path naming the config file or another agent's state file deleted it: fifth hostile

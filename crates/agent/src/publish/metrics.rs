@@ -62,6 +62,8 @@ pub struct Metrics {
     pub write_errors: Counter,
     pub drift_repairs: Counter,
     pub be_restarts: Counter,
+    /// Failed writes of the state file (a kill -9 while they fail leaves the next start blind).
+    pub state_write_errors: Counter,
     pub loop_seconds: Histogram,
     /// Per LC service (`lc` label = `[[lc]] name`; one series with a single LC too): latency
     /// at its SLO percentile, its SLO, slack, qps, load, CPU use and CPUs, and latency by source
@@ -151,6 +153,7 @@ impl Metrics {
             write_errors: Counter::default(),
             drift_repairs: Counter::default(),
             be_restarts: Counter::default(),
+            state_write_errors: Counter::default(),
             loop_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 20)),
             lc_service: LcServiceFamilies::default(),
             binding_lc: Family::default(),
@@ -303,6 +306,11 @@ impl Metrics {
             "be_restarts",
             "Restarts of supervised BE commands",
             m.be_restarts.clone(),
+        );
+        r.register(
+            "state_write_errors",
+            "Failed writes of the state file (the record a restart after a crash needs)",
+            m.state_write_errors.clone(),
         );
         r.register(
             "loop_duration_seconds",

@@ -8,6 +8,11 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use headroom_control::config::Config;
+use headroom_control::policy::MachineInfo;
+
+use super::{machine_sidecar, AgentError, AgentOptions};
+
 /// Lines gathered before they are written (the loop also flushes every slow pass).
 const BUFFER_BYTES: usize = 1 << 16;
 
@@ -49,6 +54,23 @@ impl DecisionLog {
             torn: false,
             lost: 0,
         };
+        // A file that is not a decision log (the config named by mistake, a system file) is
+        // refused: lines were appended to it, and its last line cut as a "torn tail".
+        if written > 0 && log.is_regular() {
+            use std::os::unix::fs::FileExt;
+            let mut head = [0u8; 64];
+            let n = log.file.read_at(&mut head, 0)?;
+            let text = String::from_utf8_lossy(&head[..n]);
+            if !text.trim_start().starts_with('{') {
+                let begins: String = text.chars().take(40).collect();
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "not a decision log (it begins {begins:?}): give the log a path of its own"
+                    ),
+                ));
+            }
+        }
         // A tail torn by a crash (or an older agent) is cut, not continued by the next line.
         if written > 0 && log.is_regular() {
             let whole = whole_lines_len(&log.file, written)?;
@@ -61,14 +83,18 @@ impl DecisionLog {
         Ok(log)
     }
 
-    fn is_regular(&self) -> bool {
+    /// Whether the log is a regular file (not `/dev/stdout`, `/dev/null`, a pipe): only such a
+    /// file is capped, rotated and given a machine description beside it.
+    pub fn is_regular(&self) -> bool {
         self.file.metadata().is_ok_and(|m| m.is_file())
     }
 
     /// Appends `line` and a newline (written at the next flush, or when the buffer is full).
     pub fn write_line(&mut self, line: &str) {
         let len = line.len() + 1;
-        if self.written + (self.pending.len() + len) as u64 > self.max_bytes {
+        // Rotating renames the path: done to `/dev/null` or `/dev/stdout` it replaced the
+        // host's device (or its link) with a regular file (sixth hostile pass).
+        if self.written + (self.pending.len() + len) as u64 > self.max_bytes && self.is_regular() {
             self.flush();
             if let Err(e) = self.rotate() {
                 self.failed("rotating", &e);
@@ -215,9 +241,89 @@ fn whole_lines_len(file: &File, len: u64) -> io::Result<u64> {
     Ok(0)
 }
 
+/// Opens the decision log (and writes the machine description replay needs beside it).
+pub(super) fn open_log(
+    options: &AgentOptions,
+    config: &Config,
+    machine: &MachineInfo,
+) -> Result<Option<DecisionLog>, AgentError> {
+    let path = options
+        .decision_log
+        .clone()
+        .or_else(|| config.api.decision_log.as_ref().map(PathBuf::from));
+    let Some(p) = path else {
+        return Ok(None);
+    };
+    let log = DecisionLog::open(&p, config.api.decision_log_max_mb.saturating_mul(1 << 20))
+        .map_err(|source| AgentError::Io {
+            what: "opening the decision log",
+            path: p.clone(),
+            source,
+        })?;
+    if !log.is_regular() {
+        // `/dev/stdout`, a pipe: nothing is written beside it (it made `/dev/stdout.machine.json`)
+        tracing::info!(log = %p.display(), "the decision log is not a regular file: not capped, no machine description beside it (replay needs one)");
+        return Ok(Some(log));
+    }
+    let side = machine_sidecar(&p);
+    // Made anew, never written through a link planted beside the log (sixth hostile pass).
+    let written = match std::fs::remove_file(&side) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&side)
+            .and_then(|mut f| {
+                f.write_all(&serde_json::to_vec_pretty(machine).expect("machine serializes"))
+            }),
+    };
+    written.map_err(|source| AgentError::Io {
+        what: "writing",
+        path: side,
+        source,
+    })?;
+    Ok(Some(log))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decision log path naming another file (the config, by mistake): JSON lines were
+    /// appended to it and its last line, having no newline, cut as a torn tail. Refused.
+    #[test]
+    fn a_file_that_is_no_decision_log_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("headroom.toml");
+        let text = "[lc]\nname = \"kept\"";
+        std::fs::write(&config, text).unwrap();
+        let e = DecisionLog::open(&config, 1 << 20).err().expect("refused");
+        assert!(e.to_string().contains("not a decision log"), "{e}");
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
+    }
+
+    /// A log at `/dev/null` (or a link to it, as here: a test must not touch the host's)
+    /// reached its cap and was rotated: the path renamed to `<path>.1` and a regular file made
+    /// in its place — the host's `/dev/null` replaced. Never rotated now.
+    #[test]
+    fn a_log_that_is_no_regular_file_is_never_rotated() {
+        if !Path::new("/dev/null").exists() {
+            return eprintln!("SKIP a_log_that_is_no_regular_file_is_never_rotated: no /dev/null");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("null");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        let mut log = DecisionLog::open(&link, 4096).unwrap();
+        assert!(!log.is_regular());
+        for i in 0..1000 {
+            log.write_line(&format!("{{\"line\": {i}, \"pad\": \"..............\"}}"));
+        }
+        log.flush();
+        let meta = std::fs::symlink_metadata(&link).unwrap();
+        assert!(meta.file_type().is_symlink(), "the link is still the link");
+        assert!(!dir.path().join("null.1").exists(), "nothing rotated");
+        assert_eq!(log.lost, 0);
+    }
 
     /// A log on a full disk counts every line it loses (before, lines sat in a buffer that
     /// failed to flush, uncounted, and `decision_log_lost_lines` stayed 0).

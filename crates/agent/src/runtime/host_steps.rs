@@ -117,6 +117,22 @@ pub(super) fn create_groups(
     Ok(())
 }
 
+/// Thaws an LC group found frozen before the LC joins it (someone froze it, or it was an
+/// earlier agent's BE group): moved in, the LC stopped with it, for the agent's whole run
+/// (sixth hostile pass). Returns what was done, for `ctl status`.
+pub(super) fn thaw_lc_group(cg: &Cgroups, group: &GroupPath) -> Option<String> {
+    let state = cg.freeze_state(group).ok()?;
+    if state == headroom_host::FreezeState::Thawed {
+        return None;
+    }
+    let note = match cg.thaw(group) {
+        Ok(()) => format!("LC group {group} was frozen ({state:?}): thawed before the LC joins it"),
+        Err(e) => format!("LC group {group} is frozen ({state:?}) and thawing it failed: {e}"),
+    };
+    tracing::warn!("{note}");
+    Some(note)
+}
+
 /// Notes where each service's `pids` are in every hierarchy (unless a state file already did).
 pub(super) fn plan_lc_moves(root: &Path, cg: &Cgroups, config: &Config, steps: &mut HostSteps) {
     for (pid, lc) in config

@@ -5,6 +5,7 @@
 
 pub mod advertise;
 mod decision_log;
+mod earlier;
 mod exit;
 mod follow;
 pub mod held_off;
@@ -122,7 +123,8 @@ impl AgentError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            AgentError::Config(_) | AgentError::State(StateError::Held { .. })
+            AgentError::Config(_)
+                | AgentError::State(StateError::Held { .. } | StateError::NotAStateFile { .. })
         )
     }
 }
@@ -276,6 +278,11 @@ pub struct Agent {
     state_set_aside: Option<PathBuf>,
     /// How often the running loop ticks (`ctl status`); `None` before `run`.
     tick_interval: Option<Duration>,
+    /// The last failure to write the state file, until a write goes through (`ctl status`).
+    state_write_error: Option<String>,
+    /// What the start did with what an earlier agent left (`ctl status`): groups its config
+    /// dropped released, its BE found without a state file stopped.
+    start_actions: Vec<String>,
 }
 
 /// What this host offers the policies, limited to what the node actuates (a mechanism the
@@ -363,6 +370,19 @@ impl Agent {
                 .filter(|s| !s.spared.is_empty())
                 .map(|s| (s.name.clone(), s.spared.iter().map(|&p| p as u32).collect()))
                 .collect(),
+            lc_groups: self.config.lcs.iter().map(|l| l.cgroup.clone()).collect(),
+            be_groups: self
+                .config
+                .be
+                .iter()
+                .map(|b| {
+                    let rec = state::RecordedBe {
+                        group: b.cgroup.clone(),
+                        command: !b.command.is_empty(),
+                    };
+                    (b.name.clone(), rec)
+                })
+                .collect(),
         })
     }
 
@@ -373,7 +393,16 @@ impl Agent {
         let Some(st) = self.state() else {
             return Ok(());
         };
-        state::store(Path::new(&self.config.safety.state_file), &st)?;
+        if let Err(e) = state::store(Path::new(&self.config.safety.state_file), &st) {
+            // Said in `ctl status` and counted until a write goes through: a kill -9 meanwhile
+            // leaves the next start without this record (fifth hostile pass).
+            self.publisher.metrics.state_write_errors.inc();
+            self.state_write_error = Some(e.to_string());
+            return Err(e.into());
+        }
+        if self.state_write_error.take().is_some() {
+            tracing::info!(state = %self.config.safety.state_file, "the state file is written again");
+        }
         self.publisher.state_dirty = false;
         self.state_written = Some(Instant::now());
         Ok(())

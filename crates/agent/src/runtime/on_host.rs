@@ -109,6 +109,26 @@ fn not_runnable(program: &str) -> Option<String> {
         .then(|| format!("{program:?} is not found in PATH: install it or give its full path"))
 }
 
+/// The longest run a deadline is set for (`--duration`): 100 years.
+const MAX_RUN_FOR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
+/// Refuses a run length the loop's clock cannot add (`--duration 1e19` started the agent,
+/// which then panicked on its first deadline, leaving BE frozen, the groups and the state
+/// file with no exit action: fifth hostile pass).
+pub(super) fn check_run_for(run_for: Option<std::time::Duration>) -> Result<(), super::AgentError> {
+    match run_for {
+        Some(d) if d > MAX_RUN_FOR => Err(super::AgentError::Config(ConfigError::Invalid {
+            key: "--duration".into(),
+            value: format!("{} s", d.as_secs_f64()),
+            reason: format!(
+                "longer than {} s (100 years): leave it out to run until stopped",
+                MAX_RUN_FOR.as_secs()
+            ),
+        })),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,6 +192,8 @@ impl Agent {
             advertise: self.advertise.as_ref().map(|a| a.status()),
             lock: self.group_lock.as_ref().map(|l| l.holder().clone()),
             tick_interval_ms: self.tick_interval.map(|d| d.as_secs_f64() * 1000.0),
+            state_write_error: self.state_write_error.clone(),
+            start_actions: self.start_actions.clone(),
             state_set_aside: self
                 .state_set_aside
                 .as_ref()

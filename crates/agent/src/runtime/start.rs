@@ -15,10 +15,10 @@ use headroom_host::LinuxHost;
 
 use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSteps};
 use super::lc_sources::{has_realtime_thread, lc_signals};
-use super::publish::{DecisionLog, Publisher};
+use super::publish::Publisher;
 use headroom_load::clock::unix_ms;
 
-use super::{machine_info, machine_sidecar, Agent, AgentError, AgentOptions, Signals};
+use super::{machine_info, Agent, AgentError, AgentOptions, Signals};
 use crate::linux_node::LinuxNode;
 use crate::publish::metrics::Metrics;
 use crate::sensors::lc_services::LcServiceSensor;
@@ -39,7 +39,7 @@ impl Agent {
         let config = options.config.clone();
         config.validate()?;
         config.check_runnable()?;
-        check_run_for(options.run_for)?;
+        super::on_host::check_run_for(options.run_for)?;
         if !options.dry_run {
             super::on_host::check_on_host(&options.root, &config)?;
         }
@@ -80,6 +80,7 @@ impl Agent {
         let lock = if dry {
             None
         } else {
+            state::check_path(&state_path)?;
             Some(StateLock::acquire(&state_path)?)
         };
         let (recorded, state_set_aside) = if dry {
@@ -87,17 +88,25 @@ impl Agent {
         } else {
             state::load_or_set_aside(&state_path)?
         };
-        // Originals and BE pids come from a state file of these groups; the groups and LC
-        // origins an interrupted start recorded (before its originals) are taken in any case.
-        // (Another service's group it does not name gets its originals read now.)
-        let previous = recorded.clone().filter(|p| p.manages(&groups));
-        if let Some(r) = &recorded {
-            r.warn_if_not_these_groups(&state_path, previous.is_some());
-        }
+        // A state file that names any of these groups makes this start a restart for those
+        // (originals kept, the earlier agent's BE adopted or stopped); groups it names that
+        // the config dropped are released once BE is confined (see `earlier`). The groups and
+        // LC origins an interrupted start recorded (before its originals) are taken in any
+        // case. (A group it does not name gets its originals read now.)
+        let previous = recorded
+            .clone()
+            .filter(|p| p.names_any(&groups, &lc_groups));
+        let earlier = if dry {
+            super::earlier::Earlier::default()
+        } else {
+            super::earlier::plan(recorded.as_ref(), &groups, &lc_groups, |dropped| {
+                lock_group_set(&options, &config, &cgroups, dropped.iter())
+            })?
+        };
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let started = (|| {
-            let log = open_log(&options, &config, &machine)?;
+            let log = super::decision_log::open_log(&options, &config, &machine)?;
             let (requests, t) =
                 crate::publish::control::serve(Path::new(&config.api.socket), stop.clone())?;
             threads.push(t);
@@ -198,6 +207,7 @@ impl Agent {
             ..HostSteps::default()
         };
         let mut egress_classifiers = Vec::new();
+        let mut start_actions = Vec::new();
         let mut actuation = None;
         let touched: Result<(), AgentError> = if dry {
             Ok(())
@@ -228,6 +238,7 @@ impl Agent {
                 // Each service into its own group, in the config's order; a failure undoes
                 // the services before it too.
                 for lc in &config.lcs {
+                    start_actions.extend(super::host_steps::thaw_lc_group(&cgroups, &lc.cgroup));
                     // An LC already running SCHED_FIFO/RR cannot join a v1 cpu group whose
                     // real-time budget is 0 (EINVAL): give the group chain its budget first.
                     if lc
@@ -249,11 +260,13 @@ impl Agent {
                         )?);
                     }
                 }
-                let act = match &previous {
-                    Some(prev) => {
-                        tracing::info!(state = %state_path.display(), "restarting from the state file: originals kept, reconciling");
-                        Actuation::resume(&mut node, groups.clone(), prev.original_map())?
-                    }
+                // Every original the state file holds is kept (those of groups the config
+                // dropped, until they are released).
+                if previous.is_some() {
+                    tracing::info!(state = %state_path.display(), "restarting from the state file: originals kept, reconciling");
+                }
+                let act = match &recorded {
+                    Some(r) => Actuation::resume(&mut node, groups.clone(), r.original_map())?,
                     None => Actuation::attach(&mut node, groups.clone())?,
                 };
                 actuation = Some(act.with_lc_services(&mut node, &lc_groups[1..])?);
@@ -329,6 +342,8 @@ impl Agent {
             be_lc_pids: Default::default(),
             state_set_aside,
             tick_interval: None,
+            state_write_error: None,
+            start_actions,
         };
         if let Some(w) = headroom_control::config::policy_without_knob(&agent.config) {
             tracing::warn!("{w}");
@@ -362,7 +377,7 @@ impl Agent {
             }
         }
         if !dry {
-            if let Err(e) = agent.confine_and_launch(previous.as_ref()) {
+            if let Err(e) = agent.confine_and_launch(previous.as_ref(), earlier) {
                 agent.undo_start(steps.had_state);
                 return Err(e);
             }
@@ -377,7 +392,16 @@ impl Agent {
 
     /// Records the groups and originals, confines BE (a restart's last safe allocation, else
     /// frozen), records that, then adopts or launches the BE commands and records their pids.
-    fn confine_and_launch(&mut self, previous: Option<&AgentState>) -> Result<(), AgentError> {
+    fn confine_and_launch(
+        &mut self,
+        previous: Option<&AgentState>,
+        earlier: super::earlier::Earlier,
+    ) -> Result<(), AgentError> {
+        self.write_state()?;
+        // What the earlier agent managed and this config dropped, before this agent confines
+        // its own groups: a dropped group inside one of them (a new BE group around the old)
+        // could neither be thawed nor its processes stopped inside a frozen, narrowed parent.
+        self.release_dropped(earlier);
         self.write_state()?;
         let safe = previous
             .and_then(|p| p.last_allocation.clone())
@@ -406,22 +430,27 @@ impl Agent {
                 b.restart_backoff_ms,
                 b.restart_backoff_max_ms,
             );
-            let adopted = previous
-                .and_then(|p| p.owned_pids.get(&b.name))
-                .is_some_and(|&pid| s.adopt(&cg, pid));
+            // A restart for this group when the state file records it as a BE group (the
+            // config's other groups may have changed: fifth hostile pass).
+            let recorded = previous.filter(|p| p.records_be(&g));
+            // Its BE by name, else any pid it recorded that runs in this group (a renamed
+            // `[[be]]` entry).
+            let adopted = recorded.is_some_and(|p| {
+                p.owned_pids
+                    .get(&b.name)
+                    .into_iter()
+                    .chain(p.owned_pids.values())
+                    .any(|&pid| s.adopt(&cg, pid))
+            });
             // Processes found in the group at the first start (no agent launched them),
             // still running: spared as then.
-            s.spared = previous
-                .and_then(|p| p.be_found.get(&b.name))
-                .map(|pids| {
-                    let now = cg.procs(&g).unwrap_or_default();
-                    pids.iter()
-                        .map(|&p| p as i32)
-                        .filter(|p| now.contains(p))
-                        .collect()
+            s.spared = recorded
+                .map(|p| {
+                    let now = super::earlier::procs_below(&cg, &g);
+                    p.spared_pids().intersection(&now).copied().collect()
                 })
                 .unwrap_or_default();
-            if !adopted && previous.is_some() {
+            if !adopted && recorded.is_some() {
                 // Processes in the BE group that the state file (of these groups) does not
                 // name were launched by an agent killed before it could record them: stop
                 // them, start one.
@@ -430,10 +459,10 @@ impl Agent {
                     tracing::warn!(group = %g, processes = orphans, "killed unrecorded processes left in the BE group by an earlier agent");
                 }
             } else if !adopted {
-                // No state file names these groups: whatever runs in the group was not an
-                // agent's launch (an existing group the operator named). It is confined as BE
-                // with the rest, never killed.
-                s.spared = cg.procs(&g).unwrap_or_default().into_iter().collect();
+                // No state file names this group: what an agent launched there (its mark) is
+                // an earlier agent's BE, stopped; whatever else runs there (an existing group
+                // the operator named) is confined as BE with the rest, never killed.
+                s.spared = self.first_start_in(&g);
                 let found = s.spared.len();
                 if found > 0 {
                     tracing::warn!(group = %g, processes = found, "the BE group already holds processes no agent launched: they are confined as BE (not killed)");
@@ -471,40 +500,32 @@ impl Agent {
     }
 }
 
-/// The longest run a deadline is set for (`--duration`): 100 years.
-const MAX_RUN_FOR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
-
-/// Refuses a run length the loop's clock cannot add (`--duration 1e19` started the agent,
-/// which then panicked on its first deadline, leaving BE frozen, the groups and the state
-/// file with no exit action: fifth hostile pass).
-fn check_run_for(run_for: Option<std::time::Duration>) -> Result<(), AgentError> {
-    match run_for {
-        Some(d) if d > MAX_RUN_FOR => Err(AgentError::Config(ConfigError::Invalid {
-            key: "--duration".into(),
-            value: format!("{} s", d.as_secs_f64()),
-            reason: format!(
-                "longer than {} s (100 years): leave it out to run until stopped",
-                MAX_RUN_FOR.as_secs()
-            ),
-        })),
-        _ => Ok(()),
-    }
-}
-
 /// Locks every directory of every group this agent manages (LC and BE, in each hierarchy).
 fn lock_groups(
     options: &AgentOptions,
     config: &Config,
     cgroups: &headroom_host::Cgroups,
 ) -> Result<state::GroupLock, AgentError> {
-    let (dirs, above) = crate::group_lock::lock_keys(
+    lock_group_set(
+        options,
+        config,
         cgroups,
         config
             .lcs
             .iter()
             .map(|l| &l.cgroup)
             .chain(config.be.iter().map(|b| &b.cgroup)),
-    );
+    )
+}
+
+/// Locks every directory of `groups` for this agent (see [`lock_groups`]).
+fn lock_group_set<'a>(
+    options: &AgentOptions,
+    config: &Config,
+    cgroups: &headroom_host::Cgroups,
+    groups: impl IntoIterator<Item = &'a headroom_types::GroupPath>,
+) -> Result<state::GroupLock, AgentError> {
+    let (dirs, above) = crate::group_lock::lock_keys(cgroups, groups);
     let holder = headroom_types::control::LockHolder {
         pid: std::process::id(),
         config: options
@@ -559,36 +580,4 @@ fn refuse_foreign_lc_pids(
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     crate::sensors::wake_and_join(threads);
-}
-
-/// Opens the decision log (and writes the machine description replay needs beside it).
-fn open_log(
-    options: &AgentOptions,
-    config: &Config,
-    machine: &headroom_control::policy::MachineInfo,
-) -> Result<Option<DecisionLog>, AgentError> {
-    let path = options
-        .decision_log
-        .clone()
-        .or_else(|| config.api.decision_log.as_ref().map(PathBuf::from));
-    let Some(p) = path else {
-        return Ok(None);
-    };
-    let log = DecisionLog::open(&p, config.api.decision_log_max_mb.saturating_mul(1 << 20))
-        .map_err(|source| AgentError::Io {
-            what: "opening the decision log",
-            path: p.clone(),
-            source,
-        })?;
-    let side = machine_sidecar(&p);
-    std::fs::write(
-        &side,
-        serde_json::to_vec_pretty(machine).expect("machine serializes"),
-    )
-    .map_err(|source| AgentError::Io {
-        what: "writing",
-        path: side,
-        source,
-    })?;
-    Ok(Some(log))
 }

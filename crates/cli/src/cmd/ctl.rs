@@ -122,6 +122,14 @@ fn print_status(s: &AgentStatus) {
             "state file: could not be read at start and was set aside at {aside}; the groups' settings at start were taken as originals (compare them with the originals in that file and fix any by hand)"
         );
     }
+    if let Some(e) = &s.state_write_error {
+        println!(
+            "STATE FILE NOT WRITTEN: {e} (a crash now leaves the next start without the originals and BE pids: fix the path)"
+        );
+    }
+    for a in &s.start_actions {
+        println!("at start: {a}");
+    }
     let line = |lc: &headroom_types::control::LcStatus| {
         format!(
             "p{} latency {} µs{} (age {} ms) vs SLO {} µs, slack {}; load {} ({} qps); cpus {}",

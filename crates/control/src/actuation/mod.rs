@@ -18,6 +18,9 @@ pub mod knob;
 mod kubelet_tests;
 #[cfg(test)]
 mod lc_services_tests;
+mod release;
+#[cfg(test)]
+mod release_tests;
 mod report;
 pub mod target;
 
@@ -27,6 +30,7 @@ use crate::node::{Node, NodeError};
 use headroom_types::allocation::Allocation;
 use headroom_types::GroupPath;
 pub use knob::{CgroupKnob, Knob, KnobValue, Phase};
+pub use release::EarlierRole;
 pub use report::{ActuationError, ApplyReport, RollbackOutcome, Write, WriteFailure};
 pub use target::{ManagedGroups, TargetError, BE_RESCTRL_GROUP};
 
@@ -277,10 +281,20 @@ impl Actuation {
     /// knob that cannot be restored does not stop the others; each failure is named.
     pub fn restore_original(&mut self, node: &mut dyn Node) -> Result<ApplyReport, ActuationError> {
         let target = self.original_target();
+        self.restore_knobs(node, &target)
+    }
+
+    /// Writes each knob of `target` (originals) that the node does not hold, in the plan's
+    /// order; best effort, each failure named, a failed knob left unknown.
+    fn restore_knobs(
+        &mut self,
+        node: &mut dyn Node,
+        target: &BTreeMap<Knob, KnobValue>,
+    ) -> Result<ApplyReport, ActuationError> {
         let mut report = ApplyReport::default();
         let mut failures = Vec::new();
         let mut changes = Vec::new();
-        for (k, to) in &target {
+        for (k, to) in target {
             match node.read(k) {
                 Ok(from) if from == *to && !self.unknown.contains(k) => {
                     self.current.insert(k.clone(), from);

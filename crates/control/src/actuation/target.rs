@@ -112,7 +112,10 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
                         period_us: period,
                     })
                 }),
-                CgroupKnob::Frozen => (!a.be_enabled).then_some(KnobValue::Frozen(true)),
+                // Enabled is thawed, whatever the group held at start: a group someone left
+                // frozen kept its original (FROZEN) while "enabled", so BE never ran while
+                // `ctl status` said it did (fifth hostile pass). Restore still puts it back.
+                CgroupKnob::Frozen => Some(KnobValue::Frozen(!a.be_enabled)),
                 CgroupKnob::MemoryMax => a
                     .be_memory_limit_bytes
                     .map(|b| KnobValue::MemoryMax(Some(b))),

@@ -30,6 +30,45 @@ impl Gated {
     /// Forks `argv` (`argv[0]` looked up in `PATH`, stdin from /dev/null) behind a gate.
     /// `InvalidInput` for an empty command or an argument holding a NUL byte.
     pub fn fork(argv: &[String]) -> io::Result<Gated> {
+        Gated::fork_with_env(argv, &[])
+    }
+
+    /// [`Gated::fork`], the command's environment this process's with `env` set on top (a
+    /// variable named there replaces this process's). `InvalidInput` also for a name or
+    /// value holding a NUL byte or a name holding `=`.
+    pub fn fork_with_env(argv: &[String], env: &[(String, String)]) -> io::Result<Gated> {
+        let invalid = |e: std::ffi::NulError| io::Error::new(io::ErrorKind::InvalidInput, e);
+        if env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an environment variable's name is empty or holds '='",
+            ));
+        }
+        // Built before the fork: the child may not allocate.
+        let envp: Option<Vec<CString>> = if env.is_empty() {
+            None
+        } else {
+            let mut out = Vec::new();
+            for (k, v) in std::env::vars_os() {
+                if env
+                    .iter()
+                    .any(|(name, _)| k.as_encoded_bytes() == name.as_bytes())
+                {
+                    continue;
+                }
+                let mut entry = k.into_encoded_bytes();
+                entry.push(b'=');
+                entry.extend_from_slice(v.as_encoded_bytes());
+                out.push(CString::new(entry).map_err(invalid)?);
+            }
+            for (k, v) in env {
+                out.push(CString::new(format!("{k}={v}")).map_err(invalid)?);
+            }
+            Some(out)
+        };
+        let mut envp_ptrs: Vec<*const libc::c_char> =
+            envp.iter().flatten().map(|e| e.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
         if argv.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
         }
@@ -57,7 +96,7 @@ impl Gated {
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
         // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
-        // close, execvp, _exit) on data prepared before the fork.
+        // close, execvp or execvpe, _exit) on data prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = io::Error::last_os_error();
@@ -86,7 +125,11 @@ impl Gated {
                 if null >= 0 {
                     libc::dup2(null, 0);
                 }
-                libc::execvp(ptrs[0], ptrs.as_ptr());
+                if envp.is_some() {
+                    libc::execvpe(ptrs[0], ptrs.as_ptr(), envp_ptrs.as_ptr());
+                } else {
+                    libc::execvp(ptrs[0], ptrs.as_ptr());
+                }
                 libc::_exit(127);
             }
         }
@@ -184,6 +227,27 @@ mod tests {
         let e = Gated::fork(&[]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         let e = Gated::fork(&argv(&["a\0b"])).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn the_command_gets_the_environment_given_on_top_of_ours() {
+        let env = [("HEADROOM_GATE_TEST".to_string(), "hp6 x".to_string())];
+        let g = Gated::fork_with_env(
+            &argv(&[
+                "sh",
+                "-c",
+                "test \"$HEADROOM_GATE_TEST\" = 'hp6 x' && test -n \"$PATH\"",
+            ]),
+            &env,
+        )
+        .expect("fork");
+        let pid = Pid::from_raw(g.pid());
+        assert!(g.wait_ready(Duration::from_secs(5)));
+        g.open();
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 0));
+        let bad = [("A=B".to_string(), "c".to_string())];
+        let e = Gated::fork_with_env(&argv(&["true"]), &bad).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 
