@@ -2,8 +2,9 @@
 //! publisher on its own thread) against the stand-in API server on 127.0.0.1 (no real API
 //! server can be installed here). A `sleep` stands in for the LC, its latency pushed on the
 //! agent's feed socket by the test; a pod bound to the node requests 500 of
-//! `headroom.io/be-cpu`. Checked: the value lands in the Node's capacity and allocatable by
-//! `PATCH nodes/node-a/status`, never below the bound pod's 500; the first two patches are
+//! `headroom.io/be-cpu` and 256 MiB of `headroom.io/be-memory`. Checked: the values land in the
+//! Node's capacity and allocatable by `PATCH nodes/node-a/status` (both in every patch), never
+//! below the bound pod's 500 and 256 MiB; the first two patches are
 //! refused (403), said once in the log and retried; a violation brings it down at once, and the
 //! rise after it waits the damping period (every rise in the decision log ≥ damping after the
 //! change before it); `ctl status` shows the value, floor, horizon and last change; with the
@@ -26,13 +27,16 @@ use std::time::{Duration, Instant};
 use headroom_host::{Controller, LinuxHost};
 use headroom_load::stats::LatencyHist;
 use serde_json::{json, Value};
-use stand_in::{pod, with_be_cpu, StandIn};
+use stand_in::{pod, with_be_cpu, with_be_memory, StandIn};
 use support::status_json as status;
 
 use support::BIN;
 const TEST: &str = "the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes";
 const NODE: &str = "node-a";
 const BE_CPU: &str = "headroom.io/be-cpu";
+const BE_MEMORY: &str = "headroom.io/be-memory";
+/// The bound pod's be-memory, bytes.
+const POD_MEMORY: u64 = 256 << 20;
 const DAMPING_MS: u64 = 3000;
 
 /// Children killed on drop (a failed test leaves no agent or sleeper behind).
@@ -164,10 +168,13 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let top = format!("headroom-advertise-{}", std::process::id());
-    // A pod bound to the node requesting 500; a finished one's 4000 counts nothing.
-    let bound = with_be_cpu(
-        pod("batch-0", "b0", NODE, "Running", "BestEffort", json!({}), 3),
-        "500",
+    // A pod bound to the node requesting 500 and 256 MiB; a finished one's 4000 counts nothing.
+    let bound = with_be_memory(
+        with_be_cpu(
+            pod("batch-0", "b0", NODE, "Running", "BestEffort", json!({}), 3),
+            "500",
+        ),
+        "256Mi",
     );
     let done = with_be_cpu(
         pod(
@@ -249,6 +256,17 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
         "{st}"
     );
     assert_eq!(a["advertisement"]["last_change"]["to_millicpu"], 1000);
+    // be-memory beside it: the floor the pod's 256Mi, the value never below it.
+    assert_eq!(a["memory"]["floor"], POD_MEMORY, "{st}");
+    assert_eq!(a["edge"]["floor_memory_bytes"], POD_MEMORY, "{st}");
+    assert!(a["memory"]["value"].as_u64() >= Some(POD_MEMORY), "{st}");
+    let memory = |m: &str| {
+        nodes.lock().unwrap().objects[NODE]["status"][m][BE_MEMORY]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert!(memory("capacity") >= Some(POD_MEMORY), "{st}");
+    assert_eq!(memory("capacity"), memory("allocatable"));
     let text = Command::new(BIN)
         .args(["ctl", "--socket"])
         .arg(d.join("ctl.sock"))
@@ -262,6 +280,9 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
         "horizon:",
         "last change:",
         "published 1000m",
+        "advertise headroom.io/be-memory: ",
+        "floor 268435456 B (0.25 GiB)",
+        "node memory ",
     ] {
         assert!(text.contains(want), "ctl status says {want:?}:\n{text}");
     }
@@ -285,14 +306,20 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
     });
     assert!(again, "rose again; status {:?}\nlog:\n{}", status(d), log());
 
-    // Never below the bound pod's request: every patch the API took.
+    // Never below the bound pod's requests: every patch the API took, both resources in each.
     for (_, p) in nodes.lock().unwrap().patches.iter() {
-        let v: u64 = p["status"]["allocatable"][BE_CPU]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(v >= 500, "a patch below the floor: {p}");
+        let v = |r: &str| -> u64 {
+            p["status"]["allocatable"][r]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        assert!(v(BE_CPU) >= 500, "a patch below the floor: {p}");
+        assert!(
+            v(BE_MEMORY) >= POD_MEMORY,
+            "a patch below the memory floor: {p}"
+        );
     }
 
     // The API goes: the node keeps its value, the agent goes on and says it once.
@@ -356,6 +383,21 @@ fn the_wired_agent_advertises_through_the_api_and_keeps_its_value_when_it_goes()
                 "a rise {gap} ms after the last change: {changes:#?}"
             );
         }
+    }
+    // One `advertise_memory` line per be-memory change, none below its floor.
+    let memory_changes: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "advertise_memory")
+        .collect();
+    assert!(!memory_changes.is_empty(), "no be-memory line");
+    assert_eq!(memory_changes[0]["from_bytes"], Value::Null);
+    for c in &memory_changes {
+        assert!(
+            c["to_bytes"].as_u64() >= Some(POD_MEMORY),
+            "{memory_changes:#?}"
+        );
+        assert_eq!(c["floor_bytes"], POD_MEMORY, "{memory_changes:#?}");
     }
     support::assert_replays_exactly(&cfg, &log_path);
 }

@@ -101,7 +101,8 @@ fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
     use headroom_agent::publish::control::{self, Request};
     use headroom_types::advertise::{
         AdvertiseChange, AdvertiseEdgeStatus, AdvertiseLine, AdvertiseReason, AdvertiseStatus,
-        Advertisement, HorizonFigures,
+        Advertised, Advertisement, Change, Horizon, HorizonFigures, LcHealth, MemoryInput,
+        Resource,
     };
     use headroom_types::control::{AgentStatus, Response};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -141,10 +142,44 @@ fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
             },
             last_change: Some(change),
         }),
+        memory: Some(Advertised {
+            resource: Resource::BeMemory,
+            value: 6 << 30,
+            reason: AdvertiseReason::Peak,
+            detail: "the node's memory less the LC's and system's peak over 600 s leaves 6979321856 B (6.50 GiB), less margin 536870912 B (0.50 GiB)".into(),
+            floor: 1 << 30,
+            target: 6 << 30,
+            horizon: Horizon {
+                buckets: 60,
+                covered_s: 600.0,
+                horizon_s: 3600.0,
+                percentile_value: 6979321856,
+                min: 6979321856,
+                max: 9 << 30,
+                margin: 512 << 20,
+                ..Horizon::default()
+            },
+            last_change: Some(Change {
+                t_ms: 30_000,
+                from: Some(1 << 30),
+                to: 6 << 30,
+                reason: AdvertiseReason::Peak,
+                detail: "rose".into(),
+            }),
+        }),
+        memory_input: Some(MemoryInput {
+            room_bytes: 8 << 30,
+            total_bytes: 16 << 30,
+            lc_bytes: Some(5 << 30),
+            health: LcHealth::Held,
+            floor_bytes: 1 << 30,
+        }),
         edge: AdvertiseEdgeStatus {
             floor_synced: true,
             floor_millicpu: 500,
             published_millicpu: Some(1500),
+            floor_memory_bytes: 1 << 30,
+            published_memory_bytes: Some(6 << 30),
             patches: 3,
             errors: 0,
             last_error: None,
@@ -202,6 +237,12 @@ fn with_the_agents_socket_it_prints_what_the_node_advertises_and_why() {
         "horizon: 600 of 3600 s seen, 60 buckets (1 troubled): p10 1700m (min 0m, max 2000m), margin 200m",
         "last change: t=61000 ms 500m → 1500m (slo:",
         "API: published 1500m (3 patches, 0 errors)",
+        "advertise headroom.io/be-memory: 6442450944 B (6.00 GiB) (peak: the node's memory less",
+        "floor 1073741824 B (1.00 GiB) (bound pods' requests)",
+        "node memory 17179869184 B (16.00 GiB), LC groups hold 5368709120 B (5.00 GiB)",
+        "least room 6979321856 B (6.50 GiB)",
+        "last change: t=30000 ms 1073741824 B (1.00 GiB) → 6442450944 B (6.00 GiB) (peak: rose)",
+        "API: published 6442450944 B (6.00 GiB)",
     ] {
         assert!(stderr.contains(said), "{said:?} in:\n{stderr}");
     }

@@ -1,13 +1,16 @@
-//! The BE capacity a node advertises to the cluster (`headroom.io/be-cpu`, milli-CPUs): what the
-//! policy has been able to give BE while every LC held its SLO, pure (docs/kubernetes.md).
+//! The BE capacity a node advertises to the cluster, pure (docs/kubernetes.md):
+//! `headroom.io/be-cpu` (milli-CPUs), what the policy has been able to give BE while every LC
+//! held its SLO, and `headroom.io/be-memory` (bytes, [`memory`]), the node's memory less the
+//! LC's and system's peak. One [`Engine`] serves both, in the resource's unit.
 //!
-//! Every tick feeds one [`Tick`]: the BE CPUs the policy granted, whether every LC held its SLO
-//! (or which one did not, or why the signal is untrusted), and the floor — the sum of
-//! `headroom.io/be-cpu` requested by pods already bound to the node. The granted CPUs go into
-//! buckets over a horizon (default an hour, so the diurnal peak is in view); a bucket that saw a
-//! violation or an untrusted signal counts as 0. The target is a low percentile of the buckets
-//! less a margin, rounded down to a step; 0 while an LC violates or the signal is untrusted.
-//! The advertised value:
+//! Every tick feeds one sample: for be-cpu the BE CPUs the policy granted and whether every LC
+//! held its SLO (or which one did not, or why the signal is untrusted); for be-memory the room
+//! BE had and whether the memory figures were read. And the floor — the sum of the resource
+//! requested by pods already bound to the node. The samples go into buckets over a horizon
+//! (default an hour, so the diurnal peak is in view); a bucket that saw a violation or an
+//! untrusted signal counts as 0. The target is a low percentile of the buckets less a margin,
+//! capped where a cap is set, rounded down to a step; 0 while an LC violates or the signal is
+//! untrusted. The advertised value:
 //! - is never below the floor (kubelet never rejects or fails a pod it already admitted);
 //! - falls at once (to the target, at worst to the floor);
 //! - rises only by at least one step, at most once per damping period, and only after a
@@ -18,23 +21,28 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 pub use headroom_types::advertise::{
-    AdvertiseChange, AdvertiseInput, AdvertiseReason, Advertisement, HorizonFigures, LcHealth,
-    RESOURCE,
+    AdvertiseChange, AdvertiseInput, AdvertiseReason, Advertised, Advertisement, Change, Horizon,
+    HorizonFigures, LcHealth, MemoryInput, Resource, MEMORY_RESOURCE, RESOURCE,
 };
 use headroom_types::allocation::Allocation;
 
 /// How the advertised value is derived (built from `[kubernetes]` by
-/// [`crate::config::KubernetesConfig::advertise_params`], which validated it).
+/// [`crate::config::KubernetesConfig::advertise_params`] and
+/// [`crate::config::Config::advertise_memory_params`], which validated it). Amounts are in the
+/// resource's unit (milli-CPUs, bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AdvertiseParams {
-    /// How far back the granted CPUs are looked at, ms.
+    /// How far back the samples are looked at, ms.
     pub horizon_ms: u64,
-    /// Which low percentile of the horizon's buckets is the target (0 < p ≤ 100).
+    /// Which low percentile of the horizon's buckets is the target (0 < p ≤ 100; 0: the least).
     pub percentile: f64,
-    /// Taken off the percentile, milli-CPUs.
-    pub margin_millicpu: u64,
-    /// The value moves in steps of this many milli-CPUs (a rise must be a whole step).
-    pub step_millicpu: u64,
+    /// Taken off the percentile.
+    pub margin: u64,
+    /// The value moves in steps of this much (a rise must be a whole step).
+    pub step: u64,
+    /// The target is at most this, where set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<u64>,
     /// At most one rise per this many ms, and only this long after the last violation.
     pub damping_ms: u64,
     /// The width of one horizon bucket, ms (a bucket keeps the least granted in it).
@@ -48,8 +56,9 @@ impl Default for AdvertiseParams {
         AdvertiseParams {
             horizon_ms: 3_600_000,
             percentile: 10.0,
-            margin_millicpu: 200,
-            step_millicpu: 100,
+            margin: 200,
+            step: 100,
+            cap: None,
             damping_ms: 300_000,
             bucket_ms: 10_000,
             min_history_ms: 600_000,
@@ -108,25 +117,38 @@ pub fn granted_millicpu(a: &Allocation, machine_cpus: u32) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Bucket {
     start_ms: u64,
-    /// The least granted in the bucket (0 where the SLO was not held).
-    least_millicpu: u64,
+    /// The least sample in the bucket (0 where the signal was troubled).
+    least: u64,
     troubled: bool,
 }
 
-/// The advertiser's state: the horizon's buckets, the value, its last change.
+/// One tick's sample for an [`Engine`], in its resource's unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample<'a> {
+    pub t_ms: u64,
+    /// be-cpu: the CPUs granted; be-memory: the room BE had.
+    pub value: u64,
+    pub health: &'a LcHealth,
+    /// The sum of the resource requested by the pods bound to the node.
+    pub floor: u64,
+}
+
+/// The advertising machinery of one resource: the horizon's buckets, the value, its last change.
 #[derive(Debug, Clone)]
-pub struct Advertiser {
+pub struct Engine {
+    resource: Resource,
     params: AdvertiseParams,
     buckets: VecDeque<Bucket>,
     first_ms: Option<u64>,
     value: Option<u64>,
-    last_change: Option<AdvertiseChange>,
+    last_change: Option<Change>,
     last_trouble_ms: Option<u64>,
 }
 
-impl Advertiser {
-    pub fn new(params: AdvertiseParams) -> Advertiser {
-        Advertiser {
+impl Engine {
+    pub fn new(resource: Resource, params: AdvertiseParams) -> Engine {
+        Engine {
+            resource,
             params,
             buckets: VecDeque::new(),
             first_ms: None,
@@ -145,24 +167,24 @@ impl Advertiser {
         self.value
     }
 
-    fn record(&mut self, tick: &Tick) {
-        let troubled = tick.health != LcHealth::Held;
-        let granted = if troubled { 0 } else { tick.granted_millicpu };
+    fn record(&mut self, s: &Sample) {
+        let troubled = *s.health != LcHealth::Held;
+        let sampled = if troubled { 0 } else { s.value };
         let bucket_ms = self.params.bucket_ms.max(1);
-        let start = tick.t_ms - tick.t_ms % bucket_ms;
+        let start = s.t_ms - s.t_ms % bucket_ms;
         match self.buckets.back_mut() {
             // A clock that went back stays in the newest bucket.
             Some(b) if b.start_ms >= start => {
-                b.least_millicpu = b.least_millicpu.min(granted);
+                b.least = b.least.min(sampled);
                 b.troubled |= troubled;
             }
             _ => self.buckets.push_back(Bucket {
                 start_ms: start,
-                least_millicpu: granted,
+                least: sampled,
                 troubled,
             }),
         }
-        let horizon_start = tick.t_ms.saturating_sub(self.params.horizon_ms);
+        let horizon_start = s.t_ms.saturating_sub(self.params.horizon_ms);
         while self
             .buckets
             .front()
@@ -171,15 +193,15 @@ impl Advertiser {
             self.buckets.pop_front();
         }
         if troubled {
-            self.last_trouble_ms = Some(tick.t_ms);
+            self.last_trouble_ms = Some(s.t_ms);
         }
     }
 
-    fn figures(&self, t_ms: u64) -> HorizonFigures {
-        let mut values: Vec<u64> = self.buckets.iter().map(|b| b.least_millicpu).collect();
+    fn figures(&self, t_ms: u64) -> Horizon {
+        let mut values: Vec<u64> = self.buckets.iter().map(|b| b.least).collect();
         values.sort_unstable();
         let p = self.params.percentile;
-        let percentile_millicpu = if values.is_empty() {
+        let percentile_value = if values.is_empty() {
             0
         } else {
             // Nearest rank.
@@ -190,27 +212,64 @@ impl Advertiser {
             .first_ms
             .map(|f| t_ms.saturating_sub(f).min(self.params.horizon_ms))
             .unwrap_or(0);
-        HorizonFigures {
+        Horizon {
             buckets: values.len(),
             troubled_buckets: self.buckets.iter().filter(|b| b.troubled).count(),
             covered_s: covered_ms as f64 / 1000.0,
             horizon_s: self.params.horizon_ms as f64 / 1000.0,
             percentile: p,
-            percentile_millicpu,
-            min_millicpu: values.first().copied().unwrap_or(0),
-            max_millicpu: values.last().copied().unwrap_or(0),
-            margin_millicpu: self.params.margin_millicpu,
+            percentile_value,
+            min: values.first().copied().unwrap_or(0),
+            max: values.last().copied().unwrap_or(0),
+            margin: self.params.margin,
+            cap: self.params.cap,
+        }
+    }
+
+    /// The target while the signal holds: the percentile less the margin, capped, in steps.
+    fn held_target(&self, h: &Horizon, step: u64) -> (AdvertiseReason, String, u64) {
+        let show = |v: u64| self.resource.show(v);
+        let less = h.percentile_value.saturating_sub(h.margin);
+        let (reason, text) = match self.resource {
+            Resource::BeCpu => (
+                AdvertiseReason::Slo,
+                format!(
+                    "p{} of BE granted while every LC held its SLO over {:.0} s = {}m, less margin {}m",
+                    h.percentile, h.covered_s, h.percentile_value, h.margin
+                ),
+            ),
+            Resource::BeMemory => (
+                AdvertiseReason::Peak,
+                format!(
+                    "the node's memory less the LC's and system's peak over {:.0} s leaves {}, less margin {}",
+                    h.covered_s,
+                    show(h.percentile_value),
+                    show(h.margin)
+                ),
+            ),
+        };
+        match h.cap {
+            Some(cap) if cap < less => (
+                AdvertiseReason::Capped,
+                format!(
+                    "{text}; capped at {} (safety.be_memory_limit_bytes)",
+                    show(cap)
+                ),
+                cap / step * step,
+            ),
+            _ => (reason, text, less / step * step),
         }
     }
 
     /// Takes one tick; the advertisement now, and the change this tick made (if any).
-    pub fn update(&mut self, tick: &Tick) -> (Advertisement, Option<AdvertiseChange>) {
-        self.first_ms.get_or_insert(tick.t_ms);
-        self.record(tick);
-        let h = self.figures(tick.t_ms);
-        let step = self.params.step_millicpu.max(1);
-        let floor = tick.floor_millicpu;
-        let (cause, cause_detail, target) = match &tick.health {
+    pub fn update(&mut self, s: &Sample) -> (Advertised, Option<Change>) {
+        self.first_ms.get_or_insert(s.t_ms);
+        self.record(s);
+        let h = self.figures(s.t_ms);
+        let step = self.params.step.max(1);
+        let floor = s.floor;
+        let show = |v: u64| self.resource.show(v);
+        let (cause, cause_detail, target) = match s.health {
             LcHealth::Violating { lc } => (
                 AdvertiseReason::Violating,
                 format!("LC {lc} violates its SLO"),
@@ -230,29 +289,23 @@ impl Advertiser {
                 ),
                 0,
             ),
-            LcHealth::Held => {
-                let t = h.percentile_millicpu.saturating_sub(h.margin_millicpu) / step * step;
-                (
-                    AdvertiseReason::Slo,
-                    format!(
-                        "p{} of BE granted while every LC held its SLO over {:.0} s = {}m, less margin {}m",
-                        h.percentile, h.covered_s, h.percentile_millicpu, h.margin_millicpu
-                    ),
-                    t,
-                )
-            }
+            LcHealth::Held => self.held_target(&h, step),
         };
         let desired = target.max(floor);
         let (desired_reason, desired_detail) = if floor > target {
             (
                 AdvertiseReason::Floor,
-                format!("bound pods requested {floor}m ({cause_detail}: {target}m)"),
+                format!(
+                    "bound pods requested {} ({cause_detail}: {})",
+                    show(floor),
+                    show(target)
+                ),
             )
         } else {
             (cause, cause_detail)
         };
         let quiet = |since: Option<u64>| {
-            since.is_none_or(|s| tick.t_ms.saturating_sub(s) >= self.params.damping_ms)
+            since.is_none_or(|t| s.t_ms.saturating_sub(t) >= self.params.damping_ms)
         };
         let (next, reason, detail) = match self.value {
             None => (desired, desired_reason, desired_detail),
@@ -274,7 +327,8 @@ impl Advertiser {
                         v,
                         AdvertiseReason::Damped,
                         format!(
-                            "target {desired}m ({desired_detail}); held until {} s after {why}",
+                            "target {} ({desired_detail}); held until {} s after {why}",
+                            show(desired),
                             self.params.damping_ms / 1000
                         ),
                     )
@@ -283,10 +337,10 @@ impl Advertiser {
             // Within a step above: no change (hysteresis); the reason is the target's.
             Some(v) => (v, desired_reason, desired_detail),
         };
-        let change = (self.value != Some(next)).then(|| AdvertiseChange {
-            t_ms: tick.t_ms,
-            from_millicpu: self.value,
-            to_millicpu: next,
+        let change = (self.value != Some(next)).then(|| Change {
+            t_ms: s.t_ms,
+            from: self.value,
+            to: next,
             reason,
             detail: detail.clone(),
         });
@@ -294,18 +348,52 @@ impl Advertiser {
             self.last_change = Some(c.clone());
         }
         self.value = Some(next);
-        let ad = Advertisement {
-            value_millicpu: next,
+        let ad = Advertised {
+            resource: self.resource,
+            value: next,
             reason,
             detail,
-            floor_millicpu: floor,
-            target_millicpu: desired,
+            floor,
+            target: desired,
             horizon: h,
             last_change: self.last_change.clone(),
         };
         (ad, change)
     }
 }
+
+/// The be-cpu advertiser: an [`Engine`] of milli-CPUs whose output keeps be-cpu's field names.
+#[derive(Debug, Clone)]
+pub struct Advertiser(Engine);
+
+impl Advertiser {
+    pub fn new(params: AdvertiseParams) -> Advertiser {
+        Advertiser(Engine::new(Resource::BeCpu, params))
+    }
+
+    pub fn params(&self) -> &AdvertiseParams {
+        self.0.params()
+    }
+
+    /// The value now (`None` before the first tick).
+    pub fn value(&self) -> Option<u64> {
+        self.0.value()
+    }
+
+    /// Takes one tick; the advertisement now, and the change this tick made (if any).
+    pub fn update(&mut self, tick: &Tick) -> (Advertisement, Option<AdvertiseChange>) {
+        let (ad, change) = self.0.update(&Sample {
+            t_ms: tick.t_ms,
+            value: tick.granted_millicpu,
+            health: &tick.health,
+            floor: tick.floor_millicpu,
+        });
+        (ad.into(), change.map(Into::into))
+    }
+}
+
+#[path = "advertise_memory.rs"]
+pub mod memory;
 
 #[cfg(test)]
 #[path = "advertise_tests.rs"]

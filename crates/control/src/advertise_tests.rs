@@ -10,8 +10,9 @@ fn params() -> AdvertiseParams {
     AdvertiseParams {
         horizon_ms: 600 * S,
         percentile: 10.0,
-        margin_millicpu: 200,
-        step_millicpu: 100,
+        margin: 200,
+        step: 100,
+        cap: None,
         damping_ms: 60 * S,
         bucket_ms: 10 * S,
         min_history_ms: 120 * S,

@@ -105,7 +105,8 @@ pub fn replay_log(config: &Config, machine: &MachineInfo, lines: &[LogLine]) -> 
                 policy.resume();
                 continue;
             }
-            LogLine::Event(CtlEvent::Off { .. }) => continue,
+            // be-memory follows the host's memory, not a decision: nothing to recompute.
+            LogLine::Event(CtlEvent::Off { .. } | CtlEvent::AdvertiseMemory { .. }) => continue,
             // What the node advertised follows from the decisions' advertiser inputs.
             LogLine::Event(event @ CtlEvent::Advertise { .. }) => {
                 mismatches.extend(advertise.logged(index, event));

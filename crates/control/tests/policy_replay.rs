@@ -253,7 +253,10 @@ fn ctl_events_in_the_log_replay_identically() {
                 CtlEvent::Set { key, value, .. } => p.set_param(key, value).expect("live set"),
                 CtlEvent::Pause { .. } => p.pause(),
                 CtlEvent::Resume { .. } => p.resume(),
-                CtlEvent::Off { .. } | CtlEvent::LcSet { .. } | CtlEvent::Advertise { .. } => {}
+                CtlEvent::Off { .. }
+                | CtlEvent::LcSet { .. }
+                | CtlEvent::Advertise { .. }
+                | CtlEvent::AdvertiseMemory { .. } => {}
             }
             lines.push(e.to_json_line());
         }

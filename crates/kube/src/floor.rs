@@ -1,21 +1,25 @@
-//! The floor of the advertised BE capacity (pure): the sum of `headroom.io/be-cpu` requested by
-//! the pods bound to the node that have not finished. The advertised value never goes below it,
-//! so kubelet never rejects or fails a pod it already admitted (on its restart it re-admits the
-//! node's pods against the allocatable it finds).
+//! The floors of the advertised BE capacity (pure): the sums of `headroom.io/be-cpu` and of
+//! `headroom.io/be-memory` requested by the pods bound to the node that have not finished. Each
+//! advertised value never goes below its floor, so kubelet never rejects or fails a pod it
+//! already admitted (on its restart it re-admits the node's pods against the allocatable it
+//! finds).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-/// The extended resource (milli-CPUs, an integer count).
+/// The CPU extended resource (milli-CPUs, an integer count).
 pub const BE_CPU: &str = "headroom.io/be-cpu";
+/// The memory extended resource (bytes, an integer count: `2Gi` is whole).
+pub const BE_MEMORY: &str = "headroom.io/be-memory";
 
-/// A pod's `headroom.io/be-cpu` that is not a whole non-negative count.
+/// A pod's request of an extended resource that is not a whole non-negative count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("pod {pod}: container {container}: {BE_CPU} = {value:?}: {reason}")]
+#[error("pod {pod}: container {container}: {resource} = {value:?}: {reason}")]
 pub struct RequestError {
     pub pod: String,
     pub container: String,
+    pub resource: &'static str,
     pub value: String,
     pub reason: &'static str,
 }
@@ -26,6 +30,7 @@ pub struct BoundPod {
     /// `namespace/pod`.
     pub name: String,
     pub millicpu: u64,
+    pub memory_bytes: u64,
 }
 
 /// Parses an extended resource quantity as the API writes one (its canonical form: `2k` for
@@ -77,10 +82,15 @@ fn parse_count(q: &str) -> Result<u64, &'static str> {
     }
 }
 
-/// What `pod` requests of [`BE_CPU`] (its containers' requests, each defaulting to its limit as
-/// the API does for extended resources; init containers run before, one at a time, so their
-/// largest counts when it is larger). `None`: the pod requests none.
+/// What `pod` requests of [`BE_CPU`]. `None`: the pod requests none.
 pub fn requested(pod: &Pod) -> Result<Option<u64>, RequestError> {
+    requested_of(pod, BE_CPU)
+}
+
+/// What `pod` requests of the extended resource `resource` (its containers' requests, each
+/// defaulting to its limit as the API does for extended resources; init containers run before,
+/// one at a time, so their largest counts when it is larger). `None`: the pod requests none.
+pub fn requested_of(pod: &Pod, resource: &'static str) -> Result<Option<u64>, RequestError> {
     let name = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -93,15 +103,16 @@ pub fn requested(pod: &Pod) -> Result<Option<u64>, RequestError> {
         let r = c.resources.as_ref();
         let q = r
             .and_then(|r| r.requests.as_ref())
-            .and_then(|m| m.get(BE_CPU))
+            .and_then(|m| m.get(resource))
             .or_else(|| {
                 r.and_then(|r| r.limits.as_ref())
-                    .and_then(|m| m.get(BE_CPU))
+                    .and_then(|m| m.get(resource))
             });
         q.map(|q| {
             parse_count(&q.0).map_err(|reason| RequestError {
                 pod: name.clone(),
                 container: c.name.clone(),
+                resource,
                 value: q.0.clone(),
                 reason,
             })
@@ -159,18 +170,30 @@ impl Floor {
             self.refused.remove(&uid);
             return None;
         }
-        match requested(pod) {
-            Ok(Some(millicpu)) => {
+        // A pod counts what it requests of either resource; one bad request refuses the pod
+        // (it counts nothing, said once).
+        match requested(pod).and_then(|c| Ok((c, requested_of(pod, BE_MEMORY)?))) {
+            Ok((None, None)) => {
+                self.refused.remove(&uid);
+                None
+            }
+            Ok((millicpu, memory)) => {
                 self.refused.remove(&uid);
                 let name = format!(
                     "{}/{}",
                     pod.metadata.namespace.as_deref().unwrap_or(""),
                     pod.metadata.name.as_deref().unwrap_or("")
                 );
-                self.pods.insert(uid, BoundPod { name, millicpu });
+                self.pods.insert(
+                    uid,
+                    BoundPod {
+                        name,
+                        millicpu: millicpu.unwrap_or(0),
+                        memory_bytes: memory.unwrap_or(0),
+                    },
+                );
                 None
             }
-            Ok(None) => None,
             Err(e) => {
                 let new = self.refused.get(&uid) != Some(&e);
                 self.refused.insert(uid, e.clone());
@@ -191,9 +214,14 @@ impl Floor {
         self.refused.clear();
     }
 
-    /// The sum requested, milli-CPUs.
+    /// The sum of `headroom.io/be-cpu` requested, milli-CPUs.
     pub fn millicpu(&self) -> u64 {
         self.pods.values().map(|p| p.millicpu).sum()
+    }
+
+    /// The sum of `headroom.io/be-memory` requested, bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.pods.values().map(|p| p.memory_bytes).sum()
     }
 
     pub fn pods(&self) -> Vec<BoundPod> {
@@ -250,6 +278,38 @@ mod tests {
         assert_eq!(f.millicpu(), 1500);
         f.delete(&pod("a", "Running", json!([])));
         assert_eq!(f.millicpu(), 0);
+    }
+
+    #[test]
+    fn the_memory_floor_sums_be_memory_with_the_same_grammar() {
+        let mut f = Floor::default();
+        let mut p = pod("a", "Running", json!([c("m", Some("1500"), None)]));
+        p.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert(
+                BE_MEMORY.into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()),
+            );
+        f.apply(&p);
+        // A pod that asks memory only counts in the memory floor.
+        let mut m = pod("b", "Running", json!([{"name": "m", "image": "x"}]));
+        m.spec.as_mut().unwrap().containers[0].resources =
+            Some(serde_json::from_value(json!({"limits": {BE_MEMORY: "512M"}})).unwrap());
+        f.apply(&m);
+        assert_eq!(f.millicpu(), 1500);
+        assert_eq!(f.memory_bytes(), (2u64 << 30) + 512_000_000);
+        // A fraction of a byte is refused, naming the resource.
+        let mut bad = pod("x", "Running", json!([{"name": "m", "image": "x"}]));
+        bad.spec.as_mut().unwrap().containers[0].resources =
+            Some(serde_json::from_value(json!({"requests": {BE_MEMORY: "1.5Gi"}})).unwrap());
+        let e = f.apply(&bad).expect("refused");
+        assert!(e.to_string().contains(BE_MEMORY), "{e}");
+        assert_eq!(f.memory_bytes(), (2u64 << 30) + 512_000_000);
     }
 
     #[test]

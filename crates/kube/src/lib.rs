@@ -6,8 +6,9 @@
 //! (cgroupfs or systemd driver). The pure rooms ([`layout`], [`pod`], [`state`]) hold every
 //! rule; [`watch`] is the I/O: a kube-rs watcher with a `spec.nodeName` field selector feeding
 //! them, publishing [`headroom_types::discovery::LcSet`]s. With `[kubernetes] advertise`,
-//! [`publish`] keeps the node's `headroom.io/be-cpu` at the agent's value and [`floor`] sums what
-//! the node's bound pods requested. See docs/kubernetes.md.
+//! [`publish`] keeps the node's `headroom.io/be-cpu` and `headroom.io/be-memory` at the agent's
+//! values and [`floor`] sums what the node's bound pods requested of each. See
+//! docs/kubernetes.md.
 
 pub mod floor;
 pub mod layout;
@@ -18,9 +19,9 @@ pub mod stand_in;
 pub mod state;
 pub mod watch;
 
-pub use floor::{BoundPod, Floor, BE_CPU};
+pub use floor::{BoundPod, Floor, BE_CPU, BE_MEMORY};
 pub use layout::{detect, group_exists, resolve, KubeletLayout};
 pub use pod::{PodFacts, Verdict, LATENCY_PORT, PRIORITY, SLO_P99_US};
-pub use publish::{PublishOptions, PublishState, Publisher};
+pub use publish::{PublishOptions, PublishState, Publisher, Wanted};
 pub use state::{Discoverer, PodEvent};
 pub use watch::{client, run, Discovery, DiscoveryOptions, KubeError};

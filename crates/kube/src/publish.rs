@@ -1,7 +1,7 @@
 //! The I/O edge of `[kubernetes] advertise`: a thread that keeps the node's
-//! `headroom.io/be-cpu` (capacity and allocatable, by a merge patch of `nodes/<node>/status`) at
-//! the value the agent last set, and the floor (the sum requested by the node's bound pods,
-//! [`crate::floor`]) current from a watch of the node's pods.
+//! `headroom.io/be-cpu` and `headroom.io/be-memory` (capacity and allocatable, both in one merge
+//! patch of `nodes/<node>/status`) at the values the agent last set, and their floors (the sums
+//! requested by the node's bound pods, [`crate::floor`]) current from a watch of the node's pods.
 //!
 //! An error is said once per kind (a 403 names the RBAC rule it needs) and retried with backoff;
 //! while the API is away the node keeps the last value patched (nothing removes it) and the
@@ -20,7 +20,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
-use crate::floor::{BoundPod, Floor, BE_CPU};
+use crate::floor::{BoundPod, Floor, BE_CPU, BE_MEMORY};
 use crate::watch::{client, KubeError};
 
 /// Where and how to advertise.
@@ -47,21 +47,32 @@ impl PublishOptions {
     }
 }
 
+/// The values to advertise: be-cpu, and be-memory where the agent has one (absent: the patch
+/// leaves the node's be-memory as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub millicpu: u64,
+    pub memory_bytes: Option<u64>,
+}
+
 /// What the publisher has done (for `ctl status` and the tests).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PublishState {
     /// The value the agent asked for last.
     pub wanted_millicpu: Option<u64>,
+    pub wanted_memory_bytes: Option<u64>,
     /// The value the API last accepted.
     pub published_millicpu: Option<u64>,
+    pub published_memory_bytes: Option<u64>,
     pub patches: u64,
     pub errors: u64,
     /// The last error, while it lasts (cleared by a patch that succeeds).
     pub last_error: Option<String>,
     /// Errors said (logged): once per kind of error in a row.
     pub errors_said: u64,
-    /// The floor: the sum requested by the bound pods, and whether the first list arrived.
+    /// The floors: the sums requested by the bound pods, and whether the first list arrived.
     pub floor_millicpu: u64,
+    pub floor_memory_bytes: u64,
     pub floor_synced: bool,
     pub bound_pods: Vec<BoundPod>,
     /// Pods whose request could not be read.
@@ -87,17 +98,37 @@ fn lock(s: &Mutex<PublishState>) -> std::sync::MutexGuard<'_, PublishState> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The merge patch that sets the value in capacity and allocatable.
-pub fn status_patch(millicpu: u64) -> serde_json::Value {
-    let v = millicpu.to_string();
-    serde_json::json!({"status": {"capacity": {BE_CPU: v}, "allocatable": {BE_CPU: v}}})
+impl PublishState {
+    fn wanted(&self) -> Option<Wanted> {
+        self.wanted_millicpu.map(|millicpu| Wanted {
+            millicpu,
+            memory_bytes: self.wanted_memory_bytes,
+        })
+    }
+
+    fn published(&self) -> Option<Wanted> {
+        self.published_millicpu.map(|millicpu| Wanted {
+            millicpu,
+            memory_bytes: self.published_memory_bytes,
+        })
+    }
+}
+
+/// The merge patch that sets be-cpu (and be-memory, where given) in capacity and allocatable.
+pub fn status_patch(millicpu: u64, memory_bytes: Option<u64>) -> serde_json::Value {
+    let mut values = serde_json::Map::new();
+    values.insert(BE_CPU.into(), millicpu.to_string().into());
+    if let Some(b) = memory_bytes {
+        values.insert(BE_MEMORY.into(), b.to_string().into());
+    }
+    serde_json::json!({"status": {"capacity": values, "allocatable": values}})
 }
 
 async fn run(
     client: Client,
     opts: PublishOptions,
     shared: Arc<Mutex<PublishState>>,
-    mut want: tokio::sync::watch::Receiver<Option<u64>>,
+    mut want: tokio::sync::watch::Receiver<Option<Wanted>>,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client);
@@ -137,6 +168,7 @@ async fn run(
                     }
                     let mut s = lock(&shared);
                     s.floor_millicpu = floor.millicpu();
+                    s.floor_memory_bytes = floor.memory_bytes();
                     s.floor_synced = floor.synced;
                     s.bound_pods = floor.pods();
                     s.refused_pods = floor.refused();
@@ -152,8 +184,9 @@ async fn run(
                 let (w, published) = {
                     let w = *want.borrow_and_update();
                     let mut s = lock(&shared);
-                    s.wanted_millicpu = w;
-                    (w, s.published_millicpu)
+                    s.wanted_millicpu = w.map(|w| w.millicpu);
+                    s.wanted_memory_bytes = w.and_then(|w| w.memory_bytes);
+                    (w, s.published())
                 };
                 // A new value goes out at once, unless an error's backoff runs.
                 if w.is_some() && w != published && said.is_none() {
@@ -161,25 +194,29 @@ async fn run(
                 }
             }
             _ = tokio::time::sleep_until(next) => {
-                let Some(value) = lock(&shared).wanted_millicpu else {
+                let Some(value) = lock(&shared).wanted() else {
                     next = tokio::time::Instant::now() + opts.refresh;
                     continue;
                 };
                 let pp = PatchParams::default();
-                match nodes.patch_status(&opts.node, &pp, &Patch::Merge(status_patch(value))).await {
+                let patch = status_patch(value.millicpu, value.memory_bytes);
+                match nodes.patch_status(&opts.node, &pp, &Patch::Merge(patch)).await {
                     Ok(_) => {
                         let mut s = lock(&shared);
-                        if s.published_millicpu != Some(value) {
-                            tracing::info!(node = %opts.node, millicpu = value, "kubernetes advertise: {BE_CPU} = {value}");
+                        if s.published() != Some(value) {
+                            tracing::info!(node = %opts.node, millicpu = value.millicpu, memory_bytes = ?value.memory_bytes, "kubernetes advertise: {BE_CPU} = {}, {BE_MEMORY} = {:?}", value.millicpu, value.memory_bytes);
                         }
                         if said.take().is_some() {
                             tracing::info!(node = %opts.node, "kubernetes advertise: the API accepts the patch again");
                         }
-                        s.published_millicpu = Some(value);
+                        s.published_millicpu = Some(value.millicpu);
+                        if value.memory_bytes.is_some() {
+                            s.published_memory_bytes = value.memory_bytes;
+                        }
                         s.patches += 1;
                         s.last_error = None;
                         retry = opts.retry;
-                        let w = s.wanted_millicpu;
+                        let w = s.wanted();
                         next = tokio::time::Instant::now() + if w != Some(value) { Duration::ZERO } else { opts.refresh };
                     }
                     Err(e) => {
@@ -187,7 +224,7 @@ async fn run(
                         let mut s = lock(&shared);
                         s.errors += 1;
                         if said.as_deref() != Some(kind.as_str()) {
-                            tracing::warn!(node = %opts.node, "kubernetes advertise: patching nodes/{}/status: {text}; retrying, the node keeps {:?}", opts.node, s.published_millicpu);
+                            tracing::warn!(node = %opts.node, "kubernetes advertise: patching nodes/{}/status: {text}; retrying, the node keeps {BE_CPU} {:?}, {BE_MEMORY} {:?}", opts.node, s.published_millicpu, s.published_memory_bytes);
                             s.errors_said += 1;
                             said = Some(kind);
                         }
@@ -204,7 +241,7 @@ async fn run(
 /// A running publisher: a thread with its own small async runtime.
 pub struct Publisher {
     shared: Arc<Mutex<PublishState>>,
-    want: tokio::sync::watch::Sender<Option<u64>>,
+    want: tokio::sync::watch::Sender<Option<Wanted>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -244,11 +281,22 @@ impl Publisher {
         })
     }
 
-    /// The value to advertise (patched when it differs from the last one published).
+    /// The be-cpu value to advertise (patched when it differs from the last one published);
+    /// be-memory, where set before, stays as it was.
     pub fn set(&self, millicpu: u64) {
+        let memory_bytes = self.want.borrow().and_then(|w| w.memory_bytes);
+        self.set_both(Wanted {
+            millicpu,
+            memory_bytes,
+        });
+    }
+
+    /// Both values to advertise, patched together in one patch when either differs from the
+    /// last one published.
+    pub fn set_both(&self, wanted: Wanted) {
         self.want.send_if_modified(|w| {
-            let changed = *w != Some(millicpu);
-            *w = Some(millicpu);
+            let changed = *w != Some(wanted);
+            *w = Some(wanted);
             changed
         });
     }
@@ -263,6 +311,11 @@ impl Publisher {
     /// The floor now (0 until the first pod list arrived).
     pub fn floor_millicpu(&self) -> u64 {
         self.state().floor_millicpu
+    }
+
+    /// The be-memory floor now, bytes (0 until the first pod list arrived).
+    pub fn floor_memory_bytes(&self) -> u64 {
+        self.state().floor_memory_bytes
     }
 
     pub fn stop(mut self) {

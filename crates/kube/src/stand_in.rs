@@ -1,6 +1,7 @@
 //! A stand-in kube-apiserver on 127.0.0.1 (no real one can be installed on these machines): it
 //! answers the pod list and watch endpoints as kube-apiserver does (a `PodList`, then a chunked
-//! stream of watch events) and `GET`/`PATCH nodes/<n>/status`. Behind the `stand-in` feature:
+//! stream of watch events) and `GET`/`PATCH nodes/<n>/status` (`headroom.io/be-cpu` and
+//! `headroom.io/be-memory` land in the Node's status as patched). Behind the `stand-in` feature:
 //! used by this crate's tests, the agent's and `kube-discover`'s tests in `crates/cli/tests`,
 //! and `headroom bench advertise` (docs/kubernetes.md).
 
@@ -43,6 +44,16 @@ pub fn pod(
 pub fn with_be_cpu(mut pod: Value, be_cpu: &str) -> Value {
     pod["spec"]["containers"][0]["resources"] = json!({
         "requests": {"headroom.io/be-cpu": be_cpu}, "limits": {"headroom.io/be-cpu": be_cpu}});
+    pod
+}
+
+/// `pod` whose container requests `be_memory` of `headroom.io/be-memory` besides what it
+/// requests already (requests and limits).
+pub fn with_be_memory(mut pod: Value, be_memory: &str) -> Value {
+    let r = &mut pod["spec"]["containers"][0]["resources"];
+    for m in ["requests", "limits"] {
+        r[m]["headroom.io/be-memory"] = json!(be_memory);
+    }
     pod
 }
 
@@ -434,12 +445,14 @@ impl StandIn {
         Ok(s)
     }
 
-    /// Adds a Node `name` with `cpu` CPUs in its capacity and allocatable.
+    /// Adds a Node `name` with `cpu` CPUs (and 4 GiB per CPU of memory, as kubelet writes it) in
+    /// its capacity and allocatable.
     pub fn add_node(&self, name: &str, cpu: u32) {
+        let memory = format!("{}Ki", u64::from(cpu) * 4 * 1024 * 1024);
         let node = json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "resourceVersion": "1"},
-            "status": {"capacity": {"cpu": cpu.to_string(), "pods": "110"},
-                       "allocatable": {"cpu": cpu.to_string(), "pods": "110"}}});
+            "status": {"capacity": {"cpu": cpu.to_string(), "memory": memory, "pods": "110"},
+                       "allocatable": {"cpu": cpu.to_string(), "memory": memory, "pods": "110"}}});
         self.nodes
             .lock()
             .unwrap()

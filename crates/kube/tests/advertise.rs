@@ -1,16 +1,21 @@
 //! `[kubernetes] advertise` through the real kube-rs client against the stand-in API server on
 //! 127.0.0.1 (no real API server can be installed here): the value lands in the Node's
 //! capacity and allocatable, the floor follows a committed pod, the advertiser's damping shows
-//! in the patches, a 403 is said once and retried, and with the API down the last value stays.
+//! in the patches, a 403 is said once and retried, and with the API down the last value stays;
+//! `headroom.io/be-memory` beside `headroom.io/be-cpu`, in the same patch, the same ways.
 
 use headroom_kube::stand_in;
 
 use std::time::{Duration, Instant};
 
+use headroom_control::advertise::memory::{memory_input, MemoryAdvertiser};
 use headroom_control::advertise::{AdvertiseParams, Advertiser, LcHealth, Tick};
-use headroom_kube::{PublishOptions, PublishState, Publisher, BE_CPU};
+use headroom_kube::{PublishOptions, PublishState, Publisher, Wanted, BE_CPU, BE_MEMORY};
+use headroom_types::observation::Observation;
 use serde_json::json;
-use stand_in::{pod, with_be_cpu, StandIn};
+use stand_in::{pod, with_be_cpu, with_be_memory, StandIn};
+
+const GIB: u64 = 1 << 30;
 
 const NODE: &str = "node-a";
 
@@ -234,6 +239,184 @@ fn with_the_api_down_the_last_value_stays_and_nothing_crashes() {
     // The node keeps the last value the API took.
     let n = nodes.lock().unwrap();
     assert_eq!(n.objects[NODE]["status"]["allocatable"][BE_CPU], "2500");
+    drop(n);
+    p.stop();
+}
+
+/// A pod bound to the node requesting 1500 m of be-cpu and 2 GiB of be-memory.
+fn committed_both() -> serde_json::Value {
+    with_be_memory(committed_pod(), "2Gi")
+}
+
+/// A 16 GiB node whose LC and system hold `others_gib`.
+fn memory(others_gib: u64) -> Observation {
+    Observation {
+        mem_total_bytes: Some(16 * GIB),
+        mem_available_bytes: Some((16 - others_gib) * GIB),
+        be_memory_bytes: Some(0),
+        ..Observation::default()
+    }
+}
+
+/// The be-memory values of the stand-in's patches (`None`: a patch without it).
+fn memory_patches(s: &StandIn) -> Vec<Option<String>> {
+    s.nodes
+        .lock()
+        .unwrap()
+        .patches
+        .iter()
+        .map(|(_, b)| {
+            b["status"]["allocatable"][BE_MEMORY]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn both_resources_land_in_one_patch_never_below_the_committed_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = StandIn::listing(vec![committed_both()]).unwrap();
+    s.add_node(NODE, 4);
+    let p = start(&s, dir.path());
+    let st = wait(&p, "the floors", |s| s.floor_synced);
+    assert_eq!((st.floor_millicpu, st.floor_memory_bytes), (1500, 2 * GIB));
+    assert_eq!(st.bound_pods[0].memory_bytes, 2 * GIB);
+    p.set_both(Wanted {
+        millicpu: 2000,
+        memory_bytes: Some(6 * GIB),
+    });
+    wait(&p, "both published", |s| {
+        s.published_memory_bytes == Some(6 * GIB)
+    });
+    assert_eq!(
+        s.node_resource(NODE, BE_MEMORY),
+        (Some("6442450944".into()), Some("6442450944".into()))
+    );
+    assert_eq!(s.node_resource(NODE, BE_CPU).1.as_deref(), Some("2000"));
+    // One patch carried both; kubelet's own memory figure is kept.
+    assert_eq!(s.nodes.lock().unwrap().patches.len(), 1);
+    assert_eq!(
+        s.node_resource(NODE, "memory").1.as_deref(),
+        Some("16777216Ki")
+    );
+
+    // The LC's memory peaks at 15 of 16 GiB: be-memory falls at once, to the floor.
+    let mut a = MemoryAdvertiser::new(AdvertiseParams {
+        min_history_ms: 0,
+        percentile: 0.0,
+        margin: 512 << 20,
+        step: 64 << 20,
+        ..AdvertiseParams::default()
+    });
+    let floor = p.state().floor_memory_bytes;
+    for (t, others) in [(0, 4), (1000, 15)] {
+        let (ad, _) = a.update(t, &memory_input(&memory(others), floor));
+        assert!(ad.value >= 2 * GIB, "{ad:?}");
+        p.set_both(Wanted {
+            millicpu: 2000,
+            memory_bytes: Some(ad.value),
+        });
+    }
+    wait(&p, "the memory floor published", |s| {
+        s.published_memory_bytes == Some(2 * GIB)
+    });
+    assert_eq!(
+        s.node_resource(NODE, BE_MEMORY).1.as_deref(),
+        Some("2147483648")
+    );
+    // be-cpu alone later leaves be-memory as it was.
+    p.set(1800);
+    wait(&p, "be-cpu alone", |s| s.published_millicpu == Some(1800));
+    assert_eq!(
+        memory_patches(&s).last().unwrap().as_deref(),
+        Some("2147483648")
+    );
+}
+
+#[test]
+fn the_memory_patches_follow_the_damped_changes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = StandIn::listing(vec![committed_both()]).unwrap();
+    s.add_node(NODE, 4);
+    let p = start(&s, dir.path());
+    wait(&p, "the floors", |s| s.floor_synced);
+    let mut a = MemoryAdvertiser::new(AdvertiseParams {
+        horizon_ms: 120_000,
+        damping_ms: 60_000,
+        bucket_ms: 10_000,
+        min_history_ms: 0,
+        percentile: 0.0,
+        margin: 512 << 20,
+        step: 64 << 20,
+        cap: None,
+    });
+    let mut changes = Vec::new();
+    // 10 simulated minutes, one tick a second: the LC's memory swings between 4 and 9 GiB, a
+    // different level every 20 s.
+    for sec in 0..600u64 {
+        let others = 4 + (sec / 20 * 7) % 6;
+        let (ad, c) = a.update(
+            sec * 1000,
+            &memory_input(&memory(others), p.state().floor_memory_bytes),
+        );
+        assert!(ad.value >= 2 * GIB, "t={sec}: {ad:?}");
+        if let Some(c) = c {
+            p.set_both(Wanted {
+                millicpu: 1500,
+                memory_bytes: Some(c.to),
+            });
+            wait(&p, "the change published", |s| {
+                s.published_memory_bytes == Some(c.to)
+            });
+            changes.push(c);
+        }
+    }
+    assert!(changes.len() >= 2, "{changes:#?}");
+    for w in changes.windows(2) {
+        let rise = w[1].to > w[0].to;
+        assert!(!rise || w[1].t_ms - w[0].t_ms >= 60_000, "{changes:#?}");
+    }
+    let patched: Vec<u64> = memory_patches(&s)
+        .into_iter()
+        .map(|v| v.expect("be-memory in every patch").parse().unwrap())
+        .collect();
+    let wanted: Vec<u64> = changes.iter().map(|c| c.to).collect();
+    assert_eq!(patched, wanted, "one patch per change");
+}
+
+#[test]
+fn with_the_api_down_both_last_values_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = StandIn::listing(vec![committed_both()]).unwrap();
+    s.add_node(NODE, 4);
+    let p = start(&s, dir.path());
+    p.set_both(Wanted {
+        millicpu: 2500,
+        memory_bytes: Some(5 * GIB),
+    });
+    wait(&p, "published", |s| {
+        s.published_memory_bytes == Some(5 * GIB)
+    });
+    let nodes = s.nodes.clone();
+    drop(s);
+    p.set_both(Wanted {
+        millicpu: 3000,
+        memory_bytes: Some(7 * GIB),
+    });
+    let st = wait(&p, "retries against the down API", |s| s.errors >= 3);
+    assert_eq!(
+        (st.published_millicpu, st.published_memory_bytes),
+        (Some(2500), Some(5 * GIB)),
+        "{st:#?}"
+    );
+    assert_eq!(st.wanted_memory_bytes, Some(7 * GIB));
+    assert_eq!(st.floor_memory_bytes, 2 * GIB);
+    let n = nodes.lock().unwrap();
+    assert_eq!(
+        n.objects[NODE]["status"]["allocatable"][BE_MEMORY],
+        "5368709120"
+    );
     drop(n);
     p.stop();
 }

@@ -7,10 +7,14 @@
 //! the LC violated. Then the jobs are scheduled over those timelines:
 //! - **blind**: a job is a BestEffort pod requesting nothing; kube-scheduler spreads such pods
 //!   by count (the node with the fewest, up to 110 pods), whatever CPU the node has free;
-//! - **advertised**: a job requests its size in `headroom.io/be-cpu`; it is bound to the node
-//!   with the most advertised-minus-requested that fits it, else it waits (FIFO with backfill);
+//! - **advertised**: a job requests its size in `headroom.io/be-cpu` and its memory in
+//!   `headroom.io/be-memory`; it is bound to the node with the most advertised-minus-requested
+//!   CPU among those where both fit, else it waits (FIFO with backfill). A node's be-memory is
+//!   the real be-memory advertiser (headroom-control, the agent's defaults) fed the node's BE
+//!   memory budget (`NodeCosts::be_mem_budget_gib`: the node's memory less the LC's fixed
+//!   footprint and reservations, the room the agent would measure) each window;
 //! - **advertised-no-floor**: the same, but the advertiser is given no floor (as utilisation-
-//!   derived numbers are): it shows the rejections the floor prevents.
+//!   derived numbers are) for either resource: it shows the rejections the floor prevents.
 //!
 //! A node's granted CPUs are shared by its running jobs in proportion to their sizes, each at
 //! most its size, less what crowding costs (crate::cluster_costs: BE memory pressure evicts pods
@@ -27,8 +31,9 @@
 //! Caveat: the node timelines come from runs where BE always asks, so the LC violations are the
 //! same under every placement (an upper bound for each: fewer BE jobs interfere less).
 
-use headroom_control::advertise::{AdvertiseParams, Advertiser, LcHealth, Tick};
-use headroom_control::config::PolicyKind;
+use headroom_control::advertise::memory::MemoryAdvertiser;
+use headroom_control::advertise::{AdvertiseParams, Advertiser, LcHealth, MemoryInput, Tick};
+use headroom_control::config::{KubernetesConfig, PolicyKind, SafetyConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -109,7 +114,8 @@ pub struct PlacementOutcome {
     /// Jobs not yet bound at the end, and the most ever waiting.
     pub waiting_end: u64,
     pub waiting_max: u64,
-    /// Node-windows where the advertised value was below what bound pods requested.
+    /// Node-windows where an advertised value (be-cpu or be-memory) was below what bound pods
+    /// requested.
     pub rejections: u64,
     /// Pods evicted for BE memory pressure, and the CPU-hours of progress they lost (not in
     /// `work_cpu_h`); the jobs were requeued.
@@ -254,10 +260,38 @@ pub fn node_timelines(
 
 struct NodeState {
     running: Vec<Job>,
-    /// milli-CPUs requested by the bound jobs.
+    /// milli-CPUs and bytes requested by the bound jobs.
     committed: u64,
+    committed_mem: u64,
     advertiser: Advertiser,
     advertised: u64,
+    memory: MemoryAdvertiser,
+    advertised_mem: u64,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// What a job requests of `headroom.io/be-memory`: its resident memory, bytes, rounded up.
+fn mem_bytes(j: &Job) -> u64 {
+    (j.mem_gib * GIB).ceil() as u64
+}
+
+/// GiB as bytes (an unbounded budget, `NodeCosts::none`, is `u64::MAX`).
+fn gib_bytes(gib: f64) -> u64 {
+    (gib * GIB).min(u64::MAX as f64) as u64
+}
+
+/// The be-memory advertiser's parameters beside be-cpu's `cpu`: the agent's defaults
+/// (`KubernetesConfig::advertise_memory_params`) on be-cpu's horizon, damping and warming.
+pub fn memory_params(cpu: AdvertiseParams) -> AdvertiseParams {
+    let m = KubernetesConfig::default().advertise_memory_params(&SafetyConfig::default());
+    AdvertiseParams {
+        percentile: m.percentile,
+        margin: m.margin,
+        step: m.step,
+        cap: m.cap,
+        ..cpu
+    }
 }
 
 /// Schedules the job stream over the timelines under one placement.
@@ -275,8 +309,11 @@ pub fn schedule(
         .map(|_| NodeState {
             running: Vec::new(),
             committed: 0,
+            committed_mem: 0,
             advertiser: Advertiser::new(params),
             advertised: 0,
+            memory: MemoryAdvertiser::new(memory_params(params)),
+            advertised_mem: 0,
         })
         .collect();
     let mut waiting: std::collections::VecDeque<Job> = Default::default();
@@ -299,19 +336,30 @@ pub fn schedule(
                 } else {
                     LcHealth::Held
                 };
-                let floor = if placement == Placement::Advertised {
-                    st.committed
-                } else {
-                    0
-                };
+                let floored = placement == Placement::Advertised;
+                let floor = if floored { st.committed } else { 0 };
+                let t_ms = (t0 * 1000.0) as u64;
                 let (ad, _) = st.advertiser.update(&Tick {
-                    t_ms: (t0 * 1000.0) as u64,
+                    t_ms,
                     granted_millicpu: (n.granted[w] * 1000.0).round() as u64,
                     health,
                     floor_millicpu: floor,
                 });
                 st.advertised = ad.value_millicpu;
-                if st.advertised < st.committed {
+                // The room the agent would measure: the node's BE memory budget (the LC's
+                // footprint and the reservations are fixed in this model).
+                let (mem, _) = st.memory.update(
+                    t_ms,
+                    &MemoryInput {
+                        room_bytes: gib_bytes(costs.be_mem_budget_gib(n.cores)),
+                        total_bytes: gib_bytes(n.cores as f64 * costs.node_mem_gib_per_core),
+                        lc_bytes: None,
+                        health: LcHealth::Held,
+                        floor_bytes: if floored { st.committed_mem } else { 0 },
+                    },
+                );
+                st.advertised_mem = mem.value;
+                if st.advertised < st.committed || st.advertised_mem < st.committed_mem {
                     rejections += 1;
                 }
             }
@@ -339,11 +387,15 @@ pub fn schedule(
                 }
                 _ => {
                     let need = (job.size * 1000.0) as u64;
+                    let need_mem = mem_bytes(&job);
                     state
                         .iter()
                         .enumerate()
                         .filter(|(_, s)| s.running.len() < MAX_PODS)
                         .filter(|(_, s)| s.advertised.saturating_sub(s.committed) >= need)
+                        .filter(|(_, s)| {
+                            s.advertised_mem.saturating_sub(s.committed_mem) >= need_mem
+                        })
                         .max_by_key(|(i, s)| (s.advertised - s.committed, std::cmp::Reverse(*i)))
                         .map(|(i, _)| i)
                 }
@@ -352,6 +404,7 @@ pub fn schedule(
                 Some(i) => {
                     rr = i + 1;
                     state[i].committed += (job.size * 1000.0) as u64;
+                    state[i].committed_mem += mem_bytes(&job);
                     state[i].running.push(job);
                 }
                 None => kept.push_back(job),
@@ -366,6 +419,7 @@ pub fn schedule(
             for k in out.into_iter().rev() {
                 let mut j = st.running.swap_remove(k);
                 st.committed -= (j.size * 1000.0) as u64;
+                st.committed_mem -= mem_bytes(&j);
                 let progress = j.size * j.duration_s - j.work;
                 work_done -= progress;
                 lost += progress;
@@ -405,6 +459,7 @@ pub fn schedule(
             for k in finished.into_iter().rev() {
                 let j = st.running.swap_remove(k);
                 st.committed -= (j.size * 1000.0) as u64;
+                st.committed_mem -= mem_bytes(&j);
                 let c = t1 - j.submit_s;
                 jct.push(c);
                 slowdown_sum += c / j.duration_s;

@@ -6,8 +6,9 @@ fn params() -> AdvertiseParams {
     AdvertiseParams {
         horizon_ms: 3_600_000,
         percentile: 10.0,
-        margin_millicpu: 200,
-        step_millicpu: 100,
+        margin: 200,
+        step: 100,
+        cap: None,
         damping_ms: 300_000,
         bucket_ms: 10_000,
         min_history_ms: 300_000,
@@ -254,4 +255,37 @@ fn mean_jct_over_all_jobs_counts_the_unfinished_to_the_days_end() {
         o.mean_jct_all_s
     );
     assert_eq!(o.mean_jct_s, 0.0);
+}
+
+/// Advertised placement fits jobs by the advertised be-memory too: on the crowded node of
+/// `an_evicted_pod_loses_its_progress_and_is_requeued_until_it_fits` (6 GiB for BE; A 5 GiB, B
+/// 3 GiB) B waits for A instead of evicting it; a job larger than the node's be-memory is
+/// never bound (it waits, it does not fail); blind still evicts.
+#[test]
+fn advertised_placement_fits_be_memory_so_nothing_is_evicted() {
+    let windows = 400;
+    let nodes = vec![node(4.0, windows, None)];
+    // After the advertiser's warming (300 s = 20 windows).
+    let stream = vec![
+        job(400.0, 1.0, 600.0, 5.0),
+        job(550.0, 1.0, 300.0, 3.0),
+        job(600.0, 1.0, 300.0, 50.0),
+    ];
+    let adv = schedule(
+        &nodes,
+        15.0,
+        &stream,
+        Placement::Advertised,
+        params(),
+        memory_only(6.0),
+    );
+    assert_eq!((adv.evictions, adv.jobs_failed), (0, 0), "{adv:?}");
+    assert_eq!((adv.jobs_done, adv.waiting_end), (2, 1), "{adv:?}");
+    assert_eq!(adv.rejections, 0, "{adv:?}");
+    let blind = blind(&nodes, &stream, memory_only(6.0));
+    assert!(blind.evictions > 0, "{blind:?}");
+    // The memory advertiser's parameters are the agent's defaults on be-cpu's horizon.
+    let m = memory_params(params());
+    assert_eq!((m.horizon_ms, m.damping_ms), (3_600_000, 300_000));
+    assert_eq!((m.percentile, m.margin), (0.0, 512 << 20));
 }

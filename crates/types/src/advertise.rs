@@ -1,10 +1,49 @@
-//! What a node advertises to Kubernetes as `headroom.io/be-cpu` and why: the advertiser's
-//! output (headroom-control's `advertise`), shown by `ctl status` and logged per change.
+//! What a node advertises to Kubernetes as `headroom.io/be-cpu` and `headroom.io/be-memory`
+//! and why: the advertisers' output (headroom-control's `advertise`), shown by `ctl status` and
+//! logged per change.
 
 use serde::{Deserialize, Serialize};
 
-/// The extended resource's name.
+/// The CPU extended resource's name (milli-CPUs).
 pub const RESOURCE: &str = "headroom.io/be-cpu";
+/// The memory extended resource's name (bytes).
+pub const MEMORY_RESOURCE: &str = "headroom.io/be-memory";
+
+/// Which extended resource an advertiser serves: its name, unit and how a value reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resource {
+    /// `headroom.io/be-cpu`, milli-CPUs.
+    BeCpu,
+    /// `headroom.io/be-memory`, bytes.
+    BeMemory,
+}
+
+impl Resource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::BeCpu => RESOURCE,
+            Resource::BeMemory => MEMORY_RESOURCE,
+        }
+    }
+
+    /// The reasons its value can have (the metric's `reason` labels).
+    pub fn reasons(self) -> &'static [AdvertiseReason] {
+        use AdvertiseReason::*;
+        match self {
+            Resource::BeCpu => &[Slo, Floor, Violating, Untrusted, Warming, Damped],
+            Resource::BeMemory => &[Peak, Capped, Floor, Untrusted, Warming, Damped],
+        }
+    }
+
+    /// A value in words: `1500m`, `2147483648 B (2.00 GiB)`.
+    pub fn show(self, v: u64) -> String {
+        match self {
+            Resource::BeCpu => format!("{v}m"),
+            Resource::BeMemory => format!("{v} B ({:.2} GiB)", v as f64 / (1u64 << 30) as f64),
+        }
+    }
+}
 
 /// Why the value is what it is (the metric's `reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +61,11 @@ pub enum AdvertiseReason {
     Warming,
     /// The target is higher, but the rise waits for the damping period.
     Damped,
+    /// be-memory: the node's memory less the LC's and system's peak over the horizon, less the
+    /// margin.
+    Peak,
+    /// be-memory: `safety.be_memory_limit_bytes` caps it.
+    Capped,
 }
 
 impl AdvertiseReason {
@@ -33,16 +77,20 @@ impl AdvertiseReason {
             AdvertiseReason::Untrusted => "untrusted",
             AdvertiseReason::Warming => "warming",
             AdvertiseReason::Damped => "damped",
+            AdvertiseReason::Peak => "peak",
+            AdvertiseReason::Capped => "capped",
         }
     }
 
-    pub const ALL: [AdvertiseReason; 6] = [
+    pub const ALL: [AdvertiseReason; 8] = [
         AdvertiseReason::Slo,
         AdvertiseReason::Floor,
         AdvertiseReason::Violating,
         AdvertiseReason::Untrusted,
         AdvertiseReason::Warming,
         AdvertiseReason::Damped,
+        AdvertiseReason::Peak,
+        AdvertiseReason::Capped,
     ];
 }
 
@@ -112,12 +160,117 @@ pub struct Advertisement {
     pub last_change: Option<AdvertiseChange>,
 }
 
+/// The advertisers' unit-neutral output (values in the resource's unit): be-memory's as it is,
+/// be-cpu's turned into [`Advertisement`] (whose field names the log and `ctl status` keep).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advertised {
+    pub resource: Resource,
+    pub value: u64,
+    pub reason: AdvertiseReason,
+    /// The reason in words, with the figures.
+    pub detail: String,
+    pub floor: u64,
+    /// What it would be without damping.
+    pub target: u64,
+    pub horizon: Horizon,
+    pub last_change: Option<Change>,
+}
+
+/// The horizon's figures behind a target, in the resource's unit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Horizon {
+    pub buckets: usize,
+    pub troubled_buckets: usize,
+    pub covered_s: f64,
+    pub horizon_s: f64,
+    pub percentile: f64,
+    /// The percentile of the buckets' values, and their least and most.
+    pub percentile_value: u64,
+    pub min: u64,
+    pub max: u64,
+    pub margin: u64,
+    /// The cap on the target, where one is set (be-memory: `safety.be_memory_limit_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<u64>,
+}
+
+/// A change of an advertised value, in the resource's unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub t_ms: u64,
+    /// `None`: the first value.
+    pub from: Option<u64>,
+    pub to: u64,
+    pub reason: AdvertiseReason,
+    pub detail: String,
+}
+
+impl From<Horizon> for HorizonFigures {
+    fn from(h: Horizon) -> Self {
+        HorizonFigures {
+            buckets: h.buckets,
+            troubled_buckets: h.troubled_buckets,
+            covered_s: h.covered_s,
+            horizon_s: h.horizon_s,
+            percentile: h.percentile,
+            percentile_millicpu: h.percentile_value,
+            min_millicpu: h.min,
+            max_millicpu: h.max,
+            margin_millicpu: h.margin,
+        }
+    }
+}
+
+impl From<Change> for AdvertiseChange {
+    fn from(c: Change) -> Self {
+        AdvertiseChange {
+            t_ms: c.t_ms,
+            from_millicpu: c.from,
+            to_millicpu: c.to,
+            reason: c.reason,
+            detail: c.detail,
+        }
+    }
+}
+
+impl From<Advertised> for Advertisement {
+    fn from(a: Advertised) -> Self {
+        Advertisement {
+            value_millicpu: a.value,
+            reason: a.reason,
+            detail: a.detail,
+            floor_millicpu: a.floor,
+            target_millicpu: a.target,
+            horizon: a.horizon.into(),
+            last_change: a.last_change.map(Into::into),
+        }
+    }
+}
+
+/// What one tick fed the be-memory advertiser (from the tick's observation and the floor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryInput {
+    /// What BE could hold now: the node's memory less what the LC and the system use, bytes
+    /// (0 where untrusted).
+    pub room_bytes: u64,
+    /// MemTotal, and what the LC groups hold (`memory.current` / `memory.usage_in_bytes`).
+    pub total_bytes: u64,
+    pub lc_bytes: Option<u64>,
+    pub health: LcHealth,
+    /// The sum of `headroom.io/be-memory` requested by the pods bound to the node, bytes.
+    pub floor_bytes: u64,
+}
+
 /// `ctl status`'s `advertise`: the advertisement and what the API took of it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AdvertiseStatus {
     /// `None` until the first tick with the floor known.
     pub advertisement: Option<Advertisement>,
+    /// `headroom.io/be-memory` (bytes), `None` until the first tick with the floor known.
+    pub memory: Option<Advertised>,
+    /// The be-memory advertiser's last input (the node's memory figures behind it).
+    pub memory_input: Option<MemoryInput>,
     pub edge: AdvertiseEdgeStatus,
 }
 
@@ -131,6 +284,10 @@ pub struct AdvertiseEdgeStatus {
     pub floor_millicpu: u64,
     /// The value the API last accepted.
     pub published_millicpu: Option<u64>,
+    /// The sum of `headroom.io/be-memory` requested by the node's bound pods, bytes.
+    pub floor_memory_bytes: u64,
+    /// The be-memory value the API last accepted, bytes.
+    pub published_memory_bytes: Option<u64>,
     pub patches: u64,
     pub errors: u64,
     /// The last error, while it lasts.

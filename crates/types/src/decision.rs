@@ -133,6 +133,18 @@ pub enum CtlEvent {
         detail: String,
         floor_millicpu: u64,
     },
+    /// `[kubernetes] advertise`: the node's advertised `headroom.io/be-memory` changed (one line
+    /// per change, the floor then, bytes), after the line of the tick that changed it. Its input
+    /// is the host's memory, not a policy decision: replay passes it by.
+    AdvertiseMemory {
+        t_ms: u64,
+        /// `None`: the first value.
+        from_bytes: Option<u64>,
+        to_bytes: u64,
+        reason: crate::advertise::AdvertiseReason,
+        detail: String,
+        floor_bytes: u64,
+    },
 }
 
 impl CtlEvent {

@@ -71,6 +71,9 @@ pub struct Observation {
     pub mem_total_bytes: Option<u64>,
     /// Memory charged to the BE groups.
     pub be_memory_bytes: Option<u64>,
+    /// Memory charged to the LC groups (`memory.current` / `memory.usage_in_bytes`, summed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lc_memory_bytes: Option<u64>,
 
     // ---- DRAM bandwidth (resctrl mon_data mbm_total_bytes rates) ----
     /// Total DRAM bandwidth in use, bytes/s.

@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use headroom_control::advertise::Resource;
 use headroom_types::allocation::Allocation;
 use headroom_types::observation::Observation;
 
@@ -58,6 +59,8 @@ pub struct Metrics {
     /// `[kubernetes] advertise`: the value advertised, milli-CPUs, on its reason's label (0 on
     /// the other reasons', so a sum over labels is the value).
     pub be_cpu_advertised: Family<Labels, F64Gauge>,
+    /// The same for `headroom.io/be-memory`, bytes.
+    pub be_memory_advertised: Family<Labels, F64Gauge>,
     pub writes: Counter,
     pub write_errors: Counter,
     pub drift_repairs: Counter,
@@ -149,6 +152,7 @@ impl Metrics {
             be_held_off: Family::default(),
             held_off_shown: Arc::default(),
             be_cpu_advertised: Family::default(),
+            be_memory_advertised: Family::default(),
             writes: Counter::default(),
             write_errors: Counter::default(),
             drift_repairs: Counter::default(),
@@ -234,6 +238,11 @@ impl Metrics {
             "be_cpu_advertised_millicpu",
             "The node's advertised headroom.io/be-cpu (milli-CPUs) on the label of why it is that",
             m.be_cpu_advertised.clone(),
+        );
+        r.register(
+            "be_memory_advertised_bytes",
+            "The node's advertised headroom.io/be-memory (bytes) on the label of why it is that",
+            m.be_memory_advertised.clone(),
         );
         r.register(
             "be_held_off_reason",
@@ -585,16 +594,26 @@ impl Metrics {
     /// Sets `headroom_be_cpu_advertised_millicpu{reason}`: the value on `reason`, 0 on the
     /// other reasons.
     pub fn be_cpu_advertised(&self, millicpu: u64, reason: &str) {
-        for r in headroom_control::advertise::AdvertiseReason::ALL {
-            let v = if r.as_str() == reason {
-                millicpu as f64
-            } else {
-                0.0
-            };
-            self.be_cpu_advertised
-                .get_or_create(&vec![("reason".to_string(), r.as_str().to_string())])
-                .set(v);
-        }
+        by_reason(&self.be_cpu_advertised, Resource::BeCpu, millicpu, reason);
+    }
+
+    /// Sets `headroom_be_memory_advertised_bytes{reason}` the same way.
+    pub fn be_memory_advertised(&self, bytes: u64, reason: &str) {
+        by_reason(&self.be_memory_advertised, Resource::BeMemory, bytes, reason);
+    }
+}
+
+/// An advertised value on its reason's label, 0 on the resource's other reasons'.
+fn by_reason(family: &Family<Labels, F64Gauge>, resource: Resource, value: u64, reason: &str) {
+    for r in resource.reasons() {
+        let v = if r.as_str() == reason {
+            value as f64
+        } else {
+            0.0
+        };
+        family
+            .get_or_create(&vec![("reason".to_string(), r.as_str().to_string())])
+            .set(v);
     }
 }
 

@@ -1,11 +1,14 @@
 //! `[kubernetes] advertise`: each tick the pure [`Advertiser`] is fed what the policy granted BE
-//! and how the LCs stood; a change is handed to the edge (headroom-kube's publisher, connected
-//! by the binary), which patches the Node on its own thread — the control loop never waits on
-//! the API. The floor is the edge's (a watch of the node's bound pods, kept current there).
+//! and how the LCs stood, and the pure [`MemoryAdvertiser`] the room the node's memory left BE;
+//! a change of either is handed to the edge (headroom-kube's publisher, connected by the
+//! binary) with the other's value, which patches both into the Node in one patch on its own
+//! thread — the control loop never waits on the API. The floors are the edge's (a watch of the
+//! node's bound pods, kept current there).
 //!
 //! The tick's input is computed in the record phase, from the observation the policy decided
 //! on, and logged with the decision ([`AdvertiseInput`]): `--replay` feeds the same inputs to
-//! the same advertiser and checks every logged change.
+//! the same advertiser and checks every logged change. be-memory's changes are logged too
+//! (`advertise_memory` lines); its input is the host's memory, which replay passes by.
 //!
 //! On exit nothing is patched: the node keeps the last value published, which was never below
 //! the floor of pods then bound, so kubelet rejects none of them on a restart; a node whose agent
@@ -13,8 +16,10 @@
 
 use std::sync::Arc;
 
+use headroom_control::advertise::memory::MemoryAdvertiser;
 use headroom_control::advertise::{
-    AdvertiseChange, AdvertiseInput, AdvertiseParams, Advertisement, Advertiser, LcHealth, Tick,
+    AdvertiseChange, AdvertiseInput, AdvertiseParams, AdvertiseReason, Advertised, Advertisement,
+    Advertiser, Change, LcHealth, MemoryInput, Resource, Tick,
 };
 use headroom_types::advertise::{AdvertiseEdgeStatus, AdvertiseStatus};
 use headroom_types::observation::Observation;
@@ -24,12 +29,14 @@ use crate::publish::metrics::ServiceSlo;
 
 /// Where the advertised value goes: never blocks (the edge patches on its own thread).
 pub trait AdvertiseEdge: Send + Sync {
-    /// The value to advertise, milli-CPUs.
-    fn set(&self, millicpu: u64);
+    /// The values to advertise, be-cpu in milli-CPUs and be-memory in bytes (one patch).
+    fn set(&self, millicpu: u64, memory_bytes: u64);
     /// The floor: what the node's bound pods requested, milli-CPUs; `None` until the first
     /// list of them arrived (nothing is advertised before: a value below pods already bound
     /// would make kubelet reject them on a restart).
     fn floor_millicpu(&self) -> Option<u64>;
+    /// The be-memory floor, bytes; `None` until the first list (as [`Self::floor_millicpu`]).
+    fn floor_memory_bytes(&self) -> Option<u64>;
     /// What the edge has done (`ctl status`): the value the API took, errors.
     fn state(&self) -> AdvertiseEdgeStatus;
 }
@@ -49,6 +56,7 @@ impl std::fmt::Debug for AdvertiseLink {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdvertiseCtx {
     pub floor_millicpu: u64,
+    pub floor_memory_bytes: u64,
     pub machine_cpus: u32,
     /// The advertiser's bucket width: a run of identical decisions in the log ends at a bucket's
     /// edge, so replay sees a tick in every bucket the live advertiser saw.
@@ -62,21 +70,40 @@ pub struct AdvertiseCtx {
 pub struct AdvertiseFeed {
     pub ctx: Option<AdvertiseCtx>,
     pub input: Option<AdvertiseInput>,
+    pub memory_input: Option<MemoryInput>,
 }
 
-/// The running advertiser and its edge.
+/// The running advertisers and their edge.
 pub(super) struct AdvertiseLive {
     pub advertiser: Advertiser,
+    pub memory: MemoryAdvertiser,
     pub edge: AdvertiseLink,
     pub last: Option<Advertisement>,
+    pub last_memory: Option<Advertised>,
+    pub last_memory_input: Option<MemoryInput>,
+}
+
+/// One tick of both advertisers: each one's advertisement and the change it made.
+pub(super) struct Fed {
+    pub cpu: (Advertisement, Option<AdvertiseChange>),
+    pub memory: (Advertised, Option<Change>),
 }
 
 impl AdvertiseLive {
-    pub(super) fn new(params: AdvertiseParams, edge: AdvertiseLink) -> AdvertiseLive {
+    /// `params` for be-cpu, `memory_params` for be-memory
+    /// (`KubernetesConfig::advertise_memory_params`).
+    pub(super) fn new(
+        params: AdvertiseParams,
+        memory_params: AdvertiseParams,
+        edge: AdvertiseLink,
+    ) -> AdvertiseLive {
         AdvertiseLive {
             advertiser: Advertiser::new(params),
+            memory: MemoryAdvertiser::new(memory_params),
             edge,
             last: None,
+            last_memory: None,
+            last_memory_input: None,
         }
     }
 
@@ -85,24 +112,28 @@ impl AdvertiseLive {
     pub(super) fn ctx(&self, machine_cpus: u32, latency_max_age_ms: u64) -> Option<AdvertiseCtx> {
         Some(AdvertiseCtx {
             floor_millicpu: self.edge.0.floor_millicpu()?,
+            floor_memory_bytes: self.edge.0.floor_memory_bytes()?,
             machine_cpus,
             bucket_ms: self.advertiser.params().bucket_ms,
             latency_max_age_ms,
         })
     }
 
-    /// Feeds one tick's input and hands a change to the edge.
-    pub(super) fn feed(
-        &mut self,
-        t_ms: u64,
-        input: &AdvertiseInput,
-    ) -> (Advertisement, Option<AdvertiseChange>) {
+    /// Feeds one tick's inputs to both advertisers and hands a change of either to the edge,
+    /// both values together.
+    pub(super) fn feed(&mut self, t_ms: u64, input: &AdvertiseInput, memory: &MemoryInput) -> Fed {
         let (ad, change) = self.advertiser.update(&Tick::of(t_ms, input));
-        if let Some(c) = &change {
-            self.edge.0.set(c.to_millicpu);
+        let (mem, mem_change) = self.memory.update(t_ms, memory);
+        if change.is_some() || mem_change.is_some() {
+            self.edge.0.set(ad.value_millicpu, mem.value);
         }
         self.last = Some(ad.clone());
-        (ad, change)
+        self.last_memory = Some(mem.clone());
+        self.last_memory_input = Some(memory.clone());
+        Fed {
+            cpu: (ad, change),
+            memory: (mem, mem_change),
+        }
     }
 }
 
@@ -166,6 +197,7 @@ impl Agent {
         let max_age = self.config.safety.latency_max_age_ms;
         self.publisher.advertise.ctx = self.advertise.as_ref().and_then(|l| l.ctx(cpus, max_age));
         self.publisher.advertise.input = None;
+        self.publisher.advertise.memory_input = None;
     }
 
     /// One tick of the advertiser (after the policy decided): never blocks.
@@ -181,20 +213,31 @@ impl AdvertiseLive {
     pub(super) fn status(&self) -> AdvertiseStatus {
         AdvertiseStatus {
             advertisement: self.last.clone(),
+            memory: self.last_memory.clone(),
+            memory_input: self.last_memory_input.clone(),
             edge: self.edge.0.state(),
         }
     }
 }
 
-pub(super) fn log_change(c: &AdvertiseChange) {
+/// A change in the agent's log (the decision log has its own line).
+pub(super) fn log_change(
+    resource: Resource,
+    from: Option<u64>,
+    to: u64,
+    reason: AdvertiseReason,
+    detail: &str,
+) {
     tracing::info!(
-        from = ?c.from_millicpu,
-        to = c.to_millicpu,
-        reason = c.reason.as_str(),
-        "kubernetes advertise: {} → {}m: {}",
-        c.from_millicpu.map_or("none".to_string(), |v| format!("{v}m")),
-        c.to_millicpu,
-        c.detail
+        resource = resource.name(),
+        from = ?from,
+        to,
+        reason = reason.as_str(),
+        "kubernetes advertise: {} {} → {}: {}",
+        resource.name(),
+        from.map_or("none".to_string(), |v| resource.show(v)),
+        resource.show(to),
+        detail
     );
 }
 

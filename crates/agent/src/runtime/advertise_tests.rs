@@ -10,19 +10,28 @@ use super::*;
 use crate::runtime::publish::Publisher;
 use headroom_control::decision::CtlEvent;
 
-/// An edge that records what it was given; its floor is set by the test.
+/// An edge that records what it was given; its floors are set by the test.
 #[derive(Default)]
 struct FakeEdge {
     floor: Mutex<Option<u64>>,
+    floor_memory: Mutex<u64>,
     sets: Mutex<Vec<u64>>,
+    memory_sets: Mutex<Vec<u64>>,
 }
 
 impl AdvertiseEdge for FakeEdge {
-    fn set(&self, millicpu: u64) {
+    fn set(&self, millicpu: u64, memory_bytes: u64) {
         self.sets.lock().unwrap().push(millicpu);
+        self.memory_sets.lock().unwrap().push(memory_bytes);
     }
     fn floor_millicpu(&self) -> Option<u64> {
         *self.floor.lock().unwrap()
+    }
+    fn floor_memory_bytes(&self) -> Option<u64> {
+        self.floor
+            .lock()
+            .unwrap()
+            .map(|_| *self.floor_memory.lock().unwrap())
     }
     fn state(&self) -> AdvertiseEdgeStatus {
         let floor = *self.floor.lock().unwrap();
@@ -45,8 +54,14 @@ fn live(floor: Option<u64>) -> (AdvertiseLive, Arc<FakeEdge>) {
         min_history_ms: 10_000,
         ..AdvertiseParams::default()
     };
+    let memory_params = AdvertiseParams {
+        percentile: 0.0,
+        margin: 512 << 20,
+        step: 64 << 20,
+        ..params
+    };
     (
-        AdvertiseLive::new(params, AdvertiseLink(edge.clone())),
+        AdvertiseLive::new(params, memory_params, AdvertiseLink(edge.clone())),
         edge,
     )
 }
@@ -69,14 +84,94 @@ impl Step for AdvertiseLive {
         granted_millicpu: u64,
         health: LcHealth,
     ) -> Option<(Advertisement, Option<AdvertiseChange>)> {
+        self.step_both(t_ms, granted_millicpu, health, &Observation::default())
+            .map(|f| f.cpu)
+    }
+}
+
+impl AdvertiseLive {
+    /// A tick of both advertisers, be-memory's input from `obs`'s memory figures.
+    fn step_both(
+        &mut self,
+        t_ms: u64,
+        granted_millicpu: u64,
+        health: LcHealth,
+        obs: &Observation,
+    ) -> Option<Fed> {
         let ctx = self.ctx(4, 1000)?;
         let input = AdvertiseInput {
             granted_millicpu,
             health,
             floor_millicpu: ctx.floor_millicpu,
         };
-        Some(self.feed(t_ms, &input))
+        let memory = headroom_control::advertise::memory::memory_input(obs, ctx.floor_memory_bytes);
+        Some(self.feed(t_ms, &input, &memory))
     }
+}
+
+const GIB: u64 = 1 << 30;
+
+/// A 16 GiB node whose LC and system hold `others_gib` and BE 1 GiB.
+fn memory(others_gib: u64) -> Observation {
+    Observation {
+        mem_total_bytes: Some(16 * GIB),
+        mem_available_bytes: Some((15 - others_gib) * GIB),
+        be_memory_bytes: Some(GIB),
+        ..Observation::default()
+    }
+}
+
+#[test]
+fn be_memory_goes_to_the_edge_with_be_cpu_never_below_its_floor() {
+    let (mut l, edge) = live(Some(0));
+    *edge.floor_memory.lock().unwrap() = 2 * GIB;
+    // Warming (10 s): both at their floors, one set for both.
+    let f = l.step_both(0, 4000, LcHealth::Held, &memory(4)).unwrap();
+    assert_eq!((f.cpu.0.value_millicpu, f.memory.0.value), (0, 2 * GIB));
+    assert_eq!(f.memory.0.reason, AdvertiseReason::Floor);
+    assert_eq!(edge.sets.lock().unwrap().len(), 1);
+    // Past warming and the damping of the first values: the room (12 GiB) less the margin.
+    let mut last = None;
+    for s in 1..70u64 {
+        last = l.step_both(s * 1000, 4000, LcHealth::Held, &memory(4));
+    }
+    let f = last.unwrap();
+    assert_eq!(f.memory.0.value, 12 * GIB - (512 << 20), "{:?}", f.memory.0);
+    assert_eq!(f.memory.0.reason, AdvertiseReason::Peak);
+    // An LC violation lowers be-cpu, not be-memory; the edge gets both values.
+    let f = l
+        .step_both(
+            70_000,
+            4000,
+            LcHealth::Violating {
+                lc: "shop/cart-0".into(),
+            },
+            &memory(4),
+        )
+        .unwrap();
+    assert_eq!(f.cpu.0.value_millicpu, 0);
+    assert!(f.memory.1.is_none());
+    assert_eq!(
+        edge.memory_sets.lock().unwrap().last().copied(),
+        Some(12 * GIB - (512 << 20))
+    );
+    // The LC's memory grows to 14 GiB: be-memory falls at once, to its floor.
+    let f = l
+        .step_both(71_000, 4000, LcHealth::Held, &memory(14))
+        .unwrap();
+    assert_eq!(
+        (f.memory.0.value, f.memory.0.reason),
+        (2 * GIB, AdvertiseReason::Floor)
+    );
+    assert_eq!(
+        edge.memory_sets.lock().unwrap().last().copied(),
+        Some(2 * GIB)
+    );
+    // `ctl status` has it, with the figures behind it.
+    let st = l.status();
+    let m = st.memory.expect("be-memory advertised");
+    assert_eq!((m.value, m.floor), (2 * GIB, 2 * GIB));
+    assert_eq!(st.memory_input.unwrap().room_bytes, 2 * GIB);
 }
 
 fn slo(name: &str, slo_us: f64) -> ServiceSlo {
@@ -301,6 +396,7 @@ advertise_min_history_s = 5
     let edge = Arc::new(FakeEdge::default());
     let mut live = AdvertiseLive::new(
         config.kubernetes.advertise_params(),
+        config.kubernetes.advertise_memory_params(&config.safety),
         AdvertiseLink(edge.clone()),
     );
     // 60 s at 100 ms: the floor listed after 1 s (1500m committed from 30 s), an SLO violation

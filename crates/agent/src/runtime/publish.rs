@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::publish::metrics::{Metrics, ServiceSlo};
 use crate::publish::reaction_log::phase;
-use headroom_control::advertise::{granted_millicpu, AdvertiseInput};
+use headroom_control::advertise::memory::memory_input;
+use headroom_control::advertise::{granted_millicpu, AdvertiseInput, Resource};
 use headroom_control::controller::{TickOutcome, TickSink};
 use headroom_control::decision::{CtlEvent, Decision, DecisionRecord};
 use headroom_types::allocation::Allocation;
@@ -186,6 +187,10 @@ impl TickSink for Publisher {
             ),
             floor_millicpu: c.floor_millicpu,
         });
+        self.advertise.memory_input = self
+            .advertise
+            .ctx
+            .map(|c| memory_input(obs, c.floor_memory_bytes));
         self.log_decision(t, obs, decision);
         phase::recorded();
     }
@@ -314,12 +319,22 @@ impl Publisher {
     /// the floor is unknown); a change goes to the edge and to the log, right after the tick's
     /// decision line (`--replay` checks it there).
     pub(super) fn step_advertiser(&mut self, live: &mut AdvertiseLive, t_ms: u64) {
-        let Some(input) = self.advertise.input.take() else {
+        let (Some(input), Some(memory)) = (
+            self.advertise.input.take(),
+            self.advertise.memory_input.take(),
+        ) else {
             return;
         };
-        let (ad, change) = live.feed(t_ms, &input);
-        if let Some(c) = &change {
-            log_change(c);
+        let fed = live.feed(t_ms, &input, &memory);
+        let (ad, change) = &fed.cpu;
+        if let Some(c) = change {
+            log_change(
+                Resource::BeCpu,
+                c.from_millicpu,
+                c.to_millicpu,
+                c.reason,
+                &c.detail,
+            );
             self.log_event(&CtlEvent::Advertise {
                 t_ms: c.t_ms,
                 from_millicpu: c.from_millicpu,
@@ -329,8 +344,22 @@ impl Publisher {
                 floor_millicpu: ad.floor_millicpu,
             });
         }
+        let (mem, mem_change) = &fed.memory;
+        if let Some(c) = mem_change {
+            log_change(Resource::BeMemory, c.from, c.to, c.reason, &c.detail);
+            self.log_event(&CtlEvent::AdvertiseMemory {
+                t_ms: c.t_ms,
+                from_bytes: c.from,
+                to_bytes: c.to,
+                reason: c.reason,
+                detail: c.detail.clone(),
+                floor_bytes: mem.floor,
+            });
+        }
         self.metrics
             .be_cpu_advertised(ad.value_millicpu, ad.reason.as_str());
+        self.metrics
+            .be_memory_advertised(mem.value, mem.reason.as_str());
     }
 }
 

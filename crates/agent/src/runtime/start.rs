@@ -366,8 +366,10 @@ impl Agent {
         if agent.config.kubernetes.advertise {
             match agent.options.advertise.clone() {
                 Some(edge) => {
+                    let k = &agent.config.kubernetes;
                     agent.advertise = Some(super::advertise::AdvertiseLive::new(
-                        agent.config.kubernetes.advertise_params(),
+                        k.advertise_params(),
+                        k.advertise_memory_params(&agent.config.safety),
                         edge,
                     ))
                 }

@@ -606,6 +606,15 @@ impl Sensors {
             Ok(b) => o.be_memory_bytes = Some(b),
             Err(e) => self.count_error("be_memory", &e),
         }
+        // The LC groups' charge, page cache included (be-memory never counts it as room).
+        let lc_mem: Result<u64, _> = std::iter::once(&self.lc)
+            .chain(self.more_lcs.iter().map(|s| &s.group))
+            .map(|g| self.cgroups.memory_usage(g))
+            .sum();
+        match lc_mem {
+            Ok(b) => o.lc_memory_bytes = Some(b),
+            Err(e) => self.count_error("lc_memory", &e),
+        }
         if self.list_services || !self.more_lcs.is_empty() {
             let mut first = headroom_types::observation::LcGroupObservation::default();
             lc_services::first_service(&self.lc_name, &o, None, &mut first);

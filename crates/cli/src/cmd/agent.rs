@@ -100,12 +100,19 @@ struct KubeAdvertise(headroom_kube::Publisher);
 
 #[cfg(feature = "kube")]
 impl headroom_agent::runtime::advertise::AdvertiseEdge for KubeAdvertise {
-    fn set(&self, millicpu: u64) {
-        self.0.set(millicpu);
+    fn set(&self, millicpu: u64, memory_bytes: u64) {
+        self.0.set_both(headroom_kube::Wanted {
+            millicpu,
+            memory_bytes: Some(memory_bytes),
+        });
     }
     fn floor_millicpu(&self) -> Option<u64> {
         let s = self.0.state();
         s.floor_synced.then_some(s.floor_millicpu)
+    }
+    fn floor_memory_bytes(&self) -> Option<u64> {
+        let s = self.0.state();
+        s.floor_synced.then_some(s.floor_memory_bytes)
     }
     fn state(&self) -> headroom_types::advertise::AdvertiseEdgeStatus {
         let s = self.0.state();
@@ -113,6 +120,8 @@ impl headroom_agent::runtime::advertise::AdvertiseEdge for KubeAdvertise {
             floor_synced: s.floor_synced,
             floor_millicpu: s.floor_millicpu,
             published_millicpu: s.published_millicpu,
+            floor_memory_bytes: s.floor_memory_bytes,
+            published_memory_bytes: s.published_memory_bytes,
             patches: s.patches,
             errors: s.errors,
             last_error: s.last_error,

@@ -341,6 +341,69 @@ pub(super) fn advertise_lines(a: &headroom_types::advertise::AdvertiseStatus) ->
             c.detail
         ));
     }
+    if let Some(m) = &a.memory {
+        lines.extend(memory_lines(a, m));
+    }
     lines.push(format!("  {api}"));
+    lines
+}
+
+/// `headroom.io/be-memory` in words: the value and why, the floor, the node's memory figures,
+/// the horizon's, the last change, what the API took.
+fn memory_lines(
+    a: &headroom_types::advertise::AdvertiseStatus,
+    m: &headroom_types::advertise::Advertised,
+) -> Vec<String> {
+    let show = |v: u64| m.resource.show(v);
+    let h = &m.horizon;
+    let mut lines = vec![format!(
+        "advertise {}: {} ({}: {}); floor {} (bound pods' requests); target {}",
+        m.resource.name(),
+        show(m.value),
+        m.reason.as_str(),
+        m.detail,
+        show(m.floor),
+        show(m.target)
+    )];
+    if let Some(i) = &a.memory_input {
+        lines.push(format!(
+            "  node memory {}, LC groups hold {}, room for BE now {}",
+            show(i.total_bytes),
+            i.lc_bytes.map_or("(not read)".to_string(), show),
+            show(i.room_bytes)
+        ));
+    }
+    lines.push(format!(
+        "  horizon: {:.0} of {:.0} s seen, {} buckets ({} troubled): least room {} (most {}), margin {}{}",
+        h.covered_s,
+        h.horizon_s,
+        h.buckets,
+        h.troubled_buckets,
+        show(h.percentile_value),
+        show(h.max),
+        show(h.margin),
+        h.cap
+            .map(|c| format!(", cap {}", show(c)))
+            .unwrap_or_default()
+    ));
+    if let Some(c) = &m.last_change {
+        lines.push(format!(
+            "  last change: t={} ms {} → {} ({}: {})",
+            c.t_ms,
+            c.from.map_or("none".to_string(), show),
+            show(c.to),
+            c.reason.as_str(),
+            c.detail
+        ));
+    }
+    lines.push(format!(
+        "  API: {}",
+        a.edge
+            .published_memory_bytes
+            .map_or("nothing published yet".to_string(), |v| format!(
+                "published {}",
+                show(v)
+            ))
+    ));
     lines
 }

@@ -44,6 +44,11 @@ pub struct KubernetesConfig {
     pub advertise_damping_s: f64,
     /// How much of the horizon must be seen before anything above the floor is advertised, s.
     pub advertise_min_history_s: f64,
+    /// `headroom.io/be-memory`: taken off the room BE had at the LC's and system's peak, bytes
+    /// (at least `safety.min_mem_available_bytes`, below which BE is disabled).
+    pub advertise_memory_margin_bytes: u64,
+    /// `headroom.io/be-memory` moves in whole steps of this many bytes.
+    pub advertise_memory_step_bytes: u64,
 }
 
 impl Default for KubernetesConfig {
@@ -62,6 +67,8 @@ impl Default for KubernetesConfig {
             advertise_step_millicpu: 100,
             advertise_damping_s: 300.0,
             advertise_min_history_s: 600.0,
+            advertise_memory_margin_bytes: 512 << 20,
+            advertise_memory_step_bytes: 64 << 20,
         }
     }
 }
@@ -191,12 +198,32 @@ impl KubernetesConfig {
         crate::advertise::AdvertiseParams {
             horizon_ms,
             percentile: self.advertise_percentile,
-            margin_millicpu: self.advertise_margin_millicpu,
-            step_millicpu: self.advertise_step_millicpu,
+            margin: self.advertise_margin_millicpu,
+            step: self.advertise_step_millicpu,
+            cap: None,
             damping_ms: ms(self.advertise_damping_s),
             // 360 buckets over the horizon, none shorter than a second.
             bucket_ms: (horizon_ms / 360).max(1000),
             min_history_ms: ms(self.advertise_min_history_s),
+        }
+    }
+
+    /// The be-memory advertiser's parameters: the horizon, damping and warming of be-cpu's; the
+    /// least room of the horizon (the LC's and system's peak: memory is not compressible, so no
+    /// percentile above it); the margin at least `safety.min_mem_available_bytes`; capped by
+    /// `safety.be_memory_limit_bytes` (BE can hold no more).
+    pub fn advertise_memory_params(
+        &self,
+        safety: &crate::config::SafetyConfig,
+    ) -> crate::advertise::AdvertiseParams {
+        crate::advertise::AdvertiseParams {
+            percentile: 0.0,
+            margin: self
+                .advertise_memory_margin_bytes
+                .max(safety.min_mem_available_bytes.unwrap_or(0)),
+            step: self.advertise_memory_step_bytes,
+            cap: safety.be_memory_limit_bytes,
+            ..self.advertise_params()
         }
     }
 
@@ -231,6 +258,24 @@ impl KubernetesConfig {
                 "kubernetes.advertise_margin_millicpu",
                 self.advertise_margin_millicpu,
                 "must be at most 1000000 milli-CPUs",
+            ));
+        }
+        // 1 TiB: a step or margin beyond any node's memory is a typo.
+        const MAX_MEMORY_BYTES: u64 = 1 << 40;
+        if self.advertise_memory_step_bytes == 0
+            || self.advertise_memory_step_bytes > MAX_MEMORY_BYTES
+        {
+            p.push(invalid(
+                "kubernetes.advertise_memory_step_bytes",
+                self.advertise_memory_step_bytes,
+                format!("must be in [1, {MAX_MEMORY_BYTES}] bytes"),
+            ));
+        }
+        if self.advertise_memory_margin_bytes > MAX_MEMORY_BYTES {
+            p.push(invalid(
+                "kubernetes.advertise_memory_margin_bytes",
+                self.advertise_memory_margin_bytes,
+                format!("must be at most {MAX_MEMORY_BYTES} bytes"),
             ));
         }
         let d = self.advertise_damping_s;
@@ -439,6 +484,44 @@ mod tests {
             "advertise_step_millicpu = 0",
             "advertise_damping_s = -1",
             "advertise_min_history_s = 20",
+        ] {
+            assert!(text.iter().any(|t| t.contains(key)), "{key}: {text:?}");
+        }
+    }
+
+    #[test]
+    fn the_memory_params_share_the_horizon_and_take_the_safety_keys() {
+        let k: KubernetesConfig = toml::from_str(
+            "advertise = true\nadvertise_horizon_s = 1800.0\nadvertise_memory_margin_bytes = 1000\nadvertise_memory_step_bytes = 4096",
+        )
+        .unwrap();
+        let safety = crate::config::SafetyConfig {
+            min_mem_available_bytes: Some(1 << 30),
+            be_memory_limit_bytes: Some(8 << 30),
+            ..Default::default()
+        };
+        let m = k.advertise_memory_params(&safety);
+        let c = k.advertise_params();
+        assert_eq!(
+            (m.horizon_ms, m.damping_ms, m.bucket_ms, m.min_history_ms),
+            (c.horizon_ms, c.damping_ms, c.bucket_ms, c.min_history_ms)
+        );
+        // The least room; the margin at least what keeps BE enabled; the limit as the cap.
+        assert_eq!((m.percentile, m.margin, m.step), (0.0, 1 << 30, 4096));
+        assert_eq!(m.cap, Some(8 << 30));
+        let m = k.advertise_memory_params(&crate::config::SafetyConfig::default());
+        assert_eq!((m.margin, m.cap), (1000, None));
+        let mut p = Problems::default();
+        KubernetesConfig {
+            advertise_memory_step_bytes: 0,
+            advertise_memory_margin_bytes: 1 << 50,
+            ..KubernetesConfig::default()
+        }
+        .validate(&mut p);
+        let text: Vec<String> = p.0.iter().map(|e| e.to_string()).collect();
+        for key in [
+            "advertise_memory_step_bytes = 0",
+            "advertise_memory_margin_bytes = 1125899906842624",
         ] {
             assert!(text.iter().any(|t| t.contains(key)), "{key}: {text:?}");
         }

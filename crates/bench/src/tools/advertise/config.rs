@@ -40,9 +40,10 @@ pub(super) fn write(dir: &Path, kubeconfig: &Path, node: &str, f: &Flags) -> Res
         advertise_horizon_s: f.horizon_s,
         advertise_percentile: f.percentile,
         advertise_margin_millicpu: f.margin_millicpu,
-        advertise_step_millicpu: KubernetesConfig::default().advertise_step_millicpu,
         advertise_damping_s: f.damping_s,
         advertise_min_history_s: f.min_history_s,
+        // The step and be-memory's keys: the agent's defaults.
+        ..KubernetesConfig::default()
     };
     config.safety = SafetyConfig {
         on_exit: OnExit::Restore,
