@@ -931,3 +931,15 @@ fn a_section_set_aside_hides_no_other_error() {
         assert!(msg.contains(key), "{key} not named:\n{msg}");
     }
 }
+
+/// Seventh hostile pass: `safety.state_file = "state.json"` was accepted and resolved against
+/// the working directory; a restart from another one (a unit file's `/` after an operator's
+/// shell) found no state, a first start that took the confined settings as originals.
+#[test]
+fn a_relative_state_file_is_refused() {
+    for rel in ["state.json", "./state.json", "../lib/headroom/state.json"] {
+        let to = format!("kind = \"heracles\"\n[safety]\nstate_file = \"{rel}\"");
+        let msg = refused_with("kind = \"heracles\"", &to, "safety.state_file");
+        assert!(msg.contains("absolute"), "{msg}");
+    }
+}

@@ -22,9 +22,6 @@ use super::{Agent, AgentError};
 use crate::state::{AgentState, DroppedGroup, GroupLock};
 use crate::supervisor::{kill_group_except, launched_for, BE_OWNER_ENV};
 
-/// Most groups below a BE group looked through for its processes.
-const GROUPS_MAX: usize = 1024;
-
 /// The groups a start releases, locked (no live agent manages them), and what the state file
 /// says of the earlier agent's processes.
 #[derive(Debug, Default)]
@@ -78,20 +75,10 @@ pub(super) fn plan(
     })
 }
 
-/// Every process in `group` and the groups below it (bounded).
+/// Every process in `group` and the groups below it, in every hierarchy (the processes a
+/// kill of the group takes: a process to spare must be found where the kill looks).
 pub(super) fn procs_below(cg: &Cgroups, group: &GroupPath) -> BTreeSet<i32> {
-    let mut out = BTreeSet::new();
-    let mut todo = vec![group.clone()];
-    let mut seen = 0;
-    while let Some(g) = todo.pop() {
-        seen += 1;
-        if seen > GROUPS_MAX {
-            break;
-        }
-        out.extend(cg.procs(&g).unwrap_or_default());
-        todo.extend(cg.children(&g).unwrap_or_default());
-    }
-    out
+    cg.procs_below(group)
 }
 
 impl Agent {
@@ -135,14 +122,17 @@ impl Agent {
                 }
             }
             let present = cg.exists(&d.group);
-            let marked = inside.iter().any(|&p| launched_for(p, &d.group));
-            let ran_command = match d.command {
-                Some(c) => c,
-                // An older state file: a recorded BE pid there says the agent ran one.
-                None => inside.iter().any(|&p| earlier.owned.contains(&(p as u32))),
-            };
+            // The earlier agent's BE is still there when something in the group carries its
+            // mark for this group or is a pid it recorded (a command that resets its
+            // environment keeps its pid, or has a marked parent such as `sudo`). Without
+            // either, the group holds someone else's processes (emptied, removed and made
+            // again by an operator between the runs: seventh hostile pass), all spared; before,
+            // "the earlier agent ran a command there" killed them.
+            let ours_still = inside
+                .iter()
+                .any(|&p| launched_for(p, &d.group) || earlier.owned.contains(&(p as u32)));
             let mut stopped = 0;
-            if d.role == EarlierRole::Be && (ran_command || marked) && present {
+            if d.role == EarlierRole::Be && ours_still && present {
                 stopped = kill_group_except(&cg, &d.group, &keep);
             }
             let role = match d.role {

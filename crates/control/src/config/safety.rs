@@ -87,6 +87,15 @@ impl SafetyConfig {
                 &self.state_file,
                 "must not be empty",
             ));
+        } else if !self.state_file.starts_with('/') {
+            // Resolved against the working directory, which a unit file and an operator's
+            // shell do not share: a restart from the other one found no record, took the
+            // confined settings as originals and `restore` put those back (seventh pass).
+            p.push(invalid(
+                "safety.state_file",
+                &self.state_file,
+                "a relative path is resolved against the agent's working directory, so a restart from another one finds no record of the earlier run; give an absolute path (e.g. /var/lib/headroom/state.json)",
+            ));
         }
         if self.latency_max_age_ms == 0 {
             p.push(invalid("safety.latency_max_age_ms", 0, "must be > 0"));

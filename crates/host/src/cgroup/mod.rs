@@ -414,6 +414,26 @@ impl Cgroups {
         Ok(())
     }
 
+    /// Every process of `group` and of the groups below it, in every hierarchy: the processes
+    /// [`Cgroups::kill_all`] kills. [`Cgroups::procs`] reads one hierarchy, but on cgroup v1 a
+    /// process may sit in a group in some hierarchies only (`cgexec -g memory:<group>`); a
+    /// set of processes to spare read from one hierarchy missed it, and the kill, which reads
+    /// them all, took it (seventh hostile pass).
+    pub fn procs_below(&self, group: &GroupPath) -> std::collections::BTreeSet<i32> {
+        let mut out = std::collections::BTreeSet::new();
+        for (_, dir) in self.group_dirs(group) {
+            if !dir.is_dir() {
+                continue;
+            }
+            for sub in walk_dirs(&dir) {
+                if let Ok(p) = self.read_pids(&sub.join(PROCS)) {
+                    out.extend(p);
+                }
+            }
+        }
+        out
+    }
+
     /// The processes in `group` (from its first hierarchy).
     pub fn procs(&self, group: &GroupPath) -> Result<Vec<i32>> {
         match self.group_dirs(group).into_iter().next() {
