@@ -599,7 +599,12 @@ impl Metrics {
 
     /// Sets `headroom_be_memory_advertised_bytes{reason}` the same way.
     pub fn be_memory_advertised(&self, bytes: u64, reason: &str) {
-        by_reason(&self.be_memory_advertised, Resource::BeMemory, bytes, reason);
+        by_reason(
+            &self.be_memory_advertised,
+            Resource::BeMemory,
+            bytes,
+            reason,
+        );
     }
 }
 
