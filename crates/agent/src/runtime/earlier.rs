@@ -35,11 +35,6 @@ pub(super) struct Earlier {
     owned: Vec<u32>,
 }
 
-/// Whether `a` is `b` or lies inside it.
-fn within(a: &GroupPath, b: &GroupPath) -> bool {
-    a == b || a.as_str().starts_with(&format!("{}/", b.as_str()))
-}
-
 /// The groups of `recorded` this config (`groups`, every LC service's `lcs`) dropped, each
 /// locked through `lock` (which refuses the start, before anything is touched, when a live
 /// agent manages one now). One that contains or lies inside one of this config's groups needs
@@ -61,7 +56,7 @@ pub(super) fn plan(
     let alone: Vec<GroupPath> = dropped
         .iter()
         .map(|d| d.group.clone())
-        .filter(|d| !ours.iter().any(|g| within(g, d) || within(d, g)))
+        .filter(|d| !ours.iter().any(|g| g.overlaps(d)))
         .collect();
     Ok(Earlier {
         lock: if alone.is_empty() {
@@ -115,7 +110,7 @@ impl Agent {
             keep.extend(&lc_pids);
             for g in ours.iter().filter(|g| **g != d.group) {
                 let procs = procs_below(&cg, g);
-                if within(g, &d.group) {
+                if g.is_within(&d.group) {
                     keep.extend(procs);
                 } else {
                     keep.extend(procs.difference(&inside));
