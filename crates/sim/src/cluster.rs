@@ -5,8 +5,10 @@
 //! Two stages. First every node runs the day under `hybrid` (the real policy in the SimHost
 //! loop, BE always asking), which gives per SLO window the BE CPUs the policy granted and whether
 //! the LC violated. Then the jobs are scheduled over those timelines:
-//! - **blind**: a job is a BestEffort pod requesting nothing; kube-scheduler spreads such pods
-//!   by count (the node with the fewest, up to 110 pods), whatever CPU the node has free;
+//! - **blind**: a job is a BestEffort pod requesting nothing; kube-scheduler scores nodes for
+//!   it as it does by default (`LeastAllocated` over its non-zero stand-in requests, 100 m CPU
+//!   and 200 MiB a pod), so such pods spread in proportion to node size, up to 110 a node,
+//!   whatever CPU the node has free;
 //! - **advertised**: a job requests its size in `headroom.io/be-cpu` and its memory in
 //!   `headroom.io/be-memory`; it is bound to the node with the most advertised-minus-requested
 //!   CPU among those where both fit, else it waits (FIFO with backfill). A node's be-memory is
@@ -294,6 +296,33 @@ pub fn memory_params(cpu: AdvertiseParams) -> AdvertiseParams {
     }
 }
 
+/// kube-scheduler's requests for a pod that requests nothing, when it scores nodes
+/// (`DefaultMilliCPURequest`, `DefaultMemoryRequest` in its `schedutil`): a BestEffort pod is
+/// not free to the scorer.
+const NONZERO_MILLICPU: i64 = 100;
+const NONZERO_MEMORY_BYTES: i64 = 200 * 1024 * 1024;
+
+/// kube-scheduler's default node score for a BestEffort pod (`NodeResourcesFit`, strategy
+/// `LeastAllocated`, cpu and memory weighted 1 each): per resource `(capacity − requested) × 100
+/// / capacity` in integers, `requested` being the non-zero requests of `pods` such pods (the new
+/// one included), averaged. The LC's and system pods' requests are left out: taken as the same
+/// fraction of every node, they lower every node's score alike. So blind pods spread in
+/// proportion to a node's size, not by count.
+fn least_allocated_score(cores: u32, pods: usize, mem_gib_per_core: f64) -> i64 {
+    fn score(capacity: i64, requested: i64) -> i64 {
+        if capacity <= 0 || requested > capacity {
+            0
+        } else {
+            (capacity - requested) * 100 / capacity
+        }
+    }
+    let pods = pods as i64;
+    let cpu = score(cores as i64 * 1000, pods * NONZERO_MILLICPU);
+    let mem_capacity = (cores as f64 * mem_gib_per_core * GIB).min(i64::MAX as f64 / 128.0) as i64;
+    let mem = score(mem_capacity, pods * NONZERO_MEMORY_BYTES);
+    (cpu + mem) / 2
+}
+
 /// Schedules the job stream over the timelines under one placement.
 pub fn schedule(
     nodes: &[NodeTimeline],
@@ -379,11 +408,22 @@ pub fn schedule(
             }
             let chosen = match placement {
                 Placement::Blind => {
+                    // The highest score wins; ties go to the first in a rotating order
+                    // (kube-scheduler picks at random among them).
                     let n = state.len();
                     (0..n)
                         .map(|k| (k + rr) % n)
                         .filter(|&i| state[i].running.len() < MAX_PODS)
-                        .min_by_key(|&i| state[i].running.len())
+                        .enumerate()
+                        .max_by_key(|&(order, i)| {
+                            let score = least_allocated_score(
+                                nodes[i].cores,
+                                state[i].running.len() + 1,
+                                costs.node_mem_gib_per_core,
+                            );
+                            (score, std::cmp::Reverse(order))
+                        })
+                        .map(|(_, i)| i)
                 }
                 _ => {
                     let need = (job.size * 1000.0) as u64;

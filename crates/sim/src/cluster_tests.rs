@@ -289,3 +289,27 @@ fn advertised_placement_fits_be_memory_so_nothing_is_evicted() {
     assert_eq!((m.horizon_ms, m.damping_ms), (3_600_000, 300_000));
     assert_eq!((m.percentile, m.margin), (0.0, 512 << 20));
 }
+
+#[test]
+fn blind_pods_spread_in_proportion_to_node_size_as_kube_scheduler_scores_them() {
+    // 100 BestEffort pods, one at a time, on an 8- and a 32-CPU node: the highest
+    // LeastAllocated score wins, as in `schedule`'s blind placement.
+    let cores = [8u32, 32];
+    let mut pods = [0usize; 2];
+    for _ in 0..100 {
+        let best = (0..2)
+            .max_by_key(|&i| {
+                (
+                    least_allocated_score(cores[i], pods[i] + 1, 4.0),
+                    std::cmp::Reverse(i),
+                )
+            })
+            .unwrap();
+        pods[best] += 1;
+    }
+    // By count it would be 50 / 50; by size 20 / 80 (integer scores blur it a little).
+    assert!((15..=25).contains(&pods[0]), "{pods:?}");
+    // A pod that requests nothing still scores lower on a fuller node.
+    assert!(least_allocated_score(8, 10, 4.0) < least_allocated_score(8, 1, 4.0));
+    assert_eq!(least_allocated_score(8, 1000, 4.0), 0);
+}
