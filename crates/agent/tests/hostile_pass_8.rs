@@ -214,3 +214,52 @@ fn a_clean_restore_exit_leaves_no_state_lock_file() {
     agent.run().expect("a clean run");
     assert_eq!(listing(dir.path()), Vec::<String>::new(), "nothing left");
 }
+
+const SPOOF: &str = "ctl_refuses_a_socket_served_by_another_user";
+
+/// `api.socket` in a directory others can write (`/tmp`): after a cleanup removed the socket,
+/// `nobody` bound its path and root's `ctl off` printed the stranger's "off: original settings
+/// restored" while the agent went on (live 21:00). `ctl` now refuses a server that is neither
+/// root nor its own user, sending nothing.
+#[test]
+fn ctl_refuses_a_socket_served_by_another_user() {
+    use std::os::unix::process::CommandExt;
+    if !live::is_root() {
+        return eprintln!("SKIP {SPOOF}: needs root (to serve as nobody)");
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let path = d.path().join("ctl.sock");
+    let fake = "import socket,sys,time\n\
+        s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
+        c,_=s.accept(); c.recv(4096)\n\
+        c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
+        time.sleep(1)\n";
+    let child = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(fake)
+        .arg(&path)
+        .uid(65534)
+        .gid(65534)
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => live::Children(vec![c]),
+        Err(e) => return eprintln!("SKIP {SPOOF}: no python3 to serve as nobody: {e}"),
+    };
+    if !live::eventually(Duration::from_secs(10), || path.exists()) {
+        return eprintln!("SKIP {SPOOF}: nobody's server did not bind");
+    }
+    let answer =
+        headroom_agent::publish::control::request(&path, &headroom_types::control::Request::Off);
+    let _ = child.0[0].kill();
+    let msg = match answer {
+        Ok(r) => panic!("ctl believed a stranger's answer: {r:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(msg.contains("uid 65534"), "{msg}");
+}

@@ -64,6 +64,9 @@ pub enum ControlError {
     },
     #[error("agent at {path} answered something that is not a response: {detail}")]
     BadResponse { path: PathBuf, detail: String },
+    /// The socket is served by another user (not root, not this one): not the agent.
+    #[error("{path} is served by uid {uid}, neither root nor this user: not the agent (another user bound its path?); nothing was sent")]
+    NotTheAgent { path: PathBuf, uid: String },
 }
 
 /// Binds the socket (replacing a stale one), sets it 0600, and serves it in a thread; requests
@@ -325,6 +328,19 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         source,
     };
     let mut stream = UnixStream::connect(path).map_err(|e| io("connecting to the agent at", e))?;
+    // Whoever serves the socket must be root or this user: in a directory others can write,
+    // another user bound the path after a cleanup removed it and answered `off` with "ok"
+    // while the agent went on (eighth hostile pass).
+    let me = headroom_host::process::effective_uid();
+    match headroom_host::net::peer_uid(&stream) {
+        Some(uid) if uid == me || uid == 0 => {}
+        other => {
+            return Err(ControlError::NotTheAgent {
+                path: path.to_path_buf(),
+                uid: other.map_or("unknown".to_string(), |u| u.to_string()),
+            })
+        }
+    }
     stream
         .set_read_timeout(Some(Duration::from_secs(15)))
         .map_err(|e| io("configuring", e))?;
