@@ -97,11 +97,16 @@ pub fn check(
         let Some(la) = la else { continue };
         for (b, lb) in &landed[..i] {
             if a.owner != b.owner && lb.as_ref() == Some(la) {
+                let why = if a.owner == "config" || b.owner == "config" {
+                    "the agent would write over its own config file"
+                } else {
+                    "the agent writes both"
+                };
                 return Err(ConfigError::Invalid {
                     key: a.key.clone(),
                     value: format!("{:?}", a.value),
                     reason: format!(
-                        "names the same file as {} = {:?} (through a link or another spelling): the agent writes both; give each a path of its own",
+                        "names the same file as {} = {:?} (through a link or another spelling): {why}; give each a path of its own",
                         b.key, b.value
                     ),
                 });
