@@ -227,39 +227,48 @@ fn ctl_refuses_a_socket_served_by_another_user() {
     if !live::is_root() {
         return eprintln!("SKIP {SPOOF}: needs root (to serve as nobody)");
     }
-    let d = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        d.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-    )
-    .unwrap();
-    let path = d.path().join("ctl.sock");
-    let fake = "import socket,sys,time\n\
-        s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
-        c,_=s.accept(); c.recv(4096)\n\
-        c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
-        time.sleep(1)\n";
-    let child = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(fake)
-        .arg(&path)
-        .uid(65534)
-        .gid(65534)
-        .stdout(std::process::Stdio::null())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => live::Children(vec![c]),
-        Err(e) => return eprintln!("SKIP {SPOOF}: no python3 to serve as nobody: {e}"),
-    };
-    if !live::eventually(Duration::from_secs(10), || path.exists()) {
-        return eprintln!("SKIP {SPOOF}: nobody's server did not bind");
+    // Root's 1777 directory: nobody's server is a stranger. Nobody's own directory: an agent
+    // run as nobody, answered.
+    for own_dir in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            d.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
+        if own_dir {
+            std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
+        }
+        let path = d.path().join("ctl.sock");
+        let fake = "import socket,sys,time\n\
+            s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
+            c,_=s.accept(); c.recv(4096)\n\
+            c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
+            time.sleep(1)\n";
+        let child = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(fake)
+            .arg(&path)
+            .uid(65534)
+            .gid(65534)
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => live::Children(vec![c]),
+            Err(e) => return eprintln!("SKIP {SPOOF}: no python3 to serve as nobody: {e}"),
+        };
+        if !live::eventually(Duration::from_secs(10), || path.exists()) {
+            return eprintln!("SKIP {SPOOF}: nobody's server did not bind");
+        }
+        let answer = headroom_agent::publish::control::request(
+            &path,
+            &headroom_types::control::Request::Off,
+        );
+        let _ = child.0[0].kill();
+        match (own_dir, answer) {
+            (false, Ok(r)) => panic!("ctl believed a stranger's answer: {r:?}"),
+            (false, Err(e)) => assert!(e.to_string().contains("uid 65534"), "{e}"),
+            (true, answer) => assert!(answer.is_ok(), "an agent in its own directory: {answer:?}"),
+        }
     }
-    let answer =
-        headroom_agent::publish::control::request(&path, &headroom_types::control::Request::Off);
-    let _ = child.0[0].kill();
-    let msg = match answer {
-        Ok(r) => panic!("ctl believed a stranger's answer: {r:?}"),
-        Err(e) => e.to_string(),
-    };
-    assert!(msg.contains("uid 65534"), "{msg}");
 }

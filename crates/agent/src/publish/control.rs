@@ -65,7 +65,7 @@ pub enum ControlError {
     #[error("agent at {path} answered something that is not a response: {detail}")]
     BadResponse { path: PathBuf, detail: String },
     /// The socket is served by another user (not root, not this one): not the agent.
-    #[error("{path} is served by uid {uid}, neither root nor this user: not the agent (another user bound its path?); nothing was sent")]
+    #[error("{path} is served by uid {uid}, neither root, this user nor the owner of its directory: not the agent (another user bound its path?); nothing was sent")]
     NotTheAgent { path: PathBuf, uid: String },
 }
 
@@ -328,12 +328,20 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         source,
     };
     let mut stream = UnixStream::connect(path).map_err(|e| io("connecting to the agent at", e))?;
-    // Whoever serves the socket must be root or this user: in a directory others can write,
-    // another user bound the path after a cleanup removed it and answered `off` with "ok"
-    // while the agent went on (eighth hostile pass).
+    // Whoever serves the socket must be root, this user or the owner of the socket's
+    // directory (an agent run as its own user): in a directory others can write, another user
+    // bound the path after a cleanup removed it and answered `off` with "ok" while the agent
+    // went on (eighth hostile pass).
     let me = headroom_host::process::effective_uid();
+    let dir_owner = {
+        use std::os::unix::fs::MetadataExt;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        std::fs::metadata(dir.unwrap_or(Path::new(".")))
+            .map(|m| m.uid())
+            .ok()
+    };
     match headroom_host::net::peer_uid(&stream) {
-        Some(uid) if uid == me || uid == 0 => {}
+        Some(uid) if uid == me || uid == 0 || Some(uid) == dir_owner => {}
         other => {
             return Err(ControlError::NotTheAgent {
                 path: path.to_path_buf(),
