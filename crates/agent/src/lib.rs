@@ -8,5 +8,6 @@ pub mod linux_node;
 pub mod publish;
 pub mod runtime;
 pub mod sensors;
+pub mod socket_file;
 pub mod state;
 pub mod supervisor;

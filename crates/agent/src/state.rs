@@ -460,31 +460,65 @@ impl StateLock {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io("creating the directory of"))?;
         }
-        // Never through a link (one planted there had its target truncated to the pid).
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&path)
-            .map_err(io("opening"))?;
-        let locked = try_flock(&file, Flock::Exclusive).map_err(io("locking"))?;
-        if !locked {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            return Err(StateError::Held {
-                what: format!("state file {}", state_file.display()),
-                lock: path.clone(),
-                holder: format!("pid {}", holder.trim()),
-            });
+        // A holder removes the file at a clean exit (while it holds it): a file opened before
+        // that removal and locked after it guards nothing, so the path must still name the
+        // locked file, or it is opened again (the group locks' rule).
+        for _ in 0..LOCK_TRIES {
+            // Never through a link (one planted there had its target truncated to the pid).
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(&path)
+                .map_err(io("opening"))?;
+            let locked = try_flock(&file, Flock::Exclusive).map_err(io("locking"))?;
+            if !names(&path, &file) {
+                continue;
+            }
+            if !locked {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                return Err(StateError::Held {
+                    what: format!("state file {}", state_file.display()),
+                    lock: path.clone(),
+                    holder: format!("pid {}", holder.trim()),
+                });
+            }
+            file.set_len(0).map_err(io("truncating"))?;
+            writeln!(file, "{}", std::process::id()).map_err(io("writing"))?;
+            return Ok(StateLock { _file: file, path });
         }
-        file.set_len(0).map_err(io("truncating"))?;
-        writeln!(file, "{}", std::process::id()).map_err(io("writing"))?;
-        Ok(StateLock { _file: file, path })
+        Err(io("locking (the file kept being removed)")(
+            std::io::Error::other(format!("removed {LOCK_TRIES} times")),
+        ))
+    }
+
+    /// Lets go of the lock and removes its file: after a clean `restore` exit removed the
+    /// state file nothing is left behind. Removed while held, so a taker that opened it before
+    /// finds it gone and opens the path again (see [`StateLock::acquire`]).
+    pub fn remove(self) {
+        if names(&self.path, &self._file) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        drop(self);
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Times the state lock is opened again when its file was removed under the taker (each a
+/// holder's clean exit; more means something outside the protocol).
+const LOCK_TRIES: u32 = 100;
+
+/// Whether `path` names the open `file` now (same device and inode).
+fn names(path: &Path, file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(path), file.metadata()) {
+        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+        _ => false,
     }
 }
 

@@ -943,3 +943,76 @@ fn a_relative_state_file_is_refused() {
         assert!(msg.contains("absolute"), "{msg}");
     }
 }
+
+/// Eighth hostile pass (a seventh-pass low): `api.socket`, `api.decision_log` and the feed
+/// sockets were accepted relative and resolved against the agent's working directory, so
+/// `ctl`, a log reader or `headroom load --feed` started elsewhere looked in another place.
+#[test]
+fn relative_socket_log_and_feed_paths_are_refused() {
+    for rel in ["ctl.sock", "./run/ctl.sock", "../ctl.sock"] {
+        let to = format!("kind = \"heracles\"\n[api]\nsocket = \"{rel}\"");
+        let msg = refused_with("kind = \"heracles\"", &to, "api.socket");
+        assert!(msg.contains("give an absolute path"), "{msg}");
+    }
+    for rel in ["decisions.jsonl", "./log/d.jsonl"] {
+        let to = format!("kind = \"heracles\"\n[api]\ndecision_log = \"{rel}\"");
+        let msg = refused_with("kind = \"heracles\"", &to, "api.decision_log");
+        assert!(msg.contains("give an absolute path"), "{msg}");
+    }
+    let to = "kind = \"heracles\"\n[api]\ndecision_log = \"\"";
+    let msg = refused_with("kind = \"heracles\"", to, "api.decision_log");
+    assert!(msg.contains("must not be empty"), "{msg}");
+    let feed = GOOD
+        .replace(
+            "source = \"probe\"\naddress = \"127.0.0.1:11211\"",
+            "source = \"feed\"\nsocket = \"feed.sock\"",
+        )
+        .replace(
+            "source = \"memcache-stats\"\naddress = \"127.0.0.1:11211\"",
+            "source = \"feed\"\nsocket = \"load.sock\"",
+        );
+    assert!(feed.contains("feed.sock") && feed.contains("load.sock"));
+    let msg = refuse(&feed);
+    for key in [
+        "lc.latency.socket",
+        "lc.load.socket",
+        "give an absolute path",
+    ] {
+        assert!(msg.contains(key), "{key} not named:\n{msg}");
+    }
+    // Absolute ones pass.
+    let ok = GOOD.replace(
+        "kind = \"heracles\"",
+        "kind = \"heracles\"\n[api]\nsocket = \"/run/x/ctl.sock\"\ndecision_log = \"/var/log/d.jsonl\"",
+    );
+    Config::from_toml_str(&ok).expect("absolute paths are accepted");
+}
+
+/// Eighth hostile pass: a feed socket (`lc.latency.socket`) on the control socket's path was
+/// accepted; the feed's bind replaced the control socket, so `ctl off` reached the feed.
+#[test]
+fn a_feed_socket_on_the_control_socket_or_state_file_is_refused() {
+    let base = GOOD.replace(
+        "source = \"probe\"\naddress = \"127.0.0.1:11211\"",
+        "source = \"feed\"\nsocket = \"/run/headroom/x.sock\"",
+    );
+    assert!(base.contains("/run/headroom/x.sock"));
+    Config::from_toml_str(&base).expect("the base feed config is good");
+    for (api, feed) in [
+        ("socket = \"/run/headroom/x.sock\"", "/run/headroom/x.sock"),
+        (
+            "socket = \"/run/headroom//./ctl.sock\"",
+            "/run/headroom/ctl.sock",
+        ),
+    ] {
+        let text = base.replace("/run/headroom/x.sock", feed).replace(
+            "kind = \"heracles\"",
+            &format!("kind = \"heracles\"\n[api]\n{api}"),
+        );
+        let msg = refuse(&text);
+        assert!(msg.contains("lc.latency.socket"), "{msg}");
+    }
+    let text = base.replace("/run/headroom/x.sock", "/var/lib/headroom/state.json.tmp");
+    let msg = refuse(&text);
+    assert!(msg.contains("lc.latency.socket"), "{msg}");
+}

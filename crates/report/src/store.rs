@@ -25,17 +25,25 @@ pub const POINTS: &str = "points";
 pub const RUNS: &str = "runs";
 pub const BASELINES: &str = "baselines";
 
+/// `root` made absolute against the working directory: the agent configs written below it
+/// name their state file and sockets by it, and the agent refuses relative ones (seventh and
+/// eighth hostile passes), so `--out results/x` (or the default `headroom-results/<name>`)
+/// would give configs the agent refuses.
+fn absolute(root: PathBuf) -> Result<PathBuf> {
+    std::path::absolute(&root).map_err(|e| ReportError::io("resolving", &root, e))
+}
+
 impl RunDir {
     /// Opens (creating if needed) a run directory.
     pub fn create(root: impl Into<PathBuf>) -> Result<RunDir> {
-        let root = root.into();
+        let root = absolute(root.into())?;
         std::fs::create_dir_all(&root).map_err(|e| ReportError::io("creating", &root, e))?;
         Ok(RunDir { root })
     }
 
     /// Opens an existing run directory (one holding a manifest).
     pub fn open(root: impl Into<PathBuf>) -> Result<RunDir> {
-        let root = root.into();
+        let root = absolute(root.into())?;
         let manifest = root.join("manifest.json");
         if !manifest.is_file() {
             return Err(ReportError::Input(format!(

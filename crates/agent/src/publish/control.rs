@@ -64,6 +64,9 @@ pub enum ControlError {
     },
     #[error("agent at {path} answered something that is not a response: {detail}")]
     BadResponse { path: PathBuf, detail: String },
+    /// The socket is served by another user (not root, not this one): not the agent.
+    #[error("{path} is served by uid {uid}, neither root, this user nor the owner of its directory: not the agent (another user bound its path?); nothing was sent")]
+    NotTheAgent { path: PathBuf, uid: String },
 }
 
 /// Binds the socket (replacing a stale one), sets it 0600, and serves it in a thread; requests
@@ -77,38 +80,23 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
     }
-    match UnixStream::connect(path) {
-        Ok(_) => {
-            return Err(io(
-                "another agent is serving",
-                std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
-            ))
-        }
-        // A datagram or seqpacket socket (journald's /dev/log) refuses a stream connect
-        // whether or not it is in use: it was deleted as "stale" (sixth hostile pass).
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EPROTOTYPE as i32) => {
-            return Err(io(
-                "refusing to replace (api.socket names another program's socket, not a stream socket; give the socket a path of its own)",
-                e,
-            ))
-        }
-        Err(_) => {}
-    }
     // A stale socket is replaced; any other file is not the agent's to delete (a socket
     // path naming the config file or another agent's state file deleted it: fifth hostile
-    // pass).
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
-            let _ = std::fs::remove_file(path);
-        }
-        Ok(_) => {
-            return Err(io(
-                "refusing to replace (api.socket names a file that is not a socket; give the socket a path of its own)",
-                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a socket"),
-            ))
-        }
-        Err(_) => {}
-    }
+    // pass; journald's datagram /dev/log taken for stale: sixth).
+    crate::socket_file::clear_stale(path).map_err(|r| match r {
+        Refusal::InUse => io(
+            "another agent is serving",
+            std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
+        ),
+        Refusal::NotStream(e) => io(
+            "refusing to replace (api.socket names another program's socket, not a stream socket; give the socket a path of its own)",
+            e,
+        ),
+        Refusal::NotASocket => io(
+            "refusing to replace (api.socket names a file that is not a socket; give the socket a path of its own)",
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a socket"),
+        ),
+    })?;
     let listener = bind(path).map_err(|(what, e)| io(what, e))?;
     let bell = Arc::new(Doorbell::new().map_err(|e| io("creating the doorbell (eventfd) of", e))?);
     let (tx, rx) = mpsc::channel();
@@ -137,12 +125,7 @@ fn bind(path: &Path) -> Result<UnixListener, (&'static str, std::io::Error)> {
 }
 
 /// The (device, inode) the path names now.
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
-}
+use crate::socket_file::{file_id, Refusal};
 
 /// The control socket, bound again when its file was removed (a cleanup of /run, an operator's
 /// `rm`): the kill switch was unreachable, silently, until the agent restarted (third hostile
@@ -345,6 +328,27 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         source,
     };
     let mut stream = UnixStream::connect(path).map_err(|e| io("connecting to the agent at", e))?;
+    // Whoever serves the socket must be root, this user or the owner of the socket's
+    // directory (an agent run as its own user): in a directory others can write, another user
+    // bound the path after a cleanup removed it and answered `off` with "ok" while the agent
+    // went on (eighth hostile pass).
+    let me = headroom_host::process::effective_uid();
+    let dir_owner = {
+        use std::os::unix::fs::MetadataExt;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        std::fs::metadata(dir.unwrap_or(Path::new(".")))
+            .map(|m| m.uid())
+            .ok()
+    };
+    match headroom_host::net::peer_uid(&stream) {
+        Some(uid) if uid == me || uid == 0 || Some(uid) == dir_owner => {}
+        other => {
+            return Err(ControlError::NotTheAgent {
+                path: path.to_path_buf(),
+                uid: other.map_or("unknown".to_string(), |u| u.to_string()),
+            })
+        }
+    }
     stream
         .set_read_timeout(Some(Duration::from_secs(15)))
         .map_err(|e| io("configuring", e))?;

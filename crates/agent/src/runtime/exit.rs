@@ -23,6 +23,8 @@ impl Agent {
     pub(super) fn shutdown(mut self) -> Result<RunSummary, AgentError> {
         let action = self.config.safety.on_exit;
         let mut failures: Vec<String> = Vec::new();
+        // The state lock's file goes with the state file (seventh pass's low: it was left).
+        let mut remove_lock = false;
         let exit_action = if self.options.dry_run {
             "none (dry run)".to_string()
         } else {
@@ -39,8 +41,9 @@ impl Agent {
                 }
             }
             if action == OnExit::Restore && failures.is_empty() {
-                if let Err(e) = state::remove(Path::new(&self.config.safety.state_file)) {
-                    failures.push(e.to_string());
+                match state::remove(Path::new(&self.config.safety.state_file)) {
+                    Ok(()) => remove_lock = true,
+                    Err(e) => failures.push(e.to_string()),
                 }
             } else if let Err(e) = self.write_state() {
                 failures.push(format!("writing the state file: {e}"));
@@ -76,6 +79,13 @@ impl Agent {
         }
         crate::sensors::wake_and_join(self.threads.drain(..));
         self.publisher.summary.exit_action = exit_action.clone();
+        // Last, once nothing more is done (the group locks, held until the agent is dropped,
+        // still turn a new agent away meanwhile).
+        if remove_lock {
+            if let Some(lock) = self.state_lock.take() {
+                lock.remove();
+            }
+        }
         if failures.is_empty() {
             Ok(self.publisher.summary.clone())
         } else {

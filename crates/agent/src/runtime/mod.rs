@@ -5,6 +5,7 @@
 
 pub mod advertise;
 mod decision_log;
+mod distinct_files;
 mod earlier;
 mod exit;
 mod follow;
@@ -267,7 +268,7 @@ pub struct Agent {
     /// `[kubernetes] advertise`: the advertiser and its edge.
     advertise: Option<advertise::AdvertiseLive>,
     /// Held for the agent's life: no second agent manages the same groups.
-    _lock: Option<StateLock>,
+    state_lock: Option<StateLock>,
     /// One agent per group: every managed group's lock, held for the agent's life.
     group_lock: Option<state::GroupLock>,
     /// Pids found as an LC but left in another agent's group (each warned about once).

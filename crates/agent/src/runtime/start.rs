@@ -39,6 +39,12 @@ impl Agent {
         let config = options.config.clone();
         config.validate()?;
         config.check_runnable()?;
+        // Two keys naming one file through a link, refused before anything is made.
+        super::distinct_files::check(
+            &config,
+            options.decision_log.as_deref(),
+            options.config_path.as_deref(),
+        )?;
         super::on_host::check_run_for(options.run_for)?;
         if !options.dry_run {
             super::on_host::check_on_host(&options.root, &config)?;
@@ -336,7 +342,7 @@ impl Agent {
             metrics_addr,
             kube: None,
             advertise: None,
-            _lock: lock,
+            state_lock: lock,
             group_lock,
             foreign_lc_pids: Default::default(),
             be_lc_pids: Default::default(),

@@ -35,11 +35,19 @@ pub fn spawn(
     cells: FeedCells,
     stop: StopFlag,
 ) -> std::io::Result<JoinHandle<()>> {
-    let _ = std::fs::remove_file(path);
+    // Only a stale socket is replaced: the feed's path deleted whatever it named (the
+    // control socket, taking `ctl off` away; a config file) until the eighth hostile pass.
+    crate::socket_file::clear_stale(path).map_err(|r| {
+        std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("refusing to replace it ({r}); give the feed socket a path of its own"),
+        )
+    })?;
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     listener.set_nonblocking(true)?;
-    let path = path.to_path_buf();
+    // The file bound here: the one to remove at the end (taken before the thread starts).
+    let path = (path.to_path_buf(), crate::socket_file::file_id(path));
     std::thread::Builder::new()
         .name("headroom-feed".into())
         .spawn(move || {
@@ -57,7 +65,7 @@ pub fn spawn(
 
 fn serve(
     listener: UnixListener,
-    path: PathBuf,
+    (path, id): (PathBuf, Option<(u64, u64)>),
     percentile: f64,
     window_s: f64,
     min_samples: u64,
@@ -117,7 +125,10 @@ fn serve(
             }
         }
     }
-    let _ = std::fs::remove_file(&path);
+    // Only its own socket file (one put there since is not the agent's to remove).
+    if crate::socket_file::file_id(&path) == id {
+        let _ = std::fs::remove_file(&path);
+    }
 }
 
 /// Why a feed line was not taken.

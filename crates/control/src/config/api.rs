@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-use crate::config::{invalid, Problems};
+use crate::config::{invalid, relative_path, Problems};
 
 /// `[api]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +60,12 @@ impl ApiConfig {
                 &self.socket,
                 format!("{} bytes: a Unix socket path holds at most {MAX_SOCKET_PATH}; give a shorter one", self.socket.len()),
             ));
+        }
+        if !self.socket.trim().is_empty() && !self.socket.starts_with('/') {
+            p.push(relative_path("api.socket", &self.socket, "ctl"));
+        }
+        if let Some(log) = self.decision_log.as_deref().filter(|l| !l.starts_with('/')) {
+            p.push(relative_path("api.decision_log", log, "a reader"));
         }
         if !(1..=MAX_DECISION_LOG_MB).contains(&self.decision_log_max_mb) {
             p.push(invalid(

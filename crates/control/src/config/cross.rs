@@ -65,6 +65,24 @@ impl Config {
                 "is also the control socket or the state file: give it a path of its own",
             ));
         }
+        // A feed socket is bound where its path names, replacing a stale socket there: on the
+        // control socket it took `ctl off` away (eighth hostile pass).
+        for (i, lc) in self.lcs.iter().enumerate() {
+            let key = self.lc_key(i);
+            let latency = lc.latency.as_ref().and_then(|l| l.socket.as_deref());
+            let load = lc.load.as_ref().and_then(|l| l.socket.as_deref());
+            for (what, feed) in [("latency", latency), ("load", load)] {
+                let Some(feed) = feed else { continue };
+                let f = lexical(feed);
+                if f == socket || state_files.contains(&f) || log.as_ref() == Some(&f) {
+                    p.push(invalid(
+                        &format!("{key}.{what}.socket"),
+                        feed,
+                        "is also api.socket, the state file or the decision log: the feed's socket would replace it; give it a path of its own",
+                    ));
+                }
+            }
+        }
         // The prober or a load source on the agent's own metrics endpoint measures the agent.
         if let Some(metrics) = api.metrics.as_deref() {
             for (i, lc) in self.lcs.iter().enumerate() {

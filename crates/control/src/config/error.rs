@@ -112,3 +112,17 @@ pub(crate) fn invalid(
         reason: reason.into(),
     }
 }
+
+/// A path key given relative: resolved against the agent's working directory, which a unit
+/// file and an operator's shell do not share, so `who` looks in another place than the agent
+/// (seventh hostile pass).
+pub(crate) fn relative_path(key: &str, value: &str, who: &str) -> ConfigError {
+    if value.trim().is_empty() {
+        return invalid(key, value, "must not be empty");
+    }
+    invalid(
+        key,
+        value,
+        format!("a relative path is resolved against the agent's working directory, so {who} started from another one looks in another place; give an absolute path"),
+    )
+}

@@ -1,7 +1,7 @@
 //! `[lc]`: the latency-critical service, its SLO and where its latency and load come from.
 
 use crate::config::checks::*;
-use crate::config::{invalid, Problems};
+use crate::config::{invalid, relative_path, Problems};
 use headroom_types::{CpuSet, GroupPath};
 use serde::{Deserialize, Serialize};
 
@@ -398,6 +398,22 @@ impl LcConfig {
         }
         if slo.min_samples == Some(0) {
             p.push(invalid("lc.slo.min_samples", 0, "must be at least 1"));
+        }
+        // The feed sockets the agent binds: `headroom load --feed` started elsewhere must find them.
+        let feed_sockets = [
+            (
+                "lc.latency.socket",
+                self.latency.as_ref().and_then(|l| l.socket.as_deref()),
+            ),
+            (
+                "lc.load.socket",
+                self.load.as_ref().and_then(|l| l.socket.as_deref()),
+            ),
+        ];
+        for (key, socket) in feed_sockets {
+            if let Some(s) = socket.filter(|s| !s.starts_with('/')) {
+                p.push(relative_path(key, s, "`headroom load --feed`"));
+            }
         }
         if let Some(lat) = &self.latency {
             match lat.source {

@@ -25,7 +25,7 @@ mod safety;
 pub use api::*;
 pub use be::*;
 pub use error::ConfigError;
-pub(crate) use error::{invalid, Problems};
+pub(crate) use error::{invalid, relative_path, Problems};
 pub use host::*;
 pub use kubernetes::*;
 pub use lc::*;
