@@ -478,3 +478,111 @@ fn wait(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Pods that appear, flip QoS class and annotations (extreme values among them) and go, 20 000
+/// events, then settle: the set follows, each pod is refused or accepted on its own, nothing
+/// panics, and what is kept is only the pods now on the node (pure: the discovery's state).
+#[test]
+fn pods_flapping_with_extreme_annotations_settle_to_the_right_set() {
+    use headroom_kube::LATENCY_PORT;
+    use headroom_kube::{Discoverer, KubeletLayout, PodEvent, PodFacts, PRIORITY, SLO_P99_US};
+    let huge = "9".repeat(200_000);
+    let slos = [
+        "500",
+        "1e308",
+        "NaN",
+        "inf",
+        "-0",
+        "0.5",
+        "10000000.0000001",
+        "1",
+        "10000000",
+        huge.as_str(),
+        " 250 ",
+        "",
+    ];
+    let ports = ["80", "65536", "-1", "0", " 8080 ", "http"];
+    let priorities = ["2147483647", "-2147483648", "2147483648", "1.5", "7"];
+    let qos = ["Guaranteed", "Burstable", "BestEffort", "", "Bogus"];
+    let facts = |i: usize, name: usize| PodFacts {
+        namespace: "shop".into(),
+        name: format!("p{name}"),
+        uid: format!("0a0a0a0a-0000-4000-8000-{name:012}"),
+        node: if i.is_multiple_of(17) {
+            "node-b".into()
+        } else {
+            NODE.into()
+        },
+        phase: if i.is_multiple_of(13) {
+            "Pending".into()
+        } else {
+            "Running".into()
+        },
+        qos_class: qos[i % qos.len()].into(),
+        annotations: [
+            (SLO_P99_US.to_string(), slos[i % slos.len()].to_string()),
+            (LATENCY_PORT.to_string(), ports[i % ports.len()].to_string()),
+            (
+                PRIORITY.to_string(),
+                priorities[i % priorities.len()].to_string(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        container_ports: vec![(i % 65535) as u16 + 1],
+    };
+    let mut d = Discoverer::new(NODE);
+    d.apply(PodEvent::Init);
+    d.apply(PodEvent::InitDone);
+    let layout = Some(KubeletLayout::Cgroupfs);
+    let mut events = 0;
+    for i in 0..20_000usize {
+        let name = i % 50;
+        if i.is_multiple_of(7) {
+            d.apply(PodEvent::Delete(facts(i, name)));
+        } else {
+            d.apply(PodEvent::Apply(facts(i, name)));
+        }
+        if d.evaluate(layout, |_| true, i as u64).is_some() {
+            events += 1;
+        }
+    }
+    // Settle: every pod goes but one good one and one with a 200 kB SLO value.
+    for name in 0..50 {
+        d.apply(PodEvent::Delete(facts(0, name)));
+    }
+    let mut good = facts(1, 1);
+    good.qos_class = "Burstable".into();
+    good.annotations.insert(SLO_P99_US.into(), "500".into());
+    good.annotations.insert(LATENCY_PORT.into(), "8080".into());
+    good.annotations
+        .insert(PRIORITY.into(), "-2147483648".into());
+    good.node = NODE.into();
+    good.phase = "Running".into();
+    let mut bad = good.clone();
+    bad.name = "p2".into();
+    bad.uid = "0a0a0a0a-0000-4000-8000-000000000002".into();
+    bad.annotations.insert(SLO_P99_US.into(), huge.clone());
+    d.apply(PodEvent::Apply(good));
+    d.apply(PodEvent::Apply(bad));
+    let ev = d
+        .evaluate(layout, |_| true, 30_000)
+        .expect("the set changed");
+    let set = ev.set;
+    assert!(
+        events > 100,
+        "the set followed the flapping: {events} changes"
+    );
+    let names: Vec<&str> = set.lcs.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["shop/p1"],
+        "the good pod is the one LC: {:?}",
+        set.refused
+    );
+    assert_eq!(set.lcs[0].priority, i32::MIN);
+    assert_eq!(set.lcs[0].latency_port, Some(8080));
+    assert_eq!(set.refused.len(), 1, "only the 200 kB SLO is refused now");
+    assert_eq!(set.refused[0].key, SLO_P99_US);
+    assert!(set.waiting.is_empty(), "{:?}", set.waiting);
+}
