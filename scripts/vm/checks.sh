@@ -572,8 +572,25 @@ EOT
   while [ "$_n" -gt 0 ] && ! ctl $D --json status 2>/dev/null | tr -d ' \n' | grep -q '"name":"shop/lc-b"'; do sleep 0.1; _n=$((_n - 1)); done
   if [ "$_n" -gt 0 ]; then pass "kube-live[$layout]: a pod added while the agent runs is an LC"
   else fail "kube-live[$layout]: added pod" "not in ctl status; log: $(tail -n 5 $D/agent.log | tr '\n' '|')"; fi
+  # Kubelet coexistence with discovery and multi (the eighth hostile pass): kubelet rewrites the
+  # QoS parents' weight while the agent runs; it is not repaired, cpu.idle is never set, and
+  # restore at exit leaves it.
+  burst=${ga%/*}
+  if echo 1 > "$CG/$parent/cpu.weight" && echo 39 > "$CG/$burst/cpu.weight"; then
+    pass "kube-live[$layout]: kubelet-style writes of $parent (1) and $burst (39) cpu.weight succeed"
+  else fail "kube-live[$layout]: kubelet-style weight writes" "refused (cpu.idle = '$(knob "$CG/$parent/cpu.idle")')"; fi
+  idle_seen=0; w_moved=0; _n=15
+  while [ "$_n" -gt 0 ]; do
+    [ "$(knob "$CG/$parent/cpu.idle")" = 0 ] || idle_seen=1
+    [ "$(knob "$CG/$parent/cpu.weight")" = 1 ] && [ "$(knob "$CG/$burst/cpu.weight")" = 39 ] || w_moved=1
+    sleep 0.1; _n=$((_n - 1))
+  done
+  expect "kube-live[$layout]: the QoS parents' weights stay as kubelet wrote them (0 = unmoved)" 0 "$w_moved"
+  expect "kube-live[$layout]: cpu.idle set on $parent while the agent ran (0 = never)" 0 "$idle_seen"
   stop_agent TERM; rc=$?
   expect "kube-live[$layout]: SIGTERM exit status" 0 "$rc"
+  expect "kube-live[$layout]: after restore $parent/cpu.weight is still kubelet's" 1 "$(knob "$CG/$parent/cpu.weight")"
+  expect "kube-live[$layout]: after restore $parent/cpu.idle" 0 "$(knob "$CG/$parent/cpu.idle")"
   wait_grep "kube-live[$layout]: on_exit restore thawed the BestEffort parent" "$CG/$parent/cgroup.events" "^frozen 0"
   if [ -d "$CG/headroom-discovery" ]; then fail "kube-live[$layout]: holder group" "headroom-discovery left"
   else pass "kube-live[$layout]: the holder group is removed"; fi

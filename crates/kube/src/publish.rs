@@ -114,6 +114,10 @@ impl PublishState {
     }
 }
 
+/// A status patch under way.
+type PatchFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), kube::Error>> + Send>>;
+
 /// The merge patch that sets be-cpu (and be-memory, where given) in capacity and allocatable.
 pub fn status_patch(millicpu: u64, memory_bytes: Option<u64>) -> serde_json::Value {
     let mut values = serde_json::Map::new();
@@ -142,7 +146,17 @@ async fn run(
     let mut retry = opts.retry;
     // When to patch next (the wanted value differs, a retry, or a refresh).
     let mut next = tokio::time::Instant::now();
+    // The patch under way and the value it carries: awaited beside the pod watch, so a server
+    // that holds a patch (up to the request deadline) does not stop the floor.
+    let mut sending: Option<(Wanted, PatchFuture)> = None;
     loop {
+        let idle = sending.is_none();
+        let patch_done = async {
+            match sending.as_mut() {
+                Some((_, f)) => f.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             ev = pod_events.next() => match ev {
                 Some(Ok(e)) => {
@@ -193,15 +207,28 @@ async fn run(
                     next = tokio::time::Instant::now();
                 }
             }
-            _ = tokio::time::sleep_until(next) => {
+            _ = tokio::time::sleep_until(next), if idle => {
                 let Some(value) = lock(&shared).wanted() else {
                     next = tokio::time::Instant::now() + opts.refresh;
                     continue;
                 };
-                let pp = PatchParams::default();
+                let (api, node) = (nodes.clone(), opts.node.clone());
                 let patch = status_patch(value.millicpu, value.memory_bytes);
-                match nodes.patch_status(&opts.node, &pp, &Patch::Merge(patch)).await {
-                    Ok(_) => {
+                sending = Some((
+                    value,
+                    Box::pin(async move {
+                        api.patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                            .map(|_| ())
+                    }),
+                ));
+            }
+            result = patch_done => {
+                let Some((value, _)) = sending.take() else {
+                    continue;
+                };
+                match result {
+                    Ok(()) => {
                         let mut s = lock(&shared);
                         if s.published() != Some(value) {
                             tracing::info!(node = %opts.node, millicpu = value.millicpu, memory_bytes = ?value.memory_bytes, "kubernetes advertise: {BE_CPU} = {}, {BE_MEMORY} = {:?}", value.millicpu, value.memory_bytes);

@@ -92,7 +92,9 @@ pub async fn client_bounded(
     };
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| KubeError::Access(e.to_string()))?;
-    Ok(builder.with_layer(&bounded::BoundLayer(bounds)).build())
+    Ok(builder
+        .with_layer(&bounded::BoundLayer::new(bounds))
+        .build())
 }
 
 /// Bounds on what one API answer may cost: an endless or huge list must not grow the agent
@@ -106,6 +108,14 @@ pub struct ApiBounds {
     pub list_deadline: Duration,
     /// How long without a complete pod list before a warning (repeated at this period).
     pub warn_after: Duration,
+    /// The most bytes one watch event (one line of a watch answer) may hold: a pod is at most
+    /// ~1.5 MB (etcd's request limit), so a longer line is a broken or hostile server, and
+    /// kube-rs would buffer it without end.
+    pub max_watch_line_bytes: u64,
+    /// The least time between the starts of two watches: kube-rs starts a watch again at once,
+    /// without backoff, when the server ends one cleanly, so a server that ends each at once
+    /// would be asked again in a busy loop.
+    pub min_watch_interval: Duration,
 }
 
 impl Default for ApiBounds {
@@ -114,6 +124,8 @@ impl Default for ApiBounds {
             max_list_bytes: 64 << 20,
             list_deadline: Duration::from_secs(60),
             warn_after: Duration::from_secs(10),
+            max_watch_line_bytes: 16 << 20,
+            min_watch_interval: Duration::from_secs(1),
         }
     }
 }
@@ -125,13 +137,18 @@ pub enum ListBoundError {
     TooLarge { cap: u64 },
     #[error("the API server did not finish a list answer within its {secs} s deadline (hanging or overloaded); cut, retried with backoff")]
     Deadline { secs: u64 },
+    #[error("one event of the API server's watch passed the cap of {cap} bytes without a line end (a pod is at most ~1.5 MB: a broken or hostile API server); cut, watched again with backoff")]
+    WatchLineTooLarge { cap: u64 },
 }
 
-/// The tower layer that bounds list answers (watches stream for minutes and are left alone).
+/// The tower layer that bounds list answers (a watch streams for minutes: only its line length is
+/// capped, and its starts paced).
 mod bounded {
     use std::future::Future;
     use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll};
+    use std::time::Duration;
 
     use bytes::Bytes;
     use http::{Request, Response};
@@ -141,14 +158,27 @@ mod bounded {
 
     use super::{ApiBounds, ListBoundError};
 
-    pub struct BoundLayer(pub ApiBounds);
+    pub struct BoundLayer {
+        bounds: ApiBounds,
+        pace: Arc<Mutex<Pace>>,
+    }
+
+    impl BoundLayer {
+        pub fn new(bounds: ApiBounds) -> BoundLayer {
+            BoundLayer {
+                bounds,
+                pace: Arc::default(),
+            }
+        }
+    }
 
     impl<S> tower::Layer<S> for BoundLayer {
         type Service = Bound<S>;
         fn layer(&self, inner: S) -> Bound<S> {
             Bound {
                 inner,
-                bounds: self.0,
+                bounds: self.bounds,
+                pace: self.pace.clone(),
             }
         }
     }
@@ -156,6 +186,51 @@ mod bounded {
     pub struct Bound<S> {
         inner: S,
         bounds: ApiBounds,
+        pace: Arc<Mutex<Pace>>,
+    }
+
+    /// When the last watch started, and whether pacing was said since watches last ran long.
+    #[derive(Default)]
+    pub struct Pace {
+        last_start: Option<tokio::time::Instant>,
+        paced: u64,
+        said: bool,
+    }
+
+    /// A watch that started this long after the previous one means watches run normally again:
+    /// the next run of watches ended at once is said again.
+    const PACE_RESAY_AFTER: Duration = Duration::from_secs(60);
+
+    impl Pace {
+        /// How long to hold back a watch starting at `now` (and says the first hold-back of a
+        /// run of them, once).
+        fn hold(&mut self, now: tokio::time::Instant, min: Duration) -> Duration {
+            let wait = match self.last_start {
+                Some(last) => (last + min).saturating_duration_since(now),
+                None => Duration::ZERO,
+            };
+            if let Some(last) = self.last_start {
+                if now.saturating_duration_since(last) >= PACE_RESAY_AFTER {
+                    self.said = false;
+                }
+            }
+            self.last_start = Some(now + wait);
+            if !wait.is_zero() {
+                self.paced += 1;
+                if !self.said {
+                    self.said = true;
+                    tracing::warn!(
+                        paced = self.paced,
+                        "kubernetes: the API server ended a watch less than {} ms after it began; \
+                         watches are started at most once every {} ms (said once until watches \
+                         run long again)",
+                        min.as_millis(),
+                        min.as_millis()
+                    );
+                }
+            }
+            wait
+        }
     }
 
     fn is_watch(req: &Request<KubeBody>) -> bool {
@@ -181,12 +256,24 @@ mod bounded {
         }
 
         fn call(&mut self, req: Request<KubeBody>) -> Self::Future {
-            let bounds = (!is_watch(&req)).then_some(self.bounds);
+            let watch = is_watch(&req);
+            let bounds = (!watch).then_some(self.bounds);
+            let hold = if watch {
+                let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
+                pace.hold(tokio::time::Instant::now(), self.bounds.min_watch_interval)
+            } else {
+                Duration::ZERO
+            };
+            let max_line = self.bounds.max_watch_line_bytes;
             let fut = self.inner.call(req);
             Box::pin(async move {
                 let Some(b) = bounds else {
+                    // hyper's request future is lazy: holding it back holds the request
+                    if !hold.is_zero() {
+                        tokio::time::sleep(hold).await;
+                    }
                     let resp = fut.await.map_err(Into::into)?;
-                    return Ok(resp.map(|body| Capped::new(body, None, None)));
+                    return Ok(resp.map(|body| Capped::watch(body, max_line)));
                 };
                 let deadline = tokio::time::Instant::now() + b.list_deadline;
                 let resp = match tokio::time::timeout_at(deadline, fut).await {
@@ -203,12 +290,17 @@ mod bounded {
         }
     }
 
-    /// A response body cut at a byte cap and a deadline.
+    /// A response body cut at a byte cap and a deadline (a list), or at a line length (a
+    /// watch: one event per line). After an error it ends.
     pub struct Capped<B> {
         inner: Pin<Box<B>>,
         read: u64,
         bounds: Option<ApiBounds>,
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        /// A watch's cap on one line, and the bytes since the last line end.
+        max_line: Option<u64>,
+        line: u64,
+        failed: bool,
     }
 
     impl<B> Capped<B> {
@@ -222,7 +314,22 @@ mod bounded {
                 read: 0,
                 bounds,
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+                max_line: None,
+                line: 0,
+                failed: false,
             }
+        }
+
+        fn watch(body: B, max_line: u64) -> Capped<B> {
+            Capped {
+                max_line: Some(max_line),
+                ..Capped::new(body, None, None)
+            }
+        }
+
+        fn fail(&mut self, e: ListBoundError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            self.failed = true;
+            Poll::Ready(Some(Err(e.into())))
         }
     }
 
@@ -239,10 +346,13 @@ mod bounded {
             cx: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
             let this = self.get_mut();
+            if this.failed {
+                return Poll::Ready(None);
+            }
             if let (Some(d), Some(b)) = (this.deadline.as_mut(), this.bounds) {
                 if d.as_mut().poll(cx).is_ready() {
                     let secs = b.list_deadline.as_secs();
-                    return Poll::Ready(Some(Err(ListBoundError::Deadline { secs }.into())));
+                    return this.fail(ListBoundError::Deadline { secs });
                 }
             }
             match this.inner.as_mut().poll_frame(cx) {
@@ -251,7 +361,16 @@ mod bounded {
                         this.read += data.len() as u64;
                         if this.read > b.max_list_bytes {
                             let cap = b.max_list_bytes;
-                            return Poll::Ready(Some(Err(ListBoundError::TooLarge { cap }.into())));
+                            return this.fail(ListBoundError::TooLarge { cap });
+                        }
+                    }
+                    if let (Some(cap), Some(data)) = (this.max_line, frame.data_ref()) {
+                        this.line = match data.iter().rposition(|&c| c == b'\n') {
+                            Some(i) => (data.len() - i - 1) as u64,
+                            None => this.line + data.len() as u64,
+                        };
+                        if this.line > cap {
+                            return this.fail(ListBoundError::WatchLineTooLarge { cap });
                         }
                     }
                     Poll::Ready(Some(Ok(frame)))
@@ -263,7 +382,7 @@ mod bounded {
         }
 
         fn is_end_stream(&self) -> bool {
-            self.inner.is_end_stream()
+            self.failed || self.inner.is_end_stream()
         }
 
         fn size_hint(&self) -> SizeHint {

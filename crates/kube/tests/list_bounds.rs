@@ -108,6 +108,7 @@ fn bounds() -> ApiBounds {
         max_list_bytes: 1 << 20,
         list_deadline: Duration::from_secs(3),
         warn_after: Duration::from_secs(1),
+        ..ApiBounds::default()
     }
 }
 

@@ -196,7 +196,6 @@ impl Agent {
         };
         kube.raw = Some(set.clone());
         kube.lock_retry_at = None;
-        let policy_changed = set.synced != kube.set.synced || set.lcs != kube.set.lcs;
         // The pods the agent accepts, and its own refusals (a static [lc]'s or BE's group).
         let mut accepted = Vec::new();
         let mut held_elsewhere = Vec::new();
@@ -205,18 +204,21 @@ impl Agent {
                 Ok(c) => match self.lock_pod_group(&mut kube, &c) {
                     Ok(()) => accepted.push(c),
                     Err(e) => {
-                        tracing::warn!(lc = %c.name, "kubernetes: pod refused as an LC: {e}");
-                        set.refused.push(PodRefusal {
+                        let r = PodRefusal {
                             pod: d.name.clone(),
                             key: "cgroup".into(),
                             value: d.cgroup.to_string(),
                             reason: e.to_string(),
-                        });
+                        };
+                        // Tried again every second: said when it is new, not at each try.
+                        if !kube.set.refused.contains(&r) {
+                            tracing::warn!(lc = %c.name, "kubernetes: pod refused as an LC: {e}");
+                        }
+                        set.refused.push(r);
                         held_elsewhere.push(d.name.clone());
                     }
                 },
                 Err(reason) => {
-                    tracing::warn!("kubernetes: pod refused as an LC: {reason}");
                     let r = PodRefusal {
                         pod: d.name.clone(),
                         key: reason.key().into(),
@@ -226,6 +228,7 @@ impl Agent {
                         reason: reason.to_string(),
                     };
                     if !kube.set.refused.contains(&r) {
+                        tracing::warn!("kubernetes: pod refused as an LC: {reason}");
                         kube.own_refusals += 1;
                     }
                     set.refused.push(r);
@@ -235,6 +238,9 @@ impl Agent {
         // A pod another agent holds is not this agent's LC: out of the policy's set until its
         // lock is taken.
         set.lcs.retain(|d| !held_elsewhere.contains(&d.name));
+        // Compared with the last set as the policy took it (the held pods out of both): a
+        // retry that changes nothing is no change.
+        let policy_changed = set.synced != kube.set.synced || set.lcs != kube.set.lcs;
         kube.locks
             .retain(|name, _| accepted.iter().any(|c: &LcConfig| &c.name == name));
         if !held_elsewhere.is_empty() {
