@@ -1,6 +1,11 @@
-//! The ninth hostile pass's defects (issue 42, docs/safety-hostile-pass-9.md). Dry runs: no
-//! group is made, no root needed.
+//! The ninth hostile pass's defects (issue 42, docs/safety-hostile-pass-9.md). Dry runs (no
+//! group is made) and a ctl client; the one that serves as `nobody` needs root and prints SKIP
+//! otherwise.
 
+#[allow(dead_code)]
+mod live;
+
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -64,4 +69,70 @@ fn first_bytes(p: &Path) -> String {
     std::fs::read_to_string(p)
         .map(|s| s.chars().take(40).collect())
         .unwrap_or_else(|e| format!("<{e}>"))
+}
+
+const SQUAT: &str = "ctl_refuses_a_stranger_in_a_directory_a_stranger_could_make";
+
+/// `api.socket = "/tmp/x/ctl.sock"`: `nobody` made `/tmp/x` before the agent started, the agent
+/// bound its socket there anyway, and `nobody` (the directory's owner: no sticky bit to stop
+/// them) replaced it with a server of their own. Root's `ctl off` believed it through the
+/// directory-owner rule, exit 0, while the agent went on (live 21:30). That rule now counts
+/// only a directory no one else could have made; an agent run as `nobody` in its own
+/// directory under root's `/run` is still answered.
+#[test]
+fn ctl_refuses_a_stranger_in_a_directory_a_stranger_could_make() {
+    if !live::is_root() {
+        return eprintln!("SKIP {SQUAT}: needs root (to serve as nobody)");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let run = match tempfile::Builder::new().prefix("hp9-").tempdir_in("/run") {
+        Ok(d) => d,
+        Err(e) => return eprintln!("SKIP {SQUAT}: no directory in /run: {e}"),
+    };
+    std::fs::set_permissions(
+        run.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for (under, stranger) in [(tmp.path(), true), (run.path(), false)] {
+        let dir = under.join("hp9sq");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        let path = dir.join("ctl.sock");
+        let fake = "import socket,sys,time\n\
+            s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
+            c,_=s.accept(); c.recv(4096)\n\
+            c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
+            time.sleep(1)\n";
+        let child = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(fake)
+            .arg(&path)
+            .uid(65534)
+            .gid(65534)
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => live::Children(vec![c]),
+            Err(e) => return eprintln!("SKIP {SQUAT}: no python3 to serve as nobody: {e}"),
+        };
+        if !live::eventually(Duration::from_secs(10), || path.exists()) {
+            return eprintln!("SKIP {SQUAT}: nobody's server did not bind");
+        }
+        let answer = headroom_agent::publish::control::request(
+            &path,
+            &headroom_types::control::Request::Off,
+        );
+        let _ = child.0[0].kill();
+        match (stranger, answer) {
+            (true, Ok(r)) => panic!("ctl believed a stranger in {}: {r:?}", dir.display()),
+            (true, Err(e)) => assert!(e.to_string().contains("uid 65534"), "{e}"),
+            (false, answer) => assert!(answer.is_ok(), "an agent in its own directory: {answer:?}"),
+        }
+    }
 }
