@@ -136,3 +136,65 @@ fn ctl_refuses_a_stranger_in_a_directory_a_stranger_could_make() {
         }
     }
 }
+
+/// A stream listener at the socket path whose backlog is full and that never accepts (a stopped
+/// agent, or a stranger's server in a directory others can write). Making room for the agent's
+/// socket connected to it with a blocking connect, and the start hung there for ever, before
+/// anything was made and with no word (live 21:33, on `api.socket` and on a feed socket); `ctl`
+/// hung the same way. Both are told at once now: the start refuses ("a live socket is there")
+/// and `ctl` gives up after its bound.
+#[test]
+fn a_listener_with_a_full_backlog_is_in_use_not_a_hang() {
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    use nix::sys::socket::{connect, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("full.sock");
+    let addr = UnixAddr::new(&path).unwrap();
+    let server = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .unwrap();
+    bind(server.as_raw_fd(), &addr).unwrap();
+    listen(&server, Backlog::new(0).unwrap()).unwrap();
+    // Fill the backlog (bounded: the kernel takes backlog + 1).
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let c = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .unwrap();
+        match connect(c.as_raw_fd(), &addr) {
+            Ok(()) => held.push(c),
+            Err(_) => break,
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    std::thread::spawn(move || {
+        let stale = headroom_agent::socket_file::clear_stale(&p);
+        let _ = tx.send(format!("{stale:?}"));
+        let ctl = headroom_agent::publish::control::request(
+            &p,
+            &headroom_types::control::Request::Status,
+        );
+        let _ = tx.send(format!("{ctl:?}"));
+    });
+    // Hang detectors only (generous): the old code never returned.
+    let stale = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("making room for the socket hung on a full backlog");
+    assert!(stale.contains("InUse"), "{stale}");
+    assert!(path.exists(), "the listener's socket is kept");
+    let ctl = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("ctl hung on a full backlog");
+    assert!(ctl.contains("Err"), "{ctl}");
+    drop(held);
+}

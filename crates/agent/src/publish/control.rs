@@ -341,6 +341,9 @@ fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
     super::deadline::write_all_by(stream, text.as_bytes(), Instant::now() + REPLY_DEADLINE)
 }
 
+/// Connects retried while the socket's backlog is full, 50 ms apart (15 s in all).
+const CONNECT_TRIES: u32 = 300;
+
 /// Sends one request to the agent at `path` and returns its response (the client of `ctl`).
 pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
     let io = |what, source| ControlError::Io {
@@ -348,7 +351,22 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut stream = UnixStream::connect(path).map_err(|e| io("connecting to the agent at", e))?;
+    // A full backlog (the agent stopped, or too many clients) is waited for a bounded time:
+    // a blocking connect there never returned (ninth hostile pass).
+    let mut tries = 0;
+    let mut stream = loop {
+        match headroom_host::net::connect_unix_now(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < CONNECT_TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(io(
+                "no room to connect within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) at",
+                e,
+            )),
+            other => break other.map_err(|e| io("connecting to the agent at", e))?,
+        }
+    };
     // Whoever serves the socket must be root, this user or the owner of the socket's
     // directory (an agent run as its own user): in a directory others can write, another user
     // bound the path after a cleanup removed it and answered `off` with "ok" while the agent
