@@ -24,8 +24,11 @@ pub enum Refusal {
 /// Removes a stale stream socket at `path`; refuses anything else there. Nothing at the path
 /// is fine.
 pub fn clear_stale(path: &Path) -> Result<(), Refusal> {
-    match std::os::unix::net::UnixStream::connect(path) {
+    // Not waiting: a full backlog means a listener (a stopped agent), and a blocking connect
+    // there hung the start for ever (ninth hostile pass).
+    match headroom_host::net::connect_unix_now(path) {
         Ok(_) => return Err(Refusal::InUse),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(Refusal::InUse),
         Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EPROTOTYPE as i32) => {
             return Err(Refusal::NotStream(e))
         }

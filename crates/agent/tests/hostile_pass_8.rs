@@ -230,7 +230,15 @@ fn ctl_refuses_a_socket_served_by_another_user() {
     // Root's 1777 directory: nobody's server is a stranger. Nobody's own directory: an agent
     // run as nobody, answered.
     for own_dir in [false, true] {
-        let d = tempfile::tempdir().unwrap();
+        // An agent's own directory counts only under directories no one else may write (not
+        // under /tmp: ninth pass).
+        let d = match own_dir {
+            true => match tempfile::Builder::new().prefix("hp8a-").tempdir_in("/run") {
+                Ok(d) => d,
+                Err(e) => return eprintln!("SKIP {SPOOF}: no directory in /run: {e}"),
+            },
+            false => tempfile::tempdir().unwrap(),
+        };
         std::fs::set_permissions(
             d.path(),
             std::os::unix::fs::PermissionsExt::from_mode(0o1777),

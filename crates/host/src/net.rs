@@ -40,6 +40,25 @@ pub fn peer_uid(stream: &std::os::unix::net::UnixStream) -> Option<u32> {
         .map(|cred| cred.uid())
 }
 
+/// Connects to the stream socket at `path` without waiting for the server: a listener whose
+/// backlog is full and that never accepts (a stopped agent, a hostile server) answers
+/// `WouldBlock` at once, where a blocking connect waited for ever (ninth hostile pass: an
+/// agent's start hung before anything was made, with no word). The stream returned blocks.
+pub fn connect_unix_now(path: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,7 +65,7 @@ pub enum ControlError {
     #[error("agent at {path} answered something that is not a response: {detail}")]
     BadResponse { path: PathBuf, detail: String },
     /// The socket is served by another user (not root, not this one): not the agent.
-    #[error("{path} is served by uid {uid}, neither root, this user nor the owner of its directory: not the agent (another user bound its path?); nothing was sent")]
+    #[error("{path} is served by uid {uid}, neither root, this user nor the owner of its directory (counted only where no one else could have made it: not under /tmp): not the agent (another user bound its path?); nothing was sent")]
     NotTheAgent { path: PathBuf, uid: String },
 }
 
@@ -314,11 +314,35 @@ fn serve_reserved(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &
     let _ = reply(&mut stream, &response);
 }
 
+/// The owner of `dir` when only they or root could have made it and put the socket there:
+/// every directory above it, as spelled and as it resolves, is root's or theirs and writable by
+/// no one else (OpenSSH's rule for its files). Otherwise `None`: a directory in `/tmp` may be
+/// anyone's, made before the agent started, so its owner proves nothing.
+fn trusted_dir_owner(dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(dir).ok()?.uid();
+    let spelled = match dir.is_absolute() {
+        true => dir.to_path_buf(),
+        false => std::env::current_dir().ok()?.join(dir),
+    };
+    let real = std::fs::canonicalize(dir).ok()?;
+    for above in spelled.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+        let m = std::fs::metadata(above).ok()?;
+        if (m.uid() != 0 && m.uid() != owner) || m.mode() & 0o022 != 0 {
+            return None;
+        }
+    }
+    Some(owner)
+}
+
 fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
     let mut text = serde_json::to_string(response).expect("response serializes");
     text.push('\n');
     super::deadline::write_all_by(stream, text.as_bytes(), Instant::now() + REPLY_DEADLINE)
 }
+
+/// Connects retried while the socket's backlog is full, 50 ms apart (15 s in all).
+const CONNECT_TRIES: u32 = 300;
 
 /// Sends one request to the agent at `path` and returns its response (the client of `ctl`).
 pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
@@ -327,19 +351,30 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut stream = UnixStream::connect(path).map_err(|e| io("connecting to the agent at", e))?;
+    // A full backlog (the agent stopped, or too many clients) is waited for a bounded time:
+    // a blocking connect there never returned (ninth hostile pass).
+    let mut tries = 0;
+    let mut stream = loop {
+        match headroom_host::net::connect_unix_now(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < CONNECT_TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(io(
+                "no room to connect within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) at",
+                e,
+            )),
+            other => break other.map_err(|e| io("connecting to the agent at", e))?,
+        }
+    };
     // Whoever serves the socket must be root, this user or the owner of the socket's
     // directory (an agent run as its own user): in a directory others can write, another user
     // bound the path after a cleanup removed it and answered `off` with "ok" while the agent
-    // went on (eighth hostile pass).
+    // went on (eighth hostile pass). The directory's owner counts only where no one else could
+    // have made that directory: a stranger's `/tmp/x` took the agent's socket (ninth pass).
     let me = headroom_host::process::effective_uid();
-    let dir_owner = {
-        use std::os::unix::fs::MetadataExt;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        std::fs::metadata(dir.unwrap_or(Path::new(".")))
-            .map(|m| m.uid())
-            .ok()
-    };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir_owner = trusted_dir_owner(dir.unwrap_or(Path::new(".")));
     match headroom_host::net::peer_uid(&stream) {
         Some(uid) if uid == me || uid == 0 || Some(uid) == dir_owner => {}
         other => {

@@ -122,51 +122,73 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Where `path` lands now; `None` when it cannot be told (a link loop, `..` below a missing
-/// directory): the lexical check of the config stands alone then.
+/// Where `path` lands now; `None` when it cannot be told (a link loop): the lexical check of
+/// the config stands alone then. Walked one name at a time from the root, links followed as
+/// the kernel does; a `..` below a missing directory folds the name before it, as it will once
+/// the agent has made that directory (the state lock makes its directory before the other
+/// files are opened: `<d>/nope/../agent.log` was not resolved and slipped past, ninth pass).
 fn landing(path: &Path) -> Option<Landing> {
     // Command-line paths (`--log`, `--config`) may be relative: opened from here.
-    let mut path = match path.is_absolute() {
+    let path = match path.is_absolute() {
         true => path.to_path_buf(),
         false => std::env::current_dir().ok()?.join(path),
     };
-    for _ in 0..MAX_LINKS {
-        if !path.is_absolute() {
-            return None;
+    // The names still to walk, the next one last.
+    let mut todo = names_reversed(&path);
+    // The existing part, links resolved (so its parent is its real parent).
+    let mut real = PathBuf::from("/");
+    let mut below: Vec<OsString> = Vec::new();
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            if below.pop().is_none() {
+                real.pop();
+            }
+            continue;
         }
-        let mut at = path.clone();
-        let mut below: Vec<OsString> = Vec::new();
-        loop {
-            if let Ok(m) = std::fs::metadata(&at) {
-                use std::os::unix::fs::MetadataExt;
-                below.reverse();
-                return Some(Landing {
-                    dev: m.dev(),
-                    ino: m.ino(),
-                    below,
-                });
-            }
-            // A dangling link: a file made through it lands at its target.
-            if let Ok(target) = std::fs::read_link(&at) {
-                let parent = at.parent().unwrap_or(Path::new("/"));
-                let mut next = parent.join(target);
-                for name in below.iter().rev() {
-                    next.push(name);
+        if !below.is_empty() {
+            below.push(name);
+            continue;
+        }
+        let next = real.join(&name);
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return None;
                 }
-                path = next;
-                break;
+                let target = std::fs::read_link(&next).ok()?;
+                if target.is_absolute() {
+                    real = PathBuf::from("/");
+                }
+                todo.extend(names_reversed(&target));
             }
-            match at.components().next_back() {
-                Some(Component::Normal(name)) => below.push(name.to_owned()),
-                Some(Component::CurDir) => {}
-                _ => return None,
-            }
-            if !at.pop() {
-                return None;
-            }
+            Ok(_) => real = next,
+            // Missing (or not searchable): made there, below the existing part.
+            Err(_) => below.push(name),
         }
     }
-    None
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&real).ok()?;
+    Some(Landing {
+        dev: m.dev(),
+        ino: m.ino(),
+        below,
+    })
+}
+
+/// The names of `path` (`..` kept, `.` and the root dropped), last first.
+fn names_reversed(path: &Path) -> Vec<OsString> {
+    let mut v: Vec<OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect();
+    v.reverse();
+    v
 }
 
 #[cfg(test)]
@@ -202,6 +224,22 @@ mod tests {
         assert_ne!(
             landing(&real.join("f")).unwrap(),
             landing(&real.join("g")).unwrap()
+        );
+        // `..` below a missing directory lands where it will once the directory is made, and
+        // `..` after a link goes up from the link's target, as the kernel goes.
+        assert_eq!(
+            landing(&d.path().join("nope/../real/f")).unwrap(),
+            landing(&real.join("f")).unwrap()
+        );
+        assert_eq!(
+            landing(&real.join("nope/a/../../g.log")).unwrap(),
+            landing(&real.join("g.log")).unwrap()
+        );
+        std::fs::create_dir(real.join("sub")).unwrap();
+        symlink(real.join("sub"), d.path().join("sublink")).unwrap();
+        assert_eq!(
+            landing(&d.path().join("sublink/../f")).unwrap(),
+            landing(&real.join("f")).unwrap()
         );
         // A loop is not resolved.
         symlink(d.path().join("loop"), d.path().join("loop")).unwrap();
