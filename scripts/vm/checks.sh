@@ -599,6 +599,25 @@ EOT
   kill $HTTPD $a $b $e 2>/dev/null
 }
 
+# A heartbeat: a stage that stops printing says each minute what every user process is doing
+# (pid:comm:state:wchan), so the next stall is found where it is (the smp2 VM of 2026-11-29
+# 21:49 UTC printed nothing after "crash loop: restart 2" until its 600 s ran out; three later
+# runs did not repeat it).
+heartbeat() {
+  while sleep 60; do
+    out=""
+    for p in /proc/[0-9]*; do
+      [ -e "$p/exe" ] || continue   # kernel threads have no exe
+      read -r _pid _comm st _rest < "$p/stat" 2>/dev/null || continue
+      out="$out ${p#/proc/}:$(cat "$p/comm" 2>/dev/null):$st:$(cat "$p/wchan" 2>/dev/null)"
+    done
+    read -r up _ < /proc/uptime
+    echo "VMOUT heartbeat at ${up} s:$out"
+  done
+}
+heartbeat &
+HEARTBEAT=$!
+
 lifecycle
 crash_restart
 kill9_loop
@@ -612,3 +631,5 @@ kubelet_weights systemd kubepods.slice/kubepods-pod0c0c0c0c_0000.slice \
 kubelet_weights cgroupfs kubepods/pod0c0c0c0c-0000 kubepods/besteffort kubepods/burstable
 kube_live systemd 18081
 kube_live cgroupfs 18082
+
+kill $HEARTBEAT 2>/dev/null
