@@ -223,7 +223,6 @@ const SPOOF: &str = "ctl_refuses_a_socket_served_by_another_user";
 /// root nor its own user, sending nothing.
 #[test]
 fn ctl_refuses_a_socket_served_by_another_user() {
-    use std::os::unix::process::CommandExt;
     if !live::is_root() {
         return eprintln!("SKIP {SPOOF}: needs root (to serve as nobody)");
     }
@@ -248,21 +247,8 @@ fn ctl_refuses_a_socket_served_by_another_user() {
             std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
         }
         let path = d.path().join("ctl.sock");
-        let fake = "import socket,sys,time\n\
-            s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
-            c,_=s.accept(); c.recv(4096)\n\
-            c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
-            time.sleep(1)\n";
-        let child = std::process::Command::new("python3")
-            .arg("-c")
-            .arg(fake)
-            .arg(&path)
-            .uid(65534)
-            .gid(65534)
-            .stdout(std::process::Stdio::null())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => live::Children(vec![c]),
+        let mut child = match live::fake_agent_as(65534, &path) {
+            Ok(c) => c,
             Err(e) => return eprintln!("SKIP {SPOOF}: no python3 to serve as nobody: {e}"),
         };
         if !live::eventually(Duration::from_secs(10), || path.exists()) {

@@ -5,7 +5,6 @@
 #[allow(dead_code)]
 mod live;
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -104,21 +103,8 @@ fn ctl_refuses_a_stranger_in_a_directory_a_stranger_could_make() {
         std::fs::create_dir(&dir).unwrap();
         std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
         let path = dir.join("ctl.sock");
-        let fake = "import socket,sys,time\n\
-            s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
-            c,_=s.accept(); c.recv(4096)\n\
-            c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
-            time.sleep(1)\n";
-        let child = std::process::Command::new("python3")
-            .arg("-c")
-            .arg(fake)
-            .arg(&path)
-            .uid(65534)
-            .gid(65534)
-            .stdout(std::process::Stdio::null())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => live::Children(vec![c]),
+        let mut child = match live::fake_agent_as(65534, &path) {
+            Ok(c) => c,
             Err(e) => return eprintln!("SKIP {SQUAT}: no python3 to serve as nobody: {e}"),
         };
         if !live::eventually(Duration::from_secs(10), || path.exists()) {

@@ -113,3 +113,25 @@ pub fn followed(sock: &Path) -> Vec<String> {
         .map(|s| s.targets_followed.into_iter().map(|r| r.reason).collect())
         .unwrap_or_default()
 }
+
+/// A stranger's fake agent: `python3`, run as `uid`, binds `path` and answers one request
+/// with "off: original settings restored" (the spoof `ctl` must refuse). `Err` when python3
+/// cannot be run; the caller SKIPs.
+#[allow(dead_code)] // not every test that shares this module plays a stranger
+pub fn fake_agent_as(uid: u32, path: &Path) -> std::io::Result<Children> {
+    use std::os::unix::process::CommandExt;
+    let fake = "import socket,sys,time\n\
+        s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)\n\
+        c,_=s.accept(); c.recv(4096)\n\
+        c.sendall(b'{\"ok\":true,\"message\":\"off: original settings restored\"}\\n')\n\
+        time.sleep(1)\n";
+    let child = Command::new("python3")
+        .arg("-c")
+        .arg(fake)
+        .arg(path)
+        .uid(uid)
+        .gid(uid)
+        .stdout(Stdio::null())
+        .spawn()?;
+    Ok(Children(vec![child]))
+}
