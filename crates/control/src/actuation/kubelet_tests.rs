@@ -5,27 +5,17 @@
 //! kubelet's tree gets both, as before.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use headroom_types::GroupPath;
 
+use super::mem_node::MemNode;
 use super::target::kubelet_owns_weight;
 use super::{Actuation, CgroupKnob, Knob, KnobValue, ManagedGroups};
-use crate::node::{Node, NodeError, NodeFacts};
 use headroom_types::allocation::{Allocation, CpuWeight, LcTreatment};
-use headroom_types::observation::Observation;
 use headroom_types::CpuSet;
 
-#[derive(Default)]
-struct MemNode {
-    facts: NodeFacts,
-    obs: Observation,
-    values: BTreeMap<Knob, KnobValue>,
-    writes: Vec<(Knob, KnobValue)>,
-}
-
 impl MemNode {
-    fn new(groups: &[&GroupPath]) -> MemNode {
+    fn kubelet_groups(groups: &[&GroupPath]) -> MemNode {
         let mut n = MemNode::default();
         for g in groups {
             for (k, v) in [
@@ -52,27 +42,6 @@ impl MemNode {
                 _ => None,
             })
             .collect()
-    }
-}
-
-impl Node for MemNode {
-    fn facts(&self) -> &NodeFacts {
-        &self.facts
-    }
-    fn sense(&mut self, _: Duration) -> &Observation {
-        &self.obs
-    }
-    fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
-        self.values.get(knob).cloned().ok_or(NodeError {
-            what: knob.to_string(),
-            reason: "not here".into(),
-            not_found: true,
-        })
-    }
-    fn write(&mut self, knob: &Knob, _: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
-        self.values.insert(knob.clone(), to.clone());
-        self.writes.push((knob.clone(), to.clone()));
-        Ok(())
     }
 }
 
@@ -135,7 +104,7 @@ fn kubelets_weight_is_never_written_repaired_or_restored_and_idle_never_set() {
         ),
     ] {
         let (be, lc) = (g(be), g(lc));
-        let mut node = MemNode::new(&[&be, &lc]);
+        let mut node = MemNode::kubelet_groups(&[&be, &lc]);
         let groups = ManagedGroups {
             lc: lc.clone(),
             be: vec![be.clone()],
@@ -183,7 +152,7 @@ fn kubelets_weight_is_never_written_repaired_or_restored_and_idle_never_set() {
 #[test]
 fn outside_kubelets_tree_weight_and_idle_are_the_agents() {
     let (be, lc) = (g("hr/be"), g("hr/lc"));
-    let mut node = MemNode::new(&[&be, &lc]);
+    let mut node = MemNode::kubelet_groups(&[&be, &lc]);
     let groups = ManagedGroups {
         lc: lc.clone(),
         be: vec![be.clone()],
@@ -201,7 +170,7 @@ fn outside_kubelets_tree_weight_and_idle_are_the_agents() {
 #[test]
 fn an_older_agents_idle_on_kubelets_parent_is_put_back_and_never_set_again() {
     let (be, lc) = (g("kubepods/besteffort"), g("kubepods/burstable/podl"));
-    let mut node = MemNode::new(&[&be, &lc]);
+    let mut node = MemNode::kubelet_groups(&[&be, &lc]);
     // An older agent set cpu.idle on the parent and recorded its original in its state file.
     let idle = Knob::cgroup(&be, CgroupKnob::CpuIdle);
     node.values.insert(idle.clone(), KnobValue::Idle(true));

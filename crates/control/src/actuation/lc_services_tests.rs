@@ -2,29 +2,17 @@
 //! in-memory node: written in the plan's order (what one group loses before another gains),
 //! refused for a group the agent does not manage, given back when no longer named, restored.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use headroom_types::allocation::LcServiceCpus;
 use headroom_types::GroupPath;
 
+use super::mem_node::MemNode;
 use super::{Actuation, ActuationError, CgroupKnob, Knob, KnobValue, ManagedGroups};
-use crate::node::{Node, NodeError, NodeFacts};
 use headroom_types::allocation::Allocation;
-use headroom_types::observation::Observation;
 use headroom_types::CpuSet;
 
-/// Every cgroup knob of the named groups, in memory; writes are recorded in order.
-#[derive(Default)]
-struct MemNode {
-    facts: NodeFacts,
-    obs: Observation,
-    values: BTreeMap<Knob, KnobValue>,
-    writes: Vec<(Knob, KnobValue)>,
-}
-
 impl MemNode {
-    fn new(groups: &[&GroupPath]) -> MemNode {
+    /// The named groups' cpuset, weight and freeze, in memory.
+    fn service_groups(groups: &[&GroupPath]) -> MemNode {
         let mut n = MemNode::default();
         for g in groups {
             let cpus = KnobValue::Cpus(CpuSet::from([0, 1, 2, 3]));
@@ -61,27 +49,6 @@ impl MemNode {
     }
 }
 
-impl Node for MemNode {
-    fn facts(&self) -> &NodeFacts {
-        &self.facts
-    }
-    fn sense(&mut self, _: Duration) -> &Observation {
-        &self.obs
-    }
-    fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
-        self.values.get(knob).cloned().ok_or(NodeError {
-            what: knob.to_string(),
-            reason: "not here".into(),
-            not_found: true,
-        })
-    }
-    fn write(&mut self, knob: &Knob, _: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
-        self.values.insert(knob.clone(), to.clone());
-        self.writes.push((knob.clone(), to.clone()));
-        Ok(())
-    }
-}
-
 fn g(p: &str) -> GroupPath {
     GroupPath::new(p).unwrap()
 }
@@ -103,7 +70,7 @@ fn services(a: &[u32], b: &[u32]) -> Vec<LcServiceCpus> {
 
 fn setup() -> (MemNode, Actuation) {
     let (a, b, be) = (g("hr/a"), g("hr/b"), g("hr/be"));
-    let mut node = MemNode::new(&[&a, &b, &be]);
+    let mut node = MemNode::service_groups(&[&a, &b, &be]);
     let groups = ManagedGroups {
         lc: a,
         be: vec![be],

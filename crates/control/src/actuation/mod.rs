@@ -18,6 +18,9 @@ pub mod knob;
 mod kubelet_tests;
 #[cfg(test)]
 mod lc_services_tests;
+#[cfg(test)]
+#[path = "mem_node_tests.rs"]
+mod mem_node;
 mod release;
 #[cfg(test)]
 mod release_tests;

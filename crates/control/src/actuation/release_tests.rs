@@ -4,23 +4,12 @@
 //! narrowed) for good.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use headroom_types::allocation::Allocation;
-use headroom_types::observation::Observation;
 use headroom_types::{CpuSet, GroupPath};
 
+use super::mem_node::MemNode;
 use super::{Actuation, CgroupKnob, EarlierRole, Knob, KnobValue, ManagedGroups};
-use crate::node::{Node, NodeError, NodeFacts};
-
-#[derive(Default)]
-struct MemNode {
-    facts: NodeFacts,
-    obs: Observation,
-    values: BTreeMap<Knob, KnobValue>,
-    /// Knobs whose writes the node refuses.
-    refuse: Vec<Knob>,
-}
 
 impl MemNode {
     fn with(&mut self, g: &GroupPath, frozen: bool, cpus: &[u32], weight: u64) {
@@ -35,29 +24,6 @@ impl MemNode {
 
     fn get(&self, g: &GroupPath, k: CgroupKnob) -> KnobValue {
         self.values[&Knob::cgroup(g, k)].clone()
-    }
-}
-
-impl Node for MemNode {
-    fn facts(&self) -> &NodeFacts {
-        &self.facts
-    }
-    fn sense(&mut self, _: Duration) -> &Observation {
-        &self.obs
-    }
-    fn read(&mut self, knob: &Knob) -> Result<KnobValue, NodeError> {
-        self.values.get(knob).cloned().ok_or(NodeError {
-            what: knob.to_string(),
-            reason: "not here".into(),
-            not_found: true,
-        })
-    }
-    fn write(&mut self, knob: &Knob, _: &KnobValue, to: &KnobValue) -> Result<(), NodeError> {
-        if self.refuse.contains(knob) {
-            return Err(NodeError::new(knob.to_string(), "refused"));
-        }
-        self.values.insert(knob.clone(), to.clone());
-        Ok(())
     }
 }
 
