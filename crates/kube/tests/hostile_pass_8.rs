@@ -26,6 +26,20 @@ use headroom_types::discovery::LayoutChoice;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, WatchParams};
 
+/// A list answer with no pods (the watches' start).
+const EMPTY_POD_LIST: &str =
+    r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":[]}"#;
+
+/// One JSON answer with its length; `status` is the status line's code and reason.
+fn answer_json(w: &mut impl Write, status: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    w.write_all(head.as_bytes())?;
+    w.write_all(body.as_bytes())
+}
+
 const NODE: &str = "node-a";
 
 /// How a hostile server answers a watch (a list is always an empty `PodList`).
@@ -98,12 +112,7 @@ fn answer(conn: TcpStream, how: Watch, stop: &AtomicBool, watches: &AtomicU64, s
             }
         }
         if !request.contains("watch=true") {
-            let body = r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":[]}"#;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            );
-            if w.write_all(head.as_bytes()).is_err() || w.write_all(body.as_bytes()).is_err() {
+            if answer_json(&mut w, "200 OK", EMPTY_POD_LIST).is_err() {
                 return;
             }
             continue;
@@ -327,21 +336,11 @@ fn answer_patch(
             let body = format!(
                 r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"hostile {code}","code":{code}}}"#
             );
-            let head = format!(
-                "HTTP/1.1 {code} Hostile\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            );
-            let _ = w.write_all(head.as_bytes());
-            let _ = w.write_all(body.as_bytes());
+            let _ = answer_json(&mut w, &format!("{code} Hostile"), &body);
             continue;
         }
         if !request.contains("watch=true") {
-            let body = r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":[]}"#;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            );
-            if w.write_all(head.as_bytes()).is_err() || w.write_all(body.as_bytes()).is_err() {
+            if answer_json(&mut w, "200 OK", EMPTY_POD_LIST).is_err() {
                 return;
             }
             continue;
