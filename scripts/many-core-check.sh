@@ -8,7 +8,11 @@
 #   3. memcached + stress-ng (a real batch job) with no agent and under the agent as shipped
 #      (hybrid, kernel latency sensor with the prober as fallback), SCHED_FIFO refused to the
 #      agent: the LC's p99 from an independent `headroom load`, the CPUs BE got, the agent's CPU;
-#   4. `headroom demo --minutes 2`.
+#   4. `headroom demo --minutes 2`;
+#   5. issue 40's side-by-side (`headroom bench advertise`, ADVERTISE_S seconds, 300 by default):
+#      memcached -t 1 as a discovered pod at 20% then 80% of its capacity, measured first
+#      (`headroom load --search 99:1000`, memcached alone on CPU 0), BE granted vs advertised.
+#      The bench starts its own memcached: `memcached` must be on PATH.
 # Usage: scripts/many-core-check.sh OUTDIR
 # Commands may be overridden (a carried build, say): HEADROOM, MEMCACHED, STRESS_NG (each may be
 # several words, e.g. "loader --library-path lib memcached"). Nothing here needs the network but
@@ -24,6 +28,7 @@ METRICS_PORT=${METRICS_PORT:-9466}  # the agent's metrics endpoint
 LOAD_S=${LOAD_S:-3}  # seconds of each `headroom load` validity run
 WIN_S=${WIN_S:-10}   # seconds of each colocation window
 DEMO=${DEMO:-1}      # 0 skips the demo
+ADVERTISE_S=${ADVERTISE_S:-300}  # 0 skips the advertise side-by-side
 # LOAD_RATES: the rates of the validity runs (default "20000 50000"; empty skips them)
 G=${GROUP:-hr-check}  # the groups made: $G/lc, $G/be (the agent's), $G-none; removed on exit
 n=$(nproc)
@@ -235,5 +240,38 @@ if [ "$DEMO" = 1 ]; then
     timeout 330 $H demo --out "$out/demo" --minutes 2 >"$out/demo.txt" 2>&1
     echo "demo exit $?"
     tail -25 "$out/demo.txt"
+fi
+if [ "$ADVERTISE_S" != 0 ]; then
+    # 100% load = the highest rate at which memcached -t 1 alone keeps p99 within the bench's SLO
+    # (1 ms), from a valid run only; else the bench's default stands, said.
+    log "memcached -t 1 capacity (p99 <= 1000 us): memcached on CPU 0, client on CPU ${loadgen%%-*}"
+    taskset -c 0 $nofifo $MC -u root -t 1 -p $((PORT + 1)) -l 127.0.0.1 -c 4096 &
+    mc1_pid=$!
+    sleep 1
+    timeout 150 taskset -c "${loadgen%%-*}" $nofifo $H load -s "127.0.0.1:$((PORT + 1))" -T 1 -c auto \
+        --search 99:1000 -t 2 --json "$out/capacity.json" --quiet >"$out/capacity.txt" 2>&1
+    kill "$mc1_pid"
+    wait "$mc1_pid" 2>/dev/null
+    cap=$(python3 - "$out/capacity.json" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    print(int(d["search"]["best_qps"] // 1000 * 1000) if d["best"]["valid"] else "")
+except Exception:
+    print("")
+EOF
+)
+    if [ -n "$cap" ] && [ "$cap" -ge 5000 ]; then
+        peak_flag=(--peak-qps "$cap")
+    else
+        peak_flag=()
+        cap="not measured (a refused run): the bench's default"
+    fi
+    bt=$((n > 3 ? n - 2 : 1))
+    log "headroom bench advertise ${ADVERTISE_S} s, peak $cap, BE spinner $bt threads"
+    timeout $((ADVERTISE_S + 150)) $H bench advertise --out "$out/advertise" --seconds "$ADVERTISE_S" \
+        "${peak_flag[@]}" --be-threads "$bt" >"$out/advertise.txt" 2>&1
+    echo "bench advertise exit $?"
+    tail -8 "$out/advertise.txt"
 fi
 log "done"

@@ -96,6 +96,7 @@ fn many_core_check_removes_its_groups_on_exit() {
         .env("LOAD_S", "1")
         .env("WIN_S", "1")
         .env("DEMO", "0")
+        .env("ADVERTISE_S", "0")
         .env("PEAK_QPS", "20000")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
