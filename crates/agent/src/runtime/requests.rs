@@ -88,7 +88,10 @@ impl Agent {
                         for (s, lc) in self.publisher.lcs.iter_mut().zip(&self.config.lcs) {
                             s.slo_us = lc.slo.target_us;
                         }
-                        Response::ok(format!("{key} = {value}"))
+                        // A set is not written back (docs/policies.md): say so where it is made.
+                        Response::ok(format!(
+                            "{key} = {value} (for this run; the config file is unchanged)"
+                        ))
                     }
                     Err(e) => Response::error(e.to_string()),
                 }
