@@ -47,6 +47,7 @@ impl Agent {
             options.config_path.as_deref(),
         )?;
         super::on_host::check_run_for(options.run_for)?;
+        super::on_host::check_socket_dirs(&config)?;
         if !options.dry_run {
             super::on_host::check_on_host(&options.root, &config)?;
         }
