@@ -462,7 +462,9 @@ impl StateLock {
             }
         };
         let made_dirs = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            Some(dir) => crate::made_dirs::make_dirs(dir).map_err(io("creating the directory of"))?,
+            Some(dir) => {
+                crate::made_dirs::make_dirs(dir).map_err(io("creating the directory of"))?
+            }
             None => Vec::new(),
         };
         // Whatever fails below leaves no directory this taker made.
