@@ -5,6 +5,7 @@
 pub mod config_file;
 pub mod group_lock;
 pub mod linux_node;
+mod made_dirs;
 pub mod publish;
 pub mod runtime;
 pub mod sensors;

@@ -440,6 +440,10 @@ pub fn remove(path: &Path) -> Result<(), StateError> {
 pub struct StateLock {
     _file: std::fs::File,
     path: PathBuf,
+    /// This taker made the lock file (it was not there): a refused start removes it.
+    made_file: bool,
+    /// The directories this taker made for it, outermost first.
+    made_dirs: Vec<PathBuf>,
 }
 
 impl StateLock {
@@ -457,23 +461,45 @@ impl StateLock {
                 source,
             }
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io("creating the directory of"))?;
-        }
+        let made_dirs = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) => {
+                crate::made_dirs::make_dirs(dir).map_err(io("creating the directory of"))?
+            }
+            None => Vec::new(),
+        };
+        // Whatever fails below leaves no directory this taker made.
+        let undo_dirs = |e| {
+            crate::made_dirs::remove_dirs(&made_dirs);
+            e
+        };
         // A holder removes the file at a clean exit (while it holds it): a file opened before
         // that removal and locked after it guards nothing, so the path must still name the
         // locked file, or it is opened again (the group locks' rule).
         for _ in 0..LOCK_TRIES {
             // Never through a link (one planted there had its target truncated to the pid).
-            let mut file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&path)
-                .map_err(io("opening"))?;
-            let locked = try_flock(&file, Flock::Exclusive).map_err(io("locking"))?;
+            // Made anew where it can be (so a refused start knows the file is its own to
+            // remove), else the one there opened.
+            let open = |create_new: bool| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(create_new)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .open(&path)
+            };
+            let (mut file, made_file) = match open(true) {
+                Ok(f) => (f, true),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match open(false) {
+                    Ok(f) => (f, false),
+                    // Removed between the two opens (a holder's clean exit): again.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(undo_dirs(io("opening")(e))),
+                },
+                Err(e) => return Err(undo_dirs(io("opening")(e))),
+            };
+            let locked = try_flock(&file, Flock::Exclusive)
+                .map_err(io("locking"))
+                .map_err(undo_dirs)?;
             if !names(&path, &file) {
                 continue;
             }
@@ -485,13 +511,27 @@ impl StateLock {
                     holder: format!("pid {}", holder.trim()),
                 });
             }
-            file.set_len(0).map_err(io("truncating"))?;
-            writeln!(file, "{}", std::process::id()).map_err(io("writing"))?;
-            return Ok(StateLock { _file: file, path });
+            let written = file
+                .set_len(0)
+                .map_err(io("truncating"))
+                .and_then(|()| writeln!(file, "{}", std::process::id()).map_err(io("writing")));
+            let lock = StateLock {
+                _file: file,
+                path: path.clone(),
+                made_file,
+                made_dirs: made_dirs.clone(),
+            };
+            return match written {
+                Ok(()) => Ok(lock),
+                Err(e) => {
+                    lock.abandon();
+                    Err(e)
+                }
+            };
         }
-        Err(io("locking (the file kept being removed)")(
+        Err(undo_dirs(io("locking (the file kept being removed)")(
             std::io::Error::other(format!("removed {LOCK_TRIES} times")),
-        ))
+        )))
     }
 
     /// Lets go of the lock and removes its file: after a clean `restore` exit removed the
@@ -502,6 +542,19 @@ impl StateLock {
             let _ = std::fs::remove_file(&self.path);
         }
         drop(self);
+    }
+
+    /// Lets go after a refused or failed start: removes the lock file if this taker made it
+    /// (while still held, as [`StateLock::remove`]), then the directories it made while they
+    /// are empty. A lock file that was there before is left as it was found.
+    pub fn abandon(self) {
+        let dirs = self.made_dirs.clone();
+        if self.made_file {
+            self.remove();
+        } else {
+            drop(self);
+        }
+        crate::made_dirs::remove_dirs(&dirs);
     }
 
     pub fn path(&self) -> &Path {

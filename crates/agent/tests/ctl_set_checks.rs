@@ -63,5 +63,10 @@ fn ctl_set_refuses_cpus_the_machine_lacks() {
     assert!(!r.ok, "a start-only key acknowledged live: {}", r.message);
     let r = set("policy.static-cores.cpus", "\"0\"").expect("ctl set");
     assert!(r.ok, "{}", r.message);
+    // The change is not written back: the answer says it lasts for this run only.
+    assert_eq!(
+        r.message,
+        "policy.static-cores.cpus = \"0\" (for this run; the config file is unchanged)"
+    );
     let _ = runner.join();
 }

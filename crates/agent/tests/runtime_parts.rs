@@ -93,6 +93,37 @@ fn the_daemonsets_keep_the_group_locks_on_the_host() {
     }
 }
 
+/// The control socket's directory must not be an emptyDir (mode 0777): the agent refuses a
+/// socket in a directory others can write (ninth hostile pass low), so it would not start.
+#[test]
+fn the_daemonsets_control_socket_directory_is_no_emptydir() {
+    for manifest in [
+        "deploy/kubernetes/headroom-daemonset.yaml",
+        "deploy/kubernetes/headroom-daemonset-single-lc.yaml",
+    ] {
+        let yaml = repo_file(manifest);
+        assert!(
+            yaml.contains("socket = \"/run/headroom/headroom.sock\""),
+            "{manifest}"
+        );
+        let mounted = yaml
+            .lines()
+            .find(|l| l.contains("mountPath: /run/headroom}"))
+            .and_then(|l| l.split("name: ").nth(1))
+            .and_then(|r| r.split(',').next());
+        let Some(volume) = mounted else { continue };
+        let declared = yaml
+            .lines()
+            .skip_while(|l| l.trim() != format!("- name: {volume}"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            !declared.contains("emptyDir"),
+            "{manifest}: /run/headroom is an emptyDir (0777): the agent refuses its socket there"
+        );
+    }
+}
+
 #[test]
 fn state_file_round_trips_and_leaves_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -314,27 +314,6 @@ fn serve_reserved(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &
     let _ = reply(&mut stream, &response);
 }
 
-/// The owner of `dir` when only they or root could have made it and put the socket there:
-/// every directory above it, as spelled and as it resolves, is root's or theirs and writable by
-/// no one else (OpenSSH's rule for its files). Otherwise `None`: a directory in `/tmp` may be
-/// anyone's, made before the agent started, so its owner proves nothing.
-fn trusted_dir_owner(dir: &Path) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::metadata(dir).ok()?.uid();
-    let spelled = match dir.is_absolute() {
-        true => dir.to_path_buf(),
-        false => std::env::current_dir().ok()?.join(dir),
-    };
-    let real = std::fs::canonicalize(dir).ok()?;
-    for above in spelled.ancestors().skip(1).chain(real.ancestors().skip(1)) {
-        let m = std::fs::metadata(above).ok()?;
-        if (m.uid() != 0 && m.uid() != owner) || m.mode() & 0o022 != 0 {
-            return None;
-        }
-    }
-    Some(owner)
-}
-
 fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
     let mut text = serde_json::to_string(response).expect("response serializes");
     text.push('\n');
@@ -374,7 +353,7 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
     // have made that directory: a stranger's `/tmp/x` took the agent's socket (ninth pass).
     let me = headroom_host::process::effective_uid();
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let dir_owner = trusted_dir_owner(dir.unwrap_or(Path::new(".")));
+    let dir_owner = crate::socket_file::dir_owner(dir.unwrap_or(Path::new(".")), me).ok();
     match headroom_host::net::peer_uid(&stream) {
         Some(uid) if uid == me || uid == 0 || Some(uid) == dir_owner => {}
         other => {

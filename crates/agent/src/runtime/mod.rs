@@ -18,6 +18,7 @@ mod on_host;
 mod publish;
 mod requests;
 mod start;
+mod start_files;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

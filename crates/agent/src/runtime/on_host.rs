@@ -49,6 +49,37 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
     into_result(problems)
 }
 
+/// Every socket the agent binds (`api.socket`, each feed socket) whose directory another user
+/// made or can write: that user could remove the socket, so `ctl` could not reach the agent,
+/// and bind its own there (ninth hostile pass). The rule is `ctl`'s for believing a server.
+pub(super) fn check_socket_dirs(config: &Config) -> Result<(), ConfigError> {
+    let uid = headroom_host::process::effective_uid();
+    let mut sockets = vec![("api.socket".to_string(), config.api.socket.as_str())];
+    for (i, lc) in config.lcs.iter().enumerate() {
+        let key = config.lc_key(i);
+        let latency = lc.latency.as_ref().and_then(|l| l.socket.as_deref());
+        let load = lc.load.as_ref().and_then(|l| l.socket.as_deref());
+        for (what, feed) in [("latency", latency), ("load", load)] {
+            if let Some(feed) = feed {
+                sockets.push((format!("{key}.{what}.socket"), feed));
+            }
+        }
+    }
+    let problems = sockets
+        .into_iter()
+        .filter_map(|(key, path)| {
+            crate::socket_file::dir_refusal(Path::new(path), uid).map(|reason| {
+                ConfigError::Invalid {
+                    key,
+                    value: path.to_string(),
+                    reason,
+                }
+            })
+        })
+        .collect();
+    into_result(problems)
+}
+
 /// Every `safety.be_io_limits` device that is not a whole disk here (also checked on a live
 /// `set`). The kernel refuses a throttle on a device it lacks or on a partition (ENODEV), and
 /// a refused write that confines BE freezes it until the write goes through: for good, from

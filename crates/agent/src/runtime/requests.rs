@@ -71,6 +71,7 @@ impl Agent {
                     .set(&key, &value)
                     .and_then(|()| updated.validate_on(&self.machine.cpus))
                     .and_then(|()| super::on_host::check_io_devices(&self.options.root, &updated))
+                    .and_then(|()| self.check_memory_limit(&updated))
                 {
                     return Response::error(e.to_string());
                 }
@@ -88,12 +89,45 @@ impl Agent {
                         for (s, lc) in self.publisher.lcs.iter_mut().zip(&self.config.lcs) {
                             s.slo_us = lc.slo.target_us;
                         }
-                        Response::ok(format!("{key} = {value}"))
+                        // A set is not written back (docs/policies.md): say so where it is made.
+                        Response::ok(format!(
+                            "{key} = {value} (for this run; the config file is unchanged)"
+                        ))
                     }
                     Err(e) => Response::error(e.to_string()),
                 }
             }
         }
+    }
+
+    /// Refuses a new `safety.be_memory_limit_bytes` below what a BE group uses now (where the
+    /// host can read it): the kernel refused that write at every tick (cgroup v1: EBUSY) while
+    /// `ctl set` had answered "ok" (eighth hostile pass), and v2 would kill BE for it.
+    fn check_memory_limit(&self, updated: &Config) -> Result<(), ConfigError> {
+        let Some(limit) = updated.safety.be_memory_limit_bytes else {
+            return Ok(());
+        };
+        if updated.safety.be_memory_limit_bytes == self.config.safety.be_memory_limit_bytes {
+            return Ok(());
+        }
+        for g in &self.groups.be {
+            let Ok(used) = self.node.cgroups().memory_usage(g) else {
+                continue;
+            };
+            if used > limit {
+                return Err(ConfigError::Invalid {
+                    key: "safety.be_memory_limit_bytes".into(),
+                    value: limit.to_string(),
+                    reason: format!(
+                        "below what BE group {g} uses now ({used} bytes): the kernel cannot \
+                         hold BE there without reclaim it may not manage (cgroup v1 refuses \
+                         the write, EBUSY; v2 kills BE); give at least {used}, or lower it \
+                         in the config file and restart"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Puts every original back (the kill switch, `on_exit = "restore"`); returns the writes.

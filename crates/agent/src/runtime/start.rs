@@ -16,6 +16,7 @@ use headroom_host::LinuxHost;
 use super::host_steps::{create_groups, plan_groups, plan_lc_moves, undo, HostSteps};
 use super::lc_sources::{has_realtime_thread, lc_signals};
 use super::publish::Publisher;
+use super::start_files::StartFiles;
 use headroom_load::clock::unix_ms;
 
 use super::{machine_info, Agent, AgentError, AgentOptions, Signals};
@@ -46,6 +47,7 @@ impl Agent {
             options.config_path.as_deref(),
         )?;
         super::on_host::check_run_for(options.run_for)?;
+        super::on_host::check_socket_dirs(&config)?;
         if !options.dry_run {
             super::on_host::check_on_host(&options.root, &config)?;
         }
@@ -83,12 +85,13 @@ impl Agent {
 
         // ---- steps that touch nothing on the host ----
         let state_path = PathBuf::from(&config.safety.state_file);
-        let lock = if dry {
-            None
-        } else {
+        // From here on a failed start removes the lock file and the directories it made
+        // (dropping `files`); the agent takes the lock once it has started.
+        let mut files = StartFiles::default();
+        if !dry {
             state::check_path(&state_path)?;
-            Some(StateLock::acquire(&state_path)?)
-        };
+            files.lock = Some(StateLock::acquire(&state_path)?);
+        }
         let (recorded, state_set_aside) = if dry {
             (None, None)
         } else {
@@ -111,6 +114,7 @@ impl Agent {
         };
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        files.make_socket_dir(Path::new(&config.api.socket))?;
         let started = (|| {
             let log = super::decision_log::open_log(&options, &config, &machine)?;
             let (requests, t) =
@@ -342,7 +346,7 @@ impl Agent {
             metrics_addr,
             kube: None,
             advertise: None,
-            state_lock: lock,
+            state_lock: None,
             group_lock,
             foreign_lc_pids: Default::default(),
             be_lc_pids: Default::default(),
@@ -390,6 +394,7 @@ impl Agent {
                 return Err(e);
             }
         }
+        agent.state_lock = files.keep();
         if agent.options.handle_signals {
             agent.signals = Some(Signals::install());
         }

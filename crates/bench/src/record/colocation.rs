@@ -93,11 +93,7 @@ impl Session<'_> {
         let _ = std::fs::remove_file(&progress);
         let mut procs = Vec::new();
         let mut tail = None;
-        // Unix socket paths are short (108 bytes): keep it in the temp dir.
-        let feed = std::env::temp_dir().join(format!(
-            "headroom-feed-{}-{policy}.sock",
-            std::process::id()
-        ));
+        let feed = crate::runner::feed_socket_path(&format!("{policy}.sock"))?;
         let _ = std::fs::remove_file(&feed);
         let feeds = policy != "none";
         if policy == "none" {

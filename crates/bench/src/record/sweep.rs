@@ -143,9 +143,7 @@ impl Session<'_> {
         // SLO). Its prober would share the load generator's CPU here, and its wake-up delays
         // behind a busy client read as LC latency: it saw p99 650-1000 µs while the load
         // generator measured 150-190 µs, and hybrid kept BE off for the whole run.
-        // Unix socket paths are short (108 bytes): keep it in the temp dir.
-        let feed = std::env::temp_dir()
-            .join(format!("headroom-feed-{}-{label}.sock", std::process::id(),));
+        let feed = crate::runner::feed_socket_path(&format!("{label}.sock"))?;
         if let Some(be) = &cfg.be {
             match &cfg.agent {
                 None => {

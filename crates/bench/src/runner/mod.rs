@@ -27,6 +27,21 @@ pub use host_stats::*;
 pub use load::LOADGEN_FIFO_PRIORITY;
 pub use placement::*;
 
+/// Where a feed socket the agent binds goes: short (a Unix socket path holds 108 bytes), so
+/// under the temp dir, but in a directory of this process's own (0700): the agent refuses a
+/// socket in a directory others can write, as `/tmp` itself.
+pub fn feed_socket_path(name: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("headroom-feeds-{}", std::process::id()));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        // (one a stranger made first is refused by the agent's start, naming it)
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(BenchError::io("creating", &dir, e)),
+    }
+    Ok(dir.join(name))
+}
+
 /// Quotes an argument for display in a copy-pasteable command line.
 pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()

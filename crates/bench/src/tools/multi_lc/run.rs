@@ -92,18 +92,11 @@ impl Ctx<'_> {
             "hybrid" => 1,
             _ => self.lcs.len(),
         };
-        // Unix socket paths are short (108 bytes): the temp dir.
         let feeds: Vec<PathBuf> = self
             .lcs
             .iter()
-            .map(|l| {
-                std::env::temp_dir().join(format!(
-                    "headroom-mlc-{}-{policy}-{}.sock",
-                    std::process::id(),
-                    l.base.name
-                ))
-            })
-            .collect();
+            .map(|l| crate::runner::feed_socket_path(&format!("mlc-{policy}-{}.sock", l.base.name)))
+            .collect::<std::result::Result<_, _>>()?;
         let feeding = |i: usize| flags.latency == Latency::Feed && i < watched;
         if policy == "none" {
             procs.push(runner.start_antagonist(&self.be, &progress)?);
