@@ -37,7 +37,7 @@ pub struct BoundPod {
 /// 2000): a whole number with a decimal SI suffix (`k` `M` `G` `T` `P` `E`), a binary one (`Ki`
 /// … `Ei`) or a decimal exponent (`2e3`), or milli-units that make a whole count (`3000m`). The
 /// API refuses fractions of extended resources, so they are refused here.
-fn parse_count(q: &str) -> Result<u64, &'static str> {
+pub(crate) fn parse_count(q: &str) -> Result<u64, &'static str> {
     const NOT_WHOLE: &str = "not a whole count (extended resources are integers)";
     let q = q.trim();
     let split = q
@@ -113,7 +113,7 @@ pub fn requested_of(pod: &Pod, resource: &'static str) -> Result<Option<u64>, Re
                 pod: name.clone(),
                 container: c.name.clone(),
                 resource,
-                value: q.0.clone(),
+                value: crate::pod::shown(&q.0),
                 reason,
             })
         })

@@ -117,8 +117,21 @@ fn refusal(pod: &PodFacts, key: &str, value: &str, reason: impl Into<String>) ->
     PodRefusal {
         pod: pod.key(),
         key: key.to_string(),
-        value: value.to_string(),
+        value: shown(value),
         reason: reason.into(),
+    }
+}
+
+/// The most of a refused value a refusal keeps, in characters: the API allows 256 kB of
+/// annotations, and the refusal goes into a log line and `ctl status`.
+pub const MAX_SHOWN_CHARS: usize = 256;
+
+/// `value` as a refusal shows it: whole when short, else its first [`MAX_SHOWN_CHARS`]
+/// characters and how long it was.
+pub fn shown(value: &str) -> String {
+    match value.char_indices().nth(MAX_SHOWN_CHARS) {
+        None => value.to_string(),
+        Some((cut, _)) => format!("{}… (cut: {} bytes in all)", &value[..cut], value.len()),
     }
 }
 

@@ -79,8 +79,58 @@ pub struct PublishState {
     pub refused_pods: Vec<String>,
 }
 
+/// Why a status patch did not take.
+#[derive(Debug, thiserror::Error)]
+enum PatchError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// A 200 whose Node is not the one patched, or does not hold the value sent (a proxy that
+    /// routes to another cluster, a hostile server): the value is not taken as published.
+    #[error("the API server answered the patch of nodes/{node}/status with {what}")]
+    Answer { node: String, what: String },
+}
+
+/// Whether `answer`, the API's answer to a status patch of `node` with `value`, is that node
+/// holding that value in its allocatable.
+fn check_answer(answer: &Node, node: &str, value: Wanted) -> Result<(), PatchError> {
+    let bad = |what: String| PatchError::Answer {
+        node: node.to_string(),
+        what,
+    };
+    let name = answer.metadata.name.as_deref().unwrap_or("");
+    if name != node {
+        return Err(bad(format!(
+            "the Node {:?} (not taken as published)",
+            crate::pod::shown(name)
+        )));
+    }
+    let allocatable = answer.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let held = |resource: &str| {
+        allocatable
+            .and_then(|a| a.get(resource))
+            .and_then(|q| crate::floor::parse_count(&q.0).ok())
+    };
+    let mut wanted = vec![(BE_CPU, value.millicpu)];
+    wanted.extend(value.memory_bytes.map(|b| (BE_MEMORY, b)));
+    for (resource, sent) in wanted {
+        let got = held(resource);
+        if got != Some(sent) {
+            return Err(bad(format!(
+                "{resource} = {got:?} in its allocatable, not the {sent} sent (not taken as published)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The kind of a patch error (an error is said again only when its kind changes).
-fn error_kind(e: &kube::Error) -> (String, String) {
+fn error_kind(e: &PatchError) -> (String, String) {
+    let e = match e {
+        PatchError::Api(e) => e,
+        answer @ PatchError::Answer { .. } => {
+            return ("wrong answer".into(), answer.to_string());
+        }
+    };
     match e {
         kube::Error::Api(s) if s.code == 403 => (
             "forbidden".into(),
@@ -116,7 +166,7 @@ impl PublishState {
 
 /// A status patch under way.
 type PatchFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), kube::Error>> + Send>>;
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), PatchError>> + Send>>;
 
 /// The merge patch that sets be-cpu (and be-memory, where given) in capacity and allocatable.
 pub fn status_patch(millicpu: u64, memory_bytes: Option<u64>) -> serde_json::Value {
@@ -137,10 +187,17 @@ async fn run(
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={}", opts.node);
-    let mut pod_events = watcher(pods, watcher::Config::default().fields(&selector))
-        .default_backoff()
-        .boxed();
+    // The server ends each watch by its timeoutSeconds: one kept open longer is cut (and said).
+    let timeout = crate::watch::ApiBounds::default().watch_timeout.as_secs() as u32;
+    let config = watcher::Config::default()
+        .fields(&selector)
+        .timeout(timeout);
+    let mut pod_events = watcher(pods, config).default_backoff().boxed();
     let mut floor = Floor::of_node(&opts.node);
+    // The kind of pod-watch error last said: the floor's watch failing is said once per kind,
+    // and once when it recovers (before, only at debug: an advertiser whose floor never came
+    // said nothing).
+    let mut watch_said: Option<String> = None;
     let mut relisting = false;
     let mut said: Option<String> = None;
     let mut retry = opts.retry;
@@ -160,6 +217,11 @@ async fn run(
         tokio::select! {
             ev = pod_events.next() => match ev {
                 Some(Ok(e)) => {
+                    // `Init` only says a list begins (it comes before each try): not a recovery.
+                    let answered = !matches!(e, watcher::Event::Init);
+                    if let Some(kind) = watch_said.take_if(|_| answered) {
+                        tracing::info!(node = %opts.node, "kubernetes advertise: the API server answers the pods of {} again (after {kind}): the floor follows them", opts.node);
+                    }
                     match e {
                         watcher::Event::Init => {
                             floor.reset();
@@ -188,7 +250,13 @@ async fn run(
                     s.refused_pods = floor.refused();
                 }
                 // The floor stays as last known while the API is away.
-                Some(Err(e)) => tracing::debug!("kubernetes advertise: watching pods of {}: {e}", opts.node),
+                Some(Err(e)) => {
+                    let kind = crate::watch::watch_error_kind(&e);
+                    if watch_said.as_deref() != Some(kind.as_str()) && !kind.ends_with(" 410") {
+                        tracing::warn!(node = %opts.node, "kubernetes advertise: watching pods of {} (the floor): {e}; retried with backoff, the floor stays as last known (said again only when the error changes)", opts.node);
+                        watch_said = Some(kind);
+                    }
+                }
                 None => return,
             },
             changed = want.changed() => {
@@ -217,9 +285,10 @@ async fn run(
                 sending = Some((
                     value,
                     Box::pin(async move {
-                        api.patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                            .map(|_| ())
+                        let answer: Node = api
+                            .patch_status(&node, &PatchParams::default(), &Patch::Merge(patch))
+                            .await?;
+                        check_answer(&answer, &node, value)
                     }),
                 ));
             }

@@ -31,6 +31,24 @@ pub struct Discoverer {
     relist: Option<BTreeMap<String, PodFacts>>,
     synced: bool,
     set: LcSet,
+    /// Pods not kept because [`MAX_PODS`] were kept already.
+    over_cap: u64,
+}
+
+/// The most pods the discovery keeps: kubelet runs at most a few hundred per node (110 by
+/// default), so more is a broken or hostile API server streaming distinct pods, which must not
+/// grow the agent (and each evaluation) without end.
+pub const MAX_PODS: usize = 4096;
+
+/// Keeps `p` in `pods` unless that would pass [`MAX_PODS`] (a pod already kept is replaced);
+/// `false` when it was not kept.
+fn keep(pods: &mut BTreeMap<String, PodFacts>, p: PodFacts) -> bool {
+    let key = p.key();
+    if pods.len() >= MAX_PODS && !pods.contains_key(&key) {
+        return false;
+    }
+    pods.insert(key, p);
+    true
 }
 
 impl Discoverer {
@@ -40,6 +58,7 @@ impl Discoverer {
             pods: BTreeMap::new(),
             relist: None,
             synced: false,
+            over_cap: 0,
             set: LcSet {
                 node: node.to_string(),
                 ..LcSet::default()
@@ -52,21 +71,39 @@ impl Discoverer {
         &self.set
     }
 
+    /// How many pods kept now (this node's, at most [`MAX_PODS`]).
+    pub fn pods_kept(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Pod events not kept because [`MAX_PODS`] were kept already (since start).
+    pub fn over_cap(&self) -> u64 {
+        self.over_cap
+    }
+
     /// Takes in one watch event (the set is recomputed by [`Discoverer::evaluate`]).
     pub fn apply(&mut self, event: PodEvent) {
         match event {
             PodEvent::Init => self.relist = Some(BTreeMap::new()),
+            // Only this node's pods are kept (the server's field selector should have sent no
+            // other); one that says another node now is gone from this one.
+            PodEvent::InitApply(p) if p.node != self.node => {}
+            PodEvent::Apply(p) if p.node != self.node => {
+                self.pods.remove(&p.key());
+            }
             PodEvent::InitApply(p) => {
-                self.relist
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(p.key(), p);
+                if !keep(self.relist.get_or_insert_with(BTreeMap::new), p) {
+                    self.over_cap += 1;
+                }
             }
             PodEvent::InitDone => {
                 self.pods = self.relist.take().unwrap_or_default();
                 self.synced = true;
             }
             PodEvent::Apply(p) => {
-                self.pods.insert(p.key(), p);
+                if !keep(&mut self.pods, p) {
+                    self.over_cap += 1;
+                }
             }
             PodEvent::Delete(p) => {
                 self.pods.remove(&p.key());

@@ -116,6 +116,13 @@ pub struct ApiBounds {
     /// without backoff, when the server ends one cleanly, so a server that ends each at once
     /// would be asked again in a busy loop.
     pub min_watch_interval: Duration,
+    /// The `timeoutSeconds` the watchers ask for: the server ends each watch by then, so a
+    /// watch still open [`ApiBounds::watch_margin`] later hangs (kube-rs alone would notice
+    /// only ~5 min in, unsaid).
+    pub watch_timeout: Duration,
+    /// How long past its `timeoutSeconds` a watch may stay open before it is cut (below
+    /// kube-rs's own 5 s idle margin, so the cut is ours and said).
+    pub watch_margin: Duration,
 }
 
 impl Default for ApiBounds {
@@ -126,6 +133,8 @@ impl Default for ApiBounds {
             warn_after: Duration::from_secs(10),
             max_watch_line_bytes: 16 << 20,
             min_watch_interval: Duration::from_secs(1),
+            watch_timeout: Duration::from_secs(60),
+            watch_margin: Duration::from_secs(3),
         }
     }
 }
@@ -139,6 +148,8 @@ pub enum ListBoundError {
     Deadline { secs: u64 },
     #[error("one event of the API server's watch passed the cap of {cap} bytes without a line end (a pod is at most ~1.5 MB: a broken or hostile API server); cut, watched again with backoff")]
     WatchLineTooLarge { cap: u64 },
+    #[error("the API server kept a watch open past its timeoutSeconds ({timeout_s} s) by {margin_s} s (hanging, or a proxy holding it); cut, watched again with backoff")]
+    WatchOverdue { timeout_s: u64, margin_s: u64 },
 }
 
 /// The tower layer that bounds list answers (a watch streams for minutes: only its line length is
@@ -233,6 +244,14 @@ mod bounded {
         }
     }
 
+    /// A watch request's `timeoutSeconds`.
+    fn watch_timeout_s(req: &Request<KubeBody>) -> Option<u64> {
+        req.uri().query()?.split('&').find_map(|kv| {
+            kv.strip_prefix("timeoutSeconds=")
+                .and_then(|v| v.parse().ok())
+        })
+    }
+
     fn is_watch(req: &Request<KubeBody>) -> bool {
         req.uri()
             .query()
@@ -265,6 +284,9 @@ mod bounded {
                 Duration::ZERO
             };
             let max_line = self.bounds.max_watch_line_bytes;
+            // The server ends a watch by its timeoutSeconds (kube-rs's default when absent).
+            let timeout_s = watch_timeout_s(&req).unwrap_or(290);
+            let margin = self.bounds.watch_margin;
             let fut = self.inner.call(req);
             Box::pin(async move {
                 let Some(b) = bounds else {
@@ -272,8 +294,11 @@ mod bounded {
                     if !hold.is_zero() {
                         tokio::time::sleep(hold).await;
                     }
+                    let overdue =
+                        tokio::time::Instant::now() + Duration::from_secs(timeout_s) + margin;
                     let resp = fut.await.map_err(Into::into)?;
-                    return Ok(resp.map(|body| Capped::watch(body, max_line)));
+                    let over = (overdue, timeout_s, margin.as_secs());
+                    return Ok(resp.map(|body| Capped::watch(body, max_line, over)));
                 };
                 let deadline = tokio::time::Instant::now() + b.list_deadline;
                 let resp = match tokio::time::timeout_at(deadline, fut).await {
@@ -300,6 +325,8 @@ mod bounded {
         /// A watch's cap on one line, and the bytes since the last line end.
         max_line: Option<u64>,
         line: u64,
+        /// A watch's end at the latest: its timeoutSeconds and margin passed.
+        overdue: Option<(Pin<Box<tokio::time::Sleep>>, u64, u64)>,
         failed: bool,
     }
 
@@ -316,13 +343,19 @@ mod bounded {
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
                 max_line: None,
                 line: 0,
+                overdue: None,
                 failed: false,
             }
         }
 
-        fn watch(body: B, max_line: u64) -> Capped<B> {
+        fn watch(
+            body: B,
+            max_line: u64,
+            (at, timeout_s, margin_s): (tokio::time::Instant, u64, u64),
+        ) -> Capped<B> {
             Capped {
                 max_line: Some(max_line),
+                overdue: Some((Box::pin(tokio::time::sleep_until(at)), timeout_s, margin_s)),
                 ..Capped::new(body, None, None)
             }
         }
@@ -353,6 +386,15 @@ mod bounded {
                 if d.as_mut().poll(cx).is_ready() {
                     let secs = b.list_deadline.as_secs();
                     return this.fail(ListBoundError::Deadline { secs });
+                }
+            }
+            if let Some((d, timeout_s, margin_s)) = this.overdue.as_mut() {
+                if d.as_mut().poll(cx).is_ready() {
+                    let (timeout_s, margin_s) = (*timeout_s, *margin_s);
+                    return this.fail(ListBoundError::WatchOverdue {
+                        timeout_s,
+                        margin_s,
+                    });
                 }
             }
             match this.inner.as_mut().poll_frame(cx) {
@@ -408,6 +450,45 @@ fn reduce(e: watcher::Event<Pod>) -> PodEvent {
     }
 }
 
+/// The kind of a list or watch error: a failing API server is said once per kind, not at each
+/// retry (the watcher retries with backoff, for as long as it fails).
+pub fn watch_error_kind(e: &watcher::Error) -> String {
+    fn client(e: &kube::Error) -> String {
+        match e {
+            kube::Error::Api(s) => format!("API status {}", s.code),
+            kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => "malformed answer".into(),
+            kube::Error::Service(b) => match b.downcast_ref::<ListBoundError>() {
+                Some(ListBoundError::TooLarge { .. }) => "list too large".into(),
+                Some(ListBoundError::Deadline { .. }) => "list deadline".into(),
+                Some(ListBoundError::WatchLineTooLarge { .. }) => "watch line too long".into(),
+                Some(ListBoundError::WatchOverdue { .. }) => "watch overdue".into(),
+                None => "unreachable".into(),
+            },
+            kube::Error::HyperError(_) | kube::Error::ReadEvents(_) => "unreachable".into(),
+            _ => "client error".into(),
+        }
+    }
+    match e {
+        watcher::Error::InitialListFailed(c)
+        | watcher::Error::WatchStartFailed(c)
+        | watcher::Error::WatchFailed(c) => client(c),
+        watcher::Error::WatchError(s) => format!("watch error event {}", s.code),
+        watcher::Error::NoResourceVersion => "no resourceVersion".into(),
+    }
+}
+
+/// Whether `e` is the API's ordinary "resourceVersion too old" (410 Gone): the watcher lists
+/// again, as designed, and nothing is wrong.
+fn is_expired(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::WatchError(s) => s.code == 410,
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 410,
+        _ => false,
+    }
+}
+
 fn log_changes(ev: &LcSetEvent) {
     for c in &ev.changes {
         match c {
@@ -444,10 +525,19 @@ fn log_changes(ev: &LcSetEvent) {
 pub async fn run(client: Client, opts: &DiscoveryOptions, mut publish: impl FnMut(LcSetEvent)) {
     let api: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={}", opts.node);
-    let mut pods = watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
-        .boxed();
+    let timeout = opts
+        .bounds
+        .watch_timeout
+        .as_secs()
+        .clamp(1, u64::from(u32::MAX)) as u32;
+    let config = watcher::Config::default()
+        .fields(&selector)
+        .timeout(timeout);
+    let mut pods = watcher(api, config).default_backoff().boxed();
     let mut discoverer = Discoverer::new(&opts.node);
+    // The kind of error last said (said again only when it changes, and once at recovery).
+    let mut said: Option<String> = None;
+    let mut cap_said = false;
     let mut recheck = tokio::time::interval(opts.recheck.max(Duration::from_millis(10)));
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watch_errors = 0u64;
@@ -476,6 +566,15 @@ pub async fn run(client: Client, opts: &DiscoveryOptions, mut publish: impl FnMu
         tokio::select! {
             event = pods.next() => match event {
                 Some(Ok(e)) => {
+                    // `Init` only says a list begins (it comes before each try): not a recovery.
+                    let answered = !matches!(e, watcher::Event::Init);
+                    if let Some(kind) = said.take_if(|_| answered) {
+                        tracing::info!(
+                            errors = watch_errors,
+                            "kubernetes: the API server answers the pods of {} again (after {kind})",
+                            opts.node
+                        );
+                    }
                     match &e {
                         watcher::Event::Init => {
                             listing_since.get_or_insert(now);
@@ -486,12 +585,35 @@ pub async fn run(client: Client, opts: &DiscoveryOptions, mut publish: impl FnMu
                         }
                         _ => {}
                     }
-                    discoverer.apply(reduce(e))
+                    discoverer.apply(reduce(e));
+                    if discoverer.over_cap() > 0 && !cap_said {
+                        cap_said = true;
+                        tracing::warn!(
+                            "kubernetes: the API server sent more than {} pods of {} (a node runs a \
+                             few hundred at most: a broken or hostile API server); pods past that \
+                             are not kept (said once)",
+                            crate::state::MAX_PODS,
+                            opts.node
+                        );
+                    }
                 }
                 Some(Err(e)) => {
                     // The set stays as last known: pods do not go because the API is away.
                     watch_errors += 1;
-                    tracing::warn!(errors = watch_errors, "kubernetes: watching pods of {}: {e}", opts.node);
+                    if is_expired(&e) {
+                        tracing::debug!("kubernetes: watching pods of {}: {e}: listed again", opts.node);
+                        continue;
+                    }
+                    let kind = watch_error_kind(&e);
+                    if said.as_deref() != Some(kind.as_str()) {
+                        tracing::warn!(
+                            errors = watch_errors,
+                            "kubernetes: watching pods of {}: {e} (retried with backoff; said \
+                             again only when the error changes, and when it recovers)",
+                            opts.node
+                        );
+                        said = Some(kind);
+                    }
                     continue;
                 }
                 None => return,

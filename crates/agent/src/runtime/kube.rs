@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
+use headroom_types::GroupPath;
 
 use super::lc_sources::service_signals;
 use super::Agent;
@@ -72,8 +73,9 @@ pub(super) struct KubeLive {
     running: Vec<Running>,
     /// Refusals of the agent's own (a static [lc]'s or BE's group) since start.
     own_refusals: u64,
-    /// One agent per group: the lock on each accepted pod's group directories, by pod.
-    locks: BTreeMap<String, state::GroupLock>,
+    /// One agent per group: the lock on each accepted pod's group directories, by pod, with
+    /// the group it locks (a pod recreated under its name has another group).
+    locks: BTreeMap<String, (GroupPath, state::GroupLock)>,
     /// The last set as the discovery sent it, retried while a pod's group is another
     /// agent's (taken once that agent lets go).
     raw: Option<LcSet>,
@@ -162,15 +164,21 @@ impl Agent {
         let Some(own) = &self.group_lock else {
             return Ok(());
         };
-        if kube.locks.contains_key(&c.name) {
-            return Ok(());
+        match kube.locks.get(&c.name) {
+            Some((group, _)) if *group == c.cgroup => return Ok(()),
+            // The pod was recreated under its name (a new UID, a new group): the old group's
+            // lock goes, the new one is taken.
+            Some(_) => {
+                kube.locks.remove(&c.name);
+            }
+            None => {}
         }
         // The pod's group and the groups above it, as for a configured group: an agent on a
         // parent of the pod's group (or inside it) is refused, and the reverse.
         let (dirs, above) = crate::group_lock::lock_keys(self.node.cgroups(), [&c.cgroup]);
         let lock =
             state::GroupLock::acquire_nested(own.dir(), &dirs, &above, own.holder().clone())?;
-        kube.locks.insert(c.name.clone(), lock);
+        kube.locks.insert(c.name.clone(), (c.cgroup.clone(), lock));
         Ok(())
     }
 
@@ -269,9 +277,23 @@ impl Agent {
             .map(|s| (s.name.clone(), s))
             .collect();
         for c in accepted {
-            let kept = old.remove(&c.name).filter(|r| {
-                r.config.latency == c.latency && r.config.slo.percentile == c.slo.percentile
-            });
+            // A pod recreated under its name (StatefulSet) has a new UID and group: its sensor
+            // samples the group, so it starts again on the new one.
+            // (The one it replaces is stopped: dropped unstopped, its sensor threads ran on.)
+            let kept = match old.remove(&c.name) {
+                Some(r)
+                    if r.config.latency == c.latency
+                        && r.config.slo.percentile == c.slo.percentile
+                        && r.config.cgroup == c.cgroup =>
+                {
+                    Some(r)
+                }
+                Some(r) => {
+                    self.threads.extend(r.stop());
+                    None
+                }
+                None => None,
+            };
             match kept {
                 Some(mut r) => {
                     if r.config != c {
@@ -281,9 +303,6 @@ impl Agent {
                     running.push(r);
                 }
                 None => {
-                    if let Some(r) = old.remove(&c.name) {
-                        self.threads.extend(r.stop());
-                    }
                     let stop: StopFlag = Arc::new(AtomicBool::new(false));
                     let mut threads = Vec::new();
                     let signals = match service_signals(
