@@ -44,7 +44,7 @@ pub fn spawn(
         )
     })?;
     let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    headroom_host::net::chmod_socket(path, 0o600)?;
     listener.set_nonblocking(true)?;
     // The file bound here: the one to remove at the end (taken before the thread starts).
     let path = (path.to_path_buf(), crate::socket_file::file_id(path));
