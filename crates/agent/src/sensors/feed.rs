@@ -4,7 +4,6 @@
 //! window and publishes the window percentile (latency) and the last rate (load).
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
