@@ -11,6 +11,7 @@
 #   bash scripts/vm-test.sh --bin PATH       # use this binary instead (the cargo test passes its own)
 #   bash scripts/vm-test.sh --smp 2          # one VM only
 #   bash scripts/vm-test.sh --fetch-kernel   # only download/unpack the kernel (scripts/test.sh)
+#   bash scripts/vm-test.sh --extra FILE     # run FILE's tries (sourced by checks.sh) instead
 #
 # Exit status: 0 every check passed in every VM; 1 a check failed or a VM did not finish;
 # 77 the stage cannot run here (the reason is printed as `SKIP vm-test: <reason>`).
@@ -22,6 +23,7 @@ repo=$(pwd)
 bin=""
 smps=(2 4)
 fetch_only=0
+extra_file=""
 # Per VM, a hang detector only: a VM takes 30-70 s on an idle 2-core host, about 130 s with the
 # host's load average at 11, and the 4-vCPU VM (TCG, no KVM) ran past 280 s beside two cargo
 # builds (load average 5, 2026-11-29). Every wait inside the checks is bounded on its own.
@@ -31,7 +33,8 @@ while [ $# -gt 0 ]; do
     --bin) bin=$2; shift 2 ;;
     --smp) smps=("$2"); shift 2 ;;
     --fetch-kernel) fetch_only=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --extra) extra_file=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "vm-test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -145,6 +148,7 @@ if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
 fi
 cp scripts/vm/init "$root/init"
 cp scripts/vm/checks.sh "$root/vm/checks.sh"
+[ -z "$extra_file" ] || cp "$extra_file" "$root/vm/extra.sh"
 chmod 755 "$root/init"
 initrd=$vm_dir/initramfs.cpio.gz
 (cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null) | gzip -1 > "$initrd"

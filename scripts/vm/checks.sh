@@ -599,6 +599,27 @@ EOT
   kill $HTTPD $a $b $e 2>/dev/null
 }
 
+# 10. A controller disabled above BE by someone else (tenth hostile pass): `-cpuset` written to
+#     the parent's cgroup.subtree_control took BE's cpuset away, and BE ran on every CPU while
+#     `ctl status` said the kernel held cpus 1. The agent enables it again and BE is confined.
+undelegated() {
+  D=/tmp/undelegated; mkdir -p $D
+  mkgroup hr10
+  mkdir -p $CG/hr10/lc $CG/hr10/be
+  lc=$(sleeper hr10/lc); be=$(sleeper hr10/be)
+  write_config $D 'kind = "static-cores"
+[policy.static-cores]
+cores = 1' restore hr10/lc hr10/be "" "$lc"
+  start_agent $D || return
+  wait_knob "undelegated: BE confined" $CG/hr10/be/cpuset.cpus "$LAST"
+  echo "-cpuset" > $CG/hr10/cgroup.subtree_control
+  wait_knob "undelegated: cpuset enabled again above BE, be cpuset.cpus" $CG/hr10/be/cpuset.cpus "$LAST"
+  expect "undelegated: the BE process's affinity" "$LAST" "$(allowed_cpus "$be")"
+  stop_agent TERM; rc=$?
+  expect "undelegated: SIGTERM exit status" 0 "$rc"
+  kill "$lc" "$be" 2>/dev/null
+}
+
 # A heartbeat: a stage that stops printing says each minute what every user process is doing
 # (pid:comm:state:wchan), so the next stall is found where it is (the smp2 VM of 2026-11-29
 # 21:49 UTC printed nothing after "crash loop: restart 2" until its 600 s ran out; three later
@@ -618,9 +639,17 @@ heartbeat() {
 heartbeat &
 HEARTBEAT=$!
 
+# `vm-test.sh --extra FILE`: FILE's tries run instead of the stage's checks (hostile passes).
+if [ -f /vm/extra.sh ]; then
+  . /vm/extra.sh
+  kill $HEARTBEAT 2>/dev/null
+  exit 0
+fi
+
 lifecycle
 crash_restart
 kill9_loop
+undelegated
 weights
 doctor
 kubelet systemd kubepods.slice/kubepods-pod0c0c0c0c_0000.slice \

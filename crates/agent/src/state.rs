@@ -235,6 +235,10 @@ pub enum StateError {
     /// touched).
     #[error("safety.state_file = {path:?} {what}: the agent replaces its state file at every write (and sets an unreadable one aside); give it a path of its own, e.g. /var/lib/headroom/state.json")]
     NotAStateFile { path: PathBuf, what: String },
+    /// A state file another user could have written (exit 2: nothing was touched): its
+    /// originals, LC origins and groups would be put back as root at exit.
+    #[error("state file {path} {why}: another user could have written it, and the agent would put back as root the originals, LC groups and groups it names (tenth hostile pass: a planted file moved the LC into a stranger's group at exit); check it, remove it, and give safety.state_file a directory only root or this user can write")]
+    NotTrusted { path: PathBuf, why: String },
     /// Another live agent manages one of these groups (exit 2: nothing was touched).
     #[error("{what} is managed by another agent, {holder}: its lock {lock} is held; stop that agent (or give this one other groups)")]
     Held {
@@ -301,16 +305,8 @@ fn may_be_state(text: &str) -> bool {
 
 /// Reads the state file; `Ok(None)` when there is none.
 pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(StateError::Io {
-                op: "reading",
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+    let Some(text) = read_trusted(path)? else {
+        return Ok(None);
     };
     let state: AgentState = serde_json::from_str(&text).map_err(|e| {
         if may_be_state(&text) {
@@ -336,6 +332,48 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
         });
     }
     Ok(Some(state))
+}
+
+/// The state file's text (`None`: there is none), when only root or this user can have
+/// written it (owned by one of them, writable by no one else); otherwise
+/// [`StateError::NotTrusted`].
+fn read_trusted(path: &Path) -> Result<Option<String>, StateError> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| StateError::Io {
+        op: "reading",
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    let me = headroom_host::process::effective_uid();
+    let why = if meta.uid() != 0 && meta.uid() != me {
+        Some(format!(
+            "is owned by uid {}, neither root nor this user",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "is writable by others (mode {:o})",
+            meta.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(StateError::NotTrusted {
+            path: path.to_path_buf(),
+            why,
+        });
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
+    Ok(Some(text))
 }
 
 /// Moves a state file that cannot be read aside, to `<path>.corrupt-<unix ms>`, and returns
@@ -405,9 +443,11 @@ pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
             }
             _ => {}
         }
+        // Never writable by others, whatever the umask: `load` refuses such a file.
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o644)
             .open(&tmp)
             .map_err(io("creating", &tmp))?;
         f.write_all(&text).map_err(io("writing", &tmp))?;

@@ -59,9 +59,52 @@ pub fn connect_unix_now(path: &Path) -> std::io::Result<std::os::unix::net::Unix
     Ok(stream)
 }
 
+/// Sets the mode of the socket file at `path`, never through a link: in a directory another
+/// user can write, a link put at the path between the bind and a `chmod` by path had root
+/// change the mode of the link's target (tenth hostile pass, by reading). Opened with
+/// `O_PATH | O_NOFOLLOW`, checked to be a socket, and changed through `/proc/self/fd` (as
+/// glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` does, which glibc before 2.32 refuses outright).
+pub fn chmod_socket(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_NOFOLLOW).bits())
+        .open(path)?;
+    if !file.metadata()?.file_type().is_socket() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "not a socket (replaced after the bind, a link?): its mode left alone",
+        ));
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    std::fs::set_permissions(
+        format!("/proc/self/fd/{fd}"),
+        std::fs::Permissions::from_mode(mode),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_mode_is_never_set_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        chmod_socket(&sock, 0o600).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&sock), 0o600);
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = d.path().join("link.sock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(chmod_socket(&link, 0o600).is_err());
+        assert!(chmod_socket(&victim, 0o600).is_err(), "not a socket");
+        assert_eq!(mode(&victim), 0o644, "the link's target kept its mode");
+    }
 
     #[test]
     fn the_link_speed_is_read_from_sysfs_under_root() {

@@ -129,6 +129,45 @@ fn v2_create_delegates_controllers_down_the_lineage() {
     );
 }
 
+/// Someone else disables a controller above a group (tenth hostile pass: `-cpuset` in the
+/// parent's `cgroup.subtree_control` took BE's cpuset away): seen, and `create` gives it back.
+#[test]
+fn v2_a_controller_disabled_above_a_group_is_seen_and_delegated_again() {
+    let fake = Fake::v2();
+    let cg = fake.host().cgroups().unwrap();
+    let be = GroupPath::new("hr/be").unwrap();
+    cg.create(&be).unwrap();
+    assert!(
+        !cg.delegation_lost(&be),
+        "every controller delegated after create"
+    );
+    fake.write(
+        "/sys/fs/cgroup/hr/cgroup.subtree_control",
+        "cpu io memory pids\n",
+    );
+    assert!(
+        cg.delegation_lost(&be),
+        "cpuset taken away from hr's children"
+    );
+    cg.create(&be).unwrap();
+    // (the fake keeps the last write; the kernel adds it to what is enabled)
+    assert_eq!(
+        fake.read("/sys/fs/cgroup/hr/cgroup.subtree_control").trim(),
+        "+cpuset",
+        "only the missing controller is enabled again"
+    );
+    fake.write(
+        "/sys/fs/cgroup/hr/cgroup.subtree_control",
+        "cpuset cpu io memory pids\n",
+    );
+    assert!(!cg.delegation_lost(&be), "delegated again");
+    // On v1 there is nothing to delegate.
+    let v1 = Fake::v1();
+    let cg1 = v1.host().cgroups().unwrap();
+    cg1.create(&be).unwrap();
+    assert!(!cg1.delegation_lost(&be));
+}
+
 #[test]
 fn move_process_writes_every_hierarchy_and_procs_lists_members() {
     let fake = Fake::v1();

@@ -4,7 +4,6 @@
 //! ticks, so a command never races a reconciliation.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -116,8 +115,7 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
 /// Binds `path` (0600, non-blocking); on failure what failed.
 fn bind(path: &Path) -> Result<UnixListener, (&'static str, std::io::Error)> {
     let listener = UnixListener::bind(path).map_err(|e| ("binding", e))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| ("chmod 0600", e))?;
+    headroom_host::net::chmod_socket(path, 0o600).map_err(|e| ("chmod 0600", e))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| ("configuring", e))?;

@@ -37,11 +37,7 @@ pub struct DecisionLog {
 
 impl DecisionLog {
     pub fn open(path: &Path, max_bytes: u64) -> io::Result<DecisionLog> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(path)?;
+        let file = open_append(path)?;
         let written = file.metadata().map_or(0, |m| m.len());
         let mut log = DecisionLog {
             path: path.to_path_buf(),
@@ -160,11 +156,7 @@ impl DecisionLog {
         if named.is_some() && named == self.file.metadata().ok().map(id) {
             return;
         }
-        let opened = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&self.path);
+        let opened = open_append(&self.path);
         match opened {
             Ok(file) => {
                 tracing::warn!(path = %self.path.display(), "the decision log was removed or replaced: writing to the path again");
@@ -193,11 +185,7 @@ impl DecisionLog {
         let mut old = self.path.as_os_str().to_owned();
         old.push(".1");
         std::fs::rename(&self.path, PathBuf::from(old))?;
-        self.file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&self.path)?;
+        self.file = open_append(&self.path)?;
         self.written = 0;
         self.torn = false;
         Ok(())
@@ -211,6 +199,73 @@ impl Drop for DecisionLog {
 }
 
 /// Writes `bytes`, returning how many reached the file before an error.
+/// Opens the log to append (made when missing). A link at the path is followed only where no
+/// one but root or this user can write its directory: in one others can write, a stranger
+/// replaced the log with a link and root's agent appended its lines to the link's target (a
+/// root-only file; the reopen after a replacement had no content check), or made a new file
+/// wherever a dangling link pointed (tenth hostile pass). `/dev/stdout` (a link in root's
+/// `/dev`) and an operator's own link in a directory of theirs are still followed.
+fn open_append(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let guarded = !only_trusted_write(dir);
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true).read(true);
+    if guarded {
+        options.custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+    }
+    options.open(path).map_err(|e| {
+        if guarded && e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "a link in a directory others can write ({}): not followed (another user may have put it there, pointing anywhere); give the log a path in a directory only root or this user can write",
+                    dir.display()
+                ),
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// Whether only root or this user can have put a file in `dir`: `dir` is theirs and no one
+/// else may write it, and every directory above it (as spelled and as it resolves) is theirs
+/// and writable by no one else, or sticky (`/tmp`: a stranger cannot rename what is not
+/// theirs there).
+fn only_trusted_write(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = headroom_host::process::effective_uid();
+    let ours = |m: &std::fs::Metadata| m.uid() == 0 || m.uid() == me;
+    let Ok(m) = std::fs::metadata(dir) else {
+        return false;
+    };
+    if !ours(&m) || m.mode() & 0o022 != 0 {
+        return false;
+    }
+    let spelled = match dir.is_absolute() {
+        true => dir.to_path_buf(),
+        false => match std::env::current_dir() {
+            Ok(cwd) => cwd.join(dir),
+            Err(_) => return false,
+        },
+    };
+    let Ok(real) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    spelled
+        .ancestors()
+        .skip(1)
+        .chain(real.ancestors().skip(1))
+        .all(|above| {
+            std::fs::metadata(above)
+                .is_ok_and(|m| ours(&m) && (m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0))
+        })
+}
+
 fn write_counting(file: &mut File, bytes: &[u8]) -> (usize, io::Result<()>) {
     let mut done = 0;
     while done < bytes.len() {

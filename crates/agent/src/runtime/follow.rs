@@ -33,6 +33,7 @@ impl Agent {
         }
         self.followed_at = Some(now);
         self.recreate_removed_be_groups();
+        self.redelegate_be_groups();
         self.keep_be_processes_in_their_groups();
         self.follow_restarted_lcs();
     }
@@ -161,6 +162,47 @@ impl Agent {
             }
             self.note_followed(format!(
                 "BE group {g} was removed by someone else: created again, confined, {moved} BE process(es) moved back"
+            ));
+        }
+        self.publisher.state_dirty = true;
+    }
+
+    /// A BE group whose controllers someone took away (v2: `-cpuset` written to a
+    /// `cgroup.subtree_control` above it) is given them again and the last allocation written
+    /// whole: until then its knob files are gone and nothing confines BE by them (tenth
+    /// hostile pass: BE ran on every CPU while `ctl status` said the kernel held cpus 1).
+    fn redelegate_be_groups(&mut self) {
+        let cg = self.node.cgroups().clone();
+        let lost: Vec<_> = self
+            .groups
+            .be
+            .iter()
+            .filter(|g| cg.exists(g) && cg.delegation_lost(g))
+            .cloned()
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        let mut done = Vec::new();
+        for g in &lost {
+            match cg.create(g) {
+                Ok(()) => {
+                    tracing::warn!(group = %g, "a controller of a BE group was disabled above it by someone else (cgroup.subtree_control): enabling it again and confining BE");
+                    done.push(g.clone());
+                }
+                Err(e) => {
+                    tracing::error!(group = %g, error = %e, "a controller of a BE group was disabled above it by someone else, and enabling it again failed: BE is not confined by its knobs")
+                }
+            }
+        }
+        if let Some(last) = self.controller.last_applied().cloned() {
+            if let Err(e) = self.controller.apply_now(&mut self.node, &last) {
+                tracing::error!(error = %e, "confining the BE group given its controllers again");
+            }
+        }
+        for g in done {
+            self.note_followed(format!(
+                "BE group {g}: a controller was disabled above it by someone else: enabled again, confined"
             ));
         }
         self.publisher.state_dirty = true;

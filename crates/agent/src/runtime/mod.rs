@@ -126,7 +126,11 @@ impl AgentError {
         matches!(
             self,
             AgentError::Config(_)
-                | AgentError::State(StateError::Held { .. } | StateError::NotAStateFile { .. })
+                | AgentError::State(
+                    StateError::Held { .. }
+                        | StateError::NotAStateFile { .. }
+                        | StateError::NotTrusted { .. },
+                )
         )
     }
 }

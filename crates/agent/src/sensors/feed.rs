@@ -4,7 +4,6 @@
 //! window and publishes the window percentile (latency) and the last rate (load).
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -44,7 +43,7 @@ pub fn spawn(
         )
     })?;
     let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    headroom_host::net::chmod_socket(path, 0o600)?;
     listener.set_nonblocking(true)?;
     // The file bound here: the one to remove at the end (taken before the thread starts).
     let path = (path.to_path_buf(), crate::socket_file::file_id(path));

@@ -44,6 +44,8 @@ const CONTROLLERS: &str = "cgroup.controllers";
 /// v1's per-thread membership file (v2 uses `cgroup.threads` inside threaded subtrees).
 const TASKS: &str = "tasks";
 const SUBTREE_CONTROL: &str = "cgroup.subtree_control";
+/// The v2 controllers the agent delegates down to its groups.
+const MANAGED_V2: [&str; 5] = ["cpu", "cpuset", "memory", "io", "pids"];
 
 /// How long [`Cgroups::kill_all`] waits for killed processes to leave their groups.
 pub const KILL_SETTLE: Duration = Duration::from_secs(5);
@@ -237,13 +239,46 @@ impl Cgroups {
         Ok(())
     }
 
+    /// Whether a level of `group` (v2) is no longer given a managed controller its parent
+    /// offers: someone wrote `-cpuset` to a `cgroup.subtree_control` above it (systemd, an
+    /// operator). Its knob files are gone then, and the kernel no longer confines the group by
+    /// them (tenth hostile pass: BE ran on every CPU while the agent reported cpus 1).
+    /// [`Cgroups::create`] delegates them again. False on v1 and where a file cannot be read.
+    pub fn delegation_lost(&self, group: &GroupPath) -> bool {
+        self.group_dirs(group)
+            .iter()
+            .filter(|(backend, _)| backend.is_v2())
+            .any(|(backend, _)| {
+                group.lineage().into_iter().any(|level| {
+                    let parent = level
+                        .parent()
+                        .unwrap_or_else(GroupPath::root)
+                        .dir_in(backend.mount());
+                    let (Ok(offered), Ok(enabled)) = (
+                        self.knobs.read(&parent.join(CONTROLLERS)),
+                        self.knobs.read(&parent.join(SUBTREE_CONTROL)),
+                    ) else {
+                        return false;
+                    };
+                    offered
+                        .split_whitespace()
+                        .filter(|c| MANAGED_V2.contains(c))
+                        .any(|c| {
+                            !enabled
+                                .split_whitespace()
+                                .any(|e| e.trim_start_matches('+') == c)
+                        })
+                })
+            })
+    }
+
     /// Enables in `dir`'s `cgroup.subtree_control` every managed controller it offers.
     fn v2_delegate(&self, dir: &Path) -> Result<()> {
         let offered = self.knobs.read(&dir.join(CONTROLLERS))?;
         let enabled = self.knobs.read(&dir.join(SUBTREE_CONTROL))?;
         let wanted: Vec<&str> = offered
             .split_whitespace()
-            .filter(|c| ["cpu", "cpuset", "memory", "io", "pids"].contains(c))
+            .filter(|c| MANAGED_V2.contains(c))
             .filter(|c| !enabled.split_whitespace().any(|e| e == *c))
             .collect();
         if wanted.is_empty() {
