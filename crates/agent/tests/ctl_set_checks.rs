@@ -18,6 +18,7 @@ fn ctl_set_refuses_cpus_the_machine_lacks() {
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(1);
     let top = format!("headroom-set-checks-{}", std::process::id());
+    let _cleanup = live::RemoveOnDrop::new(&top).wait_for_agent(Duration::from_secs(6));
     let d = dir.path().display();
     let text = format!(
         "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{pid}]\n\n\

@@ -213,19 +213,6 @@ fn a_lock_left_by_a_dead_holder_is_taken_over() {
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
 
-/// Kills what is left in a top group and removes it (an agent started by a failing test is
-/// dropped without its exit action).
-struct RemoveOnDrop(headroom_types::GroupPath);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        if let Ok(cg) = headroom_host::LinuxHost::system().cgroups() {
-            let _ = cg.kill_all(&self.0);
-            let _ = cg.remove(&self.0);
-        }
-    }
-}
-
 type Runner = JoinHandle<Result<RunSummary, AgentError>>;
 
 /// The first agent, on `top/a/{lc,be}` with `lc_pid` as its LC, for 3 s in a thread, once
@@ -258,7 +245,7 @@ fn an_agent_on_a_group_containing_another_agents_groups_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(2);
     let top = format!("headroom-hostile-2-nest-{}", std::process::id());
-    let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
+    let _cleanup = live::RemoveOnDrop::new(&top);
     // The first agent on top/a/{lc,be}.
     let (runner, a_sock, be_before) = match first_agent(&top, dir.path(), lc.pid(0)) {
         Ok(first) => first,
@@ -318,7 +305,7 @@ fn processes_already_in_an_existing_be_group_are_confined_not_killed() {
     let dir = tempfile::tempdir().unwrap();
     let procs = live::Children::sleepers(2);
     let top = format!("headroom-hostile-2-existing-{}", std::process::id());
-    let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
+    let _cleanup = live::RemoveOnDrop::new(&top);
     let be = headroom_types::GroupPath::new(&format!("{top}/be")).unwrap();
     if let Err(e) = cg.create(&be) {
         return eprintln!("SKIP {EXISTING}: cgroupfs not writable: {e}");
@@ -366,7 +353,7 @@ fn an_lc_pid_in_another_agents_groups_is_refused_and_left_there() {
     let dir = tempfile::tempdir().unwrap();
     let lc = live::Children::sleepers(1);
     let top = format!("headroom-hostile3-foreign-{}", std::process::id());
-    let _cleanup = RemoveOnDrop(headroom_types::GroupPath::new(&top).unwrap());
+    let _cleanup = live::RemoveOnDrop::new(&top);
     let (runner, _, be) = match first_agent(&top, dir.path(), lc.pid(0)) {
         Ok(first) => first,
         Err(e) => return eprintln!("SKIP {FOREIGN}: {e}"),

@@ -135,3 +135,43 @@ pub fn fake_agent_as(uid: u32, path: &Path) -> std::io::Result<Children> {
         .spawn()?;
     Ok(Children(vec![child]))
 }
+
+/// Kills what is left in a test's top group and removes it, also when the test fails: an agent
+/// started by a failing test is dropped without its exit action. Where an agent may still run in
+/// its thread (`wait_for_agent`), a panicking test first waits for that run to end, or the
+/// agent's recreation of a removed BE group would race the removal.
+#[allow(dead_code)] // not every test that shares this module makes a top group
+pub struct RemoveOnDrop {
+    top: headroom_types::GroupPath,
+    agent_ends: Option<std::time::Instant>,
+}
+
+#[allow(dead_code)]
+impl RemoveOnDrop {
+    pub fn new(top: &str) -> RemoveOnDrop {
+        RemoveOnDrop {
+            top: headroom_types::GroupPath::new(top).expect("a test's group path"),
+            agent_ends: None,
+        }
+    }
+
+    /// An agent runs on the group for at most `run_for` from now.
+    pub fn wait_for_agent(mut self, run_for: Duration) -> RemoveOnDrop {
+        self.agent_ends = Some(std::time::Instant::now() + run_for + Duration::from_secs(1));
+        self
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(end) = self.agent_ends {
+                std::thread::sleep(end.saturating_duration_since(std::time::Instant::now()));
+            }
+        }
+        if let Ok(cg) = headroom_host::LinuxHost::system().cgroups() {
+            let _ = cg.kill_all(&self.top);
+            let _ = cg.remove(&self.top);
+        }
+    }
+}
