@@ -12,7 +12,7 @@
 //!   Now a list answer of more than `MAX_PODS` items is cut, naming the cap.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
