@@ -216,12 +216,18 @@ impl Floor {
 
     /// The sum of `headroom.io/be-cpu` requested, milli-CPUs.
     pub fn millicpu(&self) -> u64 {
-        self.pods.values().map(|p| p.millicpu).sum()
+        // Saturating: two pods' requests near u64::MAX (a hostile server's) panicked the
+        // publisher's thread here in a debug build, and wrapped to a tiny floor in a release one.
+        self.pods
+            .values()
+            .fold(0, |sum: u64, p| sum.saturating_add(p.millicpu))
     }
 
     /// The sum of `headroom.io/be-memory` requested, bytes.
     pub fn memory_bytes(&self) -> u64 {
-        self.pods.values().map(|p| p.memory_bytes).sum()
+        self.pods
+            .values()
+            .fold(0, |sum: u64, p| sum.saturating_add(p.memory_bytes))
     }
 
     pub fn pods(&self) -> Vec<BoundPod> {

@@ -123,6 +123,11 @@ pub struct ApiBounds {
     /// How long past its `timeoutSeconds` a watch may stay open before it is cut (below
     /// kube-rs's own 5 s idle margin, so the cut is ours and said).
     pub watch_margin: Duration,
+    /// The most items one list answer may hold. kube-rs parses a whole page into typed objects
+    /// of a few kB each however short their JSON (`{}` is 3 bytes), so the byte cap alone let
+    /// a 64 MiB answer of empty items cost tens of GB. The watchers ask pages of 500, and a
+    /// node runs a few hundred pods (kube-apiserver serving from its cache may send them all).
+    pub max_list_items: u64,
 }
 
 impl Default for ApiBounds {
@@ -135,6 +140,7 @@ impl Default for ApiBounds {
             min_watch_interval: Duration::from_secs(1),
             watch_timeout: Duration::from_secs(60),
             watch_margin: Duration::from_secs(3),
+            max_list_items: crate::state::MAX_PODS as u64,
         }
     }
 }
@@ -150,6 +156,8 @@ pub enum ListBoundError {
     WatchLineTooLarge { cap: u64 },
     #[error("the API server kept a watch open past its timeoutSeconds ({timeout_s} s) by {margin_s} s (hanging, or a proxy holding it); cut, watched again with backoff")]
     WatchOverdue { timeout_s: u64, margin_s: u64 },
+    #[error("the API server's list answer passed the cap of {cap} items (pages of 500 are asked, and a node runs a few hundred pods: a broken or hostile API server); cut, retried with backoff")]
+    TooManyItems { cap: u64 },
 }
 
 /// The tower layer that bounds list answers (a watch streams for minutes: only its line length is
@@ -327,7 +335,52 @@ mod bounded {
         line: u64,
         /// A watch's end at the latest: its timeoutSeconds and margin passed.
         overdue: Option<(Pin<Box<tokio::time::Sleep>>, u64, u64)>,
+        /// A list's items counted so far, as its bytes go by.
+        items: ItemCount,
         failed: bool,
+    }
+
+    /// Counts the objects of a list answer's top-level array (`items`) as its bytes stream by,
+    /// without parsing: strings are skipped (escapes included), and an object opened directly
+    /// inside an array that is a field of the top-level object is one item.
+    #[derive(Default)]
+    pub struct ItemCount {
+        depth: u32,
+        /// Whether the container open at depth 2 is an array.
+        array_at_2: bool,
+        in_string: bool,
+        escaped: bool,
+        pub items: u64,
+    }
+
+    impl ItemCount {
+        pub fn feed(&mut self, data: &[u8]) {
+            for &c in data {
+                if self.in_string {
+                    if self.escaped {
+                        self.escaped = false;
+                    } else if c == b'\\' {
+                        self.escaped = true;
+                    } else if c == b'"' {
+                        self.in_string = false;
+                    }
+                    continue;
+                }
+                match c {
+                    b'"' => self.in_string = true,
+                    b'{' | b'[' => {
+                        if self.depth == 1 {
+                            self.array_at_2 = c == b'[';
+                        } else if self.depth == 2 && self.array_at_2 && c == b'{' {
+                            self.items += 1;
+                        }
+                        self.depth = self.depth.saturating_add(1);
+                    }
+                    b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
     }
 
     impl<B> Capped<B> {
@@ -344,6 +397,7 @@ mod bounded {
                 max_line: None,
                 line: 0,
                 overdue: None,
+                items: ItemCount::default(),
                 failed: false,
             }
         }
@@ -405,6 +459,11 @@ mod bounded {
                             let cap = b.max_list_bytes;
                             return this.fail(ListBoundError::TooLarge { cap });
                         }
+                        this.items.feed(data);
+                        if this.items.items > b.max_list_items {
+                            let cap = b.max_list_items;
+                            return this.fail(ListBoundError::TooManyItems { cap });
+                        }
                     }
                     if let (Some(cap), Some(data)) = (this.max_line, frame.data_ref()) {
                         this.line = match data.iter().rposition(|&c| c == b'\n') {
@@ -459,6 +518,7 @@ pub fn watch_error_kind(e: &watcher::Error) -> String {
             kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => "malformed answer".into(),
             kube::Error::Service(b) => match b.downcast_ref::<ListBoundError>() {
                 Some(ListBoundError::TooLarge { .. }) => "list too large".into(),
+                Some(ListBoundError::TooManyItems { .. }) => "list of too many items".into(),
                 Some(ListBoundError::Deadline { .. }) => "list deadline".into(),
                 Some(ListBoundError::WatchLineTooLarge { .. }) => "watch line too long".into(),
                 Some(ListBoundError::WatchOverdue { .. }) => "watch overdue".into(),

@@ -98,6 +98,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let discovery = Discovery::start(opts, Some(tx)).context("headroom kube-discover")?;
     let deadline = run_for.map(|d| Instant::now() + d);
     let mut out = std::io::stdout().lock();
+    // Whether a whole pod list arrived: `--for-s` ending before one printed nothing and exited
+    // 0, which a script took for "no LC pod" (an unreachable or hanging API server).
+    let mut synced_once = false;
     loop {
         let wait = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()),
@@ -106,6 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         match rx.recv_timeout(wait) {
             Ok(ev) => {
                 let synced = ev.set.synced;
+                synced_once |= synced;
                 writeln!(out, "{}", serde_json::to_string(&ev)?)?;
                 out.flush()?;
                 if let Some(socket) = &args.socket {
@@ -126,5 +130,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     discovery.stop();
+    if !synced_once {
+        let secs = run_for.map(|d| d.as_secs_f64()).unwrap_or_default();
+        let msg = format!(
+            "headroom kube-discover: no complete pod list of node {node} from the API server in {} s (unreachable, refusing, hanging or answering what is not a pod list; a warning above says which once it lasts 10 s or fails); no LC set was printed",
+            super::number(secs)
+        );
+        if args.once {
+            anyhow::bail!("{msg}");
+        }
+        eprintln!("{msg}");
+    }
     Ok(())
 }
