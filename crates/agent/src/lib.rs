@@ -11,4 +11,5 @@ pub mod runtime;
 pub mod sensors;
 pub mod socket_file;
 pub mod state;
+mod state_lock;
 pub mod supervisor;

@@ -10,6 +10,7 @@
 //! values and [`floor`] sums what the node's bound pods requested of each. See
 //! docs/kubernetes.md.
 
+pub mod api_bounds;
 pub mod floor;
 pub mod layout;
 pub mod pod;
