@@ -328,7 +328,7 @@ pub fn run_distributed(
 ) -> Result<RawResults, LoadError> {
     let v = opts.validate()?;
     if !opts.noload {
-        crate::runner::preload(opts, &v)?;
+        crate::preload::preload(opts, &v)?;
     }
     let master_measures = v.measure_connections > 0;
     let mut links = Vec::new();

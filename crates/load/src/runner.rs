@@ -1,12 +1,10 @@
-//! One local run: preload, plan the connections over the threads, start the workers, merge their
-//! per-second interval histograms for progress, the live feed and the HDR log, and merge their
-//! final histograms into [`RawResults`].
+//! One local run: preload ([`crate::preload`]), plan the connections over the threads, start the
+//! workers, merge their per-second interval histograms ([`crate::interval_merge`]) for progress,
+//! the live feed and the HDR log, and merge their final histograms into [`RawResults`].
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::mpsc;
-use std::time::Duration;
 
 use rand::Rng;
 
@@ -15,117 +13,20 @@ use crate::dist::Dist;
 use crate::dist::KeyGenerator;
 use crate::engine::{
     choose_engine, run_worker, ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan,
-    WorkerShared, INTERVAL_NS,
+    WorkerShared,
 };
 use crate::error::LoadError;
 use crate::feed::FeedWriter;
 use crate::hdrlog::HdrLogWriter;
+use crate::interval_merge::IntervalMerger;
 use crate::keys::KeyChooser;
 use crate::options::{LoadOptions, Validated};
-use crate::protocol::{Op, MAX_VALUE_LEN};
+use crate::preload::{preload, records_per_server};
 use crate::results::Interval;
 use crate::results::{RawResults, MAX_IA_SAMPLES};
 use crate::sizing;
-use crate::stats::LatencyHist;
 use headroom_host::process::{cpu_split, Usage};
 use headroom_types::load_result::ConnectionSizing;
-
-/// Records per server: mutilate divides `-r` by the number of servers.
-pub fn records_per_server(opts: &LoadOptions) -> u64 {
-    (opts.records / opts.servers.len().max(1) as u64).max(1)
-}
-
-/// How many keys were written by [`preload`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PreloadStats {
-    pub servers: usize,
-    pub records_per_server: u64,
-    pub seconds: f64,
-}
-
-/// Pipelined SETs in flight during preload.
-const PRELOAD_WINDOW: usize = 256;
-
-/// Writes every record (`-r`, split over the servers) once, pipelined, bounded in flight.
-pub fn preload(opts: &LoadOptions, v: &Validated) -> Result<PreloadStats, LoadError> {
-    let started = now_ns();
-    let records = records_per_server(opts);
-    let keys = KeyGenerator::new(v.keysize.clone(), records);
-    let protocol = opts.protocol.protocol();
-    let mut rng = crate::seeded_rng(opts.seed, 0x5eed);
-    for (label, addr) in &v.servers {
-        let err = |reason: String| LoadError::Preload {
-            addr: label.clone(),
-            reason,
-        };
-        let mut s = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(2)).map_err(
-            |source| LoadError::Connect {
-                addr: format!("{label} ({addr})"),
-                source,
-            },
-        )?;
-        let _ = s.set_nodelay(true);
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut out = Vec::with_capacity(PRELOAD_WINDOW * 300);
-        let mut key = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut next = 0u64;
-        while next < records {
-            out.clear();
-            let batch_end = (next + PRELOAD_WINDOW as u64).min(records);
-            for i in next..batch_end {
-                key.clear();
-                keys.write_key(i, &mut key);
-                let len = v
-                    .valuesize
-                    .sample(&mut rng)
-                    .round()
-                    .clamp(0.0, MAX_VALUE_LEN as f64) as usize;
-                protocol.encode(Op::Set, &key, len, &mut out);
-            }
-            s.write_all(&out)
-                .map_err(|e| err(format!("sending SETs: {e}")))?;
-            let mut pending = (batch_end - next) as usize;
-            let (mut start, mut end) = (0usize, 0usize);
-            while pending > 0 {
-                match protocol.parse(Op::Set, &buf[start..end]) {
-                    Ok(Some(r)) => {
-                        start += r.consumed;
-                        pending -= 1;
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(err(format!("malformed reply to SET: {e}"))),
-                }
-                if start > 0 {
-                    buf.copy_within(start..end, 0);
-                    end -= start;
-                    start = 0;
-                }
-                if end == buf.len() {
-                    buf.resize(buf.len() * 2, 0);
-                }
-                let n = match s.read(&mut buf[end..]) {
-                    Ok(n) => n,
-                    // A read with a timeout returns EINTR where it would otherwise restart (the
-                    // io_uring probe's ring teardown runs task work on this thread, for one).
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(err(format!("reading SET replies: {e}"))),
-                };
-                if n == 0 {
-                    return Err(err("server closed the connection".into()));
-                }
-                end += n;
-            }
-            next = batch_end;
-        }
-    }
-    Ok(PreloadStats {
-        servers: v.servers.len(),
-        records_per_server: records,
-        seconds: (now_ns() - started) as f64 * 1e-9,
-    })
-}
 
 /// Splits the connections over the worker threads. A distribution that has no form at a
 /// connection's share of the rate (a pareto whose LOC is above that share's mean gap) is
@@ -496,107 +397,6 @@ fn write_samples(path: &std::path::Path, saved: &mut [SavedSample]) -> Result<()
         .map_err(io)?;
     }
     w.flush().map_err(io)
-}
-
-/// One interval's reports so far.
-#[derive(Default)]
-struct PendingInterval {
-    hist: LatencyHist,
-    actual_send: LatencyHist,
-    send_lag: LatencyHist,
-    completed: u64,
-    /// Workers that reported it (a straggler folded in does not count).
-    reports: usize,
-}
-
-impl PendingInterval {
-    fn merge(&mut self, msg: &IntervalMsg, counts: bool) {
-        self.hist.merge(&msg.hist);
-        self.actual_send.merge(&msg.actual_send);
-        self.send_lag.merge(&msg.send_lag);
-        self.completed += msg.completed;
-        if counts {
-            self.reports += 1;
-        }
-    }
-}
-
-/// Merges per-worker interval reports into whole intervals, in order.
-struct IntervalMerger {
-    workers: usize,
-    t0: u64,
-    warm_end: u64,
-    pending: BTreeMap<u64, PendingInterval>,
-    next: u64,
-}
-
-impl IntervalMerger {
-    fn new(workers: usize, t0: u64, warm_end: u64) -> Self {
-        IntervalMerger {
-            workers,
-            t0,
-            warm_end,
-            pending: BTreeMap::new(),
-            next: 0,
-        }
-    }
-
-    fn add(&mut self, msg: IntervalMsg) -> Vec<Interval> {
-        if msg.index < self.next {
-            // A straggler for an interval already shown: fold it into the next one.
-            self.pending
-                .entry(self.next)
-                .or_default()
-                .merge(&msg, false);
-            return Vec::new();
-        }
-        self.pending.entry(msg.index).or_default().merge(&msg, true);
-        let _ = msg.worker;
-        // Every interval up to the newest complete one is ready.
-        let ready = self
-            .pending
-            .iter()
-            .filter(|(_, v)| v.reports >= self.workers)
-            .map(|(k, _)| *k)
-            .max();
-        match ready {
-            Some(upto) => self.take_upto(upto, None),
-            None => Vec::new(),
-        }
-    }
-
-    fn take_upto(&mut self, upto: u64, end_ns: Option<u64>) -> Vec<Interval> {
-        let mut out = Vec::new();
-        let keys: Vec<u64> = self.pending.range(..=upto).map(|(k, _)| *k).collect();
-        for k in keys {
-            let p = self.pending.remove(&k).expect("key listed");
-            let start = self.t0 + k * INTERVAL_NS;
-            let stop = match end_ns {
-                Some(e) if k == upto => e.clamp(start + 1, start + INTERVAL_NS),
-                _ => start + INTERVAL_NS,
-            };
-            let interval_s = (stop - start) as f64 * 1e-9;
-            out.push(Interval {
-                index: k,
-                t_s: (stop - self.t0) as f64 * 1e-9,
-                interval_s,
-                qps: p.completed as f64 / interval_s,
-                hist: p.hist,
-                actual_send: p.actual_send,
-                send_lag: p.send_lag,
-                warmup: stop <= self.warm_end,
-            });
-            self.next = k + 1;
-        }
-        out
-    }
-
-    fn finish(&mut self, now: u64) -> Vec<Interval> {
-        match self.pending.keys().next_back().copied() {
-            Some(last) => self.take_upto(last, Some(now)),
-            None => Vec::new(),
-        }
-    }
 }
 
 #[cfg(test)]
