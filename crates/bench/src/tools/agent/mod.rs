@@ -3,7 +3,8 @@
 //! Each measurement is taken once per idle sensor (`[sensors] idle = "bpf"`, then
 //! `"proc_stat"`; BPF is skipped with the reason when it cannot load), polling, and with BPF
 //! also event-driven (`idle_sensing = "events"`, listed as sensor `events`); the per-event
-//! reaction histograms and the churn run are in `events.rs`.
+//! reaction histograms and the churn run are in `events.rs`, the reaction log read back in
+//! `reaction_log.rs`.
 //! - CPU use of a running `headroom agent` (blind, B = 1, no BE command, no decision log) at
 //!   `poll_ms` = 1 and 10: steady state over `--seconds` (default 10) after 2 s of start-up,
 //!   from the run time of its threads (`/proc/<pid>/task/*/schedstat`, ns), and the whole run
@@ -33,6 +34,7 @@ use headroom_types::GroupPath;
 mod config;
 mod events;
 mod reaction;
+mod reaction_log;
 mod teardown;
 
 use reaction::reaction;
@@ -420,7 +422,7 @@ fn cpu_use(
                 serde_json::json!(steady),
             );
             if sensor == "events" {
-                let (answered, counters) = events::read_log(&reactions);
+                let (answered, counters) = reaction_log::read_log(&reactions);
                 if let Some(c) = counters {
                     println!(
                         "  its idle program over the whole run: {} events ({} answered with a write), {} of its own wake-ups discounted, {} crossings held back by hysteresis",
