@@ -32,6 +32,7 @@
 
 mod case;
 mod cost;
+mod rt;
 pub mod windows;
 
 use std::path::PathBuf;
@@ -40,7 +41,8 @@ use super::error::{Context, Result, ToolError};
 
 use super::flag_values::{positive_at_most, positive_f64, seconds_in, FlagValueError};
 use crate::runner::{Placement, Runner};
-use case::{AgentRt, Row};
+use case::Row;
+use rt::AgentRt;
 use serde::Serialize;
 use windows::{AGREE_FLOOR_US, AGREE_FRACTION};
 
@@ -243,7 +245,7 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     } else {
         AgentRt::Allowed
     };
-    let instruments_fifo = case::fifo_allowed_here();
+    let instruments_fifo = rt::fifo_allowed_here();
     println!(
         "headroom bench prober: LC ({}, 1 thread) on CPU {}; on CPU 0 the agent (a window of the last {} s published every second, SCHED_FIFO {}) and the reference load generator ({} QPS, {}); {} s per run, {} run(s) each",
         match flags.lc {
