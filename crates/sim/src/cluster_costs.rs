@@ -33,7 +33,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::Job;
+use crate::cluster_jobs::Job;
 
 /// The costs of crowding a node (module docs for each one's source).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]

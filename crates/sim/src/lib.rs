@@ -7,6 +7,7 @@ pub mod calibrate;
 mod closed_loop;
 pub mod cluster;
 pub mod cluster_costs;
+pub mod cluster_jobs;
 pub mod des;
 pub mod error;
 pub mod fleet;
