@@ -236,6 +236,117 @@ EOT
   hp12_cleanup hp12e
 }
 
+# F. [kubernetes] discover on v2 (cgroupfs layout, busybox httpd's CGI as the API, as checks.sh's
+#    kube_live): LC pods come and go (groups made and removed, ADDED/DELETED events), the agent
+#    killed -9 at random instants and restarted each round. After each restart the BestEffort
+#    parent is held (frozen: no LC latency is known); at SIGTERM it is thawed and the holder
+#    group removed.
+hp12_kube() {
+  port=18612
+  D=/tmp/hp12k; mkdir -p "$D/www/cgi-bin"
+  ua=aaaaaaaa-0000-4000-8000-0000000000a2
+  parent=kubepods/besteffort; burst=kubepods/burstable
+  mkgroup kubepods; mkgroup "$parent"; mkgroup "$burst"
+  mkdir -p "$CG/$burst/pod$ua" "$CG/$parent/pod-be-hp12"
+  a=$(sleeper "$burst/pod$ua"); e=$(sleeper "$parent/pod-be-hp12")
+  pod() { # NAME UID RV PORT
+    echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"namespace\":\"shop\",\"name\":\"$1\",\"uid\":\"$2\",\"resourceVersion\":\"$3\",\"annotations\":{\"headroom.io/slo-p99-us\":\"500\"}},\"spec\":{\"nodeName\":\"node-a\",\"containers\":[{\"name\":\"c\",\"image\":\"x\",\"ports\":[{\"containerPort\":$4}]}]},\"status\":{\"phase\":\"Running\",\"qosClass\":\"Burstable\"}}"
+  }
+  echo "{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[$(pod lc-a $ua 3 8080)]}" > "$D/list.json"
+  : > "$D/events.jsonl"
+  cat > "$D/www/cgi-bin/api" <<EOT
+#!/bin/sh
+printf 'Content-Type: application/json\r\n\r\n'
+case "\$QUERY_STRING" in
+*watch=true*)
+  sent=0; n=0
+  while [ \$n -lt 300 ]; do
+    total=\$(wc -l < $D/events.jsonl)
+    if [ "\$total" -gt "\$sent" ]; then sed -n "\$((sent + 1)),\${total}p" $D/events.jsonl; sent=\$total; fi
+    sleep 0.1; n=\$((n + 1))
+  done ;;
+*) cat $D/list.json ;;
+esac
+EOT
+  chmod 755 "$D/www/cgi-bin/api"
+  httpd -f -p "127.0.0.1:$port" -h "$D/www" &
+  HTTPD=$!
+  cat > "$D/kubeconfig" <<EOT
+apiVersion: v1
+kind: Config
+clusters:
+- name: s
+  cluster:
+    server: http://127.0.0.1:$port/cgi-bin/api
+contexts:
+- name: s
+  context:
+    cluster: s
+    user: u
+current-context: s
+users:
+- name: u
+  user: {}
+EOT
+  cat > "$D/agent.toml" <<EOT
+[kubernetes]
+discover = true
+node_name = "node-a"
+kubeconfig = "$D/kubeconfig"
+cgroup_layout = "cgroupfs"
+
+[[be]]
+name = "besteffort-pods"
+cgroup = "$parent"
+
+[policy]
+kind = "multi"
+
+[safety]
+on_exit = "restore"
+state_file = "$D/state.json"
+
+[api]
+socket = "$D/ctl.sock"
+metrics = ""
+EOT
+  start_agent $D || { kill $HTTPD $a $e 2>/dev/null; return; }
+  wait_grep "hp12 F: BE (the BestEffort parent) held at start" "$CG/$parent/cgroup.events" "^frozen 1"
+  bad=0; i=0; rv=20; pids=""
+  while [ "$i" -lt 10 ]; do
+    u=cccccccc-0000-4000-8000-0000000000$(printf %02d $i)
+    mkdir -p "$CG/$burst/pod$u"; p=$(sleeper "$burst/pod$u"); pids="$pids $p"
+    rv=$((rv + 1)); echo "{\"type\":\"ADDED\",\"object\":$(pod lc-$i $u $rv 9$((100 + i)))}" >> "$D/events.jsonl"
+    if [ "$i" -ge 2 ]; then
+      # the pod of two rounds ago goes: DELETED, its group removed
+      j=$((i - 2)); uj=cccccccc-0000-4000-8000-0000000000$(printf %02d $j)
+      rv=$((rv + 1)); echo "{\"type\":\"DELETED\",\"object\":$(pod lc-$j $uj $rv 9$((100 + j)))}" >> "$D/events.jsonl"
+      for q in $(cat "$CG/$burst/pod$uj/cgroup.procs" 2>/dev/null); do kill -9 $q 2>/dev/null; done
+      sleep 0.1; rmdir "$CG/$burst/pod$uj" 2>/dev/null
+    fi
+    usleep $(( (RANDOM % 1500) * 1000 ))
+    kill -9 "$AGENT" 2>/dev/null; wait "$AGENT" 2>/dev/null
+    after=$(grep frozen "$CG/$parent/cgroup.events" | tr '\n' ' ')
+    start_agent $D || { bad=1; break; }
+    n=0; while [ "$n" -lt 50 ] && ! grep -q "^frozen 1" "$CG/$parent/cgroup.events"; do sleep 0.1; n=$((n + 1)); done
+    now=$(grep frozen "$CG/$parent/cgroup.events" | tr '\n' ' ')
+    lcs=$(ctl $D --json status 2>/dev/null | tr -d ' \n' | grep -o '"name":"shop/lc-[0-9a-z]*"' | sort -u | tr '\n' ' ')
+    echo "VMOUT hp12 F round $i: after kill -9: $after; restarted: $now LCs: $lcs holder: $([ -d $CG/headroom-discovery ] && echo yes || echo no)"
+    grep -q "^frozen 1" "$CG/$parent/cgroup.events" || { fail "hp12 F round $i" "BestEffort parent not held 5 s after the restart: $now"; bad=1; }
+    i=$((i + 1))
+  done
+  [ "$bad" = 0 ] && pass "hp12 F: 10 kill -9 while pods came and went, BE held after each restart"
+  echo "VMOUT hp12 F threads: $(ls /proc/$AGENT/task | wc -l) log tail: $(tail -n 3 $D/agent.log | tr '\n' '|')"
+  stop_agent TERM; rc=$?
+  expect "hp12 F: SIGTERM exit status" 0 "$rc"
+  wait_grep "hp12 F: on_exit restore thawed the BestEffort parent" "$CG/$parent/cgroup.events" "^frozen 0"
+  if [ -d "$CG/headroom-discovery" ]; then fail "hp12 F: holder group" "headroom-discovery left"
+  else pass "hp12 F: the holder group is removed"; fi
+  kill $HTTPD $a $e $pids 2>/dev/null
+  sleep 0.3
+  for g in $(find $CG/kubepods -depth -type d); do rmdir "$g" 2>/dev/null; done
+}
+
 # HP12_ONLY names tries to run (the default: all)
-for t in ${HP12_ONLY:-storm offkill freeze_agent memory escape}; do "hp12_$t"; done
-echo "VMOUT hp12 leftovers: groups $(ls $CG | grep hp12 | tr '\n' ' ') locks $(ls /run/headroom/locks 2>/dev/null | grep hp12 | tr '\n' ' ')"
+for t in ${HP12_ONLY:-storm offkill freeze_agent memory escape kube}; do "hp12_$t"; done
+echo "VMOUT hp12 leftovers: groups $(ls $CG | grep -E 'hp12|kubepods|headroom' | tr '\n' ' ') locks $(ls /run/headroom/locks 2>/dev/null | grep hp12 | tr '\n' ' ')"
