@@ -196,6 +196,12 @@ impl HeraclesConfig {
             "policy.heracles.be_freq_min_mhz",
             self.be_freq_min_mhz,
         ));
+        // Finite too: a NaN or infinite maximum passed the comparison below, and the power
+        // sub-controller's cap then never applied (`cap < max` is never true; twelfth pass).
+        p.check(positive(
+            "policy.heracles.be_freq_max_mhz",
+            self.be_freq_max_mhz,
+        ));
         if self.be_freq_max_mhz < self.be_freq_min_mhz {
             p.push(invalid(
                 "policy.heracles.be_freq_max_mhz",

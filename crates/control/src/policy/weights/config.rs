@@ -114,7 +114,9 @@ impl WeightsConfig {
         }
         p.check(positive("policy.weights.interval_s", self.interval_s));
         p.check(positive("policy.weights.c_min", self.c_min));
-        if self.c_max < self.c_min || self.c_max > 1.0 {
+        // `contains` refuses NaN too (a NaN passed both comparisons, then `clamp` panicked
+        // at the first dynamic update: twelfth hostile pass).
+        if !(self.c_min..=1.0).contains(&self.c_max) {
             p.push(invalid(
                 "policy.weights.c_max",
                 self.c_max,
