@@ -73,9 +73,9 @@ fn a_start_on_a_socket_this_user_may_not_connect_to_is_a_usage_error() {
     let path = dir.path().join("ctl.sock");
     let _live = std::os::unix::net::UnixListener::bind(&path).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let err = headroom_agent::publish::control::serve(&path, Default::default())
-        .err()
-        .expect("serving on a socket this user may not connect to");
+    let Err(err) = headroom_agent::publish::control::serve(&path, Default::default()) else {
+        panic!("served on a socket this user may not connect to");
+    };
     let text = err.to_string();
     assert!(text.contains("may not connect"), "{text}");
     assert!(text.contains("a path of its own"), "{text}");
