@@ -73,11 +73,18 @@ where_is() {
   done
 }
 
-# start_agent DIR: starts the agent and waits (at most 60 s of wall time: a ctl request that
-# hangs is cut at 5 s) until it answers `ctl status`.
-start_agent() {
+# launch_agent DIR: starts the agent on DIR/agent.toml, its log appended to DIR/agent.log, in
+# the background, and sets AGENT to its pid; does not wait (the one agent start of the stage
+# and of the `--extra` tries, which kill it at chosen instants).
+launch_agent() {
   $H agent --config "$1/agent.toml" >/dev/null 2>>"$1/agent.log" &
   AGENT=$!
+}
+
+# start_agent DIR: launches the agent and waits (at most 60 s of wall time: a ctl request that
+# hangs is cut at 5 s) until it answers `ctl status`.
+start_agent() {
+  launch_agent "$1"
   _until=$(($(date +%s) + 60))
   while [ "$(date +%s)" -lt "$_until" ]; do
     timeout 5 $H ctl --socket "$1/ctl.sock" status >/dev/null 2>&1 && return 0
@@ -442,8 +449,8 @@ EOT
   bad=0; i=0
   while [ "$i" -lt 20 ]; do
     if [ $((i % 4)) -eq 0 ]; then ms=$((RANDOM % 20)); else ms=$((RANDOM % 150)); fi
-    $H agent --config "$D/agent.toml" >/dev/null 2>>"$D/agent.log" &
-    a=$!
+    launch_agent "$D"
+    a=$AGENT
     usleep $((ms * 1000))
     kill -9 "$a" 2>/dev/null; wait "$a" 2>/dev/null
     n=0

@@ -13,3 +13,4 @@ pub mod socket_file;
 pub mod state;
 mod state_lock;
 pub mod supervisor;
+pub mod trusted_dir;

@@ -239,6 +239,15 @@ pub enum StateError {
     /// originals, LC origins and groups would be put back as root at exit.
     #[error("state file {path} {why}: another user could have written it, and the agent would put back as root the originals, LC groups and groups it names (tenth hostile pass: a planted file moved the LC into a stranger's group at exit); check it, remove it, and give safety.state_file a directory only root or this user can write")]
     NotTrusted { path: PathBuf, why: String },
+    /// A state file in a directory another user can write, or rename one above (exit 2:
+    /// nothing was touched): the file's owner check and the open are two looks at a path that
+    /// user could swap between them.
+    #[error("safety.state_file = {path:?}: {doubt}: another user could replace the state file (or a directory above it) between the agent's owner check and its open, and the agent would put back as root what it names; give the state file a directory that only root or uid {uid} can write, every directory above it too (e.g. /var/lib/headroom)")]
+    DirNotTrusted {
+        path: PathBuf,
+        uid: u32,
+        doubt: crate::trusted_dir::DirDoubt,
+    },
     /// Another live agent manages one of these groups (exit 2: nothing was touched).
     #[error("{what} is managed by another agent, {holder}: its lock {lock} is held; stop that agent (or give this one other groups)")]
     Held {
@@ -251,8 +260,21 @@ pub enum StateError {
 /// Refuses a state-file path naming what is not a regular file (a link is replaced, never
 /// followed): `state_file = "/dev/null"` had the host's `/dev/null` set aside as "corrupt"
 /// and a regular file written in its place (sixth hostile pass). Checked before anything is
-/// made, its lock file included.
+/// made, its lock file included. Its directory must be one only root or this user can write
+/// (the agent's one directory rule, [`crate::trusted_dir::doubt`]).
 pub fn check_path(path: &Path) -> Result<(), StateError> {
+    check_file(path)?;
+    let uid = headroom_host::process::effective_uid();
+    crate::trusted_dir::doubt_above(path, uid).map_err(|doubt| StateError::DirNotTrusted {
+        path: path.to_path_buf(),
+        uid,
+        doubt,
+    })
+}
+
+/// What is at the state file's path: nothing, a link (replaced), or a regular file that may be
+/// a state file.
+fn check_file(path: &Path) -> Result<(), StateError> {
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
     };

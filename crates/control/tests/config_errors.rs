@@ -1016,3 +1016,21 @@ fn a_feed_socket_on_the_control_socket_or_state_file_is_refused() {
     let msg = refuse(&text);
     assert!(msg.contains("lc.latency.socket"), "{msg}");
 }
+
+/// Eighth hostile pass (host, low): a feed socket longer than a Unix socket path holds passed
+/// validation and failed at start in bind(2); it is refused as `api.socket` is.
+#[test]
+fn a_feed_socket_too_long_for_a_unix_path_is_refused() {
+    let long = format!("/run/headroom/{}.sock", "f".repeat(100));
+    let text = GOOD.replace(
+        "source = \"probe\"\naddress = \"127.0.0.1:11211\"",
+        &format!("source = \"feed\"\nsocket = \"{long}\""),
+    );
+    assert!(text.contains(&long));
+    let msg = refuse(&text);
+    assert!(msg.contains("lc.latency.socket"), "{msg}");
+    assert!(msg.contains("holds at most 107"), "{msg}");
+    let ok = format!("/run/headroom/{}.sock", "f".repeat(107 - 19));
+    assert_eq!(ok.len(), 107);
+    Config::from_toml_str(&text.replace(&long, &ok)).expect("107 bytes fit");
+}

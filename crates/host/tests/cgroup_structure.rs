@@ -354,3 +354,50 @@ fn a_host_without_mountinfo_reports_the_path() {
         "{err}"
     );
 }
+
+/// A v2 group (or a level above it) that is not a domain is refused by `create`, naming the
+/// level and its `cgroup.type`, before anything is made or written: the start failed on the
+/// kernel's bare EOPNOTSUPP on `cgroup.subtree_control` (tenth hostile pass, VM try F).
+#[test]
+fn v2_a_threaded_group_is_refused_by_name_and_nothing_is_made() {
+    let fake = Fake::v2();
+    let cg = fake.host().cgroups().unwrap();
+    let be = GroupPath::new("hr/be").unwrap();
+    cg.create(&be).unwrap();
+    fake.write("/sys/fs/cgroup/hr/cgroup.type", "domain\n");
+    fake.write("/sys/fs/cgroup/hr/be/cgroup.type", "domain\n");
+    cg.create(&be).unwrap();
+    fake.write("/sys/fs/cgroup/hr/be/cgroup.type", "threaded\n");
+    let writes_before = fake.kernel.writes().len();
+    let sub = GroupPath::new("hr/be/sub").unwrap();
+    let err = cg
+        .create(&sub)
+        .expect_err("a group inside a threaded one was created")
+        .to_string();
+    assert!(
+        err.contains("threaded cgroups are not supported")
+            && err.contains("hr/be has cgroup.type = threaded"),
+        "{err}"
+    );
+    assert!(
+        !fake.path("/sys/fs/cgroup/hr/be/sub").exists(),
+        "nothing made"
+    );
+    assert_eq!(fake.kernel.writes().len(), writes_before, "nothing written");
+    assert!(cg.create(&be).is_err(), "the threaded group itself too");
+    // `domain threaded` (the parent of threaded groups) cannot take memory or io either.
+    fake.write("/sys/fs/cgroup/hr/cgroup.type", "domain threaded\n");
+    let other = GroupPath::new("hr/other").unwrap();
+    let err = cg
+        .create(&other)
+        .expect_err("a group under a threaded domain")
+        .to_string();
+    assert!(
+        err.contains("hr has cgroup.type = domain threaded"),
+        "{err}"
+    );
+    assert!(
+        !fake.path("/sys/fs/cgroup/hr/other").exists(),
+        "nothing made"
+    );
+}

@@ -63,6 +63,12 @@ pub enum ControlError {
     },
     #[error("agent at {path} answered something that is not a response: {detail}")]
     BadResponse { path: PathBuf, detail: String },
+    /// `api.socket` names what is not the agent's to replace (exit 2: nothing was touched).
+    #[error("refusing to replace api.socket = {path:?}: {refusal}; give the socket a path of its own (e.g. /run/headroom/ctl.sock)")]
+    Refused {
+        path: PathBuf,
+        refusal: crate::socket_file::Refusal,
+    },
     /// The socket is served by another user (not root, not this one): not the agent.
     #[error("{path} is served by uid {uid}, neither root, this user nor the owner of its directory (counted only where no one else could have made it: not under /tmp): not the agent (another user bound its path?); nothing was sent")]
     NotTheAgent { path: PathBuf, uid: String },
@@ -87,14 +93,10 @@ pub fn serve(path: &Path, stop: StopFlag) -> Result<(Requests, JoinHandle<()>), 
             "another agent is serving",
             std::io::Error::new(std::io::ErrorKind::AddrInUse, "socket in use"),
         ),
-        Refusal::NotStream(e) => io(
-            "refusing to replace (api.socket names another program's socket, not a stream socket; give the socket a path of its own)",
-            e,
-        ),
-        Refusal::NotASocket => io(
-            "refusing to replace (api.socket names a file that is not a socket; give the socket a path of its own)",
-            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a socket"),
-        ),
+        refusal => ControlError::Refused {
+            path: path.to_path_buf(),
+            refusal,
+        },
     })?;
     let listener = bind(path).map_err(|(what, e)| io(what, e))?;
     let bell = Arc::new(Doorbell::new().map_err(|e| io("creating the doorbell (eventfd) of", e))?);

@@ -232,38 +232,10 @@ fn open_append(path: &Path) -> io::Result<File> {
     })
 }
 
-/// Whether only root or this user can have put a file in `dir`: `dir` is theirs and no one
-/// else may write it, and every directory above it (as spelled and as it resolves) is theirs
-/// and writable by no one else, or sticky (`/tmp`: a stranger cannot rename what is not
-/// theirs there).
+/// Whether only root or this user can have put a file in `dir` (the agent's one rule for
+/// directories, [`crate::trusted_dir::doubt`]).
 fn only_trusted_write(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let me = headroom_host::process::effective_uid();
-    let ours = |m: &std::fs::Metadata| m.uid() == 0 || m.uid() == me;
-    let Ok(m) = std::fs::metadata(dir) else {
-        return false;
-    };
-    if !ours(&m) || m.mode() & 0o022 != 0 {
-        return false;
-    }
-    let spelled = match dir.is_absolute() {
-        true => dir.to_path_buf(),
-        false => match std::env::current_dir() {
-            Ok(cwd) => cwd.join(dir),
-            Err(_) => return false,
-        },
-    };
-    let Ok(real) = std::fs::canonicalize(dir) else {
-        return false;
-    };
-    spelled
-        .ancestors()
-        .skip(1)
-        .chain(real.ancestors().skip(1))
-        .all(|above| {
-            std::fs::metadata(above)
-                .is_ok_and(|m| ours(&m) && (m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0))
-        })
+    crate::trusted_dir::doubt(dir, headroom_host::process::effective_uid()).is_ok()
 }
 
 fn write_counting(file: &mut File, bytes: &[u8]) -> (usize, io::Result<()>) {

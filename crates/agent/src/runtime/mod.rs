@@ -126,10 +126,12 @@ impl AgentError {
         matches!(
             self,
             AgentError::Config(_)
+                | AgentError::Control(ControlError::Refused { .. })
                 | AgentError::State(
                     StateError::Held { .. }
                         | StateError::NotAStateFile { .. }
-                        | StateError::NotTrusted { .. },
+                        | StateError::NotTrusted { .. }
+                        | StateError::DirNotTrusted { .. },
                 )
         )
     }

@@ -80,6 +80,37 @@ pub(super) fn check_socket_dirs(config: &Config) -> Result<(), ConfigError> {
     into_result(problems)
 }
 
+/// Every managed group (v2) with a level that is not a domain: refused before anything is
+/// made, naming the threaded level (the start failed on the kernel's bare EOPNOTSUPP on
+/// `cgroup.subtree_control`: tenth hostile pass).
+pub(super) fn check_domain_groups(
+    config: &Config,
+    cgroups: &headroom_host::Cgroups,
+) -> Result<(), ConfigError> {
+    let lcs = config
+        .lcs
+        .iter()
+        .enumerate()
+        .map(|(i, lc)| (format!("{}.cgroup", config.lc_key(i)), &lc.cgroup));
+    let bes = config
+        .be
+        .iter()
+        .enumerate()
+        .map(|(i, be)| (format!("be[{i}].cgroup"), &be.cgroup));
+    let problems = lcs
+        .chain(bes)
+        .filter_map(|(key, group)| {
+            let (dir, kind) = cgroups.not_domain(group)?;
+            Some(ConfigError::Invalid {
+                key,
+                value: group.to_string(),
+                reason: headroom_host::cgroup::not_domain_reason(&dir, &kind),
+            })
+        })
+        .collect();
+    into_result(problems)
+}
+
 /// Every `safety.be_io_limits` device that is not a whole disk here (also checked on a live
 /// `set`). The kernel refuses a throttle on a device it lacks or on a partition (ENODEV), and
 /// a refused write that confines BE freezes it until the write goes through: for good, from

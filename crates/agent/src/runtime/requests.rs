@@ -25,11 +25,15 @@ impl Agent {
 
     fn answer(&mut self, req: Request) -> Response {
         match req {
-            Request::Status => Response {
-                ok: true,
-                message: "ok".into(),
-                status: Some(Box::new(self.status())),
-            },
+            Request::Status => {
+                let mut status = self.status();
+                status.actuators.be_held = self.be_held_now();
+                Response {
+                    ok: true,
+                    message: "ok".into(),
+                    status: Some(Box::new(status)),
+                }
+            }
             Request::Pause => {
                 let t_ms = self.t_ms();
                 self.publisher.log_event(&CtlEvent::Pause { t_ms });
@@ -198,6 +202,40 @@ impl Agent {
         s
     }
 
+    /// What the kernel holds for each BE knob the write path manages, read now (a status is
+    /// rare): the values last read went on showing `cpus 1` for a `cpuset.cpus` a controller
+    /// disabled above BE had taken away (tenth hostile pass, cgroup v2). A file that is gone
+    /// says so.
+    fn be_held_now(&mut self) -> BTreeMap<String, String> {
+        let knobs: Vec<headroom_control::actuation::Knob> = self
+            .controller
+            .actuation()
+            .map(|a| {
+                a.current()
+                    .keys()
+                    .filter(|k| {
+                        matches!(k, headroom_control::actuation::Knob::Cgroup { group, .. }
+                            if self.groups.be.contains(group))
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        knobs
+            .iter()
+            .map(|k| {
+                let held = match headroom_control::node::Node::read(&mut self.node, k) {
+                    Ok(v) => v.to_string(),
+                    Err(e) if e.not_found => {
+                        "gone (controller disabled above, or the group removed)".to_string()
+                    }
+                    Err(e) => format!("unreadable ({})", e.reason),
+                };
+                (headroom_control::node::Node::describe(&self.node, k), held)
+            })
+            .collect()
+    }
+
     fn status(&self) -> AgentStatus {
         let blank = headroom_types::observation::Observation::default();
         let obs = self.node.sensors().map_or(&blank, |s| s.last());
@@ -304,25 +342,8 @@ impl Agent {
                             .collect()
                     })
                     .unwrap_or_default(),
-                be_held: self
-                    .controller
-                    .actuation()
-                    .map(|a| {
-                        a.current()
-                            .iter()
-                            .filter(|(k, _)| {
-                                matches!(k, headroom_control::actuation::Knob::Cgroup { group, .. }
-                                    if self.groups.be.contains(group))
-                            })
-                            .map(|(k, v)| {
-                                (
-                                    headroom_control::node::Node::describe(&self.node, k),
-                                    v.to_string(),
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                // read from the kernel when the status is answered (`be_held_now`)
+                be_held: Default::default(),
             },
             idle_sensor: self
                 .node

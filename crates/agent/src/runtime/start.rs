@@ -60,6 +60,7 @@ impl Agent {
         // Every LC service's group, the first (`groups.lc`) first.
         let lc_groups: Vec<_> = config.lcs.iter().map(|l| l.cgroup.clone()).collect();
         let cgroups = host.cgroups()?;
+        super::on_host::check_domain_groups(&config, &cgroups)?;
         // One agent per group, decided before anything is touched (a second agent changes
         // nothing: no orphan kill, no drift repair).
         let group_lock = if options.dry_run {

@@ -28,7 +28,7 @@ pub struct ApiConfig {
 pub const DEFAULT_SOCKET: &str = "/run/headroom/headroom.sock";
 
 /// The longest control socket path (`sun_path` is 108 bytes with its NUL).
-const MAX_SOCKET_PATH: usize = 107;
+pub(crate) const MAX_SOCKET_PATH: usize = 107;
 
 /// The largest decision-log cap accepted, MiB (1 TiB).
 const MAX_DECISION_LOG_MB: u64 = 1 << 20;

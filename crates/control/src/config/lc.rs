@@ -1,5 +1,6 @@
 //! `[lc]`: the latency-critical service, its SLO and where its latency and load come from.
 
+use crate::config::api::MAX_SOCKET_PATH;
 use crate::config::checks::*;
 use crate::config::{invalid, relative_path, Problems};
 use headroom_types::{CpuSet, GroupPath};
@@ -413,6 +414,17 @@ impl LcConfig {
         for (key, socket) in feed_sockets {
             if let Some(s) = socket.filter(|s| !s.starts_with('/')) {
                 p.push(relative_path(key, s, "`headroom load --feed`"));
+            }
+            // bind(2) refused it at start, after the config had passed (eighth hostile pass)
+            if let Some(s) = socket.filter(|s| s.len() > MAX_SOCKET_PATH) {
+                p.push(invalid(
+                    key,
+                    s,
+                    format!(
+                        "{} bytes: a Unix socket path holds at most {MAX_SOCKET_PATH}; give a shorter one",
+                        s.len()
+                    ),
+                ));
             }
         }
         if let Some(lat) = &self.latency {

@@ -44,6 +44,8 @@ const CONTROLLERS: &str = "cgroup.controllers";
 /// v1's per-thread membership file (v2 uses `cgroup.threads` inside threaded subtrees).
 const TASKS: &str = "tasks";
 const SUBTREE_CONTROL: &str = "cgroup.subtree_control";
+/// v2: `domain`, or a threaded kind (`threaded`, `domain threaded`, `domain invalid`).
+const CGROUP_TYPE: &str = "cgroup.type";
 /// The v2 controllers the agent delegates down to its groups.
 const MANAGED_V2: [&str; 5] = ["cpu", "cpuset", "memory", "io", "pids"];
 
@@ -201,6 +203,13 @@ impl Cgroups {
                 format!("no usable cgroup hierarchy ({} mode)", self.layout.mode),
             ));
         }
+        if let Some((dir, kind)) = self.not_domain(group) {
+            return Err(HostError::invalid(
+                "cgroup",
+                dir.display().to_string(),
+                not_domain_reason(&dir, &kind),
+            ));
+        }
         for (backend, _) in &dirs {
             for level in group.lineage() {
                 let dir = level.dir_in(backend.mount());
@@ -237,6 +246,24 @@ impl Cgroups {
             }
         }
         Ok(())
+    }
+
+    /// The deepest level of `group` (v2; of those that exist) whose `cgroup.type` is not
+    /// `domain`, with its type. The agent's groups must be domains: a threaded one refuses
+    /// the memory and io controllers (the kernel's bare EOPNOTSUPP on `subtree_control` was
+    /// all a start said, tenth hostile pass) and takes threads, not processes.
+    pub fn not_domain(&self, group: &GroupPath) -> Option<(PathBuf, String)> {
+        self.group_dirs(group)
+            .iter()
+            .filter(|(backend, _)| backend.is_v2())
+            .find_map(|(backend, _)| {
+                group.lineage().into_iter().rev().find_map(|level| {
+                    let dir = level.dir_in(backend.mount());
+                    let kind = self.knobs.read(&dir.join(CGROUP_TYPE)).ok()?;
+                    let kind = kind.trim();
+                    (kind != "domain").then(|| (dir, kind.to_string()))
+                })
+            })
     }
 
     /// Whether a level of `group` (v2) is no longer given a managed controller its parent
@@ -505,4 +532,14 @@ pub(crate) fn stat_field(path: &Path, text: &str, key: &str) -> Result<u64> {
         }
     }
     Err(HostError::parse(path, text, format!("no `{key}` line")))
+}
+
+/// Why a group with a level that is not a domain is refused (by [`Cgroups::create`], and by
+/// the agent's start before anything is made).
+pub fn not_domain_reason(dir: &Path, kind: &str) -> String {
+    format!(
+        "threaded cgroups are not supported: {} has cgroup.type = {kind} (give the agent groups \
+         that are domains, outside any threaded subtree)",
+        dir.display()
+    )
 }
