@@ -65,7 +65,6 @@ restored_cpuset() {
 
 allowed_cpus() { awk '/^Cpus_allowed_list/ {print $2}' "/proc/$1/status"; }
 
-# start_agent DIR: the agent with DIR/agent.toml, its log in DIR/agent.log; waits for `ctl`.
 # Where a process is waiting, thread by thread (a hang is named, not timed out in silence).
 where_is() {
   for t in /proc/"$1"/task/*; do
