@@ -8,7 +8,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use headroom_control::config::{KubernetesConfig, NODE_NAME_ENV};
 use headroom_kube::{Discovery, DiscoveryOptions};
 use headroom_types::discovery::LayoutChoice;
