@@ -14,11 +14,10 @@
 mod live;
 
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_agent::runtime::{Agent, LcEvents};
+use headroom_agent::runtime::{Agent, LcEventSender, LcEvents};
 use headroom_types::discovery::{DiscoveredLc, LcSet, LcSetEvent, PodQos};
 use headroom_types::GroupPath;
 
@@ -51,7 +50,7 @@ fn pod(name: &str, uid: &str, cgroup: &GroupPath, port: Option<u16>) -> Discover
     }
 }
 
-fn send(tx: &mpsc::Sender<LcSetEvent>, version: u64, lcs: Vec<DiscoveredLc>) {
+fn send(tx: &LcEventSender, version: u64, lcs: Vec<DiscoveredLc>) {
     tx.send(LcSetEvent {
         t_unix_ms: 0,
         changes: Vec::new(),
@@ -94,12 +93,12 @@ fn a_pod_recreated_under_its_name_is_sampled_in_its_new_group() {
             return eprintln!("SKIP {RECREATED}: creating {g}: {e}");
         }
     }
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = LcEvents::channel();
     let mut opts = live::options(
         &discovery_config(&guard.top, dir.path()),
         Duration::from_secs(7),
     );
-    opts.discovery = Some(LcEvents::new(rx));
+    opts.discovery = Some(rx);
     let agent = match Agent::start(opts) {
         Ok(a) => a,
         Err(e) => return eprintln!("SKIP {RECREATED}: the agent does not start here: {e}"),
@@ -192,12 +191,12 @@ fn a_pod_whose_latency_port_changes_leaves_no_sensor_thread_behind() {
     if let Err(e) = guard.cgroups.create(&group) {
         return eprintln!("SKIP {PORTS}: creating {group}: {e}");
     }
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = LcEvents::channel();
     let mut opts = live::options(
         &discovery_config(&guard.top, dir.path()),
         Duration::from_secs(8),
     );
-    opts.discovery = Some(LcEvents::new(rx));
+    opts.discovery = Some(rx);
     let agent = match Agent::start(opts) {
         Ok(a) => a,
         Err(e) => return eprintln!("SKIP {PORTS}: the agent does not start here: {e}"),

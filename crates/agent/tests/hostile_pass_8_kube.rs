@@ -6,7 +6,6 @@
 mod live;
 
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use headroom_agent::runtime::{Agent, LcEvents};
@@ -78,14 +77,14 @@ fn a_pod_whose_group_another_agent_holds_is_said_once_not_every_second() {
         Ok(b) => b,
         Err(e) => return eprintln!("SKIP {HELD}: agent B: {e}"),
     };
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = LcEvents::channel();
     let mut a_opts = live::options(
         &discovery_config(&guard.top, dir.path()),
         Duration::from_millis(4500),
     );
     let log = dir.path().join("a-decisions.jsonl");
     a_opts.decision_log = Some(log.clone());
-    a_opts.discovery = Some(LcEvents::new(rx));
+    a_opts.discovery = Some(rx);
     let a = match Agent::start(a_opts) {
         Ok(a) => a,
         Err(e) => {

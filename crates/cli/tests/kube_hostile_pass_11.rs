@@ -11,12 +11,13 @@
 //!   kube-rs's client is muted unless `HEADROOM_LOG` names it.
 #![cfg(feature = "kube")]
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::BufReader;
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
+
+use headroom_hostile_server::{answer_json, hold, kubeconfig, read_request, serve, Server};
 
 const BIN: &str = env!("CARGO_BIN_EXE_headroom");
 
@@ -30,56 +31,20 @@ enum Hostile {
     Garbage(usize),
 }
 
-struct Server {
-    port: u16,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
-fn serve(how: Hostile) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(64) {
-            if flag.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            let flag = flag.clone();
-            std::thread::spawn(move || answer(conn, how, &flag));
-        }
-    });
-    Server { port, stop }
+fn serve_how(how: Hostile) -> Server {
+    serve(64, (), move |conn, stop, _| answer(conn, how, stop))
 }
 
 fn answer(conn: TcpStream, how: Hostile, stop: &AtomicBool) {
     let mut r = BufReader::new(conn.try_clone().unwrap());
     let mut w = conn;
     for _ in 0..64 {
-        // one request's head (the client sends no body on a GET)
-        for _ in 0..100 {
-            let mut line = String::new();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
+        if read_request(&mut r).is_none() {
+            return;
         }
         match how {
             Hostile::Hangs => {
-                let end = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < end && !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
+                hold(stop, Duration::from_secs(30));
                 return;
             }
             Hostile::Fails | Hostile::Garbage(_) => {
@@ -87,27 +52,12 @@ fn answer(conn: TcpStream, how: Hostile, stop: &AtomicBool) {
                     Hostile::Garbage(n) => ("200 OK", format!("{{{}", "x".repeat(n))),
                     _ => ("500 Internal Server Error", r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd down","code":500}"#.to_string()),
                 };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                    body.len()
-                );
-                if w.write_all(head.as_bytes()).is_err() || w.write_all(body.as_bytes()).is_err() {
+                if answer_json(&mut w, status, &body).is_err() {
                     return;
                 }
             }
         }
     }
-}
-
-fn kubeconfig(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostile\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-         contexts:\n- name: hostile\n  context:\n    cluster: hostile\n    user: nobody\n\
-         current-context: hostile\nusers:\n- name: nobody\n  user: {{}}\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// Runs `headroom kube-discover --node node-p11k --kubeconfig K` with `extra`; its exit code,
@@ -144,7 +94,7 @@ fn kube_discover(port: u16, extra: &[&str]) -> (Option<i32>, String, String) {
 #[test]
 fn once_with_no_pod_list_by_the_deadline_exits_1_saying_so() {
     for how in [Hostile::Hangs, Hostile::Fails] {
-        let server = serve(how);
+        let server = serve_how(how);
         let (code, stdout, stderr) = kube_discover(server.port, &["--once", "--for-s", "2"]);
         // The code before: Some(0), nothing on stdout, and (before the 10 s warning) nothing on
         // stderr either for a hanging server.
@@ -163,7 +113,7 @@ fn once_with_no_pod_list_by_the_deadline_exits_1_saying_so() {
     }
     // An answer of 1 MB that is not JSON, at each retry: said once, short (the code before
     // echoed the whole body at each retry, 1 MB a line).
-    let server = serve(Hostile::Garbage(1 << 20));
+    let server = serve_how(Hostile::Garbage(1 << 20));
     let (code, _, stderr) = kube_discover(server.port, &["--once", "--for-s", "3"]);
     assert_eq!(code, Some(1));
     assert!(
@@ -173,7 +123,7 @@ fn once_with_no_pod_list_by_the_deadline_exits_1_saying_so() {
         &stderr[..stderr.len().min(2000)]
     );
     // Without --once the deadline is the run's end (exit 0), but it says no list came.
-    let server = serve(Hostile::Hangs);
+    let server = serve_how(Hostile::Hangs);
     let (code, stdout, stderr) = kube_discover(server.port, &["--for-s", "2"]);
     assert_eq!(code, Some(0), "stdout {stdout}\nstderr {stderr}");
     assert!(

@@ -35,6 +35,12 @@ pub struct ApiBounds {
     /// a 64 MiB answer of empty items cost tens of GB. The watchers ask pages of 500, and a
     /// node runs a few hundred pods (kube-apiserver serving from its cache may send them all).
     pub max_list_items: u64,
+    /// The most JSON strings (keys and values) one list answer may hold. Each costs two heap
+    /// objects once parsed (~60 bytes and more), so a few items can be deep: one pod of 64 MiB
+    /// of `"k":"v",` annotations parsed to ~1 GB (docs/kubernetes.md has the figures). A real
+    /// pod holds a few hundred strings (managedFields included), and the watchers ask pages of
+    /// 500: 2 Mi is ~4000 a pod.
+    pub max_list_strings: u64,
 }
 
 impl Default for ApiBounds {
@@ -48,6 +54,7 @@ impl Default for ApiBounds {
             watch_timeout: Duration::from_secs(60),
             watch_margin: Duration::from_secs(3),
             max_list_items: crate::state::MAX_PODS as u64,
+            max_list_strings: 2 << 20,
         }
     }
 }
@@ -65,6 +72,10 @@ pub enum ListBoundError {
     WatchOverdue { timeout_s: u64, margin_s: u64 },
     #[error("the API server's list answer passed the cap of {cap} items (pages of 500 are asked, and a node runs a few hundred pods: a broken or hostile API server); cut, retried with backoff")]
     TooManyItems { cap: u64 },
+    #[error("the API server's list answer passed the cap of {cap} JSON strings (a pod holds a few hundred: a broken or hostile API server); cut, retried with backoff")]
+    TooManyStrings { cap: u64 },
+    #[error("the API server answered {status} (a redirect to {location}), which is not followed: point the kubeconfig's server at the API server itself")]
+    Redirect { status: u16, location: String },
 }
 
 /// The tower layer that bounds list answers (a watch streams for minutes: only its line length is
@@ -211,13 +222,13 @@ pub(crate) mod bounded {
                     }
                     let overdue =
                         tokio::time::Instant::now() + Duration::from_secs(timeout_s) + margin;
-                    let resp = fut.await.map_err(Into::into)?;
+                    let resp = redirect_refused(fut.await.map_err(Into::into)?)?;
                     let over = (overdue, timeout_s, margin.as_secs());
                     return Ok(resp.map(|body| Capped::watch(body, max_line, over)));
                 };
                 let deadline = tokio::time::Instant::now() + b.list_deadline;
                 let resp = match tokio::time::timeout_at(deadline, fut).await {
-                    Ok(r) => r.map_err(Into::into)?,
+                    Ok(r) => redirect_refused(r.map_err(Into::into)?)?,
                     Err(_) => {
                         return Err(ListBoundError::Deadline {
                             secs: b.list_deadline.as_secs(),
@@ -228,6 +239,24 @@ pub(crate) mod bounded {
                 Ok(resp.map(|body| Capped::new(body, Some(b), Some(deadline))))
             })
         }
+    }
+
+    /// A redirect is not followed (it could lead the client's credentials elsewhere), and
+    /// kube-rs read its empty body as JSON: "EOF while parsing a value". It is said as one.
+    fn redirect_refused<B>(resp: Response<B>) -> Result<Response<B>, BoxError> {
+        if !resp.status().is_redirection() {
+            return Ok(resp);
+        }
+        let location = resp
+            .headers()
+            .get(http::header::LOCATION)
+            .map(|l| crate::pod::shown(&String::from_utf8_lossy(l.as_bytes())))
+            .unwrap_or_else(|| "nowhere said".into());
+        Err(ListBoundError::Redirect {
+            status: resp.status().as_u16(),
+            location,
+        }
+        .into())
     }
 
     /// A response body cut at a byte cap and a deadline (a list), or at a line length (a
@@ -258,6 +287,8 @@ pub(crate) mod bounded {
         in_string: bool,
         escaped: bool,
         pub items: u64,
+        /// Strings begun (keys and values), anywhere in the answer.
+        pub strings: u64,
     }
 
     impl ItemCount {
@@ -274,7 +305,10 @@ pub(crate) mod bounded {
                     continue;
                 }
                 match c {
-                    b'"' => self.in_string = true,
+                    b'"' => {
+                        self.in_string = true;
+                        self.strings += 1;
+                    }
                     b'{' | b'[' => {
                         if self.depth == 1 {
                             self.array_at_2 = c == b'[';
@@ -370,6 +404,10 @@ pub(crate) mod bounded {
                         if this.items.items > b.max_list_items {
                             let cap = b.max_list_items;
                             return this.fail(ListBoundError::TooManyItems { cap });
+                        }
+                        if this.items.strings > b.max_list_strings {
+                            let cap = b.max_list_strings;
+                            return this.fail(ListBoundError::TooManyStrings { cap });
                         }
                     }
                     if let (Some(cap), Some(data)) = (this.max_line, frame.data_ref()) {

@@ -91,11 +91,7 @@ pub fn requested(pod: &Pod) -> Result<Option<u64>, RequestError> {
 /// defaulting to its limit as the API does for extended resources; init containers run before,
 /// one at a time, so their largest counts when it is larger). `None`: the pod requests none.
 pub fn requested_of(pod: &Pod, resource: &'static str) -> Result<Option<u64>, RequestError> {
-    let name = format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or("")
-    );
+    let name = pod_name(pod);
     let Some(spec) = &pod.spec else {
         return Ok(None);
     };
@@ -111,7 +107,7 @@ pub fn requested_of(pod: &Pod, resource: &'static str) -> Result<Option<u64>, Re
         q.map(|q| {
             parse_count(&q.0).map_err(|reason| RequestError {
                 pod: name.clone(),
-                container: c.name.clone(),
+                container: crate::pod::escaped(&c.name),
                 resource,
                 value: crate::pod::shown(&q.0),
                 reason,
@@ -133,6 +129,15 @@ pub fn requested_of(pod: &Pod, resource: &'static str) -> Result<Option<u64>, Re
     Ok(sum)
 }
 
+/// `namespace/pod`, escaped (it goes into log lines and `ctl status`).
+fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        crate::pod::escaped(pod.metadata.namespace.as_deref().unwrap_or("")),
+        crate::pod::escaped(pod.metadata.name.as_deref().unwrap_or(""))
+    )
+}
+
 /// Whether a pod of the node still holds what it requested (Succeeded and Failed pods do not).
 pub fn holds(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -150,7 +155,16 @@ pub struct Floor {
     /// The node whose pods count (empty: every pod given). The watch selects the node's pods on
     /// the server; a pod of another node that comes all the same counts nothing.
     node: String,
+    /// Pods not kept since the last list began because [`MAX_BOUND_PODS`] were kept already:
+    /// while any, the sums lack what they requested (a floor too low), see [`Floor::over_cap`].
+    over_cap: u64,
 }
+
+/// The most bound pods the floor keeps, as the discovery's [`crate::state::MAX_PODS`]: a node
+/// runs a few hundred, so more is a broken or hostile API server streaming distinct pods, which
+/// must not grow the publisher (and its copy of the list at each event) without end. Past it the
+/// floor is not cut (that would lower it, unsafe): it fails, see [`Floor::over_cap`].
+pub const MAX_BOUND_PODS: usize = crate::state::MAX_PODS;
 
 impl Floor {
     /// The floor of `node`'s pods.
@@ -164,7 +178,11 @@ impl Floor {
     /// A pod came or changed. `Some(error)` the first time a pod's request is refused.
     pub fn apply(&mut self, pod: &Pod) -> Option<RequestError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.pods.remove(&uid);
+        let known = self.pods.remove(&uid).is_some() || self.refused.contains_key(&uid);
+        if !known && self.pods.len() + self.refused.len() >= MAX_BOUND_PODS {
+            self.over_cap += 1;
+            return None;
+        }
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         if !holds(pod) || (!self.node.is_empty() && node != Some(self.node.as_str())) {
             self.refused.remove(&uid);
@@ -179,11 +197,7 @@ impl Floor {
             }
             Ok((millicpu, memory)) => {
                 self.refused.remove(&uid);
-                let name = format!(
-                    "{}/{}",
-                    pod.metadata.namespace.as_deref().unwrap_or(""),
-                    pod.metadata.name.as_deref().unwrap_or("")
-                );
+                let name = pod_name(pod);
                 self.pods.insert(
                     uid,
                     BoundPod {
@@ -212,6 +226,14 @@ impl Floor {
     pub fn reset(&mut self) {
         self.pods.clear();
         self.refused.clear();
+        self.over_cap = 0;
+    }
+
+    /// Pods not kept since the last list began ([`MAX_BOUND_PODS`] were kept already): while
+    /// not 0 the sums are too low, and are not to be published as the floor. A deleted pod does
+    /// not bring it back to 0 (which pods were left out is not known): the next list does.
+    pub fn over_cap(&self) -> u64 {
+        self.over_cap
     }
 
     /// The sum of `headroom.io/be-cpu` requested, milli-CPUs.

@@ -25,4 +25,4 @@ pub use layout::{detect, group_exists, resolve, KubeletLayout};
 pub use pod::{PodFacts, Verdict, LATENCY_PORT, PRIORITY, SLO_P99_US};
 pub use publish::{PublishOptions, PublishState, Publisher, Wanted};
 pub use state::{Discoverer, PodEvent};
-pub use watch::{client, run, Discovery, DiscoveryOptions, KubeError};
+pub use watch::{client, run, Discovery, DiscoveryOptions, EventSink, KubeError};

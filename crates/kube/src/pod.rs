@@ -50,9 +50,11 @@ impl PodFacts {
         let m = &pod.metadata;
         let status = pod.status.as_ref();
         PodFacts {
-            namespace: m.namespace.clone().unwrap_or_default(),
-            name: m.name.clone().unwrap_or_default(),
-            uid: m.uid.clone().unwrap_or_default(),
+            // Escaped here, once: these go into log lines and `ctl status` (the API validates
+            // them; a hostile server's newlines or terminal escapes would forge or hide lines).
+            namespace: escaped(m.namespace.as_deref().unwrap_or_default()),
+            name: escaped(m.name.as_deref().unwrap_or_default()),
+            uid: escaped(m.uid.as_deref().unwrap_or_default()),
             node: pod
                 .spec
                 .as_ref()
@@ -126,13 +128,42 @@ fn refusal(pod: &PodFacts, key: &str, value: &str, reason: impl Into<String>) ->
 /// annotations, and the refusal goes into a log line and `ctl status`.
 pub const MAX_SHOWN_CHARS: usize = 256;
 
-/// `value` as a refusal shows it: whole when short, else its first [`MAX_SHOWN_CHARS`]
-/// characters and how long it was.
+/// `value` as a refusal shows it: [`escaped`], whole when short, else its first
+/// [`MAX_SHOWN_CHARS`] characters and how long it was.
 pub fn shown(value: &str) -> String {
+    // Cut first: a value of 256 kB is refused at each of its pod's events.
     match value.char_indices().nth(MAX_SHOWN_CHARS) {
-        None => value.to_string(),
-        Some((cut, _)) => format!("{}… (cut: {} bytes in all)", &value[..cut], value.len()),
+        None => escaped(value),
+        Some((cut, _)) => format!(
+            "{}… (cut: {} bytes in all)",
+            escaped(&value[..cut]),
+            value.len()
+        ),
     }
+}
+
+/// `text` from the API as a log line or `ctl status` may show it: control characters (a
+/// newline, a terminal's escape sequences), bidirectional overrides and backslashes written as
+/// Rust escapes them (`\n`, `\u{1b}`, `\\`), so a hostile server can neither forge a line
+/// nor hide one; two texts that differ stay different.
+pub fn escaped(text: &str) -> String {
+    let odd = |c: char| {
+        c.is_control()
+            || c == '\\'
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(odd) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if odd(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Reads `pod` as an LC of `node` whose pod groups are in `layout` (`None`: not found yet).

@@ -77,6 +77,10 @@ pub struct PublishState {
     pub bound_pods: Vec<BoundPod>,
     /// Pods whose request could not be read.
     pub refused_pods: Vec<String>,
+    /// Bound pods the floor could not keep ([`crate::floor::MAX_BOUND_PODS`] kept already) since
+    /// its last list: while not 0 the floor never goes lower (the last whole one stands, raised
+    /// by what the kept pods request), until a list within the cap.
+    pub floor_over_cap: u64,
 }
 
 /// Why a status patch did not take.
@@ -136,11 +140,11 @@ fn error_kind(e: &PatchError) -> (String, String) {
             "forbidden".into(),
             format!(
                 "forbidden (403): the agent's service account needs `patch` on `nodes/status` (deploy/kubernetes/headroom-daemonset.yaml, ClusterRole headroom-node-status-patcher): {}",
-                s.message
+                crate::pod::shown(&s.message)
             ),
         ),
-        kube::Error::Api(s) => (format!("api {}", s.code), format!("API refused ({}): {}", s.code, s.message)),
-        other => ("unreachable".into(), format!("API unreachable: {other}")),
+        kube::Error::Api(s) => (format!("api {}", s.code), format!("API refused ({}): {}", s.code, crate::pod::shown(&s.message))),
+        other => ("unreachable".into(), format!("API unreachable: {}", crate::pod::escaped(&other.to_string()))),
     }
 }
 
@@ -243,6 +247,21 @@ async fn run(
                         continue;
                     }
                     let mut s = lock(&shared);
+                    if floor.over_cap() > 0 {
+                        // The sums lack the pods past the cap: a floor too low. Never lower
+                        // than the last whole one (nor than the kept pods' sums).
+                        if s.floor_over_cap == 0 {
+                            tracing::warn!(node = %opts.node, "kubernetes advertise: the API server sent more than {} bound pods of {} (a node runs a few hundred: a broken or hostile API server); the floor is not lowered until a list within the cap (said once)", crate::floor::MAX_BOUND_PODS, opts.node);
+                        }
+                        s.floor_over_cap = floor.over_cap();
+                        s.floor_millicpu = s.floor_millicpu.max(floor.millicpu());
+                        s.floor_memory_bytes = s.floor_memory_bytes.max(floor.memory_bytes());
+                        continue;
+                    }
+                    if s.floor_over_cap > 0 {
+                        tracing::info!(node = %opts.node, "kubernetes advertise: the bound pods of {} are within the cap again: the floor follows them", opts.node);
+                    }
+                    s.floor_over_cap = 0;
                     s.floor_millicpu = floor.millicpu();
                     s.floor_memory_bytes = floor.memory_bytes();
                     s.floor_synced = floor.synced;
@@ -253,7 +272,7 @@ async fn run(
                 Some(Err(e)) => {
                     let kind = crate::watch::watch_error_kind(&e);
                     if watch_said.as_deref() != Some(kind.as_str()) && !kind.ends_with(" 410") {
-                        tracing::warn!(node = %opts.node, "kubernetes advertise: watching pods of {} (the floor): {e}; retried with backoff, the floor stays as last known (said again only when the error changes)", opts.node);
+                        tracing::warn!(node = %opts.node, "kubernetes advertise: watching pods of {} (the floor): {}; retried with backoff, the floor stays as last known (said again only when the error changes)", opts.node, crate::pod::escaped(&e.to_string()));
                         watch_said = Some(kind);
                     }
                 }

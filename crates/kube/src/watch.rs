@@ -2,7 +2,7 @@
 //! current for a synchronous agent (snapshot + change events on a channel).
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -51,17 +51,30 @@ impl DiscoveryOptions {
     }
 }
 
+/// Where a running discovery hands each new set: the binary connects the agent's "newest set"
+/// cell here (a queue would grow by a whole set at each pod event while its reader stalls).
+pub type EventSink = Box<dyn FnMut(LcSetEvent) + Send>;
+
 /// Why the discovery could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
     #[error("kubernetes discovery: no node name (set [kubernetes] node_name, --node, or NODE_NAME from the downward API)")]
     NoNode,
-    #[error("reading kubeconfig {path}: {reason}")]
+    #[error("reading kubeconfig {path}: {reason} (name a kubeconfig file this host has and can read, or leave it out: the pod's service account, KUBECONFIG or ~/.kube/config is used)")]
     Kubeconfig { path: String, reason: String },
     #[error("kubernetes API access: {0}")]
     Access(String),
     #[error("kubernetes discovery: {0}")]
     Runtime(String),
+}
+
+impl KubeError {
+    /// An error of the config (no node name, a kubeconfig the host lacks or cannot read), not
+    /// of the API: the binary exits 2 for it, as for the other config paths naming what the
+    /// host lacks.
+    pub fn is_config(&self) -> bool {
+        matches!(self, KubeError::NoNode | KubeError::Kubeconfig { .. })
+    }
 }
 
 /// An API client: from `kubeconfig` when given, else inferred (in-cluster service account,
@@ -126,6 +139,8 @@ pub fn watch_error_kind(e: &watcher::Error) -> String {
             kube::Error::Service(b) => match b.downcast_ref::<ListBoundError>() {
                 Some(ListBoundError::TooLarge { .. }) => "list too large".into(),
                 Some(ListBoundError::TooManyItems { .. }) => "list of too many items".into(),
+                Some(ListBoundError::TooManyStrings { .. }) => "list of too many strings".into(),
+                Some(ListBoundError::Redirect { status, .. }) => format!("redirect {status}"),
                 Some(ListBoundError::Deadline { .. }) => "list deadline".into(),
                 Some(ListBoundError::WatchLineTooLarge { .. }) => "watch line too long".into(),
                 Some(ListBoundError::WatchOverdue { .. }) => "watch overdue".into(),
@@ -268,16 +283,17 @@ pub async fn run(client: Client, opts: &DiscoveryOptions, mut publish: impl FnMu
                     // The set stays as last known: pods do not go because the API is away.
                     watch_errors += 1;
                     if is_expired(&e) {
-                        tracing::debug!("kubernetes: watching pods of {}: {e}: listed again", opts.node);
+                        tracing::debug!("kubernetes: watching pods of {}: {}: listed again", opts.node, crate::pod::escaped(&e.to_string()));
                         continue;
                     }
                     let kind = watch_error_kind(&e);
                     if said.as_deref() != Some(kind.as_str()) {
                         tracing::warn!(
                             errors = watch_errors,
-                            "kubernetes: watching pods of {}: {e} (retried with backoff; said \
+                            "kubernetes: watching pods of {}: {} (retried with backoff; said \
                              again only when the error changes, and when it recovers)",
-                            opts.node
+                            opts.node,
+                            crate::pod::escaped(&e.to_string())
                         );
                         said = Some(kind);
                     }
@@ -306,11 +322,11 @@ pub struct Discovery {
 
 impl Discovery {
     /// Connects (errors in the kubeconfig or API access come back here) and starts watching.
-    /// Every change of the set is sent on `events` (when given) and kept for
+    /// Every change of the set is handed to `events` (when given) and kept for
     /// [`Discovery::snapshot`].
     pub fn start(
         opts: DiscoveryOptions,
-        events: Option<mpsc::Sender<LcSetEvent>>,
+        mut events: Option<EventSink>,
     ) -> Result<Discovery, KubeError> {
         if opts.node.trim().is_empty() {
             return Err(KubeError::NoNode);
@@ -332,8 +348,8 @@ impl Discovery {
                 rt.block_on(async move {
                     let publish = |ev: LcSetEvent| {
                         *shared.lock().unwrap_or_else(|p| p.into_inner()) = ev.set.clone();
-                        if let Some(tx) = &events {
-                            let _ = tx.send(ev);
+                        if let Some(sink) = events.as_mut() {
+                            sink(ev);
                         }
                     };
                     tokio::select! {

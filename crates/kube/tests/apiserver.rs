@@ -108,7 +108,8 @@ fn pods_come_change_and_go_and_a_bad_one_is_refused() {
     opts.cgroup_root = root.clone();
     opts.layout = LayoutChoice::Auto;
     opts.recheck = Duration::from_millis(50);
-    let discovery = Discovery::start(opts, Some(tx)).unwrap();
+    let discovery =
+        Discovery::start(opts, Some(Box::new(move |ev| tx.send(ev).unwrap_or(())))).unwrap();
     let mut seen = Vec::new();
 
     // The first list: one LC, the bad pod refused with pod, key and value named.
@@ -227,7 +228,8 @@ fn an_expired_watch_is_listed_again_and_the_lc_kept() {
     opts.kubeconfig = Some(server.kubeconfig(dir.path()).unwrap());
     opts.cgroup_root = root.clone();
     opts.recheck = Duration::from_millis(50);
-    let discovery = Discovery::start(opts, Some(tx)).unwrap();
+    let discovery =
+        Discovery::start(opts, Some(Box::new(move |ev| tx.send(ev).unwrap_or(())))).unwrap();
     let mut seen = Vec::new();
     let set = wait_for(&rx, "the first list", &mut seen, |s| s.synced);
     assert_eq!(names(&set), ["shop/cart-0"]);

@@ -10,14 +10,18 @@
 //! - a watch that hangs after its headers was noticed only at kube-rs's idle timeout, ~5 min in
 //!   and unsaid (now cut a few seconds past its `timeoutSeconds`, which the watchers set to 60 s).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use headroom_hostile_server::{
+    answer_json, error_chain, hold, kubeconfig, read_request, serve, start_chunked, wait, Server,
+    EMPTY_POD_LIST,
+};
 use headroom_kube::pod::verdict;
 use headroom_kube::stand_in::StandIn;
 use headroom_kube::watch::{client_bounded, ApiBounds};
@@ -27,9 +31,6 @@ use headroom_kube::{
 use headroom_types::discovery::LayoutChoice;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, WatchParams};
-
-const EMPTY_POD_LIST: &str =
-    r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":[]}"#;
 
 /// Every log line of this test binary (a subscriber for the whole process: the discovery logs
 /// on its own thread). Each test names its own node, and counts the lines that name it.
@@ -83,16 +84,6 @@ fn said(needle: &str) -> Vec<String> {
         .collect()
 }
 
-/// One JSON answer with its length.
-fn answer_json(w: &mut impl Write, status: &str, body: &str) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    w.write_all(head.as_bytes())?;
-    w.write_all(body.as_bytes())
-}
-
 /// How a hostile server answers.
 #[derive(Clone)]
 enum How {
@@ -108,71 +99,27 @@ enum How {
     PatchAnswersAnotherNode,
 }
 
-struct Server {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    lists: Arc<AtomicU64>,
-    requests: Arc<AtomicU64>,
+#[derive(Default)]
+struct Counts {
+    lists: AtomicU64,
+    requests: AtomicU64,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
+fn serve_how(how: How) -> Server<Counts> {
+    serve(256, Counts::default(), move |conn, stop, counts| {
+        answer(conn, &how, stop, counts)
+    })
 }
 
-fn serve(how: How) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let lists = Arc::new(AtomicU64::new(0));
-    let requests = Arc::new(AtomicU64::new(0));
-    let (flag, l, q) = (stop.clone(), lists.clone(), requests.clone());
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(256) {
-            if flag.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            let (flag, l, q, how) = (flag.clone(), l.clone(), q.clone(), how.clone());
-            std::thread::spawn(move || answer(conn, &how, &flag, &l, &q));
-        }
-    });
-    Server {
-        port,
-        stop,
-        lists,
-        requests,
-    }
-}
-
-fn answer(conn: TcpStream, how: &How, stop: &AtomicBool, lists: &AtomicU64, reqs: &AtomicU64) {
+fn answer(conn: TcpStream, how: &How, stop: &AtomicBool, counts: &Counts) {
     let mut r = BufReader::new(conn.try_clone().unwrap());
     let mut w = conn;
     for _ in 0..1000 {
-        let mut request = String::new();
-        if r.read_line(&mut request).unwrap_or(0) == 0 {
+        let Some(request) = read_request(&mut r) else {
             return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0u8; length.min(1 << 20)];
-        if std::io::Read::read_exact(&mut r, &mut body).is_err() {
-            return;
-        }
-        reqs.fetch_add(1, Ordering::SeqCst);
+        };
+        let request = request.line;
+        counts.requests.fetch_add(1, Ordering::SeqCst);
         if request.starts_with("PATCH") {
             let other = r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"someone-else","resourceVersion":"2"},"status":{"allocatable":{"headroom.io/be-cpu":"4000"}}}"#;
             if answer_json(&mut w, "200 OK", other).is_err() {
@@ -191,7 +138,7 @@ fn answer(conn: TcpStream, how: &How, stop: &AtomicBool, lists: &AtomicU64, reqs
             continue;
         }
         if !request.contains("watch=true") {
-            let n = lists.fetch_add(1, Ordering::SeqCst) as usize;
+            let n = counts.lists.fetch_add(1, Ordering::SeqCst) as usize;
             let (status, body) = match how {
                 How::ListsFail(answers) if n < answers.len() => answers[n],
                 _ => ("200 OK", EMPTY_POD_LIST),
@@ -201,51 +148,12 @@ fn answer(conn: TcpStream, how: &How, stop: &AtomicBool, lists: &AtomicU64, reqs
             }
             continue;
         }
-        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-        if w.write_all(head.as_bytes()).is_err() {
+        if start_chunked(&mut w).is_err() {
             return;
         }
         let _ = w.flush();
-        let end = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < end && !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        hold(stop, Duration::from_secs(20));
         return;
-    }
-}
-
-fn kubeconfig(dir: &Path, port: u16) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostile\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-         contexts:\n- name: hostile\n  context:\n    cluster: hostile\n    user: nobody\n\
-         current-context: hostile\nusers:\n- name: nobody\n  user: {{}}\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        text.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    text
-}
-
-/// Polls `f` every 50 ms for up to `within`: a hang detector, not a timing claim.
-fn wait(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -264,7 +172,7 @@ fn discovery(node: &str, port: u16, dir: &Path) -> Discovery {
 fn a_failing_list_is_said_once_per_kind_of_error_and_once_when_it_recovers() {
     lines();
     const NODE: &str = "node-p10-said";
-    let server = serve(How::ListsFail(vec![
+    let server = serve_how(How::ListsFail(vec![
         (
             "500 Internal Server Error",
             r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd down","code":500}"#,
@@ -280,7 +188,7 @@ fn a_failing_list_is_said_once_per_kind_of_error_and_once_when_it_recovers() {
     // The watcher's backoff: 0.8 s, 1.6 s, 3.2 s: the fourth list is the good one.
     let synced = wait(Duration::from_secs(40), || d.snapshot().synced);
     d.stop();
-    let lists = server.lists.load(Ordering::SeqCst);
+    let lists = server.counts.lists.load(Ordering::SeqCst);
     let warned = said(&format!("watching pods of {NODE}"));
     let recovered = said(&format!("answers the pods of {NODE} again"));
     assert!(synced, "the fourth list arrived ({lists} lists)");
@@ -377,7 +285,7 @@ fn a_huge_refused_value_is_cut_in_the_refusal_saying_how_long_it_was() {
 /// timeout (290 s + 5 s) and unsaid; now a few seconds past the `timeoutSeconds` it asked for.
 #[test]
 fn a_watch_that_hangs_after_its_headers_is_cut_soon_after_its_timeout() {
-    let server = serve(How::WatchHangs);
+    let server = serve_how(How::WatchHangs);
     let dir = tempfile::tempdir().unwrap();
     let config = kubeconfig(dir.path(), server.port);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -440,8 +348,8 @@ fn the_discovery_asks_for_watches_of_60_s() {
 /// kubeconfig names.
 #[test]
 fn a_redirect_to_another_server_is_not_followed() {
-    let elsewhere = serve(How::ListsFail(Vec::new()));
-    let server = serve(How::Redirect { to: elsewhere.port });
+    let elsewhere = serve_how(How::ListsFail(Vec::new()));
+    let server = serve_how(How::Redirect { to: elsewhere.port });
     let dir = tempfile::tempdir().unwrap();
     let config = kubeconfig(dir.path(), server.port);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -459,9 +367,9 @@ fn a_redirect_to_another_server_is_not_followed() {
         list.map(|l| l.items.len()).map_err(|e| error_chain(&e))
     });
     assert!(got.is_err(), "a redirect is not a pod list: {got:?}");
-    assert!(server.requests.load(Ordering::SeqCst) >= 1);
+    assert!(server.counts.requests.load(Ordering::SeqCst) >= 1);
     assert_eq!(
-        elsewhere.requests.load(Ordering::SeqCst),
+        elsewhere.counts.requests.load(Ordering::SeqCst),
         0,
         "the redirect was followed"
     );
@@ -473,7 +381,7 @@ fn a_redirect_to_another_server_is_not_followed() {
 #[test]
 fn a_patch_answered_with_another_node_is_not_taken_as_published() {
     use headroom_kube::publish::{PublishOptions, Publisher, Wanted};
-    let server = serve(How::PatchAnswersAnotherNode);
+    let server = serve_how(How::PatchAnswersAnotherNode);
     let dir = tempfile::tempdir().unwrap();
     let mut opts = PublishOptions::new("node-p10-patch");
     opts.kubeconfig = Some(kubeconfig(dir.path(), server.port));

@@ -11,11 +11,10 @@
 //!   binary's RSS to hundreds of MB, and a 64 MiB answer of `{}` items would cost tens of GB.
 //!   Now a list answer of more than `MAX_PODS` items is cut, naming the cap.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::io::{BufReader, Write};
 use std::time::Duration;
 
+use headroom_hostile_server::{error_chain, kubeconfig, read_request, serve, Server};
 use headroom_kube::watch::{client_bounded, ApiBounds};
 use headroom_kube::{Floor, BE_CPU, BE_MEMORY};
 use k8s_openapi::api::core::v1::Pod;
@@ -74,10 +73,8 @@ fn a_floor_whose_pods_request_more_than_u64_holds_saturates_rather_than_panics_o
 }
 
 /// Answers up to `conns` connections on 127.0.0.1, each with one PodList of `items` copies of
-/// `item` (after reading the request's head); the port.
-fn serve_list(item: &'static str, items: usize, conns: usize) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+/// `item` (after reading the request's head).
+fn serve_list(item: &'static str, items: usize, conns: usize) -> Server {
     let mut body = String::from(
         r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":["#,
     );
@@ -88,37 +85,16 @@ fn serve_list(item: &'static str, items: usize, conns: usize) -> u16 {
         body.push_str(item);
     }
     body.push_str("]}");
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(conns) {
-            let Ok(conn) = conn else { continue };
-            let mut r = BufReader::new(conn.try_clone().unwrap());
-            for _ in 0..100 {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-            }
-            let mut w = conn;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = w.write_all(head.as_bytes());
-            let _ = w.write_all(body.as_bytes());
-        }
-    });
-    port
-}
-
-fn kubeconfig(dir: &Path, port: u16) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostile\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-         contexts:\n- name: hostile\n  context:\n    cluster: hostile\n    user: nobody\n\
-         current-context: hostile\nusers:\n- name: nobody\n  user: {{}}\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
+    serve(conns, (), move |conn, _, _| {
+        let _ = read_request(&mut BufReader::new(conn.try_clone().unwrap()));
+        let mut w = conn;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = w.write_all(head.as_bytes());
+        let _ = w.write_all(body.as_bytes());
+    })
 }
 
 /// Lists the pods once through a client with the default bounds: the count, or the error with
@@ -138,15 +114,7 @@ fn list_once(port: u16) -> Result<usize, String> {
         // a hang detector only
         match tokio::time::timeout(Duration::from_secs(60), api.list(&ListParams::default())).await
         {
-            Ok(r) => r.map(|l| l.items.len()).map_err(|e| {
-                let mut text = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    text.push_str(&format!(": {s}"));
-                    src = s.source();
-                }
-                text
-            }),
+            Ok(r) => r.map(|l| l.items.len()).map_err(|e| error_chain(&e)),
             Err(_) => Err("no answer within 60 s".into()),
         }
     })
@@ -156,8 +124,8 @@ fn list_once(port: u16) -> Result<usize, String> {
 fn a_list_of_more_items_than_a_node_runs_is_cut_naming_the_cap() {
     // 20 000 empty pods: 60 kB of JSON, each a whole typed Pod once parsed (the code before
     // parsed them all: Ok(20000)).
-    let port = serve_list("{}", 20_000, 1);
-    let got = list_once(port);
+    let server = serve_list("{}", 20_000, 1);
+    let got = list_once(server.port);
     let err = got.expect_err("a list of 20 000 items is cut");
     assert!(
         err.contains("cap of 4096 items"),
@@ -165,11 +133,11 @@ fn a_list_of_more_items_than_a_node_runs_is_cut_naming_the_cap() {
     );
     // A node's real list (500 pods, strings with braces and escaped quotes inside) passes.
     let pod = r#"{"metadata":{"namespace":"shop","name":"p","uid":"u","resourceVersion":"1","annotations":{"x":"{[\"}]"}},"spec":{"nodeName":"node-a","containers":[{"name":"c","image":"x","ports":[{"containerPort":80}]}]},"status":{"phase":"Running"}}"#;
-    let port = serve_list(pod, 500, 1);
-    assert_eq!(list_once(port), Ok(500));
+    let server = serve_list(pod, 500, 1);
+    assert_eq!(list_once(server.port), Ok(500));
     // 4096 exactly passes, 4097 does not.
-    let port = serve_list("{}", 4096, 1);
-    assert_eq!(list_once(port), Ok(4096));
-    let port = serve_list("{}", 4097, 1);
-    assert!(list_once(port).is_err());
+    let server = serve_list("{}", 4096, 1);
+    assert_eq!(list_once(server.port), Ok(4096));
+    let server = serve_list("{}", 4097, 1);
+    assert!(list_once(server.port).is_err());
 }

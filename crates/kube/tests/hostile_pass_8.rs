@@ -10,14 +10,17 @@
 //!   request deadline, again at every retry): the floor's pod watch was not read meanwhile, so
 //!   pods bound then did not raise the floor the agent computes its value with.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::io::BufReader;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use headroom_hostile_server::{
+    answer_json, chunk, error_chain, hold, kubeconfig, read_request, serve, start_chunked, wait,
+    Server, EMPTY_POD_LIST,
+};
 use headroom_kube::publish::{PublishOptions, Publisher, Wanted};
 use headroom_kube::stand_in::{pod, with_be_cpu};
 use headroom_kube::watch::{client_bounded, ApiBounds};
@@ -25,20 +28,6 @@ use headroom_kube::{Discovery, DiscoveryOptions};
 use headroom_types::discovery::LayoutChoice;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, WatchParams};
-
-/// A list answer with no pods (the watches' start).
-const EMPTY_POD_LIST: &str =
-    r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":[]}"#;
-
-/// One JSON answer with its length; `status` is the status line's code and reason.
-fn answer_json(w: &mut impl Write, status: &str, body: &str) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    w.write_all(head.as_bytes())?;
-    w.write_all(body.as_bytes())
-}
 
 const NODE: &str = "node-a";
 
@@ -51,125 +40,64 @@ enum Watch {
     EndsAtOnce,
 }
 
-struct Server {
-    port: u16,
-    stop: Arc<AtomicBool>,
+#[derive(Default)]
+struct Counts {
     /// Watch requests answered.
-    watches: Arc<AtomicU64>,
+    watches: AtomicU64,
     /// Bytes of watch bodies the client took.
-    sent: Arc<AtomicU64>,
+    sent: AtomicU64,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
-fn serve(how: Watch) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let watches = Arc::new(AtomicU64::new(0));
-    let sent = Arc::new(AtomicU64::new(0));
-    let (flag, w, s) = (stop.clone(), watches.clone(), sent.clone());
-    std::thread::spawn(move || {
-        // bounded: a busy client makes at most this many connections before the server quits
-        for conn in listener.incoming().take(200_000) {
-            if flag.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            let (flag, w, s) = (flag.clone(), w.clone(), s.clone());
-            std::thread::spawn(move || answer(conn, how, &flag, &w, &s));
-        }
-    });
-    Server {
-        port,
-        stop,
-        watches,
-        sent,
-    }
+fn serve_watch(how: Watch) -> Server<Counts> {
+    // bounded: a busy client makes at most this many connections before the server quits
+    serve(200_000, Counts::default(), move |conn, stop, counts| {
+        answer(conn, how, stop, counts)
+    })
 }
 
 /// Answers the requests of one connection (keep-alive) until it closes.
-fn answer(conn: TcpStream, how: Watch, stop: &AtomicBool, watches: &AtomicU64, sent: &AtomicU64) {
+fn answer(conn: TcpStream, how: Watch, stop: &AtomicBool, counts: &Counts) {
     let mut r = BufReader::new(conn.try_clone().unwrap());
     let mut w = conn;
     for _ in 0..100_000 {
-        let mut request = String::new();
-        if r.read_line(&mut request).unwrap_or(0) == 0 {
+        let Some(request) = read_request(&mut r) else {
             return;
-        }
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        if !request.contains("watch=true") {
+        };
+        if !request.line.contains("watch=true") {
             if answer_json(&mut w, "200 OK", EMPTY_POD_LIST).is_err() {
                 return;
             }
             continue;
         }
-        watches.fetch_add(1, Ordering::SeqCst);
+        counts.watches.fetch_add(1, Ordering::SeqCst);
         match how {
             Watch::EndsAtOnce => {
-                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n";
-                if w.write_all(head.as_bytes()).is_err() {
+                if answer_json(&mut w, "200 OK", "").is_err() {
                     return;
                 }
             }
             Watch::EndlessLine { limit } => {
-                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-                if w.write_all(head.as_bytes()).is_err() {
+                if start_chunked(&mut w).is_err() {
                     return;
                 }
-                let mut chunk = String::from(r#"{"type":"ADDED","object":{"metadata":{"name":""#);
-                while chunk.len() < 64 * 1024 {
-                    chunk.push('a');
+                let mut data = String::from(r#"{"type":"ADDED","object":{"metadata":{"name":""#);
+                while data.len() < 64 * 1024 {
+                    data.push('a');
                 }
                 let mut total = 0u64;
                 while total < limit && !stop.load(Ordering::SeqCst) {
-                    let frame = format!("{:x}\r\n{chunk}\r\n", chunk.len());
-                    if w.write_all(frame.as_bytes()).is_err() {
+                    if chunk(&mut w, &data).is_err() {
                         return; // the client cut it
                     }
-                    total += chunk.len() as u64;
-                    sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);
-                    chunk = "a".repeat(64 * 1024);
+                    total += data.len() as u64;
+                    counts.sent.fetch_add(data.len() as u64, Ordering::SeqCst);
+                    data = "a".repeat(64 * 1024);
                 }
-                let _ = w.write_all(b"0\r\n\r\n");
+                let _ = std::io::Write::write_all(&mut w, b"0\r\n\r\n");
                 return;
             }
         }
     }
-}
-
-fn kubeconfig(dir: &Path, port: u16) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostile\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-         contexts:\n- name: hostile\n  context:\n    cluster: hostile\n    user: nobody\n\
-         current-context: hostile\nusers:\n- name: nobody\n  user: {{}}\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        text.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    text
 }
 
 #[test]
@@ -178,7 +106,7 @@ fn a_watch_event_line_that_never_ends_is_cut_at_the_cap_naming_it() {
     // (a server that never closed grew it without end) and the stream then ended in silence.
     let cap = 1u64 << 20;
     let limit = 64 * cap;
-    let server = serve(Watch::EndlessLine { limit });
+    let server = serve_watch(Watch::EndlessLine { limit });
     let dir = tempfile::tempdir().unwrap();
     let config = kubeconfig(dir.path(), server.port);
     let bounds = ApiBounds {
@@ -207,7 +135,7 @@ fn a_watch_event_line_that_never_ends_is_cut_at_the_cap_naming_it() {
             Err(_) => Err("no end within 60 s".into()),
         }
     });
-    let sent = server.sent.load(Ordering::SeqCst);
+    let sent = server.counts.sent.load(Ordering::SeqCst);
     let err = got.expect_err("an endless watch line is an error, not a quiet end");
     assert!(
         err.contains(&format!("cap of {cap} bytes")),
@@ -221,7 +149,7 @@ fn a_watch_event_line_that_never_ends_is_cut_at_the_cap_naming_it() {
 
 #[test]
 fn a_watch_the_server_ends_at_once_is_not_started_again_in_a_busy_loop() {
-    let server = serve(Watch::EndsAtOnce);
+    let server = serve_watch(Watch::EndsAtOnce);
     let dir = tempfile::tempdir().unwrap();
     let mut opts = DiscoveryOptions::new(NODE);
     opts.kubeconfig = Some(kubeconfig(dir.path(), server.port));
@@ -233,7 +161,7 @@ fn a_watch_the_server_ends_at_once_is_not_started_again_in_a_busy_loop() {
     let synced = discovery.snapshot().synced;
     discovery.stop();
     let took = t.elapsed();
-    let watches = server.watches.load(Ordering::SeqCst);
+    let watches = server.counts.watches.load(Ordering::SeqCst);
     assert!(synced, "the empty list arrived: the set is synced");
     // Paced, about one a second; before, thousands in 3 s (one CPU busy with requests).
     assert!(
@@ -252,42 +180,12 @@ enum PatchAnswer {
 }
 
 /// A server whose pod list is empty, whose watch streams the lines sent on `events`, and whose
-/// `PATCH nodes/<n>/status` is answered as `how` says.
-struct HangingPatch {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    patches: Arc<AtomicU64>,
-}
-
-impl Drop for HangingPatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
-fn serve_patch(events: mpsc::Receiver<String>, how: PatchAnswer) -> HangingPatch {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let patches = Arc::new(AtomicU64::new(0));
-    let events = Arc::new(Mutex::new(events));
-    let (flag, p) = (stop.clone(), patches.clone());
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(64) {
-            if flag.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            let (flag, p, events, how) = (flag.clone(), p.clone(), events.clone(), how.clone());
-            std::thread::spawn(move || answer_patch(conn, &flag, &p, &events, &how));
-        }
-    });
-    HangingPatch {
-        port,
-        stop,
-        patches,
-    }
+/// `PATCH nodes/<n>/status` is answered as `how` says; it counts the patches.
+fn serve_patch(events: mpsc::Receiver<String>, how: PatchAnswer) -> Server<AtomicU64> {
+    let events = Mutex::new(events);
+    serve(64, AtomicU64::new(0), move |conn, stop, patches| {
+        answer_patch(conn, stop, patches, &events, &how)
+    })
 }
 
 fn answer_patch(
@@ -300,35 +198,14 @@ fn answer_patch(
     let mut r = BufReader::new(conn.try_clone().unwrap());
     let mut w = conn;
     for _ in 0..1000 {
-        let mut request = String::new();
-        if r.read_line(&mut request).unwrap_or(0) == 0 {
+        let Some(request) = read_request(&mut r) else {
             return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0u8; length];
-        if std::io::Read::read_exact(&mut r, &mut body).is_err() {
-            return;
-        }
-        if request.starts_with("PATCH") {
+        };
+        if request.line.starts_with("PATCH") {
             let n = patches.fetch_add(1, Ordering::SeqCst);
             let code = match how {
                 PatchAnswer::Hangs => {
-                    let end = Instant::now() + Duration::from_secs(20);
-                    while Instant::now() < end && !stop.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
+                    hold(stop, Duration::from_secs(20));
                     500
                 }
                 PatchAnswer::Codes(codes) => codes[n as usize % codes.len()],
@@ -339,14 +216,13 @@ fn answer_patch(
             let _ = answer_json(&mut w, &format!("{code} Hostile"), &body);
             continue;
         }
-        if !request.contains("watch=true") {
+        if !request.line.contains("watch=true") {
             if answer_json(&mut w, "200 OK", EMPTY_POD_LIST).is_err() {
                 return;
             }
             continue;
         }
-        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-        if w.write_all(head.as_bytes()).is_err() {
+        if start_chunked(&mut w).is_err() {
             return;
         }
         let end = Instant::now() + Duration::from_secs(30);
@@ -356,14 +232,12 @@ fn answer_patch(
                 .unwrap()
                 .recv_timeout(Duration::from_millis(50));
             if let Ok(line) = next {
-                let line = format!("{line}\n");
-                let frame = format!("{:x}\r\n{line}\r\n", line.len());
-                if w.write_all(frame.as_bytes()).is_err() {
+                if chunk(&mut w, &format!("{line}\n")).is_err() {
                     return;
                 }
             }
         }
-        let _ = w.write_all(b"0\r\n\r\n");
+        let _ = std::io::Write::write_all(&mut w, b"0\r\n\r\n");
         return;
     }
 }
@@ -387,7 +261,7 @@ fn a_status_patch_the_server_never_answers_does_not_stop_the_floor() {
         memory_bytes: None,
     });
     let asked = wait(Duration::from_secs(10), || {
-        server.patches.load(Ordering::SeqCst) > 0
+        server.counts.load(Ordering::SeqCst) > 0
     });
     assert!(asked, "the patch was sent");
     // While the patch hangs, the scheduler binds a pod requesting 1500m of be-cpu.
@@ -437,7 +311,7 @@ fn status_patch_errors_are_said_once_per_kind_and_nothing_is_published() {
     });
     let tried = wait(Duration::from_secs(20), || publisher.state().errors >= 9);
     let state = publisher.state();
-    let served = server.patches.load(Ordering::SeqCst);
+    let served = server.counts.load(Ordering::SeqCst);
     drop(server);
     publisher.stop();
     assert!(tried, "nine patches refused: {state:?}");
@@ -462,20 +336,6 @@ fn status_patch_errors_are_said_once_per_kind_and_nothing_is_published() {
         state.errors_said,
         state.errors
     );
-}
-
-/// Polls `f` every 50 ms for up to `within`: a hang detector, not a timing claim.
-fn wait(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Pods that appear, flip QoS class and annotations (extreme values among them) and go, 20 000

@@ -3,13 +3,14 @@
 //! a server that never answers is cut at the list deadline, naming it. Hostile stand-in servers
 //! on 127.0.0.1; each sends at most a bounded amount for a bounded time.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::io::BufReader;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use headroom_hostile_server::{
+    chunk, error_chain, hold, kubeconfig, read_request, serve, start_chunked, Server,
+};
 use headroom_kube::watch::{client_bounded, ApiBounds};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -23,84 +24,34 @@ enum Hostile {
     Hangs,
 }
 
-struct Server {
-    port: u16,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
-fn serve(how: Hostile) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(16) {
-            if flag.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            let flag = flag.clone();
-            std::thread::spawn(move || answer(conn, how, &flag));
-        }
-    });
-    Server { port, stop }
+fn serve_how(how: Hostile) -> Server {
+    serve(16, (), move |conn, stop, _| answer(conn, how, stop))
 }
 
 fn answer(conn: TcpStream, how: Hostile, stop: &AtomicBool) {
     let mut r = BufReader::new(conn.try_clone().unwrap());
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-    }
+    let _ = read_request(&mut r);
     let mut w = conn;
     match how {
-        Hostile::Hangs => {
-            let end = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < end && !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
+        Hostile::Hangs => hold(stop, Duration::from_secs(30)),
         Hostile::Endless { limit } => {
-            let _ = w.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-            );
+            let _ = start_chunked(&mut w);
             let head = r#"{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"1"},"items":["#;
             let pod = r#"{"metadata":{"namespace":"shop","name":"p","uid":"u","resourceVersion":"1"},"spec":{"nodeName":"node-a","containers":[{"name":"c","image":"x"}]},"status":{"phase":"Running"}},"#;
             let mut sent = 0;
-            let mut chunk = String::from(head);
+            let mut data = String::from(head);
             while sent < limit && !stop.load(Ordering::SeqCst) {
-                while chunk.len() < 64 * 1024 {
-                    chunk.push_str(pod);
+                while data.len() < 64 * 1024 {
+                    data.push_str(pod);
                 }
-                let frame = format!("{:x}\r\n{chunk}\r\n", chunk.len());
-                if w.write_all(frame.as_bytes()).is_err() {
+                if chunk(&mut w, &data).is_err() {
                     return; // the client cut it
                 }
-                sent += chunk.len();
-                chunk.clear();
+                sent += data.len();
+                data.clear();
             }
         }
     }
-}
-
-fn kubeconfig(dir: &Path, port: u16) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hostile\n  cluster:\n    server: http://127.0.0.1:{port}\n\
-         contexts:\n- name: hostile\n  context:\n    cluster: hostile\n    user: nobody\n\
-         current-context: hostile\nusers:\n- name: nobody\n  user: {{}}\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 fn bounds() -> ApiBounds {
@@ -131,15 +82,7 @@ fn list_once(port: u16) -> (Result<usize, String>, Duration) {
         // a guard far past the deadline: without bounds the list would wait for the server
         match tokio::time::timeout(Duration::from_secs(20), api.list(&ListParams::default())).await
         {
-            Ok(r) => r.map(|l| l.items.len()).map_err(|e| {
-                let mut text = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    text.push_str(&format!(": {s}"));
-                    src = s.source();
-                }
-                text
-            }),
+            Ok(r) => r.map(|l| l.items.len()).map_err(|e| error_chain(&e)),
             Err(_) => Err("no answer within 20 s (unbounded)".into()),
         }
     });
@@ -150,7 +93,7 @@ fn list_once(port: u16) -> (Result<usize, String>, Duration) {
 fn an_endless_pod_list_is_cut_at_the_cap_naming_it() {
     // 8 times the cap, then the server closes (before, the client read it all and failed
     // on the truncated JSON, or, from a server that never closed, grew without end)
-    let server = serve(Hostile::Endless { limit: 8 << 20 });
+    let server = serve_how(Hostile::Endless { limit: 8 << 20 });
     let (got, took) = list_once(server.port);
     let err = got.expect_err("an endless list is an error");
     assert!(
@@ -162,7 +105,7 @@ fn an_endless_pod_list_is_cut_at_the_cap_naming_it() {
 
 #[test]
 fn a_list_the_server_never_answers_is_cut_at_the_deadline_naming_it() {
-    let server = serve(Hostile::Hangs);
+    let server = serve_how(Hostile::Hangs);
     let (got, took) = list_once(server.port);
     let err = got.expect_err("no answer is an error");
     assert!(

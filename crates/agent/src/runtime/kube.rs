@@ -7,13 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use headroom_types::discovery::{LcSet, LcSetEvent, PodRefusal, NO_LATENCY_PORT};
+use headroom_types::discovery::{LcSet, PodRefusal, NO_LATENCY_PORT};
 use headroom_types::GroupPath;
 
+use super::lc_events::LcEvents;
 use super::lc_sources::service_signals;
 use super::Agent;
 use crate::sensors::lc_services::LcServiceSensor;
@@ -22,33 +23,6 @@ use crate::state;
 use headroom_control::config::LcConfig;
 use headroom_control::decision::CtlEvent;
 use headroom_control::discovered::{accept, policy_config};
-
-/// The receiving end of the discovery's events (shared so [`super::AgentOptions`] stays
-/// `Clone`; only the running agent reads it).
-#[derive(Clone)]
-pub struct LcEvents(Arc<Mutex<mpsc::Receiver<LcSetEvent>>>);
-
-impl LcEvents {
-    pub fn new(rx: mpsc::Receiver<LcSetEvent>) -> LcEvents {
-        LcEvents(Arc::new(Mutex::new(rx)))
-    }
-
-    /// The newest event waiting (each carries the whole set), if any.
-    fn latest(&self) -> Option<LcSetEvent> {
-        let rx = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut last = None;
-        while let Ok(ev) = rx.try_recv() {
-            last = Some(ev);
-        }
-        last
-    }
-}
-
-impl std::fmt::Debug for LcEvents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LcEvents")
-    }
-}
 
 /// A discovered service the agent runs.
 struct Running {
@@ -187,6 +161,8 @@ impl Agent {
         let Some(kube) = self.kube.as_mut() else {
             return;
         };
+        // The source threads of services stopped before (each ends once it sees its flag).
+        crate::sensors::join_ended(&mut self.threads);
         let set = match kube.events.latest() {
             Some(ev) => ev.set,
             // Pods refused because another agent held their groups: tried again.

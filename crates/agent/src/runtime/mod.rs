@@ -12,6 +12,7 @@ mod follow;
 pub mod held_off;
 mod host_steps;
 mod kube;
+mod lc_events;
 mod lc_sources;
 mod loops;
 mod on_host;
@@ -52,7 +53,7 @@ use headroom_control::policy::{MachineInfo, Mechanism};
 use headroom_host::idle_bpf::monotonic_ns;
 use headroom_load::clock::unix_ms;
 
-pub use kube::LcEvents;
+pub use lc_events::{LcEventSender, LcEvents, ReaderGone};
 pub use publish::DecisionLog;
 use publish::Publisher;
 

@@ -370,7 +370,7 @@ impl Agent {
                 tracing::warn!(
                     "[kubernetes] discover = true but no discovery is connected: BE stays held"
                 );
-                super::LcEvents::new(std::sync::mpsc::channel().1)
+                super::LcEvents::channel().1
             });
             agent.kube = Some(super::kube::KubeLive::new(events, &node));
         }

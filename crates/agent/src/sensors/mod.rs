@@ -56,6 +56,19 @@ pub fn wake_and_join(threads: impl IntoIterator<Item = std::thread::JoinHandle<(
     }
 }
 
+/// Joins the threads of `threads` that have ended and keeps the others: a stopped discovered
+/// service's source threads, kept until exit, grew the list with every LC pod that came and
+/// went.
+pub fn join_ended(threads: &mut Vec<std::thread::JoinHandle<()>>) {
+    let (ended, running) = std::mem::take(threads)
+        .into_iter()
+        .partition::<Vec<_>, _>(|t| t.is_finished());
+    *threads = running;
+    for t in ended {
+        let _ = t.join();
+    }
+}
+
 /// Wakes source threads whose stop flag is set (to be joined later).
 pub fn wake(threads: &[std::thread::JoinHandle<()>]) {
     for t in threads {

@@ -75,3 +75,34 @@ fn dram_sensor_sums_mbm_over_domains_and_groups() {
     let bare = tempfile::tempdir().unwrap();
     assert!(DramSensor::open(&LinuxHost::new(bare.path())).is_none());
 }
+
+/// A stopped service's ended threads leave the list; running ones stay (before, every handle
+/// stayed until exit).
+#[test]
+fn join_ended_keeps_only_running_threads() {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut threads: Vec<std::thread::JoinHandle<()>> =
+        (0..50).map(|_| std::thread::spawn(|| {})).collect();
+    let flag = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        // bounded: 60 s at most (a hang detector), ended by the test
+        for _ in 0..6000 {
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }));
+    // the 50 short threads end soon; bounded wait for them
+    for _ in 0..6000 {
+        if threads[..50].iter().all(|t| t.is_finished()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    join_ended(&mut threads);
+    assert_eq!(threads.len(), 1, "only the running thread is kept");
+    assert!(!threads[0].is_finished());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    wake_and_join(threads);
+}

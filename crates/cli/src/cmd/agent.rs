@@ -86,12 +86,29 @@ fn start_discovery(options: &mut AgentOptions) -> anyhow::Result<Option<headroom
     let mut opts = headroom_kube::DiscoveryOptions::new(&node);
     opts.kubeconfig = k.kubeconfig.as_ref().map(PathBuf::from);
     opts.layout = k.cgroup_layout;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let discovery = headroom_kube::Discovery::start(opts, Some(tx))
-        .map_err(|e| anyhow::anyhow!("[kubernetes] discover = true: {e}"))?;
+    // The newest set only: the agent takes the newest between ticks.
+    let (tx, events) = headroom_agent::runtime::LcEvents::channel();
+    let sink: headroom_kube::EventSink = Box::new(move |ev| {
+        let _ = tx.send(ev);
+    });
+    let discovery = headroom_kube::Discovery::start(opts, Some(sink))
+        .map_err(|e| kube_start_error("[kubernetes] discover = true", e))?;
     options.config.kubernetes.node_name = Some(node);
-    options.discovery = Some(headroom_agent::runtime::LcEvents::new(rx));
+    options.discovery = Some(events);
     Ok(Some(discovery))
+}
+
+/// A start error of headroom-kube: one of the config (a kubeconfig this host lacks or cannot
+/// read, no node name) exits 2 as the other config paths naming what the host lacks do (it
+/// exited 1); the API's exits 1. Nothing was made yet: the discovery and the publisher start
+/// before the agent touches the host, and a started one stops when dropped.
+#[cfg(feature = "kube")]
+pub(super) fn kube_start_error(what: &str, e: headroom_kube::KubeError) -> anyhow::Error {
+    if e.is_config() {
+        super::usage(format!("{what}: {e}"))
+    } else {
+        anyhow::anyhow!("{what}: {e}")
+    }
 }
 
 /// headroom-kube's publisher as the agent's advertise edge (it patches on its own thread).
@@ -142,7 +159,7 @@ fn start_advertise(options: &mut AgentOptions) -> anyhow::Result<()> {
     let mut opts = headroom_kube::PublishOptions::new(&node);
     opts.kubeconfig = k.kubeconfig.as_ref().map(PathBuf::from);
     let publisher = headroom_kube::Publisher::start(opts)
-        .map_err(|e| anyhow::anyhow!("[kubernetes] advertise = true: {e}"))?;
+        .map_err(|e| kube_start_error("[kubernetes] advertise = true", e))?;
     options.advertise = Some(headroom_agent::runtime::advertise::AdvertiseLink(
         std::sync::Arc::new(KubeAdvertise(publisher)),
     ));

@@ -8,7 +8,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use headroom_control::config::{KubernetesConfig, NODE_NAME_ENV};
 use headroom_kube::{Discovery, DiscoveryOptions};
 use headroom_types::discovery::LayoutChoice;
@@ -94,8 +93,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .or_else(|| k.kubeconfig.as_ref().map(PathBuf::from));
     opts.cgroup_root = args.cgroup_root.clone();
     opts.layout = args.layout.unwrap_or(k.cgroup_layout);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let discovery = Discovery::start(opts, Some(tx)).context("headroom kube-discover")?;
+    // The newest set only, with what changed since the last line: a stalled stdout holds one
+    // set, not one per pod event.
+    let (tx, rx) = headroom_agent::runtime::LcEvents::channel();
+    let sink: headroom_kube::EventSink = Box::new(move |ev| {
+        let _ = tx.send(ev);
+    });
+    let discovery = Discovery::start(opts, Some(sink))
+        .map_err(|e| super::agent::kube_start_error("headroom kube-discover", e))?;
     let deadline = run_for.map(|d| Instant::now() + d);
     let mut out = std::io::stdout().lock();
     // Whether a whole pod list arrived: `--for-s` ending before one printed nothing and exited
