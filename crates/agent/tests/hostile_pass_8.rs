@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use headroom_agent::runtime::{Agent, AgentOptions};
+use headroom_agent::runtime::{Agent, AgentError, AgentOptions};
 use headroom_agent::sensors::feed::{self, FeedCells};
 use headroom_agent::sensors::lc_signal::SignalCell;
 use headroom_agent::state::StateLock;
@@ -134,6 +134,13 @@ fn a_feed_socket_path_naming_another_file_never_deletes_it() {
     let r = spawn(&file);
     assert!(r.is_err(), "a regular file was replaced by the feed socket");
     assert_eq!(std::fs::read(&file).unwrap(), b"[lc]\n");
+    // A path the user gave that is not the agent's to replace is a usage error (exit 2, as
+    // for `api.socket`), not a failure of the host (exit 1: host-lows' note).
+    let refused = AgentError::from(r.err().unwrap());
+    assert!(
+        matches!(refused, AgentError::Feed(feed::FeedError::Refused { .. })) && refused.is_usage(),
+        "{refused:?}"
+    );
 
     let live_path = d.path().join("ctl.sock");
     let live = UnixListener::bind(&live_path).unwrap();

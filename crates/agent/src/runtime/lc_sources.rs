@@ -68,12 +68,7 @@ pub(super) fn service_signals(
             slo.min_samples(),
             cells.clone(),
             stop.clone(),
-        )
-        .map_err(|source| AgentError::Io {
-            what: "binding the feed socket",
-            path: PathBuf::from(socket),
-            source,
-        })?;
+        )?;
         threads.push(t);
         feeds.insert(socket.to_string(), cells.clone());
         Ok(cells)

@@ -83,6 +83,8 @@ pub enum AgentError {
     State(#[from] StateError),
     #[error("control socket: {0}")]
     Control(#[from] ControlError),
+    #[error(transparent)]
+    Feed(#[from] crate::sensors::feed::FeedError),
     #[error("launching: {0}")]
     Launch(Box<LaunchError>),
     #[error("{what} {path}: {source}")]
@@ -128,6 +130,7 @@ impl AgentError {
             self,
             AgentError::Config(_)
                 | AgentError::Control(ControlError::Refused { .. })
+                | AgentError::Feed(crate::sensors::feed::FeedError::Refused { .. })
                 | AgentError::State(
                     StateError::Held { .. }
                         | StateError::NotAStateFile { .. }

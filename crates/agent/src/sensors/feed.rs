@@ -25,6 +25,24 @@ pub struct FeedCells {
     pub qps: Arc<SignalCell>,
 }
 
+/// Why a feed socket is not served.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// Its path names what is not the agent's to replace (exit 2: nothing was touched there).
+    #[error("refusing to replace the feed socket {path:?}: {refusal}; give the feed socket a path of its own")]
+    Refused {
+        path: PathBuf,
+        refusal: crate::socket_file::Refusal,
+    },
+    #[error("{what} the feed socket {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Binds the feed socket (0600; a stale socket file is replaced) and serves it in a thread.
 pub fn spawn(
     path: &Path,
@@ -33,26 +51,33 @@ pub fn spawn(
     min_samples: u64,
     cells: FeedCells,
     stop: StopFlag,
-) -> std::io::Result<JoinHandle<()>> {
+) -> Result<JoinHandle<()>, FeedError> {
+    let io = |what| {
+        move |source| FeedError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
     // Only a stale socket is replaced: the feed's path deleted whatever it named (the
     // control socket, taking `ctl off` away; a config file) until the eighth hostile pass.
-    crate::socket_file::clear_stale(path).map_err(|r| {
-        std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            format!("refusing to replace it ({r}); give the feed socket a path of its own"),
-        )
+    crate::socket_file::clear_stale(path).map_err(|refusal| FeedError::Refused {
+        path: path.to_path_buf(),
+        refusal,
     })?;
-    let listener = UnixListener::bind(path)?;
-    headroom_host::net::chmod_socket(path, 0o600)?;
-    listener.set_nonblocking(true)?;
+    let listener = UnixListener::bind(path).map_err(io("binding"))?;
+    headroom_host::net::chmod_socket(path, 0o600).map_err(io("setting the mode of"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io("setting non-blocking"))?;
     // The file bound here: the one to remove at the end (taken before the thread starts).
-    let path = (path.to_path_buf(), crate::socket_file::file_id(path));
+    let bound = (path.to_path_buf(), crate::socket_file::file_id(path));
     std::thread::Builder::new()
         .name("headroom-feed".into())
         .spawn(move || {
             serve(
                 listener,
-                path,
+                bound,
                 percentile,
                 window_s,
                 min_samples,
@@ -60,6 +85,7 @@ pub fn spawn(
                 stop,
             )
         })
+        .map_err(io("starting the thread of"))
 }
 
 fn serve(
