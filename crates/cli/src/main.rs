@@ -44,22 +44,26 @@ enum Command {
     Plan(cmd::plan::Args),
 }
 
-/// The log filter: `HEADROOM_LOG` (default `warn`), with kube-rs's client muted unless named
-/// there. It logged every failed request again at ERROR, and every answer it could not parse
-/// whole at WARN (a hostile 8 MB body: 40 MB of stderr in 6 s), at each retry, under the
-/// discovery's and the publisher's own warnings, which say each kind of error once.
+/// The log filter: `HEADROOM_LOG` (default `warn`), with kube-rs's client and runtime muted
+/// unless named there. The client logged every failed request again at ERROR, and every answer
+/// it could not parse whole at WARN (a hostile 8 MB body: 40 MB of stderr in 6 s), at each
+/// retry; the runtime's watcher warns at each watch error event: both under the discovery's and
+/// the publisher's own warnings, which say each kind of error once.
 fn log_filter(env: Option<&str>) -> tracing_subscriber::EnvFilter {
     let env = env.filter(|e| !e.trim().is_empty());
     let given = env.and_then(|e| tracing_subscriber::EnvFilter::try_new(e).ok());
-    let names_client = env.is_some_and(|e| e.contains("kube_client")) && given.is_some();
-    let filter = given.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
-    if names_client {
-        return filter;
+    let valid = given.is_some();
+    let names = |target: &str| valid && env.is_some_and(|e| e.contains(target));
+    let mut filter = given.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
+    for target in ["kube_client", "kube_runtime"] {
+        if names(target) {
+            continue;
+        }
+        if let Ok(d) = format!("{target}=off").parse() {
+            filter = filter.add_directive(d);
+        }
     }
-    match "kube_client=off".parse() {
-        Ok(d) => filter.add_directive(d),
-        Err(_) => filter,
-    }
+    filter
 }
 
 fn main() {

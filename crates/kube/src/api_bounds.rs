@@ -64,8 +64,8 @@ impl Default for ApiBounds {
 pub enum ListBoundError {
     #[error("the API server's list answer passed the cap of {cap} bytes (a page of 500 pods is a few MB: a broken or hostile API server); cut, retried with backoff")]
     TooLarge { cap: u64 },
-    #[error("the API server did not finish a list answer within its {secs} s deadline (hanging or overloaded); cut, retried with backoff")]
-    Deadline { secs: u64 },
+    #[error("the API server did not finish {what} within its {secs} s deadline (hanging or overloaded); cut, retried with backoff")]
+    Deadline { what: String, secs: u64 },
     #[error("one event of the API server's watch passed the cap of {cap} bytes without a line end (a pod is at most ~1.5 MB: a broken or hostile API server); cut, watched again with backoff")]
     WatchLineTooLarge { cap: u64 },
     #[error("the API server kept a watch open past its timeoutSeconds ({timeout_s} s) by {margin_s} s (hanging, or a proxy holding it); cut, watched again with backoff")]
@@ -178,6 +178,23 @@ pub(crate) mod bounded {
         })
     }
 
+    /// What a request bounded by the deadline is, for its error: every request but a watch is
+    /// cut at it, the publisher's status patch too.
+    fn what(req: &Request<KubeBody>) -> String {
+        let path = req.uri().path();
+        let node_status = path
+            .strip_prefix("/api/v1/nodes/")
+            .and_then(|p| p.strip_suffix("/status"))
+            .filter(|n| !n.contains('/'));
+        match (req.method(), node_status) {
+            (&http::Method::GET, _) => "a list answer".into(),
+            (&http::Method::PATCH, Some(node)) => {
+                format!("the patch of Node {}'s status", crate::pod::escaped(node))
+            }
+            (m, _) => format!("the answer to {m} {}", crate::pod::escaped(path)),
+        }
+    }
+
     fn is_watch(req: &Request<KubeBody>) -> bool {
         req.uri()
             .query()
@@ -203,6 +220,7 @@ pub(crate) mod bounded {
         fn call(&mut self, req: Request<KubeBody>) -> Self::Future {
             let watch = is_watch(&req);
             let bounds = (!watch).then_some(self.bounds);
+            let what = what(&req);
             let hold = if watch {
                 let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
                 pace.hold(tokio::time::Instant::now(), self.bounds.min_watch_interval)
@@ -231,12 +249,13 @@ pub(crate) mod bounded {
                     Ok(r) => redirect_refused(r.map_err(Into::into)?)?,
                     Err(_) => {
                         return Err(ListBoundError::Deadline {
+                            what,
                             secs: b.list_deadline.as_secs(),
                         }
                         .into())
                     }
                 };
-                Ok(resp.map(|body| Capped::new(body, Some(b), Some(deadline))))
+                Ok(resp.map(|body| Capped::new(body, Some((b, what)), Some(deadline))))
             })
         }
     }
@@ -265,6 +284,8 @@ pub(crate) mod bounded {
         inner: Pin<Box<B>>,
         read: u64,
         bounds: Option<ApiBounds>,
+        /// What the request is, for the deadline's error.
+        what: String,
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
         /// A watch's cap on one line, and the bytes since the last line end.
         max_line: Option<u64>,
@@ -327,13 +348,15 @@ pub(crate) mod bounded {
     impl<B> Capped<B> {
         fn new(
             body: B,
-            bounds: Option<ApiBounds>,
+            bounds: Option<(ApiBounds, String)>,
             deadline: Option<tokio::time::Instant>,
         ) -> Capped<B> {
+            let (bounds, what) = bounds.unzip();
             Capped {
                 inner: Box::pin(body),
                 read: 0,
                 bounds,
+                what: what.unwrap_or_default(),
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
                 max_line: None,
                 line: 0,
@@ -380,7 +403,8 @@ pub(crate) mod bounded {
             if let (Some(d), Some(b)) = (this.deadline.as_mut(), this.bounds) {
                 if d.as_mut().poll(cx).is_ready() {
                     let secs = b.list_deadline.as_secs();
-                    return this.fail(ListBoundError::Deadline { secs });
+                    let what = std::mem::take(&mut this.what);
+                    return this.fail(ListBoundError::Deadline { what, secs });
                 }
             }
             if let Some((d, timeout_s, margin_s)) = this.overdue.as_mut() {

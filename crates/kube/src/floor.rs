@@ -144,12 +144,26 @@ pub fn holds(pod: &Pod) -> bool {
     !matches!(phase, Some("Succeeded") | Some("Failed"))
 }
 
-/// The node's bound pods by UID, kept from the watch's events.
+/// A pod's key in the floor: its UID, namespace and name. kube-apiserver always sets a UID, but
+/// keyed by UID alone every pod a broken or hostile server sends without one shared a key and
+/// counted once (a floor too low, the unsafe side); with the name two distinct pods never merge.
+type PodKey = (String, String, String);
+
+fn key(pod: &Pod) -> PodKey {
+    let m = &pod.metadata;
+    (
+        m.uid.clone().unwrap_or_default(),
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The node's bound pods by UID (and name), kept from the watch's events.
 #[derive(Debug, Clone, Default)]
 pub struct Floor {
-    pods: BTreeMap<String, BoundPod>,
+    pods: BTreeMap<PodKey, BoundPod>,
     /// Pods whose request could not be read (they count as nothing; each said once).
-    refused: BTreeMap<String, RequestError>,
+    refused: BTreeMap<PodKey, RequestError>,
     /// Whether the first list has arrived.
     pub synced: bool,
     /// The node whose pods count (empty: every pod given). The watch selects the node's pods on
@@ -177,7 +191,7 @@ impl Floor {
 
     /// A pod came or changed. `Some(error)` the first time a pod's request is refused.
     pub fn apply(&mut self, pod: &Pod) -> Option<RequestError> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = key(pod);
         let known = self.pods.remove(&uid).is_some() || self.refused.contains_key(&uid);
         if !known && self.pods.len() + self.refused.len() >= MAX_BOUND_PODS {
             self.over_cap += 1;
@@ -217,7 +231,7 @@ impl Floor {
     }
 
     pub fn delete(&mut self, pod: &Pod) {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = key(pod);
         self.pods.remove(&uid);
         self.refused.remove(&uid);
     }

@@ -144,8 +144,39 @@ fn error_kind(e: &PatchError) -> (String, String) {
             ),
         ),
         kube::Error::Api(s) => (format!("api {}", s.code), format!("API refused ({}): {}", s.code, crate::pod::shown(&s.message))),
-        other => ("unreachable".into(), format!("API unreachable: {}", crate::pod::escaped(&other.to_string()))),
+        other => ("unreachable".into(), format!("API unreachable: {}", crate::watch::error_text(other))),
     }
+}
+
+/// Whether the API said the Node is not there (404): it keeps nothing then.
+fn is_not_found(e: &PatchError) -> bool {
+    matches!(e, PatchError::Api(kube::Error::Api(s)) if s.code == 404)
+}
+
+/// What the node keeps while patches fail, in the units `ctl status` uses (`700m`, bytes),
+/// or that the Node is gone (after a 404 nothing of it is kept).
+pub fn kept_text(
+    node: &str,
+    millicpu: Option<u64>,
+    memory_bytes: Option<u64>,
+    node_gone: bool,
+) -> String {
+    let node = crate::pod::escaped(node);
+    if node_gone {
+        return format!(
+            "the Node {node} is not there (deleted, or not yet registered): nothing is \
+             advertised until it is"
+        );
+    }
+    let cpu = match millicpu {
+        Some(m) => format!("{m}m"),
+        None => "nothing (not patched by this agent yet)".into(),
+    };
+    let memory = match memory_bytes {
+        Some(b) => format!("{b} bytes"),
+        None => "as it was (not patched by this agent)".into(),
+    };
+    format!("the node {node} keeps {BE_CPU} {cpu}, {BE_MEMORY} {memory}")
 }
 
 fn lock(s: &Mutex<PublishState>) -> std::sync::MutexGuard<'_, PublishState> {
@@ -319,7 +350,7 @@ async fn run(
                     Ok(()) => {
                         let mut s = lock(&shared);
                         if s.published() != Some(value) {
-                            tracing::info!(node = %opts.node, millicpu = value.millicpu, memory_bytes = ?value.memory_bytes, "kubernetes advertise: {BE_CPU} = {}, {BE_MEMORY} = {:?}", value.millicpu, value.memory_bytes);
+                            tracing::info!(node = %opts.node, millicpu = value.millicpu, memory_bytes = ?value.memory_bytes, "kubernetes advertise: {BE_CPU} = {}m, {BE_MEMORY} = {}", value.millicpu, value.memory_bytes.map_or("not advertised".into(), |b| format!("{b} bytes")));
                         }
                         if said.take().is_some() {
                             tracing::info!(node = %opts.node, "kubernetes advertise: the API accepts the patch again");
@@ -339,7 +370,8 @@ async fn run(
                         let mut s = lock(&shared);
                         s.errors += 1;
                         if said.as_deref() != Some(kind.as_str()) {
-                            tracing::warn!(node = %opts.node, "kubernetes advertise: patching nodes/{}/status: {text}; retrying, the node keeps {BE_CPU} {:?}, {BE_MEMORY} {:?}", opts.node, s.published_millicpu, s.published_memory_bytes);
+                            let kept = kept_text(&opts.node, s.published_millicpu, s.published_memory_bytes, is_not_found(&e));
+                            tracing::warn!(node = %opts.node, "kubernetes advertise: patching nodes/{}/status: {text}; retrying, {kept}", opts.node);
                             s.errors_said += 1;
                             said = Some(kind);
                         }

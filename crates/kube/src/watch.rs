@@ -105,11 +105,47 @@ pub async fn client_bounded(
             .await
             .map_err(|e| KubeError::Access(e.to_string()))?,
     };
+    if config.accept_invalid_certs {
+        say_skip_verify(&config.cluster_url.to_string());
+    }
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| KubeError::Access(e.to_string()))?;
     Ok(builder
         .with_layer(&bounded::BoundLayer::new(bounds))
         .build())
+}
+
+/// Says once a run that the API server's certificate is not verified (`insecure-skip-tls-verify`):
+/// kube-rs's own warning is muted with its client's logs.
+fn say_skip_verify(server: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        tracing::warn!(
+            "kubernetes: the kubeconfig says insecure-skip-tls-verify: the API server {}'s \
+             certificate is not verified (anyone on the path can act as it, and read the \
+             token); give its CA (certificate-authority-data) instead",
+            crate::pod::escaped(server)
+        );
+    }
+}
+
+/// An error and those of its sources its text does not hold already, `: `-joined and escaped: a
+/// refused TLS connection says "client error (Connect)" alone, its reason (an unknown issuer, a
+/// server that does not speak TLS) being a source.
+pub fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    // bounded: a chain is a few links
+    for _ in 0..16 {
+        let Some(s) = src else { break };
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        src = s.source();
+    }
+    crate::pod::escaped(&text)
 }
 
 fn now_unix_ms() -> u64 {
@@ -156,6 +192,22 @@ pub fn watch_error_kind(e: &watcher::Error) -> String {
         | watcher::Error::WatchFailed(c) => client(c),
         watcher::Error::WatchError(s) => format!("watch error event {}", s.code),
         watcher::Error::NoResourceVersion => "no resourceVersion".into(),
+    }
+}
+
+/// A list or watch error as said, escaped. A watch `ERROR` event whose object is no Status
+/// (a Pod, `{}`) parses to an empty one, which kube-rs says as "…during watch: :": what came is
+/// said instead.
+pub fn watch_error_text(e: &watcher::Error) -> String {
+    match e {
+        watcher::Error::WatchError(s) if s.message.is_empty() && s.reason.is_empty() => {
+            format!(
+            "the API server sent a watch ERROR event without a Status message or reason (code {}; \
+             a broken or hostile API server)",
+            if s.code == 0 { "none".to_string() } else { s.code.to_string() }
+        )
+        }
+        other => error_text(other),
     }
 }
 
@@ -293,7 +345,7 @@ pub async fn run(client: Client, opts: &DiscoveryOptions, mut publish: impl FnMu
                             "kubernetes: watching pods of {}: {} (retried with backoff; said \
                              again only when the error changes, and when it recovers)",
                             opts.node,
-                            crate::pod::escaped(&e.to_string())
+                            watch_error_text(&e)
                         );
                         said = Some(kind);
                     }
