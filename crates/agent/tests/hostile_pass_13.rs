@@ -93,3 +93,40 @@ fn a_feed_line_from_another_user_is_not_taken() {
     stop.store(true, Ordering::SeqCst);
     handle.join().unwrap();
 }
+
+/// The decision log in a directory others can write is opened without following links (tenth
+/// pass), but a FIFO there was opened and written: another user's FIFO at the log's path took
+/// the agent's lines until its pipe (64 KiB) was full, then every write blocked the control
+/// loop for good: `ctl status` unanswered, SIGTERM too, BE left as last set with no exit action
+/// (live, 04:04, a `blind` agent at 10 ms and a FIFO of uid 65534's). It is refused now.
+#[test]
+fn a_fifo_at_the_decision_log_in_a_directory_others_can_write_is_refused() {
+    use headroom_agent::runtime::DecisionLog;
+    let d = tempfile::Builder::new()
+        .prefix("hostile-pass13-dlog")
+        .tempdir()
+        .unwrap();
+    let public = d.path().join("pub");
+    std::fs::create_dir(&public).unwrap();
+    // Others may write it (a directory another user made, or a shared one): no sticky bit.
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fifo = public.join("d.log");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo");
+    match DecisionLog::open(&fifo, 1 << 20) {
+        Ok(_) => panic!("a FIFO in a directory others can write was opened as the decision log"),
+        Err(e) => assert!(
+            e.to_string().contains("not a regular file"),
+            "refused for another reason: {e}"
+        ),
+    }
+    // A regular file there still opens (the guarded open is no refusal of the directory).
+    let mut log = DecisionLog::open(&public.join("ok.log"), 1 << 20).expect("a regular file");
+    log.write_line("{\"event\":\"x\"}");
+    log.flush();
+    assert_eq!(
+        std::fs::read_to_string(public.join("ok.log")).unwrap(),
+        "{\"event\":\"x\"}\n"
+    );
+}
