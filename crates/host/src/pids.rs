@@ -6,11 +6,26 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The live pid in the pid file `file` (a path from `/`, read under `root`), if any.
+/// Only a regular file, read without waiting and 64 bytes at most: the file is the LC user's
+/// to replace, and a FIFO there blocked the agent's loop for good (`ctl` and SIGTERM
+/// unanswered), a link to `/dev/zero` grew it without end (thirteenth hostile pass).
 pub fn from_pid_file(root: &Path, file: &str) -> Option<u32> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = root.join(file.trim_start_matches('/'));
-    std::fs::read_to_string(path)
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(64).read_to_string(&mut text).ok()?;
+    text.trim()
+        .parse::<u32>()
         .ok()
-        .and_then(|t| t.trim().parse::<u32>().ok())
         .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())
 }
 

@@ -215,9 +215,11 @@ fn open_append(path: &Path) -> io::Result<File> {
     let mut options = std::fs::OpenOptions::new();
     options.create(true).append(true).read(true);
     if guarded {
-        options.custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+        // Non-blocking too: a FIFO is opened without waiting, then refused below.
+        options
+            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits());
     }
-    options.open(path).map_err(|e| {
+    let file = options.open(path).map_err(|e| {
         if guarded && e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
             io::Error::new(
                 e.kind(),
@@ -229,7 +231,20 @@ fn open_append(path: &Path) -> io::Result<File> {
         } else {
             e
         }
-    })
+    })?;
+    // Only a regular file there: a stranger's FIFO took the agent's lines until its pipe was
+    // full, then blocked the control loop for good, `ctl` and SIGTERM unanswered (thirteenth
+    // hostile pass, live). The operator's own FIFO or `/dev/stdout`, elsewhere, is theirs.
+    if guarded && !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "not a regular file, in a directory others can write ({}): another user may have put it there (a FIFO blocks the agent's writes); give the log a path in a directory only root or this user can write",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(file)
 }
 
 /// Whether only root or this user can have put a file in `dir` (the agent's one rule for

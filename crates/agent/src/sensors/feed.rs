@@ -43,7 +43,8 @@ pub enum FeedError {
     },
 }
 
-/// Binds the feed socket (0600; a stale socket file is replaced) and serves it in a thread.
+/// Binds the feed socket (0600; a stale socket file is replaced) and serves it in a thread,
+/// to root and the agent's user only.
 pub fn spawn(
     path: &Path,
     percentile: f64,
@@ -103,6 +104,10 @@ fn serve(
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
+                if let Some(uid) = stranger(&stream) {
+                    tracing::warn!(socket = %path.display(), uid, "feed: refused a connection from another user");
+                    continue;
+                }
                 let window = window.clone();
                 let cells = cells.clone();
                 let stop = stop.clone();
@@ -153,6 +158,18 @@ fn serve(
     // Only its own socket file (one put there since is not the agent's to remove).
     if crate::socket_file::file_id(&path) == id {
         let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The peer's uid when it is neither root nor the agent's user (unknown: `u32::MAX`). The
+/// socket is 0600 only from the chmod after bind(2): under a umask that lets others write,
+/// another user could connect in between, stay connected and feed a low latency that grows BE
+/// (thirteenth hostile pass); the control socket checks its peers the same way.
+fn stranger(stream: &std::os::unix::net::UnixStream) -> Option<u32> {
+    let me = headroom_host::process::effective_uid();
+    match headroom_host::net::peer_uid(stream) {
+        Some(uid) if uid == 0 || uid == me => None,
+        other => Some(other.unwrap_or(u32::MAX)),
     }
 }
 
