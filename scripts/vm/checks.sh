@@ -477,32 +477,17 @@ EOT
   kill "$lc" 2>/dev/null
 }
 
-# 8. Discovery live (issue 29) on v2: `[kubernetes] discover = true` against a stand-in
-#    kube-apiserver on loopback inside the VM (busybox httpd; a CGI answers the pod list and
-#    streams the lines appended to an events file on each watch), pods standing in as `sleep`s
-#    in kubelet's LAYOUT. A listed pod (its TCP containerPort measured) is an LC in `ctl status`,
-#    BE (the BestEffort parent) is held while no LC latency is known, a pod added while the
-#    agent runs becomes an LC, and SIGTERM (on_exit restore) thaws the parent and removes the
-#    holder group.
-kube_live() {
-  layout=$1; port=$2
-  D=/tmp/kube-live-$layout; mkdir -p "$D/www/cgi-bin"
-  ua=aaaaaaaa-0000-4000-8000-00000000000a; ub=bbbbbbbb-0000-4000-8000-00000000000b
-  if [ "$layout" = systemd ]; then
-    parent=kubepods.slice/kubepods-besteffort.slice; burst=kubepods.slice/kubepods-burstable.slice
-    ga=$burst/kubepods-burstable-pod$(echo $ua | tr - _).slice; gb=$burst/kubepods-burstable-pod$(echo $ub | tr - _).slice
-  else
-    parent=kubepods/besteffort; burst=kubepods/burstable
-    ga=$burst/pod$ua; gb=$burst/pod$ub
-  fi
-  mkgroup "${parent%%/*}"; mkgroup "$parent"; mkgroup "$burst"
-  mkdir -p "$CG/$ga" "$CG/$gb" "$CG/$parent/pod-be-$layout"
-  a=$(sleeper "$ga"); b=$(sleeper "$gb"); e=$(sleeper "$parent/pod-be-$layout")
-  pod() { # NAME UID RV PORT
-    echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"namespace\":\"shop\",\"name\":\"$1\",\"uid\":\"$2\",\"resourceVersion\":\"$3\",\"annotations\":{\"headroom.io/slo-p99-us\":\"500\"}},\"spec\":{\"nodeName\":\"node-a\",\"containers\":[{\"name\":\"c\",\"image\":\"x\",\"ports\":[{\"containerPort\":$4}]}]},\"status\":{\"phase\":\"Running\",\"qosClass\":\"Burstable\"}}"
-  }
-  echo "{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[$(pod lc-a $ua 3 8080)]}" > "$D/list.json"
-  : > "$D/events.jsonl"
+# pod NAME UID RV PORT: a Burstable pod of node-a whose one container listens on PORT, as the
+# stand-in API lists it (an LC with an SLO annotation).
+pod() {
+  echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"namespace\":\"shop\",\"name\":\"$1\",\"uid\":\"$2\",\"resourceVersion\":\"$3\",\"annotations\":{\"headroom.io/slo-p99-us\":\"500\"}},\"spec\":{\"nodeName\":\"node-a\",\"containers\":[{\"name\":\"c\",\"image\":\"x\",\"ports\":[{\"containerPort\":$4}]}]},\"status\":{\"phase\":\"Running\",\"qosClass\":\"Burstable\"}}"
+}
+
+# stand_in_api DIR PORT: a stand-in kube-apiserver on 127.0.0.1:PORT (busybox httpd; a CGI answers
+# the pod list with DIR/list.json and streams the lines appended to DIR/events.jsonl on each
+# watch) and DIR/kubeconfig naming it; HTTPD is httpd's pid.
+stand_in_api() {
+  D=$1; port=$2; mkdir -p "$D/www/cgi-bin"
   cat > "$D/www/cgi-bin/api" <<EOT
 #!/bin/sh
 printf 'Content-Type: application/json\r\n\r\n'
@@ -537,6 +522,32 @@ users:
 - name: u
   user: {}
 EOT
+}
+
+# 8. Discovery live (issue 29) on v2: `[kubernetes] discover = true` against a stand-in
+#    kube-apiserver on loopback inside the VM (busybox httpd; a CGI answers the pod list and
+#    streams the lines appended to an events file on each watch), pods standing in as `sleep`s
+#    in kubelet's LAYOUT. A listed pod (its TCP containerPort measured) is an LC in `ctl status`,
+#    BE (the BestEffort parent) is held while no LC latency is known, a pod added while the
+#    agent runs becomes an LC, and SIGTERM (on_exit restore) thaws the parent and removes the
+#    holder group.
+kube_live() {
+  layout=$1; port=$2
+  D=/tmp/kube-live-$layout; mkdir -p "$D/www/cgi-bin"
+  ua=aaaaaaaa-0000-4000-8000-00000000000a; ub=bbbbbbbb-0000-4000-8000-00000000000b
+  if [ "$layout" = systemd ]; then
+    parent=kubepods.slice/kubepods-besteffort.slice; burst=kubepods.slice/kubepods-burstable.slice
+    ga=$burst/kubepods-burstable-pod$(echo $ua | tr - _).slice; gb=$burst/kubepods-burstable-pod$(echo $ub | tr - _).slice
+  else
+    parent=kubepods/besteffort; burst=kubepods/burstable
+    ga=$burst/pod$ua; gb=$burst/pod$ub
+  fi
+  mkgroup "${parent%%/*}"; mkgroup "$parent"; mkgroup "$burst"
+  mkdir -p "$CG/$ga" "$CG/$gb" "$CG/$parent/pod-be-$layout"
+  a=$(sleeper "$ga"); b=$(sleeper "$gb"); e=$(sleeper "$parent/pod-be-$layout")
+  echo "{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[$(pod lc-a $ua 3 8080)]}" > "$D/list.json"
+  : > "$D/events.jsonl"
+  stand_in_api "$D" "$port"
   cat > "$D/agent.toml" <<EOT
 [kubernetes]
 discover = true

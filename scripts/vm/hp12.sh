@@ -249,45 +249,9 @@ hp12_kube() {
   mkgroup kubepods; mkgroup "$parent"; mkgroup "$burst"
   mkdir -p "$CG/$burst/pod$ua" "$CG/$parent/pod-be-hp12"
   a=$(sleeper "$burst/pod$ua"); e=$(sleeper "$parent/pod-be-hp12")
-  pod() { # NAME UID RV PORT
-    echo "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"namespace\":\"shop\",\"name\":\"$1\",\"uid\":\"$2\",\"resourceVersion\":\"$3\",\"annotations\":{\"headroom.io/slo-p99-us\":\"500\"}},\"spec\":{\"nodeName\":\"node-a\",\"containers\":[{\"name\":\"c\",\"image\":\"x\",\"ports\":[{\"containerPort\":$4}]}]},\"status\":{\"phase\":\"Running\",\"qosClass\":\"Burstable\"}}"
-  }
   echo "{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[$(pod lc-a $ua 3 8080)]}" > "$D/list.json"
   : > "$D/events.jsonl"
-  cat > "$D/www/cgi-bin/api" <<EOT
-#!/bin/sh
-printf 'Content-Type: application/json\r\n\r\n'
-case "\$QUERY_STRING" in
-*watch=true*)
-  sent=0; n=0
-  while [ \$n -lt 300 ]; do
-    total=\$(wc -l < $D/events.jsonl)
-    if [ "\$total" -gt "\$sent" ]; then sed -n "\$((sent + 1)),\${total}p" $D/events.jsonl; sent=\$total; fi
-    sleep 0.1; n=\$((n + 1))
-  done ;;
-*) cat $D/list.json ;;
-esac
-EOT
-  chmod 755 "$D/www/cgi-bin/api"
-  httpd -f -p "127.0.0.1:$port" -h "$D/www" &
-  HTTPD=$!
-  cat > "$D/kubeconfig" <<EOT
-apiVersion: v1
-kind: Config
-clusters:
-- name: s
-  cluster:
-    server: http://127.0.0.1:$port/cgi-bin/api
-contexts:
-- name: s
-  context:
-    cluster: s
-    user: u
-current-context: s
-users:
-- name: u
-  user: {}
-EOT
+  stand_in_api "$D" "$port"
   cat > "$D/agent.toml" <<EOT
 [kubernetes]
 discover = true
