@@ -19,6 +19,7 @@ pub(crate) mod error;
 mod host;
 pub mod kubernetes;
 mod lc;
+mod lc_checks;
 mod policy;
 mod refusals;
 mod safety;
