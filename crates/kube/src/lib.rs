@@ -12,6 +12,7 @@
 
 pub mod api_bounds;
 pub mod floor;
+pub mod kubeconfig_file;
 pub mod layout;
 pub mod pod;
 pub mod publish;

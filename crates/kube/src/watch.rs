@@ -16,6 +16,7 @@ use kube::{Api, Client, Config};
 
 use crate::api_bounds::bounded;
 pub use crate::api_bounds::{ApiBounds, ListBoundError};
+use crate::kubeconfig_file;
 use crate::layout::{group_exists, resolve};
 use crate::pod::PodFacts;
 use crate::state::{Discoverer, PodEvent};
@@ -89,21 +90,8 @@ pub async fn client_bounded(
     bounds: ApiBounds,
 ) -> Result<Client, KubeError> {
     let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| KubeError::Kubeconfig {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
-            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| KubeError::Kubeconfig {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                })?
-        }
-        None => Config::infer()
-            .await
-            .map_err(|e| KubeError::Access(e.to_string()))?,
+        Some(path) => from_file(&[path.to_path_buf()]).await?,
+        None => infer().await?,
     };
     if config.accept_invalid_certs {
         say_skip_verify(&config.cluster_url.to_string());
@@ -113,6 +101,67 @@ pub async fn client_bounded(
     Ok(builder
         .with_layer(&bounded::BoundLayer::new(bounds))
         .build())
+}
+
+/// A config from kubeconfig files (merged as kube-rs merges `KUBECONFIG`'s), each read by
+/// [`kubeconfig_file::read`] (a regular file of bounded size, parsed from what was read); an
+/// error names the file.
+async fn from_file(paths: &[PathBuf]) -> Result<Config, KubeError> {
+    let named = |path: &Path, reason: String| KubeError::Kubeconfig {
+        path: path.display().to_string(),
+        reason,
+    };
+    let mut merged = Kubeconfig::default();
+    for path in paths {
+        let kc = kubeconfig_file::read(path).map_err(|e| named(path, e.to_string()))?;
+        merged = merged.merge(kc).map_err(|e| named(path, e.to_string()))?;
+    }
+    let shown = paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| KubeError::Kubeconfig {
+            path: shown,
+            reason: e.to_string(),
+        })
+}
+
+/// kube-rs's `Config::infer` with the kubeconfig read bounded: `KUBECONFIG`'s files or
+/// `~/.kube/config` where there are, else (or when they do not make a config) the pod's service
+/// account. A file that is not a regular file or is too large is refused by name (exit 2), not
+/// passed over.
+async fn infer() -> Result<Config, KubeError> {
+    let paths = kubeconfig_file::inferred_paths();
+    let from_files = if paths.is_empty() {
+        Err(KubeError::Access(
+            "no KUBECONFIG and no ~/.kube/config".into(),
+        ))
+    } else {
+        for path in &paths {
+            if let Err(e) = kubeconfig_file::read_text(path) {
+                if e.is_kind() {
+                    return Err(KubeError::Kubeconfig {
+                        path: path.display().to_string(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        from_file(&paths).await
+    };
+    let mut config = match from_files {
+        Ok(c) => c,
+        Err(files) => Config::incluster().map_err(|in_cluster| {
+            KubeError::Access(format!(
+                "no API config: in-cluster: {in_cluster}; kubeconfig: {files}"
+            ))
+        })?,
+    };
+    config.apply_debug_overrides();
+    Ok(config)
 }
 
 /// Says once a run that the API server's certificate is not verified (`insecure-skip-tls-verify`):
