@@ -16,6 +16,29 @@ pub(crate) fn positive(key: &str, v: f64) -> Result<(), ConfigError> {
     }
 }
 
+/// The shortest policy interval (`policy.*.interval_s`, heracles' `cores_`, `power_` and
+/// `net_interval_s`): 1 ms, the control loop's own floor (it ticks at most once per ms). Below
+/// it an interval was taken and ticked once per ms without a word (hostile pass 12). The papers'
+/// intervals are 1 s and more (Heracles 15, 2, 2, 1 s; Parties-style weights 5 s).
+pub(crate) const MIN_INTERVAL_S: f64 = 0.001;
+
+/// A policy interval, seconds: finite, at least [`MIN_INTERVAL_S`], at most `MAX_NUMBER`.
+pub(crate) fn interval(key: &str, v: f64) -> Result<(), ConfigError> {
+    positive(key, v)?;
+    if v < MIN_INTERVAL_S {
+        Err(invalid(
+            key,
+            v,
+            format!(
+                "must be at least {MIN_INTERVAL_S} s (1 ms: the control loop ticks at most once \
+                 per ms, so a shorter interval would not be kept)"
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 pub(crate) fn non_negative(key: &str, v: f64) -> Result<(), ConfigError> {
     if !(v.is_finite() && v >= 0.0) {
         Err(invalid(key, v, "must be a finite number >= 0"))

@@ -122,7 +122,7 @@ impl Default for HeraclesConfig {
 impl HeraclesConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
     pub(crate) fn validate(&self, p: &mut Problems) {
-        p.check(positive("policy.heracles.interval_s", self.interval_s));
+        p.check(interval("policy.heracles.interval_s", self.interval_s));
         p.check(non_negative("policy.heracles.cooldown_s", self.cooldown_s));
         p.check(fraction("policy.heracles.load_disable", self.load_disable));
         p.check(fraction("policy.heracles.load_enable", self.load_enable));
@@ -148,7 +148,7 @@ impl HeraclesConfig {
                 "must be <= slack_disallow_growth",
             ));
         }
-        p.check(positive(
+        p.check(interval(
             "policy.heracles.cores_interval_s",
             self.cores_interval_s,
         ));
@@ -177,7 +177,7 @@ impl HeraclesConfig {
             "policy.heracles.be_benefit_min",
             self.be_benefit_min,
         ));
-        p.check(positive(
+        p.check(interval(
             "policy.heracles.power_interval_s",
             self.power_interval_s,
         ));
@@ -209,7 +209,7 @@ impl HeraclesConfig {
                 "must be >= be_freq_min_mhz",
             ));
         }
-        p.check(positive(
+        p.check(interval(
             "policy.heracles.net_interval_s",
             self.net_interval_s,
         ));

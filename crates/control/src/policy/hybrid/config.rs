@@ -40,7 +40,7 @@ impl HybridConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
     pub(crate) fn validate(&self, p: &mut Problems) {
         if let Some(i) = self.interval_s {
-            p.check(positive("policy.hybrid.interval_s", i));
+            p.check(interval("policy.hybrid.interval_s", i));
         }
         p.check(non_negative(
             "policy.hybrid.buffer_min_cores",

@@ -58,7 +58,7 @@ impl MultiConfig {
     /// Refuses bad values; the error names the key, the value and the reason.
     pub(crate) fn validate(&self, p: &mut Problems) {
         if let Some(i) = self.interval_s {
-            p.check(positive("policy.multi.interval_s", i));
+            p.check(interval("policy.multi.interval_s", i));
         }
         if !(self.upsize_slack.is_finite() && self.upsize_slack < 1.0) {
             p.push(invalid(

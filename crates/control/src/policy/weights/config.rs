@@ -112,7 +112,7 @@ impl WeightsConfig {
                 "must be <= w_max_v2",
             ));
         }
-        p.check(positive("policy.weights.interval_s", self.interval_s));
+        p.check(interval("policy.weights.interval_s", self.interval_s));
         p.check(positive("policy.weights.c_min", self.c_min));
         // `contains` refuses NaN too (a NaN passed both comparisons, then `clamp` panicked
         // at the first dynamic update: twelfth hostile pass).
