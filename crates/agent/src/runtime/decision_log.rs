@@ -297,8 +297,7 @@ pub(super) fn open_log(
         return Ok(None);
     };
     let log = DecisionLog::open(&p, config.api.decision_log_max_mb.saturating_mul(1 << 20))
-        .map_err(|source| AgentError::Io {
-            what: "opening the decision log",
+        .map_err(|source| AgentError::DecisionLog {
             path: p.clone(),
             source,
         })?;

@@ -94,6 +94,15 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// The decision log could not be opened at start (a file that is not a decision log, a
+    /// FIFO in a directory others can write, a missing directory): a path the operator gave,
+    /// so a usage error (exit 2) as the other config paths naming what the host holds.
+    #[error("opening the decision log {path}: {source}")]
+    DecisionLog {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The exit action did not complete; the state file is kept for the next start.
     #[error("exit action failed: {0}; the state file is kept so the next start finishes it")]
     Exit(String),
@@ -129,6 +138,7 @@ impl AgentError {
         matches!(
             self,
             AgentError::Config(_)
+                | AgentError::DecisionLog { .. }
                 | AgentError::Control(ControlError::Refused { .. })
                 | AgentError::Feed(crate::sensors::feed::FeedError::Refused { .. })
                 | AgentError::State(

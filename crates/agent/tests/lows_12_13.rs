@@ -1,0 +1,97 @@
+//! The twelfth and thirteenth hostile passes' lows on the agent's side (issue 42,
+//! docs/safety-hostile-pass-13.md "Found, not fixed"). The starts need root (cgroups) and print
+//! SKIP otherwise.
+
+#[allow(dead_code)]
+mod live;
+
+use std::time::Duration;
+
+use headroom_agent::runtime::{Agent, AgentOptions};
+use headroom_control::config::Config;
+
+/// Removes what a test's groups left in any hierarchy (also on failure).
+struct Groups(String);
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        let Ok(mounts) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for m in mounts.flatten() {
+            let top = m.path().join(&self.0);
+            for leaf in ["lc", "be"] {
+                let _ = std::fs::remove_dir(top.join(leaf));
+            }
+            let _ = std::fs::remove_dir(&top);
+        }
+    }
+}
+
+/// A config whose LC is this test's own process, BE `sleep 5`, static cores, and the given
+/// `[safety]` / `[api]` lines.
+fn config(group: &str, safety: &str, api: &str) -> String {
+    format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = [\"sleep\", \"5\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [safety]\non_exit = \"restore\"\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
+        std::process::id()
+    )
+}
+
+fn options(text: &str) -> AgentOptions {
+    let mut o = AgentOptions::new(Config::from_toml_str(text).expect("the test's config"));
+    o.handle_signals = false;
+    o.run_for = Some(Duration::from_millis(300));
+    o
+}
+
+/// A decision log refused at start (here a file that is not a decision log) exited 1, where
+/// the other config paths naming what the host holds exit 2: it is the operator's path, a
+/// usage error now, its message naming the path.
+#[test]
+fn a_decision_log_refused_at_start_is_a_usage_error() {
+    const T: &str = "a_decision_log_refused_at_start_is_a_usage_error";
+    if !live::is_root() {
+        eprintln!("SKIP {T}: needs root (the state lock and cgroups)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let _groups = Groups("l14-dlog".into());
+    let not_a_log = d.path().join("notes.txt");
+    std::fs::write(&not_a_log, "these are not decision lines\n").unwrap();
+    let text = config(
+        "l14-dlog",
+        &format!("state_file = \"{}/state.json\"", d.path().display()),
+        &format!(
+            "socket = \"{}/ctl.sock\"\ndecision_log = \"{}\"",
+            d.path().display(),
+            not_a_log.display()
+        ),
+    );
+    match Agent::start(options(&text)) {
+        Ok(agent) => {
+            let _ = agent.run();
+            panic!("a decision log that is not one was taken");
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&*not_a_log.to_string_lossy()),
+                "the path is named: {msg}"
+            );
+            assert!(msg.contains("not a decision log"), "{msg}");
+            assert!(
+                e.is_usage(),
+                "a usage error (exit 2), as other config paths: {msg}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(&not_a_log).unwrap(),
+        "these are not decision lines\n",
+        "the file was left as it was"
+    );
+}
+
