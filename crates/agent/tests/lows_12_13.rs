@@ -95,3 +95,51 @@ fn a_decision_log_refused_at_start_is_a_usage_error() {
     );
 }
 
+/// A pid file that is not a regular file (a FIFO, a device) was read as "no pid" without a
+/// word, so nothing said why a restarted LC was not followed (pass 13). Said once now, naming
+/// the path and what it is, in the log and `ctl status`'s followed targets; not every second.
+#[test]
+fn a_pid_file_that_is_not_a_regular_file_is_said_once() {
+    const T: &str = "a_pid_file_that_is_not_a_regular_file_is_said_once";
+    if !live::is_root() {
+        eprintln!("SKIP {T}: needs root (cgroups)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("lc.pid");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a plain mkfifo(2) on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let lc = live::Children::sleepers(1);
+    let top = "l14-pidfifo";
+    let _groups = live::RemoveOnDrop::new(top).wait_for_agent(Duration::from_secs(4));
+    let sock = dir.path().join("ctl.sock");
+    let text = live::agent_config(
+        &format!("{top}/lc"),
+        &format!("{top}/be"),
+        &format!("pids = [{}]\npid_file = \"{}\"", lc.pid(0), fifo.display()),
+        &dir.path().join("state.json"),
+        &sock,
+    );
+    let runner = match live::start_agent(&text, Duration::from_secs(4)) {
+        Ok(r) => r,
+        Err(e) => return eprintln!("SKIP {T}: {e}"),
+    };
+    // The follow-up runs once a second: three of them at least before this look.
+    std::thread::sleep(Duration::from_millis(3200));
+    let said: Vec<String> = live::followed(&sock)
+        .into_iter()
+        .filter(|r| r.contains(&*fifo.to_string_lossy()))
+        .collect();
+    let summary = runner
+        .join()
+        .expect("the agent's thread")
+        .expect("the agent's run");
+    assert!(summary.ticks > 0);
+    assert_eq!(said.len(), 1, "said once, not each second: {said:?}");
+    assert!(
+        said[0].contains("FIFO") && said[0].contains("not a regular file"),
+        "{said:?}"
+    );
+}
+

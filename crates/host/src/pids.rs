@@ -5,28 +5,74 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The live pid in the pid file `file` (a path from `/`, read under `root`), if any.
+/// What a pid file holds, as [`read_pid_file`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PidFile {
+    /// A live pid.
+    Pid(u32),
+    /// No live pid: no file, no number, or a process that is gone.
+    Nothing,
+    /// Not a regular file (a FIFO, a device, a directory, a socket), so not read: what it is.
+    NotRegular(&'static str),
+}
+
+/// What a file that is not a regular one is, in words.
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// The pid file `file` (a path from `/`, read under `root`).
 /// Only a regular file, read without waiting and 64 bytes at most: the file is the LC user's
 /// to replace, and a FIFO there blocked the agent's loop for good (`ctl` and SIGTERM
-/// unanswered), a link to `/dev/zero` grew it without end (thirteenth hostile pass).
-pub fn from_pid_file(root: &Path, file: &str) -> Option<u32> {
+/// unanswered), a link to `/dev/zero` grew it without end (thirteenth hostile pass). Anything
+/// else is [`PidFile::NotRegular`], so the caller can say why the LC is not followed.
+pub fn read_pid_file(root: &Path, file: &str) -> PidFile {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let path = root.join(file.trim_start_matches('/'));
-    let f = std::fs::OpenOptions::new()
+    let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.file_type().is_file() {
-        return None;
+    else {
+        return PidFile::Nothing;
+    };
+    let Ok(meta) = f.metadata() else {
+        return PidFile::Nothing;
+    };
+    if !meta.file_type().is_file() {
+        return PidFile::NotRegular(kind_of(meta.file_type()));
     }
     let mut text = String::new();
-    f.take(64).read_to_string(&mut text).ok()?;
-    text.trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())
+    if f.take(64).read_to_string(&mut text).is_err() {
+        return PidFile::Nothing;
+    }
+    match text.trim().parse::<u32>() {
+        Ok(p) if p > 0 && root.join(format!("proc/{p}")).is_dir() => PidFile::Pid(p),
+        _ => PidFile::Nothing,
+    }
+}
+
+/// The live pid in the pid file `file` (a path from `/`, read under `root`), if any: see
+/// [`read_pid_file`].
+pub fn from_pid_file(root: &Path, file: &str) -> Option<u32> {
+    match read_pid_file(root, file) {
+        PidFile::Pid(p) => Some(p),
+        _ => None,
+    }
 }
 
 /// `/proc/<pid>/cgroup` as text ("" when the process is gone).

@@ -230,7 +230,9 @@ impl Agent {
                 .collect();
             let launched_exited =
                 !lc.command.is_empty() && self.lc_child_exited(launched_index(&lcs, i));
-            for pid in find_lc(&root, lc, in_group.is_empty(), launched_exited) {
+            let (found, not_regular) = find_lc(&root, lc, in_group.is_empty(), launched_exited);
+            self.say_pid_file_not_regular(lc, not_regular);
+            for pid in found {
                 // An LC that died and was not reaped (its pid file still names it) is no
                 // process to move: it was "moved in" once a second, a warning each time.
                 if in_group.contains(&pid)
@@ -291,6 +293,27 @@ impl Agent {
         }
     }
 
+    /// A pid file that is not a regular file is read as no pid (it is never opened to wait,
+    /// nor read without end): said once, naming the path and what it is, until it is a
+    /// regular file (or gone) again; not each second.
+    fn say_pid_file_not_regular(&mut self, lc: &LcConfig, not_regular: Option<&'static str>) {
+        let Some(f) = &lc.pid_file else { return };
+        match not_regular {
+            Some(kind) => {
+                if self.pid_files_not_regular.insert(f.clone()) {
+                    tracing::warn!(lc = %lc.name, pid_file = %f, kind, "the LC's pid file is not a regular file: not read, so a restarted LC is not found through it");
+                    self.note_followed(format!(
+                        "LC {}: pid file {f} is a {kind}, not a regular file: not read (a restart is not followed through it)",
+                        lc.name
+                    ));
+                }
+            }
+            None => {
+                self.pid_files_not_regular.remove(f);
+            }
+        }
+    }
+
     /// Whether `pid` (its `/proc/<pid>/cgroup` is `text`) is one of BE's: in or below a BE
     /// group in some hierarchy, or seen there at the last look (moved out, to be moved back).
     fn is_be_process(&self, pid: u32, text: &str) -> bool {
@@ -323,12 +346,22 @@ fn launched_index(lcs: &[LcConfig], i: usize) -> usize {
 
 /// Where `lc` runs now: the pid in its pid file (always, a read is cheap); with its group
 /// empty, the process listening on its port; with its launched command exited, processes
-/// running that command.
-fn find_lc(root: &Path, lc: &LcConfig, group_empty: bool, launched_exited: bool) -> Vec<u32> {
+/// running that command. Beside: what its pid file is when it is not a regular file.
+fn find_lc(
+    root: &Path,
+    lc: &LcConfig,
+    group_empty: bool,
+    launched_exited: bool,
+) -> (Vec<u32>, Option<&'static str>) {
     let mut out = BTreeSet::new();
+    let mut not_regular = None;
     if let Some(f) = &lc.pid_file {
-        if let Some(pid) = pids::from_pid_file(root, f) {
-            out.insert(pid);
+        match pids::read_pid_file(root, f) {
+            pids::PidFile::Pid(pid) => {
+                out.insert(pid);
+            }
+            pids::PidFile::NotRegular(kind) => not_regular = Some(kind),
+            pids::PidFile::Nothing => {}
         }
     }
     if group_empty {
@@ -339,5 +372,5 @@ fn find_lc(root: &Path, lc: &LcConfig, group_empty: bool, launched_exited: bool)
     if launched_exited {
         out.extend(pids::running(root, &lc.command));
     }
-    out.into_iter().collect()
+    (out.into_iter().collect(), not_regular)
 }

@@ -296,6 +296,9 @@ pub struct Agent {
     foreign_lc_pids: std::collections::BTreeSet<u32>,
     /// Pids found as an LC that are BE's own processes, left in BE (each said once).
     be_lc_pids: std::collections::BTreeSet<u32>,
+    /// LC pid files found not to be regular files (a FIFO, a device), said once each until the
+    /// path is a regular file (or gone) again.
+    pid_files_not_regular: std::collections::BTreeSet<String>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
     /// How often the running loop ticks (`ctl status`); `None` before `run`.

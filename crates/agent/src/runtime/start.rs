@@ -351,6 +351,7 @@ impl Agent {
             group_lock,
             foreign_lc_pids: Default::default(),
             be_lc_pids: Default::default(),
+            pid_files_not_regular: Default::default(),
             state_set_aside,
             tick_interval: None,
             state_write_error: None,
