@@ -16,14 +16,25 @@ use crate::actuation::knob::{Knob, KnobValue};
 use headroom_types::observation::Observation;
 
 /// A read or write one node could not do, naming what and why.
+/// Its text names `what` once: a reason that names it already (the host's "reading X: ENOENT")
+/// is said alone (a gone knob read "reading X: X: reading X: ENOENT", hostile pass 13).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{what}: {reason}")]
+#[error("{}", named_once(.what, .reason))]
 pub struct NodeError {
     /// The file, command or model part (`/sys/fs/cgroup/cpuset/hr/be/cpuset.cpus`, …).
     pub what: String,
     pub reason: String,
     /// The knob does not exist on this node (a kernel without `cpu.idle`, say): not managed.
     pub not_found: bool,
+}
+
+/// `reason` alone when it names `what` already, else `what: reason`.
+pub(crate) fn named_once(what: &str, reason: &str) -> String {
+    if !what.is_empty() && reason.contains(what) {
+        reason.to_string()
+    } else {
+        format!("{what}: {reason}")
+    }
 }
 
 impl NodeError {

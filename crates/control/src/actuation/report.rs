@@ -33,8 +33,8 @@ pub struct ApplyReport {
 pub enum ActuationError {
     #[error("{0}")]
     Write(Box<WriteFailure>),
-    /// A value could not be read (nothing was written).
-    #[error("reading {what}: {source}")]
+    /// A value could not be read (nothing was written). Its text names `what` once.
+    #[error("{}", read_text(.what, .source))]
     Read {
         what: String,
         #[source]
@@ -46,6 +46,19 @@ pub enum ActuationError {
     /// Some originals could not be put back (each named); the others were.
     #[error("restoring originals: {}", .0.join("; "))]
     Restore(Vec<String>),
+}
+
+/// "reading `what`: why", naming `what` once: a source that names it already (the host's
+/// "reading X: ENOENT") is not prefixed with it again.
+fn read_text(what: &str, source: &NodeError) -> String {
+    let text = source.to_string();
+    if what.is_empty() || !text.contains(what) {
+        format!("reading {what}: {text}")
+    } else if text.starts_with("reading ") {
+        text
+    } else {
+        format!("reading {text}")
+    }
 }
 
 /// A write that kept failing, and what happened to the writes made before it.
