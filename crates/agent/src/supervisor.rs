@@ -67,6 +67,10 @@ pub struct Supervised {
     pub restarts: u64,
     /// How the command last ended and after how long (`ctl status`).
     pub last_exit: Option<String>,
+    /// The group's memory OOM-kill count when the command started (v1 `memory.oom_control`,
+    /// v2 `memory.events` `oom_kill`): a death by SIGKILL while it rose is said as the memory
+    /// limit's OOM kill, not as a bare "signal: SIGKILL" (hostile pass 13).
+    oom_kills: Option<u64>,
     /// Processes found in the group at a first start, launched by no agent: confined as BE,
     /// never killed (stopping the command spares them).
     pub spared: std::collections::BTreeSet<i32>,
@@ -95,6 +99,7 @@ impl Supervised {
             restart_at: None,
             restarts: 0,
             last_exit: None,
+            oom_kills: None,
             spared: Default::default(),
         }
     }
@@ -117,6 +122,7 @@ impl Supervised {
             .is_ok_and(|p| p.contains(&(pid as i32)));
         if alive && in_group {
             self.adopted = Some(pid);
+            self.oom_kills = oom_kills(cgroups, &self.group);
             self.started = Some(Instant::now());
             tracing::info!(name = %self.name, pid, "adopted a BE command from the previous agent");
         }
@@ -125,6 +131,7 @@ impl Supervised {
 
     /// Starts the command in its group.
     pub fn start(&mut self, cgroups: &Cgroups) -> Result<u32, LaunchError> {
+        self.oom_kills = oom_kills(cgroups, &self.group);
         let pid = launch_gated(cgroups, &self.name, &self.command, &self.group)?;
         let child = pid as i32;
         tracing::info!(name = %self.name, pid, group = %self.group, command = ?self.command, "started");
@@ -137,13 +144,25 @@ impl Supervised {
 
     /// Reaps a dead command and restarts it when its backoff has passed.
     pub fn check(&mut self, cgroups: &Cgroups, now: Instant) {
+        use headroom_host::process::{ChildEnd, Signal};
+        // How it ended, and whether it may have been the OOM killer (SIGKILL, or an adopted
+        // process whose end is not known).
         let died = match (&mut self.child, self.adopted) {
-            (Some(pid), _) => reap(*pid),
+            (Some(pid), _) => headroom_host::process::reap(*pid, false).map(|end| {
+                (
+                    end.to_string(),
+                    matches!(end, ChildEnd::Signaled(Signal::SIGKILL)),
+                )
+            }),
             (None, Some(pid)) => (!headroom_host::process::exists(pid as i32))
-                .then(|| "adopted process is gone".to_string()),
+                .then(|| ("adopted process is gone".to_string(), true)),
             (None, None) => None,
         };
-        if let Some(how) = died {
+        if let Some((how, killed)) = died {
+            let how = match killed.then(|| self.oom_killed(cgroups)).flatten() {
+                Some(oom) => format!("{oom} ({how})"),
+                None => how,
+            };
             let ran = self.started.map_or(Duration::ZERO, |s| now - s);
             // A command that ran for a while before dying starts over at the initial backoff.
             if ran >= self.backoff_max {
@@ -180,6 +199,22 @@ impl Supervised {
                 }
             }
         }
+    }
+
+    /// "OOM-killed (memory limit N bytes)" when the group's OOM-kill count rose since the
+    /// command started (the count is re-based, so the next death is judged on its own).
+    fn oom_killed(&mut self, cgroups: &Cgroups) -> Option<String> {
+        let before = self.oom_kills?;
+        let now = oom_kills(cgroups, &self.group)?;
+        self.oom_kills = Some(now);
+        if now <= before {
+            return None;
+        }
+        Some(match cgroups.memory_max(&self.group) {
+            Ok(Some(limit)) => format!("OOM-killed (memory limit {limit} bytes)"),
+            Ok(None) => "OOM-killed (no memory limit on its group: one above it)".to_string(),
+            Err(_) => "OOM-killed (memory limit unreadable)".to_string(),
+        })
     }
 
     /// Stops the command and everything it started — launched by this agent or adopted from
@@ -340,6 +375,11 @@ pub fn launch_in_group(
 }
 
 /// How a launched child ended, if it has (reaped); `None` while it runs.
+/// The group's memory OOM-kill count, where its memory controller is mounted and readable.
+fn oom_kills(cgroups: &Cgroups, group: &GroupPath) -> Option<u64> {
+    cgroups.memory_events(group).ok().map(|e| e.oom_kill)
+}
+
 fn reap(pid: i32) -> Option<String> {
     headroom_host::process::reap(pid, false).map(|end| end.to_string())
 }

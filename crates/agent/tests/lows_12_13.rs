@@ -95,6 +95,67 @@ fn a_decision_log_refused_at_start_is_a_usage_error() {
     );
 }
 
+/// A BE command the kernel OOM-killed at its group's memory limit was said only as "signal:
+/// SIGKILL": said now as "OOM-killed (memory limit N bytes)" (the group's `oom_kill` count rose),
+/// in `last_exit` (`ctl status`'s "last ended") and the log. A real v1 (or v2) memory group of
+/// 32 MiB and a python process growing by 1 MiB each 2 ms to 256 MiB (it ends by itself past
+/// that, unkilled); a 20 s hang bound.
+#[test]
+fn a_be_command_killed_at_its_memory_limit_is_said_as_oom_killed() {
+    use headroom_agent::supervisor::Supervised;
+    use headroom_host::{Controller, LinuxHost};
+    use headroom_types::GroupPath;
+    const T: &str = "a_be_command_killed_at_its_memory_limit_is_said_as_oom_killed";
+    if !live::is_root() {
+        eprintln!("SKIP {T}: needs root (a memory cgroup)");
+        return;
+    }
+    if std::process::Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        eprintln!("SKIP {T}: no python3 to grow memory");
+        return;
+    }
+    let cgroups = match LinuxHost::system().cgroups() {
+        Ok(c) if c.has(Controller::Memory) => c,
+        Ok(_) => {
+            eprintln!("SKIP {T}: no memory controller here");
+            return;
+        }
+        Err(e) => {
+            eprintln!("SKIP {T}: {e}");
+            return;
+        }
+    };
+    let _groups = Groups("l14-oom".into());
+    let group = GroupPath::new("l14-oom/be").unwrap();
+    cgroups.create(&group).expect("creating l14-oom/be");
+    let limit: u64 = 32 << 20;
+    cgroups
+        .set_memory_max(&group, Some(limit))
+        .expect("setting the memory limit");
+    let grow = "import time\nb = []\nfor _ in range(256):\n    b.append(bytearray(1 << 20))\n    time.sleep(0.002)\n";
+    let command: Vec<String> = ["python3", "-c", grow].map(String::from).to_vec();
+    let mut be = Supervised::new("grower", &command, group.clone(), false, 100, 1000);
+    be.start(&cgroups).expect("starting the grower");
+    let start = std::time::Instant::now();
+    while be.pid().is_some() && start.elapsed() < Duration::from_secs(20) {
+        be.check(&cgroups, std::time::Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = be.last_exit.clone();
+    be.stop(&cgroups, Duration::from_secs(2));
+    let _ = cgroups.remove(&group);
+    let ended = ended.expect("the grower ended within 20 s");
+    assert!(
+        ended.starts_with(&format!("OOM-killed (memory limit {limit} bytes)")),
+        "said as: {ended}"
+    );
+}
+
 /// A pid file that is not a regular file (a FIFO, a device) was read as "no pid" without a
 /// word, so nothing said why a restarted LC was not followed (pass 13). Said once now, naming
 /// the path and what it is, in the log and `ctl status`'s followed targets; not every second.
