@@ -62,6 +62,9 @@ impl Cgroups {
         } else {
             Vec::new()
         };
+        if depth >= MAX_FOLLOW_DEPTH && old != new && new.is_subset(old) {
+            self.refuse_unfollowed_nest(dir, new, depth)?;
+        }
         let mut plan = Vec::new();
         for name in children {
             let child = dir.join(&name);
@@ -96,6 +99,36 @@ impl Cgroups {
         if !shrinking {
             for (child, mine, next) in &plan {
                 self.follow_v1(child, mine, next, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At the follow's depth bound, a group below `dir` holding CPUs outside `new` would make
+    /// the kernel refuse narrowing `dir` (EBUSY) on every try: refused here by name instead,
+    /// saying the depth and why BE stays frozen (a nest of nine groups below BE kept it frozen
+    /// with a repeated bare EBUSY, hostile pass 13). The freeze itself is the safe side.
+    fn refuse_unfollowed_nest(&self, dir: &Path, new: &CpuSet, depth: usize) -> Result<()> {
+        for name in self.knobs.list_dirs(dir).unwrap_or_default() {
+            let child = dir.join(&name);
+            let Ok(mine) = self.read_cpuset(&child.join(V1_CPUS)) else {
+                continue;
+            };
+            if !mine.is_subset(new) {
+                return Err(HostError::invalid(
+                    "cpuset nest",
+                    child.display().to_string(),
+                    format!(
+                        "a v1 cpuset group {} levels below the group being narrowed holds CPUs {} \
+                         outside {}: groups are followed {MAX_FOLLOW_DEPTH} levels deep at most, \
+                         and the kernel refuses to narrow its parent while it holds them (EBUSY), \
+                         so BE stays frozen until this nest is made shallower or this group's \
+                         cpuset.cpus is narrowed",
+                        depth + 1,
+                        mine.to_list(),
+                        new.to_list()
+                    ),
+                ));
             }
         }
         Ok(())
