@@ -100,7 +100,7 @@ current-context: x
 users:
 - name: u
   user:
-    token-file: token
+    tokenFile: token
     exec: {command: ./bin/auth, apiVersion: client.authentication.k8s.io/v1}
 "#;
 
