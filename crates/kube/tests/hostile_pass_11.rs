@@ -11,14 +11,14 @@
 //!   binary's RSS to hundreds of MB, and a 64 MiB answer of `{}` items would cost tens of GB.
 //!   Now a list answer of more than `MAX_PODS` items is cut, naming the cap.
 
-use std::io::{BufReader, Write};
-use std::time::Duration;
+#[path = "support/list.rs"]
+mod list;
 
-use headroom_hostile_server::{error_chain, kubeconfig, read_request, serve, Server};
-use headroom_kube::watch::{client_bounded, ApiBounds};
+use std::io::{BufReader, Write};
+
+use headroom_hostile_server::{read_request, serve, Server};
 use headroom_kube::{Floor, BE_CPU, BE_MEMORY};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 fn bound_pod(name: &str, node: &str, cpu: &str, memory: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
@@ -97,35 +97,12 @@ fn serve_list(item: &'static str, items: usize, conns: usize) -> Server {
     })
 }
 
-/// Lists the pods once through a client with the default bounds: the count, or the error with
-/// its sources.
-fn list_once(port: u16) -> Result<usize, String> {
-    let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig(dir.path(), port);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = client_bounded(Some(&config), ApiBounds::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let api: Api<Pod> = Api::all(client);
-        // a hang detector only
-        match tokio::time::timeout(Duration::from_secs(60), api.list(&ListParams::default())).await
-        {
-            Ok(r) => r.map(|l| l.items.len()).map_err(|e| error_chain(&e)),
-            Err(_) => Err("no answer within 60 s".into()),
-        }
-    })
-}
-
 #[test]
 fn a_list_of_more_items_than_a_node_runs_is_cut_naming_the_cap() {
     // 20 000 empty pods: 60 kB of JSON, each a whole typed Pod once parsed (the code before
     // parsed them all: Ok(20000)).
     let server = serve_list("{}", 20_000, 1);
-    let got = list_once(server.port);
+    let got = list::once(server.port);
     let err = got.expect_err("a list of 20 000 items is cut");
     assert!(
         err.contains("cap of 4096 items"),
@@ -134,10 +111,10 @@ fn a_list_of_more_items_than_a_node_runs_is_cut_naming_the_cap() {
     // A node's real list (500 pods, strings with braces and escaped quotes inside) passes.
     let pod = r#"{"metadata":{"namespace":"shop","name":"p","uid":"u","resourceVersion":"1","annotations":{"x":"{[\"}]"}},"spec":{"nodeName":"node-a","containers":[{"name":"c","image":"x","ports":[{"containerPort":80}]}]},"status":{"phase":"Running"}}"#;
     let server = serve_list(pod, 500, 1);
-    assert_eq!(list_once(server.port), Ok(500));
+    assert_eq!(list::once(server.port), Ok(500));
     // 4096 exactly passes, 4097 does not.
     let server = serve_list("{}", 4096, 1);
-    assert_eq!(list_once(server.port), Ok(4096));
+    assert_eq!(list::once(server.port), Ok(4096));
     let server = serve_list("{}", 4097, 1);
-    assert!(list_once(server.port).is_err());
+    assert!(list::once(server.port).is_err());
 }

@@ -11,22 +11,22 @@
 //! - a list of few but deep items (one pod with a million annotations) passed the byte cap and
 //!   parsed to hundreds of MB: now its JSON strings are capped.
 
+#[path = "support/list.rs"]
+mod list;
+
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use headroom_hostile_server::{
-    answer_json, chunk, error_chain, hold, kubeconfig, read_request, serve, start_chunked, wait,
-    Server,
+    answer_json, chunk, hold, kubeconfig, read_request, serve, start_chunked, wait, Server,
 };
 use headroom_kube::pod::verdict;
 use headroom_kube::publish::{PublishOptions, Publisher};
 use headroom_kube::stand_in::{pod, with_be_cpu};
-use headroom_kube::watch::{client_bounded, ApiBounds};
 use headroom_kube::{Floor, KubeletLayout, PodFacts, Verdict, SLO_P99_US};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use serde_json::json;
 
 const NODE: &str = "node-a";
@@ -187,29 +187,6 @@ fn a_watch_streaming_more_bound_pods_than_the_cap_fails_the_floor_without_loweri
     );
 }
 
-/// Lists the pods once through a client with the default bounds: the count, or the error
-/// with its sources.
-fn list_once(port: u16) -> Result<usize, String> {
-    let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig(dir.path(), port);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = client_bounded(Some(&config), ApiBounds::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let api: Api<Pod> = Api::all(client);
-        // a hang detector only
-        match tokio::time::timeout(Duration::from_secs(60), api.list(&ListParams::default())).await
-        {
-            Ok(r) => r.map(|l| l.items.len()).map_err(|e| error_chain(&e)),
-            Err(_) => Err("no answer within 60 s".into()),
-        }
-    })
-}
-
 #[test]
 fn a_redirect_is_said_as_one_with_its_status_and_location() {
     let server = serve(16, (), |conn: TcpStream, _: &AtomicBool, _| {
@@ -220,7 +197,7 @@ fn a_redirect_is_said_as_one_with_its_status_and_location() {
             let _ = std::io::Write::write_all(&mut w, head.as_bytes());
         }
     });
-    let err = list_once(server.port).expect_err("a redirect is not followed");
+    let err = list::once(server.port).expect_err("a redirect is not followed");
     // The code before: "Error deserializing response: EOF while parsing a value".
     assert!(err.contains("302"), "{err}");
     assert!(err.contains("http://127.0.0.1:9/elsewhere"), "{err}");
@@ -249,7 +226,7 @@ fn a_list_of_one_pod_with_a_million_annotations_is_cut_naming_the_strings_cap() 
             let _ = answer_json(&mut w, "200 OK", &body);
         }
     });
-    let err = list_once(server.port).expect_err("a list this deep is cut");
+    let err = list::once(server.port).expect_err("a list this deep is cut");
     // The code before: Ok(1), the pod parsed whole.
     assert!(
         err.contains("JSON strings"),

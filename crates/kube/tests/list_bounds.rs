@@ -3,17 +3,16 @@
 //! a server that never answers is cut at the list deadline, naming it. Hostile stand-in servers
 //! on 127.0.0.1; each sends at most a bounded amount for a bounded time.
 
+#[path = "support/list.rs"]
+mod list;
+
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use headroom_hostile_server::{
-    chunk, error_chain, hold, kubeconfig, read_request, serve, start_chunked, Server,
-};
-use headroom_kube::watch::{client_bounded, ApiBounds};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use headroom_hostile_server::{chunk, hold, read_request, serve, start_chunked, Server};
+use headroom_kube::watch::ApiBounds;
 
 /// How a hostile server answers a request.
 #[derive(Clone, Copy)]
@@ -65,36 +64,12 @@ fn bounds() -> ApiBounds {
     }
 }
 
-/// Lists the pods once through a bounded client; the error text and how long it took.
-fn list_once(port: u16) -> (Result<usize, String>, Duration) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig(dir.path(), port);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let t = Instant::now();
-    let got = rt.block_on(async {
-        let client = client_bounded(Some(&config), bounds())
-            .await
-            .map_err(|e| e.to_string())?;
-        let api: Api<Pod> = Api::all(client);
-        // a guard far past the deadline: without bounds the list would wait for the server
-        match tokio::time::timeout(Duration::from_secs(20), api.list(&ListParams::default())).await
-        {
-            Ok(r) => r.map(|l| l.items.len()).map_err(|e| error_chain(&e)),
-            Err(_) => Err("no answer within 20 s (unbounded)".into()),
-        }
-    });
-    (got, t.elapsed())
-}
-
 #[test]
 fn an_endless_pod_list_is_cut_at_the_cap_naming_it() {
     // 8 times the cap, then the server closes (before, the client read it all and failed
     // on the truncated JSON, or, from a server that never closed, grew without end)
     let server = serve_how(Hostile::Endless { limit: 8 << 20 });
-    let (got, took) = list_once(server.port);
+    let (got, took) = list::once_with(server.port, bounds(), Duration::from_secs(20));
     let err = got.expect_err("an endless list is an error");
     assert!(
         err.contains(&format!("cap of {} bytes", 1 << 20)),
@@ -106,7 +81,7 @@ fn an_endless_pod_list_is_cut_at_the_cap_naming_it() {
 #[test]
 fn a_list_the_server_never_answers_is_cut_at_the_deadline_naming_it() {
     let server = serve_how(Hostile::Hangs);
-    let (got, took) = list_once(server.port);
+    let (got, took) = list::once_with(server.port, bounds(), Duration::from_secs(20));
     let err = got.expect_err("no answer is an error");
     assert!(
         err.contains("3 s deadline"),
