@@ -41,6 +41,11 @@ pub struct ApiBounds {
     /// pod holds a few hundred strings (managedFields included), and the watchers ask pages of
     /// 500: 2 Mi is ~4000 a pod.
     pub max_list_strings: u64,
+    /// The most JSON strings one watch event (one line) may hold, for the same reason as
+    /// [`ApiBounds::max_list_strings`]: a 16 MiB line of `"k":"v",` is ~4 Mi strings, parsed to
+    /// ~250 MB. A pod is at most ~1.5 MB (etcd's request limit) and a string takes 4 bytes at
+    /// the least (`"",` with its key's), so no pod etcd stores holds 512 Ki.
+    pub max_watch_event_strings: u64,
 }
 
 impl Default for ApiBounds {
@@ -55,6 +60,7 @@ impl Default for ApiBounds {
             watch_margin: Duration::from_secs(3),
             max_list_items: crate::state::MAX_PODS as u64,
             max_list_strings: 2 << 20,
+            max_watch_event_strings: 512 << 10,
         }
     }
 }
@@ -68,6 +74,8 @@ pub enum ListBoundError {
     Deadline { what: String, secs: u64 },
     #[error("one event of the API server's watch passed the cap of {cap} bytes without a line end (a pod is at most ~1.5 MB: a broken or hostile API server); cut, watched again with backoff")]
     WatchLineTooLarge { cap: u64 },
+    #[error("one event of the API server's watch passed the cap of {cap} JSON strings (a pod holds a few hundred, and none etcd stores holds this many: a broken or hostile API server); cut, watched again with backoff")]
+    WatchEventTooManyStrings { cap: u64 },
     #[error("the API server kept a watch open past its timeoutSeconds ({timeout_s} s) by {margin_s} s (hanging, or a proxy holding it); cut, watched again with backoff")]
     WatchOverdue { timeout_s: u64, margin_s: u64 },
     #[error("the API server's list answer passed the cap of {cap} items (pages of 500 are asked, and a node runs a few hundred pods: a broken or hostile API server); cut, retried with backoff")]
@@ -227,7 +235,10 @@ pub(crate) mod bounded {
             } else {
                 Duration::ZERO
             };
-            let max_line = self.bounds.max_watch_line_bytes;
+            let max_line = (
+                self.bounds.max_watch_line_bytes,
+                self.bounds.max_watch_event_strings,
+            );
             // The server ends a watch by its timeoutSeconds (kube-rs's default when absent).
             let timeout_s = watch_timeout_s(&req).unwrap_or(290);
             let margin = self.bounds.watch_margin;
@@ -290,6 +301,9 @@ pub(crate) mod bounded {
         /// A watch's cap on one line, and the bytes since the last line end.
         max_line: Option<u64>,
         line: u64,
+        /// A watch's cap on the strings of one line (one event), and the strings of this line.
+        max_line_strings: Option<u64>,
+        event: ItemCount,
         /// A watch's end at the latest: its timeoutSeconds and margin passed.
         overdue: Option<(Pin<Box<tokio::time::Sleep>>, u64, u64)>,
         /// A list's items counted so far, as its bytes go by.
@@ -360,6 +374,8 @@ pub(crate) mod bounded {
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
                 max_line: None,
                 line: 0,
+                max_line_strings: None,
+                event: ItemCount::default(),
                 overdue: None,
                 items: ItemCount::default(),
                 failed: false,
@@ -368,11 +384,12 @@ pub(crate) mod bounded {
 
         fn watch(
             body: B,
-            max_line: u64,
+            (max_line, max_line_strings): (u64, u64),
             (at, timeout_s, margin_s): (tokio::time::Instant, u64, u64),
         ) -> Capped<B> {
             Capped {
                 max_line: Some(max_line),
+                max_line_strings: Some(max_line_strings),
                 overdue: Some((Box::pin(tokio::time::sleep_until(at)), timeout_s, margin_s)),
                 ..Capped::new(body, None, None)
             }
@@ -441,6 +458,18 @@ pub(crate) mod bounded {
                         };
                         if this.line > cap {
                             return this.fail(ListBoundError::WatchLineTooLarge { cap });
+                        }
+                    }
+                    if let (Some(cap), Some(data)) = (this.max_line_strings, frame.data_ref()) {
+                        // Events are lines (a string holds no raw line end): counted per line.
+                        for part in data.split_inclusive(|&c| c == b'\n') {
+                            this.event.feed(part);
+                            if this.event.strings > cap {
+                                return this.fail(ListBoundError::WatchEventTooManyStrings { cap });
+                            }
+                            if part.last() == Some(&b'\n') {
+                                this.event = ItemCount::default();
+                            }
                         }
                     }
                     Poll::Ready(Some(Ok(frame)))

@@ -228,6 +228,9 @@ pub fn watch_error_kind(e: &watcher::Error) -> String {
                 Some(ListBoundError::Redirect { status, .. }) => format!("redirect {status}"),
                 Some(ListBoundError::Deadline { .. }) => "list deadline".into(),
                 Some(ListBoundError::WatchLineTooLarge { .. }) => "watch line too long".into(),
+                Some(ListBoundError::WatchEventTooManyStrings { .. }) => {
+                    "watch event of too many strings".into()
+                }
                 Some(ListBoundError::WatchOverdue { .. }) => "watch overdue".into(),
                 None => "unreachable".into(),
             },
