@@ -152,6 +152,25 @@ sleeper() {
   echo $!
 }
 
+# lc_be_pair NAME: a group with every controller on for its children, LC and BE below, a
+# sleeper in each; sets LC and BE to their pids (the hostile passes' tries, hp10.sh, hp12.sh).
+lc_be_pair() {
+  mkgroup "$1"; mkdir -p "$CG/$1/lc" "$CG/$1/be"
+  LC=$(sleeper "$1/lc"); BE=$(sleeper "$1/be")
+}
+
+# remove_groups GROUP...: each group thawed, its processes killed (cgroup.kill), then removed
+# with every group below it; a group that is not there is passed over.
+remove_groups() {
+  for g in "$@"; do
+    [ -d "$CG/$g" ] || continue
+    echo 0 > "$CG/$g/cgroup.freeze" 2>/dev/null
+    echo 1 > "$CG/$g/cgroup.kill" 2>/dev/null
+    sleep 0.2
+    for c in $(find "$CG/$g" -depth -type d); do rmdir "$c" 2>/dev/null; done
+  done
+}
+
 # ---------------------------------------------------------------------------------------------
 # 1. Lifecycle with static-cores (cpuset), a memory limit and an io.max throttle on the disk;
 #    drift repair; ctl off / resume; SIGTERM with on_exit = "restore".

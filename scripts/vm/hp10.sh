@@ -1,27 +1,11 @@
 # The tenth hostile pass's tries on cgroup v2 (docs/safety-hostile-pass-10-host.md), sourced by
 # checks.sh when vm-test.sh is given `--extra scripts/vm/hp10.sh`: only these run then. Each try
-# prints what it saw as VMOUT lines and its verdicts as VMCHECK lines. Groups are `hp10*`.
-
-# hp10_mk NAME: a group with every controller on for its children, LC and BE below, a sleeper
-# in each; sets LC and BE to their pids.
-hp10_mk() {
-  mkgroup "$1"; mkdir -p "$CG/$1/lc" "$CG/$1/be"
-  LC=$(sleeper "$1/lc"); BE=$(sleeper "$1/be")
-}
+# prints what it saw as VMOUT lines and its verdicts as VMCHECK lines. Groups are `hp10*`;
+# `lc_be_pair` (a group with LC and BE below) and `remove_groups` are checks.sh's.
 
 # hp10_state GROUP: one line on the BE group as the kernel holds it.
 hp10_state() {
   echo "cpuset.cpus='$(knob "$CG/$1/cpuset.cpus")' eff='$(knob "$CG/$1/cpuset.cpus.effective")' cpu.max='$(knob "$CG/$1/cpu.max")' freeze='$(knob "$CG/$1/cgroup.freeze")' subtree='$(cat "$CG/${1%/*}/cgroup.subtree_control" 2>/dev/null)'"
-}
-
-hp10_cleanup() {
-  for g in "$@"; do
-    [ -d "$CG/$g" ] || continue
-    echo 0 > "$CG/$g/cgroup.freeze" 2>/dev/null
-    echo 1 > "$CG/$g/cgroup.kill" 2>/dev/null
-    sleep 0.2
-    for c in $(find "$CG/$g" -depth -type d); do rmdir "$c" 2>/dev/null; done
-  done
 }
 
 # A. kill -9 at random instants on v2, static-cores + be memory limit, on_exit freeze: after each
@@ -29,7 +13,7 @@ hp10_cleanup() {
 #    + restart, BE is confined again by the restart (rounds 8-15).
 hp10_kill() {
   D=/tmp/hp10k; mkdir -p $D
-  hp10_mk hp10k
+  lc_be_pair hp10k
   write_config $D 'kind = "static-cores"
 [policy.static-cores]
 cores = 1' freeze hp10k/lc hp10k/be "" "$LC"
@@ -70,12 +54,12 @@ cores = 1' freeze hp10k/lc hp10k/be "" "$LC"
   start_agent $D && { ctl $D resume >/dev/null 2>&1; sleep 1; stop_agent TERM >/dev/null; }
   expect "hp10 A: on_exit freeze at the end" 1 "$(knob $CG/hp10k/be/cgroup.freeze)"
   kill "$LC" "$BE" 2>/dev/null
-  hp10_cleanup hp10k
+  remove_groups hp10k
 }
 
 # B. Two agents on one BE group, started together: one runs, one is refused.
 hp10_two() {
-  hp10_mk hp10t
+  lc_be_pair hp10t
   for x in 1 2; do
     D=/tmp/hp10t$x; mkdir -p $D
     write_config $D 'kind = "static-cores"
@@ -94,13 +78,13 @@ cores = 1' restore hp10t/lc hp10t/be "" "$LC"
   for a in $a1 $a2; do kill -9 $a 2>/dev/null; wait $a 2>/dev/null; done
   echo "VMOUT hp10 B after exit: $(hp10_state hp10t/be)"
   kill "$LC" "$BE" 2>/dev/null
-  hp10_cleanup hp10t
+  remove_groups hp10t
 }
 
 # C. Controllers disabled under the agent (someone else writes the parent's subtree_control).
 hp10_subtree() {
   D=/tmp/hp10s; mkdir -p $D
-  hp10_mk hp10s
+  lc_be_pair hp10s
   write_config $D 'kind = "static-cores"
 [policy.static-cores]
 cores = 1' restore hp10s/lc hp10s/be "" "$LC"
@@ -123,13 +107,13 @@ cores = 1' restore hp10s/lc hp10s/be "" "$LC"
   stop_agent TERM; rc=$?
   echo "VMOUT hp10 C exit $rc: $(hp10_state hp10s/be)"
   kill "$LC" "$BE" 2>/dev/null
-  hp10_cleanup hp10s
+  remove_groups hp10s
 }
 
 # D. The BE group renamed, then removed, under the agent.
 hp10_rename() {
   D=/tmp/hp10r; mkdir -p $D
-  hp10_mk hp10r
+  lc_be_pair hp10r
   write_config $D 'kind = "static-cores"
 [policy.static-cores]
 cores = 1' restore hp10r/lc hp10r/be "" "$LC"
@@ -154,7 +138,7 @@ cores = 1' restore hp10r/lc hp10r/be "" "$LC"
   stop_agent TERM; rc=$?
   echo "VMOUT hp10 D exit $rc; left: $(find $CG/hp10r -type d | tr '\n' ' ') log: $(tail -n 3 $D/agent.log | tr '\n' '|')"
   kill "$LC" "$BE" 2>/dev/null
-  hp10_cleanup hp10r
+  remove_groups hp10r
 }
 
 # E. A BE group with controllers on for its children (a BE that made groups of its own: v2's
@@ -214,7 +198,7 @@ EOT
   echo "VMOUT hp10 E exit $rc: left BE: $(be_pids | tr '\n' ' ') groups: $(find $CG/hp10c -type d | tr '\n' ' ')"
   for p in $(be_pids); do kill -9 $p 2>/dev/null; done
   kill "$LC" 2>/dev/null
-  hp10_cleanup hp10c
+  remove_groups hp10c
 }
 
 # F. A threaded BE group; weights with be_cpu_idle, and a memory limit (not threaded).
@@ -239,7 +223,7 @@ be_cpu_idle = true' restore hp10hlc hp10h/be "be_memory_limit_bytes = 67108864" 
   wait_grep "hp10 F: refused by name" "$D/agent.log" "threaded cgroups are not supported: .*hp10h/be has cgroup.type = threaded"
   expect "hp10 F: nothing written (cpu.idle)" 0 "$(knob $CG/hp10h/be/cpu.idle)"
   kill "$LC" "$BE" 2>/dev/null
-  hp10_cleanup hp10h hp10hlc
+  remove_groups hp10h hp10hlc
 }
 
 hp10_kill

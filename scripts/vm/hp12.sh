@@ -1,24 +1,10 @@
 # The twelfth hostile pass's tries on cgroup v2 (docs/safety-hostile-pass-12.md), sourced by
 # checks.sh when vm-test.sh is given `--extra scripts/vm/hp12.sh`: only these run then. Each try
-# prints what it saw as VMOUT lines and its verdicts as VMCHECK lines. Groups are `hp12*`.
-
-hp12_mk() {
-  mkgroup "$1"; mkdir -p "$CG/$1/lc" "$CG/$1/be"
-  LC=$(sleeper "$1/lc"); BE=$(sleeper "$1/be")
-}
+# prints what it saw as VMOUT lines and its verdicts as VMCHECK lines. Groups are `hp12*`;
+# `lc_be_pair` (a group with LC and BE below) and `remove_groups` are checks.sh's.
 
 hp12_state() {
   echo "cpuset.cpus='$(knob "$CG/$1/cpuset.cpus")' cpu.max='$(knob "$CG/$1/cpu.max")' freeze='$(knob "$CG/$1/cgroup.freeze")' memory.max='$(knob "$CG/$1/memory.max")' subtree='$(cat "$CG/${1%/*}/cgroup.subtree_control" 2>/dev/null)'"
-}
-
-hp12_cleanup() {
-  for g in "$@"; do
-    [ -d "$CG/$g" ] || continue
-    echo 0 > "$CG/$g/cgroup.freeze" 2>/dev/null
-    echo 1 > "$CG/$g/cgroup.kill" 2>/dev/null
-    sleep 0.2
-    for c in $(find "$CG/$g" -depth -type d); do rmdir "$c" 2>/dev/null; done
-  done
 }
 
 # A. Re-delegation storm: controllers disabled and enabled above BE again and again, at random
@@ -26,7 +12,7 @@ hp12_cleanup() {
 #    After each round that waits, BE is confined (cpuset the agent's, affinity too).
 hp12_storm() {
   D=/tmp/hp12s; mkdir -p $D
-  hp12_mk hp12s
+  lc_be_pair hp12s
   write_config $D 'kind = "static-cycles"
 [policy.static-cycles]
 percent = 50' restore hp12s/lc hp12s/be 'be_memory_limit_bytes = 268435456' "$LC"
@@ -76,14 +62,14 @@ percent = 50' restore hp12s/lc hp12s/be 'be_memory_limit_bytes = 268435456' "$LC
   expect "hp12 A: SIGTERM exit status" 0 "$rc"
   echo "VMOUT hp12 A after exit: $(hp12_state hp12s/be) files: $(ls $D | tr '\n' ' ') locks: $(ls /run/headroom/locks 2>/dev/null | grep hp12 | tr '\n' ' ')"
   kill "$LC" "$BE" 2>/dev/null
-  hp12_cleanup hp12s
+  remove_groups hp12s
 }
 
 # B. kill -9 during `ctl off` / `resume` with longer delays (0-1.5 s), static-cores, on_exit
 #    freeze; after each restart BE is confined, or off as asked and said so.
 hp12_offkill() {
   D=/tmp/hp12o; mkdir -p $D
-  hp12_mk hp12o
+  lc_be_pair hp12o
   write_config $D 'kind = "static-cores"
 [policy.static-cores]
 cores = 1' freeze hp12o/lc hp12o/be "" "$LC"
@@ -109,14 +95,14 @@ cores = 1' freeze hp12o/lc hp12o/be "" "$LC"
   expect "hp12 B: SIGTERM exit status" 0 "$rc"
   echo "VMOUT hp12 B after exit: $(hp12_state hp12o/be) files: $(ls $D | tr '\n' ' ')"
   kill "$LC" "$BE" 2>/dev/null
-  hp12_cleanup hp12o
+  remove_groups hp12o
 }
 
 # C. The agent's own group frozen by someone (v2 cgroup.freeze), ctl status meanwhile, SIGTERM
 #    while frozen, then thawed: BE stays confined throughout; the agent exits 0 once thawed.
 hp12_freeze_agent() {
   D=/tmp/hp12f; mkdir -p $D
-  hp12_mk hp12f
+  lc_be_pair hp12f
   mkdir -p $CG/hp12agent
   write_config $D 'kind = "static-cores"
 [policy.static-cores]
@@ -135,7 +121,7 @@ cores = 1' restore hp12f/lc hp12f/be "" "$LC"
   expect "hp12 C: exit status once thawed" 0 "$rc"
   echo "VMOUT hp12 C after exit: $(hp12_state hp12f/be)"
   kill "$LC" "$BE" 2>/dev/null
-  hp12_cleanup hp12f
+  remove_groups hp12f
   rmdir $CG/hp12agent 2>/dev/null
 }
 
@@ -184,7 +170,7 @@ EOT
   expect "hp12 D: SIGTERM exit status" 0 "$rc"
   echo "VMOUT hp12 D after exit: $(knob $CG/hp12m/be/memory.max 2>&1) groups: $(find $CG/hp12m -type d | tr '\n' ' ')"
   kill "$LC" 2>/dev/null
-  hp12_cleanup hp12m
+  remove_groups hp12m
 }
 
 # E. A root BE that moves itself out of its group (into the root group), then forks: is it put
@@ -233,7 +219,7 @@ EOT
   echo "VMOUT hp12 E after exit: BE left: $left"
   for p in $left; do kill -9 $p 2>/dev/null; done
   kill "$LC" 2>/dev/null
-  hp12_cleanup hp12e
+  remove_groups hp12e
 }
 
 # F. [kubernetes] discover on v2 (cgroupfs layout, busybox httpd's CGI as the API, as checks.sh's
