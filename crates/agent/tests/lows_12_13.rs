@@ -204,3 +204,104 @@ fn a_pid_file_that_is_not_a_regular_file_is_said_once() {
     );
 }
 
+const JOINED: &str = "ended_source_threads_of_gone_pods_are_joined";
+
+/// A discovered service's source threads, stopped when its pod goes, are joined once they end
+/// (`sensors::join_ended`, between ticks): the threads the agent holds (`ctl status`'s
+/// `threads_held`) come back to what they were with no pod, however many pods came and went.
+/// Before join_ended, every pod that went left its handles until the agent's exit.
+#[test]
+fn ended_source_threads_of_gone_pods_are_joined() {
+    use headroom_agent::publish::control::{request, Request};
+    use headroom_agent::runtime::{LcEventSender, LcEvents};
+    use headroom_types::discovery::{DiscoveredLc, LcSet, LcSetEvent, PodQos};
+    use live::marked::MarkedGroup;
+
+    let Some(guard) = MarkedGroup::setup(JOINED, "l14", 9, "join", 1) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let group = guard.top.join("pod").unwrap();
+    if let Err(e) = guard.cgroups.create(&group) {
+        return eprintln!("SKIP {JOINED}: creating {group}: {e}");
+    }
+    let text = format!(
+        "[kubernetes]\ndiscover = true\nnode_name = \"node-a\"\ncgroup_layout = \"cgroupfs\"\n\n\
+         [[be]]\nname = \"pods\"\ncgroup = \"{top}/be\"\n\n\
+         [policy]\nkind = \"multi\"\n\n[sensors]\nidle_sensing = \"poll\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
+         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        top = guard.top,
+        d = dir.path().display()
+    );
+    let sock = dir.path().join("ctl.sock");
+    let (tx, rx) = LcEvents::channel();
+    let mut opts = live::options(&text, Duration::from_secs(9));
+    opts.discovery = Some(rx);
+    let agent = match Agent::start(opts) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {JOINED}: the agent does not start here: {e}"),
+    };
+    let run = std::thread::spawn(move || agent.run().map(|_| ()));
+    let send = |tx: &LcEventSender, version: u64, lcs: Vec<DiscoveredLc>| {
+        tx.send(LcSetEvent {
+            t_unix_ms: 0,
+            changes: Vec::new(),
+            set: LcSet {
+                version,
+                node: "node-a".into(),
+                lcs,
+                synced: true,
+                ..LcSet::default()
+            },
+        })
+        .unwrap();
+    };
+    let held = || {
+        request(&sock, &Request::Status)
+            .ok()
+            .and_then(|r| r.status)
+            .and_then(|s| s.threads_held)
+    };
+    let pod = |i: u64| DiscoveredLc {
+        name: format!("shop/cache-{i}"),
+        uid: format!("0a0a0a0a-0000-4000-8000-{i:012}"),
+        qos: PodQos::Burstable,
+        cgroup: group.clone(),
+        target_us: 500.0,
+        percentile: 99.0,
+        latency_port: Some(31000 + i as u16),
+        priority: 0,
+        container_ports: Vec::new(),
+    };
+    send(&tx, 1, Vec::new());
+    let answered = live::eventually(Duration::from_secs(3), || held().is_some());
+    let base = held();
+    // Six rounds: a pod with a latency port comes (its sources start), then goes (stopped).
+    let mut version = 2;
+    for i in 0..6 {
+        send(&tx, version, vec![pod(i)]);
+        std::thread::sleep(Duration::from_millis(300));
+        send(&tx, version + 1, Vec::new());
+        std::thread::sleep(Duration::from_millis(300));
+        version += 2;
+    }
+    // The stopped threads end within a tick or two (they are woken); joined at the next take.
+    let mut last = None;
+    let settled = live::eventually(Duration::from_secs(3), || {
+        send(&tx, version, Vec::new());
+        version += 1;
+        last = held();
+        last.is_some() && last <= base
+    });
+    let result = run.join().expect("the agent's thread");
+    if !answered {
+        return eprintln!("SKIP {JOINED}: the agent did not answer here ({result:?})");
+    }
+    assert!(result.is_ok(), "the run: {result:?}");
+    assert!(
+        settled,
+        "threads held {last:?} after six pods came and went, {base:?} with none: ended \
+         source threads were not joined"
+    );
+}

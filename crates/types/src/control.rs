@@ -123,6 +123,12 @@ pub struct AgentStatus {
     /// to their originals, its BE processes found without a state file stopped. Extension.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub start_actions: Vec<String>,
+    /// Threads the agent holds to join at its exit beside its running sources' (its servers',
+    /// and a stopped source's until it ends): a stopped discovered service's are joined once
+    /// they end, so this does not grow with every pod that came and went. Extension: `None`
+    /// from an older agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads_held: Option<u64>,
 }
 
 /// Who holds a group lock (one agent per group): written into each lock file by its holder,

@@ -266,6 +266,7 @@ impl Agent {
             tick_interval_ms: self.tick_interval.map(|d| d.as_secs_f64() * 1000.0),
             state_write_error: self.state_write_error.clone(),
             start_actions: self.start_actions.clone(),
+            threads_held: Some(self.threads.len() as u64),
             state_set_aside: self
                 .state_set_aside
                 .as_ref()
