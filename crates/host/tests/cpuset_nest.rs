@@ -31,7 +31,7 @@ fn a_nest_deeper_than_the_follow_is_refused_by_name_and_depth() {
     if all.len() < 2 {
         return eprintln!("SKIP {T}: needs two CPUs, the group has {all:?}");
     }
-    let one = CpuSet::from([*all.iter().last().unwrap()]);
+    let one = CpuSet::from([all.iter().last().unwrap()]);
     // Ten levels below the group: n1 … n10, each with every CPU.
     let mut levels = Vec::new();
     let mut path = scratch.path.to_string();
