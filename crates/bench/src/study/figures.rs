@@ -2,6 +2,7 @@
 //! a row per configuration and load.
 
 use super::{pct_label, tail_fn, Level};
+use crate::stats::Spread;
 use headroom_report::figure::{Cell, Figure, Series, Shade, Table, XY};
 use headroom_report::model::{LoadMetrics, Manifest};
 
@@ -15,19 +16,24 @@ pub(super) fn metric_series(
         name: name.to_string(),
         color_key: color_key.to_string(),
         dashed: false,
-        points: levels
-            .iter()
-            .filter_map(|l| {
-                l.spread(metric).map(|s| XY {
-                    x: l.load_fraction * 100.0,
-                    y: s.median,
-                    lo: Some(s.min),
-                    hi: Some(s.max),
-                    valid: l.valid(),
-                })
-            })
-            .collect(),
+        points: points(levels, |l| l.spread(metric)),
     }
+}
+
+/// A point per load level: the median of the repeats, with their range as the error bar.
+fn points(levels: &[Level], spread: impl Fn(&Level) -> Option<Spread>) -> Vec<XY> {
+    levels
+        .iter()
+        .filter_map(|l| {
+            spread(l).map(|s| XY {
+                x: l.load_fraction * 100.0,
+                y: s.median,
+                lo: Some(s.min),
+                hi: Some(s.max),
+                valid: l.valid(),
+            })
+        })
+        .collect()
 }
 
 /// A latency-vs-load figure with one series per configuration.
@@ -81,18 +87,7 @@ pub(super) fn be_share_figure(groups: &[(String, Vec<Level>)]) -> Figure {
                 name: name.clone(),
                 color_key: name.clone(),
                 dashed: false,
-                points: levels
-                    .iter()
-                    .filter_map(|l| {
-                        l.spread_of(|p| p.be_norm).map(|s| XY {
-                            x: l.load_fraction * 100.0,
-                            y: s.median,
-                            lo: Some(s.min),
-                            hi: Some(s.max),
-                            valid: l.valid(),
-                        })
-                    })
-                    .collect(),
+                points: points(levels, |l| l.spread_of(|p| p.be_norm)),
             })
             .collect(),
     }
