@@ -31,11 +31,15 @@ hp14_sampler() {
     n=0
     while [ -f "$2.run" ]; do
       if [ -f "$2" ]; then
+        # cgroup.freeze read before and after the cpuset (the reads are not atomic): BE counts
+        # as unconfined only when not asked to freeze on both sides of a wide effective cpuset
+        f1=$(knob "$CG/$1/cgroup.freeze")
         eff=$(knob "$CG/$1/cpuset.cpus.effective"); fz=$(grep '^frozen' "$CG/$1/cgroup.events" 2>/dev/null)
+        f2=$(knob "$CG/$1/cgroup.freeze")
         if [ "$eff" = "$ALL" ] && [ "$fz" != "frozen 1" ]; then
           # asked to freeze (cgroup.freeze 1) but not yet frozen: said apart ("freezing")
-          if [ "$(knob "$CG/$1/cgroup.freeze")" = 1 ]; then w="$3.freezing"; else w="$3"; fi
-          echo "$(cut -d' ' -f1 /proc/uptime) eff=$eff $fz freeze=$(knob "$CG/$1/cgroup.freeze") cpus='$(knob "$CG/$1/cpuset.cpus")'" >> "$w"
+          if [ "$f1" = 1 ] || [ "$f2" = 1 ]; then w="$3.freezing"; else w="$3"; fi
+          echo "$(cut -d' ' -f1 /proc/uptime) freeze=$f1 eff=$eff $fz freeze=$f2 cpus='$(knob "$CG/$1/cpuset.cpus")' log: $(tail -n 4 "$(dirname "$3")/agent.log" | cut -c1-220 | tr '\n' '|')" >> "$w"
         fi
         n=$((n + 1))
       fi
