@@ -135,7 +135,8 @@ impl AgentError {
                     StateError::Held { .. }
                         | StateError::NotAStateFile { .. }
                         | StateError::NotTrusted { .. }
-                        | StateError::DirNotTrusted { .. },
+                        | StateError::DirNotTrusted { .. }
+                        | StateError::LockDirNotTrusted { .. },
                 )
         )
     }
@@ -286,6 +287,11 @@ pub struct Agent {
     foreign_lc_pids: std::collections::BTreeSet<u32>,
     /// Pids found as an LC that are BE's own processes, left in BE (each said once).
     be_lc_pids: std::collections::BTreeSet<u32>,
+    /// The users each LC (by index) was seen running as, in its group: a process found as
+    /// the LC (pid file, port or command) runs as one of them, or as root.
+    lc_uids: std::collections::BTreeMap<usize, std::collections::BTreeSet<u32>>,
+    /// Pids found as an LC that run as another user, left where they are (each said once).
+    stranger_lc_pids: std::collections::BTreeSet<u32>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
     /// How often the running loop ticks (`ctl status`); `None` before `run`.

@@ -351,6 +351,8 @@ impl Agent {
             group_lock,
             foreign_lc_pids: Default::default(),
             be_lc_pids: Default::default(),
+            lc_uids: Default::default(),
+            stranger_lc_pids: Default::default(),
             state_set_aside,
             tick_interval: None,
             state_write_error: None,
