@@ -15,9 +15,58 @@ pub fn read_kubernetes_config(path: &Path) -> Result<KubernetesConfig, ConfigErr
     KubernetesConfig::from_config_text(&read(path)?, path)
 }
 
+/// The largest config file read (a config is a few KiB; `/dev/zero` or a 1 GB file named by
+/// mistake grew the agent by a gigabyte in 4 s, fourteenth hostile pass).
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// The config's text: a regular file (a FIFO's open waited for a writer for ever), of at
+/// most [`MAX_CONFIG_BYTES`], owned by root or this user and writable by no one else: its
+/// `[[be]] command` runs as this user (root), and its groups are frozen and throttled (a
+/// config owned by uid 65534 had root run its command, fourteenth hostile pass). Links are
+/// followed (a ConfigMap's file is one); the file they end at is checked, after its open.
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let refused = |reason: String| ConfigError::Io {
         path: path.display().to_string(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|e| refused(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| refused(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(refused("not a regular file".into()));
+    }
+    let me = headroom_host::process::effective_uid();
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(refused(format!(
+            "owned by uid {}: another user's config would have its BE command run (and its groups managed) as uid {me}; chown it to root",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(refused(format!(
+            "mode {:04o}: any user could write it, and its BE command runs as uid {me}; chmod o-w it",
+            meta.mode() & 0o7777
+        )));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(refused(format!(
+            "{} bytes: a config is at most {MAX_CONFIG_BYTES} bytes",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| refused(e.to_string()))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(refused(format!(
+            "grew past {MAX_CONFIG_BYTES} bytes while read"
+        )));
+    }
+    Ok(text)
 }

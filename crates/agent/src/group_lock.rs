@@ -101,11 +101,7 @@ impl GroupLock {
         above.sort();
         above.dedup();
         holder.groups = keys.iter().map(|k| k.display().to_string()).collect();
-        std::fs::create_dir_all(dir).map_err(|source| StateError::Io {
-            op: "creating the lock directory",
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        make_lock_dir(dir)?;
         remove_stale(dir);
         let mut lock = GroupLock {
             dir: dir.to_path_buf(),
@@ -206,6 +202,30 @@ impl GroupLock {
     }
 }
 
+/// Makes the lock directory (0755 whatever the umask: under `umask 0` it and
+/// `/run/headroom` were made 0777, fourteenth hostile pass) and refuses one another user
+/// could write, or rename one above it (the agent's one directory rule,
+/// [`crate::trusted_dir::doubt`]): a link planted there had root truncate its target and
+/// write the holder into it, and a FIFO hung the start.
+fn make_lock_dir(dir: &Path) -> Result<(), StateError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|source| StateError::Io {
+            op: "creating the lock directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    let uid = headroom_host::process::effective_uid();
+    crate::trusted_dir::doubt(dir, uid).map_err(|doubt| StateError::LockDirNotTrusted {
+        dir: dir.to_path_buf(),
+        uid,
+        doubt,
+    })
+}
+
 /// How often a busy lock is tried again before it counts as held: a releaser or a cleaner
 /// holds a file exclusively only for the instant of its removal (an upgrade, a stat, an
 /// unlink), a live agent for its life.
@@ -286,14 +306,15 @@ fn remove_stale(dir: &Path) {
         if path.extension().is_none_or(|x| x != "lock") {
             continue;
         }
-        let Ok(meta) = std::fs::metadata(&path) else {
+        // Regular files only, never through a link (a FIFO's open would wait for a writer).
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        if held.contains(&flock_key(&meta)) {
+        if !meta.is_file() || held.contains(&flock_key(&meta)) {
             continue;
         }
         // Not created here: a file removed meanwhile is not brought back.
-        let Ok(file) = File::open(&path) else {
+        let Ok(file) = open_no_wait(&path, false) else {
             continue;
         };
         if try_flock(&file, Flock::Exclusive).unwrap_or(false) && names(&path, &file) {
@@ -303,17 +324,32 @@ fn remove_stale(dir: &Path) {
 }
 
 fn open_lock_file(path: &Path) -> Result<File, StateError> {
-    std::fs::OpenOptions::new()
+    open_no_wait(path, true).map_err(|source| StateError::Io {
+        op: "opening the group lock",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Opens a lock file (made 0644 whatever the umask when `create`) without following a link
+/// and without waiting (O_NONBLOCK: a FIFO's open would wait for a writer); anything but a
+/// regular file is refused.
+fn open_no_wait(path: &Path, create: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
-        .create(true)
+        .write(create)
+        .create(create)
         .truncate(false)
-        .open(path)
-        .map_err(|source| StateError::Io {
-            op: "opening the group lock",
-            path: path.to_path_buf(),
-            source,
-        })
+        .mode(0o644)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "not a regular file (a lock file is one the agent made)",
+        ));
+    }
+    Ok(file)
 }
 
 /// Whether `path` is held by an exclusive flock now (an agent's own group), per /proc/locks.
@@ -351,8 +387,13 @@ fn write_holder(file: &File, text: &[u8]) -> std::io::Result<()> {
 /// The holder named in a lock file; a holder that has just taken it may not have written it
 /// yet: retried for up to 200 ms.
 pub fn read_holder(path: &Path) -> Option<headroom_types::control::LockHolder> {
+    use std::io::Read;
     for _ in 0..20 {
-        if let Ok(text) = std::fs::read_to_string(path) {
+        // (64 KiB at most: a holder is a line of JSON)
+        let mut text = String::new();
+        let read =
+            open_no_wait(path, false).and_then(|f| f.take(64 * 1024).read_to_string(&mut text));
+        if read.is_ok() {
             if let Ok(h) = serde_json::from_str(text.trim()) {
                 return Some(h);
             }

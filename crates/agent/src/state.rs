@@ -248,6 +248,14 @@ pub enum StateError {
         uid: u32,
         doubt: crate::trusted_dir::DirDoubt,
     },
+    /// The group lock directory is one another user could write (exit 2: nothing was
+    /// touched): a link planted there had root write the holder into its target.
+    #[error("group lock directory {dir}: {doubt}: another user could put a link or a FIFO at a lock file's name, and the agent would write through it as root; make it (and every directory above it) writable by root or uid {uid} only, e.g. chmod 0755 /run/headroom /run/headroom/locks")]
+    LockDirNotTrusted {
+        dir: PathBuf,
+        uid: u32,
+        doubt: crate::trusted_dir::DirDoubt,
+    },
     /// Another live agent manages one of these groups (exit 2: nothing was touched).
     #[error("{what} is managed by another agent, {holder}: its lock {lock} is held; stop that agent (or give this one other groups)")]
     Held {

@@ -153,6 +153,15 @@ pub fn start_time(root: &Path, pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// The real and effective uids of `pid` (`/proc/<pid>/status`'s `Uid:` line). `None` when it
+/// is gone.
+pub fn uids(root: &Path, pid: u32) -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()?;
+    let line = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let mut ids = line.split_whitespace().map(|x| x.parse::<u32>().ok());
+    Some((ids.next()??, ids.next()??))
+}
+
 /// Whether `pid` has exited and waits to be reaped (state `Z`): its `/proc/<pid>/cgroup`
 /// names the root group, which is no move by anyone.
 pub fn is_zombie(root: &Path, pid: u32) -> bool {

@@ -228,6 +228,14 @@ impl Agent {
                 .into_iter()
                 .map(|p| p as u32)
                 .collect();
+            // Who the LC runs as: learned from what its group holds (its configured pids
+            // moved in at start, the command launched there, or a process taken before).
+            let seen = self.lc_uids.entry(i).or_default();
+            for p in &in_group {
+                if let Some((real, effective)) = pids::uids(&root, *p) {
+                    seen.extend([real, effective]);
+                }
+            }
             let launched_exited =
                 !lc.command.is_empty() && self.lc_child_exited(launched_index(&lcs, i));
             let (found, not_regular) = find_lc(&root, lc, in_group.is_empty(), launched_exited);
@@ -239,6 +247,20 @@ impl Agent {
                     || pid == std::process::id()
                     || pids::is_zombie(&root, pid)
                 {
+                    continue;
+                }
+                // Another user's process is never taken as the LC: any local user could
+                // listen on the LC's port, or run its command, while the LC restarts, and had
+                // root move that process into the LC group (out of its own confinement) and
+                // give its threads the LC's SCHED_FIFO priority (fourteenth hostile pass).
+                if let Some(uid) = self.stranger(i, pid) {
+                    if self.stranger_lc_pids.insert(pid) {
+                        tracing::warn!(lc = %lc.name, pid, uid, "a process found as the LC (pid file, port or command) runs as another user than the LC's: left where it is");
+                        self.note_followed(format!(
+                            "LC {}: pid {pid} (pid file, port or command) runs as uid {uid}, not the LC's user: left where it is",
+                            lc.name
+                        ));
+                    }
                     continue;
                 }
                 // where it is now, to move it back on `restore`
@@ -312,6 +334,21 @@ impl Agent {
                 self.pid_files_not_regular.remove(f);
             }
         }
+    }
+
+    /// The uid `pid` runs as when that is not the LC's (service `i`): root, this agent's user
+    /// and the users the LC was seen running as in its group are the LC's. When nothing was
+    /// learned yet (an LC found only by its port or pid file, its group empty since the
+    /// start) the first process found is taken, as before, and teaches its user.
+    fn stranger(&self, i: usize, pid: u32) -> Option<u32> {
+        let (real, effective) = pids::uids(&self.options.root, pid)?;
+        let seen = self.lc_uids.get(&i)?;
+        let me = headroom_host::process::effective_uid();
+        let known = |u: u32| u == 0 || u == me || seen.contains(&u);
+        if seen.is_empty() || (known(real) && known(effective)) {
+            return None;
+        }
+        Some(if known(real) { effective } else { real })
     }
 
     /// Whether `pid` (its `/proc/<pid>/cgroup` is `text`) is one of BE's: in or below a BE

@@ -145,7 +145,8 @@ impl AgentError {
                     StateError::Held { .. }
                         | StateError::NotAStateFile { .. }
                         | StateError::NotTrusted { .. }
-                        | StateError::DirNotTrusted { .. },
+                        | StateError::DirNotTrusted { .. }
+                        | StateError::LockDirNotTrusted { .. },
                 )
         )
     }
@@ -299,6 +300,11 @@ pub struct Agent {
     /// LC pid files found not to be regular files (a FIFO, a device), said once each until the
     /// path is a regular file (or gone) again.
     pid_files_not_regular: std::collections::BTreeSet<String>,
+    /// The users each LC (by index) was seen running as, in its group: a process found as
+    /// the LC (pid file, port or command) runs as one of them, or as root.
+    lc_uids: std::collections::BTreeMap<usize, std::collections::BTreeSet<u32>>,
+    /// Pids found as an LC that run as another user, left where they are (each said once).
+    stranger_lc_pids: std::collections::BTreeSet<u32>,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
     /// How often the running loop ticks (`ctl status`); `None` before `run`.

@@ -352,6 +352,8 @@ impl Agent {
             foreign_lc_pids: Default::default(),
             be_lc_pids: Default::default(),
             pid_files_not_regular: Default::default(),
+            lc_uids: Default::default(),
+            stranger_lc_pids: Default::default(),
             state_set_aside,
             tick_interval: None,
             state_write_error: None,

@@ -16,6 +16,7 @@ pub struct Children(pub Vec<std::process::Child>);
 
 impl Children {
     /// `n` `sleep 60` processes.
+    #[allow(dead_code)] // not every test that shares this module runs sleepers
     pub fn sleepers(n: usize) -> Children {
         Children(
             (0..n)

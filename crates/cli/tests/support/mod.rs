@@ -4,6 +4,9 @@
 //! forking BE command's processes.
 #![allow(dead_code)] // each test file uses a part
 
+#[cfg(feature = "kube")]
+pub mod kube_live;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};

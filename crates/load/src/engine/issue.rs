@@ -1,0 +1,206 @@
+//! Issuing a worker's requests: every due send of a connection under its depth cap (`pump`),
+//! a broken connection's lost requests and back-off (`fault`), and its re-opening.
+
+use super::*;
+
+impl Worker<'_> {
+    pub(super) fn reconnect_due(&mut self, now: u64) {
+        for i in 0..self.scheduled {
+            if self.conns[i].stream.is_some() || now < self.conns[i].reconnect_at {
+                continue;
+            }
+            if self.conns[i].done_sending {
+                continue;
+            }
+            let addr = self.conns[i].plan.addr;
+            match connect(addr, self.shared.nodelay) {
+                Ok(s) => {
+                    self.conns[i].stream = Some(s);
+                    self.conns[i].arm_stamps();
+                    self.conns[i].room_at = now_ns();
+                    if self.attach(i).is_ok() {
+                        self.out.counters.reconnects += 1;
+                        self.offer(i);
+                    } else {
+                        self.conns[i].stream = None;
+                        self.conns[i].back_off(now);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("reconnecting: {e}");
+                    self.conns[i].back_off(now);
+                }
+            }
+        }
+    }
+
+    /// Issues every request of connection `i` that is due and fits under its depth cap.
+    pub(super) fn pump(&mut self, i: usize, now: u64) {
+        let sh = self.shared;
+        let mut issued = false;
+        {
+            let c = &mut self.conns[i];
+            if c.done_sending {
+                return;
+            }
+        }
+        let mut now = now;
+        let mut first = true;
+        loop {
+            if !first {
+                // Each send is stamped when it is made, not when the pass began: a second send in
+                // one pass is later than the first (its lag and its gap say so), and one that fell
+                // due meanwhile goes now.
+                now = now_ns();
+            }
+            first = false;
+            let c = &mut self.conns[i];
+            let sched = if c.plan.ia.is_some() {
+                c.next_sched
+            } else {
+                now
+            };
+            if sched >= sh.end || now >= sh.end {
+                c.done_sending = true;
+                break;
+            }
+            if sched > now {
+                break;
+            }
+            let own_room = c.stream.is_some() && c.inflight.len() < c.plan.depth;
+            let target = if own_room {
+                Some(i)
+            } else if sh.grow && c.plan.ia.is_some() && !c.plan.measure {
+                let first_try = !c.late_marked;
+                self.pool_slot(i, first_try)
+            } else {
+                None
+            };
+            let Some(t) = target else {
+                let c = &mut self.conns[i];
+                if c.plan.ia.is_some() && !c.late_marked {
+                    c.late_marked = true;
+                    if sched >= sh.warm_end {
+                        self.out.counters.late += 1;
+                    }
+                }
+                break;
+            };
+            if sh.moderate && now < self.conns[i].last_rx + MODERATE_NS {
+                break;
+            }
+            // When the server let this send go: at once, unless it waited for room (the reply
+            // or reconnect that made room on the connection that takes it), or for `--moderate`'s
+            // gap after a reply. What follows until its transmit stamp is the client's own.
+            let mut ready = sched;
+            if self.conns[i].late_marked {
+                ready = self.conns[t].room_at.clamp(sched, now.max(sched));
+            }
+            if sh.moderate {
+                ready = ready.max((self.conns[i].last_rx + MODERATE_NS).min(now));
+            }
+            let c = &mut self.conns[t];
+            // Issue the request due at `sched`.
+            let index = sh.chooser.choose(&mut self.rng);
+            self.key.clear();
+            sh.keys.write_key(index, &mut self.key);
+            let is_set = sh.update > 0.0 && self.rng.random::<f64>() < sh.update;
+            let before = c.wbuf.len();
+            if is_set {
+                let len = sh
+                    .valuesize
+                    .sample(&mut self.rng)
+                    .round()
+                    .clamp(0.0, MAX_VALUE_LEN as f64) as usize;
+                sh.protocol.encode(Op::Set, &self.key, len, &mut c.wbuf);
+            } else {
+                sh.protocol.encode(Op::Get, &self.key, 0, &mut c.wbuf);
+            }
+            let op = if is_set { Op::Set } else { Op::Get };
+            c.tx_bytes += (c.wbuf.len() - before) as u64;
+            c.inflight.push_back(Inflight {
+                op,
+                sched,
+                sent: now,
+                ready,
+                end: c.tx_bytes.saturating_sub(1),
+                tx: 0,
+            });
+            if now >= sh.warm_end && now < sh.end {
+                self.out.counters.sent += 1;
+                self.out.counters.bytes_tx += (c.wbuf.len() - before) as u64;
+            }
+            if t != i {
+                // Sent on another connection to the same server: it goes out with this turn.
+                self.flush(t, now);
+            }
+            let c = &mut self.conns[i];
+            if sched >= sh.warm_end {
+                self.out.counters.scheduled += 1;
+            }
+            if let Some(ia) = &c.plan.ia {
+                if let Some(prev) = c.last_sent {
+                    // Reservoir sample of actual send gaps, normalized to unit rate.
+                    let x = (now - prev) as f64 * 1e-9 * c.plan.rate;
+                    self.ia_seen += 1;
+                    if self.out.ia_samples.len() < MAX_IA_SAMPLES {
+                        self.out.ia_samples.push(x);
+                    } else {
+                        let j = self.rng.random_range(0..self.ia_seen);
+                        if (j as usize) < MAX_IA_SAMPLES {
+                            self.out.ia_samples[j as usize] = x;
+                        }
+                    }
+                }
+                c.last_sent = Some(now);
+                c.next_sched = sched + secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                if sh.skip
+                    && now > c.next_sched + SKIP_BEHIND_NS
+                    && c.inflight.len() >= c.plan.depth
+                {
+                    while c.next_sched + SKIP_TO_NS < now && c.next_sched < sh.end {
+                        if c.next_sched >= sh.warm_end {
+                            self.out.counters.skipped += 1;
+                            self.out.counters.scheduled += 1;
+                        }
+                        c.next_sched += secs_to_ns(ia.sample(&mut self.rng)).max(1);
+                    }
+                }
+            }
+            c.late_marked = false;
+            issued |= t == i;
+        }
+        if issued {
+            self.flush(i, now);
+        }
+    }
+
+    /// A broken connection: its outstanding requests are lost (errors); it is re-opened and its
+    /// schedule goes on (requests due meanwhile wait and count late).
+    pub(super) fn fault(&mut self, i: usize, now: u64, why: &str) {
+        let warm_end = self.shared.warm_end;
+        let c = &mut self.conns[i];
+        tracing::debug!("connection to {}: {why}; re-opening", c.plan.addr);
+        let lost = c.inflight.iter().filter(|r| r.sched >= warm_end).count() as u64;
+        self.out.counters.errors += lost.max(1);
+        if c.grown && c.last_rx == 0 && self.grow_paused_until != u64::MAX {
+            // A connection opened beside the schedule that never answered: the server's
+            // connection limit, most likely. Opening more would lose more requests.
+            tracing::warn!(
+                "{}: a connection opened beside the schedule failed before its first reply ({why}); no more are opened in this run",
+                c.plan.addr
+            );
+            self.grow_paused_until = u64::MAX;
+        }
+        c.inflight.clear();
+        c.wbuf.clear();
+        c.wpos = 0;
+        c.rpos = 0;
+        c.rend = 0;
+        c.back_off(now);
+        match self.io {
+            Io::Epoll(_) => self.epoll_detach(i),
+            Io::Uring(_) => self.uring_detach(i),
+        }
+    }
+}
