@@ -10,23 +10,46 @@ use std::path::Path;
 /// to replace, and a FIFO there blocked the agent's loop for good (`ctl` and SIGTERM
 /// unanswered), a link to `/dev/zero` grew it without end (thirteenth hostile pass).
 pub fn from_pid_file(root: &Path, file: &str) -> Option<u32> {
+    read_pid_file(root, file).map(|r| r.pid)
+}
+
+/// A pid file's live pid, and the owner, group and mode of the file it was read from (as
+/// opened, links followed): who could have written that pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidFileRead {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+}
+
+/// [`from_pid_file`] with the file's owner, group and mode.
+pub fn read_pid_file(root: &Path, file: &str) -> Option<PidFileRead> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let path = root.join(file.trim_start_matches('/'));
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .ok()?;
-    if !f.metadata().ok()?.file_type().is_file() {
+    let meta = f.metadata().ok()?;
+    if !meta.file_type().is_file() {
         return None;
     }
     let mut text = String::new();
     f.take(64).read_to_string(&mut text).ok()?;
-    text.trim()
+    let pid = text
+        .trim()
         .parse::<u32>()
         .ok()
-        .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())
+        .filter(|&p| p > 0 && root.join(format!("proc/{p}")).is_dir())?;
+    Some(PidFileRead {
+        pid,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        mode: meta.mode() & 0o7777,
+    })
 }
 
 /// `/proc/<pid>/cgroup` as text ("" when the process is gone).
