@@ -20,8 +20,8 @@ pub fn read_kubernetes_config(path: &Path) -> Result<KubernetesConfig, ConfigErr
 pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
 /// The config's text: a regular file (a FIFO's open waited for a writer for ever), of at
-/// most [`MAX_CONFIG_BYTES`], owned by root or this user and writable by no one else: its
-/// `[[be]] command` runs as this user (root), and its groups are frozen and throttled (a
+/// most [`MAX_CONFIG_BYTES`], owned by root or this user and writable by no one else (nor by
+/// a group other than root's): its `[[be]] command` runs as this user (root), and its groups are frozen and throttled (a
 /// config owned by uid 65534 had root run its command, fourteenth hostile pass). Links are
 /// followed (a ConfigMap's file is one); the file they end at is checked, after its open.
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -51,6 +51,16 @@ fn read(path: &Path) -> Result<String, ConfigError> {
         return Err(refused(format!(
             "mode {:04o}: any user could write it, and its BE command runs as uid {me}; chmod o-w it",
             meta.mode() & 0o7777
+        )));
+    }
+    // Its group's users could write it too (the agent's directory rule refuses `g+w` as
+    // well; a `root:65534` config of mode 0664 ran its command as root, fifteenth hostile
+    // pass). Root's own group may.
+    if meta.mode() & 0o020 != 0 && meta.gid() != 0 {
+        return Err(refused(format!(
+            "mode {:04o} with group gid {}: that group's users could write it, and its BE command runs as uid {me}; chmod g-w it",
+            meta.mode() & 0o7777,
+            meta.gid()
         )));
     }
     if meta.len() > MAX_CONFIG_BYTES {

@@ -8,12 +8,22 @@ use std::path::Path;
 /// What a pid file holds, as [`read_pid_file`] found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PidFile {
-    /// A live pid.
-    Pid(u32),
+    /// A live pid, and who could have written it.
+    Pid(PidFileRead),
     /// No live pid: no file, no number, or a process that is gone.
     Nothing,
     /// Not a regular file (a FIFO, a device, a directory, a socket), so not read: what it is.
     NotRegular(&'static str),
+}
+
+/// A pid file's live pid, and the owner, group and mode of the file it was read from (as
+/// opened, links followed): who could have written that pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidFileRead {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
 }
 
 /// What a file that is not a regular one is, in words.
@@ -38,10 +48,12 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
 /// Only a regular file, read without waiting and 64 bytes at most: the file is the LC user's
 /// to replace, and a FIFO there blocked the agent's loop for good (`ctl` and SIGTERM
 /// unanswered), a link to `/dev/zero` grew it without end (thirteenth hostile pass). Anything
-/// else is [`PidFile::NotRegular`], so the caller can say why the LC is not followed.
+/// else is [`PidFile::NotRegular`], so the caller can say why the LC is not followed. A pid
+/// comes with the owner, group and mode of the file it was read from (as opened, links
+/// followed): who could have written it.
 pub fn read_pid_file(root: &Path, file: &str) -> PidFile {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let path = root.join(file.trim_start_matches('/'));
     let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
@@ -61,7 +73,14 @@ pub fn read_pid_file(root: &Path, file: &str) -> PidFile {
         return PidFile::Nothing;
     }
     match text.trim().parse::<u32>() {
-        Ok(p) if p > 0 && root.join(format!("proc/{p}")).is_dir() => PidFile::Pid(p),
+        Ok(pid) if pid > 0 && root.join(format!("proc/{pid}")).is_dir() => {
+            PidFile::Pid(PidFileRead {
+                pid,
+                uid: meta.uid(),
+                gid: meta.gid(),
+                mode: meta.mode() & 0o7777,
+            })
+        }
         _ => PidFile::Nothing,
     }
 }
@@ -70,7 +89,7 @@ pub fn read_pid_file(root: &Path, file: &str) -> PidFile {
 /// [`read_pid_file`].
 pub fn from_pid_file(root: &Path, file: &str) -> Option<u32> {
     match read_pid_file(root, file) {
-        PidFile::Pid(p) => Some(p),
+        PidFile::Pid(r) => Some(r.pid),
         _ => None,
     }
 }

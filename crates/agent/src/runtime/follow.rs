@@ -238,8 +238,16 @@ impl Agent {
             }
             let launched_exited =
                 !lc.command.is_empty() && self.lc_child_exited(launched_index(&lcs, i));
-            let (found, not_regular) = find_lc(&root, lc, in_group.is_empty(), launched_exited);
+            let (found, pid_file) = find_lc(&root, lc, in_group.is_empty(), launched_exited);
+            let not_regular = match pid_file {
+                Some(pids::PidFile::NotRegular(kind)) => Some(kind),
+                _ => None,
+            };
             self.say_pid_file_not_regular(lc, not_regular);
+            let pid_file = match pid_file {
+                Some(pids::PidFile::Pid(read)) => Some(read),
+                _ => None,
+            };
             for pid in found {
                 // An LC that died and was not reaped (its pid file still names it) is no
                 // process to move: it was "moved in" once a second, a warning each time.
@@ -247,6 +255,23 @@ impl Agent {
                     || pid == std::process::id()
                     || pids::is_zombie(&root, pid)
                 {
+                    continue;
+                }
+                // A pid file root cannot vouch for (the LC's user writes it, or its
+                // directory) names no process of root's or the agent's user: pass 14's rule
+                // counts those as the LC's always, so the LC's user wrote a root process's
+                // pid there and root moved it into the LC group (fifteenth hostile pass).
+                if let Some(why) = pid_file
+                    .filter(|r| r.pid == pid)
+                    .and_then(|r| self.pid_file_doubt(lc, &r))
+                {
+                    if self.stranger_lc_pids.insert(pid) {
+                        tracing::warn!(lc = %lc.name, pid, reason = %why, "a process named by the LC's pid file is not taken as the LC: left where it is");
+                        self.note_followed(format!(
+                            "LC {}: pid {pid} named by the pid file: {why}: left where it is",
+                            lc.name
+                        ));
+                    }
                     continue;
                 }
                 // Another user's process is never taken as the LC: any local user could
@@ -351,6 +376,35 @@ impl Agent {
         Some(if known(real) { effective } else { real })
     }
 
+    /// Why the process a pid file names (`read`) is not taken as `lc`'s: the file could have
+    /// been written (or put there, or linked) by a user besides root and this agent's, and
+    /// the process runs as root or this agent's user, whom such a user cannot speak for.
+    /// `None` when root vouches for the file, or the process runs as someone else (the uid
+    /// rule, [`Self::stranger`], then applies to it as to any process found as the LC).
+    fn pid_file_doubt(&self, lc: &LcConfig, read: &pids::PidFileRead) -> Option<String> {
+        let me = headroom_host::process::effective_uid();
+        let file = lc.pid_file.as_deref()?;
+        let dir = std::path::Path::new(file).parent()?;
+        let dir = self.options.root.join(dir.strip_prefix("/").unwrap_or(dir));
+        let others_write = read.mode & 0o002 != 0 || (read.mode & 0o020 != 0 && read.gid != 0);
+        let vouched = (read.uid == 0 || read.uid == me)
+            && !others_write
+            && crate::trusted_dir::doubt(&dir, me).is_ok();
+        if vouched {
+            return None;
+        }
+        let Some((real, effective)) = pids::uids(&self.options.root, read.pid) else {
+            return Some("gone".into());
+        };
+        let privileged = |u: u32| u == 0 || u == me;
+        (privileged(real) || privileged(effective)).then(|| {
+            format!(
+                "{file} (owner uid {}, mode {:04o}) may be written by a user other than root, and names a process of uid {real}/{effective}",
+                read.uid, read.mode
+            )
+        })
+    }
+
     /// Whether `pid` (its `/proc/<pid>/cgroup` is `text`) is one of BE's: in or below a BE
     /// group in some hierarchy, or seen there at the last look (moved out, to be moved back).
     fn is_be_process(&self, pid: u32, text: &str) -> bool {
@@ -383,23 +437,18 @@ fn launched_index(lcs: &[LcConfig], i: usize) -> usize {
 
 /// Where `lc` runs now: the pid in its pid file (always, a read is cheap); with its group
 /// empty, the process listening on its port; with its launched command exited, processes
-/// running that command. Beside: what its pid file is when it is not a regular file.
+/// running that command. Beside: what its pid file held (with who could have written the
+/// pid, or what the file is when it is not a regular file).
 fn find_lc(
     root: &Path,
     lc: &LcConfig,
     group_empty: bool,
     launched_exited: bool,
-) -> (Vec<u32>, Option<&'static str>) {
+) -> (Vec<u32>, Option<pids::PidFile>) {
     let mut out = BTreeSet::new();
-    let mut not_regular = None;
-    if let Some(f) = &lc.pid_file {
-        match pids::read_pid_file(root, f) {
-            pids::PidFile::Pid(pid) => {
-                out.insert(pid);
-            }
-            pids::PidFile::NotRegular(kind) => not_regular = Some(kind),
-            pids::PidFile::Nothing => {}
-        }
+    let read = lc.pid_file.as_ref().map(|f| pids::read_pid_file(root, f));
+    if let Some(pids::PidFile::Pid(r)) = read {
+        out.insert(r.pid);
     }
     if group_empty {
         if let Some(port) = lc.listen_port {
@@ -409,5 +458,5 @@ fn find_lc(
     if launched_exited {
         out.extend(pids::running(root, &lc.command));
     }
-    (out.into_iter().collect(), not_regular)
+    (out.into_iter().collect(), read)
 }
