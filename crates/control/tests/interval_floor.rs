@@ -3,25 +3,12 @@
 //! naming the key, the value and the floor, in the file and live; the papers' defaults and
 //! the floor itself still validate.
 
+mod config_support;
+
 use headroom_control::config::Config;
 
-const BASE: &str = r#"
-[lc]
-name = "memcached"
-cgroup = "headroom/lc"
-[lc.latency]
-source = "probe"
-address = "127.0.0.1:11211"
-[lc.load]
-source = "memcache-stats"
-address = "127.0.0.1:11211"
-peak_qps = 100000
-[[be]]
-name = "batch"
-cgroup = "headroom/be"
-[policy]
-kind = "heracles"
-"#;
+// The refusal tests' good config.
+use config_support::GOOD as BASE;
 
 /// Every interval key of every policy: (section, key).
 const INTERVALS: &[(&str, &str)] = &[
