@@ -1,0 +1,171 @@
+//! The engine against servers with known behaviour: injected delay, periodic stalls (corrected
+//! vs uncorrected latency), malformed replies, an unreachable address; outputs (feed, HDR log,
+//! --save).
+
+use crate::support;
+
+use std::io::BufRead;
+use std::time::Duration;
+
+use headroom_load::feed::FeedLine;
+use headroom_load::stats::LatencyHist;
+use headroom_load::{run_report, LoadError, LoadOptions};
+use support::{Behaviour, TestServer};
+
+fn opts(server: &str, qps: u64, time_s: f64) -> LoadOptions {
+    LoadOptions {
+        servers: vec![server.to_string()],
+        qps,
+        time_s,
+        noload: true,
+        seed: Some(42),
+        drain_ms: 500,
+        ..LoadOptions::default()
+    }
+}
+
+#[test]
+fn a_2ms_server_measures_p50_between_2_0_and_2_3_ms() {
+    let server = TestServer::start(Behaviour::Delay(Duration::from_millis(2)));
+    // 200 QPS on 4 connections: about 0.4 requests in flight per connection, rarely queued.
+    let o = LoadOptions {
+        connections: 4,
+        ..opts(&server.spec(), 200, 2.0)
+    };
+    let r = run_report(&o, &mut |_| {}).expect("run");
+    let p50_ms = r.result.read.p50_us / 1000.0;
+    let unc_ms = r.result.read_uncorrected.p50_us / 1000.0;
+    eprintln!(
+        "2 ms server: p50 {p50_ms:.3} ms, uncorrected {unc_ms:.3} ms, count {}",
+        r.result.read.count
+    );
+    assert!(r.result.read.count > 300, "count {}", r.result.read.count);
+    assert!((2.0..=2.3).contains(&p50_ms), "corrected p50 {p50_ms} ms");
+    assert!((2.0..=2.3).contains(&unc_ms), "uncorrected p50 {unc_ms} ms");
+    assert_eq!(r.result.errors, 0);
+}
+
+#[test]
+fn a_periodic_stall_shows_in_corrected_p99_but_hides_in_uncorrected() {
+    let server = TestServer::start(Behaviour::Stall {
+        period: Duration::from_secs(1),
+        stall: Duration::from_millis(50),
+    });
+    let r = run_report(&opts(&server.spec(), 2000, 3.0), &mut |_| {}).expect("run");
+    let corrected = r.result.read.p99_us;
+    let uncorrected = r.result.read_uncorrected.p99_us;
+    eprintln!(
+        "stall server: corrected p99 {corrected:.0} us, uncorrected p99 {uncorrected:.0} us, late {}",
+        r.result.late
+    );
+    // About 5% of requests are due during a stall: the corrected p99 lands inside it.
+    assert!(corrected >= 10_000.0, "corrected p99 {corrected} us");
+    // One request per stall waits on the wire: 3 of ~6000, far beyond the 99th percentile.
+    assert!(uncorrected < 5_000.0, "uncorrected p99 {uncorrected} us");
+    assert!(r.result.read.p9999_us >= 40_000.0);
+    assert!(
+        r.result.late > 0,
+        "requests due during the stall wait: they are late"
+    );
+}
+
+#[test]
+fn malformed_replies_are_errors_and_the_run_goes_on() {
+    let server = TestServer::start(Behaviour::Malformed { every: 100 });
+    let r = run_report(&opts(&server.spec(), 1000, 1.5), &mut |_| {}).expect("run");
+    eprintln!(
+        "malformed: errors {} reconnects {} completed {}",
+        r.result.errors, r.reconnects, r.completed
+    );
+    assert!(r.result.errors >= 5, "errors {}", r.result.errors);
+    assert!(r.reconnects >= 5, "reconnects {}", r.reconnects);
+    assert!(r.completed > 1000, "completed {}", r.completed);
+    assert!(!r.result.valid);
+    let check = r.result.checks.iter().find(|c| c.name == "errors").unwrap();
+    assert!(!check.ok);
+}
+
+#[test]
+fn an_unreachable_server_is_an_error_naming_it() {
+    let refusing = headroom_load::testkit::RefusingPort::new().unwrap();
+    let port = refusing.port();
+    let spec = format!("127.0.0.1:{port}");
+    let err = run_report(&opts(&spec, 100, 0.5), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, LoadError::Connect { .. }), "{err:?}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+}
+
+#[test]
+fn bad_distributions_name_the_flag() {
+    let o = LoadOptions {
+        keysize: "bogus:3".into(),
+        ..opts("127.0.0.1:1", 100, 1.0)
+    };
+    let err = o.validate().unwrap_err();
+    assert!(err.is_usage());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("-K/--keysize") && msg.contains("bogus:3"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn warmup_is_excluded_and_rate_is_held() {
+    let server = TestServer::start(Behaviour::Prompt);
+    let o = LoadOptions {
+        warmup_s: 0.5,
+        ..opts(&server.spec(), 1000, 1.0)
+    };
+    let r = run_report(&o, &mut |_| {}).expect("run");
+    let n = r.result.read.count as f64;
+    // About 1000 measured requests, not 1500: the warmup's are not counted.
+    assert!((850.0..1150.0).contains(&n), "measured {n}");
+    assert_eq!(r.result.misses, 0);
+}
+
+#[test]
+fn feed_hdr_log_and_save_are_written() {
+    let server = TestServer::start(Behaviour::Prompt);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("feed.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let reader = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(conn).lines() {
+            lines.push(line.unwrap());
+        }
+        lines
+    });
+    let o = LoadOptions {
+        feed: Some(sock.clone()),
+        hdr_log: Some(dir.path().join("run.hlog")),
+        save: Some(dir.path().join("samples.txt")),
+        ..opts(&server.spec(), 500, 2.0)
+    };
+    let mut intervals = 0;
+    let r = run_report(&o, &mut |_| intervals += 1).expect("run");
+    let lines = reader.join().unwrap();
+    assert!(lines.len() >= 2, "{lines:?}");
+    let mut total = 0;
+    for l in &lines {
+        let f: FeedLine = serde_json::from_str(l).unwrap();
+        assert_eq!(f.version, 1);
+        assert!(f.interval_s > 0.0 && f.interval_s <= 1.0 + 1e-9);
+        total += LatencyHist::from_base64(&f.hist).unwrap().count();
+    }
+    assert_eq!(
+        total, r.result.read.count,
+        "feed histograms cover every request"
+    );
+    assert!(intervals >= 2);
+    let log = std::fs::read_to_string(dir.path().join("run.hlog")).unwrap();
+    assert!(log.contains("#[StartTime:"), "{log}");
+    assert!(
+        log.lines().filter(|l| !l.starts_with('#')).count() >= 2,
+        "{log}"
+    );
+    let samples = std::fs::read_to_string(dir.path().join("samples.txt")).unwrap();
+    assert_eq!(samples.lines().count() as u64, r.result.read.count + 1);
+}
