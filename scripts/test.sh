@@ -41,7 +41,7 @@ bash scripts/vm-test.sh --fetch-kernel || echo "scripts/test.sh: no VM kernel; t
 # stage ships (`--release --target` with crt-static; with an explicit --target, RUSTFLAGS reach
 # only the target's code, not build scripts or proc-macros). The test binaries and `headroom` are
 # built first; the .deb and the image are then made from that `headroom`, which
-# crates/cli/tests/package_deb.rs installs and runs.
+# crates/cli/tests/suite/package_deb.rs installs and runs.
 target=x86_64-unknown-linux-gnu
 export RUSTFLAGS="-C target-feature=+crt-static"
 build=(--release --target "$target")
