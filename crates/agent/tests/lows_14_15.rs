@@ -33,27 +33,24 @@ fn python() -> &'static str {
     }
 }
 
-/// A process on loopback port `port` (0: any), run as `uid`; with `socket_uid` the socket is
-/// made while its uids are `socket_uid` (setresuid, keeping root as the saved uid), then the
-/// process becomes `uid` again: root holding another user's listening socket, as a descriptor
-/// passed to it would be. Its port beside it; `None` when python3 cannot run here.
-fn listener(uid: u32, socket_uid: Option<u32>, port: u16) -> Option<(live::Children, u16)> {
-    use std::os::unix::process::CommandExt;
-    let (before, after) = match socket_uid {
-        Some(s) => (
-            format!("os.setresgid({s},{s},0)\nos.setresuid({s},{s},0)\n"),
-            "os.setresuid(0,0,0)\nos.setresgid(0,0,0)\n".to_string(),
-        ),
-        None => (String::new(), String::new()),
-    };
+/// A process on loopback port `port` (0: any) that made its listening socket as
+/// `socket_uid` and then runs as `uid` (python3, started as root: `setresuid` keeps root as
+/// the saved uid while the socket is made, then drops to `uid` for good): root holding another
+/// user's socket, as a descriptor passed to it would be, or a daemon that binds as root and
+/// becomes its user (`memcached -u`). Its port beside it; `None` when python3 cannot run.
+fn listener(uid: u32, socket_uid: u32, port: u16) -> Option<(live::Children, u16)> {
     let script = format!(
-        "import os,socket,time\n{before}s=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-         s.bind(('127.0.0.1',{port}))\ns.listen()\n{after}print(s.getsockname()[1],flush=True)\ntime.sleep(60)\n"
+        "import os,socket,time\n\
+         os.setgroups([])\n\
+         if {socket_uid} != 0:\n    os.setresgid({socket_uid},{socket_uid},0)\n    os.setresuid({socket_uid},{socket_uid},0)\n\
+         s=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('127.0.0.1',{port}))\ns.listen()\n\
+         if {socket_uid} != 0:\n    os.setresuid(0,0,0)\n    os.setresgid(0,0,0)\n\
+         if {uid} != 0:\n    os.setresgid({uid},{uid},{uid})\n    os.setresuid({uid},{uid},{uid})\n\
+         print(s.getsockname()[1],flush=True)\ntime.sleep(60)\n"
     );
     let mut child = std::process::Command::new(python())
         .args(["-c", &script])
-        .uid(uid)
-        .gid(uid)
         .stdout(std::process::Stdio::piped())
         .stdin(std::process::Stdio::null())
         .spawn()
@@ -65,6 +62,13 @@ fn listener(uid: u32, socket_uid: Option<u32>, port: u16) -> Option<(live::Child
         (Ok(_), Ok(p)) => Some((children, p)),
         _ => None,
     }
+}
+
+/// The uids that made the listening sockets `pid` holds on `port`.
+fn socket_owners(pid: u32, port: u16) -> BTreeSet<u32> {
+    headroom_host::pids::listeners(Path::new("/"), port)
+        .remove(&pid)
+        .unwrap_or_default()
 }
 
 fn procs_of(group: &str) -> Vec<u32> {
@@ -108,7 +112,7 @@ fn a_named_lc_user_takes_exactly_that_users_process() {
     let Some(name) = nobody() else {
         return eprintln!("SKIP {NAMED}: no user of uid 65534 in /etc/passwd");
     };
-    let Some((roots, port)) = listener(0, None, 0) else {
+    let Some((roots, port)) = listener(0, 0, 0) else {
         return eprintln!("SKIP {NAMED}: no python3 to stand in for a listening LC");
     };
     let dir = tempfile::tempdir().unwrap();
@@ -140,11 +144,70 @@ fn a_named_lc_user_takes_exactly_that_users_process() {
         "ctl status says it: {said:?}"
     );
     drop(roots);
-    let (theirs, _) = listener(65534, None, port).expect("uid 65534 on the port");
+    let (theirs, _) = listener(65534, 65534, port).expect("uid 65534 on the port");
     assert!(
         live::eventually(Duration::from_secs(4), || procs_of(&lc)
             .contains(&theirs.pid(0))),
         "lc.user {name:?}'s process on {port} was not moved in"
+    );
+    runner.join().unwrap().expect("the agent ran and restored");
+}
+
+const NAMED_SOCKET: &str = "with_a_named_lc_user_the_socket_is_that_users_or_roots";
+
+/// With `[lc] user`, the port rule asks who made the listening socket as well: that user's
+/// process holding another user's socket (uid 1000's) is not taken, and said; one holding a
+/// socket root made before it became that user (as `memcached -u` does) is.
+#[test]
+fn with_a_named_lc_user_the_socket_is_that_users_or_roots() {
+    let _serial = serial();
+    if !live::is_root() {
+        return eprintln!("SKIP {NAMED_SOCKET}: needs root (cgroups, other uids)");
+    }
+    let Some(name) = nobody() else {
+        return eprintln!("SKIP {NAMED_SOCKET}: no user of uid 65534 in /etc/passwd");
+    };
+    let Some((strangers, port)) = listener(65534, 1000, 0) else {
+        return eprintln!("SKIP {NAMED_SOCKET}: no python3 to stand in for a listening LC");
+    };
+    assert_eq!(
+        socket_owners(strangers.pid(0), port),
+        BTreeSet::from([1000])
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let top = format!("l15-nsock-{}", std::process::id());
+    let run_for = Duration::from_secs(10);
+    let _clean = live::RemoveOnDrop::new(&top).wait_for_agent(run_for);
+    let text = live::agent_config(
+        &format!("{top}/lc"),
+        &format!("{top}/be"),
+        &format!("listen_port = {port}\nuser = 65534"),
+        &dir.path().join("state.json"),
+        &dir.path().join("ctl.sock"),
+    );
+    let runner = match live::start_agent(&text, run_for) {
+        Ok(r) => r,
+        Err(e) => return eprintln!("SKIP {NAMED_SOCKET}: {e}"),
+    };
+    let lc = format!("{top}/lc");
+    let taken = live::eventually(Duration::from_secs(3), || {
+        procs_of(&lc).contains(&strangers.pid(0))
+    });
+    let said = live::followed(&dir.path().join("ctl.sock"));
+    assert!(
+        !taken,
+        "{name}'s process holding uid 1000's socket on {port} was moved into {lc}"
+    );
+    assert!(
+        said.iter().any(|r| r.contains("made by uid 1000")),
+        "ctl status says it: {said:?}"
+    );
+    drop(strangers);
+    let (daemon, _) = listener(65534, 0, port).expect("a daemon that binds as root");
+    assert!(
+        live::eventually(Duration::from_secs(4), || procs_of(&lc)
+            .contains(&daemon.pid(0))),
+        "{name}'s process holding a socket root made on {port} was not moved in"
     );
     runner.join().unwrap().expect("the agent ran and restored");
 }
@@ -202,7 +265,7 @@ fn a_root_process_holding_another_users_listening_socket_is_not_taken() {
     if !live::is_root() {
         return eprintln!("SKIP {SOCKET}: needs root (cgroups, another uid)");
     }
-    let Some((mut first, port)) = listener(0, None, 0) else {
+    let Some((mut first, port)) = listener(0, 0, 0) else {
         return eprintln!("SKIP {SOCKET}: no python3 to stand in for a listening LC");
     };
     let dir = tempfile::tempdir().unwrap();
@@ -227,11 +290,12 @@ fn a_root_process_holding_another_users_listening_socket_is_not_taken() {
     std::thread::sleep(Duration::from_millis(1500));
     let _ = first.0[0].kill();
     let _ = first.0[0].wait();
-    let (sneaky, _) = listener(0, Some(65534), port).expect("root holding uid 65534's socket");
-    let owners: BTreeSet<u32> = headroom_host::pids::listeners(Path::new("/"), port)
-        .remove(&sneaky.pid(0))
-        .unwrap_or_default();
-    assert_eq!(owners, BTreeSet::from([65534]), "the socket's owner");
+    let (sneaky, _) = listener(0, 65534, port).expect("root holding uid 65534's socket");
+    assert_eq!(
+        socket_owners(sneaky.pid(0), port),
+        BTreeSet::from([65534]),
+        "the socket's owner"
+    );
     let taken = live::eventually(Duration::from_secs(3), || {
         procs_of(&lc).contains(&sneaky.pid(0))
     });

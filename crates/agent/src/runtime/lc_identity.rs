@@ -4,8 +4,9 @@
 //!
 //! With `[lc] user` set, a process is the LC's only if it runs as exactly that user (real
 //! and effective uid), and, found by its port, only if the listening socket was made by that
-//! user too: the operator named the LC's user, so root's and the agent's own processes are
-//! not taken unless that user is theirs. Without it, the users the LC was seen running as in
+//! user, root or the agent's user (a daemon binds as root, then becomes its user): the
+//! operator named the LC's user, so root's and the agent's own processes are not taken
+//! unless that user is theirs. Without it, the users the LC was seen running as in
 //! its group count, with root and the agent's user; a group empty since the start takes the
 //! first process found (said once in the log: set `user` to close it).
 
@@ -61,6 +62,7 @@ impl Agent {
     ) -> Option<String> {
         let (real, effective) = pids::uids(&self.options.root, pid)?;
         let port = lc.listen_port.unwrap_or(0);
+        let me = headroom_host::process::effective_uid();
         let socket_by = |known: &dyn Fn(u32) -> bool| {
             sockets.into_iter().flatten().copied().find(|&u| !known(u))
         };
@@ -74,11 +76,12 @@ impl Agent {
                 let other = if real != u { real } else { effective };
                 return Some(format!("runs as uid {other}, not lc.user {spec} (uid {u})"));
             }
-            return socket_by(&|x| x == u).map(|x| {
-                format!("its listening socket on port {port} was made by uid {x}, not lc.user {spec} (uid {u})")
+            // Root's socket (or the agent's user's) may be the LC's: a daemon binds as root
+            // and then becomes its user (`memcached -u`), a socket unit passes its own.
+            return socket_by(&|x| x == u || x == 0 || x == me).map(|x| {
+                format!("its listening socket on port {port} was made by uid {x}, neither lc.user {spec} (uid {u}) nor root")
             });
         }
-        let me = headroom_host::process::effective_uid();
         let seen = self.lc_follow.lc_uids.get(&i).cloned().unwrap_or_default();
         // Nothing learned yet (the group empty since the start): the first process found is
         // taken, and teaches its user; its socket must still be its own (or root's).
