@@ -324,11 +324,30 @@ fn remove_stale(dir: &Path) {
 }
 
 fn open_lock_file(path: &Path) -> Result<File, StateError> {
-    open_no_wait(path, true).map_err(|source| StateError::Io {
-        op: "opening the group lock",
-        path: path.to_path_buf(),
-        source,
+    open_no_wait(path, true).map_err(|source| match not_a_lock_file(path) {
+        Some(what) => StateError::NotALockFile {
+            path: path.to_path_buf(),
+            what,
+        },
+        None => StateError::Io {
+            op: "opening the group lock",
+            path: path.to_path_buf(),
+            source,
+        },
     })
+}
+
+/// What is at a lock file's name when it is something the agent never makes there (a
+/// directory, a FIFO, a link, a device), in words; `None` for a regular file or nothing.
+pub(crate) fn not_a_lock_file(path: &Path) -> Option<&'static str> {
+    let ft = std::fs::symlink_metadata(path).ok()?.file_type();
+    if ft.is_symlink() {
+        Some("symbolic link")
+    } else if ft.is_file() {
+        None
+    } else {
+        Some(headroom_host::pids::kind_of(ft))
+    }
 }
 
 /// Opens a lock file (made 0644 whatever the umask when `create`) without following a link

@@ -256,6 +256,11 @@ pub enum StateError {
         uid: u32,
         doubt: crate::trusted_dir::DirDoubt,
     },
+    /// A directory, FIFO, link or device at a lock file's name (exit 2: nothing was
+    /// touched). It was an exit 1 that called the group lock a state file (fourteenth hostile
+    /// pass, "Found, not fixed").
+    #[error("lock file {path}: a {what} is there, where the agent keeps a lock file (a regular file it makes and removes): nothing was touched; remove it, or give the agent other groups or another safety.state_file")]
+    NotALockFile { path: PathBuf, what: &'static str },
     /// Another live agent manages one of these groups (exit 2: nothing was touched).
     #[error("{what} is managed by another agent, {holder}: its lock {lock} is held; stop that agent (or give this one other groups)")]
     Held {

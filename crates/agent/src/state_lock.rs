@@ -61,16 +61,30 @@ impl StateLock {
                     .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
                     .open(&path)
             };
+            // A directory (or FIFO, device) at the lock's name is an operator's matter (exit
+            // 2, naming it), not a failed open (exit 1).
+            let refused = |e| match crate::group_lock::not_a_lock_file(&path) {
+                Some(what) => StateError::NotALockFile {
+                    path: path.clone(),
+                    what,
+                },
+                None => io("opening")(e),
+            };
             let (mut file, made_file) = match open(true) {
                 Ok(f) => (f, true),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match open(false) {
                     Ok(f) => (f, false),
                     // Removed between the two opens (a holder's clean exit): again.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(undo_dirs(io("opening")(e))),
+                    Err(e) => return Err(undo_dirs(refused(e))),
                 },
-                Err(e) => return Err(undo_dirs(io("opening")(e))),
+                Err(e) => return Err(undo_dirs(refused(e))),
             };
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                return Err(undo_dirs(refused(std::io::Error::other(
+                    "not a regular file",
+                ))));
+            }
             let locked = try_flock(&file, Flock::Exclusive)
                 .map_err(io("locking"))
                 .map_err(undo_dirs)?;

@@ -2,7 +2,7 @@
 //! tests): every pid, a pid file's live pid, a process group's members, the processes running
 //! an exact argv or listening on a TCP port, and the cgroup lines of a pid.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// What a pid file holds, as [`read_pid_file`] found it.
@@ -27,7 +27,7 @@ pub struct PidFileRead {
 }
 
 /// What a file that is not a regular one is, in words.
-fn kind_of(ft: std::fs::FileType) -> &'static str {
+pub fn kind_of(ft: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if ft.is_dir() {
         "directory"
@@ -220,7 +220,16 @@ pub fn running(root: &Path, command: &[String]) -> Vec<u32> {
 
 /// The processes holding a TCP socket listening on `port` (v4 or v6).
 pub fn listening_on(root: &Path, port: u16) -> Vec<u32> {
-    let mut inodes = BTreeSet::new();
+    listeners(root, port).into_keys().collect()
+}
+
+/// The processes holding a TCP socket listening on `port` (v4 or v6), each with the uids
+/// that made the listening sockets it holds (`/proc/net/tcp{,6}`'s `uid` column: the
+/// socket's owner, who may be another user than the process holding it: a descriptor is
+/// passed over a Unix socket, or kept across a change of uid).
+pub fn listeners(root: &Path, port: u16) -> BTreeMap<u32, BTreeSet<u32>> {
+    // socket inode -> the uid that made it
+    let mut sockets: BTreeMap<String, u32> = BTreeMap::new();
     for table in ["proc/net/tcp", "proc/net/tcp6"] {
         let text = std::fs::read_to_string(root.join(table)).unwrap_or_default();
         for line in text.lines().skip(1) {
@@ -234,26 +243,30 @@ pub fn listening_on(root: &Path, port: u16) -> Vec<u32> {
                 .next()
                 .and_then(|h| u16::from_str_radix(h, 16).ok());
             if local_port == Some(port) {
-                if let Ok(ino) = f[9].parse::<u64>() {
-                    inodes.insert(format!("socket:[{ino}]"));
+                if let (Ok(ino), Ok(uid)) = (f[9].parse::<u64>(), f[7].parse::<u32>()) {
+                    sockets.insert(format!("socket:[{ino}]"), uid);
                 }
             }
         }
     }
-    if inodes.is_empty() {
-        return Vec::new();
+    let mut out = BTreeMap::new();
+    if sockets.is_empty() {
+        return out;
     }
-    all(root)
-        .into_iter()
-        .filter(|p| {
-            std::fs::read_dir(root.join(format!("proc/{p}/fd"))).is_ok_and(|d| {
-                d.flatten().any(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| inodes.contains(l.to_string_lossy().as_ref()))
-                })
-            })
-        })
-        .collect()
+    for p in all(root) {
+        let Ok(d) = std::fs::read_dir(root.join(format!("proc/{p}/fd"))) else {
+            continue;
+        };
+        let uids: BTreeSet<u32> = d
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|l| sockets.get(l.to_string_lossy().as_ref()).copied())
+            .collect();
+        if !uids.is_empty() {
+            out.insert(p, uids);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -331,6 +344,11 @@ mod tests {
         assert!(running(r, &argv[..2]).is_empty(), "argv matched exactly");
         assert_eq!(listening_on(r, 11211), vec![10]);
         assert!(listening_on(r, 11212).is_empty());
+        // the socket's owner, the uid column (0 here)
+        assert_eq!(
+            listeners(r, 11211).into_iter().collect::<Vec<_>>(),
+            vec![(10, BTreeSet::from([0]))]
+        );
         assert_eq!(cgroup_text(r, 11), "0::/lc-11\n");
         assert_eq!(cgroup_text(r, 99), "");
     }

@@ -125,6 +125,14 @@ pub fn effective_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
+/// The uid of the login name `name` on this host (the password database, through NSS:
+/// `/etc/passwd`, LDAP...); `Ok(None)` when no such user exists.
+pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
+    nix::unistd::User::from_name(name)
+        .map(|u| u.map(|u| u.uid.as_raw()))
+        .map_err(std::io::Error::from)
+}
+
 /// How a child of this process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildEnd {

@@ -3,7 +3,6 @@
 //! response line per connection. Requests are handed to the agent loop, which answers between
 //! ticks, so a command never races a reconciliation.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -363,34 +362,49 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
             })
         }
     }
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .map_err(|e| io("configuring", e))?;
+    // One deadline for the request and the whole answer: a read timeout reset with every
+    // byte let a server that trickles its answer keep `ctl` as long as it liked (fourteenth
+    // hostile pass, "Found, not fixed").
+    let deadline = Instant::now() + ANSWER_DEADLINE;
+    let timed_out = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
     let mut text = serde_json::to_string(req).expect("request serializes");
     text.push('\n');
-    stream
-        .write_all(text.as_bytes())
-        .map_err(|e| io("writing to", e))?;
-    let mut line = String::new();
+    super::deadline::write_all_by(&mut stream, text.as_bytes(), deadline).map_err(|e| {
+        if timed_out(&e) {
+            io(NO_ANSWER, e)
+        } else {
+            io("writing to", e)
+        }
+    })?;
     // Bounded: whatever answers on the socket (not the agent: another program's socket, a
     // hostile one) cannot make the client buffer without end.
-    BufReader::new(std::io::Read::take(&stream, MAX_REPLY_BYTES))
-        .read_line(&mut line)
-        .map_err(|e| {
-            // A read timeout surfaces as EAGAIN ("Resource temporarily unavailable"): say what
-            // it means (fourth hostile pass: an agent stopped by SIGSTOP).
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) {
-                io(
-                    "no answer within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) from",
-                    e,
-                )
-            } else {
-                io("reading from", e)
-            }
-        })?;
+    let got = super::deadline::read_until(&mut stream, deadline, MAX_REPLY_BYTES, |b| {
+        b.contains(&b'\n')
+    })
+    .map_err(|e| {
+        // A read timeout surfaces as EAGAIN ("Resource temporarily unavailable"): say what
+        // it means (fourth hostile pass: an agent stopped by SIGSTOP).
+        if timed_out(&e) {
+            io(NO_ANSWER, e)
+        } else {
+            io("reading from", e)
+        }
+    })?;
+    let end = got
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(got.len(), |i| i + 1);
+    let line = String::from_utf8(got[..end].to_vec()).map_err(|e| {
+        io(
+            "reading from",
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    })?;
     serde_json::from_str(line.trim()).map_err(|e| {
         // What came back, shortened: a stranger's reply may be megabytes of anything.
         let shown: String = line.trim().chars().take(200).collect();
@@ -410,4 +424,11 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
 }
 
 /// The longest reply `request` reads: a status of a node with many LCs is a few hundred KiB.
-const MAX_REPLY_BYTES: u64 = 16 << 20;
+const MAX_REPLY_BYTES: usize = 16 << 20;
+
+/// How long `request` waits for the whole exchange: sending the request and reading the
+/// whole answer, however the server paces its bytes.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
+
+/// What `request` says when [`ANSWER_DEADLINE`] passes.
+const NO_ANSWER: &str = "no answer within 15 s, one deadline for the request and the whole answer (the agent is stopped, e.g. SIGSTOP, or hung; or the server trickles its answer) from";

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::host_steps::{move_lc_back, remove_created_groups};
+use super::host_steps::{move_lc_back, remove_created_groups, remove_made_dirs};
 use super::{Agent, AgentError, RunSummary};
 use crate::state;
 use headroom_control::config::OnExit;
@@ -106,6 +106,7 @@ impl Agent {
         let keep = self.groups.be.clone();
         let cg = self.node.cgroups().clone();
         remove_created_groups(&cg, &mut self.created_groups, &keep);
+        remove_made_dirs(&cg, &mut self.created_dirs, &keep);
         "freeze: BE frozen".into()
     }
 
@@ -124,6 +125,7 @@ impl Agent {
         move_lc_back(&cg, &self.lc_origins);
         self.lc_origins.clear();
         remove_created_groups(&cg, &mut self.created_groups, &[]);
+        remove_made_dirs(&cg, &mut self.created_dirs, &[]);
         "restore: original settings restored".into()
     }
 }

@@ -230,15 +230,17 @@ impl Agent {
                 .collect();
             // Who the LC runs as: learned from what its group holds (its configured pids
             // moved in at start, the command launched there, or a process taken before).
-            let seen = self.lc_uids.entry(i).or_default();
+            let seen = self.lc_follow.lc_uids.entry(i).or_default();
             for p in &in_group {
                 if let Some((real, effective)) = pids::uids(&root, *p) {
                     seen.extend([real, effective]);
                 }
             }
+            self.say_lc_user_rule(lc);
             let launched_exited =
                 !lc.command.is_empty() && self.lc_child_exited(launched_index(&lcs, i));
-            let (found, pid_file) = find_lc(&root, lc, in_group.is_empty(), launched_exited);
+            let (found, pid_file, on_port) =
+                find_lc(&root, lc, in_group.is_empty(), launched_exited);
             let not_regular = match pid_file {
                 Some(pids::PidFile::NotRegular(kind)) => Some(kind),
                 _ => None,
@@ -265,7 +267,7 @@ impl Agent {
                     .filter(|r| r.pid == pid)
                     .and_then(|r| self.pid_file_doubt(lc, &r))
                 {
-                    if self.stranger_lc_pids.insert(pid) {
+                    if self.lc_follow.stranger_lc_pids.insert(pid) {
                         tracing::warn!(lc = %lc.name, pid, reason = %why, "a process named by the LC's pid file is not taken as the LC: left where it is");
                         self.note_followed(format!(
                             "LC {}: pid {pid} named by the pid file: {why}: left where it is",
@@ -278,11 +280,13 @@ impl Agent {
                 // listen on the LC's port, or run its command, while the LC restarts, and had
                 // root move that process into the LC group (out of its own confinement) and
                 // give its threads the LC's SCHED_FIFO priority (fourteenth hostile pass).
-                if let Some(uid) = self.stranger(i, pid) {
-                    if self.stranger_lc_pids.insert(pid) {
-                        tracing::warn!(lc = %lc.name, pid, uid, "a process found as the LC (pid file, port or command) runs as another user than the LC's: left where it is");
+                // Nor a process holding another user's listening socket on the LC's port (a
+                // descriptor passed to root's process), nor, with `[lc] user`, anyone else's.
+                if let Some(why) = self.stranger(i, lc, pid, on_port.get(&pid)) {
+                    if self.lc_follow.stranger_lc_pids.insert(pid) {
+                        tracing::warn!(lc = %lc.name, pid, reason = %why, "a process found as the LC (pid file, port or command) is not the LC's user's: left where it is");
                         self.note_followed(format!(
-                            "LC {}: pid {pid} (pid file, port or command) runs as uid {uid}, not the LC's user: left where it is",
+                            "LC {}: pid {pid} (pid file, port or command) {why}: left where it is",
                             lc.name
                         ));
                     }
@@ -294,7 +298,7 @@ impl Agent {
                 // whose pid BE reused, or a BE job listening on the LC's port, moved BE into
                 // the LC group, out of its freeze and cpuset (fifth hostile pass).
                 if self.is_be_process(pid, &text) {
-                    if self.be_lc_pids.insert(pid) {
+                    if self.lc_follow.be_lc_pids.insert(pid) {
                         tracing::warn!(lc = %lc.name, pid, "a process found as the LC (pid file, port or command) is one of BE's: left in BE");
                         self.note_followed(format!(
                             "LC {}: pid {pid} (pid file, port or command) is a BE process: left in BE",
@@ -311,7 +315,7 @@ impl Agent {
                         .find_map(|d| l.foreign_holder(d))
                 });
                 if let Some((_, holder)) = foreign {
-                    if self.foreign_lc_pids.insert(pid) {
+                    if self.lc_follow.foreign_lc_pids.insert(pid) {
                         tracing::warn!(lc = %lc.name, pid, "a process found as the LC is in a group another agent manages, {holder}: left where it is");
                     }
                     continue;
@@ -347,7 +351,7 @@ impl Agent {
         let Some(f) = &lc.pid_file else { return };
         match not_regular {
             Some(kind) => {
-                if self.pid_files_not_regular.insert(f.clone()) {
+                if self.lc_follow.pid_files_not_regular.insert(f.clone()) {
                     tracing::warn!(lc = %lc.name, pid_file = %f, kind, "the LC's pid file is not a regular file: not read, so a restarted LC is not found through it");
                     self.note_followed(format!(
                         "LC {}: pid file {f} is a {kind}, not a regular file: not read (a restart is not followed through it)",
@@ -356,53 +360,9 @@ impl Agent {
                 }
             }
             None => {
-                self.pid_files_not_regular.remove(f);
+                self.lc_follow.pid_files_not_regular.remove(f);
             }
         }
-    }
-
-    /// The uid `pid` runs as when that is not the LC's (service `i`): root, this agent's user
-    /// and the users the LC was seen running as in its group are the LC's. When nothing was
-    /// learned yet (an LC found only by its port or pid file, its group empty since the
-    /// start) the first process found is taken, as before, and teaches its user.
-    fn stranger(&self, i: usize, pid: u32) -> Option<u32> {
-        let (real, effective) = pids::uids(&self.options.root, pid)?;
-        let seen = self.lc_uids.get(&i)?;
-        let me = headroom_host::process::effective_uid();
-        let known = |u: u32| u == 0 || u == me || seen.contains(&u);
-        if seen.is_empty() || (known(real) && known(effective)) {
-            return None;
-        }
-        Some(if known(real) { effective } else { real })
-    }
-
-    /// Why the process a pid file names (`read`) is not taken as `lc`'s: the file could have
-    /// been written (or put there, or linked) by a user besides root and this agent's, and
-    /// the process runs as root or this agent's user, whom such a user cannot speak for.
-    /// `None` when root vouches for the file, or the process runs as someone else (the uid
-    /// rule, [`Self::stranger`], then applies to it as to any process found as the LC).
-    fn pid_file_doubt(&self, lc: &LcConfig, read: &pids::PidFileRead) -> Option<String> {
-        let me = headroom_host::process::effective_uid();
-        let file = lc.pid_file.as_deref()?;
-        let dir = std::path::Path::new(file).parent()?;
-        let dir = self.options.root.join(dir.strip_prefix("/").unwrap_or(dir));
-        let others_write = read.mode & 0o002 != 0 || (read.mode & 0o020 != 0 && read.gid != 0);
-        let vouched = (read.uid == 0 || read.uid == me)
-            && !others_write
-            && crate::trusted_dir::doubt(&dir, me).is_ok();
-        if vouched {
-            return None;
-        }
-        let Some((real, effective)) = pids::uids(&self.options.root, read.pid) else {
-            return Some("gone".into());
-        };
-        let privileged = |u: u32| u == 0 || u == me;
-        (privileged(real) || privileged(effective)).then(|| {
-            format!(
-                "{file} (owner uid {}, mode {:04o}) may be written by a user other than root, and names a process of uid {real}/{effective}",
-                read.uid, read.mode
-            )
-        })
     }
 
     /// Whether `pid` (its `/proc/<pid>/cgroup` is `text`) is one of BE's: in or below a BE
@@ -438,25 +398,31 @@ fn launched_index(lcs: &[LcConfig], i: usize) -> usize {
 /// Where `lc` runs now: the pid in its pid file (always, a read is cheap); with its group
 /// empty, the process listening on its port; with its launched command exited, processes
 /// running that command. Beside: what its pid file held (with who could have written the
-/// pid, or what the file is when it is not a regular file).
+/// pid, or what the file is when it is not a regular file), and the processes found on the
+/// port with the uids that made their listening sockets there.
 fn find_lc(
     root: &Path,
     lc: &LcConfig,
     group_empty: bool,
     launched_exited: bool,
-) -> (Vec<u32>, Option<pids::PidFile>) {
+) -> (Vec<u32>, Option<pids::PidFile>, OnPort) {
     let mut out = BTreeSet::new();
     let read = lc.pid_file.as_ref().map(|f| pids::read_pid_file(root, f));
     if let Some(pids::PidFile::Pid(r)) = read {
         out.insert(r.pid);
     }
+    let mut on_port = OnPort::new();
     if group_empty {
         if let Some(port) = lc.listen_port {
-            out.extend(pids::listening_on(root, port));
+            on_port = pids::listeners(root, port);
+            out.extend(on_port.keys());
         }
     }
     if launched_exited {
         out.extend(pids::running(root, &lc.command));
     }
-    (out.into_iter().collect(), read)
+    (out.into_iter().collect(), read, on_port)
 }
+
+/// Processes found on an LC's port, with the uids that made their listening sockets there.
+type OnPort = std::collections::BTreeMap<u32, BTreeSet<u32>>;

@@ -2,7 +2,7 @@
 //! the originals it restores and the state file it removes when a later step fails.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use headroom_host::Cgroups;
@@ -20,6 +20,9 @@ use headroom_control::controller::Controller;
 #[derive(Default)]
 pub(super) struct HostSteps {
     pub(super) created_groups: Vec<GroupPath>,
+    /// Every directory this start made for a group (in each hierarchy), with the group: where
+    /// the group existed in some hierarchies only, these are this start's to remove.
+    pub(super) created_dirs: Vec<(GroupPath, PathBuf)>,
     /// LC pids moved, with the directories they came from.
     pub(super) lc_moved: BTreeMap<u32, Vec<String>>,
     /// LC commands this start launched (`[[lc]] command`), one per service that has one.
@@ -75,6 +78,7 @@ pub(super) fn undo(
         let _ = child.wait();
     }
     remove_created_groups(cgroups, &mut steps.created_groups, &[]);
+    remove_made_dirs(cgroups, &mut steps.created_dirs, &[]);
     if restored && steps.created_groups.is_empty() && !steps.had_state && steps.state_written {
         let _ = state::remove(state_path);
     }
@@ -104,17 +108,58 @@ pub(super) fn plan_groups(
     }
 }
 
-/// Creates every LC service's group and the BE groups.
+/// Creates every LC service's group and the BE groups, noting each directory made.
 pub(super) fn create_groups(
     cg: &Cgroups,
     lcs: &[GroupPath],
     groups: &ManagedGroups,
-    _: &HostSteps,
+    steps: &mut HostSteps,
 ) -> Result<(), AgentError> {
     for g in lcs.iter().chain(groups.be.iter()) {
-        cg.create(g)?;
+        let mut made = Vec::new();
+        let created = cg.create_noting(g, &mut made);
+        steps
+            .created_dirs
+            .extend(made.into_iter().map(|d| (g.clone(), d)));
+        created?;
     }
     Ok(())
+}
+
+/// Removes the directories this start made (`made`, newest last), deepest first, each only
+/// when it holds no process and no child group, except those of `keep` and their ancestors;
+/// keeps the rest listed. A group that existed in some hierarchies only (an operator made it
+/// in `cpu`) was made by the agent in the others and left there, empty, at every exit
+/// (fourteenth hostile pass, "Found, not fixed": `blkio` groups after `restore`).
+pub(super) fn remove_made_dirs(
+    cg: &Cgroups,
+    made: &mut Vec<(GroupPath, PathBuf)>,
+    keep: &[GroupPath],
+) {
+    let kept_dirs: Vec<PathBuf> = keep
+        .iter()
+        .flat_map(|k| k.lineage())
+        .flat_map(|level| cg.group_dirs(&level).into_iter().map(|(_, d)| d))
+        .collect();
+    let mut left = Vec::new();
+    for (g, dir) in made.iter().rev() {
+        if kept_dirs.contains(dir) {
+            left.push((g.clone(), dir.clone()));
+            continue;
+        }
+        match cg.remove_made_dir(g, dir) {
+            Ok(true) => {
+                tracing::debug!(group = %g, dir = %dir.display(), "removed a directory the agent made")
+            }
+            Ok(false) => left.push((g.clone(), dir.clone())),
+            Err(e) => {
+                tracing::warn!(group = %g, dir = %dir.display(), error = %e, "removing a directory the agent made failed");
+                left.push((g.clone(), dir.clone()));
+            }
+        }
+    }
+    left.reverse();
+    *made = left;
 }
 
 /// Thaws an LC group found frozen before the LC joins it (someone froze it, or it was an

@@ -13,6 +13,7 @@ pub mod held_off;
 mod host_steps;
 mod kube;
 mod lc_events;
+mod lc_identity;
 mod lc_sources;
 mod loops;
 mod on_host;
@@ -146,7 +147,8 @@ impl AgentError {
                         | StateError::NotAStateFile { .. }
                         | StateError::NotTrusted { .. }
                         | StateError::DirNotTrusted { .. }
-                        | StateError::LockDirNotTrusted { .. },
+                        | StateError::LockDirNotTrusted { .. }
+                        | StateError::NotALockFile { .. },
                 )
         )
     }
@@ -264,6 +266,9 @@ pub struct Agent {
     egress_classifiers: Vec<headroom_host::bpf::EgressPriority>,
     /// Groups the agent created (ancestors first), removed on exit once empty.
     created_groups: Vec<GroupPath>,
+    /// The directories this start made for its groups, in each hierarchy (removed at exit
+    /// where they hold nothing: see `host_steps::remove_made_dirs`).
+    created_dirs: Vec<(GroupPath, PathBuf)>,
     /// LC processes moved into the LC group: pid → their group directories before.
     lc_origins: BTreeMap<u32, Vec<String>>,
     /// LC commands this agent launched (`[[lc]] command`), left running on exit.
@@ -293,18 +298,8 @@ pub struct Agent {
     state_lock: Option<StateLock>,
     /// One agent per group: every managed group's lock, held for the agent's life.
     group_lock: Option<state::GroupLock>,
-    /// Pids found as an LC but left in another agent's group (each warned about once).
-    foreign_lc_pids: std::collections::BTreeSet<u32>,
-    /// Pids found as an LC that are BE's own processes, left in BE (each said once).
-    be_lc_pids: std::collections::BTreeSet<u32>,
-    /// LC pid files found not to be regular files (a FIFO, a device), said once each until the
-    /// path is a regular file (or gone) again.
-    pid_files_not_regular: std::collections::BTreeSet<String>,
-    /// The users each LC (by index) was seen running as, in its group: a process found as
-    /// the LC (pid file, port or command) runs as one of them, or as root.
-    lc_uids: std::collections::BTreeMap<usize, std::collections::BTreeSet<u32>>,
-    /// Pids found as an LC that run as another user, left where they are (each said once).
-    stranger_lc_pids: std::collections::BTreeSet<u32>,
+    /// What the follower remembers of the processes found as LCs (whose may be taken).
+    lc_follow: lc_identity::LcFollow,
     /// A state file this start could not read, moved here (said in `ctl status`).
     state_set_aside: Option<PathBuf>,
     /// How often the running loop ticks (`ctl status`); `None` before `run`.

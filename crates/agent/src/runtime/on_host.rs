@@ -1,9 +1,10 @@
 //! The config's checks that need this host, made before the start touches anything and
 //! reported with the file's own errors' form (key, value, fix; every one at once; exit 2): an
-//! LC pid that runs, a command whose program is there to run, a disk to throttle. Before
-//! (fifth hostile pass), `[lc] pids` naming no running process passed, and the start failed
-//! after it had made the groups (exit 1); a BE command naming a program that is not there
-//! "died" with status 127 at every restart for as long as the agent ran.
+//! LC pid that runs, a command whose program is there to run, a disk to throttle, an LC
+//! user's name this host knows. Before (fifth hostile pass), `[lc] pids` naming no running
+//! process passed, and the start failed after it had made the groups (exit 1); a BE command
+//! naming a program that is not there "died" with status 127 at every restart for as long as
+//! the agent ran.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,26 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
             });
         }
         commands.push((format!("{key}.command"), &lc.command));
+        // `user` by name: a name this host does not know would take no process as the LC.
+        if let Some(headroom_types::UserSpec::Name(n)) = &lc.user {
+            let reason = match headroom_host::process::uid_of_user(n) {
+                Ok(Some(_)) => None,
+                Ok(None) => Some(
+                    "no such user on this host: give the login name (or the uid) the LC runs as"
+                        .to_string(),
+                ),
+                Err(e) => Some(format!(
+                    "looking the user up failed ({e}): give the uid the LC runs as"
+                )),
+            };
+            if let Some(reason) = reason {
+                problems.push(ConfigError::Invalid {
+                    key: format!("{key}.user"),
+                    value: format!("{n:?}"),
+                    reason,
+                });
+            }
+        }
     }
     for (i, be) in config.be.iter().enumerate() {
         commands.push((format!("be[{i}].command"), &be.command));

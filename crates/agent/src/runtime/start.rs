@@ -236,7 +236,7 @@ impl Agent {
                 intent.lc_origins = steps.lc_moved.clone();
                 state::store(&state_path, &intent)?;
                 steps.state_written = true;
-                create_groups(&cgroups, &lc_groups, &groups, &steps)?;
+                create_groups(&cgroups, &lc_groups, &groups, &mut steps)?;
                 // BE traffic is classified by a cgroup-BPF program on the BE groups' cgroup2
                 // directories (on hybrid hosts made for it): skb->priority = the BE HTB class.
                 if let Some(classid) = node.egress_be_classid() {
@@ -330,6 +330,7 @@ impl Agent {
             lc_threads,
             egress_classifiers,
             created_groups: std::mem::take(&mut steps.created_groups),
+            created_dirs: std::mem::take(&mut steps.created_dirs),
             lc_origins: std::mem::take(&mut steps.lc_moved),
             lc_children: std::mem::take(&mut steps.lc_children),
             publisher,
@@ -349,11 +350,7 @@ impl Agent {
             advertise: None,
             state_lock: None,
             group_lock,
-            foreign_lc_pids: Default::default(),
-            be_lc_pids: Default::default(),
-            pid_files_not_regular: Default::default(),
-            lc_uids: Default::default(),
-            stranger_lc_pids: Default::default(),
+            lc_follow: Default::default(),
             state_set_aside,
             tick_interval: None,
             state_write_error: None,
@@ -499,6 +496,7 @@ impl Agent {
         let cg = self.node.cgroups().clone();
         let mut steps = HostSteps {
             created_groups: std::mem::take(&mut self.created_groups),
+            created_dirs: std::mem::take(&mut self.created_dirs),
             lc_moved: std::mem::take(&mut self.lc_origins),
             lc_children: std::mem::take(&mut self.lc_children),
             supervised: std::mem::take(&mut self.supervised),

@@ -39,6 +39,25 @@ pub(crate) fn interval(key: &str, v: f64) -> Result<(), ConfigError> {
     }
 }
 
+/// An SLO latency window, seconds (`lc.slo.window_s`, `kubernetes.window_s`): finite, at least
+/// [`MIN_INTERVAL_S`] (the floor the policy intervals got in pass 12; `window_s = 1e-300` was
+/// taken, a window no loop tick could close, hostile passes 14 and 15 "Found, not fixed").
+pub(crate) fn window(key: &str, v: f64) -> Result<(), ConfigError> {
+    positive(key, v)?;
+    if v < MIN_INTERVAL_S {
+        Err(invalid(
+            key,
+            v,
+            format!(
+                "must be at least {MIN_INTERVAL_S} s (1 ms: the control loop ticks at most once \
+                 per ms, so a shorter window would hold no tick's latency)"
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 pub(crate) fn non_negative(key: &str, v: f64) -> Result<(), ConfigError> {
     if !(v.is_finite() && v >= 0.0) {
         Err(invalid(key, v, "must be a finite number >= 0"))

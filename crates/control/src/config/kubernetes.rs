@@ -294,7 +294,10 @@ impl KubernetesConfig {
                 format!("must be in [0, advertise_horizon_s = {h}] s"),
             ));
         }
-        if !(self.window_s > 0.0 && self.window_s <= crate::config::MAX_WINDOW_S) {
+        // the 1 ms floor of `lc.slo.window_s` (a discovered LC's window)
+        if let Err(e) = crate::config::checks::window("kubernetes.window_s", self.window_s) {
+            p.push(e);
+        } else if self.window_s > crate::config::MAX_WINDOW_S {
             p.push(invalid(
                 "kubernetes.window_s",
                 self.window_s,

@@ -1,6 +1,6 @@
 //! `[lc]`: the latency-critical service, its SLO and where its latency and load come from.
 
-use headroom_types::{CpuSet, GroupPath};
+use headroom_types::{CpuSet, GroupPath, UserSpec};
 use serde::{Deserialize, Serialize};
 
 /// `[lc]`: the latency-critical service.
@@ -28,6 +28,15 @@ pub struct LcConfig {
     /// listening there is moved in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen_port: Option<u16>,
+    /// The user the LC runs as (a login name or a uid). When set, a process found again by
+    /// `pid_file`, `listen_port` or `command` is taken as the LC only if it runs as exactly
+    /// this user (real and effective uid), and on the port rule only if its listening socket
+    /// was made by this user or root (a daemon binds as root, then becomes its user); root's
+    /// and the agent's own processes are not taken unless this user is theirs. Unset: the
+    /// users the LC is seen running as in its group count, with root and the agent's user
+    /// (and the first process found, when the group was empty since start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserSpec>,
     #[serde(default)]
     pub slo: SloConfig,
     /// Where the tail latency comes from; required by latency-driven policies.
@@ -60,6 +69,7 @@ impl LcConfig {
             command: Vec::new(),
             pid_file: None,
             listen_port: None,
+            user: None,
             slo,
             latency,
             load,

@@ -52,7 +52,7 @@ impl LcConfig {
             ));
         }
         p.check(positive("lc.slo.target_us", slo.target_us));
-        p.check(positive("lc.slo.window_s", slo.window_s));
+        p.check(window("lc.slo.window_s", slo.window_s));
         if slo.window_s > MAX_WINDOW_S {
             p.push(invalid(
                 "lc.slo.window_s",
@@ -167,7 +167,7 @@ impl LcConfig {
             let slo_ok = slo.percentile > 0.0
                 && slo.percentile < 100.0
                 && slo.window_s.is_finite()
-                && slo.window_s > 0.0
+                && slo.window_s >= MIN_INTERVAL_S
                 && slo.min_samples != Some(0);
             // The prober runs as the source or as the kernel sensor's fallback.
             let probes = lat.source == LatencySource::Probe || lat.fallback.is_some();

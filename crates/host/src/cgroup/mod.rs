@@ -189,6 +189,14 @@ impl Cgroups {
     /// cpuset levels get their parent's `cpuset.cpus`/`cpuset.mems` (a new v1 cpuset is empty and
     /// refuses tasks); on v2 each ancestor delegates the controllers it offers.
     pub fn create(&self, group: &GroupPath) -> Result<()> {
+        self.create_noting(group, &mut Vec::new())
+    }
+
+    /// [`Cgroups::create`], noting in `made` each directory it made (ancestors first), also
+    /// when it fails part-way: a group that existed in some hierarchies only (made there by
+    /// an operator) is made in the others, and only those directories are the maker's to
+    /// remove ([`Cgroups::remove_made_dir`]).
+    pub fn create_noting(&self, group: &GroupPath, made: &mut Vec<PathBuf>) -> Result<()> {
         if group.is_root() {
             return Err(HostError::invalid(
                 "cgroup path",
@@ -224,7 +232,7 @@ impl Cgroups {
                     continue;
                 }
                 match self.knobs.create_dir(&dir) {
-                    Ok(()) => {}
+                    Ok(()) => made.push(dir.clone()),
                     Err(e) if e.errno() == Some(Errno::EEXIST) => {}
                     Err(e) => return Err(e),
                 }
@@ -346,6 +354,39 @@ impl Cgroups {
             self.remove_in(&backend, group, &dir)?;
         }
         Ok(())
+    }
+
+    /// Removes `dir`, one directory [`Cgroups::create_noting`] made for `group` or one of its
+    /// ancestors (in one hierarchy), when it holds no process and no child group: nothing is
+    /// moved, thawed or removed below it. `Ok(false)` when it stays (busy, or not such a
+    /// directory); `Ok(true)` when it is gone (or was).
+    pub fn remove_made_dir(&self, group: &GroupPath, dir: &Path) -> Result<bool> {
+        let ours = group.lineage().iter().any(|level| {
+            self.group_dirs(level)
+                .iter()
+                .any(|(b, _)| level.dir_in(b.mount()) == dir)
+        });
+        if !ours {
+            return Ok(false);
+        }
+        if !dir.is_dir() {
+            return Ok(true);
+        }
+        let busy = !self.knobs.list_dirs(dir)?.is_empty()
+            || match self.read_pids(&dir.join(PROCS)) {
+                Ok(pids) => !pids.is_empty(),
+                Err(e) if e.is_not_found() => false,
+                Err(e) => return Err(e),
+            };
+        if busy {
+            return Ok(false);
+        }
+        match self.knobs.remove_dir(dir) {
+            Ok(()) => Ok(true),
+            Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(true),
+            Err(e) if e.errno() == Some(Errno::EBUSY) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn remove_in(&self, backend: &Backend, group: &GroupPath, dir: &Path) -> Result<()> {
