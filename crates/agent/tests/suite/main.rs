@@ -28,6 +28,7 @@ mod hostile_pass_9_lows;
 mod lc_rt_budget;
 mod lock_files;
 mod lows_12_13;
+mod lows_14_15;
 mod moving_targets;
 mod multi_events;
 mod one_agent_per_group;
