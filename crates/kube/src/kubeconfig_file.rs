@@ -3,6 +3,14 @@
 //! [`MAX_KUBECONFIG_BYTES`] (kube-rs reads a file whole: a link to `/dev/zero` grew the agent by
 //! 1.6 GB in 4 s, hostile pass 13). The contents read are what kube-rs parses
 //! (`Kubeconfig::from_yaml`), so the file checked is the file used: no check-then-use race.
+//!
+//! It and the files it names (certificate authority, client certificate and key, token file,
+//! an exec plugin given by path) must be root's or this user's and writable by no other user:
+//! a kubeconfig chooses the API server, the credentials and a command that runs as this user
+//! (root, for the agent). Sixteenth hostile pass: uid 65534's kubeconfig had root run its exec
+//! plugin, and kube-rs read a certificate authority, client key or token file named by the
+//! kubeconfig whole (a FIFO hung the start, `/dev/zero` grew it without end). The certificate
+//! authority, client certificate and key are read here, bounded, and given to kube-rs as data.
 
 use std::fs::File;
 use std::io::Read;
@@ -22,12 +30,22 @@ pub enum KubeconfigFileError {
     Io(#[from] std::io::Error),
     #[error("not a regular file (a {0}): a kubeconfig is a file")]
     NotRegular(&'static str),
-    #[error("{0} bytes, more than the {MAX_KUBECONFIG_BYTES} bytes (1 MiB) a kubeconfig may have")]
+    #[error("{0} bytes, more than the {MAX_KUBECONFIG_BYTES} bytes (1 MiB) a kubeconfig (or a file it names) may have")]
     TooLarge(u64),
     #[error("not UTF-8 (nor UTF-16 with a byte order mark)")]
     NotText,
     #[error("{0}")]
     Parse(String),
+    /// Another user could have chosen what it holds (its owner or mode say so).
+    #[error("{0}")]
+    NotTrusted(String),
+    /// A file the kubeconfig names (`key`: its field) that is not taken.
+    #[error("its {key} {path}: {source}")]
+    Named {
+        key: &'static str,
+        path: String,
+        source: Box<KubeconfigFileError>,
+    },
 }
 
 impl KubeconfigFileError {
@@ -35,7 +53,10 @@ impl KubeconfigFileError {
     pub fn is_kind(&self) -> bool {
         matches!(
             self,
-            KubeconfigFileError::NotRegular(_) | KubeconfigFileError::TooLarge(_)
+            KubeconfigFileError::NotRegular(_)
+                | KubeconfigFileError::TooLarge(_)
+                | KubeconfigFileError::NotTrusted(_)
+                | KubeconfigFileError::Named { .. }
         )
     }
 }
@@ -60,8 +81,14 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
 
 /// The text of the kubeconfig at `path`, bounded: opened O_NONBLOCK (never waits), a regular
 /// file of at most [`MAX_KUBECONFIG_BYTES`] (checked on the open file, and the read stops there
-/// even if it grows meanwhile).
+/// even if it grows meanwhile), owned by root or this user and writable by no other user.
 pub fn read_text(path: &Path) -> Result<String, KubeconfigFileError> {
+    decode(read_bounded(path, "kubeconfig")?)
+}
+
+/// The bytes of the file at `path` (a kubeconfig, or a file it names: `what`), bounded and
+/// checked as [`read_text`] says, all on the one open file.
+fn read_bounded(path: &Path, what: &str) -> Result<Vec<u8>, KubeconfigFileError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -69,6 +96,9 @@ pub fn read_text(path: &Path) -> Result<String, KubeconfigFileError> {
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(KubeconfigFileError::NotRegular(kind_of(meta.file_type())));
+    }
+    if let Some(why) = doubt(&meta, what) {
+        return Err(KubeconfigFileError::NotTrusted(why));
     }
     if meta.len() > MAX_KUBECONFIG_BYTES {
         return Err(KubeconfigFileError::TooLarge(meta.len()));
@@ -81,7 +111,35 @@ pub fn read_text(path: &Path) -> Result<String, KubeconfigFileError> {
         return Err(KubeconfigFileError::TooLarge(bytes.len() as u64));
     }
     drop::<File>(file);
-    decode(bytes)
+    Ok(bytes)
+}
+
+/// Why a file (`what`) with this owner and mode is not taken: another user owns it, or may
+/// write it (all users, or a group other than root's). The config file's rule.
+fn doubt(meta: &std::fs::Metadata, what: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mode = meta.mode() & 0o7777;
+    let fix;
+    let why = if meta.uid() != 0 && meta.uid() != me {
+        fix = "chown it to root";
+        format!("owned by uid {}", meta.uid())
+    } else if mode & 0o002 != 0 {
+        fix = "chmod o-w it";
+        format!("mode {mode:04o}: any user could write it")
+    } else if mode & 0o020 != 0 && meta.gid() != 0 {
+        fix = "chmod g-w it";
+        format!(
+            "mode {mode:04o} with group gid {}: that group's users could write it",
+            meta.gid()
+        )
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{why}: another user would choose the {what} this process (uid {me}) uses to reach the API server (a kubeconfig also names a command it runs); {fix}"
+    ))
 }
 
 /// As kube-rs's reader: UTF-16 (either order) or UTF-8 after a byte order mark, else UTF-8.
@@ -121,6 +179,87 @@ pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigFileError> {
         absolute_paths(&mut kc, dir);
     }
     Ok(kc)
+}
+
+/// The files `kc` names, checked as the kubeconfig itself is ([`read_text`]): the certificate
+/// authority, client certificate and key read here and put in as data (kube-rs reads a named
+/// file whole, once, when the client is made); the token file checked (kube-rs reads it again
+/// each minute: it is rotated); an exec plugin given by a path checked (it runs as this user).
+/// An error names the field and the file.
+pub fn take_named_files(kc: &mut Kubeconfig) -> Result<(), KubeconfigFileError> {
+    let named =
+        |key: &'static str, path: &str, e: KubeconfigFileError| KubeconfigFileError::Named {
+            key,
+            path: path.to_owned(),
+            source: Box::new(e),
+        };
+    let data = |key: &'static str, path: &str| {
+        read_bounded(Path::new(path), key)
+            .map(|b| base64(&b))
+            .map_err(|e| named(key, path, e))
+    };
+    for c in kc.clusters.iter_mut().filter_map(|n| n.cluster.as_mut()) {
+        if let Some(p) = c.certificate_authority.take() {
+            if c.certificate_authority_data.is_none() {
+                c.certificate_authority_data = Some(data("certificate-authority", &p)?);
+            }
+        }
+    }
+    for a in kc
+        .auth_infos
+        .iter_mut()
+        .filter_map(|n| n.auth_info.as_mut())
+    {
+        if let Some(p) = a.client_certificate.take() {
+            if a.client_certificate_data.is_none() {
+                a.client_certificate_data = Some(data("client-certificate", &p)?);
+            }
+        }
+        if let Some(p) = a.client_key.take() {
+            if a.client_key_data.is_none() {
+                a.client_key_data = Some(data("client-key", &p)?.into());
+            }
+        }
+        if let Some(p) = &a.token_file {
+            read_bounded(Path::new(p), "tokenFile").map_err(|e| named("tokenFile", p, e))?;
+        }
+        if let Some(cmd) = a.exec.as_ref().and_then(|e| e.command.as_deref()) {
+            if cmd.contains(std::path::MAIN_SEPARATOR) {
+                let meta = std::fs::metadata(cmd)
+                    .map_err(|e| named("exec command", cmd, KubeconfigFileError::Io(e)))?;
+                if let Some(why) = doubt(&meta, "exec command") {
+                    return Err(named(
+                        "exec command",
+                        cmd,
+                        KubeconfigFileError::NotTrusted(why),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Standard base64 with padding (what a kubeconfig's `*-data` fields hold).
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn absolute_paths(kc: &mut Kubeconfig, dir: &Path) {
@@ -185,5 +324,15 @@ mod tests {
         assert_eq!(decode(b"\xFF\xFEa\x00".to_vec()).unwrap(), "a");
         assert_eq!(decode(b"\xFE\xFF\x00a".to_vec()).unwrap(), "a");
         assert!(decode(b"\xC3".to_vec()).is_err());
+    }
+
+    #[test]
+    fn base64_as_the_standard_says() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64(&[0xff, 0xfe, 0x00, 0x01]), "//4AAQ==");
     }
 }

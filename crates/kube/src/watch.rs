@@ -104,7 +104,8 @@ pub async fn client_bounded(
 }
 
 /// A config from kubeconfig files (merged as kube-rs merges `KUBECONFIG`'s), each read by
-/// [`kubeconfig_file::read`] (a regular file of bounded size, parsed from what was read); an
+/// [`kubeconfig_file::read`] (a regular file of bounded size, root's or this user's, parsed
+/// from what was read), the files they name taken by [`kubeconfig_file::take_named_files`]; an
 /// error names the file.
 async fn from_file(paths: &[PathBuf]) -> Result<Config, KubeError> {
     let named = |path: &Path, reason: String| KubeError::Kubeconfig {
@@ -121,6 +122,12 @@ async fn from_file(paths: &[PathBuf]) -> Result<Config, KubeError> {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
+    // The files it names: checked as the kubeconfig is, and read bounded (kube-rs reads them
+    // whole, and runs its exec plugin as this user).
+    kubeconfig_file::take_named_files(&mut merged).map_err(|e| KubeError::Kubeconfig {
+        path: shown.clone(),
+        reason: e.to_string(),
+    })?;
     Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
         .await
         .map_err(|e| KubeError::Kubeconfig {

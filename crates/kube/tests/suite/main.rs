@@ -7,6 +7,7 @@ mod list;
 mod advertise;
 mod apiserver;
 mod hostile_pass_11;
+mod hostile_pass_16;
 mod hostile_pass_8;
 mod kube_lows;
 mod kube_lows2;
