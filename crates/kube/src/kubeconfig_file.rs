@@ -116,7 +116,7 @@ fn read_bounded(path: &Path, what: &str) -> Result<Vec<u8>, KubeconfigFileError>
 
 /// Why a file (`what`) with this owner and mode is not taken: another user owns it, or may
 /// write it (all users, or a group other than root's). The config file's rule.
-fn doubt(meta: &std::fs::Metadata, what: &str) -> Option<String> {
+pub(crate) fn doubt(meta: &std::fs::Metadata, what: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
@@ -184,7 +184,8 @@ pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigFileError> {
 /// The files `kc` names, checked as the kubeconfig itself is ([`read_text`]): the certificate
 /// authority, client certificate and key read here and put in as data (kube-rs reads a named
 /// file whole, once, when the client is made); the token file checked (kube-rs reads it again
-/// each minute: it is rotated); an exec plugin given by a path checked (it runs as this user).
+/// each minute: it is rotated), with the directories it lies in; the commands it runs (an exec
+/// plugin, the gcp auth provider's `cmd-path`) checked by [`crate::exec_command::take_commands`].
 /// An error names the field and the file.
 pub fn take_named_files(kc: &mut Kubeconfig) -> Result<(), KubeconfigFileError> {
     let named =
@@ -220,23 +221,18 @@ pub fn take_named_files(kc: &mut Kubeconfig) -> Result<(), KubeconfigFileError> 
                 a.client_key_data = Some(data("client-key", &p)?.into());
             }
         }
-        if let Some(p) = &a.token_file {
-            read_bounded(Path::new(p), "tokenFile").map_err(|e| named("tokenFile", p, e))?;
-        }
-        if let Some(cmd) = a.exec.as_ref().and_then(|e| e.command.as_deref()) {
-            if cmd.contains(std::path::MAIN_SEPARATOR) {
-                let meta = std::fs::metadata(cmd)
-                    .map_err(|e| named("exec command", cmd, KubeconfigFileError::Io(e)))?;
-                if let Some(why) = doubt(&meta, "exec command") {
-                    return Err(named(
-                        "exec command",
-                        cmd,
-                        KubeconfigFileError::NotTrusted(why),
-                    ));
-                }
-            }
+        if let Some(p) = a.token_file.clone() {
+            read_bounded(Path::new(&p), "tokenFile").map_err(|e| named("tokenFile", &p, e))?;
+            // kube-rs reads it again each minute: the directories it lies in must be root's
+            // too (another user's would let them swap it after this check), and kube-rs is
+            // given the path with its links resolved (seventeenth hostile pass)
+            let real = crate::exec_command::trusted_path("tokenFile", Path::new(&p))?;
+            a.token_file = Some(real.to_string_lossy().into_owned());
         }
     }
+    // the commands it runs (an exec plugin, gcp's `cmd-path`): their directories too, and a
+    // bare name on the PATH (seventeenth hostile pass)
+    crate::exec_command::take_commands(kc)?;
     Ok(())
 }
 

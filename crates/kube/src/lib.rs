@@ -11,6 +11,7 @@
 //! docs/kubernetes.md.
 
 pub mod api_bounds;
+pub mod exec_command;
 pub mod floor;
 pub mod kubeconfig_file;
 pub mod layout;

@@ -8,6 +8,7 @@ mod advertise;
 mod apiserver;
 mod hostile_pass_11;
 mod hostile_pass_16;
+mod hostile_pass_17;
 mod hostile_pass_8;
 mod kube_lows;
 mod kube_lows2;
