@@ -1,0 +1,153 @@
+//! Who the commands the agent launches run as, and whose programs it runs: `[[be]] user`
+//! (and `[lc] user` for `[lc] command`) resolved once at start, and the program a command
+//! names, found as `execvp` finds it, refused when someone other than root, the agent's user
+//! or (for a command run as a non-root `user`) that user could write it. Before, every
+//! command ran as root: a BE process could write its pid into the root group's
+//! `cgroup.procs` and leave its confinement, and a BE program another user could write gave
+//! that user root.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use headroom_control::config::{Config, ConfigError};
+use headroom_host::spawn::RunAs;
+use headroom_types::UserSpec;
+
+/// The file `execvp` would run for `program`: the path itself when it holds a `/`, else the
+/// first executable regular file named `program` in a `PATH` directory.
+pub fn program_path(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return runnable(Path::new(program)).then(|| PathBuf::from(program));
+    }
+    let dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.iter().map(|d| d.join(program)).find(|p| runnable(p))
+}
+
+/// Why the agent must not run `program` (as `execvp` finds it) as uid `runs_as` (`None`: the
+/// agent's own user), or `None` when it may. The file (links followed) must be owned by root,
+/// the agent's user or a non-root `runs_as` (who can run only what it could run anyway), and
+/// writable by none else: not `o+w`, not `g+w` unless its group is root's; the directory it
+/// is in, as spelled and as it resolves, must pass [`crate::trusted_dir::doubt`] for the same
+/// owner (no one else could replace it). A program not found is left to the runnable check.
+pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
+    let path = program_path(program)?;
+    let me = headroom_host::process::effective_uid();
+    let may_own = runs_as.filter(|&u| u != 0).unwrap_or(me);
+    let as_whom = match runs_as {
+        Some(u) => format!("uid {u}"),
+        None => format!("uid {me}, the agent's user"),
+    };
+    let meta = match std::fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("{}: {e}", path.display())),
+    };
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != 0 && meta.uid() != me && meta.uid() != may_own {
+        return Some(format!(
+            "{} is owned by uid {}: that user could change what runs as {as_whom}; chown it to root (or set user to its owner)",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if mode & 0o002 != 0 {
+        return Some(format!(
+            "{} has mode {mode:04o}: any user could change what runs as {as_whom}; chmod o-w it",
+            path.display()
+        ));
+    }
+    if mode & 0o020 != 0 && meta.gid() != 0 {
+        return Some(format!(
+            "{} has mode {mode:04o} with group gid {}: that group's users could change what runs as {as_whom}; chmod g-w it",
+            path.display(),
+            meta.gid()
+        ));
+    }
+    let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    for dir in [path.parent(), real.parent()].into_iter().flatten() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if let Err(doubt) = crate::trusted_dir::doubt(dir, may_own) {
+            return Some(format!(
+                "{} is in a directory others could change ({doubt}): they could replace what runs as {as_whom}; keep it in a directory only root can write",
+                path.display()
+            ));
+        }
+    }
+    None
+}
+
+/// `spec` looked up on this host: the user, or why it cannot be run as.
+pub fn resolve_user(spec: &UserSpec) -> Result<RunAs, String> {
+    match RunAs::resolve(spec) {
+        Ok(Some(user)) => Ok(user),
+        Ok(None) => Err("no such user on this host: give a login name it knows (or a uid)".into()),
+        Err(e) => Err(format!(
+            "looking the user up failed ({e}): give the uid instead"
+        )),
+    }
+}
+
+/// Every `[[be]] user` this host does not know, and every BE or LC command whose program
+/// [`program_refusal`] refuses (for the user it runs as), in the config's errors' form.
+pub fn problems(config: &Config) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    let mut commands = Vec::new();
+    for (i, lc) in config.lcs.iter().enumerate() {
+        let uid = lc
+            .user
+            .as_ref()
+            .and_then(|s| resolve_user(s).ok())
+            .map(|u| u.uid());
+        commands.push((format!("{}.command", config.lc_key(i)), &lc.command, uid));
+    }
+    for (i, be) in config.be.iter().enumerate() {
+        let mut uid = None;
+        if let Some(spec) = &be.user {
+            match resolve_user(spec) {
+                Ok(u) => uid = Some(u.uid()),
+                Err(reason) => out.push(ConfigError::Invalid {
+                    key: format!("be[{i}].user"),
+                    value: format!("{:?}", spec.to_string()),
+                    reason,
+                }),
+            }
+        }
+        commands.push((format!("be[{i}].command"), &be.command, uid));
+    }
+    for (key, command, uid) in commands {
+        if let Some(reason) = command.first().and_then(|p| program_refusal(p, uid)) {
+            out.push(ConfigError::Invalid {
+                key,
+                value: format!("{command:?}"),
+                reason,
+            });
+        }
+    }
+    out
+}
+
+/// The warning said once at start when a BE command runs as root (no `[[be]] user`): the
+/// names of those BE groups, or `None`.
+pub fn root_be_warning(config: &Config) -> Option<String> {
+    let root: Vec<&str> = config
+        .be
+        .iter()
+        .filter(|b| !b.command.is_empty() && b.user.is_none())
+        .map(|b| b.name.as_str())
+        .collect();
+    (!root.is_empty()).then(|| {
+        format!(
+            "BE runs as root: it can leave its group; set [[be]] user (BE {})",
+            root.join(", ")
+        )
+    })
+}
