@@ -151,3 +151,70 @@ pub fn root_be_warning(config: &Config) -> Option<String> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The rule on the program file and its directory; relaxed for a non-root user's own.
+    #[test]
+    fn a_program_others_could_change_is_refused() {
+        if headroom_host::process::effective_uid() != 0 {
+            return eprintln!("SKIP a_program_others_could_change_is_refused: needs root (chown)");
+        }
+        assert_eq!(program_refusal("sh", None), None);
+        assert_eq!(
+            program_refusal("bu-no-such-program", None),
+            None,
+            "left to not_runnable"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(dir.path(), 0o755);
+        let job = dir.path().join("job");
+        std::fs::write(&job, "#!/bin/sh\n").unwrap();
+        let path = job.to_str().unwrap();
+        mode(&job, 0o755);
+        assert_eq!(program_refusal(path, None), None);
+        mode(&job, 0o757);
+        assert!(program_refusal(path, None).unwrap().contains("chmod o-w"));
+        mode(&job, 0o775);
+        std::os::unix::fs::chown(&job, None, Some(65534)).unwrap();
+        assert!(program_refusal(path, None).unwrap().contains("chmod g-w"));
+        mode(&job, 0o755);
+        std::os::unix::fs::chown(&job, Some(65534), Some(0)).unwrap();
+        let why = program_refusal(path, None).unwrap();
+        assert!(why.contains("owned by uid 65534"), "{why}");
+        assert_eq!(
+            program_refusal(path, Some(65534)),
+            None,
+            "its owner runs it"
+        );
+        assert!(
+            program_refusal(path, Some(0)).is_some(),
+            "root named: as root"
+        );
+        std::os::unix::fs::chown(&job, Some(0), Some(0)).unwrap();
+        mode(dir.path(), 0o777);
+        let why = program_refusal(path, None).unwrap();
+        assert!(why.contains("directory others could change"), "{why}");
+    }
+
+    #[test]
+    fn root_be_is_said_by_name() {
+        let text = |user: &str| {
+            format!(
+                "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\n{user}\n[policy]\nkind = \"static-cores\"\n"
+            )
+        };
+        let root = Config::from_toml_str(&text("")).unwrap();
+        let said = root_be_warning(&root).unwrap();
+        assert!(said.starts_with("BE runs as root: it can leave its group; set [[be]] user"));
+        assert!(said.contains("batch"), "{said}");
+        let nobody = Config::from_toml_str(&text("user = \"nobody\"")).unwrap();
+        assert_eq!(root_be_warning(&nobody), None);
+    }
+}

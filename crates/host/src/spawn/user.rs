@@ -99,3 +99,29 @@ impl RunAs {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_resolve_by_name_and_by_uid_without_an_entry() {
+        let none = RunAs::resolve(&UserSpec::name("bu-no-such-user").unwrap()).unwrap();
+        assert_eq!(none, None, "a name the host lacks");
+        let bare = RunAs::resolve(&UserSpec::uid(3_999_999).unwrap())
+            .unwrap()
+            .expect("a bare uid runs");
+        assert_eq!(
+            (bare.uid(), bare.gid(), bare.groups()),
+            (3_999_999, NO_ENTRY_GID, vec![])
+        );
+        assert!(bare.env().is_empty(), "no passwd entry: no HOME or USER");
+        let root = RunAs::resolve(&UserSpec::name("root").unwrap())
+            .unwrap()
+            .expect("root is known");
+        assert_eq!((root.uid(), root.gid()), (0, 0));
+        assert!(root
+            .env()
+            .contains(&("USER".to_string(), "root".to_string())));
+    }
+}
