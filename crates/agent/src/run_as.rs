@@ -96,6 +96,20 @@ pub fn resolve_user(spec: &UserSpec) -> Result<RunAs, String> {
     }
 }
 
+/// The user a command runs as (`key`: `be[i].user`, `lc.user`): `None` when `spec` is; an
+/// error, never a fall back to root, when the host does not know it (the start checked it
+/// already; a user removed since is refused here).
+pub fn user_for(key: &str, spec: Option<&UserSpec>) -> Result<Option<RunAs>, ConfigError> {
+    spec.map(|spec| {
+        resolve_user(spec).map_err(|reason| ConfigError::Invalid {
+            key: key.to_string(),
+            value: format!("{:?}", spec.to_string()),
+            reason,
+        })
+    })
+    .transpose()
+}
+
 /// Every `[[be]] user` this host does not know, and every BE or LC command whose program
 /// [`program_refusal`] refuses (for the user it runs as), in the config's errors' form.
 pub fn problems(config: &Config) -> Vec<ConfigError> {

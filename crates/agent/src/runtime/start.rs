@@ -268,10 +268,7 @@ impl Agent {
                             &lc.name,
                             &lc.command,
                             &lc.cgroup,
-                            lc.user
-                                .as_ref()
-                                .and_then(|u| crate::run_as::resolve_user(u).ok())
-                                .as_ref(),
+                            crate::run_as::user_for("lc.user", lc.user.as_ref())?.as_ref(),
                         )?);
                     }
                 }
@@ -451,11 +448,10 @@ impl Agent {
                 b.restart_backoff_ms,
                 b.restart_backoff_max_ms,
             )
-            .run_as(
-                b.user
-                    .as_ref()
-                    .and_then(|u| crate::run_as::resolve_user(u).ok()),
-            );
+            .run_as(crate::run_as::user_for(
+                &format!("be[{i}].user"),
+                b.user.as_ref(),
+            )?);
             // A restart for this group when the state file records it as a BE group (the
             // config's other groups may have changed: fifth hostile pass).
             let recorded = previous.filter(|p| p.records_be(&g));
