@@ -7,6 +7,7 @@ pub mod group_lock;
 pub mod linux_node;
 mod made_dirs;
 pub mod publish;
+pub mod run_as;
 pub mod runtime;
 pub mod sensors;
 pub mod socket_file;

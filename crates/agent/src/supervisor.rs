@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_host::spawn::{Gated, StartIn};
+use headroom_host::spawn::{Gated, RunAs, StartIn};
 use headroom_host::{Backend, Cgroups, Controller};
 use headroom_types::GroupPath;
 
@@ -74,6 +74,8 @@ pub struct Supervised {
     /// Processes found in the group at a first start, launched by no agent: confined as BE,
     /// never killed (stopping the command spares them).
     pub spared: std::collections::BTreeSet<i32>,
+    /// Who the command runs as (`[[be]] user`); `None`: the agent's user (root).
+    user: Option<RunAs>,
 }
 
 impl Supervised {
@@ -101,7 +103,22 @@ impl Supervised {
             last_exit: None,
             oom_kills: None,
             spared: Default::default(),
+            user: None,
         }
+    }
+
+    /// The command runs as `user` (`[[be]] user`), at every start and restart; a process
+    /// an earlier agent left is adopted only when it runs as that user.
+    pub fn run_as(mut self, user: Option<RunAs>) -> Supervised {
+        self.user = user;
+        self
+    }
+
+    /// The uid the command runs as: its user's, else the agent's.
+    pub fn uid(&self) -> u32 {
+        self.user
+            .as_ref()
+            .map_or_else(headroom_host::process::effective_uid, RunAs::uid)
     }
 
     /// The running process's pid.
@@ -120,7 +137,15 @@ impl Supervised {
         let in_group = cgroups
             .procs(&self.group)
             .is_ok_and(|p| p.contains(&(pid as i32)));
-        if alive && in_group {
+        // With a `user`, one that runs as another (the config's `user` changed, or the
+        // earlier agent ran it as root) is not adopted: it is stopped and the command started
+        // again as its user. Without one, any is adopted, as before.
+        let uids = headroom_host::pids::uids(std::path::Path::new("/"), pid);
+        let want = self.uid();
+        if alive && in_group && self.user.is_some() && uids.is_some_and(|u| u != (want, want)) {
+            tracing::warn!(name = %self.name, pid, uids = ?uids, want,
+                "the previous agent's BE command runs as another user than the config's: not adopted (stopped, started again)");
+        } else if alive && in_group {
             self.adopted = Some(pid);
             self.oom_kills = oom_kills(cgroups, &self.group);
             self.started = Some(Instant::now());
@@ -132,9 +157,15 @@ impl Supervised {
     /// Starts the command in its group.
     pub fn start(&mut self, cgroups: &Cgroups) -> Result<u32, LaunchError> {
         self.oom_kills = oom_kills(cgroups, &self.group);
-        let pid = launch_gated(cgroups, &self.name, &self.command, &self.group)?;
+        let pid = launch_gated(
+            cgroups,
+            &self.name,
+            &self.command,
+            &self.group,
+            self.user.as_ref(),
+        )?;
         let child = pid as i32;
-        tracing::info!(name = %self.name, pid, group = %self.group, command = ?self.command, "started");
+        tracing::info!(name = %self.name, pid, group = %self.group, command = ?self.command, uid = self.uid(), "started");
         self.child = Some(child);
         self.adopted = None;
         self.started = Some(Instant::now());
@@ -323,12 +354,14 @@ pub fn kill_group_except(
     }
 }
 
-/// Spawns `command` so that it runs inside `group` from its first instruction (see module doc).
+/// Spawns `command` so that it runs inside `group` from its first instruction (see module doc),
+/// as `user` when given (`[lc] user`), else as the agent's user.
 pub fn launch_in_group(
     cgroups: &Cgroups,
     name: &str,
     command: &[String],
     group: &GroupPath,
+    user: Option<&RunAs>,
 ) -> Result<Child, LaunchError> {
     let Some((program, args)) = command.split_first() else {
         return Err(LaunchError::Empty {
@@ -345,8 +378,13 @@ pub fn launch_in_group(
         .filter(|(b, _)| matches!(b, Backend::V1(_)))
         .filter(|(b, _)| Some(b.mount().to_path_buf()) != freezer_mount)
         .fold(StartIn::parent(), |start, (_, dir)| start.in_group(&dir));
+    let early = match user {
+        Some(u) => early.as_user(u.clone()),
+        None => early,
+    };
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).process_group(0);
+    cmd.envs(user.map(RunAs::env).unwrap_or_default());
     early
         .apply(&mut cmd)
         .map_err(|source| LaunchError::Prepare {
@@ -384,7 +422,8 @@ fn reap(pid: i32) -> Option<String> {
     headroom_host::process::reap(pid, false).map(|end| end.to_string())
 }
 
-/// Forks `command` behind a gate ([`Gated`]), marked [`BE_OWNER_ENV`]`=<group>`: the child
+/// Forks `command` behind a gate ([`Gated`]), marked [`BE_OWNER_ENV`]`=<group>`, to run as
+/// `user` when given (it becomes that user once placed, just before it execs): the child
 /// drops every fd it inherited and waits;
 /// the agent moves it into every hierarchy of `group` (a frozen group freezes it where it
 /// waits) and then opens the gate, and the child execs. Moving it only once it has dropped its
@@ -397,6 +436,7 @@ pub fn launch_gated(
     name: &str,
     command: &[String],
     group: &GroupPath,
+    user: Option<&RunAs>,
 ) -> Result<u32, LaunchError> {
     let spawn_err = |source: std::io::Error| LaunchError::Spawn {
         name: name.to_string(),
@@ -409,8 +449,9 @@ pub fn launch_gated(
             name: name.to_string(),
         });
     }
-    let marker = [(BE_OWNER_ENV.to_string(), group.to_string())];
-    let child = Gated::fork_with_env(command, &marker).map_err(spawn_err)?;
+    let mut env = user.map(RunAs::env).unwrap_or_default();
+    env.push((BE_OWNER_ENV.to_string(), group.to_string()));
+    let child = Gated::fork_as(command, &env, user).map_err(spawn_err)?;
     // Bounded: a child that does not say it dropped the agent's fds is not placed.
     if !child.wait_ready(Duration::from_secs(5)) {
         child.kill();

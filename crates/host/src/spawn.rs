@@ -24,7 +24,9 @@ use std::process::Command;
 use crate::error::{HostError, Result};
 
 mod gate;
+mod user;
 pub use gate::Gated;
+pub use user::{RunAs, NO_ENTRY_GID};
 
 /// A capability a child can be started without (`linux/capability.h` numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,7 @@ pub struct StartIn {
     without: Vec<Capability>,
     cpu: Option<usize>,
     nice: Option<i32>,
+    user: Option<RunAs>,
 }
 
 impl StartIn {
@@ -66,6 +69,13 @@ impl StartIn {
     /// At nice value `nice` (-20..=19; the kernel clamps what lies beyond).
     pub fn at_nice(mut self, nice: i32) -> StartIn {
         self.nice = Some(nice);
+        self
+    }
+
+    /// As `user` (set last, after the groups, capabilities, CPU and nice value, which need
+    /// the parent's privileges): see [`RunAs`].
+    pub fn as_user(mut self, user: RunAs) -> StartIn {
+        self.user = Some(user);
         self
     }
 
@@ -113,6 +123,7 @@ impl StartIn {
             .collect::<Result<_>>()?;
         let caps: Vec<u32> = self.without.iter().map(|&c| c as u32).collect();
         let (cpu, nice) = (self.cpu, self.nice);
+        let user = self.user.clone();
         let step = move || -> io::Result<()> {
             for procs in &procs {
                 join_group(procs)?;
@@ -129,10 +140,13 @@ impl StartIn {
                     return Err(io::Error::last_os_error());
                 }
             }
+            if let Some(user) = &user {
+                user.become_it()?;
+            }
             Ok(())
         };
         // SAFETY: the step makes only async-signal-safe calls (open, write, close, prctl,
-        // capget, capset, sched_setaffinity, setpriority) on data prepared before the fork, and
+        // capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid) on data prepared before the fork, and
         // allocates nothing.
         unsafe { cmd.pre_exec(step) };
         Ok(())

@@ -21,6 +21,7 @@ mod publish;
 mod requests;
 mod start;
 mod start_files;
+mod start_locks;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

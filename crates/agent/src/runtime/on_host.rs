@@ -67,6 +67,7 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
         }
     }
     problems.extend(io_device_problems(root, config));
+    problems.extend(crate::run_as::problems(config));
     into_result(problems)
 }
 

@@ -28,7 +28,7 @@ use crate::sensors::Sensors;
 use crate::state::{self, AgentState, StateLock};
 use crate::supervisor::Supervised;
 use headroom_control::actuation::{Actuation, ManagedGroups};
-use headroom_control::config::{Config, ConfigError};
+use headroom_control::config::ConfigError;
 use headroom_control::controller::Controller;
 use headroom_control::policy;
 use headroom_types::allocation::Allocation;
@@ -66,8 +66,8 @@ impl Agent {
         let group_lock = if options.dry_run {
             None
         } else {
-            let lock = lock_groups(&options, &config, &cgroups)?;
-            refuse_foreign_lc_pids(&options.root, &config, &cgroups, &lock)?;
+            let lock = super::start_locks::lock_groups(&options, &config, &cgroups)?;
+            super::start_locks::refuse_foreign_lc_pids(&options.root, &config, &cgroups, &lock)?;
             Some(lock)
         };
         let cpus: Vec<u32> = host
@@ -110,7 +110,7 @@ impl Agent {
             super::earlier::Earlier::default()
         } else {
             super::earlier::plan(recorded.as_ref(), &groups, &lc_groups, |dropped| {
-                lock_group_set(&options, &config, &cgroups, dropped.iter())
+                super::start_locks::lock_group_set(&options, &config, &cgroups, dropped.iter())
             })?
         };
         let stop: StopFlag = Arc::new(AtomicBool::new(false));
@@ -268,6 +268,7 @@ impl Agent {
                             &lc.name,
                             &lc.command,
                             &lc.cgroup,
+                            crate::run_as::user_for("lc.user", lc.user.as_ref())?.as_ref(),
                         )?);
                     }
                 }
@@ -359,6 +360,9 @@ impl Agent {
         if let Some(w) = headroom_control::config::policy_without_knob(&agent.config) {
             tracing::warn!("{w}");
         }
+        if let Some(w) = crate::run_as::root_be_warning(&agent.config) {
+            tracing::warn!("{w}");
+        }
         if agent.config.kubernetes.discover {
             let node = agent
                 .config
@@ -443,7 +447,11 @@ impl Agent {
                 b.restart,
                 b.restart_backoff_ms,
                 b.restart_backoff_max_ms,
-            );
+            )
+            .run_as(crate::run_as::user_for(
+                &format!("be[{i}].user"),
+                b.user.as_ref(),
+            )?);
             // A restart for this group when the state file records it as a BE group (the
             // config's other groups may have changed: fifth hostile pass).
             let recorded = previous.filter(|p| p.records_be(&g));
@@ -513,83 +521,6 @@ impl Agent {
         );
         stop_threads(&self.stop, std::mem::take(&mut self.threads));
     }
-}
-
-/// Locks every directory of every group this agent manages (LC and BE, in each hierarchy).
-fn lock_groups(
-    options: &AgentOptions,
-    config: &Config,
-    cgroups: &headroom_host::Cgroups,
-) -> Result<state::GroupLock, AgentError> {
-    lock_group_set(
-        options,
-        config,
-        cgroups,
-        config
-            .lcs
-            .iter()
-            .map(|l| &l.cgroup)
-            .chain(config.be.iter().map(|b| &b.cgroup)),
-    )
-}
-
-/// Locks every directory of `groups` for this agent (see [`lock_groups`]).
-fn lock_group_set<'a>(
-    options: &AgentOptions,
-    config: &Config,
-    cgroups: &headroom_host::Cgroups,
-    groups: impl IntoIterator<Item = &'a headroom_types::GroupPath>,
-) -> Result<state::GroupLock, AgentError> {
-    let (dirs, above) = crate::group_lock::lock_keys(cgroups, groups);
-    let holder = headroom_types::control::LockHolder {
-        pid: std::process::id(),
-        config: options
-            .config_path
-            .as_ref()
-            .map(|p| {
-                std::fs::canonicalize(p)
-                    .unwrap_or_else(|_| p.clone())
-                    .display()
-                    .to_string()
-            })
-            .unwrap_or_default(),
-        socket: config.api.socket.clone(),
-        state_file: config.safety.state_file.clone(),
-        groups: Vec::new(),
-    };
-    Ok(state::GroupLock::acquire_nested(
-        &state::lock_dir(&options.root),
-        &dirs,
-        &above,
-        holder,
-    )?)
-}
-
-/// Refuses the start when an LC pid of the config sits in a group another live agent
-/// manages (its LC or BE group, or one inside them): moving it would take it from that agent,
-/// and a BE process moved into this agent's LC group escapes that agent's freeze (third
-/// hostile pass, issue 42).
-fn refuse_foreign_lc_pids(
-    root: &Path,
-    config: &Config,
-    cgroups: &headroom_host::Cgroups,
-    lock: &state::GroupLock,
-) -> Result<(), AgentError> {
-    for lc in &config.lcs {
-        for pid in &lc.pids {
-            let text = headroom_host::pids::cgroup_text(root, *pid);
-            for dir in cgroups.process_dirs(&lc.cgroup, &text) {
-                if let Some((lock_file, holder)) = lock.foreign_holder(&dir) {
-                    return Err(AgentError::State(state::StateError::Held {
-                        what: format!("LC {} pid {pid}, in group {},", lc.name, dir.display()),
-                        lock: lock_file,
-                        holder,
-                    }));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn stop_threads(stop: &StopFlag, threads: Vec<JoinHandle<()>>) {

@@ -8,6 +8,7 @@ mod servers;
 mod support;
 
 mod be_command_dies;
+mod be_user;
 mod config_file;
 mod ctl_set_checks;
 mod ctl_wake;

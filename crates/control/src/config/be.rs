@@ -1,7 +1,7 @@
 //! `[[be]]`: the best-effort groups.
 
 use crate::config::{invalid, LcConfig, Problems};
-use headroom_types::GroupPath;
+use headroom_types::{GroupPath, UserSpec};
 use serde::{Deserialize, Serialize};
 
 /// `[[be]]`: one best-effort group.
@@ -13,6 +13,11 @@ pub struct BeConfig {
     /// Optional command the agent launches in the group and owns.
     #[serde(default)]
     pub command: Vec<String>,
+    /// The user `command` runs as (a login name or a uid; its primary group and
+    /// supplementary groups with it). Unset: as the agent's user (root), which can leave its
+    /// groups; said once at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserSpec>,
     /// Restart the command when it dies, with exponential backoff.
     #[serde(default = "default_true")]
     pub restart: bool,
@@ -30,6 +35,7 @@ impl BeConfig {
             name: name.to_string(),
             cgroup,
             command,
+            user: None,
             restart: default_true(),
             restart_backoff_ms: default_backoff_ms(),
             restart_backoff_max_ms: default_backoff_max_ms(),
@@ -104,6 +110,13 @@ pub(crate) fn validate_be(groups: &[BeConfig], lcs: &[LcConfig], p: &mut Problem
                     "overlaps the LC group {:?}{whose}: {how}",
                     lc.cgroup.as_str()
                 ),
+            ));
+        }
+        if let (Some(user), true) = (&be.user, be.command.is_empty()) {
+            p.push(invalid(
+                &format!("be[{i}].user"),
+                user.to_string(),
+                "names who runs the BE command, and there is none: set command or remove user",
             ));
         }
         // The key that is wrong by its own name (a 0 backoff was reported as the max's).

@@ -124,3 +124,30 @@ fn two_bad_types_in_one_section_are_both_named() {
     assert!(msg.contains("lc.load.peak_qps"), "{msg}");
     assert!(msg.contains("lc.slo.target_us"), "{msg}");
 }
+
+/// `[[be]] user` on a BE without `command` names who runs nothing: refused with its key, beside
+/// the config's other problems; with a command it is taken, by name or uid.
+#[test]
+fn a_be_user_without_a_command_is_refused_with_the_rest() {
+    let text = GOOD.replacen(
+        "cgroup = \"headroom/be\"",
+        "cgroup = \"headroom/be\"\nuser = \"nobody\"\nrestart_backoff_ms = 0",
+        1,
+    );
+    let msg = refuse(&text);
+    assert!(msg.contains("be[0].user"), "{msg}");
+    assert!(msg.contains("set command or remove user"), "{msg}");
+    assert!(
+        msg.contains("be[0].restart_backoff_ms"),
+        "both at once: {msg}"
+    );
+    for user in ["\"nobody\"", "65534"] {
+        let text = GOOD.replacen(
+            "cgroup = \"headroom/be\"",
+            &format!("cgroup = \"headroom/be\"\ncommand = [\"sleep\", \"1\"]\nuser = {user}"),
+            1,
+        );
+        let config = Config::from_toml_str(&text).expect("a BE user with a command");
+        assert!(config.be[0].user.is_some());
+    }
+}

@@ -37,6 +37,18 @@ impl Gated {
     /// variable named there replaces this process's). `InvalidInput` also for a name or
     /// value holding a NUL byte or a name holding `=`.
     pub fn fork_with_env(argv: &[String], env: &[(String, String)]) -> io::Result<Gated> {
+        Gated::fork_as(argv, env, None)
+    }
+
+    /// [`Gated::fork_with_env`], the command run as `user` when given: the child becomes it
+    /// (setgroups, setgid, setuid) once the gate opens, just before it execs, so it is placed
+    /// while still the parent's; a child that cannot become it exits with status 126
+    /// without running the command.
+    pub fn fork_as(
+        argv: &[String],
+        env: &[(String, String)],
+        user: Option<&super::RunAs>,
+    ) -> io::Result<Gated> {
         let invalid = |e: std::ffi::NulError| io::Error::new(io::ErrorKind::InvalidInput, e);
         if env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
             return Err(io::Error::new(
@@ -96,7 +108,7 @@ impl Gated {
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
         // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
-        // close, execvp or execvpe, _exit) on data prepared before the fork.
+        // close, setgroups, setgid, setuid, execvp or execvpe, _exit) on data prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = io::Error::last_os_error();
@@ -124,6 +136,9 @@ impl Gated {
                 let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
                 if null >= 0 {
                     libc::dup2(null, 0);
+                }
+                if user.is_some_and(|u| u.become_it().is_err()) {
+                    libc::_exit(126); // never run the command as the parent's user instead
                 }
                 if envp.is_some() {
                     libc::execvpe(ptrs[0], ptrs.as_ptr(), envp_ptrs.as_ptr());
