@@ -4,7 +4,7 @@
 //! whole exchange, and the directories a start made in hierarchies where its groups were
 //! missing removed at exit. Root for the cgroup and other-uid parts (skipped otherwise).
 
-use crate::live;
+mod live;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, Read, Write};

@@ -2,7 +2,7 @@
 //! static-cores cpuset naming CPUs this machine lacks was accepted live though refused at
 //! start. Needs root (cgroups); prints SKIP otherwise.
 
-use crate::live;
+mod live;
 
 use std::time::Duration;
 

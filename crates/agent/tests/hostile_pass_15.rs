@@ -2,7 +2,7 @@
 //! of users may write, and a pid file written by the LC's (unprivileged) user that names one
 //! of root's processes. Root for the other user's part (skipped otherwise).
 
-use crate::live;
+mod live;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! otherwise.
 
 #[allow(dead_code)]
-use crate::live;
+mod live;
 
 use std::path::Path;
 use std::time::Duration;

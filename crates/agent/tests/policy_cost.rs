@@ -1,7 +1,7 @@
 //! CPU cost of one decision, per policy, bare and inside the safety wrapper. A benchmark that
 //! prints figures (ignored by default):
 //!
-//! `cargo test -p headroom-agent --release --test suite -- policy_cost:: --ignored --nocapture`
+//! `cargo test -p headroom-agent --release --test policy_cost -- --ignored --nocapture`
 
 use std::time::Duration;
 

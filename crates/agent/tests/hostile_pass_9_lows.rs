@@ -5,7 +5,7 @@
 //! cgroups) and print SKIP otherwise.
 
 #[allow(dead_code)]
-use crate::live;
+mod live;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! SKIP otherwise.
 
 #[allow(dead_code)]
-use crate::live;
+mod live;
 
 use std::time::Duration;
 

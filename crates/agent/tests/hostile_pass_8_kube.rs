@@ -3,7 +3,7 @@
 //! the groups are `hp8b-*`, removed (processes killed first) by a guard, also when a test fails.
 //! The discovery's sets are sent by the test itself (the binary connects headroom-kube).
 
-use crate::live;
+mod live;
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! otherwise; their groups are `hp8a-*`, removed (processes killed first) by a guard, also when
 //! a test fails.
 
-use crate::live;
+mod live;
 
 use std::os::unix::fs::symlink;
 use std::os::unix::net::{UnixListener, UnixStream};

@@ -11,7 +11,7 @@
 //!   being stopped: each change left a sensor thread running for the agent's life.
 
 #[allow(dead_code)] // not every helper of `live` is used here
-use crate::live;
+mod live;
 
 use std::path::Path;
 use std::time::Duration;
