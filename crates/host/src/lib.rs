@@ -49,6 +49,7 @@
 //! HostError: every error names the path / target, the value and the errno.
 //! ```
 
+pub mod accounts;
 pub mod bpf;
 pub mod bpf_asm;
 pub mod bpf_sys;

@@ -125,12 +125,12 @@ pub fn effective_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
-/// The uid of the login name `name` on this host (the password database, through NSS:
-/// `/etc/passwd`, LDAP...); `Ok(None)` when no such user exists.
+/// The uid of the login name `name` in this host's `/etc/passwd` (read directly, not through
+/// NSS: see [`crate::accounts`]); `Ok(None)` when it lists no such user.
 pub fn uid_of_user(name: &str) -> std::io::Result<Option<u32>> {
-    nix::unistd::User::from_name(name)
-        .map(|u| u.map(|u| u.uid.as_raw()))
-        .map_err(std::io::Error::from)
+    Ok(crate::accounts::Accounts::system()
+        .user_by_name(name)?
+        .map(|e| e.uid))
 }
 
 /// How a child of this process ended.

@@ -1,6 +1,7 @@
 //! Who a started child runs as (`[[be]] user`, `[lc] user`): looked up in the parent (the
-//! passwd entry, the supplementary groups), applied in the child just before it execs with
-//! `setgroups`, `setgid` and `setuid` (async-signal-safe, on data prepared before the fork).
+//! passwd entry and the supplementary groups, from the files: [`crate::accounts`]), applied in
+//! the child just before it execs with `setgroups`, `setgid` and `setuid` (async-signal-safe,
+//! on data prepared before the fork).
 
 use std::io;
 use std::path::PathBuf;
@@ -28,35 +29,36 @@ impl RunAs {
     /// Looks `spec` up on this host: `Ok(None)` for a name the host does not know. A uid with
     /// no passwd entry runs with gid [`NO_ENTRY_GID`] and no supplementary groups.
     pub fn resolve(spec: &UserSpec) -> io::Result<Option<RunAs>> {
+        let accounts = crate::accounts::Accounts::system();
         let entry = match spec {
-            UserSpec::Name(n) => match nix::unistd::User::from_name(n).map_err(io::Error::from)? {
-                Some(u) => u,
+            UserSpec::Name(n) => match accounts.user_by_name(n)? {
+                Some(e) => e,
                 None => return Ok(None),
             },
-            UserSpec::Uid(u) => {
-                match nix::unistd::User::from_uid(Uid::from_raw(*u)).map_err(io::Error::from)? {
-                    Some(u) => u,
-                    None => {
-                        return Ok(Some(RunAs {
-                            uid: Uid::from_raw(*u),
-                            gid: Gid::from_raw(NO_ENTRY_GID),
-                            groups: Vec::new(),
-                            name: None,
-                            home: None,
-                        }))
-                    }
+            UserSpec::Uid(u) => match accounts.user_by_uid(*u)? {
+                Some(e) => e,
+                None => {
+                    return Ok(Some(RunAs {
+                        uid: Uid::from_raw(*u),
+                        gid: Gid::from_raw(NO_ENTRY_GID),
+                        groups: Vec::new(),
+                        name: None,
+                        home: None,
+                    }))
                 }
-            }
+            },
         };
-        let cname = std::ffi::CString::new(entry.name.as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let groups = nix::unistd::getgrouplist(&cname, entry.gid).map_err(io::Error::from)?;
+        let groups = accounts
+            .groups_of(&entry.name, entry.gid)?
+            .into_iter()
+            .map(Gid::from_raw)
+            .collect();
         Ok(Some(RunAs {
-            uid: entry.uid,
-            gid: entry.gid,
+            uid: Uid::from_raw(entry.uid),
+            gid: Gid::from_raw(entry.gid),
             groups,
             name: Some(entry.name),
-            home: Some(entry.dir),
+            home: Some(entry.home),
         }))
     }
 
