@@ -134,7 +134,11 @@ mod tests {
         let m = a.user_by_name("memcache").unwrap().unwrap();
         assert_eq!((m.uid, m.gid), (105, 111));
         assert_eq!(a.user_by_uid(65534).unwrap().unwrap().name, "nobody");
-        assert_eq!(a.user_by_name("broken").unwrap(), None, "a bad uid is no entry");
+        assert_eq!(
+            a.user_by_name("broken").unwrap(),
+            None,
+            "a bad uid is no entry"
+        );
         assert_eq!(a.user_by_name("nis").unwrap(), None);
         assert_eq!(a.user_by_name("ghost").unwrap(), None);
         assert_eq!(a.groups_of("memcache", 111).unwrap(), vec![111, 4]);
