@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use kube::config::Kubeconfig;
 
-use crate::kubeconfig_file::{doubt, KubeconfigFileError};
+use crate::file_trust::{doubt, KubeconfigFileError};
 
 /// The absolute path, links resolved, of the program `cmd` names (`field`: the kubeconfig's
 /// field, for the error), looked up as `Command::new` does with `path` as the `PATH`, when it

@@ -19,47 +19,8 @@ use std::path::Path;
 
 use kube::config::Kubeconfig;
 
-/// The largest kubeconfig read: 1 MiB. A kubeconfig is a few KiB (a cluster's CA and a client
-/// certificate embedded as base64 are ~2 KiB each), so this holds hundreds of clusters.
-pub const MAX_KUBECONFIG_BYTES: u64 = 1 << 20;
-
-/// Why a kubeconfig file was not taken (the caller names the path).
-#[derive(Debug, thiserror::Error)]
-pub enum KubeconfigFileError {
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("not a regular file (a {0}): a kubeconfig is a file")]
-    NotRegular(&'static str),
-    #[error("{0} bytes, more than the {MAX_KUBECONFIG_BYTES} bytes (1 MiB) a kubeconfig (or a file it names) may have")]
-    TooLarge(u64),
-    #[error("not UTF-8 (nor UTF-16 with a byte order mark)")]
-    NotText,
-    #[error("{0}")]
-    Parse(String),
-    /// Another user could have chosen what it holds (its owner or mode say so).
-    #[error("{0}")]
-    NotTrusted(String),
-    /// A file the kubeconfig names (`key`: its field) that is not taken.
-    #[error("its {key} {path}: {source}")]
-    Named {
-        key: &'static str,
-        path: String,
-        source: Box<KubeconfigFileError>,
-    },
-}
-
-impl KubeconfigFileError {
-    /// The file is not one a kubeconfig can be (its kind or size), whatever it holds.
-    pub fn is_kind(&self) -> bool {
-        matches!(
-            self,
-            KubeconfigFileError::NotRegular(_)
-                | KubeconfigFileError::TooLarge(_)
-                | KubeconfigFileError::NotTrusted(_)
-                | KubeconfigFileError::Named { .. }
-        )
-    }
-}
+use crate::file_trust::doubt;
+pub use crate::file_trust::{KubeconfigFileError, MAX_KUBECONFIG_BYTES};
 
 /// What a file that is not a regular one is, in words.
 fn kind_of(ft: std::fs::FileType) -> &'static str {
@@ -112,34 +73,6 @@ fn read_bounded(path: &Path, what: &str) -> Result<Vec<u8>, KubeconfigFileError>
     }
     drop::<File>(file);
     Ok(bytes)
-}
-
-/// Why a file (`what`) with this owner and mode is not taken: another user owns it, or may
-/// write it (all users, or a group other than root's). The config file's rule.
-pub(crate) fn doubt(meta: &std::fs::Metadata, what: &str) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    let mode = meta.mode() & 0o7777;
-    let fix;
-    let why = if meta.uid() != 0 && meta.uid() != me {
-        fix = "chown it to root";
-        format!("owned by uid {}", meta.uid())
-    } else if mode & 0o002 != 0 {
-        fix = "chmod o-w it";
-        format!("mode {mode:04o}: any user could write it")
-    } else if mode & 0o020 != 0 && meta.gid() != 0 {
-        fix = "chmod g-w it";
-        format!(
-            "mode {mode:04o} with group gid {}: that group's users could write it",
-            meta.gid()
-        )
-    } else {
-        return None;
-    };
-    Some(format!(
-        "{why}: another user would choose the {what} this process (uid {me}) uses to reach the API server (a kubeconfig also names a command it runs); {fix}"
-    ))
 }
 
 /// As kube-rs's reader: UTF-16 (either order) or UTF-8 after a byte order mark, else UTF-8.

@@ -12,6 +12,7 @@
 
 pub mod api_bounds;
 pub mod exec_command;
+pub mod file_trust;
 pub mod floor;
 pub mod kubeconfig_file;
 pub mod layout;
