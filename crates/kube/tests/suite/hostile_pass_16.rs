@@ -4,8 +4,9 @@
 //! a bound or a check (a FIFO hung the start). Each is now refused by name, before anything is
 //! run or read whole.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+
+use crate::as_root::{chmod, is_root};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -34,21 +35,8 @@ fn start(path: &Path) -> Result<String, String> {
     })
 }
 
-fn is_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIP {test}: needs root (files owned by uid 65534)");
-    }
-    root
-}
-
 fn chown(path: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-}
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A kubeconfig for a server nobody answers on, its user given by `user` (YAML lines).

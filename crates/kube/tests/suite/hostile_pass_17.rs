@@ -6,8 +6,9 @@
 //! credential), nor a bare name looked up on the `PATH`. Each is now refused by name, before
 //! anything runs.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+
+use crate::as_root::{chmod, is_root};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -30,19 +31,6 @@ fn start(path: &Path) -> String {
     });
     rx.recv_timeout(Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("the start with {} did not end in 20 s: {e}", path.display()))
-}
-
-fn is_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIP {test}: needs root (files owned by uid 65534)");
-    }
-    root
-}
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A root kubeconfig (0600) at `kc` for a server nobody answers on, its user given by `user`.

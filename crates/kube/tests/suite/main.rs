@@ -1,6 +1,8 @@
 //! The kube crate's integration tests in one binary; each module is one room. hostile_pass_10.rs
 //! stays beside this directory: it installs a process-wide tracing subscriber.
 
+#[path = "support/as_root.rs"]
+mod as_root;
 #[path = "support/list.rs"]
 mod list;
 
