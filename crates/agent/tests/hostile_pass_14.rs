@@ -4,6 +4,7 @@
 //! agent takes as the LC when it restarts: another user's process on the LC's port.
 
 mod live;
+use live::procs_of;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -241,22 +242,6 @@ fn listener_as(uid: u32, port: u16) -> Option<(std::process::Child, u16)> {
             None
         }
     }
-}
-
-fn procs_of(group: &str) -> Vec<u32> {
-    std::fs::read_dir("/sys/fs/cgroup")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path().join(group).join("cgroup.procs"))
-                .filter_map(|p| std::fs::read_to_string(p).ok())
-                .flat_map(|t| {
-                    t.lines()
-                        .filter_map(|l| l.trim().parse().ok())
-                        .collect::<Vec<u32>>()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 const STRANGER: &str = "another_users_process_on_the_lcs_port_is_not_taken_as_the_lc";

@@ -3,6 +3,7 @@
 //! of root's processes. Root for the other user's part (skipped otherwise).
 
 mod live;
+use live::procs_of;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -55,22 +56,6 @@ fn sleeper_as(uid: u32) -> live::Children {
         .stdin(std::process::Stdio::null())
         .spawn()
         .expect("spawning sleep")])
-}
-
-fn procs_of(group: &str) -> Vec<u32> {
-    std::fs::read_dir("/sys/fs/cgroup")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path().join(group).join("cgroup.procs"))
-                .filter_map(|p| std::fs::read_to_string(p).ok())
-                .flat_map(|t| {
-                    t.lines()
-                        .filter_map(|l| l.trim().parse().ok())
-                        .collect::<Vec<u32>>()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 const PID_FILE: &str = "a_pid_file_the_lcs_user_writes_cannot_pull_roots_process_into_the_lc";

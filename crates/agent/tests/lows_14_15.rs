@@ -5,6 +5,7 @@
 //! missing removed at exit. Root for the cgroup and other-uid parts (skipped otherwise).
 
 mod live;
+use live::procs_of;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, Read, Write};
@@ -68,22 +69,6 @@ fn listener(uid: u32, socket_uid: u32, port: u16) -> Option<(live::Children, u16
 fn socket_owners(pid: u32, port: u16) -> BTreeSet<u32> {
     headroom_host::pids::listeners(Path::new("/"), port)
         .remove(&pid)
-        .unwrap_or_default()
-}
-
-fn procs_of(group: &str) -> Vec<u32> {
-    std::fs::read_dir("/sys/fs/cgroup")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path().join(group).join("cgroup.procs"))
-                .filter_map(|p| std::fs::read_to_string(p).ok())
-                .flat_map(|t| {
-                    t.lines()
-                        .filter_map(|l| l.trim().parse().ok())
-                        .collect::<Vec<u32>>()
-                })
-                .collect()
-        })
         .unwrap_or_default()
 }
 

@@ -176,3 +176,21 @@ impl Drop for RemoveOnDrop {
         }
     }
 }
+
+/// The processes in `group` in any v1 hierarchy under `/sys/fs/cgroup`.
+#[allow(dead_code)] // not every test that shares this module looks into groups
+pub fn procs_of(group: &str) -> Vec<u32> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().join(group).join("cgroup.procs"))
+                .filter_map(|p| std::fs::read_to_string(p).ok())
+                .flat_map(|t| {
+                    t.lines()
+                        .filter_map(|l| l.trim().parse().ok())
+                        .collect::<Vec<u32>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
