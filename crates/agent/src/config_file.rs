@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::other_writers::{other_writer, OtherWriter};
+
 use headroom_control::config::{Config, ConfigError, KubernetesConfig};
 
 /// Reads, parses and validates the config file at `path`; every error names the file.
@@ -41,27 +43,19 @@ fn read(path: &Path) -> Result<String, ConfigError> {
         return Err(refused("not a regular file".into()));
     }
     let me = headroom_host::process::effective_uid();
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(refused(format!(
-            "owned by uid {}: another user's config would have its BE command run (and its groups managed) as uid {me}; chown it to root",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o002 != 0 {
-        return Err(refused(format!(
-            "mode {:04o}: any user could write it, and its BE command runs as uid {me}; chmod o-w it",
-            meta.mode() & 0o7777
-        )));
-    }
-    // Its group's users could write it too (the agent's directory rule refuses `g+w` as
-    // well; a `root:65534` config of mode 0664 ran its command as root, fifteenth hostile
-    // pass). Root's own group may.
-    if meta.mode() & 0o020 != 0 && meta.gid() != 0 {
-        return Err(refused(format!(
-            "mode {:04o} with group gid {}: that group's users could write it, and its BE command runs as uid {me}; chmod g-w it",
-            meta.mode() & 0o7777,
-            meta.gid()
-        )));
+    // A group other than root's may not write it either: a `root:65534` config of mode 0664
+    // ran its command as root (fifteenth hostile pass).
+    match other_writer(meta.uid(), meta.gid(), meta.mode(), &[me]) {
+        Some(OtherWriter::Owner(uid)) => return Err(refused(format!(
+            "owned by uid {uid}: another user's config would have its BE command run (and its groups managed) as uid {me}; chown it to root"
+        ))),
+        Some(OtherWriter::Everyone { mode }) => return Err(refused(format!(
+            "mode {mode:04o}: any user could write it, and its BE command runs as uid {me}; chmod o-w it"
+        ))),
+        Some(OtherWriter::Group { gid, mode }) => return Err(refused(format!(
+            "mode {mode:04o} with group gid {gid}: that group's users could write it, and its BE command runs as uid {me}; chmod g-w it"
+        ))),
+        None => {}
     }
     if meta.len() > MAX_CONFIG_BYTES {
         return Err(refused(format!(

@@ -13,6 +13,8 @@ use headroom_control::config::{Config, ConfigError};
 use headroom_host::spawn::RunAs;
 use headroom_types::UserSpec;
 
+use crate::other_writers::{other_writer, OtherWriter};
+
 /// The file `execvp` would run for `program`: the path itself when it holds a `/`, else the
 /// first executable regular file named `program` in a `PATH` directory.
 pub fn program_path(program: &str) -> Option<PathBuf> {
@@ -47,26 +49,26 @@ pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
         Ok(m) => m,
         Err(e) => return Some(format!("{}: {e}", path.display())),
     };
-    let mode = meta.mode() & 0o7777;
-    if meta.uid() != 0 && meta.uid() != me && meta.uid() != may_own {
-        return Some(format!(
-            "{} is owned by uid {}: that user could change what runs as {as_whom}; chown it to root (or set user to its owner)",
-            path.display(),
-            meta.uid()
-        ));
-    }
-    if mode & 0o002 != 0 {
-        return Some(format!(
-            "{} has mode {mode:04o}: any user could change what runs as {as_whom}; chmod o-w it",
-            path.display()
-        ));
-    }
-    if mode & 0o020 != 0 && meta.gid() != 0 {
-        return Some(format!(
-            "{} has mode {mode:04o} with group gid {}: that group's users could change what runs as {as_whom}; chmod g-w it",
-            path.display(),
-            meta.gid()
-        ));
+    match other_writer(meta.uid(), meta.gid(), meta.mode(), &[me, may_own]) {
+        Some(OtherWriter::Owner(uid)) => {
+            return Some(format!(
+                "{} is owned by uid {uid}: that user could change what runs as {as_whom}; chown it to root (or set user to its owner)",
+                path.display()
+            ))
+        }
+        Some(OtherWriter::Everyone { mode }) => {
+            return Some(format!(
+                "{} has mode {mode:04o}: any user could change what runs as {as_whom}; chmod o-w it",
+                path.display()
+            ))
+        }
+        Some(OtherWriter::Group { gid, mode }) => {
+            return Some(format!(
+                "{} has mode {mode:04o} with group gid {gid}: that group's users could change what runs as {as_whom}; chmod g-w it",
+                path.display()
+            ))
+        }
+        None => {}
     }
     let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
     for dir in [path.parent(), real.parent()].into_iter().flatten() {

@@ -129,9 +129,8 @@ impl Agent {
         let file = lc.pid_file.as_deref()?;
         let dir = std::path::Path::new(file).parent()?;
         let dir = self.options.root.join(dir.strip_prefix("/").unwrap_or(dir));
-        let others_write = read.mode & 0o002 != 0 || (read.mode & 0o020 != 0 && read.gid != 0);
-        let vouched = (read.uid == 0 || read.uid == me)
-            && !others_write
+        let vouched = crate::other_writers::other_writer(read.uid, read.gid, read.mode, &[me])
+            .is_none()
             && crate::trusted_dir::doubt(&dir, me).is_ok();
         if vouched {
             return None;
