@@ -11,6 +11,7 @@
 //!   being stopped: each change left a sensor thread running for the agent's life.
 
 #[allow(dead_code)] // not every helper of `live` is used here
+#[path = "suite/live/mod.rs"]
 mod live;
 
 use std::path::Path;

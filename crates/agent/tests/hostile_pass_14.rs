@@ -3,6 +3,7 @@
 //! only (no cgroups); root for the other user's part (skipped otherwise). Then what the
 //! agent takes as the LC when it restarts: another user's process on the LC's port.
 
+#[path = "suite/live/mod.rs"]
 mod live;
 use live::procs_of;
 

@@ -1,6 +1,6 @@
 //! The sim crate's integration tests in one binary; each module is one room.
 
-#[path = "../../../agent/tests/support/mod.rs"]
+#[path = "../../../agent/tests/suite/support/mod.rs"]
 mod support;
 
 mod agent_config;

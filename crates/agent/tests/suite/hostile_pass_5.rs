@@ -5,7 +5,7 @@
 //! (cgroups) and print SKIP otherwise; their groups are `hp5-*`, removed (processes killed
 //! first) by a guard, also when a test fails.
 
-mod live;
+use crate::live;
 
 use std::time::Duration;
 

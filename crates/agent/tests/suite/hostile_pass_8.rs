@@ -3,7 +3,7 @@
 //! otherwise; their groups are `hp8a-*`, removed (processes killed first) by a guard, also when
 //! a test fails.
 
-mod live;
+use crate::live;
 
 use std::os::unix::fs::symlink;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -72,6 +72,7 @@ fn refused_start(text: &str, log: Option<&Path>, keys: &[&str]) {
 /// temporary file. Refused at start, before anything is made.
 #[test]
 fn two_paths_naming_one_file_through_a_link_refuse_the_start() {
+    let _lc = live::this_process_as_the_lc();
     let d = tempfile::tempdir().unwrap();
     let real = d.path().join("real");
     std::fs::create_dir(&real).unwrap();

@@ -3,7 +3,7 @@
 //! otherwise.
 
 #[allow(dead_code)]
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,6 +30,7 @@ fn dry_config(group: &str, safety: &str, api: &str) -> String {
 /// Refused at start now, before anything is made, and the config file is intact.
 #[test]
 fn a_path_through_dot_dot_below_a_missing_directory_is_resolved() {
+    let _lc = live::this_process_as_the_lc();
     let d = tempfile::tempdir().unwrap();
     let r = d.path().display();
     let config_path = d.path().join("agent.log.machine.json");

@@ -2,7 +2,7 @@
 //! static-cores cpuset naming CPUs this machine lacks was accepted live though refused at
 //! start. Needs root (cgroups); prints SKIP otherwise.
 
-mod live;
+use crate::live;
 
 use std::time::Duration;
 

@@ -45,6 +45,22 @@ impl Drop for Children {
     }
 }
 
+/// One test at a time whose LC is this test process itself (`pids = [<own pid>]`): each such
+/// agent moves the process into its own LC group, and every file's tests share the process.
+#[allow(dead_code)] // the standalone files that share this module run neither kind
+pub fn this_process_as_the_lc() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One `[kubernetes]` agent at a time: each makes and locks the one discovery holder group
+/// (`headroom-discovery`), whichever file its test is in.
+#[allow(dead_code)] // the standalone files that share this module run neither kind
+pub fn the_discovery_holder() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Whether the test runs as root (cgroups, BPF).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

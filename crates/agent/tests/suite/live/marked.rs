@@ -8,6 +8,9 @@ use headroom_host::process::{send_signal, Signal};
 use headroom_host::{Cgroups, LinuxHost};
 use headroom_types::GroupPath;
 
+/// Markers made so far in this process (the suite binary holds every file's tests).
+static MARKERS_MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 pub struct MarkedGroup {
     pub cgroups: Cgroups,
     pub top: GroupPath,
@@ -15,8 +18,9 @@ pub struct MarkedGroup {
 }
 
 impl MarkedGroup {
-    /// `None` after a SKIP line for `test`. `digit` starts the marker (one per test file) and
-    /// `id` (one per test) keeps it unique among the tests running together: `<digit><id>.<pid>`.
+    /// `None` after a SKIP line for `test`. The marker is `<digit><id><n>.<pid>`: `digit` (one per
+    /// test file) and `id` (one per test) say whose it is, `n` (this process's count of markers)
+    /// keeps it unique however many files' tests share the process.
     pub fn setup(test: &str, prefix: &str, digit: u32, name: &str, id: u32) -> Option<MarkedGroup> {
         if !super::is_root() {
             eprintln!("SKIP {test}: needs root (cgroups)");
@@ -35,7 +39,8 @@ impl MarkedGroup {
             return None;
         }
         let _ = cgroups.remove(&top);
-        let marker = format!("{digit}{id:03}.{}", std::process::id());
+        let n = MARKERS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1000;
+        let marker = format!("{digit}{id:03}{n:03}.{}", std::process::id());
         Some(MarkedGroup {
             cgroups,
             top,

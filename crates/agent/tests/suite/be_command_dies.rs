@@ -3,7 +3,7 @@
 //! lists it with its restarts and how it last ended, instead of "BE enabled" with nothing
 //! running. Needs root (cgroups); prints SKIP otherwise.
 
-mod live;
+use crate::live;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! and print SKIP otherwise; their groups are `hp6-*`, removed (processes killed first) by a
 //! guard, also when a test fails.
 
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::Duration;

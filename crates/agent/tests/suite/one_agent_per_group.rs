@@ -4,7 +4,7 @@
 //! started together: exactly one runs. A lock left by a dead holder is taken over. Needs root
 //! (cgroups); prints SKIP otherwise.
 
-mod live;
+use crate::live;
 
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;

@@ -3,7 +3,7 @@
 //! SKIP otherwise.
 
 #[allow(dead_code)]
-mod live;
+use crate::live;
 
 use std::time::Duration;
 
@@ -52,6 +52,7 @@ fn options(text: &str) -> AgentOptions {
 /// usage error now, its message naming the path.
 #[test]
 fn a_decision_log_refused_at_start_is_a_usage_error() {
+    let _lc = live::this_process_as_the_lc();
     const T: &str = "a_decision_log_refused_at_start_is_a_usage_error";
     if !live::is_root() {
         eprintln!("SKIP {T}: needs root (the state lock and cgroups)");
@@ -212,6 +213,7 @@ const JOINED: &str = "ended_source_threads_of_gone_pods_are_joined";
 /// Before join_ended, every pod that went left its handles until the agent's exit.
 #[test]
 fn ended_source_threads_of_gone_pods_are_joined() {
+    let _discovery = live::the_discovery_holder();
     use headroom_agent::publish::control::{request, Request};
     use headroom_agent::runtime::{LcEventSender, LcEvents};
     use headroom_types::discovery::{DiscoveredLc, LcSet, LcSetEvent, PodQos};

@@ -4,7 +4,7 @@
 //! instead of refusing and leaving BE running with no agent. Needs root (cgroups); prints SKIP
 //! otherwise.
 
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! (a count, not a timing: polling gives thousands, events a few per period).
 //! Needs root (cgroups, BPF); prints SKIP otherwise.
 
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! the groups are `hp8b-*`, removed (processes killed first) by a guard, also when a test fails.
 //! The discovery's sets are sent by the test itself (the binary connects headroom-kube).
 
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::Duration;
@@ -51,6 +51,7 @@ fn pod(name: &str, cgroup: &GroupPath) -> DiscoveredLc {
 /// `lc_set` event into the decision log: a line a second, for as long as the other agent runs.
 #[test]
 fn a_pod_whose_group_another_agent_holds_is_said_once_not_every_second() {
+    let _discovery = live::the_discovery_holder();
     let Some(guard) = Guard::setup(HELD, "hp8b", 8, "held", 1) else {
         return;
     };
@@ -131,6 +132,7 @@ const KUBEW: &str = "kubelet_writes_the_qos_parents_weight_while_the_agent_runs_
 /// never set on the BestEffort parent, and `restore` at exit leaves kubelet's weights.
 #[test]
 fn kubelet_writes_the_qos_parents_weight_while_the_agent_runs_and_it_stays() {
+    let _discovery = live::the_discovery_holder();
     let Some(guard) = Guard::setup(KUBEW, "hp8b", 8, "kubew", 2) else {
         return;
     };

@@ -7,7 +7,7 @@ use headroom_host::{Cgroups, Controller, LinuxHost};
 use headroom_types::allocation::{Allocation, CpuWeight};
 use headroom_types::GroupPath;
 
-mod support;
+use crate::support;
 
 const TEST: &str = "an_idle_be_group_keeps_reconciling_on_the_real_kernel";
 

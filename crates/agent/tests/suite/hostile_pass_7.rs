@@ -2,7 +2,7 @@
 //! need root (cgroups) and print SKIP otherwise; their groups are `hp7-*`, removed (processes
 //! killed first) by a guard, also when a test fails.
 
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::Duration;

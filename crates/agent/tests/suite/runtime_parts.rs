@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{self, Request, Response};
 
-mod servers;
+use crate::servers;
 use headroom_agent::sensors::lc_signal::SignalCell;
 use headroom_agent::state::OriginalValue;
 use headroom_agent::state::{self, AgentState, STATE_VERSION};

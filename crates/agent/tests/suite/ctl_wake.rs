@@ -4,7 +4,7 @@
 //! reason the loop counts, and by a generous bound on each answer (well under the period).
 //! Needs root (cgroups, BPF); prints SKIP otherwise.
 
-mod live;
+use crate::live;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

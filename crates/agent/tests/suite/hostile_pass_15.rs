@@ -2,7 +2,7 @@
 //! of users may write, and a pid file written by the LC's (unprivileged) user that names one
 //! of root's processes. Root for the other user's part (skipped otherwise).
 
-mod live;
+use crate::live;
 use live::procs_of;
 
 use std::os::unix::fs::PermissionsExt;

@@ -3,7 +3,7 @@
 //! FROZEN and write it again, reported as drift, when a group stays FREEZING past the grace
 //! (a task that cannot reach the refrigerator). Against a fake v1 tree.
 
-mod support;
+use crate::support;
 
 use headroom_control::actuation::{CgroupKnob, Knob};
 use headroom_types::allocation::Allocation;

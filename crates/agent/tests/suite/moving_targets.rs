@@ -3,7 +3,7 @@
 //! created again with BE moved back in; both are listed in `ctl status`. Before, neither
 //! happened and nothing was said. Needs root (cgroups); prints SKIP otherwise.
 
-mod live;
+use crate::live;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! order; drift made by others is repaired on a verifying pass; a change that fails half-way is
 //! rolled back; the originals come back on `restore_original`.
 
-mod support;
+use crate::support;
 
 use headroom_control::actuation::{
     ActuationError, CgroupKnob, Knob, ManagedGroups, RollbackOutcome,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use headroom_agent::publish::control::{self, Request, Response};
 
-mod servers;
+use crate::servers;
 
 /// How long the slow clients run at most.
 const SLOW_FOR: Duration = Duration::from_secs(8);

@@ -4,7 +4,7 @@
 //! Each test fails on the code before (recorded in the pass doc).
 
 #[allow(dead_code)]
-mod live;
+use crate::live;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! interval was acknowledged and not applied. Real kernel, root; prints SKIP otherwise. Groups
 //! are `hostile4-*`, removed (processes killed first) by a guard, also when a test fails.
 
-mod live;
+use crate::live;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! ancestor at 0) what its parent can spare, top down, records the originals, and puts them back
 //! children first on restore — also from a restarted agent's state file.
 
-mod support;
+use crate::support;
 
 use headroom_agent::sensors::lc_threads::{LcThreads, LcThreadsState};
 use headroom_types::allocation::LcTreatment;

@@ -5,7 +5,7 @@
 //! cgroups) and print SKIP otherwise.
 
 #[allow(dead_code)]
-mod live;
+use crate::live;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -71,6 +71,7 @@ const LEFT: &str = "a_refused_start_leaves_no_lock_file_nor_directory";
 /// start now undoes what it made.
 #[test]
 fn a_refused_start_leaves_no_lock_file_nor_directory() {
+    let _lc = live::this_process_as_the_lc();
     if !live::is_root() {
         return eprintln!("SKIP {LEFT}: needs root (group locks, cgroups)");
     }
@@ -128,6 +129,7 @@ const DIRS: &str = "a_socket_in_a_directory_others_can_write_is_refused_at_start
 /// directory's owner and mode, and the fix; `ctl`'s rule for believing a server decides.
 #[test]
 fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
+    let _lc = live::this_process_as_the_lc();
     use std::os::unix::fs::PermissionsExt;
     let d = tempfile::tempdir().unwrap();
     let open = d.path().join("open");
@@ -224,6 +226,7 @@ const MEM: &str = "ctl_set_refuses_a_memory_limit_below_what_be_uses";
 /// Refused by `ctl set` now, naming what BE uses; a limit above that is still taken.
 #[test]
 fn ctl_set_refuses_a_memory_limit_below_what_be_uses() {
+    let _lc = live::this_process_as_the_lc();
     use headroom_agent::publish::control::{request, Request};
     if !live::is_root() {
         return eprintln!("SKIP {MEM}: needs root (cgroups)");

@@ -5,7 +5,7 @@
 //! command ran as root. Live tests need root (cgroups) and print SKIP otherwise; their groups
 //! are `bu-*`, removed (processes killed first) by a guard, also when a test fails.
 
-mod live;
+use crate::live;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! whole exchange, and the directories a start made in hierarchies where its groups were
 //! missing removed at exit. Root for the cgroup and other-uid parts (skipped otherwise).
 
-mod live;
+use crate::live;
 use live::procs_of;
 
 use std::collections::BTreeSet;
