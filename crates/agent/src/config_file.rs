@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::other_writers::{other_writer, OtherWriter};
+use headroom_types::other_writers::{other_writer, OtherWriter};
 
 use headroom_control::config::{Config, ConfigError, KubernetesConfig};
 

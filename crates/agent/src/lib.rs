@@ -6,7 +6,6 @@ pub mod config_file;
 pub mod group_lock;
 pub mod linux_node;
 mod made_dirs;
-mod other_writers;
 pub mod publish;
 pub mod run_as;
 pub mod runtime;

@@ -13,7 +13,7 @@ use headroom_control::config::{Config, ConfigError};
 use headroom_host::spawn::RunAs;
 use headroom_types::UserSpec;
 
-use crate::other_writers::{other_writer, OtherWriter};
+use headroom_types::other_writers::{other_writer, OtherWriter};
 
 /// The file `execvp` would run for `program`: the path itself when it holds a `/`, else the
 /// first executable regular file named `program` in a `PATH` directory.

@@ -45,27 +45,23 @@ impl KubeconfigFileError {
 }
 
 /// Why a file (`what`) with this owner and mode is not taken: another user owns it, or may
-/// write it (all users, or a group other than root's). The config file's rule.
+/// write it (all users, or a group other than root's): the config file's rule
+/// (`headroom_types::other_writers`).
 pub(crate) fn doubt(meta: &std::fs::Metadata, what: &str) -> Option<String> {
+    use headroom_types::other_writers::{other_writer, OtherWriter};
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    let mode = meta.mode() & 0o7777;
-    let fix;
-    let why = if meta.uid() != 0 && meta.uid() != me {
-        fix = "chown it to root";
-        format!("owned by uid {}", meta.uid())
-    } else if mode & 0o002 != 0 {
-        fix = "chmod o-w it";
-        format!("mode {mode:04o}: any user could write it")
-    } else if mode & 0o020 != 0 && meta.gid() != 0 {
-        fix = "chmod g-w it";
-        format!(
-            "mode {mode:04o} with group gid {}: that group's users could write it",
-            meta.gid()
-        )
-    } else {
-        return None;
+    let (why, fix) = match other_writer(meta.uid(), meta.gid(), meta.mode(), &[me])? {
+        OtherWriter::Owner(uid) => (format!("owned by uid {uid}"), "chown it to root"),
+        OtherWriter::Everyone { mode } => (
+            format!("mode {mode:04o}: any user could write it"),
+            "chmod o-w it",
+        ),
+        OtherWriter::Group { gid, mode } => (
+            format!("mode {mode:04o} with group gid {gid}: that group's users could write it"),
+            "chmod g-w it",
+        ),
     };
     Some(format!(
         "{why}: another user would choose the {what} this process (uid {me}) uses to reach the API server (a kubeconfig also names a command it runs); {fix}"

@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod load_result;
 pub mod mechanism;
 pub mod observation;
+pub mod other_writers;
 pub mod resources;
 pub mod summary;
 pub mod values;

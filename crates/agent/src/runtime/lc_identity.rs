@@ -129,9 +129,10 @@ impl Agent {
         let file = lc.pid_file.as_deref()?;
         let dir = std::path::Path::new(file).parent()?;
         let dir = self.options.root.join(dir.strip_prefix("/").unwrap_or(dir));
-        let vouched = crate::other_writers::other_writer(read.uid, read.gid, read.mode, &[me])
-            .is_none()
-            && crate::trusted_dir::doubt(&dir, me).is_ok();
+        let vouched =
+            headroom_types::other_writers::other_writer(read.uid, read.gid, read.mode, &[me])
+                .is_none()
+                && crate::trusted_dir::doubt(&dir, me).is_ok();
         if vouched {
             return None;
         }

@@ -1,7 +1,7 @@
 //! Whether a user besides the trusted ones could have written a file, from its owner, group and
 //! mode: owned by someone else, writable by all, or writable by a group other than root's. The
-//! one rule behind the config file, the programs run as root and the LC's pid file; each caller
-//! words its own refusal.
+//! one rule behind the agent's config file, the programs it runs as root and the LC's pid file,
+//! and the kubeconfig and every file and command it names; each caller words its own refusal.
 
 /// Who else could write the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
