@@ -3,7 +3,6 @@
 //! is never removed, a state file in a directory others can write is refused at start.
 //! Each test fails on the code before (recorded in the pass doc).
 
-#[allow(dead_code)]
 use crate::live;
 
 use std::os::unix::fs::PermissionsExt;

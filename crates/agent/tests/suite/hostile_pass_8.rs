@@ -24,13 +24,7 @@ use live::marked::MarkedGroup as Guard;
 /// A config whose LC is this test's own process (pid 1 would be refused elsewhere; a dry run
 /// moves nothing), one BE `sleep`, static cores, and the given `[safety]` / `[api]` lines.
 fn dry_config(group: &str, safety: &str, api: &str) -> String {
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = [\"sleep\", \"5\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
-        std::process::id()
-    )
+    live::this_process_as_lc_config(group, "[\"sleep\", \"5\"]", safety, api)
 }
 
 /// The names in `dir`, sorted (what a refused start must not have changed).

@@ -2,7 +2,6 @@
 //! group is made) and a ctl client; the one that serves as `nobody` needs root and prints SKIP
 //! otherwise.
 
-#[allow(dead_code)]
 use crate::live;
 
 use std::path::Path;
@@ -14,13 +13,7 @@ use headroom_control::config::Config;
 /// A config whose LC is this test's own process (a dry run moves nothing), one BE `sleep`,
 /// static cores, and the given `[safety]` / `[api]` lines.
 fn dry_config(group: &str, safety: &str, api: &str) -> String {
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = [\"sleep\", \"5\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
-        std::process::id()
-    )
+    live::this_process_as_lc_config(group, "[\"sleep\", \"5\"]", safety, api)
 }
 
 /// The start check resolved each path to its deepest existing part and gave up on `..` below

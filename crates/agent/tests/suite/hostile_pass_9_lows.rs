@@ -4,7 +4,6 @@
 //! uses. The starts that take the state lock and the live agent need root (group locks,
 //! cgroups) and print SKIP otherwise.
 
-#[allow(dead_code)]
 use crate::live;
 
 use std::path::{Path, PathBuf};
@@ -13,34 +12,14 @@ use std::time::Duration;
 use headroom_agent::runtime::{Agent, AgentOptions};
 use headroom_control::config::Config;
 
-/// Removes what a test's groups left in any hierarchy (also on failure).
-struct Groups(String);
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        let Ok(mounts) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        for m in mounts.flatten() {
-            let top = m.path().join(&self.0);
-            // Leaves first (bounded: the test makes two levels).
-            for leaf in ["lc", "be"] {
-                let _ = std::fs::remove_dir(top.join(leaf));
-            }
-            let _ = std::fs::remove_dir(&top);
-        }
-    }
-}
-
 /// A config whose LC is this test's own process, one BE `command`, static cores, and the
 /// given `[safety]` / `[api]` lines.
 fn config(group: &str, be_command: &str, safety: &str, api: &str) -> String {
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = {be_command}\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\non_exit = \"restore\"\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
-        std::process::id()
+    live::this_process_as_lc_config(
+        group,
+        be_command,
+        &format!("on_exit = \"restore\"\n{safety}"),
+        api,
     )
 }
 
@@ -76,7 +55,7 @@ fn a_refused_start_leaves_no_lock_file_nor_directory() {
         return eprintln!("SKIP {LEFT}: needs root (group locks, cgroups)");
     }
     let group = format!("hl9-left-{}", std::process::id());
-    let _groups = Groups(group.clone());
+    let _groups = live::EmptyGroupsRemoved(group.clone());
     let d = tempfile::tempdir().unwrap();
     let r = d.path().display();
     std::fs::write(d.path().join("s.txt"), "not a state file\n").unwrap();
@@ -232,7 +211,7 @@ fn ctl_set_refuses_a_memory_limit_below_what_be_uses() {
         return eprintln!("SKIP {MEM}: needs root (cgroups)");
     }
     let group = format!("hl9-mem-{}", std::process::id());
-    let _groups = Groups(group.clone());
+    let _groups = live::EmptyGroupsRemoved(group.clone());
     let d = tempfile::tempdir().unwrap();
     let r = d.path().display();
     // 64 MiB written (touched pages count; a zeroed bytearray might not).

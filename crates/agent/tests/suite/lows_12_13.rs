@@ -2,7 +2,6 @@
 //! docs/safety-hostile-pass-13.md "Found, not fixed"). The starts need root (cgroups) and print
 //! SKIP otherwise.
 
-#[allow(dead_code)]
 use crate::live;
 
 use std::time::Duration;
@@ -10,33 +9,14 @@ use std::time::Duration;
 use headroom_agent::runtime::{Agent, AgentOptions};
 use headroom_control::config::Config;
 
-/// Removes what a test's groups left in any hierarchy (also on failure).
-struct Groups(String);
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        let Ok(mounts) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        for m in mounts.flatten() {
-            let top = m.path().join(&self.0);
-            for leaf in ["lc", "be"] {
-                let _ = std::fs::remove_dir(top.join(leaf));
-            }
-            let _ = std::fs::remove_dir(&top);
-        }
-    }
-}
-
 /// A config whose LC is this test's own process, BE `sleep 5`, static cores, and the given
 /// `[safety]` / `[api]` lines.
 fn config(group: &str, safety: &str, api: &str) -> String {
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = [\"sleep\", \"5\"]\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\non_exit = \"restore\"\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
-        std::process::id()
+    live::this_process_as_lc_config(
+        group,
+        "[\"sleep\", \"5\"]",
+        &format!("on_exit = \"restore\"\n{safety}"),
+        api,
     )
 }
 
@@ -59,7 +39,7 @@ fn a_decision_log_refused_at_start_is_a_usage_error() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let _groups = Groups("l14-dlog".into());
+    let _groups = live::EmptyGroupsRemoved("l14-dlog".into());
     let not_a_log = d.path().join("notes.txt");
     std::fs::write(&not_a_log, "these are not decision lines\n").unwrap();
     let text = config(
@@ -131,7 +111,7 @@ fn a_be_command_killed_at_its_memory_limit_is_said_as_oom_killed() {
             return;
         }
     };
-    let _groups = Groups("l14-oom".into());
+    let _groups = live::EmptyGroupsRemoved("l14-oom".into());
     let group = GroupPath::new("l14-oom/be").unwrap();
     cgroups.create(&group).expect("creating l14-oom/be");
     let limit: u64 = 32 << 20;

@@ -193,6 +193,41 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// Removes a test's top group `0` and its `lc` and `be` leaves in every hierarchy, when they are
+/// empty (also on failure). Unlike [`RemoveOnDrop`] it kills nothing: the LC in them may be this
+/// very process.
+#[allow(dead_code)] // not every test that shares this module has this process as its LC
+pub struct EmptyGroupsRemoved(pub String);
+
+impl Drop for EmptyGroupsRemoved {
+    fn drop(&mut self) {
+        let Ok(mounts) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for m in mounts.flatten() {
+            let top = m.path().join(&self.0);
+            for leaf in ["lc", "be"] {
+                let _ = std::fs::remove_dir(top.join(leaf));
+            }
+            let _ = std::fs::remove_dir(&top);
+        }
+    }
+}
+
+/// A config whose LC is this test process itself (hold [`this_process_as_the_lc`] while its
+/// agent runs): the LC in `group/lc`, one BE `be_command` (a TOML array) in `group/be`, static
+/// cores (CPU 0), the given `[safety]` and `[api]` lines, no metrics endpoint.
+#[allow(dead_code)] // not every test that shares this module has this process as its LC
+pub fn this_process_as_lc_config(group: &str, be_command: &str, safety: &str, api: &str) -> String {
+    format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = {be_command}\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [safety]\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
+        std::process::id()
+    )
+}
+
 /// The processes in `group` in any v1 hierarchy under `/sys/fs/cgroup`.
 #[allow(dead_code)] // not every test that shares this module looks into groups
 pub fn procs_of(group: &str) -> Vec<u32> {
