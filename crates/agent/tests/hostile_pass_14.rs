@@ -214,37 +214,6 @@ fn a_fifo_or_a_device_or_a_huge_file_as_the_config_is_refused_at_once() {
     }
 }
 
-/// A process on loopback port `port` (python3, run as `uid`), and its port.
-fn listener_as(uid: u32, port: u16) -> Option<(std::process::Child, u16)> {
-    use std::os::unix::process::CommandExt;
-    let script = format!(
-        "import socket,time\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-         s.bind(('127.0.0.1',{port}))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(60)\n"
-    );
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .uid(uid)
-        .gid(uid)
-        .stdout(std::process::Stdio::piped())
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .ok()?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take()?),
-        &mut line,
-    )
-    .ok()?;
-    match line.trim().parse() {
-        Ok(p) => Some((child, p)),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
-}
-
 const STRANGER: &str = "another_users_process_on_the_lcs_port_is_not_taken_as_the_lc";
 
 /// While the LC (root's, here) restarted, any local user could listen on its `listen_port`
@@ -258,10 +227,9 @@ fn another_users_process_on_the_lcs_port_is_not_taken_as_the_lc() {
     if !live::is_root() {
         return eprintln!("SKIP {STRANGER}: needs root (cgroups, another uid)");
     }
-    let Some((first, port)) = listener_as(0, 0) else {
+    let Some((mut first, port)) = live::listener(0, 0, 0) else {
         return eprintln!("SKIP {STRANGER}: no python3 to stand in for a listening LC");
     };
-    let mut first = live::Children(vec![first]);
     let dir = tempfile::tempdir().unwrap();
     let top = format!("hp14-stranger-{}", std::process::id());
     let run_for = Duration::from_secs(12);
@@ -287,8 +255,7 @@ fn another_users_process_on_the_lcs_port_is_not_taken_as_the_lc() {
     std::thread::sleep(Duration::from_millis(1500));
     let _ = first.0[0].kill();
     let _ = first.0[0].wait();
-    let (stranger, _) = listener_as(65534, port).expect("uid 65534 on the port");
-    let stranger = live::Children(vec![stranger]);
+    let (stranger, _) = live::listener(65534, 65534, port).expect("uid 65534 on the port");
     let taken = live::eventually(Duration::from_secs(3), || {
         procs_of(&lc).contains(&stranger.pid(0))
     });
@@ -303,8 +270,7 @@ fn another_users_process_on_the_lcs_port_is_not_taken_as_the_lc() {
     );
     drop(stranger);
     // the LC's own user there again: taken, as before
-    let (again, _) = listener_as(0, port).expect("root on the port again");
-    let again = live::Children(vec![again]);
+    let (again, _) = live::listener(0, 0, port).expect("root on the port again");
     assert!(
         live::eventually(Duration::from_secs(4), || procs_of(&lc)
             .contains(&again.pid(0))),

@@ -8,7 +8,7 @@ use crate::live;
 use live::procs_of;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,46 +23,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn python() -> &'static str {
-    // uid 65534 cannot run root's pyenv shim (/root is 0700)
-    if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
-}
-
-/// A process on loopback port `port` (0: any) that made its listening socket as
-/// `socket_uid` and then runs as `uid` (python3, started as root: `setresuid` keeps root as
-/// the saved uid while the socket is made, then drops to `uid` for good): root holding another
-/// user's socket, as a descriptor passed to it would be, or a daemon that binds as root and
-/// becomes its user (`memcached -u`). Its port beside it; `None` when python3 cannot run.
-fn listener(uid: u32, socket_uid: u32, port: u16) -> Option<(live::Children, u16)> {
-    let script = format!(
-        "import os,socket,time\n\
-         os.setgroups([])\n\
-         if {socket_uid} != 0:\n    os.setresgid({socket_uid},{socket_uid},0)\n    os.setresuid({socket_uid},{socket_uid},0)\n\
-         s=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-         s.bind(('127.0.0.1',{port}))\ns.listen()\n\
-         if {socket_uid} != 0:\n    os.setresuid(0,0,0)\n    os.setresgid(0,0,0)\n\
-         if {uid} != 0:\n    os.setresgid({uid},{uid},{uid})\n    os.setresuid({uid},{uid},{uid})\n\
-         print(s.getsockname()[1],flush=True)\ntime.sleep(60)\n"
-    );
-    let mut child = std::process::Command::new(python())
-        .args(["-c", &script])
-        .stdout(std::process::Stdio::piped())
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .ok()?;
-    let mut line = String::new();
-    let got = std::io::BufReader::new(child.stdout.take()?).read_line(&mut line);
-    let children = live::Children(vec![child]);
-    match (got, line.trim().parse()) {
-        (Ok(_), Ok(p)) => Some((children, p)),
-        _ => None,
-    }
 }
 
 /// The uids that made the listening sockets `pid` holds on `port`.
@@ -97,7 +57,7 @@ fn a_named_lc_user_takes_exactly_that_users_process() {
     let Some(name) = nobody() else {
         return eprintln!("SKIP {NAMED}: no user of uid 65534 in /etc/passwd");
     };
-    let Some((roots, port)) = listener(0, 0, 0) else {
+    let Some((roots, port)) = live::listener(0, 0, 0) else {
         return eprintln!("SKIP {NAMED}: no python3 to stand in for a listening LC");
     };
     let dir = tempfile::tempdir().unwrap();
@@ -129,7 +89,7 @@ fn a_named_lc_user_takes_exactly_that_users_process() {
         "ctl status says it: {said:?}"
     );
     drop(roots);
-    let (theirs, _) = listener(65534, 65534, port).expect("uid 65534 on the port");
+    let (theirs, _) = live::listener(65534, 65534, port).expect("uid 65534 on the port");
     assert!(
         live::eventually(Duration::from_secs(4), || procs_of(&lc)
             .contains(&theirs.pid(0))),
@@ -152,7 +112,7 @@ fn with_a_named_lc_user_the_socket_is_that_users_or_roots() {
     let Some(name) = nobody() else {
         return eprintln!("SKIP {NAMED_SOCKET}: no user of uid 65534 in /etc/passwd");
     };
-    let Some((strangers, port)) = listener(65534, 1000, 0) else {
+    let Some((strangers, port)) = live::listener(65534, 1000, 0) else {
         return eprintln!("SKIP {NAMED_SOCKET}: no python3 to stand in for a listening LC");
     };
     assert_eq!(
@@ -188,7 +148,7 @@ fn with_a_named_lc_user_the_socket_is_that_users_or_roots() {
         "ctl status says it: {said:?}"
     );
     drop(strangers);
-    let (daemon, _) = listener(65534, 0, port).expect("a daemon that binds as root");
+    let (daemon, _) = live::listener(65534, 0, port).expect("a daemon that binds as root");
     assert!(
         live::eventually(Duration::from_secs(4), || procs_of(&lc)
             .contains(&daemon.pid(0))),
@@ -250,7 +210,7 @@ fn a_root_process_holding_another_users_listening_socket_is_not_taken() {
     if !live::is_root() {
         return eprintln!("SKIP {SOCKET}: needs root (cgroups, another uid)");
     }
-    let Some((mut first, port)) = listener(0, 0, 0) else {
+    let Some((mut first, port)) = live::listener(0, 0, 0) else {
         return eprintln!("SKIP {SOCKET}: no python3 to stand in for a listening LC");
     };
     let dir = tempfile::tempdir().unwrap();
@@ -275,7 +235,7 @@ fn a_root_process_holding_another_users_listening_socket_is_not_taken() {
     std::thread::sleep(Duration::from_millis(1500));
     let _ = first.0[0].kill();
     let _ = first.0[0].wait();
-    let (sneaky, _) = listener(0, 65534, port).expect("root holding uid 65534's socket");
+    let (sneaky, _) = live::listener(0, 65534, port).expect("root holding uid 65534's socket");
     assert_eq!(
         socket_owners(sneaky.pid(0), port),
         BTreeSet::from([65534]),

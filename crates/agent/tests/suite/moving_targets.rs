@@ -6,7 +6,6 @@
 use crate::live;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use headroom_agent::runtime::{AgentError, RunSummary};
@@ -126,34 +125,6 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_pid_file_and_moved_in() {
     assert!(group_dirs(&format!("{top}/lc")).is_empty());
 }
 
-/// A process listening on a loopback TCP port (python3), and its port.
-fn listener(port: u16) -> Option<(std::process::Child, u16)> {
-    let script = format!(
-        "import socket,sys,time\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-         s.bind(('127.0.0.1',{port}))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(60)\n"
-    );
-    let mut child = Command::new("python3")
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .ok()?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take()?),
-        &mut line,
-    )
-    .ok()?;
-    match line.trim().parse() {
-        Ok(p) => Some((child, p)),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
-}
-
 const PORT: &str = "an_lc_restarted_under_a_new_pid_is_found_by_its_listening_port";
 
 #[test]
@@ -161,10 +132,9 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_listening_port() {
     if !live::is_root() {
         return eprintln!("SKIP {PORT}: needs root (cgroups)");
     }
-    let Some((first, port)) = listener(0) else {
+    let Some((mut first, port)) = live::listener(0, 0, 0) else {
         return eprintln!("SKIP {PORT}: no python3 to stand in for a listening LC");
     };
-    let mut first = live::Children(vec![first]);
     let dir = tempfile::tempdir().unwrap();
     let top = format!("headroom-follow-port-{}", std::process::id());
     let lc = format!("pids = [{}]\nlisten_port = {port}", first.pid(0));
@@ -176,8 +146,7 @@ fn an_lc_restarted_under_a_new_pid_is_found_by_its_listening_port() {
     std::thread::sleep(Duration::from_millis(500));
     let _ = first.0[0].kill();
     let _ = first.0[0].wait();
-    let (second, _) = listener(port).expect("the port again");
-    let second = live::Children(vec![second]);
+    let (second, _) = live::listener(0, 0, port).expect("the port again");
     let moved = live::eventually(Duration::from_secs(4), || {
         lc_dirs.iter().all(|d| procs(d).contains(&second.pid(0)))
     });

@@ -228,6 +228,51 @@ pub fn this_process_as_lc_config(group: &str, be_command: &str, safety: &str, ap
     )
 }
 
+#[allow(dead_code)]
+fn python() -> &'static str {
+    // uid 65534 cannot run root's pyenv shim (/root is 0700)
+    if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// A process on loopback port `port` (0: any) that made its listening socket as
+/// `socket_uid` and then runs as `uid` (python3, started as root: `setresuid` keeps root as
+/// the saved uid while the socket is made, then drops to `uid` for good): root holding another
+/// user's socket, as a descriptor passed to it would be, or a daemon that binds as root and
+/// becomes its user (`memcached -u`). Its port beside it; `None` when python3 cannot run.
+#[allow(dead_code)] // not every test that shares this module stands in a listening LC
+pub fn listener(uid: u32, socket_uid: u32, port: u16) -> Option<(Children, u16)> {
+    let script = format!(
+        "import os,socket,time\n\
+         os.setgroups([])\n\
+         if {socket_uid} != 0:\n    os.setresgid({socket_uid},{socket_uid},0)\n    os.setresuid({socket_uid},{socket_uid},0)\n\
+         s=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('127.0.0.1',{port}))\ns.listen()\n\
+         if {socket_uid} != 0:\n    os.setresuid(0,0,0)\n    os.setresgid(0,0,0)\n\
+         if {uid} != 0:\n    os.setresgid({uid},{uid},{uid})\n    os.setresuid({uid},{uid},{uid})\n\
+         print(s.getsockname()[1],flush=True)\ntime.sleep(60)\n"
+    );
+    let mut child = std::process::Command::new(python())
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    let got = std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take()?),
+        &mut line,
+    );
+    let children = Children(vec![child]);
+    match (got, line.trim().parse()) {
+        (Ok(_), Ok(p)) => Some((children, p)),
+        _ => None,
+    }
+}
+
 /// The processes in `group` in any v1 hierarchy under `/sys/fs/cgroup`.
 #[allow(dead_code)] // not every test that shares this module looks into groups
 pub fn procs_of(group: &str) -> Vec<u32> {
