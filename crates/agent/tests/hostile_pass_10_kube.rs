@@ -18,53 +18,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use headroom_agent::publish::control::{request, Request};
-use headroom_agent::runtime::{Agent, LcEventSender, LcEvents};
-use headroom_types::discovery::{DiscoveredLc, LcSet, LcSetEvent, PodQos};
-use headroom_types::GroupPath;
+use headroom_agent::runtime::{Agent, LcEvents};
 
+use live::discovery;
 use live::marked::MarkedGroup as Guard;
-
-/// A discovery agent on `top/be` (no command: kubelet runs BE pods), `multi`.
-fn discovery_config(top: &GroupPath, dir: &Path) -> String {
-    format!(
-        "[kubernetes]\ndiscover = true\nnode_name = \"node-a\"\ncgroup_layout = \"cgroupfs\"\n\n\
-         [[be]]\nname = \"pods\"\ncgroup = \"{top}/be\"\n\n\
-         [policy]\nkind = \"multi\"\n\n\
-         [sensors]\nidle_sensing = \"poll\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
-         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
-        d = dir.display()
-    )
-}
-
-fn pod(name: &str, uid: &str, cgroup: &GroupPath, port: Option<u16>) -> DiscoveredLc {
-    DiscoveredLc {
-        name: name.into(),
-        uid: uid.into(),
-        qos: PodQos::Burstable,
-        cgroup: cgroup.clone(),
-        target_us: 500.0,
-        percentile: 99.0,
-        latency_port: port,
-        priority: 0,
-        container_ports: Vec::new(),
-    }
-}
-
-fn send(tx: &LcEventSender, version: u64, lcs: Vec<DiscoveredLc>) {
-    tx.send(LcSetEvent {
-        t_unix_ms: 0,
-        changes: Vec::new(),
-        set: LcSet {
-            version,
-            node: "node-a".into(),
-            lcs,
-            synced: true,
-            ..LcSet::default()
-        },
-    })
-    .unwrap();
-}
 
 /// Both tests' agents make and use the one `headroom-discovery` holder group: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -96,7 +53,11 @@ fn a_pod_recreated_under_its_name_is_sampled_in_its_new_group() {
     }
     let (tx, rx) = LcEvents::channel();
     let mut opts = live::options(
-        &discovery_config(&guard.top, dir.path()),
+        &discovery::config(
+            &guard.top,
+            &dir.path().join("state.json"),
+            &dir.path().join("ctl.sock"),
+        ),
         Duration::from_secs(7),
     );
     opts.discovery = Some(rx);
@@ -106,10 +67,10 @@ fn a_pod_recreated_under_its_name_is_sampled_in_its_new_group() {
     };
     let run = std::thread::spawn(move || agent.run().map(|_| ()));
     let sock = dir.path().join("ctl.sock");
-    send(
+    discovery::send(
         &tx,
         1,
-        vec![pod(
+        vec![discovery::pod(
             "shop/web-0",
             "0a0a0a0a-0000-4000-8000-000000000001",
             &old,
@@ -124,10 +85,10 @@ fn a_pod_recreated_under_its_name_is_sampled_in_its_new_group() {
     });
     // The pod is deleted and made again under its name; the agent sees only the new one.
     let removed = guard.cgroups.remove(&old);
-    send(
+    discovery::send(
         &tx,
         2,
-        vec![pod(
+        vec![discovery::pod(
             "shop/web-0",
             "0a0a0a0a-0000-4000-8000-000000000002",
             &new,
@@ -194,7 +155,11 @@ fn a_pod_whose_latency_port_changes_leaves_no_sensor_thread_behind() {
     }
     let (tx, rx) = LcEvents::channel();
     let mut opts = live::options(
-        &discovery_config(&guard.top, dir.path()),
+        &discovery::config(
+            &guard.top,
+            &dir.path().join("state.json"),
+            &dir.path().join("ctl.sock"),
+        ),
         Duration::from_secs(8),
     );
     opts.discovery = Some(rx);
@@ -205,16 +170,20 @@ fn a_pod_whose_latency_port_changes_leaves_no_sensor_thread_behind() {
     let run = std::thread::spawn(move || agent.run().map(|_| ()));
     let base = sensor_threads();
     let uid = "0a0a0a0a-0000-4000-8000-000000000003";
-    send(&tx, 1, vec![pod("shop/cache-0", uid, &group, Some(31000))]);
+    discovery::send(
+        &tx,
+        1,
+        vec![discovery::pod("shop/cache-0", uid, &group, Some(31000))],
+    );
     let started = live::eventually(Duration::from_secs(5), || sensor_threads() > base);
     let one = sensor_threads().saturating_sub(base);
     // The pod's port annotation changes eight times (a hostile server, or an operator's edits).
     for (i, port) in (31001..31009).enumerate() {
         std::thread::sleep(Duration::from_millis(300));
-        send(
+        discovery::send(
             &tx,
             2 + i as u64,
-            vec![pod("shop/cache-0", uid, &group, Some(port))],
+            vec![discovery::pod("shop/cache-0", uid, &group, Some(port))],
         );
     }
     // The stopped threads end within a tick or two (they are woken).

@@ -9,41 +9,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use headroom_agent::runtime::{Agent, LcEvents};
-use headroom_types::discovery::{DiscoveredLc, LcSet, LcSetEvent, PodQos};
 use headroom_types::GroupPath;
 
+use live::discovery;
 use live::marked::MarkedGroup as Guard;
 
+/// The discovered pod's uid.
+const UID: &str = "0a0a0a0a-0000-4000-8000-000000000001";
+
 const HELD: &str = "a_pod_whose_group_another_agent_holds_is_said_once_not_every_second";
-
-/// A discovery agent on `top/be` (no command: kubelet runs BE pods), `multi`, its decision log
-/// in `dir`.
-fn discovery_config(top: &GroupPath, dir: &Path) -> String {
-    format!(
-        "[kubernetes]\ndiscover = true\nnode_name = \"node-a\"\ncgroup_layout = \"cgroupfs\"\n\n\
-         [[be]]\nname = \"pods\"\ncgroup = \"{top}/be\"\n\n\
-         [policy]\nkind = \"multi\"\n\n\
-         [sensors]\nidle_sensing = \"poll\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/a-state.json\"\n\n\
-         [api]\nsocket = \"{d}/a.sock\"\nmetrics = \"\"\n",
-        d = dir.display()
-    )
-}
-
-/// One discovered pod on `cgroup`.
-fn pod(name: &str, cgroup: &GroupPath) -> DiscoveredLc {
-    DiscoveredLc {
-        name: name.into(),
-        uid: "0a0a0a0a-0000-4000-8000-000000000001".into(),
-        qos: PodQos::Burstable,
-        cgroup: cgroup.clone(),
-        target_us: 500.0,
-        percentile: 99.0,
-        latency_port: None,
-        priority: 0,
-        container_ports: Vec::new(),
-    }
-}
 
 /// A discovered pod whose group another live agent manages (its static LC) is refused, and
 /// tried again every second until that agent lets go. Each try logged the refusal again and,
@@ -80,7 +54,11 @@ fn a_pod_whose_group_another_agent_holds_is_said_once_not_every_second() {
     };
     let (tx, rx) = LcEvents::channel();
     let mut a_opts = live::options(
-        &discovery_config(&guard.top, dir.path()),
+        &discovery::config(
+            &guard.top,
+            &dir.path().join("a-state.json"),
+            &dir.path().join("a.sock"),
+        ),
         Duration::from_millis(4500),
     );
     let log = dir.path().join("a-decisions.jsonl");
@@ -93,18 +71,11 @@ fn a_pod_whose_group_another_agent_holds_is_said_once_not_every_second() {
             return eprintln!("SKIP {HELD}: agent A does not start here: {e}");
         }
     };
-    tx.send(LcSetEvent {
-        t_unix_ms: 0,
-        changes: Vec::new(),
-        set: LcSet {
-            version: 1,
-            node: "node-a".into(),
-            lcs: vec![pod("shop/held", &pod_group)],
-            synced: true,
-            ..LcSet::default()
-        },
-    })
-    .unwrap();
+    discovery::send(
+        &tx,
+        1,
+        vec![discovery::pod("shop/held", UID, &pod_group, None)],
+    );
     let a_result = a.run().map(|_| ());
     let b_result = b.join().expect("agent B's thread").map(|_| ());
     let text = std::fs::read_to_string(&log).unwrap_or_default();

@@ -195,8 +195,8 @@ const JOINED: &str = "ended_source_threads_of_gone_pods_are_joined";
 fn ended_source_threads_of_gone_pods_are_joined() {
     let _discovery = live::the_discovery_holder();
     use headroom_agent::publish::control::{request, Request};
-    use headroom_agent::runtime::{LcEventSender, LcEvents};
-    use headroom_types::discovery::{DiscoveredLc, LcSet, LcSetEvent, PodQos};
+    use headroom_agent::runtime::LcEvents;
+    use live::discovery::send;
     use live::marked::MarkedGroup;
 
     let Some(guard) = MarkedGroup::setup(JOINED, "l14", 9, "join", 1) else {
@@ -207,14 +207,10 @@ fn ended_source_threads_of_gone_pods_are_joined() {
     if let Err(e) = guard.cgroups.create(&group) {
         return eprintln!("SKIP {JOINED}: creating {group}: {e}");
     }
-    let text = format!(
-        "[kubernetes]\ndiscover = true\nnode_name = \"node-a\"\ncgroup_layout = \"cgroupfs\"\n\n\
-         [[be]]\nname = \"pods\"\ncgroup = \"{top}/be\"\n\n\
-         [policy]\nkind = \"multi\"\n\n[sensors]\nidle_sensing = \"poll\"\n\n\
-         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
-         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
-        top = guard.top,
-        d = dir.path().display()
+    let text = live::discovery::config(
+        &guard.top,
+        &dir.path().join("state.json"),
+        &dir.path().join("ctl.sock"),
     );
     let sock = dir.path().join("ctl.sock");
     let (tx, rx) = LcEvents::channel();
@@ -225,36 +221,19 @@ fn ended_source_threads_of_gone_pods_are_joined() {
         Err(e) => return eprintln!("SKIP {JOINED}: the agent does not start here: {e}"),
     };
     let run = std::thread::spawn(move || agent.run().map(|_| ()));
-    let send = |tx: &LcEventSender, version: u64, lcs: Vec<DiscoveredLc>| {
-        tx.send(LcSetEvent {
-            t_unix_ms: 0,
-            changes: Vec::new(),
-            set: LcSet {
-                version,
-                node: "node-a".into(),
-                lcs,
-                synced: true,
-                ..LcSet::default()
-            },
-        })
-        .unwrap();
-    };
     let held = || {
         request(&sock, &Request::Status)
             .ok()
             .and_then(|r| r.status)
             .and_then(|s| s.threads_held)
     };
-    let pod = |i: u64| DiscoveredLc {
-        name: format!("shop/cache-{i}"),
-        uid: format!("0a0a0a0a-0000-4000-8000-{i:012}"),
-        qos: PodQos::Burstable,
-        cgroup: group.clone(),
-        target_us: 500.0,
-        percentile: 99.0,
-        latency_port: Some(31000 + i as u16),
-        priority: 0,
-        container_ports: Vec::new(),
+    let pod = |i: u64| {
+        live::discovery::pod(
+            &format!("shop/cache-{i}"),
+            &format!("0a0a0a0a-0000-4000-8000-{i:012}"),
+            &group,
+            Some(31000 + i as u16),
+        )
     };
     send(&tx, 1, Vec::new());
     let answered = live::eventually(Duration::from_secs(3), || held().is_some());

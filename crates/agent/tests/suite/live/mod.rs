@@ -9,6 +9,7 @@ use std::time::Duration;
 use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
 use headroom_control::config::Config;
 
+pub mod discovery;
 pub mod marked;
 
 /// Processes standing in for services: killed and reaped at the end, whatever happens.
