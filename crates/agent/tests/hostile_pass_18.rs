@@ -89,9 +89,13 @@ fn helper(spec: &str) {
     let mut report = line("helper", std::process::id());
     let be_pid = launch_gated(&cgroups, "batch", &command, &be, Some(&who)).expect("BE launch");
     report += &line("be", be_pid);
-    let lc_child = launch_in_group(&cgroups, "lc", &command, &lc, Some(&who)).expect("LC launch");
+    let mut lc_child =
+        launch_in_group(&cgroups, "lc", &command, &lc, Some(&who)).expect("LC launch");
     report += &line("lc", lc_child.id());
     std::fs::write(out, report).unwrap();
+    // The BE's `sleep` goes with the test's guard (its marker); the LC's is reaped here.
+    let _ = lc_child.kill();
+    let _ = lc_child.wait();
 }
 
 /// A BE command (launched behind its gate) and an LC command, both as nobody, from a process
