@@ -350,26 +350,36 @@ pub(crate) fn not_a_lock_file(path: &Path) -> Option<&'static str> {
     }
 }
 
-/// Opens a lock file (made 0644 whatever the umask when `create`) without following a link
-/// and without waiting (O_NONBLOCK: a FIFO's open would wait for a writer); anything but a
-/// regular file is refused.
+/// Opens a lock file (made 0600 whatever the umask when `create`, and one found readable by
+/// others made 0600) without following a link and without waiting (O_NONBLOCK: a FIFO's open
+/// would wait for a writer); anything but a regular file is refused. No one but root may open
+/// it: `flock` needs only a file open for reading, and another user's lock on a file left by
+/// an agent that died (a kill -9: its group locks and its state lock stay) kept every later
+/// start out, named as "another agent" (eighteenth hostile pass).
 fn open_no_wait(path: &Path, create: bool) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(create)
         .create(create)
         .truncate(false)
-        .mode(0o644)
+        .mode(LOCK_FILE_MODE)
         .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
         .open(path)?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(std::io::Error::other(
             "not a regular file (a lock file is one the agent made)",
         ));
     }
+    if create && meta.permissions().mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(LOCK_FILE_MODE))?;
+    }
     Ok(file)
 }
+
+/// The mode of the lock files (the group locks' and the state file's): root's alone.
+pub(crate) const LOCK_FILE_MODE: u32 = 0o600;
 
 /// Whether `path` is held by an exclusive flock now (an agent's own group), per /proc/locks.
 fn held_exclusively(path: &Path) -> bool {

@@ -2,7 +2,7 @@
 //! taken before anything is touched and released by the kernel when the agent dies.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::state::StateError;
@@ -53,13 +53,23 @@ impl StateLock {
             // Never through a link (one planted there had its target truncated to the pid).
             // Made anew where it can be (so a refused start knows the file is its own to
             // remove), else the one there opened.
+            // Root's alone (0600, and one found readable by others made so): another user
+            // who could open it could `flock` it and keep every later start out (pass 18).
             let open = |create_new: bool| {
-                std::fs::OpenOptions::new()
+                let file = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
                     .create_new(create_new)
+                    .mode(crate::group_lock::LOCK_FILE_MODE)
                     .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                    .open(&path)
+                    .open(&path)?;
+                let meta = file.metadata()?;
+                if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+                    file.set_permissions(std::fs::Permissions::from_mode(
+                        crate::group_lock::LOCK_FILE_MODE,
+                    ))?;
+                }
+                Ok::<_, std::io::Error>(file)
             };
             // A directory (or FIFO, device) at the lock's name is an operator's matter (exit
             // 2, naming it), not a failed open (exit 1).

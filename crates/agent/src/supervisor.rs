@@ -10,7 +10,6 @@
 //! the one hierarchy) is joined right after spawn — joining a frozen group inside `pre_exec`
 //! would block the spawn until BE is thawed.
 
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -377,13 +376,17 @@ pub fn launch_in_group(
         .into_iter()
         .filter(|(b, _)| matches!(b, Backend::V1(_)))
         .filter(|(b, _)| Some(b.mount().to_path_buf()) != freezer_mount)
-        .fold(StartIn::parent(), |start, (_, dir)| start.in_group(&dir));
+        // Its own session, no controlling terminal (as the gated BE's): run as a user, one
+        // left in the agent's could push input into the agent's terminal (eighteenth pass).
+        .fold(StartIn::parent().in_own_session(), |start, (_, dir)| {
+            start.in_group(&dir)
+        });
     let early = match user {
         Some(u) => early.as_user(u.clone()),
         None => early,
     };
     let mut cmd = Command::new(program);
-    cmd.args(args).stdin(Stdio::null()).process_group(0);
+    cmd.args(args).stdin(Stdio::null());
     cmd.envs(user.map(RunAs::env).unwrap_or_default());
     early
         .apply(&mut cmd)

@@ -119,7 +119,8 @@ fn a_fifo_in_the_lock_directory_never_hangs_a_lock() {
 
 /// Under `umask 0` the lock directory (and `/run/headroom` above it) was made 0777 and the
 /// lock files 0666 (live 06:15): one such start left a directory every later start trusted.
-/// The agent makes them 0755 and 0644 whatever the umask.
+/// The agent makes them 0755 and 0600 whatever the umask (0644 until pass 18: another user
+/// could open a lock file and `flock` it).
 #[test]
 fn the_lock_directory_and_its_files_are_never_made_writable_by_others() {
     let _serial = serial();
@@ -137,7 +138,7 @@ fn the_lock_directory_and_its_files_are_never_made_writable_by_others() {
             mode(&dir),
             mode(&file)
         ),
-        (0o755, 0o755, 0o644),
+        (0o755, 0o755, 0o600),
         "modes of /run/headroom, its locks and a lock file made under umask 0"
     );
     drop(lock);

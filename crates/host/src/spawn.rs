@@ -8,8 +8,8 @@
 //!
 //! Between fork and exec only async-signal-safe calls are allowed: everything the step needs
 //! (the paths as C strings, the capability numbers) is prepared before the fork, and the step
-//! itself is `open`/`write`/`close`, `prctl`, `capget`/`capset`, `sched_setaffinity` and
-//! `setpriority`, with no allocation.
+//! itself is `setsid`, `open`/`write`/`close`, `prctl`, `capget`/`capset`,
+//! `sched_setaffinity` and `setpriority`, with no allocation.
 //!
 //! A child that must be placed by its parent while it waits (a frozen group cannot be joined
 //! from inside `pre_exec` without blocking the spawn) is forked behind a gate: [`Gated`].
@@ -43,6 +43,7 @@ pub struct StartIn {
     cpu: Option<usize>,
     nice: Option<i32>,
     user: Option<RunAs>,
+    own_session: bool,
 }
 
 impl StartIn {
@@ -69,6 +70,16 @@ impl StartIn {
     /// At nice value `nice` (-20..=19; the kernel clamps what lies beyond).
     pub fn at_nice(mut self, nice: i32) -> StartIn {
         self.nice = Some(nice);
+        self
+    }
+
+    /// In a session of its own (`setsid`, first): it leads it and its process group (of its
+    /// pid), with no controlling terminal. A command run as another user must: one left in
+    /// the agent's session could push input into the terminal the agent runs on (`TIOCSTI`),
+    /// which root's shell then reads (eighteenth hostile pass). Not with
+    /// `Command::process_group`, which makes it a group leader first (setsid then fails).
+    pub fn in_own_session(mut self) -> StartIn {
+        self.own_session = true;
         self
     }
 
@@ -124,7 +135,12 @@ impl StartIn {
         let caps: Vec<u32> = self.without.iter().map(|&c| c as u32).collect();
         let (cpu, nice) = (self.cpu, self.nice);
         let user = self.user.clone();
+        let own_session = self.own_session;
         let step = move || -> io::Result<()> {
+            // SAFETY: setsid of the calling (forked) process.
+            if own_session && unsafe { libc::setsid() } < 0 {
+                return Err(io::Error::last_os_error());
+            }
             for procs in &procs {
                 join_group(procs)?;
             }
@@ -145,9 +161,9 @@ impl StartIn {
             }
             Ok(())
         };
-        // SAFETY: the step makes only async-signal-safe calls (open, write, close, prctl,
-        // capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid) on data prepared before the fork, and
-        // allocates nothing.
+        // SAFETY: the step makes only async-signal-safe calls (setsid, open, write, close,
+        // prctl, capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid)
+        // on data prepared before the fork, and allocates nothing.
         unsafe { cmd.pre_exec(step) };
         Ok(())
     }

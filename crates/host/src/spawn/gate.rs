@@ -1,4 +1,5 @@
-//! A child forked behind a gate: it leads its own process group, drops every fd it inherited
+//! A child forked behind a gate: it leads its own session and process group (no controlling
+//! terminal: eighteenth hostile pass), drops every fd it inherited
 //! but the gate, says so, and waits on the gate (one end of a socket pair) before it execs; the
 //! parent, meanwhile, places it (moves it into its groups, a frozen one included) and then opens
 //! the gate. So no instruction of the command runs before it is placed, and a child whose parent
@@ -107,7 +108,7 @@ impl Gated {
         }
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
-        // SAFETY: the child only calls async-signal-safe functions (setpgid, read, open, dup2,
+        // SAFETY: the child only calls async-signal-safe functions (setsid, read, open, dup2,
         // close, setgroups, setgid, setuid, execvp or execvpe, _exit) on data prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
@@ -122,7 +123,10 @@ impl Gated {
         if pid == 0 {
             // SAFETY: see above; nothing here allocates or takes a lock.
             unsafe {
-                libc::setpgid(0, 0);
+                // Its own session (and process group, of its pid), with no controlling
+                // terminal: run as another user, a child still in ours could push input into
+                // the terminal the agent runs on (TIOCSTI: root's shell ran it).
+                libc::setsid();
                 libc::close(gate_w);
                 close_inherited_fds(gate_r);
                 if libc::write(gate_r, b"r".as_ptr().cast(), 1) != 1 {

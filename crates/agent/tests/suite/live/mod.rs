@@ -32,6 +32,7 @@ impl Children {
         )
     }
 
+    #[allow(dead_code)] // not every test that shares this module runs sleepers
     pub fn pid(&self, i: usize) -> u32 {
         self.0[i].id()
     }
