@@ -27,6 +27,18 @@ pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// config owned by uid 65534 had root run its command, fourteenth hostile pass). Links are
 /// followed (a ConfigMap's file is one); the file they end at is checked, after its open.
 fn read(path: &Path) -> Result<String, ConfigError> {
+    read_checked(path, true)
+}
+
+/// A config file's text read as [`read`] reads it (O_NONBLOCK, a regular file of at most
+/// [`MAX_CONFIG_BYTES`]) but whoever owns it: for a reader that runs nothing the file names
+/// and crosses no privilege (`headroom sim fleet --agent-config`, whose `read_to_string` hung on
+/// a FIFO and grew to a gigabyte on `/dev/zero`, sixteenth hostile pass). Errors name the file.
+pub fn read_bounded_text(path: &Path) -> Result<String, ConfigError> {
+    read_checked(path, false)
+}
+
+fn read_checked(path: &Path, owner_rule: bool) -> Result<String, ConfigError> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let refused = |reason: String| ConfigError::Io {
@@ -45,7 +57,12 @@ fn read(path: &Path) -> Result<String, ConfigError> {
     let me = headroom_host::process::effective_uid();
     // A group other than root's may not write it either: a `root:65534` config of mode 0664
     // ran its command as root (fifteenth hostile pass).
-    match other_writer(meta.uid(), meta.gid(), meta.mode(), &[me]) {
+    let writer = if owner_rule {
+        other_writer(meta.uid(), meta.gid(), meta.mode(), &[me])
+    } else {
+        None
+    };
+    match writer {
         Some(OtherWriter::Owner(uid)) => return Err(refused(format!(
             "owned by uid {uid}: another user's config would have its BE command run (and its groups managed) as uid {me}; chown it to root"
         ))),

@@ -112,6 +112,33 @@ pub fn user_for(key: &str, spec: Option<&UserSpec>) -> Result<Option<RunAs>, Con
     .transpose()
 }
 
+/// Who `[[be]]` entry `i` (`be`) runs its command as: its `user` ([`user_for`]), with its
+/// `group` in place of the user's primary group when set; an error names `be[i].group` when
+/// this host has no such group.
+pub fn be_user(
+    i: usize,
+    be: &headroom_control::config::BeConfig,
+) -> Result<Option<RunAs>, ConfigError> {
+    let user = user_for(&format!("be[{i}].user"), be.user.as_ref())?;
+    match (user, &be.group) {
+        (Some(u), Some(spec)) => {
+            let refused = |reason: String| ConfigError::Invalid {
+                key: format!("be[{i}].group"),
+                value: format!("{:?}", spec.to_string()),
+                reason,
+            };
+            match u.with_group(spec) {
+                Ok(Some(u)) => Ok(Some(u)),
+                Ok(None) => Err(refused(
+                    "no such group on this host (/etc/group): give a group name it knows (or a gid)".into(),
+                )),
+                Err(e) => Err(refused(format!("looking the group up failed ({e}): give the gid instead"))),
+            }
+        }
+        (user, _) => Ok(user),
+    }
+}
+
 /// Every `[[be]] user` this host does not know, and every BE or LC command whose program
 /// [`program_refusal`] refuses (for the user it runs as), in the config's errors' form.
 pub fn problems(config: &Config) -> Vec<ConfigError> {
@@ -135,6 +162,11 @@ pub fn problems(config: &Config) -> Vec<ConfigError> {
                     value: format!("{:?}", spec.to_string()),
                     reason,
                 }),
+            }
+        }
+        if uid.is_some() && be.group.is_some() {
+            if let Err(e) = be_user(i, be) {
+                out.push(e);
             }
         }
         commands.push((format!("be[{i}].command"), &be.command, uid));

@@ -69,6 +69,16 @@ impl Accounts {
         Ok(groups)
     }
 
+    /// The gid of the `/etc/group` entry named `name`, `None` when it has none (`[[be]] group`).
+    pub fn group_by_name(&self, name: &str) -> io::Result<Option<u32>> {
+        let text = read_bounded(&self.path("etc/group"))?;
+        let gid = entries(&text).find_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            (f.first() == Some(&name)).then(|| f.get(2)?.parse().ok())?
+        });
+        Ok(gid)
+    }
+
     fn users(&self) -> io::Result<Vec<PasswdEntry>> {
         let text = read_bounded(&self.path("etc/passwd"))?;
         Ok(entries(&text)
@@ -143,6 +153,8 @@ mod tests {
         assert_eq!(a.user_by_name("ghost").unwrap(), None);
         assert_eq!(a.groups_of("memcache", 111).unwrap(), vec![111, 4]);
         assert_eq!(a.groups_of("nobody", 65534).unwrap(), vec![65534]);
+        assert_eq!(a.group_by_name("adm").unwrap(), Some(4));
+        assert_eq!(a.group_by_name("ghost").unwrap(), None);
     }
 
     #[test]

@@ -120,7 +120,48 @@ pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigFileError> {
 /// each minute: it is rotated), with the directories it lies in; the commands it runs (an exec
 /// plugin, the gcp auth provider's `cmd-path`) checked by [`crate::exec_command::take_commands`].
 /// An error names the field and the file.
+///
+/// Only the current context's cluster and user are checked and kept: kube-rs uses no other.
+/// The others are dropped from `kc`, and a file of theirs that would be refused is a warning,
+/// not a refusal (seventeenth hostile pass's low: a kubeconfig whose unused users named a
+/// plugin this host lacks, or another user's token file, was refused).
 pub fn take_named_files(kc: &mut Kubeconfig) -> Result<(), KubeconfigFileError> {
+    let (cluster, user) = in_use(kc);
+    let mut unused = Kubeconfig::default();
+    (kc.clusters, unused.clusters) = std::mem::take(&mut kc.clusters)
+        .into_iter()
+        .partition(|n| cluster.as_deref() == Some(n.name.as_str()));
+    (kc.auth_infos, unused.auth_infos) = std::mem::take(&mut kc.auth_infos)
+        .into_iter()
+        .partition(|n| user.as_deref() == Some(n.name.as_str()));
+    if let Err(e) = take_files_of(&mut unused) {
+        let names = |v: Vec<String>| v.join(", ");
+        tracing::warn!(
+            unused_users = %names(unused.auth_infos.iter().map(|n| n.name.clone()).collect()),
+            unused_clusters = %names(unused.clusters.iter().map(|n| n.name.clone()).collect()),
+            "kubernetes: an entry the kubeconfig's current context does not use would be refused ({e}); not used"
+        );
+    }
+    take_files_of(kc)
+}
+
+/// The cluster and user the current context names (kube-rs's `ConfigLoader` takes these and
+/// no others); `None` where there is no such context or it names none.
+fn in_use(kc: &Kubeconfig) -> (Option<String>, Option<String>) {
+    let context = kc.current_context.as_ref().and_then(|name| {
+        kc.contexts
+            .iter()
+            .find(|c| &c.name == name)
+            .and_then(|c| c.context.as_ref())
+    });
+    (
+        context.map(|c| c.cluster.clone()),
+        context.and_then(|c| c.user.clone()),
+    )
+}
+
+/// [`take_named_files`] for every cluster and user `kc` holds.
+fn take_files_of(kc: &mut Kubeconfig) -> Result<(), KubeconfigFileError> {
     let named =
         |key: &'static str, path: &str, e: KubeconfigFileError| KubeconfigFileError::Named {
             key,

@@ -108,14 +108,24 @@ pub async fn client_bounded(
 /// from what was read), the files they name taken by [`kubeconfig_file::take_named_files`]; an
 /// error names the file.
 async fn from_file(paths: &[PathBuf]) -> Result<Config, KubeError> {
+    load(paths).await.map_err(|(e, _)| e)
+}
+
+/// [`from_file`], its error paired with whether a file was refused (its kind, size, owner or
+/// mode, or a file it names refused): an operator's error wherever the kubeconfig was found,
+/// never a reason to try another config.
+async fn load(paths: &[PathBuf]) -> Result<Config, (KubeError, bool)> {
     let named = |path: &Path, reason: String| KubeError::Kubeconfig {
         path: path.display().to_string(),
         reason,
     };
     let mut merged = Kubeconfig::default();
     for path in paths {
-        let kc = kubeconfig_file::read(path).map_err(|e| named(path, e.to_string()))?;
-        merged = merged.merge(kc).map_err(|e| named(path, e.to_string()))?;
+        let kc =
+            kubeconfig_file::read(path).map_err(|e| (named(path, e.to_string()), e.is_kind()))?;
+        merged = merged
+            .merge(kc)
+            .map_err(|e| (named(path, e.to_string()), false))?;
     }
     let shown = paths
         .iter()
@@ -124,22 +134,20 @@ async fn from_file(paths: &[PathBuf]) -> Result<Config, KubeError> {
         .join(":");
     // The files it names: checked as the kubeconfig is, and read bounded (kube-rs reads them
     // whole, and runs its exec plugin as this user).
-    kubeconfig_file::take_named_files(&mut merged).map_err(|e| KubeError::Kubeconfig {
-        path: shown.clone(),
-        reason: e.to_string(),
+    kubeconfig_file::take_named_files(&mut merged).map_err(|e| {
+        let refused = e.is_kind();
+        (named(Path::new(&shown), e.to_string()), refused)
     })?;
     Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
         .await
-        .map_err(|e| KubeError::Kubeconfig {
-            path: shown,
-            reason: e.to_string(),
-        })
+        .map_err(|e| (named(Path::new(&shown), e.to_string()), false))
 }
 
 /// kube-rs's `Config::infer` with the kubeconfig read bounded: `KUBECONFIG`'s files or
 /// `~/.kube/config` where there are, else (or when they do not make a config) the pod's service
-/// account. A file that is not a regular file or is too large is refused by name (exit 2), not
-/// passed over.
+/// account. A file refused (not a regular file, too large, another user's, or naming a file
+/// refused so) is refused by name (exit 2), not passed over to the in-cluster config
+/// (sixteenth hostile pass's low: a refused token file fell back to it, or exited 1).
 async fn infer() -> Result<Config, KubeError> {
     let paths = kubeconfig_file::inferred_paths();
     let from_files = if paths.is_empty() {
@@ -147,17 +155,10 @@ async fn infer() -> Result<Config, KubeError> {
             "no KUBECONFIG and no ~/.kube/config".into(),
         ))
     } else {
-        for path in &paths {
-            if let Err(e) = kubeconfig_file::read_text(path) {
-                if e.is_kind() {
-                    return Err(KubeError::Kubeconfig {
-                        path: path.display().to_string(),
-                        reason: e.to_string(),
-                    });
-                }
-            }
+        match load(&paths).await {
+            Err((e, true)) => return Err(e),
+            other => other.map_err(|(e, _)| e),
         }
-        from_file(&paths).await
     };
     let mut config = match from_files {
         Ok(c) => c,

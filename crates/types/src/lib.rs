@@ -16,4 +16,4 @@ pub mod resources;
 pub mod summary;
 pub mod values;
 
-pub use values::{CpuSet, DeviceId, GroupPath, UserSpec, ValueError};
+pub use values::{CpuSet, DeviceId, GroupPath, GroupSpec, UserSpec, ValueError};

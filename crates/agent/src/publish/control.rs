@@ -71,6 +71,14 @@ pub enum ControlError {
     /// The socket is served by another user (not root, not this one): not the agent.
     #[error("{path} is served by uid {uid}, neither root, this user nor the owner of its directory (counted only where no one else could have made it: not under /tmp): not the agent (another user bound its path?); nothing was sent")]
     NotTheAgent { path: PathBuf, uid: String },
+    /// The one deadline passed; `stage`: what had not happened by then. (The server side's
+    /// words, "the request did not arrive whole in time", were said here: seventeenth pass.)
+    #[error("no answer within {deadline_s} s from the agent at {path}: {stage} when the deadline passed (one deadline for the request and the whole answer; the agent is stopped, e.g. SIGSTOP, or hung, or the server trickles its answer)")]
+    NoAnswer {
+        path: PathBuf,
+        stage: &'static str,
+        deadline_s: u64,
+    },
 }
 
 /// Binds the socket (replacing a stale one), sets it 0600, and serves it in a thread; requests
@@ -366,6 +374,11 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
     // byte let a server that trickles its answer keep `ctl` as long as it liked (fourteenth
     // hostile pass, "Found, not fixed").
     let deadline = Instant::now() + ANSWER_DEADLINE;
+    let no_answer = |stage| ControlError::NoAnswer {
+        path: path.to_path_buf(),
+        stage,
+        deadline_s: ANSWER_DEADLINE.as_secs(),
+    };
     let timed_out = |e: &std::io::Error| {
         matches!(
             e.kind(),
@@ -376,7 +389,7 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
     text.push('\n');
     super::deadline::write_all_by(&mut stream, text.as_bytes(), deadline).map_err(|e| {
         if timed_out(&e) {
-            io(NO_ANSWER, e)
+            no_answer("the request was not yet written whole")
         } else {
             io("writing to", e)
         }
@@ -390,7 +403,7 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         // A read timeout surfaces as EAGAIN ("Resource temporarily unavailable"): say what
         // it means (fourth hostile pass: an agent stopped by SIGSTOP).
         if timed_out(&e) {
-            io(NO_ANSWER, e)
+            no_answer("the answer had not arrived whole")
         } else {
             io("reading from", e)
         }
@@ -429,6 +442,3 @@ const MAX_REPLY_BYTES: usize = 16 << 20;
 /// How long `request` waits for the whole exchange: sending the request and reading the
 /// whole answer, however the server paces its bytes.
 const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
-
-/// What `request` says when [`ANSWER_DEADLINE`] passes.
-const NO_ANSWER: &str = "no answer within 15 s, one deadline for the request and the whole answer (the agent is stopped, e.g. SIGSTOP, or hung; or the server trickles its answer) from";

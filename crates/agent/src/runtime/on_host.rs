@@ -133,6 +133,39 @@ pub(super) fn check_domain_groups(
     into_result(problems)
 }
 
+/// `safety.be_memory_limit_bytes` (`limit`) refused when it is below what a BE group (of
+/// `groups`, where the host can read its use) uses now: the kernel refuses that write at every
+/// tick (cgroup v1: EBUSY), keeping BE frozen, and v2 kills BE for it (eighth hostile pass for
+/// `ctl set`). The one rule for a live `ctl set` and for the config at start (sixteenth
+/// hostile pass: a config's limit below an adopted BE's use was accepted at start).
+pub(super) fn check_memory_limit(
+    cgroups: &headroom_host::Cgroups,
+    groups: &[headroom_types::GroupPath],
+    limit: Option<u64>,
+) -> Result<(), ConfigError> {
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    for g in groups {
+        let Ok(used) = cgroups.memory_usage(g) else {
+            continue;
+        };
+        if used > limit {
+            return Err(ConfigError::Invalid {
+                key: "safety.be_memory_limit_bytes".into(),
+                value: limit.to_string(),
+                reason: format!(
+                    "below what BE group {g} uses now ({used} bytes): the kernel cannot \
+                     hold BE there without reclaim it may not manage (cgroup v1 refuses \
+                     the write, EBUSY; v2 kills BE); give at least {used}, or lower it \
+                     in the config file and restart"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Every `safety.be_io_limits` device that is not a whole disk here (also checked on a live
 /// `set`). The kernel refuses a throttle on a device it lacks or on a partition (ENODEV), and
 /// a refused write that confines BE freezes it until the write goes through: for good, from

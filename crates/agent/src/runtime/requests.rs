@@ -104,34 +104,14 @@ impl Agent {
         }
     }
 
-    /// Refuses a new `safety.be_memory_limit_bytes` below what a BE group uses now (where the
-    /// host can read it): the kernel refused that write at every tick (cgroup v1: EBUSY) while
-    /// `ctl set` had answered "ok" (eighth hostile pass), and v2 would kill BE for it.
+    /// Refuses a new `safety.be_memory_limit_bytes` below what a BE group uses now: the start's
+    /// rule ([`super::on_host::check_memory_limit`]), for a value that changed.
     fn check_memory_limit(&self, updated: &Config) -> Result<(), ConfigError> {
-        let Some(limit) = updated.safety.be_memory_limit_bytes else {
-            return Ok(());
-        };
-        if updated.safety.be_memory_limit_bytes == self.config.safety.be_memory_limit_bytes {
+        let limit = updated.safety.be_memory_limit_bytes;
+        if limit == self.config.safety.be_memory_limit_bytes {
             return Ok(());
         }
-        for g in &self.groups.be {
-            let Ok(used) = self.node.cgroups().memory_usage(g) else {
-                continue;
-            };
-            if used > limit {
-                return Err(ConfigError::Invalid {
-                    key: "safety.be_memory_limit_bytes".into(),
-                    value: limit.to_string(),
-                    reason: format!(
-                        "below what BE group {g} uses now ({used} bytes): the kernel cannot \
-                         hold BE there without reclaim it may not manage (cgroup v1 refuses \
-                         the write, EBUSY; v2 kills BE); give at least {used}, or lower it \
-                         in the config file and restart"
-                    ),
-                });
-            }
-        }
-        Ok(())
+        super::on_host::check_memory_limit(self.node.cgroups(), &self.groups.be, limit)
     }
 
     /// Puts every original back (the kill switch, `on_exit = "restore"`); returns the writes.

@@ -61,6 +61,13 @@ impl Agent {
         let lc_groups: Vec<_> = config.lcs.iter().map(|l| l.cgroup.clone()).collect();
         let cgroups = host.cgroups()?;
         super::on_host::check_domain_groups(&config, &cgroups)?;
+        // BE already in its groups (an earlier agent's, or processes found there): a limit
+        // below its use is refused as `ctl set` refuses it.
+        super::on_host::check_memory_limit(
+            &cgroups,
+            &groups.be,
+            config.safety.be_memory_limit_bytes,
+        )?;
         // One agent per group, decided before anything is touched (a second agent changes
         // nothing: no orphan kill, no drift repair).
         let group_lock = if options.dry_run {
@@ -425,6 +432,12 @@ impl Agent {
             .and_then(|p| p.last_allocation.clone())
             .unwrap_or_else(|| Allocation::default().disabled());
         let mut first = safe.clone();
+        if previous.is_some() {
+            // A restart never widens BE: its cpuset now (the earlier agent's, kept frozen)
+            // bounds the start-up allocation, whose own set (or, with none recorded, the
+            // original) may be wider; the first tick widens last, after it narrows.
+            first.be_cpus = self.no_wider_than_now(first.be_cpus.take());
+        }
         // BE commands start frozen; the first tick thaws them if the policy lets BE run.
         if self.config.be.iter().any(|b| !b.command.is_empty()) {
             first.be_enabled = false;
@@ -448,10 +461,7 @@ impl Agent {
                 b.restart_backoff_ms,
                 b.restart_backoff_max_ms,
             )
-            .run_as(crate::run_as::user_for(
-                &format!("be[{i}].user"),
-                b.user.as_ref(),
-            )?);
+            .run_as(crate::run_as::be_user(i, b)?);
             // A restart for this group when the state file records it as a BE group (the
             // config's other groups may have changed: fifth hostile pass).
             let recorded = previous.filter(|p| p.records_be(&g));
@@ -497,6 +507,33 @@ impl Agent {
             self.write_state()?;
         }
         Ok(())
+    }
+
+    /// `cpus` (`None`: the original) bounded by what every BE group holds now: their
+    /// intersection with it, or what they hold when the two share no CPU. A group whose set is
+    /// empty (v2: the parent's) or cannot be read bounds nothing. Hostile pass 14's low: a
+    /// restart with no recorded allocation wrote the original, wide, cpuset on a frozen BE.
+    fn no_wider_than_now(
+        &mut self,
+        cpus: Option<headroom_types::CpuSet>,
+    ) -> Option<headroom_types::CpuSet> {
+        use headroom_control::actuation::{CgroupKnob, Knob, KnobValue};
+        use headroom_control::node::Node;
+        let mut now: Option<headroom_types::CpuSet> = None;
+        for g in &self.groups.be {
+            if let Ok(KnobValue::Cpus(held)) =
+                self.node.read(&Knob::cgroup(g, CgroupKnob::CpusetCpus))
+            {
+                if !held.is_empty() {
+                    now = Some(now.map_or_else(|| held.clone(), |n| n.intersection(&held)));
+                }
+            }
+        }
+        let Some(now) = now.filter(|n| !n.is_empty()) else {
+            return cpus;
+        };
+        let bounded = cpus.map_or_else(|| now.clone(), |c| c.intersection(&now));
+        Some(if bounded.is_empty() { now } else { bounded })
     }
 
     /// Undoes what a failed start did to the host, newest first.

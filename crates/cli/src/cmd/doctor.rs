@@ -14,6 +14,10 @@ pub struct Args {
     /// Probe a different file-system root (a fake tree for tests); live probes run only for `/`
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,
+    /// An agent config: say who each of its BE (and LC) commands runs as. Without it, the
+    /// configs of the agents holding group locks here
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -25,17 +29,161 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let doctor = headroom_host::doctor::probe(&args.root);
     let locks = headroom_agent::state::held_locks(&headroom_agent::state::lock_dir(&args.root));
+    let configs: Vec<PathBuf> = match &args.config {
+        Some(c) => vec![c.clone()],
+        None => {
+            let mut held: Vec<PathBuf> = locks
+                .iter()
+                .filter_map(|(_, h)| h.as_ref())
+                .filter(|h| !h.config.is_empty())
+                .map(|h| PathBuf::from(&h.config))
+                .collect();
+            held.sort();
+            held.dedup();
+            held
+        }
+    };
+    let mut runs = Vec::new();
+    for path in &configs {
+        match headroom_agent::config_file::read_config(path) {
+            Ok(config) => runs.extend(runs_as(path, &config)),
+            // A config named here that cannot be read: the operator's error (exit 2).
+            Err(e) if args.config.is_some() => {
+                return Err(super::usage(format!("headroom doctor: --config: {e}")))
+            }
+            Err(e) => runs.push(RunsAs {
+                config: path.display().to_string(),
+                key: String::new(),
+                runs_as: format!("not known: {e}"),
+                root: false,
+            }),
+        }
+    }
     if args.json {
         let mut v = serde_json::to_value(&doctor)?;
         if let Some(o) = v.as_object_mut() {
             o.insert("group_locks".into(), locks_json(&locks));
+            o.insert("commands_run_as".into(), serde_json::to_value(&runs)?);
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", render(&doctor));
         print!("{}", render_locks(&locks));
+        print!("{}", render_runs_as(&runs, !configs.is_empty()));
     }
     Ok(())
+}
+
+/// Who one command of a config runs as.
+#[derive(Debug, serde::Serialize)]
+struct RunsAs {
+    config: String,
+    /// `be[i].command` or `lc.command` (with the BE's or LC's name).
+    key: String,
+    runs_as: String,
+    /// It runs as the agent's own user (root as deploy/ runs the agent): no `user` set.
+    root: bool,
+}
+
+/// Who each BE command (and LC command) of `config` runs as: its `user` looked up here, or
+/// the agent's own user (root) when none is set; a BE run as root can leave its group.
+fn runs_as(path: &std::path::Path, config: &headroom_control::config::Config) -> Vec<RunsAs> {
+    let shown = path.display().to_string();
+    let lcs = config.lcs.iter().enumerate().map(|(i, l)| {
+        (
+            format!("{}.command", config.lc_key(i)),
+            &l.name,
+            &l.command,
+            &l.user,
+            None,
+        )
+    });
+    let bes = config.be.iter().enumerate().map(|(i, b)| {
+        (
+            format!("be[{i}].command"),
+            &b.name,
+            &b.command,
+            &b.user,
+            Some((i, b)),
+        )
+    });
+    lcs.chain(bes)
+        .filter(|(_, _, command, _, _)| !command.is_empty())
+        .map(|(key, name, _, user, be_entry)| {
+            let be = be_entry.is_some();
+            let (runs_as, root) = match user {
+                None => (
+                    format!(
+                        "the agent's own user: root as deploy/ runs it{} (set {} user)",
+                        if be {
+                            ", and BE as root can leave its group"
+                        } else {
+                            ""
+                        },
+                        if be { "[[be]]" } else { "[lc]" }
+                    ),
+                    true,
+                ),
+                Some(spec) => match be_entry.map_or_else(
+                    || headroom_agent::run_as::resolve_user(spec),
+                    |(i, b)| match headroom_agent::run_as::be_user(i, b) {
+                        Ok(Some(u)) => Ok(u),
+                        Ok(None) => Err("not known".to_string()),
+                        Err(e) => Err(e.to_string()),
+                    },
+                ) {
+                    Ok(u) => (
+                        match spec {
+                            headroom_types::UserSpec::Uid(_) => format!("{spec} (gid {})", u.gid()),
+                            headroom_types::UserSpec::Name(_) => {
+                                format!("user {spec} (uid {}, gid {})", u.uid(), u.gid())
+                            }
+                        },
+                        false,
+                    ),
+                    Err(e) => (
+                        format!("user {spec}: {e} (the agent refuses to start)"),
+                        false,
+                    ),
+                },
+            };
+            RunsAs {
+                config: shown.clone(),
+                key: format!("{key} ({name})"),
+                runs_as,
+                root,
+            }
+        })
+        .collect()
+}
+
+/// The "who runs the commands" lines; `any_config`: a config was given or found.
+fn render_runs_as(runs: &[RunsAs], any_config: bool) -> String {
+    if !any_config {
+        return "
+commands: no --config and no agent running; a BE command with no [[be]] user runs as the agent's own user (root as deploy/ runs it), and can leave its group
+".into();
+    }
+    let mut out = String::from(
+        "
+commands run as:
+",
+    );
+    for r in runs {
+        let warn = if r.root { "  WARNING" } else { "" };
+        out.push_str(&format!(
+            "  {} {}: {}{warn}
+",
+            r.config, r.key, r.runs_as
+        ));
+    }
+    if runs.is_empty() {
+        out.push_str(
+            "  (no BE or LC command in the config)
+",
+        );
+    }
+    out
 }
 
 type HeldLocks = [(PathBuf, Option<headroom_types::control::LockHolder>)];

@@ -256,8 +256,9 @@ fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         setup.be_pool = a.be.clone();
     }
     if let Some(p) = &a.agent_config {
-        setup.agent_extra =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        // bounded, never waiting (a FIFO hung it, /dev/zero grew it: sixteenth hostile pass)
+        setup.agent_extra = headroom_agent::config_file::read_bounded_text(p)
+            .map_err(|e| super::usage(format!("headroom sim: --agent-config: {e}")))?;
     }
     let services = match &a.services {
         Some(p) => Some(ServicesFile::from_file(p).map_err(input)?.service),

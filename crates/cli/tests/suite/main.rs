@@ -22,6 +22,7 @@ mod kube_hostile_pass_11;
 mod kube_lows;
 mod kube_lows2;
 mod load_cli;
+mod lows_16_17;
 mod package_deb;
 mod plan_cli;
 mod report_cli;

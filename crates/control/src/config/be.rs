@@ -1,7 +1,7 @@
 //! `[[be]]`: the best-effort groups.
 
 use crate::config::{invalid, LcConfig, Problems};
-use headroom_types::{GroupPath, UserSpec};
+use headroom_types::{GroupPath, GroupSpec, UserSpec};
 use serde::{Deserialize, Serialize};
 
 /// `[[be]]`: one best-effort group.
@@ -18,6 +18,10 @@ pub struct BeConfig {
     /// groups; said once at start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<UserSpec>,
+    /// The group `command` runs as (a group name or a gid), in place of `user`'s primary
+    /// group (its supplementary groups stay). Unset: the user's primary group. Needs `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupSpec>,
     /// Restart the command when it dies, with exponential backoff.
     #[serde(default = "default_true")]
     pub restart: bool,
@@ -36,6 +40,7 @@ impl BeConfig {
             cgroup,
             command,
             user: None,
+            group: None,
             restart: default_true(),
             restart_backoff_ms: default_backoff_ms(),
             restart_backoff_max_ms: default_backoff_max_ms(),
@@ -117,6 +122,13 @@ pub(crate) fn validate_be(groups: &[BeConfig], lcs: &[LcConfig], p: &mut Problem
                 &format!("be[{i}].user"),
                 user.to_string(),
                 "names who runs the BE command, and there is none: set command or remove user",
+            ));
+        }
+        if let (Some(group), None) = (&be.group, &be.user) {
+            p.push(invalid(
+                &format!("be[{i}].group"),
+                group.to_string(),
+                "names the group of the BE command's user, and there is no user (the command would run as the agent's user and group): set user too, or remove group",
             ));
         }
         // The key that is wrong by its own name (a 0 backoff was reported as the max's).

@@ -6,7 +6,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use headroom_types::UserSpec;
+use headroom_types::{GroupSpec, UserSpec};
 use nix::unistd::{Gid, Uid};
 
 /// The gid a child gets when its user is a bare uid with no passwd entry: 65534, the
@@ -60,6 +60,20 @@ impl RunAs {
             name: Some(entry.name),
             home: Some(entry.home),
         }))
+    }
+
+    /// This user with `spec` as its group (`[[be]] group`) in place of its primary group;
+    /// its supplementary groups stay. `Ok(None)` for a name `/etc/group` does not have.
+    pub fn with_group(mut self, spec: &GroupSpec) -> io::Result<Option<RunAs>> {
+        let gid = match spec {
+            GroupSpec::Gid(g) => *g,
+            GroupSpec::Name(n) => match crate::accounts::Accounts::system().group_by_name(n)? {
+                Some(g) => g,
+                None => return Ok(None),
+            },
+        };
+        self.gid = Gid::from_raw(gid);
+        Ok(Some(self))
     }
 
     /// The uid.

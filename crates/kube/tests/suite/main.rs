@@ -17,4 +17,5 @@ mod kube_lows2;
 mod kubeconfig_file;
 mod kubelet_cgroups;
 mod list_bounds;
+mod lows_16_17;
 mod watch_event_strings;

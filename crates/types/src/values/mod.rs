@@ -6,11 +6,13 @@
 
 mod cpu_set;
 mod device_id;
+mod group;
 mod group_path;
 mod user;
 
 pub use cpu_set::{CpuSet, MAX_CPU_ID};
 pub use device_id::DeviceId;
+pub use group::GroupSpec;
 pub use group_path::GroupPath;
 pub use user::{UserSpec, MAX_USER_NAME};
 
