@@ -35,6 +35,7 @@ mod lc_rt_budget;
 mod lock_files;
 mod lows_12_13;
 mod lows_14_15;
+mod lows_16_17;
 mod moving_targets;
 mod multi_events;
 mod one_agent_per_group;

@@ -3,7 +3,7 @@
 //! by passes 15-17). Real kernel, root; prints SKIP otherwise. Groups are `l17-*`, removed
 //! (processes killed first) by a guard, also when a test fails.
 
-mod live;
+use crate::live;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
