@@ -509,8 +509,9 @@ impl Agent {
         Ok(())
     }
 
-    /// `cpus` (`None`: the original) bounded by what every BE group holds now: their
-    /// intersection with it, or what they hold when the two share no CPU. A group whose set is
+    /// `cpus` (`None`: the original) bounded by what every BE group holds now: what they hold
+    /// for `None`, else its intersection with it (`cpus` itself when the two share no CPU:
+    /// never wider than what it recorded, and a set the machine lacks fails as before). A group whose set is
     /// empty (v2: the parent's) or cannot be read bounds nothing. Hostile pass 14's low: a
     /// restart with no recorded allocation wrote the original, wide, cpuset on a frozen BE.
     fn no_wider_than_now(
@@ -532,8 +533,13 @@ impl Agent {
         let Some(now) = now.filter(|n| !n.is_empty()) else {
             return cpus;
         };
-        let bounded = cpus.map_or_else(|| now.clone(), |c| c.intersection(&now));
-        Some(if bounded.is_empty() { now } else { bounded })
+        match cpus {
+            None => Some(now),
+            // A recorded set sharing no CPU with BE's now (a CPU the machine lost) is kept:
+            // its write fails and the failed restart leaves BE frozen (hostile pass 4).
+            Some(c) if c.intersection(&now).is_empty() => Some(c),
+            Some(c) => Some(c.intersection(&now)),
+        }
     }
 
     /// Undoes what a failed start did to the host, newest first.
