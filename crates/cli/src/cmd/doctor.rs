@@ -132,15 +132,19 @@ fn runs_as(path: &std::path::Path, config: &headroom_control::config::Config) ->
                         Err(e) => Err(e.to_string()),
                     },
                 ) {
-                    Ok(u) => (
-                        match spec {
+                    Ok(u) => {
+                        let shown = match spec {
                             headroom_types::UserSpec::Uid(_) => format!("{spec} (gid {})", u.gid()),
                             headroom_types::UserSpec::Name(_) => {
                                 format!("user {spec} (uid {}, gid {})", u.uid(), u.gid())
                             }
-                        },
-                        false,
-                    ),
+                        };
+                        // uid 0 under another name, or group 0: root as far as BE goes
+                        match headroom_agent::run_as::root_like(&u) {
+                            Some(why) => (format!("{shown}: {why}, as good as root"), true),
+                            None => (shown, false),
+                        }
+                    }
                     Err(e) => (
                         format!("user {spec}: {e} (the agent refuses to start)"),
                         false,
