@@ -79,6 +79,9 @@ const MAX_INTERPRETERS: usize = 4;
 /// first word not an option, past `-S`): `None` when the file does not begin with `#!`.
 fn interpreter(path: &Path) -> Option<(PathBuf, Option<String>)> {
     use std::io::Read;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None; // never opened: a FIFO would hang the start
+    }
     let mut head = Vec::with_capacity(256);
     std::fs::File::open(path)
         .ok()?
