@@ -37,8 +37,83 @@ pub fn program_path(program: &str) -> Option<PathBuf> {
 /// writable by none else: not `o+w`, not `g+w` unless its group is root's; the directory it
 /// is in, as spelled and as it resolves, must pass [`crate::trusted_dir::doubt`] for the same
 /// owner (no one else could replace it). A program not found is left to the runnable check.
+///
+/// A script's `#!` interpreter is held to the same rule (it is what runs), and so is the
+/// interpreter's own, as deep as the kernel nests them (4); for `#!/usr/bin/env X`, `X` as
+/// `execvp` finds it too (pass 18: a root script naming uid 65534's interpreter ran that
+/// user's code as root).
 pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
-    let path = program_path(program)?;
+    let mut path = program_path(program)?;
+    for _ in 0..=MAX_INTERPRETERS {
+        if let Some(why) = file_refusal(&path, runs_as) {
+            return Some(why);
+        }
+        let (interp, arg) = interpreter(&path)?;
+        if !interp.exists() {
+            return None; // left to the exec, which fails
+        }
+        if let Some(why) = file_refusal(&interp, runs_as) {
+            return Some(format!("interpreter of {}: {why}", path.display()));
+        }
+        path = match arg {
+            Some(x) if interp.file_name().is_some_and(|n| n == "env") => {
+                let found = program_path(&x)?;
+                if let Some(why) = file_refusal(&found, runs_as) {
+                    return Some(format!(
+                        "{x} that {} runs through env: {why}",
+                        path.display()
+                    ));
+                }
+                found
+            }
+            _ => interp,
+        };
+    }
+    None
+}
+
+/// How deep the kernel follows interpreters that are themselves scripts.
+const MAX_INTERPRETERS: usize = 4;
+
+/// The interpreter a `#!` first line of `path` names, and for `env` the program it runs (its
+/// first word not an option, past `-S`): `None` when the file does not begin with `#!`.
+fn interpreter(path: &Path) -> Option<(PathBuf, Option<String>)> {
+    use std::io::Read;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None; // never opened: a FIFO would hang the start
+    }
+    let mut head = Vec::with_capacity(256);
+    std::fs::File::open(path)
+        .ok()?
+        .take(256)
+        .read_to_end(&mut head)
+        .ok()?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
+    let interp = PathBuf::from(words.next()?);
+    let mut arg = None;
+    let mut skip_next = false;
+    for w in words {
+        let w = w.strip_prefix("-S").unwrap_or(w);
+        if std::mem::take(&mut skip_next) || w.is_empty() || w.contains('=') {
+            continue;
+        }
+        if w.starts_with('-') {
+            // env's options that take the next word: -u NAME, -C DIR
+            skip_next = matches!(w, "-u" | "--unset" | "-C" | "--chdir");
+            continue;
+        }
+        arg = Some(w.to_string());
+        break;
+    }
+    Some((interp, arg))
+}
+
+/// [`program_refusal`]'s rule on one file found (`path`), interpreters aside.
+fn file_refusal(path: &Path, runs_as: Option<u32>) -> Option<String> {
+    let path = path.to_path_buf();
     let me = headroom_host::process::effective_uid();
     let may_own = runs_as.filter(|&u| u != 0).unwrap_or(me);
     let as_whom = match runs_as {
@@ -85,6 +160,64 @@ pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
         }
     }
     None
+}
+
+/// Why `user` could not run the file `path` names, or `None` when it can: the mode bits of
+/// the file (execute) and of every directory above it, as spelled and as it resolves
+/// (search), read for that uid, its group and its groups (root, and a file not found, are
+/// left alone). Pass 18: a program the BE user could not reach was taken at start and then
+/// ended 127 at every restart.
+pub fn reach_refusal(path: &Path, user: &RunAs) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if user.uid() == 0 {
+        return None;
+    }
+    let groups = user.groups();
+    let may = |meta: &std::fs::Metadata| {
+        let mode = meta.permissions().mode();
+        let bit = if meta.uid() == user.uid() {
+            0o100
+        } else if meta.gid() == user.gid() || groups.contains(&meta.gid()) {
+            0o010
+        } else {
+            0o001
+        };
+        mode & bit != 0
+    };
+    let real = std::fs::canonicalize(path).ok()?;
+    let meta = std::fs::metadata(&real).ok()?;
+    let who = format!("uid {} (gid {}, groups {groups:?})", user.uid(), user.gid());
+    for spelled in [path, real.as_path()] {
+        for dir in spelled.ancestors().skip(1) {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            let Ok(m) = std::fs::metadata(dir) else {
+                continue;
+            };
+            if !may(&m) {
+                return Some(format!(
+                        "{}: {who} may not search directory {} (mode {:04o}, owner uid {}, group gid {}): it could not run it",
+                        path.display(),
+                        dir.display(),
+                        m.permissions().mode() & 0o7777,
+                        m.uid(),
+                        m.gid()
+                    ));
+            }
+        }
+    }
+    (!may(&meta)).then(|| {
+        format!(
+            "{}: {who} may not execute it (mode {:04o}, owner uid {}, group gid {}): give it x for that user",
+            path.display(),
+            meta.permissions().mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
+        )
+    })
 }
 
 /// `spec` looked up on this host: the user, or why it cannot be run as.
@@ -145,18 +278,14 @@ pub fn problems(config: &Config) -> Vec<ConfigError> {
     let mut out = Vec::new();
     let mut commands = Vec::new();
     for (i, lc) in config.lcs.iter().enumerate() {
-        let uid = lc
-            .user
-            .as_ref()
-            .and_then(|s| resolve_user(s).ok())
-            .map(|u| u.uid());
-        commands.push((format!("{}.command", config.lc_key(i)), &lc.command, uid));
+        let user = lc.user.as_ref().and_then(|s| resolve_user(s).ok());
+        commands.push((format!("{}.command", config.lc_key(i)), &lc.command, user));
     }
     for (i, be) in config.be.iter().enumerate() {
-        let mut uid = None;
+        let mut user = None;
         if let Some(spec) = &be.user {
             match resolve_user(spec) {
-                Ok(u) => uid = Some(u.uid()),
+                Ok(u) => user = Some(u),
                 Err(reason) => out.push(ConfigError::Invalid {
                     key: format!("be[{i}].user"),
                     value: format!("{:?}", spec.to_string()),
@@ -164,15 +293,24 @@ pub fn problems(config: &Config) -> Vec<ConfigError> {
                 }),
             }
         }
-        if uid.is_some() && be.group.is_some() {
-            if let Err(e) = be_user(i, be) {
-                out.push(e);
+        if user.is_some() && be.group.is_some() {
+            match be_user(i, be) {
+                Ok(u) => user = u,
+                Err(e) => out.push(e),
             }
         }
-        commands.push((format!("be[{i}].command"), &be.command, uid));
+        commands.push((format!("be[{i}].command"), &be.command, user));
     }
-    for (key, command, uid) in commands {
-        if let Some(reason) = command.first().and_then(|p| program_refusal(p, uid)) {
+    for (key, command, user) in commands {
+        let Some(program) = command.first() else {
+            continue;
+        };
+        let uid = user.as_ref().map(RunAs::uid);
+        let reason = program_refusal(program, uid).or_else(|| {
+            let path = program_path(program)?;
+            reach_refusal(&path, user.as_ref()?)
+        });
+        if let Some(reason) = reason {
             out.push(ConfigError::Invalid {
                 key,
                 value: format!("{command:?}"),
@@ -183,14 +321,34 @@ pub fn problems(config: &Config) -> Vec<ConfigError> {
     out
 }
 
-/// The warning said once at start when a BE command runs as root (no `[[be]] user`): the
-/// names of those BE groups, or `None`.
+/// Why `user` is as good as root to the agent, or `None`: uid 0 under any name (`toor`, a
+/// duplicate `nobody:x:0:0`), or gid 0 as its group or one of its groups (root's group can
+/// write what the program-owner rule trusts).
+pub fn root_like(user: &RunAs) -> Option<String> {
+    if user.uid() == 0 {
+        Some("its user is uid 0".into())
+    } else if user.gid() == 0 || user.groups().contains(&0) {
+        Some(format!("its user (uid {}) is in group 0", user.uid()))
+    } else {
+        None
+    }
+}
+
+/// The warning said once at start when a BE command runs as root (no `[[be]] user`, or one
+/// [`root_like`]): the names of those BE groups, or `None`.
 pub fn root_be_warning(config: &Config) -> Option<String> {
-    let root: Vec<&str> = config
+    let root: Vec<String> = config
         .be
         .iter()
-        .filter(|b| !b.command.is_empty() && b.user.is_none())
-        .map(|b| b.name.as_str())
+        .enumerate()
+        .filter(|(_, b)| !b.command.is_empty())
+        .filter_map(|(i, b)| match b.user {
+            None => Some(b.name.clone()),
+            Some(_) => match be_user(i, b) {
+                Ok(Some(u)) => root_like(&u).map(|why| format!("{}: {why}", b.name)),
+                _ => None,
+            },
+        })
         .collect();
     (!root.is_empty()).then(|| {
         format!(
@@ -200,69 +358,44 @@ pub fn root_be_warning(config: &Config) -> Option<String> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    /// The rule on the program file and its directory; relaxed for a non-root user's own.
-    #[test]
-    fn a_program_others_could_change_is_refused() {
-        if headroom_host::process::effective_uid() != 0 {
-            return eprintln!("SKIP a_program_others_could_change_is_refused: needs root (chown)");
-        }
-        assert_eq!(program_refusal("sh", None), None);
-        assert_eq!(
-            program_refusal("bu-no-such-program", None),
-            None,
-            "left to not_runnable"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let mode = |p: &Path, m: u32| {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
-        };
-        mode(dir.path(), 0o755);
-        let job = dir.path().join("job");
-        std::fs::write(&job, "#!/bin/sh\n").unwrap();
-        let path = job.to_str().unwrap();
-        mode(&job, 0o755);
-        assert_eq!(program_refusal(path, None), None);
-        mode(&job, 0o757);
-        assert!(program_refusal(path, None).unwrap().contains("chmod o-w"));
-        mode(&job, 0o775);
-        std::os::unix::fs::chown(&job, None, Some(65534)).unwrap();
-        assert!(program_refusal(path, None).unwrap().contains("chmod g-w"));
-        mode(&job, 0o755);
-        std::os::unix::fs::chown(&job, Some(65534), Some(0)).unwrap();
-        let why = program_refusal(path, None).unwrap();
-        assert!(why.contains("owned by uid 65534"), "{why}");
-        assert_eq!(
-            program_refusal(path, Some(65534)),
-            None,
-            "its owner runs it"
-        );
-        assert!(
-            program_refusal(path, Some(0)).is_some(),
-            "root named: as root"
-        );
-        std::os::unix::fs::chown(&job, Some(0), Some(0)).unwrap();
-        mode(dir.path(), 0o777);
-        let why = program_refusal(path, None).unwrap();
-        assert!(why.contains("directory others could change"), "{why}");
-    }
-
-    #[test]
-    fn root_be_is_said_by_name() {
-        let text = |user: &str| {
-            format!(
-                "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\n{user}\n[policy]\nkind = \"static-cores\"\n"
-            )
-        };
-        let root = Config::from_toml_str(&text("")).unwrap();
-        let said = root_be_warning(&root).unwrap();
-        assert!(said.starts_with("BE runs as root: it can leave its group; set [[be]] user"));
-        assert!(said.contains("batch"), "{said}");
-        let nobody = Config::from_toml_str(&text("user = \"nobody\"")).unwrap();
-        assert_eq!(root_be_warning(&nobody), None);
-    }
+/// The warning said once at start when a BE command runs as the same user as an LC command
+/// (pass 18: `nobody` both): that BE may signal or ptrace the LC. The BE groups and LCs it
+/// names, or `None`. Root on both sides is [`root_be_warning`]'s.
+pub fn same_user_warning(config: &Config) -> Option<String> {
+    let me = headroom_host::process::effective_uid();
+    let lcs: Vec<(&str, u32)> = config
+        .lcs
+        .iter()
+        .filter(|lc| !lc.command.is_empty())
+        .filter_map(|lc| {
+            let uid = match &lc.user {
+                None => me,
+                Some(spec) => resolve_user(spec).ok()?.uid(),
+            };
+            Some((lc.name.as_str(), uid))
+        })
+        .collect();
+    let said: Vec<String> = config
+        .be
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| !b.command.is_empty())
+        .filter_map(|(i, b)| Some((b, be_user(i, b).ok()??.uid())))
+        .filter(|&(_, uid)| uid != 0)
+        .flat_map(|(b, uid)| {
+            lcs.iter()
+                .filter(move |&&(_, lc)| lc == uid)
+                .map(move |(lc, _)| format!("BE {} and LC {lc} as uid {uid}", b.name))
+        })
+        .collect();
+    (!said.is_empty()).then(|| {
+        format!(
+            "BE runs as the LC's user: it may kill or ptrace the LC; give [[be]] user a user of its own ({})",
+            said.join(", ")
+        )
+    })
 }
+
+#[cfg(test)]
+#[path = "run_as_tests.rs"]
+mod tests;

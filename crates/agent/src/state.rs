@@ -406,6 +406,14 @@ fn read_trusted(path: &Path) -> Result<Option<String>, StateError> {
             why,
         });
     }
+    if meta.mode() & 0o044 != 0 {
+        // Written 0644 before pass 18: made the owner's only, through the descriptor taken.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.mode() & 0o7700;
+        if let Err(e) = file.set_permissions(std::fs::Permissions::from_mode(mode)) {
+            tracing::warn!(state = %path.display(), error = %e, "the state file is readable by others and could not be made 0600");
+        }
+    }
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(io)?;
     Ok(Some(text))
@@ -478,11 +486,12 @@ pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
             }
             _ => {}
         }
-        // Never writable by others, whatever the umask: `load` refuses such a file.
+        // Never writable by others, whatever the umask: `load` refuses such a file; nor
+        // readable by them: nothing needs others to read the originals and pids (pass 18).
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o644)
+            .mode(0o600)
             .open(&tmp)
             .map_err(io("creating", &tmp))?;
         f.write_all(&text).map_err(io("writing", &tmp))?;

@@ -109,3 +109,18 @@ fn the_groups_a_config_dropped_are_named_with_their_role() {
     assert!(old.records_be(&g("t/be")));
     assert_eq!(old.dropped_groups(&other, &[g("u/lc")]).len(), 2);
 }
+
+/// Pass 18's low: the state file was 0644 (others could read the originals and pids). It is
+/// written 0600, and one found readable by others is made 0600 when it is taken.
+#[test]
+fn the_state_file_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    store(&state, &AgentState::empty()).unwrap();
+    assert_eq!(mode(&state), 0o600, "written");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(load(&state).unwrap().is_some());
+    assert_eq!(mode(&state), 0o600, "taken");
+}

@@ -139,11 +139,15 @@ impl Supervised {
         // With a `user`, one that runs as another (the config's `user` changed, or the
         // earlier agent ran it as root) is not adopted: it is stopped and the command started
         // again as its user. Without one, any is adopted, as before.
-        let uids = headroom_host::pids::uids(std::path::Path::new("/"), pid);
+        // The gids too (pass 18): a `[[be]] group` changed since, or the user's group.
+        let root = std::path::Path::new("/");
+        let uids = headroom_host::pids::uids(root, pid);
+        let gids = headroom_host::pids::gids(root, pid);
         let want = self.uid();
-        if alive && in_group && self.user.is_some() && uids.is_some_and(|u| u != (want, want)) {
-            tracing::warn!(name = %self.name, pid, uids = ?uids, want,
-                "the previous agent's BE command runs as another user than the config's: not adopted (stopped, started again)");
+        let want_gid = self.user.as_ref().map(RunAs::gid);
+        if alive && in_group && not_as(want, want_gid, uids, gids) {
+            tracing::warn!(name = %self.name, pid, uids = ?uids, gids = ?gids, want, want_gid,
+                "the previous agent's BE command runs as another user or group than the config's: not adopted (stopped, started again)");
         } else if alive && in_group {
             self.adopted = Some(pid);
             self.oom_kills = oom_kills(cgroups, &self.group);
@@ -474,4 +478,42 @@ pub fn launch_gated(
     }
     child.open();
     Ok(pid as u32)
+}
+
+/// Whether a process with real and effective `uids` and `gids` runs as another than the
+/// command's user (`want`, and `want_gid` when the command has a `user`): without a `user`
+/// (`want_gid` `None`) any is taken, as before.
+fn not_as(
+    want: u32,
+    want_gid: Option<u32>,
+    uids: Option<(u32, u32)>,
+    gids: Option<(u32, u32)>,
+) -> bool {
+    let Some(gid) = want_gid else {
+        return false;
+    };
+    uids.is_some_and(|u| u != (want, want)) || gids.is_some_and(|g| g != (gid, gid))
+}
+
+#[cfg(test)]
+mod not_as_tests {
+    /// Pass 18's low: adoption checked the uids only; a process of the user in another
+    /// group (a `[[be]] group` changed, the earlier agent's gid) was adopted.
+    #[test]
+    fn a_process_in_another_group_is_not_adopted() {
+        let u = Some((65534, 65534));
+        assert!(
+            !super::not_as(65534, None, Some((0, 0)), Some((0, 0))),
+            "no user: any"
+        );
+        assert!(!super::not_as(65534, Some(65534), u, Some((65534, 65534))));
+        assert!(super::not_as(
+            65534,
+            Some(65534),
+            Some((0, 0)),
+            Some((65534, 65534))
+        ));
+        assert!(super::not_as(65534, Some(65534), u, Some((0, 0))));
+        assert!(super::not_as(65534, Some(4), u, Some((65534, 65534))));
+    }
 }

@@ -50,13 +50,13 @@ impl Accounts {
     /// lists it as a member (what `initgroups` would give it from these files).
     pub fn groups_of(&self, user: &str, gid: u32) -> io::Result<Vec<u32>> {
         let path = self.path("etc/group");
-        let text = match read_bounded(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        let lines = match read_lines(&path) {
+            Ok((lines, _)) => lines,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
         };
         let mut groups = vec![gid];
-        for line in entries(&text) {
+        for line in entries(&lines) {
             let f: Vec<&str> = line.split(':').collect();
             let (Some(id), Some(members)) = (f.get(2), f.get(3)) else {
                 continue;
@@ -71,8 +71,8 @@ impl Accounts {
 
     /// The gid of the `/etc/group` entry named `name`, `None` when it has none (`[[be]] group`).
     pub fn group_by_name(&self, name: &str) -> io::Result<Option<u32>> {
-        let text = read_bounded(&self.path("etc/group"))?;
-        let gid = entries(&text).find_map(|line| {
+        let (lines, _) = read_lines(&self.path("etc/group"))?;
+        let gid = entries(&lines).find_map(|line| {
             let f: Vec<&str> = line.split(':').collect();
             (f.first() == Some(&name)).then(|| f.get(2)?.parse().ok())?
         });
@@ -80,8 +80,8 @@ impl Accounts {
     }
 
     fn users(&self) -> io::Result<Vec<PasswdEntry>> {
-        let text = read_bounded(&self.path("etc/passwd"))?;
-        Ok(entries(&text)
+        let (lines, _) = read_lines(&self.path("etc/passwd"))?;
+        Ok(entries(&lines)
             .filter_map(|line| {
                 let f: Vec<&str> = line.split(':').collect();
                 if f.len() < 6 || f[0].is_empty() {
@@ -97,29 +97,63 @@ impl Accounts {
             .collect())
     }
 
+    /// How many lines of `/etc/passwd` and of `/etc/group` are not UTF-8, and so skipped by
+    /// every lookup (a missing `/etc/group` has none).
+    pub fn lines_not_utf8(&self) -> io::Result<(usize, usize)> {
+        let (_, passwd) = read_lines(&self.path("etc/passwd"))?;
+        let group = match read_lines(&self.path("etc/group")) {
+            Ok((_, n)) => n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        Ok((passwd, group))
+    }
+
     fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }
 }
 
 /// The lines that are entries: not blank, not comments, not NIS compat markers (`+`/`-`).
-fn entries(text: &str) -> impl Iterator<Item = &str> {
-    text.lines()
-        .map(str::trim_end)
+fn entries(lines: &[String]) -> impl Iterator<Item = &str> {
+    lines
+        .iter()
+        .map(|l| l.trim_end())
         .filter(|l| !l.is_empty() && !l.starts_with(['#', '+', '-']))
 }
 
-fn read_bounded(path: &Path) -> io::Result<String> {
+/// The file's lines that are UTF-8, and how many were not: those are skipped, with a
+/// warning, rather than failing every lookup (pass 18: one Latin-1 GECOS byte in
+/// `/etc/passwd` made every user, by name and by uid, unknown).
+fn read_lines(path: &Path) -> io::Result<(Vec<String>, usize)> {
     let file = std::fs::File::open(path)?;
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_FILE_BYTES {
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("{}: over {MAX_FILE_BYTES} bytes", path.display()),
         ));
     }
-    Ok(text)
+    let mut skipped = 0;
+    let lines = bytes
+        .split(|&b| b == b'\n')
+        .filter_map(|l| match std::str::from_utf8(l) {
+            Ok(l) => Some(l.to_string()),
+            Err(_) => {
+                skipped += 1;
+                None
+            }
+        })
+        .collect();
+    if skipped > 0 {
+        tracing::warn!(
+            file = %path.display(), lines = skipped,
+            "lines that are not UTF-8 skipped: the users or groups they name are not known \
+             by name (give a uid or gid)"
+        );
+    }
+    Ok((lines, skipped))
 }
 
 #[cfg(test)]
@@ -163,5 +197,30 @@ mod tests {
         let a = Accounts::at(dir.path());
         assert!(a.user_by_name("root").is_err());
         assert_eq!(a.groups_of("root", 0).unwrap(), vec![0]);
+    }
+
+    /// Pass 18's low: one non-UTF-8 byte (a Latin-1 GECOS) in `/etc/passwd` or `/etc/group`
+    /// made every lookup fail. Such a line is skipped (and counted); the others are read.
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        let mut passwd =
+            b"root:x:0:0:root:/root:/bin/bash\njos:x:1000:1000:Jos\xe9:/home/jos:/bin/sh\n"
+                .to_vec();
+        passwd.extend_from_slice(b"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+        std::fs::write(dir.path().join("etc/passwd"), &passwd).unwrap();
+        std::fs::write(
+            dir.path().join("etc/group"),
+            b"root:x:0:\ncaf\xe9:x:7:nobody\nadm:x:4:nobody\n",
+        )
+        .unwrap();
+        let a = Accounts::at(dir.path());
+        assert_eq!(a.user_by_name("nobody").unwrap().unwrap().uid, 65534);
+        assert_eq!(a.user_by_uid(0).unwrap().unwrap().name, "root");
+        assert_eq!(a.user_by_uid(1000).unwrap(), None, "its line is skipped");
+        assert_eq!(a.groups_of("nobody", 65534).unwrap(), vec![65534, 4]);
+        assert_eq!(a.group_by_name("adm").unwrap(), Some(4));
+        assert_eq!(a.lines_not_utf8().unwrap(), (1, 1));
     }
 }

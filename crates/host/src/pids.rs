@@ -175,8 +175,18 @@ pub fn start_time(root: &Path, pid: u32) -> Option<u64> {
 /// The real and effective uids of `pid` (`/proc/<pid>/status`'s `Uid:` line). `None` when it
 /// is gone.
 pub fn uids(root: &Path, pid: u32) -> Option<(u32, u32)> {
+    status_ids(root, pid, "Uid:")
+}
+
+/// The real and effective gids of `pid` (`/proc/<pid>/status`'s `Gid:` line). `None` when it
+/// is gone.
+pub fn gids(root: &Path, pid: u32) -> Option<(u32, u32)> {
+    status_ids(root, pid, "Gid:")
+}
+
+fn status_ids(root: &Path, pid: u32, key: &str) -> Option<(u32, u32)> {
     let s = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()?;
-    let line = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let line = s.lines().find_map(|l| l.strip_prefix(key))?;
     let mut ids = line.split_whitespace().map(|x| x.parse::<u32>().ok());
     Some((ids.next()??, ids.next()??))
 }
@@ -392,5 +402,20 @@ mod tests {
         child(12, 12, "");
         assert_eq!(descendants(r, 10), vec![10, 11, 12]);
         assert_eq!(descendants(r, 12), vec![12]);
+    }
+
+    /// Pass 18's low: adoption read the uids only; the gids are read too.
+    #[test]
+    fn uids_and_gids_are_the_status_files_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc/7")).unwrap();
+        std::fs::write(
+            dir.path().join("proc/7/status"),
+            "Name:\tjob\nUid:\t65534\t65534\t65534\t65534\nGid:\t0\t4\t4\t4\n",
+        )
+        .unwrap();
+        assert_eq!(uids(dir.path(), 7), Some((65534, 65534)));
+        assert_eq!(gids(dir.path(), 7), Some((0, 4)));
+        assert_eq!(gids(dir.path(), 8), None);
     }
 }

@@ -370,6 +370,9 @@ impl Agent {
         if let Some(w) = crate::run_as::root_be_warning(&agent.config) {
             tracing::warn!("{w}");
         }
+        if let Some(w) = crate::run_as::same_user_warning(&agent.config) {
+            tracing::warn!("{w}");
+        }
         if agent.config.kubernetes.discover {
             let node = agent
                 .config

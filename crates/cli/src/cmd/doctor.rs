@@ -132,15 +132,19 @@ fn runs_as(path: &std::path::Path, config: &headroom_control::config::Config) ->
                         Err(e) => Err(e.to_string()),
                     },
                 ) {
-                    Ok(u) => (
-                        match spec {
+                    Ok(u) => {
+                        let shown = match spec {
                             headroom_types::UserSpec::Uid(_) => format!("{spec} (gid {})", u.gid()),
                             headroom_types::UserSpec::Name(_) => {
                                 format!("user {spec} (uid {}, gid {})", u.uid(), u.gid())
                             }
-                        },
-                        false,
-                    ),
+                        };
+                        // uid 0 under another name, or group 0: root as far as BE goes
+                        match headroom_agent::run_as::root_like(&u) {
+                            Some(why) => (format!("{shown}: {why}, as good as root"), true),
+                            None => (shown, false),
+                        }
+                    }
                     Err(e) => (
                         format!("user {spec}: {e} (the agent refuses to start)"),
                         false,
@@ -352,4 +356,27 @@ pub fn render(d: &Doctor) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// Pass 18's low: a `[[be]] user` that is uid 0 (under any name) or in group 0 was shown
+    /// as a user, not flagged as root.
+    #[test]
+    fn a_root_like_be_user_is_flagged_as_root() {
+        for user in ["user = 0", "user = \"root\"", "user = 65534\ngroup = 0"] {
+            let config = headroom_control::config::Config::from_toml_str(&format!(
+                "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\n{user}\n[policy]\nkind = \"static-cores\"\n"
+            ))
+            .unwrap();
+            let runs = super::runs_as(std::path::Path::new("x.toml"), &config);
+            assert_eq!(runs.len(), 1);
+            assert!(runs[0].root, "{user}: {}", runs[0].runs_as);
+            assert!(
+                runs[0].runs_as.contains("as good as root"),
+                "{}",
+                runs[0].runs_as
+            );
+        }
+    }
 }

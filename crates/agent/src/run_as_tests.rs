@@ -1,0 +1,206 @@
+//! `run_as`'s rules: the program owner rule, its interpreters, a root-like or shared user, reach.
+
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+
+/// The rule on the program file and its directory; relaxed for a non-root user's own.
+#[test]
+fn a_program_others_could_change_is_refused() {
+    if headroom_host::process::effective_uid() != 0 {
+        return eprintln!("SKIP a_program_others_could_change_is_refused: needs root (chown)");
+    }
+    assert_eq!(program_refusal("sh", None), None);
+    assert_eq!(
+        program_refusal("bu-no-such-program", None),
+        None,
+        "left to not_runnable"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(dir.path(), 0o755);
+    let job = dir.path().join("job");
+    std::fs::write(&job, "#!/bin/sh\n").unwrap();
+    let path = job.to_str().unwrap();
+    mode(&job, 0o755);
+    assert_eq!(program_refusal(path, None), None);
+    mode(&job, 0o757);
+    assert!(program_refusal(path, None).unwrap().contains("chmod o-w"));
+    mode(&job, 0o775);
+    std::os::unix::fs::chown(&job, None, Some(65534)).unwrap();
+    assert!(program_refusal(path, None).unwrap().contains("chmod g-w"));
+    mode(&job, 0o755);
+    std::os::unix::fs::chown(&job, Some(65534), Some(0)).unwrap();
+    let why = program_refusal(path, None).unwrap();
+    assert!(why.contains("owned by uid 65534"), "{why}");
+    assert_eq!(
+        program_refusal(path, Some(65534)),
+        None,
+        "its owner runs it"
+    );
+    assert!(
+        program_refusal(path, Some(0)).is_some(),
+        "root named: as root"
+    );
+    std::os::unix::fs::chown(&job, Some(0), Some(0)).unwrap();
+    mode(dir.path(), 0o777);
+    let why = program_refusal(path, None).unwrap();
+    assert!(why.contains("directory others could change"), "{why}");
+}
+
+#[test]
+fn root_be_is_said_by_name() {
+    let text = |user: &str| {
+        format!(
+            "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\n{user}\n[policy]\nkind = \"static-cores\"\n"
+        )
+    };
+    let root = Config::from_toml_str(&text("")).unwrap();
+    let said = root_be_warning(&root).unwrap();
+    assert!(said.starts_with("BE runs as root: it can leave its group; set [[be]] user"));
+    assert!(said.contains("batch"), "{said}");
+    let nobody = Config::from_toml_str(&text("user = \"nobody\"")).unwrap();
+    assert_eq!(root_be_warning(&nobody), None);
+}
+
+/// Pass 18's low: the rule looked at the script, not at its `#!` interpreter, so a root
+/// script naming an interpreter uid 65534 owns ran that user's code as root; through
+/// `/usr/bin/env X` and a nested interpreter script too.
+#[test]
+fn a_script_whose_interpreter_others_could_change_is_refused() {
+    if headroom_host::process::effective_uid() != 0 {
+        return eprintln!(
+            "SKIP a_script_whose_interpreter_others_could_change_is_refused: needs root (chown)"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(dir.path(), 0o755);
+    let theirs = dir.path().join("l18-interp");
+    std::fs::write(&theirs, "#!/bin/sh\n").unwrap();
+    mode(&theirs, 0o755);
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let nested = dir.path().join("l18-nested");
+    std::fs::write(&nested, format!("#!{}\n", theirs.display())).unwrap();
+    mode(&nested, 0o755);
+    let job = dir.path().join("job");
+    let path = job.to_str().unwrap();
+    let script = |first: &str| {
+        std::fs::write(&job, format!("{first}\necho hi\n")).unwrap();
+        mode(&job, 0o755);
+    };
+    for fine in [
+        "#!/bin/sh",
+        "#! /bin/sh -e",
+        "#!/usr/bin/env sh",
+        "echo no line",
+    ] {
+        script(fine);
+        assert_eq!(program_refusal(path, None), None, "{fine}");
+    }
+    for bad in [
+        format!("#!{}", theirs.display()),
+        format!("#! {} -x", theirs.display()),
+        format!("#!/usr/bin/env {}", theirs.display()),
+        format!("#!/usr/bin/env -S {} -x", theirs.display()),
+        format!("#!{}", nested.display()),
+    ] {
+        script(&bad);
+        let why = program_refusal(path, None).unwrap_or_else(|| panic!("{bad}: taken"));
+        assert!(why.contains("owned by uid 65534"), "{bad}: {why}");
+        assert!(why.contains("l18-interp"), "{bad}: {why}");
+    }
+    script(&format!("#!{}", theirs.display()));
+    assert_eq!(
+        program_refusal(path, Some(65534)),
+        None,
+        "its owner runs it"
+    );
+}
+
+/// Pass 18's low: a `user` that is uid 0 under another name, or whose group is 0, ran BE
+/// as root with no warning; now warned as for no `user`.
+#[test]
+fn a_be_user_that_is_root_under_another_name_is_warned() {
+    let text = |user: &str| {
+        format!(
+            "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\n{user}\n[policy]\nkind = \"static-cores\"\n"
+        )
+    };
+    for user in [
+        "user = 0",
+        "user = \"root\"",
+        "user = \"nobody\"\ngroup = 0",
+        "user = 65534\ngroup = \"root\"",
+    ] {
+        let config = Config::from_toml_str(&text(user)).unwrap();
+        let said = root_be_warning(&config).unwrap_or_else(|| panic!("{user}: no warning"));
+        assert!(
+            said.starts_with("BE runs as root: it can leave its group; set [[be]] user"),
+            "{user}: {said}"
+        );
+        assert!(said.contains("batch"), "{said}");
+    }
+    let nobody = Config::from_toml_str(&text("user = 65534")).unwrap();
+    assert_eq!(root_be_warning(&nobody), None);
+}
+
+/// Pass 18's low: a BE program its user cannot reach (a directory it cannot search, a
+/// file it cannot execute) was taken at start and ended 127 at every restart.
+#[test]
+fn a_program_the_be_user_cannot_reach_is_refused_at_start() {
+    if headroom_host::process::effective_uid() != 0 {
+        return eprintln!(
+            "SKIP a_program_the_be_user_cannot_reach_is_refused_at_start: needs root"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    let job = dir.path().join("job");
+    std::fs::write(&job, "#!/bin/sh\n").unwrap();
+    let config = Config::from_toml_str(&format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [{:?}]\nuser = 65534\n[policy]\nkind = \"static-cores\"\n",
+        job.to_str().unwrap()
+    ))
+    .unwrap();
+    let said = |dir_mode: u32, job_mode: u32| {
+        mode(dir.path(), dir_mode);
+        mode(&job, job_mode);
+        problems(&config)
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(said(0o755, 0o755), "", "reachable");
+    let why = said(0o700, 0o755);
+    assert!(why.contains("be[0].command"), "{why}");
+    assert!(
+        why.contains("uid 65534") && why.contains("may not search"),
+        "{why}"
+    );
+    let why = said(0o755, 0o700);
+    assert!(
+        why.contains("uid 65534") && why.contains("may not execute"),
+        "{why}"
+    );
+    mode(dir.path(), 0o755);
+}
+
+/// Pass 18's low: BE and LC as the same user (`nobody` both) and nothing said.
+#[test]
+fn a_be_running_as_the_lcs_user_is_warned() {
+    let text = |lc_user: &str| {
+        format!(
+            "[lc]\nname = \"web\"\ncgroup = \"a/lc\"\ncommand = [\"sleep\", \"1\"]\n{lc_user}\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\nuser = \"nobody\"\n[policy]\nkind = \"static-cores\"\n"
+        )
+    };
+    let same = Config::from_toml_str(&text("user = 65534")).unwrap();
+    let said = same_user_warning(&same).unwrap();
+    assert!(said.contains("may kill or ptrace the LC"), "{said}");
+    assert!(said.contains("BE batch and LC web as uid 65534"), "{said}");
+    let other = Config::from_toml_str(&text("user = 0")).unwrap();
+    assert_eq!(same_user_warning(&other), None);
+}
