@@ -136,6 +136,7 @@ impl StartIn {
         let (cpu, nice) = (self.cpu, self.nice);
         let user = self.user.clone();
         let own_session = self.own_session;
+        let devnull = CString::new("/dev/null").expect("no NUL");
         let step = move || -> io::Result<()> {
             // SAFETY: setsid of the calling (forked) process.
             if own_session && unsafe { libc::setsid() } < 0 {
@@ -157,11 +158,13 @@ impl StartIn {
                 }
             }
             if let Some(user) = &user {
+                // Not the agent's terminal on its fds 1 and 2 (nineteenth hostile pass).
+                gate::off_the_terminal(devnull.as_ptr());
                 user.become_it()?;
             }
             Ok(())
         };
-        // SAFETY: the step makes only async-signal-safe calls (setsid, open, write, close,
+        // SAFETY: the step makes only async-signal-safe calls (setsid, isatty, open, dup2, write, close,
         // prctl, capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid)
         // on data prepared before the fork, and allocates nothing.
         unsafe { cmd.pre_exec(step) };

@@ -15,7 +15,10 @@
 //!
 //! The terminal test runs its own binary again as a helper on a new pseudo-terminal (its controlling
 //! terminal, on its fd 2), which launches a BE command (`launch_gated`) and an LC command
-//! (`launch_in_group`) as nobody and reports their terminal (`tty_nr`) and session.
+//! (`launch_in_group`) as nobody and reports their terminal (`tty_nr`), session, and whether
+//! their fd 2 is still the pty (nineteenth hostile pass, docs/safety-hostile-pass-19.md: with no
+//! controlling terminal, a command holding the pty read what root typed there; now a terminal on
+//! a user-run command's fds 1 and 2 is replaced by `/dev/null`).
 
 use crate::live;
 
@@ -84,7 +87,10 @@ fn helper(spec: &str) {
     let command = vec!["sleep".to_string(), marker.to_string()];
     let line = |who: &str, pid: u32| {
         let (sid, tty) = session_and_tty(pid).unwrap_or((-1, -1));
-        format!("{who} {pid} {sid} {tty}\n")
+        // 1 where its fd 2 is the helper's pty (pass 19: it could read what was typed there)
+        let on_pty = std::fs::read_link(format!("/proc/{pid}/fd/2"))
+            .is_ok_and(|p| p.starts_with("/dev/pts"));
+        format!("{who} {pid} {sid} {tty} {}\n", u8::from(on_pty))
     };
     let mut report = line("helper", std::process::id());
     let be_pid = launch_gated(&cgroups, "batch", &command, &be, Some(&who)).expect("BE launch");
@@ -156,11 +162,18 @@ fn a_command_run_as_a_user_has_no_controlling_terminal() {
         "the helper ran ({status}): {report:?}"
     );
     assert_ne!(rows[0][2], 0, "the helper has a terminal: {report:?}");
+    assert_eq!(rows[0][3], 1, "the helper's fd 2 is the pty: {report:?}");
     for (who, row) in ["BE", "LC"].iter().zip(&rows[1..]) {
         assert_eq!(
             (row[1], row[2]),
             (row[0], 0),
             "the {who} command (as nobody) leads its own session, with no terminal: {report:?}"
+        );
+        // Nineteenth hostile pass: with no controlling terminal, a command still holding the
+        // pty on its fd 2 read what root typed there (uid 65534, 13:54:14).
+        assert_eq!(
+            row[3], 0,
+            "the {who} command (as nobody) has not the agent's terminal on its fd 2: {report:?}"
         );
     }
 }

@@ -108,7 +108,7 @@ impl Gated {
         }
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
-        // SAFETY: the child only calls async-signal-safe functions (setsid, read, open, dup2,
+        // SAFETY: the child only calls async-signal-safe functions (setsid, isatty, read, open, dup2,
         // close, setgroups, setgid, setuid, execvp or execvpe, _exit) on data prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
@@ -129,6 +129,9 @@ impl Gated {
                 libc::setsid();
                 libc::close(gate_w);
                 close_inherited_fds(gate_r);
+                if user.is_some() {
+                    off_the_terminal(devnull.as_ptr());
+                }
                 if libc::write(gate_r, b"r".as_ptr().cast(), 1) != 1 {
                     libc::_exit(1);
                 }
@@ -203,6 +206,29 @@ impl Gated {
         drop(self.gate);
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = waitpid(Pid::from_raw(pid), None);
+    }
+}
+
+/// Points fds 1 and 2 at `/dev/null` (`devnull`, its path) where they are a terminal: a
+/// command run as another user must not read what is typed into the terminal the agent runs
+/// on (it could, with no controlling terminal: nineteenth hostile pass, uid 65534 read root's
+/// keystrokes from its fd 2) nor write to it. Async-signal-safe: `isatty` (an ioctl), `open`,
+/// `dup2`, `close`.
+pub(crate) fn off_the_terminal(devnull: *const libc::c_char) {
+    for fd in [1, 2] {
+        // SAFETY: isatty, open, dup2 and close on fds of this (forked) process and a
+        // NUL-terminated path made before the fork.
+        unsafe {
+            if libc::isatty(fd) == 1 {
+                let null = libc::open(devnull, libc::O_RDWR);
+                if null >= 0 {
+                    libc::dup2(null, fd);
+                    if null > 2 {
+                        libc::close(null);
+                    }
+                }
+            }
+        }
     }
 }
 
