@@ -126,6 +126,12 @@ pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigFileError> {
 /// not a refusal (seventeenth hostile pass's low: a kubeconfig whose unused users named a
 /// plugin this host lacks, or another user's token file, was refused).
 pub fn take_named_files(kc: &mut Kubeconfig) -> Result<(), KubeconfigFileError> {
+    for missing in missing_in_use(kc) {
+        tracing::warn!(
+            current_context = kc.current_context.as_deref().unwrap_or(""),
+            "kubernetes: the kubeconfig's current context names {missing}, which the kubeconfig lacks: the API server is asked without it"
+        );
+    }
     let (cluster, user) = in_use(kc);
     let mut unused = Kubeconfig::default();
     (kc.clusters, unused.clusters) = std::mem::take(&mut kc.clusters)
@@ -158,6 +164,20 @@ fn in_use(kc: &Kubeconfig) -> (Option<String>, Option<String>) {
         context.map(|c| c.cluster.clone()),
         context.and_then(|c| c.user.clone()),
     )
+}
+
+/// What the current context names that `kc` does not hold (`user "x"`, `cluster "y"`): kube-rs
+/// goes on without a missing user's credentials and says nothing (nineteenth hostile pass's low).
+fn missing_in_use(kc: &Kubeconfig) -> Vec<String> {
+    let (cluster, user) = in_use(kc);
+    let mut out = Vec::new();
+    if let Some(u) = user.filter(|u| !kc.auth_infos.iter().any(|n| &n.name == u)) {
+        out.push(format!("user {u:?}"));
+    }
+    if let Some(c) = cluster.filter(|c| !kc.clusters.iter().any(|n| &n.name == c)) {
+        out.push(format!("cluster {c:?}"));
+    }
+    out
 }
 
 /// [`take_named_files`] for every cluster and user `kc` holds.
@@ -294,6 +314,30 @@ mod tests {
         assert_eq!(decode(b"\xFF\xFEa\x00".to_vec()).unwrap(), "a");
         assert_eq!(decode(b"\xFE\xFF\x00a".to_vec()).unwrap(), "a");
         assert!(decode(b"\xC3".to_vec()).is_err());
+    }
+
+    #[test]
+    fn a_user_or_cluster_the_current_context_names_and_the_file_lacks_is_found() {
+        let kc = |user: &str| {
+            Kubeconfig::from_yaml(&format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 contexts: [{{name: c, context: {{cluster: k, user: {user}}}}}]\n\
+                 clusters: [{{name: k, cluster: {{server: \"https://127.0.0.1:1\"}}}}]\n\
+                 users: [{{name: admin, user: {{token: t}}}}]\n"
+            ))
+            .unwrap()
+        };
+        assert_eq!(missing_in_use(&kc("admin")), Vec::<String>::new());
+        assert_eq!(
+            missing_in_use(&kc("ghost")),
+            vec!["user \"ghost\"".to_string()]
+        );
+        let mut no_cluster = kc("admin");
+        no_cluster.clusters.clear();
+        assert_eq!(
+            missing_in_use(&no_cluster),
+            vec!["cluster \"k\"".to_string()]
+        );
     }
 
     #[test]
