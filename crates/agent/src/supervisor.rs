@@ -390,7 +390,13 @@ pub fn launch_in_group(
         None => early,
     };
     let mut cmd = Command::new(program);
-    cmd.args(args).stdin(Stdio::null());
+    // As a user, the agent's stdin is left in place for the start step to compare fds 1 and 2
+    // with (the agent's input must not reach the command), which then makes it /dev/null.
+    cmd.args(args).stdin(if user.is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
     cmd.envs(user.map(RunAs::env).unwrap_or_default());
     early
         .apply(&mut cmd)

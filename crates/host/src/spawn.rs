@@ -158,13 +158,27 @@ impl StartIn {
                 }
             }
             if let Some(user) = &user {
-                // Not the agent's terminal on its fds 1 and 2 (nineteenth hostile pass).
+                // Not the agent's terminal on its fds 1 and 2 (nineteenth hostile pass), nor
+                // its input (twentieth: fd 0 is still what the command was given, the
+                // agent's when inherited, so it is compared first and then made /dev/null),
+                // nor any fd past them the agent was given (twentieth: a file of root's).
                 gate::off_the_terminal(devnull.as_ptr());
+                // SAFETY: open, dup2 and close of this (forked) process's fds.
+                unsafe {
+                    let null = libc::open(devnull.as_ptr(), libc::O_RDONLY);
+                    if null < 0 || libc::dup2(null, 0) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    if null > 2 {
+                        libc::close(null);
+                    }
+                }
+                gate::no_fd_past_stdio_on_exec();
                 user.become_it()?;
             }
             Ok(())
         };
-        // SAFETY: the step makes only async-signal-safe calls (setsid, isatty, open, dup2, write, close,
+        // SAFETY: the step makes only async-signal-safe calls (setsid, isatty, fstat, open, dup2, write, close, fcntl, close_range,
         // prctl, capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid)
         // on data prepared before the fork, and allocates nothing.
         unsafe { cmd.pre_exec(step) };
@@ -321,6 +335,42 @@ mod tests {
         let out = cmd.output()?;
         assert!(out.status.success(), "{argv:?}: {:?}", out);
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Twentieth hostile pass: the LC command, run as uid 102, read root's 0600 file through
+    /// an fd the agent was given by its parent (`3<file`, a lock `flock(1)` holds). A command
+    /// run as a user holds no fd past 2 of its parent's, and its fd 0 is /dev/null.
+    #[test]
+    fn a_command_run_as_a_user_holds_no_fd_of_the_parents() {
+        const TEST: &str = "a_command_run_as_a_user_holds_no_fd_of_the_parents";
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP {TEST}: needs root");
+            return;
+        }
+        let spec = headroom_types::UserSpec::uid(65534).unwrap();
+        let Ok(Some(nobody)) = RunAs::resolve(&spec) else {
+            eprintln!("SKIP {TEST}: uid 65534 does not resolve here");
+            return;
+        };
+        let path = CString::new("/proc/self/status").unwrap();
+        // SAFETY: an fd opened without O_CLOEXEC, as a parent's shell leaves one.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+        assert!(fd > 2);
+        let start = StartIn::parent().in_own_session().as_user(nobody);
+        let script = format!(
+            "if test -e /proc/self/fd/{fd}; then echo held; else echo none; fi; readlink /proc/self/fd/0"
+        );
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &script])
+            .stdin(std::process::Stdio::inherit());
+        start.apply(&mut cmd).unwrap();
+        let out = cmd.output();
+        // SAFETY: the fd opened above, closed once.
+        unsafe { libc::close(fd) };
+        let out = out.expect("spawn");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text, "none\n/dev/null\n", "{out:?}");
     }
 
     /// Live (root): the child is a member of the group from its first instruction, and

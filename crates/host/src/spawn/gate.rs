@@ -209,17 +209,28 @@ impl Gated {
     }
 }
 
-/// Points fds 1 and 2 at `/dev/null` (`devnull`, its path) where they are a terminal: a
-/// command run as another user must not read what is typed into the terminal the agent runs
-/// on (it could, with no controlling terminal: nineteenth hostile pass, uid 65534 read root's
-/// keystrokes from its fd 2) nor write to it. Async-signal-safe: `isatty` (an ioctl), `open`,
-/// `dup2`, `close`.
+/// Points fds 1 and 2 at `/dev/null` where they are a terminal, or the same open file as fd
+/// 0 (the agent's input, still in place when this runs): a command run as another user must
+/// not read what is typed into the terminal the agent runs on (it could, with no controlling
+/// terminal: nineteenth hostile pass, uid 65534 read root's keystrokes from its fd 2) nor
+/// write to it; nor read the agent's input through its fds 1 or 2 when the agent was given
+/// one socket as input and output (`socat EXEC:`, an inetd-style unit: twentieth hostile
+/// pass, uid 65534 read root's line from its fd 1). Async-signal-safe: `isatty` (an ioctl),
+/// `fstat`, `open`, `dup2`, `close`.
 pub(crate) fn off_the_terminal(devnull: *const libc::c_char) {
+    // SAFETY: fstat of fd 0 into a zeroed stat of this (forked) process's stack.
+    let input = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(0, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    };
     for fd in [1, 2] {
-        // SAFETY: isatty, open, dup2 and close on fds of this (forked) process and a
+        // SAFETY: isatty, fstat, open, dup2 and close on fds of this (forked) process and a
         // NUL-terminated path made before the fork.
         unsafe {
-            if libc::isatty(fd) == 1 {
+            let mut st: libc::stat = std::mem::zeroed();
+            let same_as_input =
+                libc::fstat(fd, &mut st) == 0 && Some((st.st_dev, st.st_ino)) == input;
+            if libc::isatty(fd) == 1 || same_as_input {
                 let null = libc::open(devnull, libc::O_RDWR);
                 if null >= 0 {
                     libc::dup2(null, fd);
@@ -228,6 +239,24 @@ pub(crate) fn off_the_terminal(devnull: *const libc::c_char) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Marks every fd from 3 up close-on-exec (`close_range(2)` with `CLOSE_RANGE_CLOEXEC`, a
+/// bounded `fcntl` loop where the kernel predates it, 5.11): a command run as another user
+/// must not inherit an fd the agent was given without it (a lock file `flock(1)` holds, a
+/// file root's shell opened: twentieth hostile pass, the LC command as uid 102 read root's
+/// 0600 file through its fd 3). Marked rather than closed: `std::process::Command` reports a
+/// failed exec through a pipe of its own. Async-signal-safe.
+pub(crate) fn no_fd_past_stdio_on_exec() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range only flags fds of this (forked) process.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    if rc != 0 {
+        for fd in 3..4096 {
+            // SAFETY: fcntl on fd numbers of this process; EBADF for closed ones.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         }
     }
 }
@@ -310,6 +339,55 @@ mod tests {
         assert!(g.wait_ready(Duration::from_secs(5)));
         g.refuse();
         assert!(waitpid(pid, None).is_err(), "already reaped");
+    }
+
+    /// Twentieth hostile pass: the agent's input and output one socket (`socat EXEC:`), a BE
+    /// as uid 65534 read root's line from its fd 1. Fd 1, that socket, must become /dev/null;
+    /// fd 2, another file (a pipe), is kept.
+    #[test]
+    fn an_fd_1_that_is_the_agents_input_is_replaced() {
+        let mut sock = [0; 2];
+        let mut pipe = [0; 2];
+        // SAFETY: socketpair and pipe fill two fds each.
+        unsafe {
+            assert_eq!(
+                libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr()),
+                0
+            );
+            assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        }
+        let devnull = CString::new("/dev/null").unwrap();
+        // SAFETY: the child calls only dup2, off_the_terminal, fstat and _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: as above, in the forked child.
+            unsafe {
+                libc::dup2(sock[0], 0);
+                libc::dup2(sock[0], 1);
+                libc::dup2(pipe[1], 2);
+                off_the_terminal(devnull.as_ptr());
+                let mut st: libc::stat = std::mem::zeroed();
+                let one_null = libc::fstat(1, &mut st) == 0
+                    && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+                    && st.st_rdev == libc::makedev(1, 3);
+                let two_pipe =
+                    libc::fstat(2, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
+                libc::_exit(i32::from(one_null) | i32::from(two_pipe) << 1);
+            }
+        }
+        let status = waitpid(Pid::from_raw(pid), None).expect("wait");
+        // SAFETY: closing the test's own fds.
+        unsafe {
+            for fd in sock.into_iter().chain(pipe) {
+                libc::close(fd);
+            }
+        }
+        assert_eq!(
+            status,
+            WaitStatus::Exited(Pid::from_raw(pid), 0b11),
+            "bits: fd 1 /dev/null, fd 2 still the pipe"
+        );
     }
 
     /// The gated child must not hold the agent's fds (its state lock above all) while it waits.
