@@ -4,36 +4,10 @@
 //! a bound or a check (a FIFO hung the start). Each is now refused by name, before anything is
 //! run or read whole.
 
+use crate::client_start;
 use std::path::Path;
 
 use crate::as_root::{chmod, is_root};
-use std::sync::mpsc;
-use std::time::Duration;
-
-use headroom_kube::watch::{client_bounded, ApiBounds};
-
-/// `client_bounded(path)` in a thread: its error text (or "ok"), within a 20 s hang bound.
-fn start(path: &Path) -> Result<String, String> {
-    let (tx, rx) = mpsc::channel();
-    let p = path.to_path_buf();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let r = rt.block_on(client_bounded(Some(&p), ApiBounds::default()));
-        let _ = tx.send(match r {
-            Ok(_) => "ok".to_string(),
-            Err(e) => format!("error: {e}"),
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(20)).map_err(|e| {
-        format!(
-            "the start with kubeconfig {} did not end in 20 s: {e}",
-            path.display()
-        )
-    })
-}
 
 fn chown(path: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
@@ -83,7 +57,7 @@ fn a_kubeconfig_another_user_could_write_never_runs_its_exec_plugin() {
         chown(&kc, uid, gid);
         chmod(&kc, mode);
         let _ = std::fs::remove_file(&marker);
-        let said = start(&kc).unwrap_or_else(|e| panic!("{e}"));
+        let said = client_start::start_within_20_s(&kc).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !marker.exists(),
             "{}: a kubeconfig (uid {uid}, gid {gid}, mode {mode:04o}) another user could write had its exec plugin run as uid {}",
@@ -102,12 +76,12 @@ fn a_kubeconfig_another_user_could_write_never_runs_its_exec_plugin() {
     std::fs::write(&kc, &text).unwrap();
     chmod(&kc, 0o600);
     let _ = std::fs::remove_file(&marker);
-    assert_eq!(start(&kc).unwrap(), "ok");
+    assert_eq!(client_start::start_within_20_s(&kc).unwrap(), "ok");
     assert!(marker.exists(), "root's kubeconfig's plugin did not run");
     // a plugin another user owns, named by root's kubeconfig, is refused
     chown(&plugin, 65534, 65534);
     let _ = std::fs::remove_file(&marker);
-    let said = start(&kc).unwrap();
+    let said = client_start::start_within_20_s(&kc).unwrap();
     assert!(
         !marker.exists() && said.contains("exec command") && said.contains("owned by uid 65534"),
         "{said}"
@@ -160,7 +134,8 @@ fn the_files_a_kubeconfig_names_are_bounded_and_must_be_roots() {
         }
         let kc = at(&format!("kc-{i}"));
         std::fs::write(&kc, &text).unwrap();
-        let said = start(&kc).unwrap_or_else(|e| panic!("{user} {cluster}: {e}"));
+        let said = client_start::start_within_20_s(&kc)
+            .unwrap_or_else(|e| panic!("{user} {cluster}: {e}"));
         assert!(
             said.starts_with("error") && said.contains(named),
             "{user} {cluster}: a file the kubeconfig names was taken: {said}"
@@ -170,5 +145,5 @@ fn the_files_a_kubeconfig_names_are_bounded_and_must_be_roots() {
     std::fs::write(at("token"), "t\n").unwrap();
     let kc = at("kc-good");
     std::fs::write(&kc, kubeconfig("    tokenFile: token")).unwrap();
-    assert_eq!(start(&kc).unwrap(), "ok");
+    assert_eq!(client_start::start_within_20_s(&kc).unwrap(), "ok");
 }

@@ -6,32 +6,10 @@
 //! credential), nor a bare name looked up on the `PATH`. Each is now refused by name, before
 //! anything runs.
 
+use crate::client_start;
 use std::path::Path;
 
 use crate::as_root::{chmod, is_root};
-use std::sync::mpsc;
-use std::time::Duration;
-
-use headroom_kube::watch::{client_bounded, ApiBounds};
-
-/// `client_bounded(path)` in a thread: its error text (or "ok"), within a 20 s hang bound.
-fn start(path: &Path) -> String {
-    let (tx, rx) = mpsc::channel();
-    let p = path.to_path_buf();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let r = rt.block_on(client_bounded(Some(&p), ApiBounds::default()));
-        let _ = tx.send(match r {
-            Ok(_) => "ok".to_string(),
-            Err(e) => format!("error: {e}"),
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|e| panic!("the start with {} did not end in 20 s: {e}", path.display()))
-}
 
 /// A root kubeconfig (0600) at `kc` for a server nobody answers on, its user given by `user`.
 fn write_kubeconfig(kc: &Path, user: &str) {
@@ -94,12 +72,12 @@ fn the_gcp_auth_providers_command_is_checked_as_an_exec_plugin_is() {
     let kc = dir.path().join("kc");
     write_kubeconfig(&kc, &gcp_user(&plugin));
     // root's plugin in root's directory runs
-    assert_eq!(start(&kc), "ok");
+    assert_eq!(client_start::start(&kc), "ok");
     assert!(marker.exists(), "root's gcp cmd-path did not run");
     // one uid 65534 owns does not
     std::os::unix::fs::chown(&plugin, Some(65534), Some(65534)).unwrap();
     let _ = std::fs::remove_file(&marker);
-    let said = start(&kc);
+    let said = client_start::start(&kc);
     assert!(
         !marker.exists(),
         "root's kubeconfig had uid 65534's gcp cmd-path {} run as uid {}: {said}",
@@ -151,7 +129,7 @@ fn a_plugin_in_a_directory_another_user_may_write_never_runs() {
     for (how, user) in &cases {
         write_kubeconfig(&kc, user);
         let _ = std::fs::remove_file(&marker);
-        let said = start(&kc);
+        let said = client_start::start(&kc);
         assert!(
             !marker.exists(),
             "a plugin in uid 65534's directory {}, named {how}, ran as uid {}: {said}",
@@ -168,7 +146,7 @@ fn a_plugin_in_a_directory_another_user_may_write_never_runs() {
     for (how, user) in &cases {
         write_kubeconfig(&kc, user);
         let _ = std::fs::remove_file(&marker);
-        assert_eq!(start(&kc), "ok", "{how}");
+        assert_eq!(client_start::start(&kc), "ok", "{how}");
         assert!(marker.exists(), "{how}: root's plugin did not run");
     }
 }

@@ -2,51 +2,18 @@
 //! was read whole (hostile pass 13, "Found, not fixed"): the file is now opened without waiting,
 //! refused unless regular, bounded in size, and what was read is what kube-rs parses.
 
-use std::path::Path;
-use std::sync::mpsc;
-use std::time::Duration;
+use crate::client_start;
 
 use headroom_kube::kubeconfig_file::{self, MAX_KUBECONFIG_BYTES};
-use headroom_kube::watch::{client_bounded, ApiBounds};
-use headroom_kube::KubeError;
-
-/// `client_bounded(path)` in a thread, its error text (or "ok"), within a 20 s hang bound.
-fn start(path: &Path) -> Result<String, String> {
-    let (tx, rx) = mpsc::channel();
-    let p = path.to_path_buf();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let r = rt.block_on(client_bounded(Some(&p), ApiBounds::default()));
-        let _ = tx.send(match r {
-            Ok(_) => "ok".to_string(),
-            Err(e @ KubeError::Kubeconfig { .. }) => format!("kubeconfig error: {e}"),
-            Err(e) => format!("other error: {e}"),
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(20)).map_err(|e| {
-        format!(
-            "the start with kubeconfig {} did not end in 20 s: {e}",
-            path.display()
-        )
-    })
-}
-
-fn mkfifo(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-}
 
 #[test]
 fn a_kubeconfig_that_is_a_fifo_a_device_or_huge_is_refused_by_name_without_waiting() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo-kubeconfig");
-    mkfifo(&fifo);
-    let said = start(&fifo).unwrap_or_else(|e| panic!("{e}"));
+    client_start::mkfifo(&fifo);
+    let said = client_start::start_within_20_s(&fifo).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        said.starts_with("kubeconfig error")
+        said.starts_with("error (kubeconfig)")
             && said.contains("FIFO")
             && said.contains(&*fifo.to_string_lossy()),
         "{said}"
@@ -55,9 +22,9 @@ fn a_kubeconfig_that_is_a_fifo_a_device_or_huge_is_refused_by_name_without_waiti
     // A link to /dev/zero: refused on what the open file is, before a byte is read.
     let zero = dir.path().join("zero-kubeconfig");
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
-    let said = start(&zero).unwrap_or_else(|e| panic!("{e}"));
+    let said = client_start::start_within_20_s(&zero).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        said.starts_with("kubeconfig error") && said.contains("character device"),
+        said.starts_with("error (kubeconfig)") && said.contains("character device"),
         "{said}"
     );
 
@@ -67,9 +34,9 @@ fn a_kubeconfig_that_is_a_fifo_a_device_or_huge_is_refused_by_name_without_waiti
         .unwrap()
         .set_len(MAX_KUBECONFIG_BYTES + 1)
         .unwrap();
-    let said = start(&huge).unwrap_or_else(|e| panic!("{e}"));
+    let said = client_start::start_within_20_s(&huge).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        said.starts_with("kubeconfig error")
+        said.starts_with("error (kubeconfig)")
             && said.contains("1 MiB")
             && said.contains("huge-kubeconfig"),
         "{said}"
@@ -78,7 +45,7 @@ fn a_kubeconfig_that_is_a_fifo_a_device_or_huge_is_refused_by_name_without_waiti
     // A good kubeconfig still makes a client (nothing is sent before a request).
     let good = dir.path().join("good-kubeconfig");
     std::fs::write(&good, PLAIN).unwrap();
-    assert_eq!(start(&good).unwrap(), "ok");
+    assert_eq!(client_start::start_within_20_s(&good).unwrap(), "ok");
 }
 
 const PLAIN: &str = r#"{"apiVersion": "v1", "kind": "Config",

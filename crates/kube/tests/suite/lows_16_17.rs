@@ -3,37 +3,10 @@
 //! the current context does not use refused the whole kubeconfig. Only the current context's
 //! user and cluster are checked and used now; another's is at most a warning.
 
+use crate::client_start;
 use std::path::Path;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use crate::as_root::{chmod, is_root};
-use headroom_kube::watch::{client_bounded, ApiBounds};
-
-/// `client_bounded(path)` in a thread: its error text (or "ok"), within a 20 s hang bound.
-fn start(path: &Path) -> String {
-    let (tx, rx) = mpsc::channel();
-    let p = path.to_path_buf();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let r = rt.block_on(client_bounded(Some(&p), ApiBounds::default()));
-        let _ = tx.send(match r {
-            Ok(_) => "ok".to_string(),
-            Err(e) => format!("error: {e}"),
-        });
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|e| panic!("the start with {} did not end in 20 s: {e}", path.display()))
-}
-
-fn mkfifo(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid C string; mkfifo has no other precondition.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-}
 
 /// Two contexts: `used` (current) with user `u` on cluster `c`, and `other` with user
 /// `stranger` (given by `stranger`, YAML lines) on cluster `far`, whose CA is `far_ca`.
@@ -59,12 +32,12 @@ fn a_refused_file_of_a_user_the_current_context_does_not_use_refuses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     chmod(dir.path(), 0o755);
     let fifo = dir.path().join("token-fifo");
-    mkfifo(&fifo);
+    client_start::mkfifo(&fifo);
     let theirs = dir.path().join("their-token");
     std::fs::write(&theirs, "t").unwrap();
     std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
     let ca_fifo = dir.path().join("ca-fifo");
-    mkfifo(&ca_fifo);
+    client_start::mkfifo(&ca_fifo);
     let plain = "    token: t";
     // (the unused user's lines, what it is)
     let strangers = [
@@ -82,7 +55,7 @@ fn a_refused_file_of_a_user_the_current_context_does_not_use_refuses_nothing() {
         let kc = dir.path().join(format!("kc-{i}"));
         std::fs::write(&kc, kubeconfig(plain, stranger, &ca_fifo)).unwrap();
         chmod(&kc, 0o600);
-        let said = start(&kc);
+        let said = client_start::start(&kc);
         assert_eq!(
             said, "ok",
             "{what} named by a user the current context does not use (and a FIFO CA of a cluster it does not use) refused the kubeconfig"
@@ -93,7 +66,7 @@ fn a_refused_file_of_a_user_the_current_context_does_not_use_refuses_nothing() {
     let used = format!("    tokenFile: {}", fifo.display());
     std::fs::write(&kc, kubeconfig(&used, plain, &ca_fifo)).unwrap();
     chmod(&kc, 0o600);
-    let said = start(&kc);
+    let said = client_start::start(&kc);
     assert!(
         said.contains("tokenFile") && said.contains("FIFO"),
         "the current user's FIFO token file: {said}"

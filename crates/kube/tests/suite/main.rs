@@ -3,6 +3,8 @@
 
 #[path = "support/as_root.rs"]
 mod as_root;
+#[path = "support/client_start.rs"]
+mod client_start;
 #[path = "support/list.rs"]
 mod list;
 
