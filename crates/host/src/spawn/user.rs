@@ -14,6 +14,10 @@ use nix::unistd::{Gid, Uid};
 /// be `shadow`'s 42).
 pub const NO_ENTRY_GID: u32 = 65534;
 
+/// `keyctl(2)`'s operation that makes the caller join a session keyring (a new anonymous one
+/// for a NULL name): `linux/keyctl.h`.
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+
 /// A user to run a child as: uid, primary gid, supplementary groups (none for a uid with no
 /// passwd entry), and the name and home directory when the host knows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,12 +110,49 @@ impl RunAs {
     }
 
     /// Becomes this user: supplementary groups, then gid, then uid (after which neither can
-    /// change back). Only async-signal-safe calls, no allocation: callable between fork and
-    /// exec.
+    /// change back); then leaves what the parent's user holds that `setuid` keeps (twenty-first
+    /// hostile pass): its session keyring (a new empty one of this user's in its place) and a
+    /// working directory this user could not reach by its path (`/` in its place). Only
+    /// async-signal-safe calls (system calls on a stack buffer), no allocation: callable
+    /// between fork and exec.
     pub(crate) fn become_it(&self) -> io::Result<()> {
+        // The working directory, read while still the parent's user (it may be one this user
+        // cannot name).
+        let mut here = [0u8; 4096];
+        // SAFETY: getcwd into a live stack buffer of the length given.
+        let known = unsafe { !libc::getcwd(here.as_mut_ptr().cast(), here.len()).is_null() }
+            && here[0] == b'/';
         nix::unistd::setgroups(&self.groups).map_err(io::Error::from)?;
         nix::unistd::setgid(self.gid).map_err(io::Error::from)?;
         nix::unistd::setuid(self.uid).map_err(io::Error::from)?;
+        // `setuid` keeps the session keyring: a login's (pam_keyinit), with root's user
+        // keyring linked in, stayed "possessed", so this user read every key of root's there.
+        // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring.
+        let joined = unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                KEYCTL_JOIN_SESSION_KEYRING,
+                std::ptr::null::<libc::c_char>(),
+            )
+        };
+        if joined < 0 {
+            let e = io::Error::last_os_error();
+            // ENOSYS: a kernel without keys has no keyring to leave.
+            if e.raw_os_error() != Some(libc::ENOSYS) {
+                return Err(e);
+            }
+        }
+        // Entered again by its path, now as this user: a directory under one it may not
+        // search (root's 0700 home) would otherwise let it read what lies there.
+        // SAFETY: chdir to a NUL-terminated path in a live buffer (getcwd terminates it), or
+        // to a static one.
+        unsafe {
+            if !known || libc::chdir(here.as_ptr().cast()) != 0 {
+                if libc::chdir(c"/".as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -119,6 +160,128 @@ impl RunAs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spawn::{Gated, StartIn};
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::process::Command;
+
+    /// uid 65534 as the agent looks it up; `None` (after a SKIP line) when not root or absent.
+    fn nobody(test: &str) -> Option<RunAs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP {test}: needs root");
+            return None;
+        }
+        match RunAs::resolve(&UserSpec::uid(65534).unwrap()) {
+            Ok(Some(u)) => Some(u),
+            other => {
+                eprintln!("SKIP {test}: uid 65534 does not resolve here ({other:?})");
+                None
+            }
+        }
+    }
+
+    /// Twenty-first hostile pass: a BE run as nobody by an agent started from a login (whose
+    /// session keyring pam_keyinit made, root's user keyring linked in) read root's keys
+    /// there: `setuid` keeps the session keyring, and its keys stay "possessed". Here this
+    /// test's thread alone (a keyring is in its credentials, not the process's) joins a new
+    /// session keyring of a name of its own; a command run as uid 65534 — the LC's way
+    /// (`StartIn`) and the BE's (`Gated`) — must not see it in `/proc/keys`, which lists what
+    /// the reader may view (a possessed keyring included).
+    #[test]
+    fn a_command_run_as_a_user_leaves_the_parents_session_keyring() {
+        const TEST: &str = "a_command_run_as_a_user_leaves_the_parents_session_keyring";
+        let Some(nobody) = nobody(TEST) else { return };
+        if !Path::new("/proc/keys").exists() {
+            return eprintln!("SKIP {TEST}: no /proc/keys (a kernel without keys)");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let out = dir.path().join("keys");
+        let name = format!("hr-keyring-test-{}", std::process::id());
+        let (seen_here, lc, be) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let c_name = std::ffi::CString::new(name.clone()).unwrap();
+                // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, name): this thread's creds only.
+                let id = unsafe {
+                    libc::syscall(
+                        libc::SYS_keyctl,
+                        KEYCTL_JOIN_SESSION_KEYRING,
+                        c_name.as_ptr(),
+                    )
+                };
+                assert!(id > 0, "join: {}", io::Error::last_os_error());
+                let seen_here = std::fs::read_to_string("/proc/keys").unwrap();
+                let mut cmd = Command::new("cat");
+                cmd.arg("/proc/keys");
+                StartIn::parent()
+                    .in_own_session()
+                    .as_user(nobody.clone())
+                    .apply(&mut cmd)
+                    .unwrap();
+                let lc = cmd.output().expect("spawn");
+                let script = format!("cat /proc/keys > {}", out.display());
+                let argv = ["sh".to_string(), "-c".to_string(), script];
+                let gated = Gated::fork_as(&argv, &[], Some(&nobody)).expect("fork");
+                assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
+                let pid = nix::unistd::Pid::from_raw(gated.pid());
+                gated.open();
+                let _ = nix::sys::wait::waitpid(pid, None);
+                let be = std::fs::read_to_string(&out).unwrap_or_default();
+                (
+                    seen_here,
+                    String::from_utf8_lossy(&lc.stdout).into_owned(),
+                    be,
+                )
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(
+            seen_here.contains(&name),
+            "this thread's keyring: {seen_here}"
+        );
+        assert!(
+            !lc.is_empty() && !lc.contains(&name),
+            "StartIn as 65534: {lc}"
+        );
+        assert!(
+            !be.is_empty() && !be.contains(&name),
+            "Gated as 65534: {be}"
+        );
+    }
+
+    /// Twenty-first hostile pass: a command run as nobody kept the agent's working directory
+    /// and read, through relative paths, files under root's 0700 home that it could not reach
+    /// by their paths. A directory the user cannot reach by its path is left for `/`.
+    #[test]
+    fn a_command_run_as_a_user_leaves_a_working_directory_it_cannot_reach() {
+        const TEST: &str = "a_command_run_as_a_user_leaves_a_working_directory_it_cannot_reach";
+        let Some(nobody) = nobody(TEST) else { return };
+        let home = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let inner = home.path().join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(inner.join("f"), "root-file\n").unwrap();
+        std::fs::set_permissions(inner.join("f"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let run = |dir: &Path| {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", "pwd; cat f 2>/dev/null; true"])
+                .current_dir(dir);
+            StartIn::parent()
+                .as_user(nobody.clone())
+                .apply(&mut cmd)
+                .unwrap();
+            let out = cmd.output().expect("spawn");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(run(&inner), "/\n", "under root's 0700 directory");
+        // One it can reach stays its working directory.
+        assert_eq!(run(open.path()), format!("{}\n", open.path().display()));
+    }
 
     #[test]
     fn users_resolve_by_name_and_by_uid_without_an_entry() {
