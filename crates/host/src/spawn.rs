@@ -26,7 +26,7 @@ use crate::error::{HostError, Result};
 mod gate;
 mod user;
 pub use gate::Gated;
-pub use user::{RunAs, NO_ENTRY_GID};
+pub use user::{passed_on, RunAs, NO_ENTRY_GID};
 
 /// A capability a child can be started without (`linux/capability.h` numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +132,26 @@ impl StartIn {
                 })
             })
             .collect::<Result<_>>()?;
+        if self.user.is_some() {
+            // Of the agent's environment only what `user::passed_on` allows, then what the
+            // caller set on `cmd` (the user's `HOME`, `USER`, `LOGNAME`).
+            let set: Vec<_> = cmd
+                .get_envs()
+                .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
+                .collect();
+            cmd.env_clear();
+            for (k, v) in std::env::vars_os() {
+                if user::passed_on(k.as_encoded_bytes()) {
+                    cmd.env(k, v);
+                }
+            }
+            for (k, v) in set {
+                match v {
+                    Some(v) => cmd.env(k, v),
+                    None => cmd.env_remove(k),
+                };
+            }
+        }
         let caps: Vec<u32> = self.without.iter().map(|&c| c as u32).collect();
         let (cpu, nice) = (self.cpu, self.nice);
         let user = self.user.clone();

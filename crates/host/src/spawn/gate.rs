@@ -58,7 +58,9 @@ impl Gated {
             ));
         }
         // Built before the fork: the child may not allocate.
-        let envp: Option<Vec<CString>> = if env.is_empty() {
+        // Run as a user, only the variables `super::passed_on` allows (twenty-first hostile
+        // pass: root's exported secrets reached the user).
+        let envp: Option<Vec<CString>> = if env.is_empty() && user.is_none() {
             None
         } else {
             let mut out = Vec::new();
@@ -66,6 +68,7 @@ impl Gated {
                 if env
                     .iter()
                     .any(|(name, _)| k.as_encoded_bytes() == name.as_bytes())
+                    || (user.is_some() && !super::passed_on(k.as_encoded_bytes()))
                 {
                     continue;
                 }

@@ -18,6 +18,16 @@ pub const NO_ENTRY_GID: u32 = 65534;
 /// for a NULL name): `linux/keyctl.h`.
 const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
 
+/// Whether a variable of the agent's environment is passed on to a command run as a user
+/// (twenty-first hostile pass: the whole of it was, so a secret root exported in the shell
+/// that started the agent, a token or a key, was another user's to read). Only these: the
+/// search path, locale and time zone, and the terminal type; the command's own `HOME`, `USER`,
+/// `LOGNAME` ([`RunAs::env`]) and whatever its starter sets are added on top. A command run as
+/// root (no `user`) gets the agent's whole environment, as before.
+pub fn passed_on(name: &[u8]) -> bool {
+    matches!(name, b"PATH" | b"LANG" | b"LANGUAGE" | b"TZ" | b"TERM") || name.starts_with(b"LC_")
+}
+
 /// A user to run a child as: uid, primary gid, supplementary groups (none for a uid with no
 /// passwd entry), and the name and home directory when the host knows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +259,60 @@ mod tests {
             !be.is_empty() && !be.contains(&name),
             "Gated as 65534: {be}"
         );
+    }
+
+    /// Twenty-first hostile pass: a command run as nobody got the agent's whole environment,
+    /// a token root exported in the shell that started it included. Run as uid 65534, the
+    /// LC's way (`StartIn`) and the BE's (`Gated`), a command gets none of this process's
+    /// variables but those `passed_on` allows (and its `HOME`, `USER`, `LOGNAME`, which this
+    /// test does not set). This process's environment is read, never changed: a variable of
+    /// it outside the list is what is looked for.
+    #[test]
+    fn a_command_run_as_a_user_gets_only_the_listed_variables_of_the_agents() {
+        const TEST: &str = "a_command_run_as_a_user_gets_only_the_listed_variables_of_the_agents";
+        let Some(nobody) = nobody(TEST) else { return };
+        let shells = ["PWD", "OLDPWD", "SHLVL", "_", "HOME", "USER", "LOGNAME"];
+        let Some(name) = std::env::vars_os()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .find(|k| !passed_on(k.as_bytes()) && !shells.contains(&k.as_str()))
+        else {
+            return eprintln!("SKIP {TEST}: this process has no variable outside the list");
+        };
+        let listed = |text: &str| {
+            text.split(['\0', '\n'])
+                .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let mut cmd = Command::new("cat");
+        cmd.arg("/proc/self/environ");
+        StartIn::parent()
+            .as_user(nobody.clone())
+            .apply(&mut cmd)
+            .unwrap();
+        let lc = String::from_utf8_lossy(&cmd.output().expect("spawn").stdout).into_owned();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let out = dir.path().join("env");
+        let script = format!("exec cat /proc/self/environ > {}", out.display());
+        let argv = ["sh".to_string(), "-c".to_string(), script];
+        let gated = Gated::fork_as(&argv, &[], Some(&nobody)).expect("fork");
+        assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
+        let pid = nix::unistd::Pid::from_raw(gated.pid());
+        gated.open();
+        let _ = nix::sys::wait::waitpid(pid, None);
+        let be = std::fs::read_to_string(&out).unwrap_or_default();
+        for (how, text) in [("StartIn", &lc), ("Gated", &be)] {
+            let names = listed(text);
+            assert!(
+                !names.contains(&name),
+                "{how} as 65534 got {name}: {names:?}"
+            );
+            let other: Vec<_> = names
+                .iter()
+                .filter(|k| !passed_on(k.as_bytes()) && !shells.contains(&k.as_str()))
+                .collect();
+            assert!(other.is_empty(), "{how} as 65534 got {other:?}");
+        }
     }
 
     /// Twenty-first hostile pass: a command run as nobody kept the agent's working directory
