@@ -157,10 +157,9 @@ impl RunAs {
         // SAFETY: chdir to a NUL-terminated path in a live buffer (getcwd terminates it), or
         // to a static one.
         unsafe {
-            if !known || libc::chdir(here.as_ptr().cast()) != 0 {
-                if libc::chdir(c"/".as_ptr()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+            if (!known || libc::chdir(here.as_ptr().cast()) != 0) && libc::chdir(c"/".as_ptr()) != 0
+            {
+                return Err(io::Error::last_os_error());
             }
         }
         Ok(())
