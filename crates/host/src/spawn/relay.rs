@@ -14,6 +14,9 @@ use std::io::{self, Read};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+/// The log target of the lines relayed: the agent's default filter (`warn`) lets it through
+/// at `info`.
+pub const TARGET: &str = "headroom_output";
 /// The longest line logged, in bytes; a longer one is cut.
 pub const MAX_LINE: usize = 1024;
 /// How many lines are logged per [`WINDOW`]; the rest are counted.
@@ -49,13 +52,13 @@ pub fn start(read: OwnedFd, name: &str, pid: i32) -> io::Result<()> {
     let name = name.to_string();
     start_with(read, move |said| match said {
         Said::Line { text, cut: false } => {
-            tracing::info!(command = %name, pid, "output: {text}");
+            tracing::info!(target: TARGET, command = %name, pid, "output: {text}");
         }
         Said::Line { text, cut: true } => {
-            tracing::info!(command = %name, pid, "output (cut at {MAX_LINE} bytes): {text}");
+            tracing::info!(target: TARGET, command = %name, pid, "output (cut at {MAX_LINE} bytes): {text}");
         }
         Said::Dropped(n) => {
-            tracing::warn!(command = %name, pid, lines = n,
+            tracing::warn!(target: TARGET, command = %name, pid, lines = n,
                 "output lines not logged: over {PER_WINDOW} in {} s", WINDOW.as_secs());
         }
     })
