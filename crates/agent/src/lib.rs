@@ -4,6 +4,7 @@
 
 pub mod config_file;
 pub mod group_lock;
+mod interpreter;
 pub mod linux_node;
 mod made_dirs;
 pub mod publish;

@@ -41,23 +41,37 @@ pub fn program_path(program: &str) -> Option<PathBuf> {
 /// A script's `#!` interpreter is held to the same rule (it is what runs), and so is the
 /// interpreter's own, as deep as the kernel nests them (4); for `#!/usr/bin/env X`, `X` as
 /// `execvp` finds it too (pass 18: a root script naming uid 65534's interpreter ran that
-/// user's code as root).
+/// user's code as root); an ELF program's loader (`PT_INTERP`) too. A `#!` line the agent
+/// cannot read plainly is refused ([`crate::interpreter`]); an interpreter (or env's program)
+/// that does not exist is refused when someone else could make it ([`missing_refusal`]).
 pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
     let mut path = program_path(program)?;
-    for _ in 0..=MAX_INTERPRETERS {
+    for _ in 0..=MAX_INTERPRETERS + 1 {
         if let Some(why) = file_refusal(&path, runs_as) {
             return Some(why);
         }
-        let (interp, arg) = interpreter(&path)?;
+        let next = match crate::interpreter::next(&path) {
+            Ok(next) => next?,
+            Err(why) => return Some(format!("{}: {why}", path.display())),
+        };
+        let interp = next.interp;
         if !interp.exists() {
-            return None; // left to the exec, which fails
+            // the exec fails, unless someone else makes it before a restart
+            return missing_refusal(&interp, runs_as)
+                .map(|why| format!("interpreter of {}: {why}", path.display()));
         }
         if let Some(why) = file_refusal(&interp, runs_as) {
             return Some(format!("interpreter of {}: {why}", path.display()));
         }
-        path = match arg {
+        path = match next.env_program {
             Some(x) if interp.file_name().is_some_and(|n| n == "env") => {
-                let found = program_path(&x)?;
+                let Some(found) = program_path(&x) else {
+                    let why = env_missing_refusal(&x, runs_as)?;
+                    return Some(format!(
+                        "{x} that {} runs through env: {why}",
+                        path.display()
+                    ));
+                };
                 if let Some(why) = file_refusal(&found, runs_as) {
                     return Some(format!(
                         "{x} that {} runs through env: {why}",
@@ -72,54 +86,65 @@ pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
     None
 }
 
-/// How deep the kernel follows interpreters that are themselves scripts.
+/// How deep the kernel follows interpreters that are themselves scripts (one more step
+/// here: an ELF interpreter's loader).
 const MAX_INTERPRETERS: usize = 4;
 
-/// The interpreter a `#!` first line of `path` names, and for `env` the program it runs (its
-/// first word not an option, past `-S`): `None` when the file does not begin with `#!`.
-fn interpreter(path: &Path) -> Option<(PathBuf, Option<String>)> {
-    use std::io::Read;
-    if !std::fs::metadata(path).ok()?.is_file() {
-        return None; // never opened: a FIFO would hang the start
-    }
-    let mut head = Vec::with_capacity(256);
-    std::fs::File::open(path)
-        .ok()?
-        .take(256)
-        .read_to_end(&mut head)
-        .ok()?;
-    let line = head.strip_prefix(b"#!")?;
-    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
-    let interp = PathBuf::from(words.next()?);
-    let mut arg = None;
-    let mut skip_next = false;
-    for w in words {
-        let w = w.strip_prefix("-S").unwrap_or(w);
-        if std::mem::take(&mut skip_next) || w.is_empty() || w.contains('=') {
-            continue;
-        }
-        if w.starts_with('-') {
-            // env's options that take the next word: -u NAME, -C DIR
-            skip_next = matches!(w, "-u" | "--unset" | "-C" | "--chdir");
-            continue;
-        }
-        arg = Some(w.to_string());
-        break;
-    }
-    Some((interp, arg))
-}
-
-/// [`program_refusal`]'s rule on one file found (`path`), interpreters aside.
-fn file_refusal(path: &Path, runs_as: Option<u32>) -> Option<String> {
-    let path = path.to_path_buf();
+/// Who may own what runs as `runs_as` besides root (the agent's user, `me`, and a non-root
+/// `runs_as`), and that user in words.
+fn owners(runs_as: Option<u32>) -> (u32, u32, String) {
     let me = headroom_host::process::effective_uid();
     let may_own = runs_as.filter(|&u| u != 0).unwrap_or(me);
     let as_whom = match runs_as {
         Some(u) => format!("uid {u}"),
         None => format!("uid {me}, the agent's user"),
     };
+    (me, may_own, as_whom)
+}
+
+/// Why a file that does not exist (an interpreter, env's program) must not be left to the
+/// exec: a link to nothing, or the nearest directory above it that exists fails
+/// [`crate::trusted_dir::doubt`] (someone else could make it there before a restart; pass
+/// 20: uid 65534 made a missing interpreter, the next start ran it as root). `None` when
+/// only root or those [`owners`] names could make it.
+fn missing_refusal(path: &Path, runs_as: Option<u32>) -> Option<String> {
+    let (_, may_own, as_whom) = owners(runs_as);
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Some(format!(
+            "{} is a link to nothing: what it points to could be made by others and run as {as_whom}; point it at a file only root can write",
+            path.display()
+        ));
+    }
+    let dir = path
+        .ancestors()
+        .skip(1)
+        .map(|d| match d.as_os_str().is_empty() {
+            true => Path::new("."),
+            false => d,
+        })
+        .find(|d| d.is_dir())?;
+    let doubt = crate::trusted_dir::doubt(dir, may_own).err()?;
+    Some(format!(
+        "{} does not exist, and {} is a directory others could change ({doubt}): they could make it, and it would run as {as_whom}; name a program that exists in a directory only root can write",
+        path.display(),
+        dir.display()
+    ))
+}
+
+/// [`missing_refusal`] for env's program `name` found nowhere: the path when it holds a `/`,
+/// else that name in every `PATH` directory (env searches them all).
+fn env_missing_refusal(name: &str, runs_as: Option<u32>) -> Option<String> {
+    if name.contains('/') {
+        return missing_refusal(Path::new(name), runs_as);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find_map(|d| missing_refusal(&d.join(name), runs_as))
+}
+
+/// [`program_refusal`]'s rule on one file found (`path`), interpreters aside.
+fn file_refusal(path: &Path, runs_as: Option<u32>) -> Option<String> {
+    let path = path.to_path_buf();
+    let (me, may_own, as_whom) = owners(runs_as);
     let meta = match std::fs::metadata(&path) {
         Ok(m) => m,
         Err(e) => return Some(format!("{}: {e}", path.display())),

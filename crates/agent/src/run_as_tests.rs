@@ -204,3 +204,98 @@ fn a_be_running_as_the_lcs_user_is_warned() {
     let other = Config::from_toml_str(&text("user = 0")).unwrap();
     assert_eq!(same_user_warning(&other), None);
 }
+
+/// Pass 20's lows: the check read the `#!` line as words, so what env `-S` or the kernel
+/// reads otherwise (quotes, `\_`, `${VAR}`, a `NAME=value` before the program, a path not
+/// UTF-8) and an ELF program's loader (`PT_INTERP`) ran uid 65534's file as root; and a
+/// missing interpreter in a directory others can write was left to the exec.
+#[test]
+fn what_the_interpreter_check_cannot_read_plainly_is_refused() {
+    if headroom_host::process::effective_uid() != 0 {
+        return eprintln!(
+            "SKIP what_the_interpreter_check_cannot_read_plainly_is_refused: needs root (chown)"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(dir.path(), 0o755);
+    let theirs = dir.path().join("l20-interp");
+    std::fs::write(&theirs, "#!/bin/sh\n").unwrap();
+    mode(&theirs, 0o755);
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let open = dir.path().join("l20-open");
+    std::fs::create_dir(&open).unwrap();
+    mode(&open, 0o777);
+    let job = dir.path().join("job");
+    let path = job.to_str().unwrap();
+    let write = |bytes: &[u8]| {
+        std::fs::write(&job, bytes).unwrap();
+        mode(&job, 0o755);
+    };
+    let t = theirs.display();
+    for (bad, said) in [
+        (format!("#!/usr/bin/env -S '{t}'"), "env -S"),
+        (format!("#!/usr/bin/env -S \"{t}\" -x"), "env -S"),
+        (format!("#!/usr/bin/env -S {t}\\_-x"), "env -S"),
+        ("#!/usr/bin/env -S ${L20}".to_string(), "env -S"),
+        (
+            format!("#!/usr/bin/env -S PATH={} l20-interp", dir.path().display()),
+            "PATH=",
+        ),
+        (
+            format!("#!{}/l20-nothing", open.display()),
+            "does not exist",
+        ),
+        (
+            format!("#!/usr/bin/env {}/l20-nothing", open.display()),
+            "does not exist",
+        ),
+    ] {
+        write(format!("{bad}\n").as_bytes());
+        let why = program_refusal(path, None).unwrap_or_else(|| panic!("{bad}: taken"));
+        assert!(why.contains(said), "{bad}: {why}");
+    }
+    let mut line = b"#!".to_vec();
+    line.extend_from_slice(dir.path().to_str().unwrap().as_bytes());
+    line.extend_from_slice(b"/l20-\xffinterp\n");
+    write(&line);
+    let why = program_refusal(path, None).expect("a line not UTF-8 taken");
+    assert!(why.contains("not UTF-8"), "{why}");
+    // An ELF file (64-bit, little-endian) whose loader is theirs.
+    write(&elf_naming(&theirs));
+    let why = program_refusal(path, None).expect("an ELF file naming their loader taken");
+    assert!(
+        why.contains("owned by uid 65534") && why.contains("l20-interp"),
+        "{why}"
+    );
+    for fine in [
+        "#!/usr/bin/env -S sh -e".to_string(),
+        "#!/l20-no-such-dir/sh".to_string(),
+        format!("#!/usr/bin/env -S {t}"),
+    ] {
+        write(format!("{fine}\n").as_bytes());
+        assert_eq!(program_refusal(path, Some(65534)), None, "{fine}");
+    }
+}
+
+/// A minimal 64-bit little-endian ELF header with one program header, `PT_INTERP` `loader`.
+fn elf_naming(loader: &Path) -> Vec<u8> {
+    let name = loader.to_str().unwrap().as_bytes();
+    let mut f = vec![0u8; 64 + 56];
+    f[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+    f[0x10..0x12].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    f[0x12..0x14].copy_from_slice(&0x3eu16.to_le_bytes());
+    f[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+    f[0x20..0x28].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+    f[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+    f[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+    f[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+    let ph = &mut f[64..];
+    ph[..4].copy_from_slice(&3u32.to_le_bytes()); // PT_INTERP
+    ph[8..16].copy_from_slice(&120u64.to_le_bytes());
+    ph[0x20..0x28].copy_from_slice(&(name.len() as u64 + 1).to_le_bytes());
+    f.extend_from_slice(name);
+    f.push(0);
+    f
+}

@@ -152,6 +152,19 @@ impl AgentState {
             .any(|g| named.contains(g))
     }
 
+    /// The pids a restarted BE `name` may adopt: its own first, then any other recorded (a
+    /// renamed `[[be]]` entry), each once (pass 20: its own was tried twice, and a refused
+    /// one warned twice).
+    pub fn adoptable_pids(&self, name: &str) -> Vec<u32> {
+        let mut out: Vec<u32> = self.owned_pids.get(name).copied().into_iter().collect();
+        for &pid in self.owned_pids.values() {
+            if !out.contains(&pid) {
+                out.push(pid);
+            }
+        }
+        out
+    }
+
     /// Whether the state records `group` as a BE group of the agent that wrote it (an older
     /// file that does not say: any group it names).
     pub fn records_be(&self, group: &GroupPath) -> bool {
@@ -340,7 +353,7 @@ fn may_be_state(text: &str) -> bool {
 
 /// Reads the state file; `Ok(None)` when there is none.
 pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
-    let Some(text) = read_trusted(path)? else {
+    let Some((text, file)) = read_trusted(path)? else {
         return Ok(None);
     };
     let state: AgentState = serde_json::from_str(&text).map_err(|e| {
@@ -366,23 +379,35 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
             ),
         });
     }
+    make_private(&file, path);
     Ok(Some(state))
 }
 
-/// The state file's text (`None`: there is none), when only root or this user can have
-/// written it (owned by one of them, writable by no one else); otherwise
-/// [`StateError::NotTrusted`].
-fn read_trusted(path: &Path) -> Result<Option<String>, StateError> {
+/// The state file's text and the file (`None`: there is none), when only root or this user
+/// can have written it (owned by one of them, writable by no one else); otherwise
+/// [`StateError::NotTrusted`]. A link at its path is refused, not followed (pass 20: one
+/// made its target 0600 before the start was refused).
+fn read_trusted(path: &Path) -> Result<Option<(String, std::fs::File)>, StateError> {
     use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let io = |source| StateError::Io {
         op: "reading",
         path: path.to_path_buf(),
         source,
     };
-    let mut file = match std::fs::File::open(path) {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path);
+    let mut file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(StateError::NotAStateFile {
+                path: path.to_path_buf(),
+                what: "is a symbolic link, which the agent does not follow (remove it, or name the file it points to)".into(),
+            })
+        }
         Err(e) => return Err(io(e)),
     };
     let meta = file.metadata().map_err(io)?;
@@ -406,17 +431,24 @@ fn read_trusted(path: &Path) -> Result<Option<String>, StateError> {
             why,
         });
     }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
+    Ok(Some((text, file)))
+}
+
+/// Makes a state file others can read (written 0644 before pass 18) its owner's only, through
+/// the descriptor taken; called once it has parsed as a state file.
+fn make_private(file: &std::fs::File, path: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(meta) = file.metadata() else {
+        return;
+    };
     if meta.mode() & 0o044 != 0 {
-        // Written 0644 before pass 18: made the owner's only, through the descriptor taken.
-        use std::os::unix::fs::PermissionsExt;
         let mode = meta.mode() & 0o7700;
         if let Err(e) = file.set_permissions(std::fs::Permissions::from_mode(mode)) {
             tracing::warn!(state = %path.display(), error = %e, "the state file is readable by others and could not be made 0600");
         }
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text).map_err(io)?;
-    Ok(Some(text))
 }
 
 /// Moves a state file that cannot be read aside, to `<path>.corrupt-<unix ms>`, and returns

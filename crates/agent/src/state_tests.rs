@@ -124,3 +124,38 @@ fn the_state_file_is_readable_by_its_owner_only() {
     assert!(load(&state).unwrap().is_some());
     assert_eq!(mode(&state), 0o600, "taken");
 }
+
+/// Pass 20's low: a file at the state path was made 0600, through a link too, before it was
+/// known to be a state file: root's 0644 file a link named became 0600, then the start was
+/// refused. A link is refused by name, and a file is made 0600 only once it parses.
+#[test]
+fn nothing_is_chmodded_before_it_is_known_a_state_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let state = dir.path().join("state.json");
+    std::os::unix::fs::symlink(&victim, &state).unwrap();
+    let e = load(&state).unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
+    assert_eq!(mode(&victim), 0o644, "the link's target untouched");
+    std::fs::remove_file(&state).unwrap();
+    std::fs::write(&state, "{\"not\": \"state\"}\n").unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(load(&state).is_err());
+    assert_eq!(mode(&state), 0o644, "not a state file: untouched");
+}
+
+/// Pass 20's low: a restart tried its BE's own recorded pid, then every recorded pid, its
+/// own again: one not adopted was warned about twice.
+#[test]
+fn each_recorded_pid_is_tried_once_its_own_first() {
+    let mut state = AgentState::empty();
+    state.owned_pids.insert("a".into(), 30);
+    state.owned_pids.insert("b".into(), 20);
+    state.owned_pids.insert("c".into(), 30);
+    assert_eq!(state.adoptable_pids("b"), vec![20, 30]);
+    assert_eq!(state.adoptable_pids("gone"), vec![30, 20]);
+}

@@ -398,6 +398,20 @@ pub fn launch_in_group(
         Stdio::null()
     });
     cmd.envs(user.map(RunAs::env).unwrap_or_default());
+    let spawn_err = |source| LaunchError::Spawn {
+        name: name.to_string(),
+        command: command.to_vec(),
+        group: group.to_string(),
+        source,
+    };
+    // As a user, its fds 1 and 2 are a pipe the agent logs, never the agent's own (pass 20).
+    let mut output = None;
+    if user.is_some() {
+        let (read, write) = headroom_host::spawn::relay::pipe().map_err(spawn_err)?;
+        cmd.stdout(Stdio::from(write.try_clone().map_err(spawn_err)?))
+            .stderr(Stdio::from(write));
+        output = Some(read);
+    }
     early
         .apply(&mut cmd)
         .map_err(|source| LaunchError::Prepare {
@@ -405,14 +419,16 @@ pub fn launch_in_group(
             group: group.to_string(),
             source: Box::new(source),
         })?;
-    let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
-        name: name.to_string(),
-        command: command.to_vec(),
-        group: group.to_string(),
-        source,
-    })?;
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    drop(cmd); // the agent's copies of the output pipe's write end
+    if let Some(read) = output {
+        if let Err(e) = headroom_host::spawn::relay::start(read, name, child.id() as i32) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(spawn_err(e));
+        }
+    }
     if let Err(source) = cgroups.move_process(group, child.id() as i32) {
-        let mut child = child;
         let _ = child.kill();
         let _ = child.wait();
         return Err(LaunchError::Move {

@@ -54,7 +54,13 @@ fn log_filter(env: Option<&str>) -> tracing_subscriber::EnvFilter {
     let given = env.and_then(|e| tracing_subscriber::EnvFilter::try_new(e).ok());
     let valid = given.is_some();
     let names = |target: &str| valid && env.is_some_and(|e| e.contains(target));
-    let mut filter = given.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
+    // A user-run command's output, relayed by the agent, at info (docs/agent.md).
+    let mut filter = given.unwrap_or_else(|| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "warn,{}=info",
+            headroom_host::spawn::relay::TARGET
+        ))
+    });
     for target in ["kube_client", "kube_runtime"] {
         if names(target) {
             continue;
@@ -102,5 +108,18 @@ fn main() {
     if let Err(err) = result {
         eprintln!("headroom: error: {}", cmd::error_text(&err));
         std::process::exit(cmd::exit_code(&err));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Pass 20's low, the relay: a user-run command's output is logged at info under
+    /// `headroom_output`, which the default filter (`warn`) would hide.
+    #[test]
+    fn the_default_filter_lets_the_relayed_output_through() {
+        let filter = super::log_filter(None).to_string();
+        assert!(filter.contains("headroom_output=info"), "{filter}");
+        let given = super::log_filter(Some("error")).to_string();
+        assert!(!given.contains("headroom_output"), "{given}");
     }
 }

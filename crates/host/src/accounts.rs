@@ -146,7 +146,7 @@ fn read_lines(path: &Path) -> io::Result<(Vec<String>, usize)> {
             }
         })
         .collect();
-    if skipped > 0 {
+    if skipped > 0 && first_time(path, skipped) {
         tracing::warn!(
             file = %path.display(), lines = skipped,
             "lines that are not UTF-8 skipped: the users or groups they name are not known \
@@ -154,6 +154,21 @@ fn read_lines(path: &Path) -> io::Result<(Vec<String>, usize)> {
         );
     }
     Ok((lines, skipped))
+}
+
+/// Whether `skipped` lines of `path` are said for the first time in this process: every
+/// lookup reads the file, and one start said the same warning 4 times (pass 20).
+fn first_time(path: &Path, skipped: usize) -> bool {
+    static SAID: std::sync::Mutex<Vec<(PathBuf, usize)>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (path.to_path_buf(), skipped);
+    if said.contains(&key) {
+        return false;
+    }
+    if said.len() < 64 {
+        said.push(key); // bounded: past 64 files, each warning is said again
+    }
+    true
 }
 
 #[cfg(test)]
@@ -222,5 +237,49 @@ mod tests {
         assert_eq!(a.groups_of("nobody", 65534).unwrap(), vec![65534, 4]);
         assert_eq!(a.group_by_name("adm").unwrap(), Some(4));
         assert_eq!(a.lines_not_utf8().unwrap(), (1, 1));
+    }
+
+    /// Counts the events said on the thread it is the default of.
+    struct Count(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl tracing::Subscriber for Count {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Pass 20's low: every lookup reads the file and said its not-UTF-8 warning again (4
+    /// times in one start); said once now, and again only when the count changes.
+    #[test]
+    fn the_not_utf8_warning_is_said_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let passwd = dir.path().join("passwd");
+        std::fs::write(
+            &passwd,
+            b"root:x:0:0:root:/root:/bin/sh\njos:x:1:1:Jos\xe9:/:/\n",
+        )
+        .unwrap();
+        let said = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Count(said.clone());
+        tracing::subscriber::with_default(count, || {
+            for _ in 0..4 {
+                assert_eq!(read_lines(&passwd).unwrap().1, 1);
+            }
+        });
+        assert_eq!(
+            said.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "said once"
+        );
     }
 }

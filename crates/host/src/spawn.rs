@@ -24,6 +24,7 @@ use std::process::Command;
 use crate::error::{HostError, Result};
 
 mod gate;
+pub mod relay;
 mod user;
 pub use gate::Gated;
 pub use user::{passed_on, RunAs, NO_ENTRY_GID};

@@ -471,11 +471,9 @@ impl Agent {
             // Its BE by name, else any pid it recorded that runs in this group (a renamed
             // `[[be]]` entry).
             let adopted = recorded.is_some_and(|p| {
-                p.owned_pids
-                    .get(&b.name)
+                p.adoptable_pids(&b.name)
                     .into_iter()
-                    .chain(p.owned_pids.values())
-                    .any(|&pid| s.adopt(&cg, pid))
+                    .any(|pid| s.adopt(&cg, pid))
             });
             // Processes found in the group at the first start (no agent launched them),
             // still running: spared as then.

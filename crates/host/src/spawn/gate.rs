@@ -12,6 +12,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -96,6 +97,10 @@ impl Gated {
         let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         ptrs.push(std::ptr::null());
         let devnull = CString::new("/dev/null").expect("no NUL");
+        // As a user, its fds 1 and 2 are a pipe the agent logs, never the agent's own (pass
+        // 20's low: it wrote into the agent's journal as the agent).
+        let output = user.map(|_| super::relay::pipe()).transpose()?;
+        let out_w = output.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
         let mut fds = [0; 2];
         // SAFETY: socketpair fills two fds.
         let rc = unsafe {
@@ -131,6 +136,9 @@ impl Gated {
                 // the terminal the agent runs on (TIOCSTI: root's shell ran it).
                 libc::setsid();
                 libc::close(gate_w);
+                if out_w >= 0 && (libc::dup2(out_w, 1) < 0 || libc::dup2(out_w, 2) < 0) {
+                    libc::_exit(1);
+                }
                 close_inherited_fds(gate_r);
                 if user.is_some() {
                     off_the_terminal(devnull.as_ptr());
@@ -146,6 +154,9 @@ impl Gated {
                 let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
                 if null >= 0 {
                     libc::dup2(null, 0);
+                    if null > 2 {
+                        libc::close(null); // else the command holds it as fd 3 (pass 20)
+                    }
                 }
                 if user.is_some_and(|u| u.become_it().is_err()) {
                     libc::_exit(126); // never run the command as the parent's user instead
@@ -160,11 +171,21 @@ impl Gated {
         }
         // SAFETY: the parent's copy of the read end is not used.
         unsafe { libc::close(gate_r) };
-        Ok(Gated {
+        let gated = Gated {
             pid,
             // SAFETY: gate_w is this process's, open, and owned by nothing else.
             gate: unsafe { OwnedFd::from_raw_fd(gate_w) },
-        })
+        };
+        if let Some((read, _write)) = output {
+            let name = Path::new(&argv[0])
+                .file_name()
+                .map_or_else(|| argv[0].clone(), |n| n.to_string_lossy().into_owned());
+            if let Err(e) = super::relay::start(read, &name, pid) {
+                gated.kill();
+                return Err(e);
+            }
+        }
+        Ok(gated)
     }
 
     /// The child's pid.
@@ -342,6 +363,25 @@ mod tests {
         assert!(g.wait_ready(Duration::from_secs(5)));
         g.refuse();
         assert!(waitpid(pid, None).is_err(), "already reaped");
+    }
+
+    /// Pass 20's low: the `/dev/null` opened for fd 0 stayed open in the command as fd 3.
+    #[test]
+    fn the_command_holds_no_fd_past_2() {
+        let g = Gated::fork(&argv(&[
+            "sh",
+            "-c",
+            "for n in 3 4 5 6 7 8 9; do [ -e /proc/$$/fd/$n ] && exit $n; done; exit 0",
+        ]))
+        .expect("fork");
+        let pid = Pid::from_raw(g.pid());
+        assert!(g.wait_ready(Duration::from_secs(5)));
+        g.open();
+        assert_eq!(
+            waitpid(pid, None).unwrap(),
+            WaitStatus::Exited(pid, 0),
+            "the exit status is the first fd past 2 the command held"
+        );
     }
 
     /// Twentieth hostile pass: the agent's input and output one socket (`socat EXEC:`), a BE

@@ -1,0 +1,113 @@
+//! The relay's bounds (line length, rate, control characters) and a user-run command's
+//! output reaching it rather than the agent's fds.
+
+use super::*;
+
+fn said(lines: &mut Lines, bytes: &[u8], now: Instant) -> Vec<Said> {
+    let mut out = Vec::new();
+    lines.push(bytes, now, &mut |s| out.push(s));
+    out
+}
+
+fn line(text: &str) -> Said {
+    Said::Line {
+        text: text.into(),
+        cut: false,
+    }
+}
+
+#[test]
+fn lines_are_said_whole_cut_and_cleaned() {
+    let t0 = Instant::now();
+    let mut lines = Lines::new(t0);
+    assert_eq!(said(&mut lines, b"one\ntw", t0), vec![line("one")]);
+    assert_eq!(said(&mut lines, b"o\n", t0), vec![line("two")]);
+    // A priority prefix is text like any other; escapes and CRs are replaced.
+    assert_eq!(
+        said(&mut lines, b"<0>\x1b[2Jroot\r\xff\n", t0),
+        vec![line("<0>\u{fffd}[2Jroot\u{fffd}\u{fffd}")]
+    );
+    let mut long = vec![b'x'; MAX_LINE * 3];
+    long.push(b'\n');
+    let out = said(&mut lines, &long, t0);
+    assert_eq!(
+        out,
+        vec![Said::Line {
+            text: "x".repeat(MAX_LINE),
+            cut: true
+        }]
+    );
+    assert!(lines.line.capacity() <= MAX_LINE, "one line held at most");
+    let mut out = Vec::new();
+    lines.push(b"last", t0, &mut |s| out.push(s));
+    lines.end(&mut |s| out.push(s));
+    assert_eq!(out, vec![line("last")]);
+}
+
+#[test]
+fn lines_past_the_rate_are_counted_and_said() {
+    let t0 = Instant::now();
+    let mut lines = Lines::new(t0);
+    let flood = b"l\n".repeat(PER_WINDOW as usize + 50);
+    let out = said(&mut lines, &flood, t0);
+    assert_eq!(out.len(), PER_WINDOW as usize, "the rest counted, not said");
+    // The next window: the count first, then the line.
+    let out = said(&mut lines, b"next\n", t0 + WINDOW);
+    assert_eq!(out, vec![Said::Dropped(50), line("next")]);
+    let out = said(&mut lines, &flood, t0 + WINDOW);
+    assert_eq!(out.len(), PER_WINDOW as usize - 1);
+    let mut out = Vec::new();
+    lines.end(&mut |s| out.push(s));
+    assert_eq!(out, vec![Said::Dropped(51)], "said at the end too");
+}
+
+/// Pass 20's low: a command run as a user had the agent's fds 1 and 2 (systemd's journal
+/// stream, its log file) and wrote lines into the agent's journal as the agent. Its fds 1
+/// and 2 are now the relay's pipe: not the agent's, and what it writes is read.
+#[test]
+fn a_user_run_commands_output_is_not_the_agents() {
+    if crate::process::effective_uid() != 0 {
+        return eprintln!("SKIP a_user_run_commands_output_is_not_the_agents: needs root");
+    }
+    let ours = |fd: i32| {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let user = crate::spawn::RunAs::resolve(&headroom_types::UserSpec::Uid(65534))
+        .unwrap()
+        .expect("uid 65534");
+    let script = "[ \"$(readlink /proc/$$/fd/1)\" = \"$1\" ] && exit 1; \
+                  [ \"$(readlink /proc/$$/fd/2)\" = \"$2\" ] && exit 2; \
+                  case \"$(readlink /proc/$$/fd/1)\" in pipe:*) ;; *) exit 3;; esac; \
+                  echo l20-out; echo l20-err >&2; exit 0";
+    let argv: Vec<String> = ["sh", "-c", script, "sh", &ours(1), &ours(2)]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let g = crate::spawn::Gated::fork_as(&argv, &[], Some(&user)).expect("fork");
+    let pid = nix::unistd::Pid::from_raw(g.pid());
+    assert!(g.wait_ready(Duration::from_secs(5)));
+    g.open();
+    assert_eq!(
+        nix::sys::wait::waitpid(pid, None).unwrap(),
+        nix::sys::wait::WaitStatus::Exited(pid, 0),
+        "1: its fd 1 was the agent's ({}), 2: its fd 2 ({}), 3: fd 1 no pipe",
+        ours(1),
+        ours(2)
+    );
+}
+
+/// What is written into the pipe reaches the sink, line by line, and the thread ends when
+/// the last writer closes.
+#[test]
+fn the_relay_reads_until_the_last_writer_closes() {
+    let (read, write) = pipe().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    start_with(read, move |s| tx.send(s).unwrap()).unwrap();
+    let mut w = std::fs::File::from(write);
+    std::io::Write::write_all(&mut w, b"a\nb").unwrap();
+    drop(w);
+    let got: Vec<Said> = rx.iter().collect(); // ends when the thread drops its sender
+    assert_eq!(got, vec![line("a"), line("b")]);
+}
