@@ -27,6 +27,7 @@ PORT=${PORT:-11311}
 METRICS_PORT=${METRICS_PORT:-9466}  # the agent's metrics endpoint
 LOAD_S=${LOAD_S:-3}  # seconds of each `headroom load` validity run
 WIN_S=${WIN_S:-10}   # seconds of each colocation window
+COLOCATION=${COLOCATION:-1}  # 0 skips steps 2 and 3
 DEMO=${DEMO:-1}      # 0 skips the demo
 ADVERTISE_S=${ADVERTISE_S:-300}  # 0 skips the advertise side-by-side
 # LOAD_RATES: the rates of the validity runs (default "20000 50000"; empty skips them)
@@ -105,6 +106,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Steps 2 and 3 (COLOCATION=0 skips them, and the LC memcached they share).
+if [ "$COLOCATION" = 1 ]; then
 log "memcached -t $mc_threads on CPUs $server"
 taskset -c "$server" $nofifo $MC -u root -t "$mc_threads" -p "$PORT" -l 127.0.0.1 -m 1024 -c 16384 &
 mc_pid=$!
@@ -234,6 +237,7 @@ agent_pid=
 tail -5 "$out/agent.log"
 wc -l "$out/decisions.jsonl" 2>/dev/null
 kill_group $G/be
+fi  # COLOCATION
 
 if [ "$DEMO" = 1 ]; then
     log "headroom demo --minutes 2"

@@ -346,7 +346,7 @@ pub(crate) fn not_a_lock_file(path: &Path) -> Option<&'static str> {
     } else if ft.is_file() {
         None
     } else {
-        Some(headroom_host::pids::kind_of(ft))
+        Some(headroom_types::other_writers::special_file_kind(ft))
     }
 }
 

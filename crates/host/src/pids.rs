@@ -26,24 +26,6 @@ pub struct PidFileRead {
     pub mode: u32,
 }
 
-/// What a file that is not a regular one is, in words.
-pub fn kind_of(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    }
-}
-
 /// The pid file `file` (a path from `/`, read under `root`).
 /// Only a regular file, read without waiting and 64 bytes at most: the file is the LC user's
 /// to replace, and a FIFO there blocked the agent's loop for good (`ctl` and SIGTERM
@@ -66,7 +48,9 @@ pub fn read_pid_file(root: &Path, file: &str) -> PidFile {
         return PidFile::Nothing;
     };
     if !meta.file_type().is_file() {
-        return PidFile::NotRegular(kind_of(meta.file_type()));
+        return PidFile::NotRegular(headroom_types::other_writers::special_file_kind(
+            meta.file_type(),
+        ));
     }
     let mut text = String::new();
     if f.take(64).read_to_string(&mut text).is_err() {

@@ -22,24 +22,6 @@ use kube::config::Kubeconfig;
 use crate::file_trust::doubt;
 pub use crate::file_trust::{KubeconfigFileError, MAX_KUBECONFIG_BYTES};
 
-/// What a file that is not a regular one is, in words.
-fn kind_of(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    }
-}
-
 /// The text of the kubeconfig at `path`, bounded: opened O_NONBLOCK (never waits), a regular
 /// file of at most [`MAX_KUBECONFIG_BYTES`] (checked on the open file, and the read stops there
 /// even if it grows meanwhile), owned by root or this user and writable by no other user.
@@ -56,7 +38,9 @@ fn read_bounded(path: &Path, what: &str) -> Result<Vec<u8>, KubeconfigFileError>
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
-        return Err(KubeconfigFileError::NotRegular(kind_of(meta.file_type())));
+        return Err(KubeconfigFileError::NotRegular(
+            headroom_types::other_writers::special_file_kind(meta.file_type()),
+        ));
     }
     if let Some(why) = doubt(&meta, what) {
         return Err(KubeconfigFileError::NotTrusted(why));

@@ -2,6 +2,7 @@
 //! mode: owned by someone else, writable by all, or writable by a group other than root's. The
 //! one rule behind the agent's config file, the programs it runs as root and the LC's pid file,
 //! and the kubeconfig and every file and command it names; each caller words its own refusal.
+//! Also the words for a file that is not a regular one, which those callers refuse first.
 
 /// Who else could write the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,5 +55,24 @@ mod tests {
                 mode: 0o664
             })
         );
+    }
+}
+
+/// What a file that is not a regular file is, in a refusal's words ("a FIFO"): a FIFO or a
+/// device where a pid file or a kubeconfig belongs blocked or grew a reader without end.
+pub fn special_file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        "special file"
     }
 }

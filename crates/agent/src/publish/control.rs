@@ -327,27 +327,36 @@ fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
     super::deadline::write_all_by(stream, text.as_bytes(), Instant::now() + REPLY_DEADLINE)
 }
 
-/// Connects retried while the socket's backlog is full, 50 ms apart (15 s in all).
-const CONNECT_TRIES: u32 = 300;
+/// How long apart connects are retried while the socket's backlog is full.
+const CONNECT_RETRY: Duration = Duration::from_millis(50);
 
 /// Sends one request to the agent at `path` and returns its response (the client of `ctl`).
 pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
+    request_by(path, req, Instant::now() + ANSWER_DEADLINE)
+}
+
+/// [`request`] with its one deadline given: connecting, sending and the whole answer. (The
+/// deadline once started after the connect loop, so `ctl` could wait twice its bound: up to
+/// ~30 s, seventeenth hostile pass's low.)
+pub(crate) fn request_by(
+    path: &Path,
+    req: &Request,
+    deadline: Instant,
+) -> Result<Response, ControlError> {
     let io = |what, source| ControlError::Io {
         what,
         path: path.to_path_buf(),
         source,
     };
-    // A full backlog (the agent stopped, or too many clients) is waited for a bounded time:
-    // a blocking connect there never returned (ninth hostile pass).
-    let mut tries = 0;
+    // A full backlog (the agent stopped, or too many clients) is waited for until the
+    // deadline: a blocking connect there never returned (ninth hostile pass).
     let mut stream = loop {
         match headroom_host::net::connect_unix_now(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < CONNECT_TRIES => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(50));
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(CONNECT_RETRY.min(deadline.saturating_duration_since(Instant::now())));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(io(
-                "no room to connect within 15 s (the agent is stopped, e.g. SIGSTOP, or hung) at",
+                "no room to connect before the deadline (15 s for the whole request; the agent is stopped, e.g. SIGSTOP, or hung) at",
                 e,
             )),
             other => break other.map_err(|e| io("connecting to the agent at", e))?,
@@ -373,7 +382,6 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
     // One deadline for the request and the whole answer: a read timeout reset with every
     // byte let a server that trickles its answer keep `ctl` as long as it liked (fourteenth
     // hostile pass, "Found, not fixed").
-    let deadline = Instant::now() + ANSWER_DEADLINE;
     let no_answer = |stage| ControlError::NoAnswer {
         path: path.to_path_buf(),
         stage,
@@ -442,3 +450,55 @@ const MAX_REPLY_BYTES: usize = 16 << 20;
 /// How long `request` waits for the whole exchange: sending the request and reading the
 /// whole answer, however the server paces its bytes.
 const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{bind, connect, listen, socket, AddressFamily, Backlog, SockFlag};
+    use nix::sys::socket::{SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+
+    /// A listener whose backlog is full and that never accepts (a stopped agent): the wait
+    /// for room to connect is part of the one deadline, not a bound of its own before it.
+    #[test]
+    fn waiting_for_room_to_connect_counts_against_the_one_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.sock");
+        let addr = UnixAddr::new(&path).unwrap();
+        let server = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .unwrap();
+        bind(server.as_raw_fd(), &addr).unwrap();
+        listen(&server, Backlog::new(0).unwrap()).unwrap();
+        // Fill the backlog (bounded: the kernel takes backlog + 1).
+        let mut held = Vec::new();
+        for _ in 0..64 {
+            let c = socket(
+                AddressFamily::Unix,
+                SockType::Stream,
+                SockFlag::SOCK_NONBLOCK,
+                None,
+            )
+            .unwrap();
+            match connect(c.as_raw_fd(), &addr) {
+                Ok(()) => held.push(c),
+                Err(_) => break,
+            }
+        }
+        let start = Instant::now();
+        let err = request_by(&path, &Request::Status, start + Duration::from_millis(300))
+            .expect_err("nothing accepts");
+        assert!(err.to_string().contains("no room to connect"), "{err}");
+        // A hang detector, not a timing: the old loop waited its own 15 s whatever was left.
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "waited {:?} for a 300 ms deadline",
+            start.elapsed()
+        );
+        drop(held);
+    }
+}

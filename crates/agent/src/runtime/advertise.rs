@@ -138,7 +138,10 @@ impl AdvertiseLive {
 }
 
 /// How the LCs stood this tick: a violation names the service; no fresh latency, an untrusted
-/// figure or BE held for want of a signal is untrusted.
+/// figure or BE held for want of a signal is untrusted. The discovery holder's group is
+/// observed too, with no latency ever, and is no service: judging it kept a discovering node's
+/// value at its floor whatever BE was granted (16 vCPUs, `headroom bench advertise`,
+/// 2026-11-30); with no service besides it, untrusted.
 pub(super) fn health(
     obs: &Observation,
     single_slo_us: f64,
@@ -178,7 +181,12 @@ pub(super) fn health(
         )
         .unwrap_or(LcHealth::Held);
     }
-    for g in &obs.lc_groups {
+    let holder = |name: &str| {
+        name == headroom_control::config::HOLDER_NAME && !lcs.iter().any(|s| s.name == name)
+    };
+    let mut judged = 0;
+    for g in obs.lc_groups.iter().filter(|g| !holder(&g.name)) {
+        judged += 1;
         let slo = lcs
             .iter()
             .find(|s| s.name == g.name)
@@ -186,6 +194,11 @@ pub(super) fn health(
         if let Some(h) = judge(&g.name, g.latency_us, g.latency_age_ms, slo) {
             return h;
         }
+    }
+    if judged == 0 {
+        return LcHealth::Untrusted {
+            reason: "no LC service on this node (discovery found none)".to_string(),
+        };
     }
     LcHealth::Held
 }

@@ -266,6 +266,48 @@ fn several_lcs_are_each_judged_by_their_own_slo() {
     }
 }
 
+/// A discovering agent observes the holder's empty group beside the pods' (first, never with a
+/// latency): the pods judge. Judging the holder kept the advertised value at its floor on a
+/// 16-vCPU node that granted BE 12 CPUs (2026-11-30).
+#[test]
+fn the_discovery_holders_group_is_no_service_to_judge() {
+    let holder = headroom_control::config::HOLDER_NAME;
+    // The services as the runtime lists them once the pods are known: no holder among them.
+    let lcs = [slo("shop/memcached", 1000.0)];
+    let mut obs = Observation {
+        lc_groups: vec![
+            LcGroupObservation {
+                name: holder.into(),
+                ..LcGroupObservation::default()
+            },
+            group("shop/memcached", Some(60.0), 50),
+        ],
+        ..Observation::default()
+    };
+    assert_eq!(health(&obs, 500.0, &lcs, 1000, None), LcHealth::Held);
+    obs.lc_groups[1].latency_us = Some(1100.0);
+    assert_eq!(
+        health(&obs, 500.0, &lcs, 1000, None),
+        LcHealth::Violating {
+            lc: "shop/memcached".into()
+        }
+    );
+    // No pod found: the holder alone is no signal.
+    obs.lc_groups.truncate(1);
+    match health(&obs, 500.0, &[], 1000, None) {
+        LcHealth::Untrusted { reason } => assert!(reason.contains("no LC service"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // A service of the config's own that happens to bear the holder's name is judged.
+    let named = [slo(holder, 500.0)];
+    obs.lc_groups[0].latency_us = Some(900.0);
+    obs.lc_groups[0].latency_age_ms = Some(10);
+    assert_eq!(
+        health(&obs, 500.0, &named, 1000, None),
+        LcHealth::Violating { lc: holder.into() }
+    );
+}
+
 #[test]
 fn nothing_is_fed_or_advertised_before_the_floor_is_known() {
     let (mut l, edge) = live(None);

@@ -327,10 +327,11 @@ impl Agent {
             *s.lc_services_mut() = list;
         }
         kube.running = running;
-        // What the metrics and status compare against.
+        // What the metrics, status and the advertiser's health compare against: the services,
+        // not the discovery holder, whose latency is never known.
         self.publisher.lcs = self
             .config
-            .lcs
+            .static_lcs()
             .iter()
             .chain(kube.services())
             .map(|l| crate::publish::metrics::ServiceSlo {

@@ -22,12 +22,13 @@ pub(super) fn write(dir: &Path, kubeconfig: &Path, node: &str, f: &Flags) -> Res
     let path = dir.join("agent.toml");
     // A discovery-only config: the holder stands first until the pod list names the LC.
     let be = BeConfig::new("besteffort-pods", GroupPath::new(BESTEFFORT)?, Vec::new());
-    let mut config = Config::new(
-        vec![holder(false)],
-        vec![be],
-        // Discovery needs multi; with one LC it is hybrid unchanged (crates/control/src/policy/multi.rs).
-        PolicyConfig::of(PolicyKind::Multi),
-    );
+    // Discovery needs multi; with one LC it is hybrid unchanged (crates/control/src/policy/multi.rs).
+    let mut policy = PolicyConfig::of(PolicyKind::Multi);
+    // Hybrid's top-level controller has its own cooldown (Heracles' 5 minutes) beside the
+    // safety rule's: a 16-vCPU run with only the safety's shortened held BE off 300 s after
+    // one violation (2026-11-30).
+    policy.heracles.cooldown_s = f.cooldown_s;
+    let mut config = Config::new(vec![holder(false)], vec![be], policy);
     config.kubernetes = KubernetesConfig {
         discover: true,
         node_name: Some(node.to_string()),
@@ -48,6 +49,7 @@ pub(super) fn write(dir: &Path, kubeconfig: &Path, node: &str, f: &Flags) -> Res
     config.safety = SafetyConfig {
         on_exit: OnExit::Restore,
         state_file: dir.join("state.json").display().to_string(),
+        violation_cooldown_s: f.cooldown_s,
         ..SafetyConfig::default()
     };
     config.api.socket = dir.join("ctl.sock").display().to_string();

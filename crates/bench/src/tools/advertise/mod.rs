@@ -71,6 +71,11 @@ pub struct Flags {
     /// [kubernetes] advertise_damping_s
     #[arg(long, default_value_t = 30.0, value_parser = positive_f64)]
     pub(crate) damping_s: f64,
+    /// [safety] violation_cooldown_s and [policy.heracles] cooldown_s (hybrid's): the agent's
+    /// default (Heracles' 5 minutes) would hold BE off for the whole of a 5-minute run after
+    /// one violation, leaving nothing to follow
+    #[arg(long, default_value_t = 30.0, value_parser = positive_f64)]
+    pub(crate) cooldown_s: f64,
     /// [kubernetes] advertise_horizon_s (at least 60)
     #[arg(long, default_value_t = 120.0, value_parser = positive_f64)]
     pub(crate) horizon_s: f64,
@@ -340,10 +345,11 @@ pub fn run(out: Option<PathBuf>, f: Flags) -> Result<()> {
         )));
     }
     println!(
-        "{TOOL}: memcached on 127.0.0.1:{port} as pod shop/{LC_NAME} (SLO p99 {} µs), a BestEffort pod committed at {}m, multi (hybrid with one LC), damping {} s; files in {}",
+        "{TOOL}: memcached on 127.0.0.1:{port} as pod shop/{LC_NAME} (SLO p99 {} µs), a BestEffort pod committed at {}m, multi (hybrid with one LC), damping {} s, violation cooldown {} s; files in {}",
         f.slo_us,
         f.committed_millicpu,
         f.damping_s,
+        f.cooldown_s,
         dir.display()
     );
     println!("{}", summary::header());
