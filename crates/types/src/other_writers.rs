@@ -30,6 +30,25 @@ pub fn other_writer(uid: u32, gid: u32, mode: u32, trusted: &[u32]) -> Option<Ot
     }
 }
 
+/// What a file that is not a regular file is, in a refusal's words ("a FIFO"): a FIFO or a
+/// device where a pid file or a kubeconfig belongs blocked or grew a reader without end.
+pub fn special_file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,24 +74,5 @@ mod tests {
                 mode: 0o664
             })
         );
-    }
-}
-
-/// What a file that is not a regular file is, in a refusal's words ("a FIFO"): a FIFO or a
-/// device where a pid file or a kubeconfig belongs blocked or grew a reader without end.
-pub fn special_file_kind(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_socket() {
-        "socket"
-    } else {
-        "special file"
     }
 }
