@@ -122,7 +122,7 @@ fn ctl_refuses_a_stranger_in_a_directory_a_stranger_could_make() {
 /// socket connected to it with a blocking connect, and the start hung there for ever, before
 /// anything was made and with no word (live 21:33, on `api.socket` and on a feed socket); `ctl`
 /// hung the same way. Both are told at once now: the start refuses ("a live socket is there")
-/// and `ctl` gives up after its bound.
+/// and `ctl` gives up after its bound, the wait to connect included.
 #[test]
 fn a_listener_with_a_full_backlog_is_in_use_not_a_hang() {
     use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
@@ -176,5 +176,21 @@ fn a_listener_with_a_full_backlog_is_in_use_not_a_hang() {
         .recv_timeout(Duration::from_secs(120))
         .expect("ctl hung on a full backlog");
     assert!(ctl.contains("Err"), "{ctl}");
+    // The wait for room to connect counts against the one deadline: it once came before it,
+    // so `ctl` could take twice its bound (~30 s; seventeenth pass's low). A hang detector,
+    // not a timing: the old loop waited its own 15 s whatever the deadline left.
+    let start = std::time::Instant::now();
+    let err = headroom_agent::publish::control::request_by(
+        &path,
+        &headroom_types::control::Request::Status,
+        start + Duration::from_millis(300),
+    )
+    .expect_err("nothing accepts");
+    assert!(err.to_string().contains("no room to connect"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "waited {:?} for a 300 ms deadline",
+        start.elapsed()
+    );
     drop(held);
 }

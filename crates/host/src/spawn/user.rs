@@ -190,6 +190,22 @@ mod tests {
         }
     }
 
+    /// What `script` wrote to its stdout, redirected to `out` (a path `user` may write), run
+    /// the BE's way (`Gated`) as `user`; empty when it wrote nothing.
+    fn gated_output(user: &RunAs, script: &str, out: &Path) -> String {
+        let argv = [
+            "sh".to_string(),
+            "-c".to_string(),
+            format!("{script} > {}", out.display()),
+        ];
+        let gated = Gated::fork_as(&argv, &[], Some(user)).expect("fork");
+        assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
+        let pid = nix::unistd::Pid::from_raw(gated.pid());
+        gated.open();
+        let _ = nix::sys::wait::waitpid(pid, None);
+        std::fs::read_to_string(out).unwrap_or_default()
+    }
+
     /// Twenty-first hostile pass: a BE run as nobody by an agent started from a login (whose
     /// session keyring pam_keyinit made, root's user keyring linked in) read root's keys
     /// there: `setuid` keeps the session keyring, and its keys stay "possessed". Here this
@@ -229,14 +245,7 @@ mod tests {
                     .apply(&mut cmd)
                     .unwrap();
                 let lc = cmd.output().expect("spawn");
-                let script = format!("cat /proc/keys > {}", out.display());
-                let argv = ["sh".to_string(), "-c".to_string(), script];
-                let gated = Gated::fork_as(&argv, &[], Some(&nobody)).expect("fork");
-                assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
-                let pid = nix::unistd::Pid::from_raw(gated.pid());
-                gated.open();
-                let _ = nix::sys::wait::waitpid(pid, None);
-                let be = std::fs::read_to_string(&out).unwrap_or_default();
+                let be = gated_output(&nobody, "cat /proc/keys", &out);
                 (
                     seen_here,
                     String::from_utf8_lossy(&lc.stdout).into_owned(),
@@ -292,14 +301,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let out = dir.path().join("env");
-        let script = format!("exec cat /proc/self/environ > {}", out.display());
-        let argv = ["sh".to_string(), "-c".to_string(), script];
-        let gated = Gated::fork_as(&argv, &[], Some(&nobody)).expect("fork");
-        assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
-        let pid = nix::unistd::Pid::from_raw(gated.pid());
-        gated.open();
-        let _ = nix::sys::wait::waitpid(pid, None);
-        let be = std::fs::read_to_string(&out).unwrap_or_default();
+        let be = gated_output(&nobody, "exec cat /proc/self/environ", &out);
         for (how, text) in [("StartIn", &lc), ("Gated", &be)] {
             let names = listed(text);
             assert!(
