@@ -422,7 +422,7 @@ pub fn launch_in_group(
     let mut child = cmd.spawn().map_err(spawn_err)?;
     drop(cmd); // the agent's copies of the output pipe's write end
     if let Some(read) = output {
-        if let Err(e) = headroom_host::spawn::relay::start(read, name, child.id() as i32) {
+        if let Err(e) = headroom_host::spawn::relay::start(read, name, child.id() as i32, false) {
             let _ = child.kill();
             let _ = child.wait();
             return Err(spawn_err(e));

@@ -56,10 +56,12 @@ impl Agent {
             format!("{exit_action} FAILED: {}", failures.join("; "))
         };
         tracing::info!(action = %exit_action, "exit action");
-        for mut child in self.lc_children.drain(..) {
+        for child in self.lc_children.drain(..) {
             // The LC command stays running: the agent never stops an LC service.
             tracing::info!(pid = child.id(), "leaving the LC command running");
-            let _ = child.try_wait();
+            if let super::host_steps::LcChild::Launched(mut child) = child {
+                let _ = child.try_wait();
+            }
         }
         self.publisher.end_run();
         if let Some(log) = &mut self.publisher.log {

@@ -383,9 +383,8 @@ impl Agent {
 
     /// Whether the LC command launched for service `k` (an index into `lc_children`) exited.
     fn lc_child_exited(&mut self, k: usize) -> bool {
-        self.lc_children
-            .get_mut(k)
-            .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+        let root = &self.options.root;
+        self.lc_children.get_mut(k).is_some_and(|c| c.exited(root))
     }
 }
 

@@ -25,8 +25,9 @@ pub(super) struct HostSteps {
     pub(super) created_dirs: Vec<(GroupPath, PathBuf)>,
     /// LC pids moved, with the directories they came from.
     pub(super) lc_moved: BTreeMap<u32, Vec<String>>,
-    /// LC commands this start launched (`[[lc]] command`), one per service that has one.
-    pub(super) lc_children: Vec<std::process::Child>,
+    /// LC commands this start launched or found running (`[[lc]] command`), one per service
+    /// that has one.
+    pub(super) lc_children: Vec<LcChild>,
     pub(super) supervised: Vec<Supervised>,
     pub(super) state_written: bool,
     /// The state file existed before this start (a restart keeps it on failure).
@@ -72,10 +73,13 @@ pub(super) fn undo(
         }
     }
     move_lc_back(cgroups, &steps.lc_moved);
-    for mut child in steps.lc_children.drain(..) {
-        // An LC command this start launched: nobody else knows of it.
-        let _ = child.kill();
-        let _ = child.wait();
+    for child in steps.lc_children.drain(..) {
+        // An LC command this start launched: nobody else knows of it. One found running
+        // (an earlier agent's) is left as it was.
+        if let LcChild::Launched(mut child) = child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
     remove_created_groups(cgroups, &mut steps.created_groups, &[]);
     remove_made_dirs(cgroups, &mut steps.created_dirs, &[]);
@@ -250,4 +254,54 @@ pub(super) fn remove_created_groups(
     }
     left.reverse();
     *created = left;
+}
+
+/// An LC service's `command`: launched by this start, or found running in the service's
+/// group, where an earlier agent launched it and left it (an LC is never stopped: a kill -9,
+/// `on_exit = "freeze"`). Hostile pass 22: a restart launched a second copy beside it, and
+/// one more at every restart.
+#[derive(Debug)]
+pub(super) enum LcChild {
+    Launched(std::process::Child),
+    /// The pid, with its start time (a pid reused by another process is not it).
+    Found(u32, u64),
+}
+
+impl LcChild {
+    pub(super) fn id(&self) -> u32 {
+        match self {
+            LcChild::Launched(c) => c.id(),
+            LcChild::Found(pid, _) => *pid,
+        }
+    }
+
+    /// Whether it has ended (one found: is gone, a zombie, or its pid now another process's).
+    pub(super) fn exited(&mut self, root: &Path) -> bool {
+        match self {
+            LcChild::Launched(c) => !matches!(c.try_wait(), Ok(None)),
+            LcChild::Found(pid, start) => {
+                headroom_host::pids::start_time(root, *pid) != Some(*start)
+                    || headroom_host::pids::is_zombie(root, *pid)
+            }
+        }
+    }
+}
+
+/// A process in `group` running exactly `command` (its whole command line) as `uid` (real
+/// and effective): the LC command an earlier agent launched there and left running. Only
+/// root moves a process into the group, and a process of the LC's own user is the LC's.
+pub(super) fn lc_left_running(
+    root: &Path,
+    cgroups: &Cgroups,
+    group: &GroupPath,
+    command: &[String],
+    uid: u32,
+) -> Option<LcChild> {
+    let in_group = cgroups.procs(group).ok()?;
+    headroom_host::pids::running(root, command)
+        .into_iter()
+        .filter(|&p| in_group.contains(&(p as i32)))
+        .filter(|&p| headroom_host::pids::uids(root, p) == Some((uid, uid)))
+        .filter(|&p| !headroom_host::pids::is_zombie(root, p))
+        .find_map(|p| headroom_host::pids::start_time(root, p).map(|t| LcChild::Found(p, t)))
 }

@@ -273,7 +273,7 @@ pub struct Agent {
     /// LC processes moved into the LC group: pid → their group directories before.
     lc_origins: BTreeMap<u32, Vec<String>>,
     /// LC commands this agent launched (`[[lc]] command`), left running on exit.
-    lc_children: Vec<std::process::Child>,
+    lc_children: Vec<host_steps::LcChild>,
     publisher: Publisher,
     requests: Option<Requests>,
     stop: StopFlag,

@@ -270,13 +270,34 @@ impl Agent {
                         cgroups.move_process(&lc.cgroup, pid as i32)?;
                     }
                     if !lc.command.is_empty() {
-                        steps.lc_children.push(crate::supervisor::launch_in_group(
+                        let user = crate::run_as::user_for("lc.user", lc.user.as_ref())?;
+                        let uid = user.as_ref().map_or_else(
+                            headroom_host::process::effective_uid,
+                            headroom_host::spawn::RunAs::uid,
+                        );
+                        // An earlier agent's copy still running there is taken, not doubled.
+                        let root = &options.root;
+                        let found = super::host_steps::lc_left_running(
+                            root,
                             &cgroups,
-                            &lc.name,
-                            &lc.command,
                             &lc.cgroup,
-                            crate::run_as::user_for("lc.user", lc.user.as_ref())?.as_ref(),
-                        )?);
+                            &lc.command,
+                            uid,
+                        );
+                        if let Some(found) = found {
+                            tracing::warn!(name = %lc.name, pid = found.id(), "the LC command an earlier agent launched still runs in its group: taken, not launched again");
+                            steps.lc_children.push(found);
+                        } else {
+                            steps.lc_children.push(super::host_steps::LcChild::Launched(
+                                crate::supervisor::launch_in_group(
+                                    &cgroups,
+                                    &lc.name,
+                                    &lc.command,
+                                    &lc.cgroup,
+                                    user.as_ref(),
+                                )?,
+                            ));
+                        }
                     }
                 }
                 // Every original the state file holds is kept (those of groups the config

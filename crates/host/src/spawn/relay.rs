@@ -9,9 +9,21 @@
 //! are counted and the count said), control characters are replaced, and the pipe is read
 //! without pause, so the command never waits on the agent beyond a pipe buffer and the
 //! thread holds one line at most.
+//!
+//! Bounded in time too (hostile pass 22): a BE's relay ends at most [`GRACE`] after the
+//! command's own process has ended, whoever still holds the pipe. Before, it read until the
+//! last writer closed: a BE that left a process behind (`sleep 1d &`), or any process of its
+//! user that opened `/proc/<pid>/fd/1`, kept the thread and its fd alive, one more at every
+//! restart, without bound.
+//!
+//! And bounded in the agent's CPU: a BE's relay reads at most [`BYTES_PER_WINDOW`] per
+//! [`WINDOW`], then leaves the pipe until the window ends (the BE waits on its full pipe, on
+//! its own CPUs). Before, a BE writing as fast as it could (`cat /dev/zero`) kept the relay
+//! thread, outside every BE limit, at about half a CPU (hostile pass 22). An LC command's
+//! relay is not paced: an LC never waits on the agent.
 
 use std::io::{self, Read};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// The log target of the lines relayed: the agent's default filter (`warn`) lets it through
@@ -23,6 +35,12 @@ pub const MAX_LINE: usize = 1024;
 pub const PER_WINDOW: u32 = 100;
 /// The window [`PER_WINDOW`] counts over.
 pub const WINDOW: Duration = Duration::from_secs(10);
+/// How long the relay reads on after the command's own process has ended (what it left
+/// behind may still be writing its last lines); then it ends, whoever holds the pipe.
+pub const GRACE: Duration = Duration::from_secs(5);
+/// The most a paced relay (a BE's) reads per [`WINDOW`]: ten times what it may log
+/// ([`PER_WINDOW`] lines of [`MAX_LINE`] bytes).
+pub const BYTES_PER_WINDOW: usize = 10 * PER_WINDOW as usize * MAX_LINE;
 
 /// What the relay says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +49,12 @@ pub enum Said {
     Line { text: String, cut: bool },
     /// How many lines were not logged (over [`PER_WINDOW`] in a [`WINDOW`]).
     Dropped(u64),
+    /// The command ended more than the grace ago and something (a process it left) still
+    /// holds the pipe: the relay ends, and what is written from now on is not read.
+    Abandoned,
+    /// A paced relay read its [`BYTES_PER_WINDOW`]: the rest waits in the pipe (the command
+    /// with it) until the window ends. Said once per window.
+    Paced,
 }
 
 /// A pipe for a command's output: (the agent's read end, the command's write end), both
@@ -46,11 +70,36 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A pidfd for `pid` (`pidfd_open(2)`, Linux 5.3): readable once the process has ended.
+/// `pid` must be the caller's child not yet reaped, so that it names no other process.
+pub fn pidfd(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Logs what comes out of `read` (a [`pipe`]'s read end) on a thread of its own, with
-/// `name` and `pid`, until every writer has closed it.
-pub fn start(read: OwnedFd, name: &str, pid: i32) -> io::Result<()> {
+/// `name` and `pid` (the caller's child, not reaped yet), until every writer has closed it
+/// and, `be` (a BE command's, restarted at will), until [`GRACE`] after `pid` has ended,
+/// reading at most [`BYTES_PER_WINDOW`] per [`WINDOW`]. An LC command's relay is neither
+/// ended nor paced: an LC (launched once per start) never waits on the agent, and what it
+/// left (a daemon that kept its stdout) is not made to fail its writes.
+pub fn start(read: OwnedFd, name: &str, pid: i32, be: bool) -> io::Result<()> {
     let name = name.to_string();
-    start_with(read, move |said| match said {
+    let end = match be.then(|| pidfd(pid)).transpose() {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!(target: TARGET, command = %name, pid, error = %e,
+                "no pidfd for the command: its output is relayed until the last process holding it closes it");
+            None
+        }
+    };
+    let budget = be.then_some(BYTES_PER_WINDOW);
+    start_until(read, end, GRACE, budget, move |said| match said {
         Said::Line { text, cut: false } => {
             tracing::info!(target: TARGET, command = %name, pid, "output: {text}");
         }
@@ -61,21 +110,103 @@ pub fn start(read: OwnedFd, name: &str, pid: i32) -> io::Result<()> {
             tracing::warn!(target: TARGET, command = %name, pid, lines = n,
                 "output lines not logged: over {PER_WINDOW} in {} s", WINDOW.as_secs());
         }
+        Said::Abandoned => {
+            tracing::warn!(target: TARGET, command = %name, pid, grace_s = GRACE.as_secs(),
+                "the command ended and processes it left still hold its output: no longer relayed (run the command in the foreground)");
+        }
+        Said::Paced => {
+            tracing::warn!(target: TARGET, command = %name, pid, bytes = BYTES_PER_WINDOW,
+                "output over {BYTES_PER_WINDOW} bytes in {} s: not read until the window ends (the command waits on its output)", WINDOW.as_secs());
+        }
     })
 }
 
-/// [`start`] with what is said handed to `sink`.
-pub fn start_with(read: OwnedFd, mut sink: impl FnMut(Said) + Send + 'static) -> io::Result<()> {
+/// [`start`] with what is said handed to `sink`, read until the last writer closes.
+pub fn start_with(read: OwnedFd, sink: impl FnMut(Said) + Send + 'static) -> io::Result<()> {
+    start_until(read, None, GRACE, None, sink)
+}
+
+/// [`start_with`], ending at most `grace` after `end` (a [`pidfd`]) is readable, and
+/// reading at most `budget` bytes per [`WINDOW`] when there is one.
+pub fn start_until(
+    read: OwnedFd,
+    end: Option<OwnedFd>,
+    grace: Duration,
+    budget: Option<usize>,
+    mut sink: impl FnMut(Said) + Send + 'static,
+) -> io::Result<()> {
     std::thread::Builder::new()
         .name("output-relay".into())
         .spawn(move || {
             let mut file = std::fs::File::from(read);
             let mut lines = Lines::new(Instant::now());
             let mut buf = [0u8; 4096];
+            let mut ended: Option<Instant> = None;
+            // the budget's window: when it began and what was read in it
+            let (mut window, mut read_in) = (Instant::now(), 0usize);
+            let mut paced_said = false;
             loop {
+                if window.elapsed() >= WINDOW {
+                    (window, read_in, paced_said) = (Instant::now(), 0, false);
+                }
+                let paused = budget.is_some_and(|b| read_in >= b);
+                if paused && !paced_said {
+                    paced_said = true;
+                    sink(Said::Paced);
+                }
+                let mut polls = [
+                    libc::pollfd {
+                        fd: file.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: end.as_ref().map_or(-1, |e| e.as_raw_fd()),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128) as i32;
+                let mut wait_ms = match ended {
+                    // a negative fd is skipped by poll: only the pipe is watched
+                    Some(at) => match grace.checked_sub(at.elapsed()) {
+                        Some(left) => ms(left),
+                        None => {
+                            sink(Said::Abandoned);
+                            break;
+                        }
+                    },
+                    None => -1,
+                };
+                if ended.is_some() {
+                    polls[1].fd = -1;
+                }
+                if paused {
+                    // the pipe is left until the window ends
+                    polls[0].fd = -1;
+                    let rest = ms(WINDOW.saturating_sub(window.elapsed()));
+                    wait_ms = if wait_ms < 0 { rest } else { wait_ms.min(rest) };
+                }
+                // SAFETY: two pollfds of open fds (or -1, skipped).
+                let rc = unsafe { libc::poll(polls.as_mut_ptr(), 2, wait_ms) };
+                if rc < 0 {
+                    if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    break;
+                }
+                if ended.is_none() && polls[1].revents != 0 {
+                    ended = Some(Instant::now());
+                }
+                if polls[0].revents == 0 {
+                    continue;
+                }
                 match file.read(&mut buf) {
                     Ok(0) => break,
-                    Ok(n) => lines.push(&buf[..n], Instant::now(), &mut sink),
+                    Ok(n) => {
+                        read_in += n;
+                        lines.push(&buf[..n], Instant::now(), &mut sink);
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => break,
                 }

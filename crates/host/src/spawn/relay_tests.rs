@@ -111,3 +111,73 @@ fn the_relay_reads_until_the_last_writer_closes() {
     let got: Vec<Said> = rx.iter().collect(); // ends when the thread drops its sender
     assert_eq!(got, vec![line("a"), line("b")]);
 }
+
+/// Hostile pass 22: a command that left a process holding its output (a BE's `sleep 1d &`,
+/// or a process of its user that opened `/proc/<pid>/fd/1`) kept the relay's thread and fd
+/// alive for as long as that process lived, one more at every restart. The relay now ends at
+/// most its grace after the command's own process has ended, whoever still holds the pipe.
+#[test]
+fn the_relay_ends_after_its_command_though_a_writer_is_left() {
+    let (read, write) = pipe().unwrap();
+    let mut child = std::process::Command::new("true").spawn().expect("true");
+    let end = pidfd(child.id() as i32).expect("pidfd_open");
+    let (tx, rx) = std::sync::mpsc::channel();
+    start_until(
+        read,
+        Some(end),
+        Duration::from_millis(200),
+        None,
+        move |s| tx.send(s).unwrap(),
+    )
+    .unwrap();
+    let mut left = std::fs::File::from(write); // the process the command left, never closed
+    std::io::Write::write_all(&mut left, b"a\n").unwrap();
+    child.wait().unwrap();
+    let mut got = Vec::new();
+    let ended = loop {
+        // a bound for a broken relay, not a timing: the grace is 200 ms
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(s) => got.push(s),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break true,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break false,
+        }
+    };
+    assert!(
+        ended,
+        "the relay still ran 20 s after its command ended, a writer left (said {got:?})"
+    );
+    assert_eq!(got, vec![line("a"), Said::Abandoned]);
+    drop(left);
+}
+
+/// Hostile pass 22: a BE writing as fast as it could (`cat /dev/zero`) kept the relay thread,
+/// outside every BE limit, at about half a CPU. A paced relay reads its budget per window and
+/// then leaves the pipe: a writer that never waits finds it full after about the budget and
+/// a pipe buffer, not after everything it wrote.
+#[test]
+fn a_paced_relay_reads_no_more_than_its_budget_per_window() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let (read, write) = pipe().unwrap();
+    // SAFETY: setting O_NONBLOCK on the test's own pipe end.
+    unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    start_until(read, None, GRACE, Some(8192), |_| {}).unwrap();
+    let mut w = std::fs::File::from(write);
+    let chunk = [b'x'; 4096];
+    let (mut accepted, mut full_for) = (0usize, 0u32);
+    // At most 16 MiB; full for 200 looks 10 ms apart (2 s, within the 10 s window) ends it.
+    while accepted < 16 << 20 && full_for < 200 {
+        match w.write(&chunk) {
+            Ok(n) => (accepted, full_for) = (accepted + n, 0),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                full_for += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    assert!(
+        accepted < 1 << 20,
+        "the relay read on past its budget: {accepted} bytes written"
+    );
+}
