@@ -5,6 +5,7 @@
 pub mod config_file;
 pub mod group_lock;
 mod interpreter;
+mod lc_record;
 pub mod linux_node;
 mod made_dirs;
 pub mod publish;

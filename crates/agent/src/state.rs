@@ -387,7 +387,7 @@ pub fn load(path: &Path) -> Result<Option<AgentState>, StateError> {
 /// can have written it (owned by one of them, writable by no one else); otherwise
 /// [`StateError::NotTrusted`]. A link at its path is refused, not followed (pass 20: one
 /// made its target 0600 before the start was refused).
-fn read_trusted(path: &Path) -> Result<Option<(String, std::fs::File)>, StateError> {
+pub(crate) fn read_trusted(path: &Path) -> Result<Option<(String, std::fs::File)>, StateError> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let io = |source| StateError::Io {
@@ -492,6 +492,15 @@ pub fn load_or_set_aside(path: &Path) -> Result<(Option<AgentState>, Option<Path
 
 /// Writes `state` atomically: `<path>.tmp` + fsync + rename + fsync of the directory.
 pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
+    store_bytes(
+        path,
+        &serde_json::to_vec_pretty(state).expect("state serializes"),
+    )
+}
+
+/// Writes `text` at `path` as [`store`] does (also the record of LC commands left running,
+/// `crate::lc_record`).
+pub(crate) fn store_bytes(path: &Path, text: &[u8]) -> Result<(), StateError> {
     let io = |op: &'static str, p: &Path| {
         let p = p.to_path_buf();
         move |source| StateError::Io {
@@ -508,7 +517,6 @@ pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(".tmp");
     let tmp = PathBuf::from(tmp_name);
-    let text = serde_json::to_vec_pretty(state).expect("state serializes");
     {
         // Made anew, never opened through a link: in a directory others can write (/tmp), a
         // link planted at `<state>.tmp` had root truncate and write its target (sixth pass).
@@ -526,7 +534,7 @@ pub fn store(path: &Path, state: &AgentState) -> Result<(), StateError> {
             .mode(0o600)
             .open(&tmp)
             .map_err(io("creating", &tmp))?;
-        f.write_all(&text).map_err(io("writing", &tmp))?;
+        f.write_all(text).map_err(io("writing", &tmp))?;
         f.sync_all().map_err(io("syncing", &tmp))?;
     }
     std::fs::rename(&tmp, path).map_err(io("renaming into place", path))?;

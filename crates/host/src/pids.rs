@@ -202,14 +202,27 @@ pub fn environ_var(root: &Path, pid: u32, name: &str) -> Option<String> {
 
 /// The processes whose argv is exactly `command`.
 pub fn running(root: &Path, command: &[String]) -> Vec<u32> {
-    let want: Vec<u8> = command
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
+    let want = argv_bytes(command);
     all(root)
         .into_iter()
-        .filter(|p| std::fs::read(root.join(format!("proc/{p}/cmdline"))).is_ok_and(|c| c == want))
+        .filter(|&p| has_argv(root, p, &want))
         .collect()
+}
+
+/// Whether `pid`'s argv is exactly `command`.
+pub fn running_command(root: &Path, pid: u32, command: &[String]) -> bool {
+    has_argv(root, pid, &argv_bytes(command))
+}
+
+fn argv_bytes(command: &[String]) -> Vec<u8> {
+    command
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect()
+}
+
+fn has_argv(root: &Path, pid: u32, want: &[u8]) -> bool {
+    std::fs::read(root.join(format!("proc/{pid}/cmdline"))).is_ok_and(|c| c == want)
 }
 
 /// The processes holding a TCP socket listening on `port` (v4 or v6).

@@ -50,7 +50,7 @@ pub fn check(
     };
     let state = PathBuf::from(&config.safety.state_file);
     add("safety.state_file", state.clone(), "state");
-    for suffix in [".lock", ".tmp"] {
+    for suffix in [".lock", ".tmp", ".lc", ".lc.tmp"] {
         add(
             &format!("safety.state_file (its {suffix})"),
             with_suffix(&state, suffix),

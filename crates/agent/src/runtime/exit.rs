@@ -56,6 +56,9 @@ impl Agent {
             format!("{exit_action} FAILED: {}", failures.join("; "))
         };
         tracing::info!(action = %exit_action, "exit action");
+        if !self.options.dry_run {
+            self.record_left_lcs();
+        }
         for child in self.lc_children.drain(..) {
             // The LC command stays running: the agent never stops an LC service.
             tracing::info!(pid = child.id(), "leaving the LC command running");
@@ -92,6 +95,38 @@ impl Agent {
             Ok(self.publisher.summary.clone())
         } else {
             Err(AgentError::Exit(exit_action))
+        }
+    }
+
+    /// Records the LC commands left running (`<state_file>.lc`, `crate::lc_record`), for the
+    /// next start to take them rather than launch them again (hostile pass 23: after a
+    /// `restore`, a restart doubled the LC).
+    fn record_left_lcs(&mut self) {
+        let root = self.options.root.clone();
+        let services = self.config.lcs.iter().filter(|l| !l.command.is_empty());
+        let mut left = Vec::new();
+        for (lc, child) in services.zip(self.lc_children.iter_mut()) {
+            if child.exited(&root) {
+                continue;
+            }
+            let pid = child.id();
+            let (Some(start_time), Some((uid, _))) = (
+                headroom_host::pids::start_time(&root, pid),
+                headroom_host::pids::uids(&root, pid),
+            ) else {
+                continue;
+            };
+            left.push(crate::lc_record::LeftLc {
+                name: lc.name.clone(),
+                command: lc.command.clone(),
+                uid,
+                pid,
+                start_time,
+            });
+        }
+        let state = Path::new(&self.config.safety.state_file);
+        if let Err(e) = crate::lc_record::store(state, &left) {
+            tracing::warn!(error = %e, "recording the LC commands left running failed: the next start launches them again");
         }
     }
 

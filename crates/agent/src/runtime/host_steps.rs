@@ -305,3 +305,34 @@ pub(super) fn lc_left_running(
         .filter(|&p| !headroom_host::pids::is_zombie(root, p))
         .find_map(|p| headroom_host::pids::start_time(root, p).map(|t| LcChild::Found(p, t)))
 }
+
+/// The LC command the agent before this one recorded as left running at its exit
+/// (`crate::lc_record`: `on_exit = "restore"` hands it back, out of the group; hostile pass
+/// 23), when that very process still runs exactly `command` as `uid`: moved into `group`, the
+/// groups it was in noted for the exit's (or a failed start's) move back, and taken.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lc_recorded(
+    root: &Path,
+    cgroups: &Cgroups,
+    left: &[crate::lc_record::LeftLc],
+    name: &str,
+    command: &[String],
+    group: &GroupPath,
+    uid: u32,
+    lc_moved: &mut BTreeMap<u32, Vec<String>>,
+) -> Result<Option<LcChild>, headroom_host::HostError> {
+    let Some((pid, start)) = crate::lc_record::still_running(root, left, name, command, uid) else {
+        return Ok(None);
+    };
+    let text = headroom_host::pids::cgroup_text(root, pid);
+    let dirs = cgroups
+        .process_dirs(group, &text)
+        .into_iter()
+        .filter(|d| !d.ends_with(group.as_str()))
+        .map(|d| d.display().to_string())
+        .collect();
+    cgroups.move_process(group, pid as i32)?;
+    tracing::info!(name, pid, group = %group, "the LC command the agent before recorded at its exit runs out of its group: moved in");
+    lc_moved.entry(pid).or_insert(dirs);
+    Ok(Some(LcChild::Found(pid, start)))
+}

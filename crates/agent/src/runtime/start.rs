@@ -255,6 +255,7 @@ impl Agent {
                 }
                 // Each service into its own group, in the config's order; a failure undoes
                 // the services before it too.
+                let left_lcs = crate::lc_record::load(&state_path);
                 for lc in &config.lcs {
                     start_actions.extend(super::host_steps::thaw_lc_group(&cgroups, &lc.cgroup));
                     // An LC already running SCHED_FIFO/RR cannot join a v1 cpu group whose
@@ -284,6 +285,21 @@ impl Agent {
                             &lc.command,
                             uid,
                         );
+                        // Or one the agent before recorded at its exit (`restore` moved it
+                        // out of the group): that very process, moved back in.
+                        let found = match found {
+                            Some(f) => Some(f),
+                            None => super::host_steps::lc_recorded(
+                                root,
+                                &cgroups,
+                                &left_lcs,
+                                &lc.name,
+                                &lc.command,
+                                &lc.cgroup,
+                                uid,
+                                &mut steps.lc_moved,
+                            )?,
+                        };
                         if let Some(found) = found {
                             tracing::warn!(name = %lc.name, pid = found.id(), "the LC command an earlier agent launched still runs in its group: taken, not launched again");
                             steps.lc_children.push(found);
