@@ -197,10 +197,12 @@ impl StartIn {
                 gate::no_fd_past_stdio_on_exec();
                 user.become_it()?;
             }
+            gate::default_signals();
             Ok(())
         };
         // SAFETY: the step makes only async-signal-safe calls (setsid, isatty, fstat, open, dup2, write, close, fcntl, close_range,
-        // prctl, capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid)
+        // prctl, capget, capset, sched_setaffinity, setpriority, setgroups, setgid, setuid,
+        // rt_sigaction, sigprocmask)
         // on data prepared before the fork, and allocates nothing.
         unsafe { cmd.pre_exec(step) };
         Ok(())

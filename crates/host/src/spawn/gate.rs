@@ -117,7 +117,8 @@ impl Gated {
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
         // SAFETY: the child only calls async-signal-safe functions (setsid, isatty, read, open, dup2,
-        // close, setgroups, setgid, setuid, execvp or execvpe, _exit) on data prepared before the fork.
+        // close, setgroups, setgid, setuid, rt_sigaction, sigprocmask, execvp or execvpe, _exit) on data
+        // prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = io::Error::last_os_error();
@@ -161,6 +162,7 @@ impl Gated {
                 if user.is_some_and(|u| u.become_it().is_err()) {
                     libc::_exit(126); // never run the command as the parent's user instead
                 }
+                default_signals();
                 if envp.is_some() {
                     libc::execvpe(ptrs[0], ptrs.as_ptr(), envp_ptrs.as_ptr());
                 } else {
@@ -285,6 +287,48 @@ pub(crate) fn no_fd_past_stdio_on_exec() {
     }
 }
 
+/// Every signal to its default action and none blocked, as a job started from a login would
+/// have them: an ignored disposition and the mask outlive `execve`, and the agent's (SIGPIPE
+/// ignored by Rust's runtime; SIGINT and SIGQUIT where a shell's `&` started it) made a BE
+/// pipeline (`producer | head`) get EPIPE instead of ending (twenty-first pass's low).
+/// The raw `rt_sigaction`, since glibc's `signal` refuses its own 32 and 33, found ignored in a
+/// test harness's children. Async-signal-safe: two system calls per signal, no allocation.
+pub(crate) fn default_signals() {
+    /// The kernel's `struct sigaction` all zero: `SIG_DFL`, no flags, an empty mask (the
+    /// layout differs by architecture, zero reads the same in each; the x86-64 one is longest).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: plain system calls on a local struct and set; SIGKILL and SIGSTOP cannot be
+    // changed and are skipped; a number the kernel refuses (EINVAL) is left as it is.
+    unsafe {
+        for sig in 1..=64 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &default as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    8usize,
+                );
+            }
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
+}
+
 /// Closes every fd from 3 up except `keep` (async-signal-safe: raw `close_range(2)`, with a
 /// bounded `close` loop where the kernel predates it, 5.9).
 fn close_inherited_fds(keep: libc::c_int) {
@@ -326,6 +370,39 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         let e = Gated::fork(&argv(&["a\0b"])).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// Twenty-first pass's low: the gated command started with SIGPIPE ignored (this test
+    /// process's, Rust's runtime) where a login's job would have it default.
+    #[test]
+    fn the_command_starts_with_every_signal_default_and_none_blocked() {
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        let ignored = own
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap();
+        assert_ne!(
+            ignored & (1 << (libc::SIGPIPE - 1)),
+            0,
+            "this test needs its own process to ignore SIGPIPE (Rust's runtime does)"
+        );
+        // awk, exec'd by the gate itself: exit 3 if anything is ignored, 4 if blocked.
+        let check = r#"/^SigIgn:/ { if ($2 != "0000000000000000") exit 3 }
+                       /^SigBlk:/ { if ($2 != "0000000000000000") exit 4 }"#;
+        let g = Gated::fork(&argv(&["awk", check, "/proc/self/status"])).expect("fork");
+        let pid = Pid::from_raw(g.pid());
+        assert!(g.wait_ready(Duration::from_secs(5)));
+        g.open();
+        assert_eq!(waitpid(pid, None).unwrap(), WaitStatus::Exited(pid, 0));
+        // The LC's way (`StartIn`, through std's `Command`, which resets SIGPIPE alone).
+        let mut cmd = std::process::Command::new("awk");
+        cmd.args([check, "/proc/self/status"]);
+        crate::spawn::StartIn::parent()
+            .in_own_session()
+            .apply(&mut cmd)
+            .unwrap();
+        assert_eq!(cmd.status().unwrap().code(), Some(0), "StartIn");
     }
 
     #[test]
