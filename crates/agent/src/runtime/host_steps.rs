@@ -287,6 +287,32 @@ impl LcChild {
     }
 }
 
+/// The LC command an earlier agent left running, to be taken instead of launched again: a copy
+/// in the LC's group ([`lc_left_running`]), else the process the agent before recorded at its
+/// exit (`restore` moved it out of the group), moved back in ([`lc_recorded`]).
+pub(super) fn lc_to_take(
+    root: &Path,
+    cgroups: &Cgroups,
+    left: &[crate::lc_record::LeftLc],
+    lc: &headroom_control::config::LcConfig,
+    uid: u32,
+    lc_moved: &mut BTreeMap<u32, Vec<String>>,
+) -> Result<Option<LcChild>, headroom_host::HostError> {
+    match lc_left_running(root, cgroups, &lc.cgroup, &lc.command, uid) {
+        Some(found) => Ok(Some(found)),
+        None => lc_recorded(
+            root,
+            cgroups,
+            left,
+            &lc.name,
+            &lc.command,
+            &lc.cgroup,
+            uid,
+            lc_moved,
+        ),
+    }
+}
+
 /// A process in `group` running exactly `command` (its whole command line) as `uid` (real
 /// and effective): the LC command an earlier agent launched there and left running. Only
 /// root moves a process into the group, and a process of the LC's own user is the LC's.

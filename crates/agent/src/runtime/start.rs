@@ -276,30 +276,15 @@ impl Agent {
                             headroom_host::process::effective_uid,
                             headroom_host::spawn::RunAs::uid,
                         );
-                        // An earlier agent's copy still running there is taken, not doubled.
-                        let root = &options.root;
-                        let found = super::host_steps::lc_left_running(
-                            root,
+                        // An earlier agent's copy still running is taken, not doubled.
+                        let found = super::host_steps::lc_to_take(
+                            &options.root,
                             &cgroups,
-                            &lc.cgroup,
-                            &lc.command,
+                            &left_lcs,
+                            lc,
                             uid,
-                        );
-                        // Or one the agent before recorded at its exit (`restore` moved it
-                        // out of the group): that very process, moved back in.
-                        let found = match found {
-                            Some(f) => Some(f),
-                            None => super::host_steps::lc_recorded(
-                                root,
-                                &cgroups,
-                                &left_lcs,
-                                &lc.name,
-                                &lc.command,
-                                &lc.cgroup,
-                                uid,
-                                &mut steps.lc_moved,
-                            )?,
-                        };
+                            &mut steps.lc_moved,
+                        )?;
                         if let Some(found) = found {
                             tracing::warn!(name = %lc.name, pid = found.id(), "the LC command an earlier agent launched still runs in its group: taken, not launched again");
                             steps.lc_children.push(found);
