@@ -23,8 +23,8 @@ use live::marked::MarkedGroup as Guard;
 
 /// A config whose LC is this test's own process (pid 1 would be refused elsewhere; a dry run
 /// moves nothing), one BE `sleep`, static cores, and the given `[safety]` / `[api]` lines.
-fn dry_config(group: &str, safety: &str, api: &str) -> String {
-    live::this_process_as_lc_config(group, "[\"sleep\", \"5\"]", safety, api)
+fn dry_config(lc: u32, group: &str, safety: &str, api: &str) -> String {
+    live::sleeper_lc_config(lc, group, "[\"sleep\", \"5\"]", safety, api)
 }
 
 /// The names in `dir`, sorted (what a refused start must not have changed).
@@ -66,7 +66,7 @@ fn refused_start(text: &str, log: Option<&Path>, keys: &[&str]) {
 /// temporary file. Refused at start, before anything is made.
 #[test]
 fn two_paths_naming_one_file_through_a_link_refuse_the_start() {
-    let _lc = live::this_process_as_the_lc();
+    let lc = live::Children::sleepers(1);
     let d = tempfile::tempdir().unwrap();
     let real = d.path().join("real");
     std::fs::create_dir(&real).unwrap();
@@ -78,6 +78,7 @@ fn two_paths_naming_one_file_through_a_link_refuse_the_start() {
 
     // The log on the state file, which does not exist yet.
     let text = dry_config(
+        lc.pid(0),
         group,
         &state,
         &format!("socket = \"{r}/ctl.sock\"\ndecision_log = \"{l}/state.json\""),
@@ -93,6 +94,7 @@ fn two_paths_naming_one_file_through_a_link_refuse_the_start() {
 
     // The control socket on the log through the link.
     let text = dry_config(
+        lc.pid(0),
         group,
         &state,
         &format!("socket = \"{l}/d.jsonl\"\ndecision_log = \"{r}/d.jsonl\""),
@@ -102,7 +104,12 @@ fn two_paths_naming_one_file_through_a_link_refuse_the_start() {
     // `--log` on the state file's temporary file, through a link to the file itself.
     let tmp_link = d.path().join("tmp-link");
     symlink(real.join("state.json.tmp"), &tmp_link).unwrap();
-    let text = dry_config(group, &state, &format!("socket = \"{r}/ctl.sock\""));
+    let text = dry_config(
+        lc.pid(0),
+        group,
+        &state,
+        &format!("socket = \"{r}/ctl.sock\""),
+    );
     refused_start(&text, Some(&tmp_link), &["--log", "safety.state_file"]);
     assert_eq!(listing(&real), vec!["state.json".to_string()]);
 }

@@ -12,8 +12,8 @@ use headroom_control::config::Config;
 
 /// A config whose LC is this test's own process (a dry run moves nothing), one BE `sleep`,
 /// static cores, and the given `[safety]` / `[api]` lines.
-fn dry_config(group: &str, safety: &str, api: &str) -> String {
-    live::this_process_as_lc_config(group, "[\"sleep\", \"5\"]", safety, api)
+fn dry_config(lc: u32, group: &str, safety: &str, api: &str) -> String {
+    live::sleeper_lc_config(lc, group, "[\"sleep\", \"5\"]", safety, api)
 }
 
 /// The start check resolved each path to its deepest existing part and gave up on `..` below
@@ -23,11 +23,12 @@ fn dry_config(group: &str, safety: &str, api: &str) -> String {
 /// Refused at start now, before anything is made, and the config file is intact.
 #[test]
 fn a_path_through_dot_dot_below_a_missing_directory_is_resolved() {
-    let _lc = live::this_process_as_the_lc();
+    let lc = live::Children::sleepers(1);
     let d = tempfile::tempdir().unwrap();
     let r = d.path().display();
     let config_path = d.path().join("agent.log.machine.json");
     let text = dry_config(
+        lc.pid(0),
         "hp9-dry/x",
         &format!("state_file = \"{r}/nope/state.json\""),
         &format!("socket = \"{r}/ctl.sock\"\ndecision_log = \"{r}/nope/../agent.log\""),

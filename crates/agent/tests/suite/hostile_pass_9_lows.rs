@@ -14,8 +14,9 @@ use headroom_control::config::Config;
 
 /// A config whose LC is this test's own process, one BE `command`, static cores, and the
 /// given `[safety]` / `[api]` lines.
-fn config(group: &str, be_command: &str, safety: &str, api: &str) -> String {
-    live::this_process_as_lc_config(
+fn config(lc: u32, group: &str, be_command: &str, safety: &str, api: &str) -> String {
+    live::sleeper_lc_config(
+        lc,
         group,
         be_command,
         &format!("on_exit = \"restore\"\n{safety}"),
@@ -50,7 +51,7 @@ const LEFT: &str = "a_refused_start_leaves_no_lock_file_nor_directory";
 /// start now undoes what it made.
 #[test]
 fn a_refused_start_leaves_no_lock_file_nor_directory() {
-    let _lc = live::this_process_as_the_lc();
+    let lc = live::Children::sleepers(1);
     if !live::is_root() {
         return eprintln!("SKIP {LEFT}: needs root (group locks, cgroups)");
     }
@@ -64,6 +65,7 @@ fn a_refused_start_leaves_no_lock_file_nor_directory() {
 
     // 1. The state file's content check, after the lock made `nope/` and `s.txt.lock`.
     let text = config(
+        lc.pid(0),
         &group,
         sleep,
         &format!("state_file = \"{r}/nope/../s.txt\""),
@@ -85,6 +87,7 @@ fn a_refused_start_leaves_no_lock_file_nor_directory() {
     // 2. The decision log's directory is missing: it fails to open after the lock made
     //    `st/` and the control socket's directory `sock/` was made.
     let text = config(
+        lc.pid(0),
         &group,
         sleep,
         &format!("state_file = \"{r}/st/state.json\""),
@@ -108,7 +111,7 @@ const DIRS: &str = "a_socket_in_a_directory_others_can_write_is_refused_at_start
 /// directory's owner and mode, and the fix; `ctl`'s rule for believing a server decides.
 #[test]
 fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
-    let _lc = live::this_process_as_the_lc();
+    let lc = live::Children::sleepers(1);
     use std::os::unix::fs::PermissionsExt;
     let d = tempfile::tempdir().unwrap();
     let open = d.path().join("open");
@@ -140,6 +143,7 @@ fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
     };
     // The control socket in a directory everyone can write (sticky, as /tmp).
     let text = config(
+        lc.pid(0),
         "hl9-dirs/x",
         sleep,
         &state,
@@ -152,6 +156,7 @@ fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
     );
     // Below a directory not made yet, under that one: the same.
     let text = config(
+        lc.pid(0),
         "hl9-dirs/x",
         sleep,
         &state,
@@ -163,6 +168,7 @@ fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
     let text = format!(
         "{}\n[lc.latency]\nsource = \"feed\"\nsocket = \"{o}/feed.sock\"\n",
         config(
+            lc.pid(0),
             "hl9-dirs/x",
             sleep,
             &state,
@@ -178,6 +184,7 @@ fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
         std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
         let text = config(
+            lc.pid(0),
             "hl9-dirs/x",
             sleep,
             &state,
@@ -189,6 +196,7 @@ fn a_socket_in_a_directory_others_can_write_is_refused_at_start() {
     }
     // The agent's own private directory (a tempdir of this user's, even under /tmp) starts.
     let text = config(
+        lc.pid(0),
         "hl9-dirs/x",
         sleep,
         &state,
@@ -205,7 +213,7 @@ const MEM: &str = "ctl_set_refuses_a_memory_limit_below_what_be_uses";
 /// Refused by `ctl set` now, naming what BE uses; a limit above that is still taken.
 #[test]
 fn ctl_set_refuses_a_memory_limit_below_what_be_uses() {
-    let _lc = live::this_process_as_the_lc();
+    let lc = live::Children::sleepers(1);
     use headroom_agent::publish::control::{request, Request};
     if !live::is_root() {
         return eprintln!("SKIP {MEM}: needs root (cgroups)");
@@ -217,6 +225,7 @@ fn ctl_set_refuses_a_memory_limit_below_what_be_uses() {
     // 64 MiB written (touched pages count; a zeroed bytearray might not).
     let hold = "[\"python3\", \"-c\", \"import time; b = b'x' * (64 << 20); time.sleep(30)\"]";
     let text = config(
+        lc.pid(0),
         &group,
         hold,
         // (a limit from the start: the memory controller is managed)

@@ -11,8 +11,9 @@ use headroom_control::config::Config;
 
 /// A config whose LC is this test's own process, BE `sleep 5`, static cores, and the given
 /// `[safety]` / `[api]` lines.
-fn config(group: &str, safety: &str, api: &str) -> String {
-    live::this_process_as_lc_config(
+fn config(lc: u32, group: &str, safety: &str, api: &str) -> String {
+    live::sleeper_lc_config(
+        lc,
         group,
         "[\"sleep\", \"5\"]",
         &format!("on_exit = \"restore\"\n{safety}"),
@@ -32,7 +33,7 @@ fn options(text: &str) -> AgentOptions {
 /// usage error now, its message naming the path.
 #[test]
 fn a_decision_log_refused_at_start_is_a_usage_error() {
-    let _lc = live::this_process_as_the_lc();
+    let lc = live::Children::sleepers(1);
     const T: &str = "a_decision_log_refused_at_start_is_a_usage_error";
     if !live::is_root() {
         eprintln!("SKIP {T}: needs root (the state lock and cgroups)");
@@ -43,6 +44,7 @@ fn a_decision_log_refused_at_start_is_a_usage_error() {
     let not_a_log = d.path().join("notes.txt");
     std::fs::write(&not_a_log, "these are not decision lines\n").unwrap();
     let text = config(
+        lc.pid(0),
         "l14-dlog",
         &format!("state_file = \"{}/state.json\"", d.path().display()),
         &format!(

@@ -47,14 +47,6 @@ impl Drop for Children {
     }
 }
 
-/// One test at a time whose LC is this test process itself (`pids = [<own pid>]`): each such
-/// agent moves the process into its own LC group, and every file's tests share the process.
-#[allow(dead_code)] // the standalone files that share this module run neither kind
-pub fn this_process_as_the_lc() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// One `[kubernetes]` agent at a time: each makes and locks the one discovery holder group
 /// (`headroom-discovery`), whichever file its test is in.
 #[allow(dead_code)] // the standalone files that share this module run neither kind
@@ -216,17 +208,25 @@ impl Drop for EmptyGroupsRemoved {
     }
 }
 
-/// A config whose LC is this test process itself (hold [`this_process_as_the_lc`] while its
-/// agent runs): the LC in `group/lc`, one BE `be_command` (a TOML array) in `group/be`, static
-/// cores (CPU 0), the given `[safety]` and `[api]` lines, no metrics endpoint.
-#[allow(dead_code)] // not every test that shares this module has this process as its LC
-pub fn this_process_as_lc_config(group: &str, be_command: &str, safety: &str, api: &str) -> String {
+/// The config of a test whose LC is the sleeper `lc_pid` (`Children::sleepers`): the LC in
+/// `<group>/lc`, one BE `command` in `<group>/be`, static cores (CPU 0), no metrics, and the
+/// given `[safety]` / `[api]` lines. Never this test process itself: the suite's tests share
+/// the process, and every child another test forks while the process sits in an LC group
+/// starts in that group (its agent then refuses the group as another agent's, and the group
+/// outlives the test).
+#[allow(dead_code)] // not every test that shares this module runs this config
+pub fn sleeper_lc_config(
+    lc_pid: u32,
+    group: &str,
+    be_command: &str,
+    safety: &str,
+    api: &str,
+) -> String {
     format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{}]\n\n\
+        "[lc]\nname = \"lc\"\ncgroup = \"{group}/lc\"\npids = [{lc_pid}]\n\n\
          [[be]]\nname = \"batch\"\ncgroup = \"{group}/be\"\ncommand = {be_command}\n\n\
          [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [safety]\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n",
-        std::process::id()
+         [safety]\n{safety}\n\n[api]\nmetrics = \"\"\n{api}\n"
     )
 }
 
