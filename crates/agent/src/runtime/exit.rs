@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::host_steps::{move_lc_back, remove_created_groups, remove_made_dirs};
+use super::host_steps::{lc_left_running, move_lc_back, remove_created_groups, remove_made_dirs};
 use super::{Agent, AgentError, RunSummary};
 use crate::state;
 use headroom_control::config::OnExit;
@@ -25,6 +25,11 @@ impl Agent {
         let mut failures: Vec<String> = Vec::new();
         // The state lock's file goes with the state file (seventh pass's low: it was left).
         let mut remove_lock = false;
+        // The LC commands left running are recorded first, while each is still in its group:
+        // `restore` moves one the agent moved in back out, where only the record finds it.
+        if !self.options.dry_run {
+            self.record_left_lcs();
+        }
         let exit_action = if self.options.dry_run {
             "none (dry run)".to_string()
         } else {
@@ -56,9 +61,6 @@ impl Agent {
             format!("{exit_action} FAILED: {}", failures.join("; "))
         };
         tracing::info!(action = %exit_action, "exit action");
-        if !self.options.dry_run {
-            self.record_left_lcs();
-        }
         for child in self.lc_children.drain(..) {
             // The LC command stays running: the agent never stops an LC service.
             tracing::info!(pid = child.id(), "leaving the LC command running");
@@ -100,16 +102,34 @@ impl Agent {
 
     /// Records the LC commands left running (`<state_file>.lc`, `crate::lc_record`), for the
     /// next start to take them rather than launch them again (hostile pass 23: after a
-    /// `restore`, a restart doubled the LC).
+    /// `restore`, a restart doubled the LC): each service's launched or taken command while
+    /// it runs; once that has ended, the process running the command that was followed into
+    /// the group in its place (`follow.rs`: its service manager started it again), found as
+    /// a start finds one left in the group (hostile pass 24: it was not recorded, `restore`
+    /// moved it out, and the next start launched a second copy beside it).
     fn record_left_lcs(&mut self) {
         let root = self.options.root.clone();
-        let services = self.config.lcs.iter().filter(|l| !l.command.is_empty());
+        let cg = self.node.cgroups().clone();
+        let services: Vec<_> = self
+            .config
+            .lcs
+            .iter()
+            .filter(|l| !l.command.is_empty())
+            .collect();
+        let running: Vec<Option<u32>> = self
+            .lc_children
+            .iter_mut()
+            .map(|c| (!c.exited(&root)).then(|| c.id()))
+            .collect();
         let mut left = Vec::new();
-        for (lc, child) in services.zip(self.lc_children.iter_mut()) {
-            if child.exited(&root) {
+        for (lc, &pid) in services.iter().zip(&running) {
+            // (another service's own command, which this one's follow may have taken in, is
+            // that service's)
+            let Some(pid) = pid
+                .or_else(|| followed_lc(&root, &cg, lc).filter(|p| !running.contains(&Some(*p))))
+            else {
                 continue;
-            }
-            let pid = child.id();
+            };
             let (Some(start_time), Some((uid, _))) = (
                 headroom_host::pids::start_time(&root, pid),
                 headroom_host::pids::uids(&root, pid),
@@ -165,4 +185,20 @@ impl Agent {
         remove_made_dirs(&cg, &mut self.created_dirs, &[]);
         "restore: original settings restored".into()
     }
+}
+
+/// The process in `lc`'s group running exactly its command as the command's user (its `user`,
+/// else the agent's), as a start looks for one left there
+/// ([`super::host_steps::lc_left_running`]).
+fn followed_lc(
+    root: &Path,
+    cg: &headroom_host::Cgroups,
+    lc: &headroom_control::config::LcConfig,
+) -> Option<u32> {
+    let user = crate::run_as::user_for("lc.user", lc.user.as_ref()).ok()?;
+    let uid = user.as_ref().map_or_else(
+        headroom_host::process::effective_uid,
+        headroom_host::spawn::RunAs::uid,
+    );
+    lc_left_running(root, cg, &lc.cgroup, &lc.command, uid).map(|found| found.id())
 }

@@ -1,0 +1,97 @@
+//! Hostile pass 24 (issue 42): the LC command the agent launched ended and its service manager
+//! started it again; the agent followed the new process into the LC group (moving targets),
+//! but at its exit recorded only the launched one, which had ended. `on_exit = "restore"` then
+//! moved the followed process back out of the group, and the next start, finding none in the
+//! group and none recorded, launched a second copy beside it (a routine restart doubled the
+//! LC, as in pass 23).
+
+use crate::live;
+
+use std::time::Duration;
+
+use live::marked::MarkedGroup as Guard;
+
+const FOLLOWED: &str = "a_restart_after_restore_takes_the_followed_lc_command";
+
+/// Agent one launches `sleep <marker>` as the LC command; the test kills that copy and starts
+/// the same command itself (as a service manager restarting the LC would), which agent one
+/// follows into the LC group; agent one stops with `restore`, which hands it back. Agent two,
+/// on the same config, must launch none: the test's copy stays the only process running the
+/// command, and it is taken into the LC group.
+#[test]
+fn a_restart_after_restore_takes_the_followed_lc_command() {
+    let Some(guard) = Guard::setup(FOLLOWED, "hp24", 2, "followed-lc", 24) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let top = &guard.top;
+    let command = vec!["sleep".to_string(), guard.marker.clone()];
+    let text = live::agent_config(
+        &format!("{top}/lc"),
+        &format!("{top}/be"),
+        &format!("command = [\"sleep\", \"{}\"]", guard.marker),
+        &dir.path().join("state.json"),
+        &dir.path().join("ctl.sock"),
+    );
+    let root = std::path::Path::new("/");
+    let copies = || {
+        let mut c = headroom_host::pids::running(root, &command);
+        c.sort_unstable();
+        c
+    };
+    let lc_group = headroom_types::GroupPath::new(&format!("{top}/lc")).unwrap();
+    let in_group = |pid: u32| {
+        guard
+            .cgroups
+            .procs(&lc_group)
+            .unwrap_or_default()
+            .contains(&(pid as i32))
+    };
+    let first = match live::start_agent(&text, Duration::from_secs(6)) {
+        Ok(r) => r,
+        Err(e) => return eprintln!("SKIP {FOLLOWED}: {e}"),
+    };
+    let launched = copies();
+    assert_eq!(launched.len(), 1, "agent one launched its LC: {launched:?}");
+    // The launched copy ends; the LC's service manager (here, the test) starts it again.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(launched[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    live::eventually(Duration::from_secs(10), || copies().is_empty());
+    let mut again = std::process::Command::new("sleep")
+        .arg(&guard.marker)
+        .spawn()
+        .unwrap();
+    let again_pid = again.id();
+    // Agent one follows it into the LC group (checked once a second).
+    let followed = live::eventually(Duration::from_secs(10), || in_group(again_pid));
+    first
+        .join()
+        .unwrap()
+        .expect("the first agent ran and restored");
+    assert!(
+        followed,
+        "agent one never followed the LC's new process into its group"
+    );
+    let before = copies();
+    assert_eq!(before, vec![again_pid], "after agent one's restore");
+    let second = live::start_agent(&text, Duration::from_millis(1200))
+        .expect("the second agent starts after the first's restore");
+    let during = copies();
+    let taken = in_group(again_pid);
+    second
+        .join()
+        .unwrap()
+        .expect("the second agent ran and restored");
+    let _ = again.kill();
+    let _ = again.wait();
+    assert_eq!(
+        during, before,
+        "the restart launched the LC command again beside the followed one a restore left running"
+    );
+    assert!(
+        taken,
+        "the followed LC {again_pid} was not taken into its group"
+    );
+}
