@@ -6,7 +6,8 @@
 //!
 //! Bounded every way: a line is cut at [`MAX_LINE`] bytes (the rest up to its newline
 //! dropped), at most [`PER_WINDOW`] lines are logged per [`WINDOW`] (the lines past that
-//! are counted and the count said), control characters are replaced, and the pipe is read
+//! are counted and the count said), control and format characters are replaced
+//! ([`hidden`]), and the pipe is read
 //! without pause, so the command never waits on the agent beyond a pipe buffer and the
 //! thread holds one line at most.
 //!
@@ -276,7 +277,7 @@ impl Lines {
             self.said += 1;
             let text = String::from_utf8_lossy(&self.line)
                 .chars()
-                .map(|c| match c.is_control() && c != '\t' {
+                .map(|c| match hidden(c) {
                     true => '\u{fffd}',
                     false => c,
                 })
@@ -285,6 +286,26 @@ impl Lines {
         }
         self.line.clear();
     }
+}
+
+/// Whether `c` is replaced in a relayed line: a control character (C0, DEL and C1, U+0080 to
+/// U+009F: `char::is_control`) but the tab, or a format character that changes how a line
+/// is drawn without being seen (hostile pass 22's low: a line with U+202E was drawn
+/// reordered in a terminal): the bidirectional marks, embeddings, overrides and isolates,
+/// the zero-width ones, the word joiner and invisible operators, the byte order mark, the
+/// interlinear annotation marks and the tag characters.
+pub fn hidden(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c,
+            '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}')
 }
 
 #[cfg(test)]

@@ -181,3 +181,50 @@ fn a_paced_relay_reads_no_more_than_its_budget_per_window() {
         "the relay read on past its budget: {accepted} bytes written"
     );
 }
+
+/// Hostile pass 22's low: the cleaning kept Unicode format characters, so a relayed line with
+/// U+202E (right-to-left override) was drawn reordered in a terminal, and zero-width ones
+/// hid text. They are replaced as control characters are, the C1 controls (U+0085, U+009B,
+/// an 8-bit CSI) with them; other text, a tab and ordinary non-ASCII letters stay.
+#[test]
+fn format_characters_are_replaced_as_controls_are() {
+    let t0 = Instant::now();
+    let mut lines = Lines::new(t0);
+    let hidden = [
+        '\u{202a}',
+        '\u{202b}',
+        '\u{202c}',
+        '\u{202d}',
+        '\u{202e}',
+        '\u{2066}',
+        '\u{2067}',
+        '\u{2068}',
+        '\u{2069}',
+        '\u{200e}',
+        '\u{200f}',
+        '\u{200b}',
+        '\u{200c}',
+        '\u{200d}',
+        '\u{2060}',
+        '\u{feff}',
+        '\u{0080}',
+        '\u{0085}',
+        '\u{009b}',
+        '\u{009f}',
+        '\u{061c}',
+        '\u{e0041}',
+    ];
+    for c in hidden {
+        let text = format!("a{c}b\n");
+        assert_eq!(
+            said(&mut lines, text.as_bytes(), t0),
+            vec![line("a\u{fffd}b")],
+            "U+{:04X} kept",
+            c as u32
+        );
+    }
+    assert_eq!(
+        said(&mut lines, "k\té – ✓ 漢\n".as_bytes(), t0),
+        vec![line("k\té – ✓ 漢")]
+    );
+}
