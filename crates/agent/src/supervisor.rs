@@ -141,6 +141,8 @@ impl Supervised {
         // again as its user. Without one, any is adopted, as before.
         // The gids too (pass 18): a `[[be]] group` changed since, or the user's group.
         let root = std::path::Path::new("/");
+        // (first: the pipe of its output is opened only from the process checked here)
+        let born = headroom_host::pids::start_time(root, pid);
         let uids = headroom_host::pids::uids(root, pid);
         let gids = headroom_host::pids::gids(root, pid);
         let want = self.uid();
@@ -153,8 +155,42 @@ impl Supervised {
             self.oom_kills = oom_kills(cgroups, &self.group);
             self.started = Some(Instant::now());
             tracing::info!(name = %self.name, pid, "adopted a BE command from the previous agent");
+            if self.user.is_some() {
+                self.relay_adopted(pid, born);
+            }
         }
         self.adopted.is_some()
+    }
+
+    /// Reads again the output of an adopted BE run as a user (hostile pass 23's low): its fds
+    /// 1 and 2 are the earlier agent's relay pipe, whose reader ended with it; thawed, the BE
+    /// died on its first write. Called at adoption, while BE is still frozen (the start-up
+    /// allocation), before the first tick thaws it. A BE whose output is no such pipe (one
+    /// an agent before pass 20 launched, `/dev/null`, a file) is left as it is.
+    fn relay_adopted(&self, pid: u32, born: Option<u64>) {
+        let name = self.command.first().map_or_else(
+            || self.name.clone(),
+            |p| {
+                std::path::Path::new(p)
+                    .file_name()
+                    .map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
+            },
+        );
+        let Some(born) = born else {
+            tracing::warn!(name = %self.name, pid, "the adopted BE command's start time is unreadable: its output is not relayed (a write may end it)");
+            return;
+        };
+        match headroom_host::spawn::relay::start_adopted(pid as i32, born, &name) {
+            Ok(0) => {
+                tracing::info!(name = %self.name, pid, "the adopted BE command's output is no agent's pipe: left as it is")
+            }
+            Ok(pipes) => {
+                tracing::info!(name = %self.name, pid, pipes, "the adopted BE command's output is relayed again")
+            }
+            Err(e) => {
+                tracing::warn!(name = %self.name, pid, error = %e, "the adopted BE command's output could not be relayed: a write may end it (restarted then)")
+            }
+        }
     }
 
     /// Starts the command in its group.

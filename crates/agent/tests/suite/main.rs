@@ -12,6 +12,7 @@ mod live;
 mod servers;
 mod support;
 
+mod adopted_output;
 mod be_command_dies;
 mod be_user;
 mod config_file;

@@ -6,7 +6,8 @@
 //!
 //! Bounded every way: a line is cut at [`MAX_LINE`] bytes (the rest up to its newline
 //! dropped), at most [`PER_WINDOW`] lines are logged per [`WINDOW`] (the lines past that
-//! are counted and the count said), control characters are replaced, and the pipe is read
+//! are counted and the count said), control and format characters are replaced
+//! ([`hidden`]), and the pipe is read
 //! without pause, so the command never waits on the agent beyond a pipe buffer and the
 //! thread holds one line at most.
 //!
@@ -21,6 +22,10 @@
 //! its own CPUs). Before, a BE writing as fast as it could (`cat /dev/zero`) kept the relay
 //! thread, outside every BE limit, at about half a CPU (hostile pass 22). An LC command's
 //! relay is not paced: an LC never waits on the agent.
+//!
+//! A BE an earlier agent launched and this one adopts is relayed too ([`start_adopted`]):
+//! its pipe's reader ended with that agent, and thawed it died on its first write (hostile
+//! pass 23's low).
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -89,7 +94,6 @@ pub fn pidfd(pid: i32) -> io::Result<OwnedFd> {
 /// ended nor paced: an LC (launched once per start) never waits on the agent, and what it
 /// left (a daemon that kept its stdout) is not made to fail its writes.
 pub fn start(read: OwnedFd, name: &str, pid: i32, be: bool) -> io::Result<()> {
-    let name = name.to_string();
     let end = match be.then(|| pidfd(pid)).transpose() {
         Ok(fd) => fd,
         Err(e) => {
@@ -99,7 +103,103 @@ pub fn start(read: OwnedFd, name: &str, pid: i32, be: bool) -> io::Result<()> {
         }
     };
     let budget = be.then_some(BYTES_PER_WINDOW);
-    start_until(read, end, GRACE, budget, move |said| match said {
+    start_until(read, end, GRACE, budget, logged(name, pid))
+}
+
+/// Relays the output of a BE command an earlier agent launched and this one adopts (pid
+/// `pid`, started at `born`, `/proc/<pid>/stat`'s clock ticks), exactly as [`start`] does
+/// for a BE it launched: paced, ended [`GRACE`] after the process ends, logged under
+/// [`TARGET`]. Hostile pass 23's low: the BE's fds 1 and 2 were the earlier agent's relay
+/// pipe, whose only reader ended with that agent, so an adopted BE thawed and writing died
+/// on its closed pipe (SIGPIPE). A read end of that same pipe is opened through
+/// `/proc/<pid>/fd/<n>` (a pipe opens there like a FIFO), for each of fds 1 and 2 that is a
+/// pipe this agent's user made (an agent's relay pipe: not one the command's user made
+/// itself) and not this process's own fds 0-2 (a BE of an agent before pass 20 had the
+/// agent's fds). Anything else (`/dev/null`, a file, a socket, a terminal) is left. The
+/// process is held by a [`pidfd`] taken after its start time is checked, and is checked
+/// alive after the opens: the pipes are that process's. Returns how many pipes are
+/// relayed. Call it before the BE is thawed: a frozen BE writes nothing meanwhile.
+pub fn start_adopted(pid: i32, born: u64, name: &str) -> io::Result<usize> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let end = pidfd(pid)?;
+    let gone = || {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("pid {pid} is no longer the process adopted (started at {born})"),
+        )
+    };
+    if crate::pids::start_time(std::path::Path::new("/"), pid as u32) != Some(born) {
+        return Err(gone());
+    }
+    let key = |m: &std::fs::Metadata| (m.dev(), m.ino());
+    let ours: Vec<(u64, u64)> = (0..=2)
+        .filter_map(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|m| m.file_type().is_fifo())
+        .map(|m| key(&m))
+        .collect();
+    let me = crate::process::effective_uid();
+    let mut pipes: Vec<((u64, u64), std::fs::File)> = Vec::new();
+    for fd in [1, 2] {
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let is_ours = |m: &std::fs::Metadata| m.file_type().is_fifo() && m.uid() == me;
+        // What the fd is, before opening it (a device is never opened).
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if !is_ours(&meta)
+            || ours.contains(&key(&meta))
+            || pipes.iter().any(|(k, _)| *k == key(&meta))
+        {
+            continue;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&path)?;
+        // The same pipe as the fd (the fd may have changed between the two looks).
+        let opened = file.metadata()?;
+        let now = std::fs::metadata(&path)?;
+        if !is_ours(&opened) || key(&opened) != key(&meta) || key(&now) != key(&meta) {
+            continue;
+        }
+        // Read as a launched BE's pipe is: blocking, woken by poll.
+        // SAFETY: clearing O_NONBLOCK on an fd this function owns.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, 0) };
+        pipes.push((key(&meta), file));
+    }
+    if ended(&end) {
+        return Err(gone());
+    }
+    let n = pipes.len();
+    for (_, file) in pipes {
+        let end = end.try_clone()?;
+        start_until(
+            file.into(),
+            Some(end),
+            GRACE,
+            Some(BYTES_PER_WINDOW),
+            logged(name, pid),
+        )?;
+    }
+    Ok(n)
+}
+
+/// Whether the process of `pidfd` has ended (its pidfd is readable).
+fn ended(pidfd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of an open fd, no wait.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) };
+    ready != 0
+}
+
+/// What is said, logged under [`TARGET`] with the command's `name` and `pid`.
+fn logged(name: &str, pid: i32) -> impl FnMut(Said) + Send + 'static {
+    let name = name.to_string();
+    move |said| match said {
         Said::Line { text, cut: false } => {
             tracing::info!(target: TARGET, command = %name, pid, "output: {text}");
         }
@@ -118,7 +218,7 @@ pub fn start(read: OwnedFd, name: &str, pid: i32, be: bool) -> io::Result<()> {
             tracing::warn!(target: TARGET, command = %name, pid, bytes = BYTES_PER_WINDOW,
                 "output over {BYTES_PER_WINDOW} bytes in {} s: not read until the window ends (the command waits on its output)", WINDOW.as_secs());
         }
-    })
+    }
 }
 
 /// [`start`] with what is said handed to `sink`, read until the last writer closes.
@@ -276,7 +376,7 @@ impl Lines {
             self.said += 1;
             let text = String::from_utf8_lossy(&self.line)
                 .chars()
-                .map(|c| match c.is_control() && c != '\t' {
+                .map(|c| match hidden(c) {
                     true => '\u{fffd}',
                     false => c,
                 })
@@ -285,6 +385,26 @@ impl Lines {
         }
         self.line.clear();
     }
+}
+
+/// Whether `c` is replaced in a relayed line: a control character (C0, DEL and C1, U+0080 to
+/// U+009F: `char::is_control`) but the tab, or a format character that changes how a line
+/// is drawn without being seen (hostile pass 22's low: a line with U+202E was drawn
+/// reordered in a terminal): the bidirectional marks, embeddings, overrides and isolates,
+/// the zero-width ones, the word joiner and invisible operators, the byte order mark, the
+/// interlinear annotation marks and the tag characters.
+pub fn hidden(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c,
+            '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}')
 }
 
 #[cfg(test)]

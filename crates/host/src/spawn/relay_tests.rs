@@ -181,3 +181,104 @@ fn a_paced_relay_reads_no_more_than_its_budget_per_window() {
         "the relay read on past its budget: {accepted} bytes written"
     );
 }
+
+/// Hostile pass 22's low: the cleaning kept Unicode format characters, so a relayed line with
+/// U+202E (right-to-left override) was drawn reordered in a terminal, and zero-width ones
+/// hid text. They are replaced as control characters are, the C1 controls (U+0085, U+009B,
+/// an 8-bit CSI) with them; other text, a tab and ordinary non-ASCII letters stay.
+#[test]
+fn format_characters_are_replaced_as_controls_are() {
+    let t0 = Instant::now();
+    let mut lines = Lines::new(t0);
+    let hidden = [
+        '\u{202a}',
+        '\u{202b}',
+        '\u{202c}',
+        '\u{202d}',
+        '\u{202e}',
+        '\u{2066}',
+        '\u{2067}',
+        '\u{2068}',
+        '\u{2069}',
+        '\u{200e}',
+        '\u{200f}',
+        '\u{200b}',
+        '\u{200c}',
+        '\u{200d}',
+        '\u{2060}',
+        '\u{feff}',
+        '\u{0080}',
+        '\u{0085}',
+        '\u{009b}',
+        '\u{009f}',
+        '\u{061c}',
+        '\u{e0041}',
+    ];
+    for c in hidden {
+        let text = format!("a{c}b\n");
+        assert_eq!(
+            said(&mut lines, text.as_bytes(), t0),
+            vec![line("a\u{fffd}b")],
+            "U+{:04X} kept",
+            c as u32
+        );
+    }
+    assert_eq!(
+        said(&mut lines, "k\té – ✓ 漢\n".as_bytes(), t0),
+        vec![line("k\té – ✓ 漢")]
+    );
+}
+
+/// Hostile pass 23's low: a BE left frozen (`on_exit = "freeze"`) and adopted by the next
+/// agent died on its first write once thawed: its fds 1 and 2 were the earlier agent's relay
+/// pipe, whose only reader had ended with that agent. The adopting side opens a read end of
+/// that same pipe through `/proc/<pid>/fd/1`: here a child writing a line every 50 ms whose
+/// first reader (this test's, standing for the earlier agent) is closed once the pipe is
+/// adopted ends by itself (exit 0), not by SIGPIPE. A child whose output is `/dev/null` is
+/// left (no pipe relayed), and a pid whose start time differs is refused.
+#[test]
+fn an_adopted_commands_output_pipe_is_read_again() {
+    use std::os::unix::process::ExitStatusExt;
+    let (read, write) = pipe().unwrap();
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "i=0; while [ $i -lt 20 ]; do echo l24-line $i; i=$((i+1)); sleep 0.05; done",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::from(write.try_clone().unwrap()))
+        .stderr(std::fs::File::from(write))
+        .spawn()
+        .expect("sh");
+    let pid = child.id() as i32;
+    let born = crate::pids::start_time(std::path::Path::new("/"), pid as u32).expect("stat");
+    assert!(
+        start_adopted(pid, born + 1, "sh").is_err(),
+        "another start time: another process"
+    );
+    assert_eq!(
+        start_adopted(pid, born, "sh").unwrap(),
+        1,
+        "one pipe (fds 1 and 2)"
+    );
+    drop(read); // the earlier agent's reader ends
+    let status = child.wait().unwrap();
+    assert_eq!(
+        (status.code(), status.signal()),
+        (Some(0), None),
+        "the adopted command's writes after its first reader ended"
+    );
+    let mut quiet = std::process::Command::new("sleep")
+        .arg("5")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sleep");
+    let pid = quiet.id() as i32;
+    let born = crate::pids::start_time(std::path::Path::new("/"), pid as u32).expect("stat");
+    let relayed = start_adopted(pid, born, "sleep");
+    let _ = quiet.kill();
+    let _ = quiet.wait();
+    assert_eq!(relayed.unwrap(), 0, "/dev/null is no pipe: left");
+}

@@ -17,6 +17,10 @@ pub const NO_ENTRY_GID: u32 = 65534;
 /// `keyctl(2)`'s operation that makes the caller join a session keyring (a new anonymous one
 /// for a NULL name): `linux/keyctl.h`.
 const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+/// `keyctl(2)`'s operation that describes a key ("type;uid;gid;perm;description").
+const KEYCTL_DESCRIBE: libc::c_long = 6;
+/// The caller's session keyring, as a key id (`linux/keyctl.h`).
+const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
 
 /// Whether a variable of the agent's environment is passed on to a command run as a user
 /// (twenty-first hostile pass: the whole of it was, so a secret root exported in the shell
@@ -121,7 +125,8 @@ impl RunAs {
 
     /// Becomes this user: supplementary groups, then gid, then uid (after which neither can
     /// change back); then leaves what the parent's user holds that `setuid` keeps (twenty-first
-    /// hostile pass): its session keyring (a new empty one of this user's in its place) and a
+    /// hostile pass): its session keyring (a new empty one of this user's in its place; with
+    /// the user's key quota full, its own user-session keyring: pass 21's low) and a
     /// working directory this user could not reach by its path (`/` in its place). Only
     /// async-signal-safe calls (system calls on a stack buffer), no allocation: callable
     /// between fork and exec.
@@ -147,9 +152,19 @@ impl RunAs {
         };
         if joined < 0 {
             let e = io::Error::last_os_error();
-            // ENOSYS: a kernel without keys has no keyring to leave.
-            if e.raw_os_error() != Some(libc::ENOSYS) {
-                return Err(e);
+            match e.raw_os_error() {
+                // A kernel without keys has no keyring to leave.
+                Some(libc::ENOSYS) => {}
+                // The new keyring is this user's, charged to its key quota: full (its own
+                // keys), it joins its own user-session keyring instead (pass 21's low: its
+                // commands could not start at all), never keeping the agent's.
+                Some(libc::EDQUOT) => self.join_own_session_keyring().inspect_err(|_| {
+                    say(b"headroom: not run: its user's key quota is full and it has no session keyring of its own to join; it never runs with the agent's\n");
+                })?,
+                _ => {
+                    say(b"headroom: not run: it could not leave the agent's session keyring (keyctl KEYCTL_JOIN_SESSION_KEYRING failed)\n");
+                    return Err(e);
+                }
             }
         }
         // Entered again by its path, now as this user: a directory under one it may not
@@ -164,7 +179,76 @@ impl RunAs {
         }
         Ok(())
     }
+
+    /// Joins this user's own user-session keyring (`_uid_ses.<uid>`, made by the kernel for
+    /// the user, or by a login) as the session keyring, by its name: no new key, so it needs
+    /// no quota. Only a keyring owned by this user is kept (a keyring of that name another
+    /// user made and let this one search is refused). Called as the user, between fork and
+    /// exec: system calls on stack buffers only.
+    fn join_own_session_keyring(&self) -> io::Result<()> {
+        let mut name = [0u8; 32];
+        let prefix = b"_uid_ses.";
+        name[..prefix.len()].copy_from_slice(prefix);
+        let end = prefix.len() + decimal(self.uid.as_raw(), &mut name[prefix.len()..]);
+        name[end] = 0;
+        // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, name): a NUL-terminated stack buffer.
+        if unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, name.as_ptr()) }
+            < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // "keyring;<uid>;...": the session keyring now is this user's own.
+        let mut about = [0u8; 256];
+        // SAFETY: keyctl(KEYCTL_DESCRIBE, the session keyring, a stack buffer, its length).
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                KEYCTL_DESCRIBE,
+                KEY_SPEC_SESSION_KEYRING,
+                about.as_mut_ptr(),
+                about.len(),
+            )
+        };
+        let mut want = [0u8; 32];
+        let kind = b"keyring;";
+        want[..kind.len()].copy_from_slice(kind);
+        let end = kind.len() + decimal(self.uid.as_raw(), &mut want[kind.len()..]);
+        want[end] = b';';
+        if n <= end as libc::c_long || about[..=end] != want[..=end] {
+            return Err(io::Error::from_raw_os_error(libc::EACCES));
+        }
+        Ok(())
+    }
 }
+
+/// `n` in decimal at the start of `out`; returns how many bytes (no allocation).
+fn decimal(mut n: u32, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (o, d) in out.iter_mut().zip(digits[..len].iter().rev()) {
+        *o = *d;
+    }
+    len
+}
+
+/// Writes `text` to fd 2 (a user-run command's: the relay's pipe, logged by the agent), for a
+/// command refused between fork and exec: async-signal-safe.
+fn say(text: &[u8]) {
+    // SAFETY: write of a live buffer of its length to fd 2.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+}
+
+#[cfg(test)]
+#[path = "user_tests.rs"]
+mod keyring_tests;
 
 #[cfg(test)]
 mod tests {
