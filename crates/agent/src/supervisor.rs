@@ -10,6 +10,7 @@
 //! the one hierarchy) is joined right after spawn — joining a frozen group inside `pre_exec`
 //! would block the spawn until BE is thawed.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -440,13 +441,11 @@ pub fn launch_in_group(
         group: group.to_string(),
         source,
     };
-    // As a user, its fds 1 and 2 are a pipe the agent logs, never the agent's own (pass 20).
-    let mut output = None;
+    // As a user, its fds 1 and 2 outlive the agent (the agent leaves it running: through a
+    // pipe only the agent read, it died at its first write after the agent's exit, pass 24)
+    // and are never the agent's journal stream (pass 20: its lines were the agent's).
     if user.is_some() {
-        let (read, write) = headroom_host::spawn::relay::pipe().map_err(spawn_err)?;
-        cmd.stdout(Stdio::from(write.try_clone().map_err(spawn_err)?))
-            .stderr(Stdio::from(write));
-        output = Some(read);
+        lc_output(&mut cmd, name);
     }
     early
         .apply(&mut cmd)
@@ -456,14 +455,7 @@ pub fn launch_in_group(
             source: Box::new(source),
         })?;
     let mut child = cmd.spawn().map_err(spawn_err)?;
-    drop(cmd); // the agent's copies of the output pipe's write end
-    if let Some(read) = output {
-        if let Err(e) = headroom_host::spawn::relay::start(read, name, child.id() as i32, false) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(spawn_err(e));
-        }
-    }
+    drop(cmd); // the agent's copies of the command's journal stream
     if let Err(source) = cgroups.move_process(group, child.id() as i32) {
         let _ = child.kill();
         let _ = child.wait();
@@ -475,6 +467,32 @@ pub fn launch_in_group(
         });
     }
     Ok(child)
+}
+
+/// Where a user-run LC command's output goes: where the agent logs to journald (systemd's
+/// `$JOURNAL_STREAM` is its fd 2), a journald stream of its own with the identifier
+/// `headroom-lc-<name>` (`systemd-cat`'s); else the agent's own fds 1 and 2 (a file, or a pipe
+/// whose reader outlives the agent; the start step makes a terminal or the agent's input
+/// `/dev/null`). A journald that refuses the stream: `/dev/null`, said.
+fn lc_output(cmd: &mut Command, name: &str) {
+    use headroom_host::spawn::journal;
+    if !journal::agent_logs_to_journal() {
+        return;
+    }
+    let opened = journal::open(
+        Path::new(journal::STDOUT_SOCKET),
+        &format!("headroom-lc-{name}"),
+    )
+    .and_then(|fd| Ok((fd.try_clone()?, fd)));
+    match opened {
+        Ok((out, err)) => {
+            cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+        }
+        Err(e) => {
+            tracing::warn!(name, socket = journal::STDOUT_SOCKET, error = %e, "journald refused a stream for the LC command: its output is discarded");
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+    }
 }
 
 /// How a launched child ended, if it has (reaped); `None` while it runs.

@@ -24,6 +24,7 @@ use std::process::Command;
 use crate::error::{HostError, Result};
 
 mod gate;
+pub mod journal;
 pub mod relay;
 mod user;
 pub use gate::Gated;

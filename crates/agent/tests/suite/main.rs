@@ -35,6 +35,7 @@ mod hostile_pass_8;
 mod hostile_pass_8_kube;
 mod hostile_pass_9;
 mod hostile_pass_9_lows;
+mod lc_output;
 mod lc_rt_budget;
 mod lock_files;
 mod lows_12_13;

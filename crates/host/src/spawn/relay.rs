@@ -20,8 +20,8 @@
 //! And bounded in the agent's CPU: a BE's relay reads at most [`BYTES_PER_WINDOW`] per
 //! [`WINDOW`], then leaves the pipe until the window ends (the BE waits on its full pipe, on
 //! its own CPUs). Before, a BE writing as fast as it could (`cat /dev/zero`) kept the relay
-//! thread, outside every BE limit, at about half a CPU (hostile pass 22). An LC command's
-//! relay is not paced: an LC never waits on the agent.
+//! thread, outside every BE limit, at about half a CPU (hostile pass 22). An LC command run
+//! as a user is not relayed: its output must outlive the agent (`super::journal`).
 //!
 //! A BE an earlier agent launched and this one adopts is relayed too ([`start_adopted`]):
 //! its pipe's reader ended with that agent, and thawed it died on its first write (hostile
