@@ -221,17 +221,22 @@ impl Agent {
             self.publisher.state_dirty = true;
         }
         let lcs = self.config.lcs.clone();
+        let members: Vec<BTreeSet<u32>> = lcs
+            .iter()
+            .map(|lc| {
+                cg.procs(&lc.cgroup)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| p as u32)
+                    .collect()
+            })
+            .collect();
         for (i, lc) in lcs.iter().enumerate() {
-            let in_group: BTreeSet<u32> = cg
-                .procs(&lc.cgroup)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| p as u32)
-                .collect();
+            let in_group = &members[i];
             // Who the LC runs as: learned from what its group holds (its configured pids
             // moved in at start, the command launched there, or a process taken before).
             let seen = self.lc_follow.lc_uids.entry(i).or_default();
-            for p in &in_group {
+            for p in in_group {
                 if let Some((real, effective)) = pids::uids(&root, *p) {
                     seen.extend([real, effective]);
                 }
@@ -256,6 +261,15 @@ impl Agent {
                 if in_group.contains(&pid)
                     || pid == std::process::id()
                     || pids::is_zombie(&root, pid)
+                {
+                    continue;
+                }
+                // Another service's process (two services running one command line) is that
+                // service's: taking it emptied the other's group (pass 24's low).
+                if members
+                    .iter()
+                    .enumerate()
+                    .any(|(j, m)| j != i && m.contains(&pid))
                 {
                     continue;
                 }

@@ -95,3 +95,70 @@ fn a_restart_after_restore_takes_the_followed_lc_command() {
         "the followed LC {again_pid} was not taken into its group"
     );
 }
+
+const TWO_SERVICES: &str = "a_services_follow_leaves_another_services_command_in_its_group";
+
+/// Pass 24's low: two LC services run one command line (`sleep <marker>`); when service a's
+/// launched command ends, its follow looks for processes running that command and took
+/// service b's, emptying b's group. b's process must stay in b's group.
+#[test]
+fn a_services_follow_leaves_another_services_command_in_its_group() {
+    let Some(guard) = Guard::setup(TWO_SERVICES, "hp24", 2, "two-services", 25) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let top = &guard.top;
+    let d = dir.path().display();
+    let lc = |name: &str| {
+        format!(
+            "[[lc]]\nname = \"{name}\"\ncgroup = \"{top}/{name}\"\ncommand = [\"sleep\", \"{}\"]\n\n",
+            guard.marker
+        )
+    };
+    let text = format!(
+        "{a}{b}[[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"60\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [sensors]\nidle_sensing = \"poll\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
+         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        a = lc("a"),
+        b = lc("b"),
+    );
+    let members = |name: &str| -> Vec<u32> {
+        let g = headroom_types::GroupPath::new(&format!("{top}/{name}")).unwrap();
+        let mut v: Vec<u32> = guard
+            .cgroups
+            .procs(&g)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p as u32)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let agent = match live::start_agent(&text, Duration::from_secs(5)) {
+        Ok(r) => r,
+        Err(e) => return eprintln!("SKIP {TWO_SERVICES}: {e}"),
+    };
+    let (a, b) = (members("a"), members("b"));
+    // a's launched command ends; the agent looks for it once a second.
+    if let Some(&pid) = a.first() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let (a_after, b_after) = (members("a"), members("b"));
+    agent.join().unwrap().expect("the agent ran and restored");
+    assert_eq!(
+        (a.len(), b.len()),
+        (1, 1),
+        "each service launched its command"
+    );
+    assert_eq!(
+        b_after, b,
+        "service b's command was taken into service a's group ({a_after:?})"
+    );
+    assert!(a_after.is_empty(), "service a's group: {a_after:?}");
+}
