@@ -4,25 +4,19 @@
 //! (SIGPIPE), and it was launched again, its work lost. The adopting agent now opens a read
 //! end of that same pipe before it thaws BE and relays it as it relays a BE it launched.
 //!
-//! The agents here run in processes of their own (this test binary run again for this test
-//! alone, the config in [`CONFIG`]): an agent run in a thread of the test process would leave
-//! its relay thread reading after its run, where an agent's exit ends it.
+//! The agents here run in processes of their own (`live::own_process`): an agent run in a
+//! thread of the test process would leave its relay thread reading after its run, where an
+//! agent's exit ends it.
 
 use crate::live;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use live::marked::{alive, with_marker, MarkedGroup as Guard};
 
 const TEST: &str = "a_frozen_be_adopted_by_the_next_agent_keeps_writing_its_output";
-/// Set in a process of this binary run for one test of this file alone: it is then an agent on this
-/// config text (and nothing else), for at most [`RUN_MS`] ms, ended earlier by SIGTERM.
-const CONFIG: &str = "HEADROOM_TEST_ADOPTED_OUTPUT_CONFIG";
-const RUN_MS: &str = "HEADROOM_TEST_ADOPTED_OUTPUT_RUN_MS";
-
 /// The config on `top`: the LC pid `lc`, one BE as nobody writing a line every 100 ms (its
 /// command line holds `marker`), `on_exit`, the state file and socket in `dir`.
 fn config(top: &str, lc: u32, marker: &str, on_exit: &str, dir: &Path) -> String {
@@ -40,55 +34,20 @@ fn config(top: &str, lc: u32, marker: &str, on_exit: &str, dir: &Path) -> String
     )
 }
 
-/// This binary run again for `test` (of this file) as an agent on `text` for at most
-/// `run_for`, its log (the relay's lines among it) in `log`.
-fn agent_process(test: &str, text: &str, run_for: Duration, log: &Path) -> Child {
-    let log = std::fs::File::create(log).unwrap();
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &format!("adopted_output::{test}"),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CONFIG, text)
-        .env(RUN_MS, run_for.as_millis().to_string())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("this test binary, run again as an agent")
-}
-
-/// The agent role (a process of its own): logs to stderr at `info` (the relay's target
-/// included), runs, and fails (a non-zero exit) when the agent does not start or run.
-fn be_the_agent(text: &str) {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
-    let ms: u64 = std::env::var(RUN_MS).unwrap().parse().unwrap();
-    let mut options = live::options(text, Duration::from_millis(ms));
-    options.handle_signals = true; // this process's alone: SIGTERM ends the run
-    let agent = headroom_agent::runtime::Agent::start(options).expect("the agent starts");
-    agent.run().expect("the agent runs");
-}
-
 /// Agent one runs a BE as nobody that writes a line every 100 ms and stops with `freeze`;
 /// agent two adopts and thaws it: the same BE process still runs 2 s after the thaw, and
 /// agent two's log holds its lines (target `headroom_output`, its pid). On the code before,
 /// the BE died at its first write once thawed and agent two launched another.
 #[test]
 fn a_frozen_be_adopted_by_the_next_agent_keeps_writing_its_output() {
-    if let Ok(text) = std::env::var(CONFIG) {
-        return be_the_agent(&text);
+    if live::own_process::play_the_agent(true) {
+        return;
     }
     let Some(guard) = Guard::setup(TEST, "l24", 3, "adopted-output", 24) else {
         return;
     };
-    let nobody = headroom_types::UserSpec::name("nobody").unwrap();
-    if !matches!(headroom_host::spawn::RunAs::resolve(&nobody), Ok(Some(u)) if u.uid() == 65534) {
-        return eprintln!("SKIP {TEST}: no user nobody of uid 65534 here");
+    if live::nobody(TEST).is_none() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -96,7 +55,7 @@ fn a_frozen_be_adopted_by_the_next_agent_keeps_writing_its_output() {
     let top = guard.top.to_string();
     let text = |on_exit| config(&top, lc.pid(0), &guard.marker, on_exit, dir.path());
     let one_log = dir.path().join("agent-one.log");
-    let mut one = agent_process(TEST, &text("freeze"), Duration::from_millis(1500), &one_log);
+    let mut one = agent_process(&text("freeze"), Duration::from_millis(1500), &one_log);
     let ended = one.wait().unwrap();
     let one_said = std::fs::read_to_string(&one_log).unwrap_or_default();
     assert!(ended.success(), "agent one ({ended}): {one_said}");
@@ -105,7 +64,7 @@ fn a_frozen_be_adopted_by_the_next_agent_keeps_writing_its_output() {
     let be = left[0];
     let be_group = guard.top.join("be").unwrap();
     let two_log = dir.path().join("agent-two.log");
-    let mut two = agent_process(TEST, &text("restore"), Duration::from_secs(30), &two_log);
+    let mut two = agent_process(&text("restore"), Duration::from_secs(30), &two_log);
     let thawed = live::eventually(Duration::from_secs(20), || {
         guard
             .cgroups
@@ -136,4 +95,8 @@ fn a_frozen_be_adopted_by_the_next_agent_keeps_writing_its_output() {
         "agent two relayed none of the adopted BE's lines: {two_said}"
     );
     assert!(ended.success(), "agent two ({ended}): {two_said}");
+}
+
+fn agent_process(text: &str, run_for: Duration, log: &Path) -> std::process::Child {
+    live::own_process::spawn(&format!("adopted_output::{TEST}"), text, run_for, log)
 }

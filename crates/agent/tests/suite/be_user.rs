@@ -77,19 +77,6 @@ fn status_ids(pid: u32, name: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// nobody's uid, gid and supplementary groups, as the agent looks them up; `None` (after a
-/// SKIP line) where this host has no `nobody` of uid 65534.
-fn nobody(test: &str) -> Option<headroom_host::spawn::RunAs> {
-    let spec = headroom_types::UserSpec::name("nobody").unwrap();
-    match headroom_host::spawn::RunAs::resolve(&spec) {
-        Ok(Some(u)) if u.uid() == 65534 => Some(u),
-        other => {
-            eprintln!("SKIP {test}: no user nobody of uid 65534 here ({other:?})");
-            None
-        }
-    }
-}
-
 const NOBODY: &str = "a_be_command_with_user_nobody_runs_as_65534_and_cannot_leave_its_group";
 
 /// A BE command with `user = "nobody"` runs as uid 65534 with nobody's gid and groups, and its
@@ -100,7 +87,9 @@ fn a_be_command_with_user_nobody_runs_as_65534_and_cannot_leave_its_group() {
     let Some(guard) = Guard::setup(NOBODY, "bu", 7, "nobody", 1) else {
         return;
     };
-    let Some(who) = nobody(NOBODY) else { return };
+    let Some(who) = live::nobody(NOBODY) else {
+        return;
+    };
     let (dir, out) = open_dir();
     let be = guard.top.join("be").unwrap();
     // The root of the first hierarchy the BE group is in.
@@ -177,7 +166,7 @@ fn a_restarted_be_command_keeps_its_user() {
     let Some(guard) = Guard::setup(RESTART, "bu", 7, "restart", 2) else {
         return;
     };
-    if nobody(RESTART).is_none() {
+    if live::nobody(RESTART).is_none() {
         return;
     }
     let (dir, out) = open_dir();
@@ -225,7 +214,7 @@ fn a_new_agent_adopts_the_be_only_as_its_user() {
     let Some(guard) = Guard::setup(ADOPT, "bu", 7, "adopt", 3) else {
         return;
     };
-    if nobody(ADOPT).is_none() {
+    if live::nobody(ADOPT).is_none() {
         return;
     }
     let (dir, _) = open_dir();

@@ -22,23 +22,9 @@ fn a_restart_after_restore_takes_the_recorded_lc_command() {
     let Some(guard) = Guard::setup(AFTER_RESTORE, "hp23", 2, "restore-lc", 23) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let top = &guard.top;
-    let command = vec!["sleep".to_string(), guard.marker.clone()];
-    let text = live::agent_config(
-        &format!("{top}/lc"),
-        &format!("{top}/be"),
-        &format!("command = [\"sleep\", \"{}\"]", guard.marker),
-        &dir.path().join("state.json"),
-        &dir.path().join("ctl.sock"),
-    );
-    let root = std::path::Path::new("/");
-    let copies = || {
-        let mut c = headroom_host::pids::running(root, &command);
-        c.sort_unstable();
-        c
-    };
-    let first = match live::start_agent(&text, Duration::from_millis(1200)) {
+    let case = live::lc_command::LcCommand::new(guard);
+    let (guard, text, copies) = (&case.guard, &case.text, || case.copies());
+    let first = match live::start_agent(text, Duration::from_millis(1200)) {
         Ok(r) => r,
         Err(e) => return eprintln!("SKIP {AFTER_RESTORE}: {e}"),
     };
@@ -50,8 +36,8 @@ fn a_restart_after_restore_takes_the_recorded_lc_command() {
     assert_eq!(left.len(), 1, "the first agent's LC command runs: {left:?}");
     // Out of the LC group, into each hierarchy's root, as an operator (or a restore that
     // hands the LC back) leaves it: the in-group look of pass 22 cannot find it there.
-    let lc_group = headroom_types::GroupPath::new(&format!("{top}/lc")).unwrap();
-    for (backend, _) in guard.cgroups.group_dirs(&lc_group) {
+    let lc_group = &case.lc_group;
+    for (backend, _) in guard.cgroups.group_dirs(lc_group) {
         guard
             .cgroups
             .move_process_to_dir(backend.mount(), left[0] as i32)
@@ -66,10 +52,10 @@ fn a_restart_after_restore_takes_the_recorded_lc_command() {
     live::eventually(Duration::from_secs(10), || copies().len() == 2);
     let before = copies();
     assert_eq!(before.len(), 2, "{before:?}");
-    let second = live::start_agent(&text, Duration::from_millis(1200))
+    let second = live::start_agent(text, Duration::from_millis(1200))
         .expect("the second agent starts after the first's restore");
     let during = copies();
-    let in_group = guard.cgroups.procs(&lc_group).unwrap_or_default();
+    let in_group = guard.cgroups.procs(lc_group).unwrap_or_default();
     second
         .join()
         .unwrap()

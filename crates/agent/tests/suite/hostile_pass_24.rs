@@ -23,31 +23,10 @@ fn a_restart_after_restore_takes_the_followed_lc_command() {
     let Some(guard) = Guard::setup(FOLLOWED, "hp24", 2, "followed-lc", 24) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let top = &guard.top;
-    let command = vec!["sleep".to_string(), guard.marker.clone()];
-    let text = live::agent_config(
-        &format!("{top}/lc"),
-        &format!("{top}/be"),
-        &format!("command = [\"sleep\", \"{}\"]", guard.marker),
-        &dir.path().join("state.json"),
-        &dir.path().join("ctl.sock"),
-    );
-    let root = std::path::Path::new("/");
-    let copies = || {
-        let mut c = headroom_host::pids::running(root, &command);
-        c.sort_unstable();
-        c
-    };
-    let lc_group = headroom_types::GroupPath::new(&format!("{top}/lc")).unwrap();
-    let in_group = |pid: u32| {
-        guard
-            .cgroups
-            .procs(&lc_group)
-            .unwrap_or_default()
-            .contains(&(pid as i32))
-    };
-    let first = match live::start_agent(&text, Duration::from_secs(6)) {
+    let case = live::lc_command::LcCommand::new(guard);
+    let (text, copies) = (&case.text, || case.copies());
+    let in_group = |pid| case.in_lc_group(pid);
+    let first = match live::start_agent(text, Duration::from_secs(6)) {
         Ok(r) => r,
         Err(e) => return eprintln!("SKIP {FOLLOWED}: {e}"),
     };
@@ -60,7 +39,7 @@ fn a_restart_after_restore_takes_the_followed_lc_command() {
     );
     live::eventually(Duration::from_secs(10), || copies().is_empty());
     let mut again = std::process::Command::new("sleep")
-        .arg(&guard.marker)
+        .arg(&case.guard.marker)
         .spawn()
         .unwrap();
     let again_pid = again.id();
@@ -76,7 +55,7 @@ fn a_restart_after_restore_takes_the_followed_lc_command() {
     );
     let before = copies();
     assert_eq!(before, vec![again_pid], "after agent one's restore");
-    let second = live::start_agent(&text, Duration::from_millis(1200))
+    let second = live::start_agent(text, Duration::from_millis(1200))
         .expect("the second agent starts after the first's restore");
     let during = copies();
     let taken = in_group(again_pid);

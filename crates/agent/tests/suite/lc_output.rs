@@ -4,25 +4,18 @@
 //! (a `systemctl restart` killed the LC it left, SIGPIPE). Now its output outlives the agent:
 //! a journald stream of its own where the agent logs to journald, else the agent's own fds.
 //!
-//! The agent runs in a process of its own (this test binary run again for this test alone,
-//! the config in [`CONFIG`]), its fds 1 and 2 a log file: the LC's lines must go on reaching
+//! The agent runs in a process of its own (`live::own_process`), its fds 1 and 2 a log file: the LC's lines must go on reaching
 //! that file after the agent has exited.
 
 use crate::live;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use live::marked::{alive, with_marker, MarkedGroup as Guard};
 
 const TEST: &str = "a_user_run_lc_command_keeps_writing_after_the_agent_exits";
-/// Set in a process of this binary run for this test alone: it is then an agent on this
-/// config text for [`RUN_MS`] ms.
-const CONFIG: &str = "HEADROOM_TEST_LC_OUTPUT_CONFIG";
-const RUN_MS: &str = "HEADROOM_TEST_LC_OUTPUT_RUN_MS";
-
 /// The config on `top`: the LC command as nobody, writing a line every 100 ms (its command
 /// line holds `marker`), one BE `sleep`, `restore` at exit, the state file and socket in `dir`.
 fn config(top: &str, marker: &str, dir: &Path) -> String {
@@ -40,36 +33,6 @@ fn config(top: &str, marker: &str, dir: &Path) -> String {
     )
 }
 
-/// This binary run again as an agent on `text` for `run_for`, its fds 1 and 2 `log`.
-fn agent_process(text: &str, run_for: Duration, log: &Path) -> Child {
-    let log = std::fs::File::create(log).unwrap();
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &format!("lc_output::{TEST}"),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CONFIG, text)
-        .env(RUN_MS, run_for.as_millis().to_string())
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("this test binary, run again as an agent")
-}
-
-/// The agent role (a process of its own): runs, and fails (a non-zero exit) when the agent
-/// does not start or run.
-fn be_the_agent(text: &str) {
-    let ms: u64 = std::env::var(RUN_MS).unwrap().parse().unwrap();
-    let agent =
-        headroom_agent::runtime::Agent::start(live::options(text, Duration::from_millis(ms)))
-            .expect("the agent starts");
-    agent.run().expect("the agent runs");
-}
-
 fn lines_of(log: &Path, marker: &str) -> usize {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -83,21 +46,25 @@ fn lines_of(log: &Path, marker: &str) -> usize {
 /// code before, it died at its first write after the exit.
 #[test]
 fn a_user_run_lc_command_keeps_writing_after_the_agent_exits() {
-    if let Ok(text) = std::env::var(CONFIG) {
-        return be_the_agent(&text);
+    if live::own_process::play_the_agent(false) {
+        return;
     }
     let Some(guard) = Guard::setup(TEST, "lco", 3, "lc-output", 25) else {
         return;
     };
-    let nobody = headroom_types::UserSpec::name("nobody").unwrap();
-    if !matches!(headroom_host::spawn::RunAs::resolve(&nobody), Ok(Some(u)) if u.uid() == 65534) {
-        return eprintln!("SKIP {TEST}: no user nobody of uid 65534 here");
+    if live::nobody(TEST).is_none() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let log = dir.path().join("agent.log");
     let text = config(guard.top.as_str(), &guard.marker, dir.path());
-    let mut agent = agent_process(&text, Duration::from_millis(1500), &log);
+    let mut agent = live::own_process::spawn(
+        &format!("lc_output::{TEST}"),
+        &text,
+        Duration::from_millis(1500),
+        &log,
+    );
     let ended = agent.wait().unwrap();
     let said = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(ended.success(), "the agent ({ended}): {said}");

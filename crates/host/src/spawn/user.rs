@@ -258,6 +258,22 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
+    /// This thread joins a new session keyring named `name` (`keyctl(2)`
+    /// `KEYCTL_JOIN_SESSION_KEYRING`: this thread's credentials only), as the agent's own
+    /// session keyring stands in the tests.
+    pub(super) fn join_session_keyring_named(name: &str) {
+        let c_name = std::ffi::CString::new(name).unwrap();
+        // SAFETY: keyctl with a NUL-terminated name; it changes this thread's creds only.
+        let id = unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                KEYCTL_JOIN_SESSION_KEYRING,
+                c_name.as_ptr(),
+            )
+        };
+        assert!(id > 0, "join: {}", io::Error::last_os_error());
+    }
+
     /// uid 65534 as the agent looks it up; `None` (after a SKIP line) when not root or absent.
     fn nobody(test: &str) -> Option<RunAs> {
         // SAFETY: geteuid has no preconditions.
@@ -275,8 +291,12 @@ mod tests {
     }
 
     /// What `script` wrote to its stdout, redirected to `out` (a path `user` may write), run
-    /// the BE's way (`Gated`) as `user`; empty when it wrote nothing.
-    fn gated_output(user: &RunAs, script: &str, out: &Path) -> String {
+    /// the BE's way (`Gated`) as `user` (empty when it wrote nothing), and how it ended.
+    pub(super) fn gated(
+        user: &RunAs,
+        script: &str,
+        out: &Path,
+    ) -> (String, nix::sys::wait::WaitStatus) {
         let argv = [
             "sh".to_string(),
             "-c".to_string(),
@@ -286,8 +306,8 @@ mod tests {
         assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
         let pid = nix::unistd::Pid::from_raw(gated.pid());
         gated.open();
-        let _ = nix::sys::wait::waitpid(pid, None);
-        std::fs::read_to_string(out).unwrap_or_default()
+        let end = nix::sys::wait::waitpid(pid, None).expect("waitpid");
+        (std::fs::read_to_string(out).unwrap_or_default(), end)
     }
 
     /// Twenty-first hostile pass: a BE run as nobody by an agent started from a login (whose
@@ -310,16 +330,7 @@ mod tests {
         let name = format!("hr-keyring-test-{}", std::process::id());
         let (seen_here, lc, be) = std::thread::scope(|s| {
             s.spawn(|| {
-                let c_name = std::ffi::CString::new(name.clone()).unwrap();
-                // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, name): this thread's creds only.
-                let id = unsafe {
-                    libc::syscall(
-                        libc::SYS_keyctl,
-                        KEYCTL_JOIN_SESSION_KEYRING,
-                        c_name.as_ptr(),
-                    )
-                };
-                assert!(id > 0, "join: {}", io::Error::last_os_error());
+                join_session_keyring_named(&name);
                 let seen_here = std::fs::read_to_string("/proc/keys").unwrap();
                 let mut cmd = Command::new("cat");
                 cmd.arg("/proc/keys");
@@ -329,7 +340,7 @@ mod tests {
                     .apply(&mut cmd)
                     .unwrap();
                 let lc = cmd.output().expect("spawn");
-                let be = gated_output(&nobody, "cat /proc/keys", &out);
+                let be = gated(&nobody, "cat /proc/keys", &out).0;
                 (
                     seen_here,
                     String::from_utf8_lossy(&lc.stdout).into_owned(),
@@ -385,7 +396,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let out = dir.path().join("env");
-        let be = gated_output(&nobody, "exec cat /proc/self/environ", &out);
+        let be = gated(&nobody, "exec cat /proc/self/environ", &out).0;
         for (how, text) in [("StartIn", &lc), ("Gated", &be)] {
             let names = listed(text);
             assert!(

@@ -4,7 +4,7 @@
 //! still never holds the parent's.
 
 use super::*;
-use crate::spawn::{Gated, StartIn};
+use crate::spawn::StartIn;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -92,22 +92,6 @@ fn fill_key_quota(uid: u32) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::E2BIG))
 }
 
-/// What `script` wrote to `out` (a path the user may write), run the BE's way (`Gated`) as
-/// `user`, and how it ended.
-fn gated(user: &RunAs, script: &str, out: &Path) -> (String, nix::sys::wait::WaitStatus) {
-    let argv = [
-        "sh".to_string(),
-        "-c".to_string(),
-        format!("{script} > {}", out.display()),
-    ];
-    let gated = Gated::fork_as(&argv, &[], Some(user)).expect("fork");
-    assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
-    let pid = nix::unistd::Pid::from_raw(gated.pid());
-    gated.open();
-    let end = nix::sys::wait::waitpid(pid, None).expect("waitpid");
-    (std::fs::read_to_string(out).unwrap_or_default(), end)
-}
-
 /// A user whose key quota is full (a process of its own holds as many keys as the kernel
 /// lets it, `/proc/sys/kernel/keys/maxkeys` and `maxbytes`) still runs its commands, the
 /// LC's way (`StartIn`) and the BE's (`Gated`): in its own user-session keyring, and never
@@ -149,16 +133,7 @@ fn a_user_whose_key_quota_is_full_still_runs_without_the_parents_keyring() {
     let name = format!("hr-quota-test-{}", std::process::id());
     let (lc, be) = std::thread::scope(|s| {
         s.spawn(|| {
-            let c_name = std::ffi::CString::new(name.clone()).unwrap();
-            // SAFETY: keyctl(KEYCTL_JOIN_SESSION_KEYRING, name): this thread's creds only.
-            let id = unsafe {
-                libc::syscall(
-                    libc::SYS_keyctl,
-                    KEYCTL_JOIN_SESSION_KEYRING,
-                    c_name.as_ptr(),
-                )
-            };
-            assert!(id > 0, "join: {}", io::Error::last_os_error());
+            super::tests::join_session_keyring_named(&name);
             let mut cmd = Command::new("cat");
             cmd.arg("/proc/keys");
             StartIn::parent()
@@ -167,7 +142,7 @@ fn a_user_whose_key_quota_is_full_still_runs_without_the_parents_keyring() {
                 .apply(&mut cmd)
                 .unwrap();
             let lc = cmd.output();
-            let be = gated(&user, "cat /proc/keys", &out);
+            let be = super::tests::gated(&user, "cat /proc/keys", &out);
             (lc, be)
         })
         .join()

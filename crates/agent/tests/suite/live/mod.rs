@@ -10,7 +10,9 @@ use headroom_agent::runtime::{Agent, AgentError, AgentOptions, RunSummary};
 use headroom_control::config::Config;
 
 pub mod discovery;
+pub mod lc_command;
 pub mod marked;
+pub mod own_process;
 
 /// Processes standing in for services: killed and reaped at the end, whatever happens.
 pub struct Children(pub Vec<std::process::Child>);
@@ -53,6 +55,20 @@ impl Drop for Children {
 pub fn the_discovery_holder() -> std::sync::MutexGuard<'static, ()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// nobody's uid, gid and supplementary groups, as the agent looks them up; `None` (after a
+/// SKIP line) where this host has no `nobody` of uid 65534.
+#[allow(dead_code)] // not every test that shares this module runs a command as nobody
+pub fn nobody(test: &str) -> Option<headroom_host::spawn::RunAs> {
+    let spec = headroom_types::UserSpec::name("nobody").unwrap();
+    match headroom_host::spawn::RunAs::resolve(&spec) {
+        Ok(Some(u)) if u.uid() == 65534 => Some(u),
+        other => {
+            eprintln!("SKIP {test}: no user nobody of uid 65534 here ({other:?})");
+            None
+        }
+    }
 }
 
 /// Whether the test runs as root (cgroups, BPF).
