@@ -76,9 +76,10 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
 /// (`<root>/proc/self/cgroup`). Hostile pass 25: a BE group holding the agent was accepted,
 /// and the start froze BE with the agent in it: the agent hung at once (no tick, no control
 /// socket, no exit action on SIGTERM) with BE frozen until it was killed, again at every
-/// restart; `restore` and a restart's kill of unrecorded BE processes would SIGKILL it. (A
-/// DaemonSet's pod left without resources is BestEffort: its container then sits in the
-/// shipped `kubepods/besteffort`.)
+/// restart; had it run on, a restart's kill of the BE processes it did not record would
+/// SIGKILL it (a first start spares what it finds in the group, itself too; a restart only
+/// what that start recorded). (A DaemonSet's pod left without resources is BestEffort: its
+/// container then sits in the shipped `kubepods/besteffort`.)
 fn be_groups_holding_the_agent(root: &Path, config: &Config) -> Vec<ConfigError> {
     let text = std::fs::read_to_string(root.join("proc/self/cgroup")).unwrap_or_default();
     let mine: Vec<headroom_types::GroupPath> = text

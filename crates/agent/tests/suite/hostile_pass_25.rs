@@ -1,9 +1,9 @@
 //! Hostile pass 25 (issue 42): a `[[be]] cgroup` that held the agent itself (its own group,
 //! or one above it, in any hierarchy) was accepted. The start froze BE, and the agent with it:
 //! it hung at once (no tick, no control socket, SIGTERM never handled, so no exit action)
-//! with BE frozen, until it was killed, and again at every restart. `restore`, or a restart's
-//! kill of BE processes it did not record, would SIGKILL it. Now refused at start, exit 2,
-//! before anything is made.
+//! with BE frozen, until it was killed, and again at every restart. Had it run on, a
+//! restart's kill of the BE processes it did not record would SIGKILL it. Now refused at
+//! start, exit 2, before anything is made.
 //!
 //! The agent's groups are read from `<root>/proc/self/cgroup`: here a root of the test's own,
 //! so the test process is never put in a group (it shares the process with other tests).
