@@ -1,10 +1,10 @@
 //! The config's checks that need this host, made before the start touches anything and
 //! reported with the file's own errors' form (key, value, fix; every one at once; exit 2): an
 //! LC pid that runs, a command whose program is there to run, a disk to throttle, an LC
-//! user's name this host knows. Before (fifth hostile pass), `[lc] pids` naming no running
-//! process passed, and the start failed after it had made the groups (exit 1); a BE command
-//! naming a program that is not there "died" with status 127 at every restart for as long as
-//! the agent ran.
+//! user's name this host knows, a BE group that does not hold the agent itself. Before
+//! (fifth hostile pass), `[lc] pids` naming no running process passed, and the start failed
+//! after it had made the groups (exit 1); a BE command naming a program that is not there
+//! "died" with status 127 at every restart for as long as the agent ran.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -68,7 +68,41 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
     }
     problems.extend(io_device_problems(root, config));
     problems.extend(crate::run_as::problems(config));
+    problems.extend(be_groups_holding_the_agent(root, config));
     into_result(problems)
+}
+
+/// Every `[[be]] cgroup` that is the agent's own group or one above it, in any hierarchy
+/// (`<root>/proc/self/cgroup`). Hostile pass 25: a BE group holding the agent was accepted,
+/// and the start froze BE with the agent in it: the agent hung at once (no tick, no control
+/// socket, no exit action on SIGTERM) with BE frozen until it was killed, again at every
+/// restart; had it run on, a restart's kill of the BE processes it did not record would
+/// SIGKILL it (a first start spares what it finds in the group, itself too; a restart only
+/// what that start recorded). (A DaemonSet's pod left without resources is BestEffort: its
+/// container then sits in the shipped `kubepods/besteffort`.)
+fn be_groups_holding_the_agent(root: &Path, config: &Config) -> Vec<ConfigError> {
+    let text = std::fs::read_to_string(root.join("proc/self/cgroup")).unwrap_or_default();
+    let mine: Vec<headroom_types::GroupPath> = text
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .filter_map(|p| headroom_types::GroupPath::new(p.trim_start_matches('/')).ok())
+        .collect();
+    config
+        .be
+        .iter()
+        .enumerate()
+        .filter_map(|(i, be)| {
+            let inside = mine.iter().find(|m| m.is_within(&be.cgroup))?;
+            Some(ConfigError::Invalid {
+                key: format!("be[{i}].cgroup"),
+                value: format!("{:?}", be.cgroup.as_str()),
+                reason: format!(
+                    "holds the agent itself (its group {:?}): freezing or killing BE would freeze or kill the agent; give BE a group of its own, or run the agent outside it",
+                    inside.as_str()
+                ),
+            })
+        })
+        .collect()
 }
 
 /// Every socket the agent binds (`api.socket`, each feed socket) whose directory another user
