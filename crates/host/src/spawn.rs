@@ -26,6 +26,7 @@ use crate::error::{HostError, Result};
 mod gate;
 pub mod journal;
 pub mod relay;
+mod standing;
 mod user;
 pub use gate::Gated;
 pub use user::{passed_on, RunAs, NO_ENTRY_GID};

@@ -116,9 +116,9 @@ impl Gated {
         }
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
-        // SAFETY: the child only calls async-signal-safe functions (setsid, isatty, read, open, dup2,
-        // close, setgroups, setgid, setuid, rt_sigaction, sigprocmask, execvp or execvpe, _exit) on data
-        // prepared before the fork.
+        // SAFETY: the child only calls async-signal-safe functions (setsid, isatty, read, open,
+        // dup2, close, getpriority, setpriority, write, setgroups, setgid, setuid, rt_sigaction,
+        // sigprocmask, execvp or execvpe, _exit) on data prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = io::Error::last_os_error();
@@ -159,6 +159,7 @@ impl Gated {
                         libc::close(null); // else the command holds it as fd 3 (pass 20)
                     }
                 }
+                super::standing::at_most_ordinary();
                 if user.is_some_and(|u| u.become_it().is_err()) {
                     libc::_exit(126); // never run the command as the parent's user instead
                 }
