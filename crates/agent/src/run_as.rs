@@ -384,9 +384,9 @@ pub fn root_be_warning(config: &Config) -> Option<String> {
 }
 
 /// The warning said once at start when a BE command runs as the same user as an LC command
-/// (pass 18: `nobody` both): that BE may signal or ptrace the LC. The BE groups and LCs it
-/// names, or `None`. Root on both sides is [`root_be_warning`]'s.
-pub fn same_user_warning(config: &Config) -> Option<String> {
+/// (pass 18: `nobody` both) or an LC process given by pid (`uid_of`: its effective uid):
+/// that BE may signal or ptrace the LC. The BE groups and LCs it names, or `None`. Root on both sides is [`root_be_warning`]'s.
+pub fn same_user_warning(config: &Config, uid_of: impl Fn(u32) -> Option<u32>) -> Option<String> {
     let me = headroom_host::process::effective_uid();
     let lcs: Vec<(&str, u32)> = config
         .lcs
@@ -399,6 +399,15 @@ pub fn same_user_warning(config: &Config) -> Option<String> {
             };
             Some((lc.name.as_str(), uid))
         })
+        // An LC given by pid runs as its process's user (pass 25's low: not warned).
+        .chain(config.lcs.iter().flat_map(|lc| {
+            lc.pids
+                .iter()
+                .filter_map(|&pid| uid_of(pid))
+                .map(move |uid| (lc.name.as_str(), uid))
+        }))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect();
     let said: Vec<String> = config
         .be

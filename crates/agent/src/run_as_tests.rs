@@ -198,11 +198,20 @@ fn a_be_running_as_the_lcs_user_is_warned() {
         )
     };
     let same = Config::from_toml_str(&text("user = 65534")).unwrap();
-    let said = same_user_warning(&same).unwrap();
+    let said = same_user_warning(&same, |_| None).unwrap();
     assert!(said.contains("may kill or ptrace the LC"), "{said}");
     assert!(said.contains("BE batch and LC web as uid 65534"), "{said}");
     let other = Config::from_toml_str(&text("user = 0")).unwrap();
-    assert_eq!(same_user_warning(&other), None);
+    assert_eq!(same_user_warning(&other, |_| None), None);
+    // An LC given by pid: its process's user (pass 25's low: not warned).
+    let by_pid = |uid: u32| {
+        let text = "[lc]\nname = \"web\"\ncgroup = \"a/lc\"\npids = [4242]\n[[be]]\nname = \"batch\"\ncgroup = \"a/be\"\ncommand = [\"sleep\", \"1\"]\nuser = \"nobody\"\n[policy]\nkind = \"static-cores\"\n";
+        let config = Config::from_toml_str(text).unwrap();
+        same_user_warning(&config, |pid| (pid == 4242).then_some(uid))
+    };
+    let said = by_pid(65534).expect("an LC by pid as nobody, beside BE as nobody");
+    assert!(said.contains("BE batch and LC web as uid 65534"), "{said}");
+    assert_eq!(by_pid(1000), None);
 }
 
 /// Pass 20's lows: the check read the `#!` line as words, so what env `-S` or the kernel

@@ -392,7 +392,9 @@ impl Agent {
         if let Some(w) = crate::run_as::root_be_warning(&agent.config) {
             tracing::warn!("{w}");
         }
-        if let Some(w) = crate::run_as::same_user_warning(&agent.config) {
+        // (an LC process's effective uid: the one its signals and ptrace are judged by)
+        let uid_of = |pid| headroom_host::pids::uids(&agent.options.root, pid).map(|(_, e)| e);
+        if let Some(w) = crate::run_as::same_user_warning(&agent.config, uid_of) {
             tracing::warn!("{w}");
         }
         if agent.config.kubernetes.discover {
