@@ -103,6 +103,8 @@ impl Node for SimHost {
                 }),
                 CgroupKnob::Frozen => KnobValue::Frozen(!a.be_enabled),
                 CgroupKnob::MemoryMax => KnobValue::MemoryMax(self.be_memory_max),
+                // Held, not modelled: the model's BE forks nothing.
+                CgroupKnob::PidsMax => KnobValue::PidsMax(self.be_pids_max),
             }),
             Knob::Cgroup {
                 group,
@@ -129,6 +131,7 @@ impl Node for SimHost {
                 }
                 (CgroupKnob::Frozen, KnobValue::Frozen(z)) => self.applied_mut().be_enabled = !z,
                 (CgroupKnob::MemoryMax, KnobValue::MemoryMax(b)) => self.be_memory_max = *b,
+                (CgroupKnob::PidsMax, KnobValue::PidsMax(n)) => self.be_pids_max = *n,
                 _ => return Err(bad(knob, to)),
             },
             (

@@ -13,6 +13,7 @@ mod servers;
 mod support;
 
 mod be_command_dies;
+mod be_pids;
 mod be_user;
 mod config_file;
 mod ctl_set_checks;
