@@ -86,8 +86,6 @@ pub struct SimHost {
     /// Maximum frequency of each CPU, kHz.
     pub(crate) cpu_khz: Vec<u64>,
     pub(crate) be_memory_max: Option<u64>,
-    /// BE groups' `pids.max` as written (the model's BE forks nothing: held, not modelled).
-    pub(crate) be_pids_max: Option<u64>,
     /// (LC arrivals per s, latency source's tail, peak) for the next `sense`.
     pub(crate) inputs: (f64, Option<f64>, f64),
     pub(crate) obs: Observation,
@@ -139,7 +137,6 @@ impl SimHost {
             facts: sim_facts(cores, model.server.freq_max_mhz),
             cpu_khz: vec![(model.server.freq_max_mhz * 1000.0) as u64; cores as usize],
             be_memory_max: None,
-            be_pids_max: None,
             inputs: (0.0, None, 1.0),
             obs: Observation::default(),
             last: None,

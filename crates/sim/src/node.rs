@@ -103,8 +103,9 @@ impl Node for SimHost {
                 }),
                 CgroupKnob::Frozen => KnobValue::Frozen(!a.be_enabled),
                 CgroupKnob::MemoryMax => KnobValue::MemoryMax(self.be_memory_max),
-                // Held, not modelled: the model's BE forks nothing.
-                CgroupKnob::PidsMax => KnobValue::PidsMax(self.be_pids_max),
+                // Not modelled (the model's BE forks nothing): as a host without the pids
+                // controller, the knob is not managed.
+                CgroupKnob::PidsMax => return Err(not_found(knob)),
             }),
             Knob::Cgroup {
                 group,
@@ -131,7 +132,6 @@ impl Node for SimHost {
                 }
                 (CgroupKnob::Frozen, KnobValue::Frozen(z)) => self.applied_mut().be_enabled = !z,
                 (CgroupKnob::MemoryMax, KnobValue::MemoryMax(b)) => self.be_memory_max = *b,
-                (CgroupKnob::PidsMax, KnobValue::PidsMax(n)) => self.be_pids_max = *n,
                 _ => return Err(bad(knob, to)),
             },
             (
