@@ -183,15 +183,19 @@ lifecycle() {
   [ -n "$dev" ] || fail "io.max setup" "no /sys/block/vda (virtio disk driver not loaded)"
   orig_cpus=$(knob $CG/hr1/be/cpuset.cpus); orig_mem=$(knob $CG/hr1/be/memory.max)
   orig_io=$(knob $CG/hr1/be/io.max)
+  orig_pids=$(knob $CG/hr1/be/pids.max); orig_lc_pids=$(knob $CG/hr1/lc/pids.max)
   write_config $D 'kind = "static-cores"
 [policy.static-cores]
 cores = 1' restore hr1/lc hr1/be "be_memory_limit_bytes = 67108864
+be_pids_max = 64
 be_io_limits = [{ device = \"$dev\", read_bps = 1048576, write_iops = 100 }]" "$lc"
   start_agent $D || return
   pass "agent start (static-cores, pid $AGENT)"
   wait_knob "static-cores: be cpuset.cpus" $CG/hr1/be/cpuset.cpus "$LAST"
   expect "static-cores: the BE process's affinity" "$LAST" "$(allowed_cpus "$be")"
   wait_knob "be memory.max" $CG/hr1/be/memory.max 67108864
+  wait_knob "be pids.max (issue 42)" $CG/hr1/be/pids.max 64
+  expect "the LC's pids.max is never the agent's" "$orig_lc_pids" "$(knob $CG/hr1/lc/pids.max)"
   [ -n "$dev" ] && wait_knob "be io.max on the virtio disk" $CG/hr1/be/io.max \
     "$dev rbps=1048576 wbps=max riops=max wiops=100"
   # Drift: someone else (kubelet, an operator) widens the cpuset; the reconciler repairs it.
@@ -206,6 +210,7 @@ be_io_limits = [{ device = \"$dev\", read_bps = 1048576, write_iops = 100 }]" "$
   ctl $D off >/dev/null
   restored_cpuset "ctl off restores be cpuset.cpus" $CG/hr1/be/cpuset.cpus "$orig_cpus"
   wait_knob "ctl off restores be memory.max" $CG/hr1/be/memory.max "$orig_mem"
+  wait_knob "ctl off restores be pids.max" $CG/hr1/be/pids.max "$orig_pids"
   wait_knob "ctl off restores be io.max" $CG/hr1/be/io.max "$orig_io"
   ctl $D resume >/dev/null
   wait_knob "ctl resume re-applies be cpuset.cpus" $CG/hr1/be/cpuset.cpus "$LAST"
@@ -213,6 +218,7 @@ be_io_limits = [{ device = \"$dev\", read_bps = 1048576, write_iops = 100 }]" "$
   expect "SIGTERM: agent exit status" 0 "$rc"
   restored_cpuset "SIGTERM (on_exit restore): be cpuset.cpus" $CG/hr1/be/cpuset.cpus "$orig_cpus"
   expect "SIGTERM (on_exit restore): be memory.max" "$orig_mem" "$(knob $CG/hr1/be/memory.max)"
+  expect "SIGTERM (on_exit restore): be pids.max" "$orig_pids" "$(knob $CG/hr1/be/pids.max)"
   expect "SIGTERM (on_exit restore): be io.max" "$orig_io" "$(knob $CG/hr1/be/io.max)"
   expect "SIGTERM (on_exit restore): be cgroup.freeze" 0 "$(knob $CG/hr1/be/cgroup.freeze)"
   kill "$lc" "$be" 2>/dev/null

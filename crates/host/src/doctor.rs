@@ -103,6 +103,7 @@ pub fn probe_with(host: &LinuxHost, options: ProbeOptions) -> Doctor {
                 root_user,
                 &tc.htb,
             )),
+            pids: Some(cg.pids),
         },
         sensors: Sensors {
             proc_stat: match host.proc_stat().and_then(|mut r| r.read().map(|c| c.len())) {
@@ -151,6 +152,7 @@ struct CgroupProbe {
     net_prio: Availability,
     cgroup_psi: Availability,
     cpu_usage: Availability,
+    pids: Availability,
 }
 
 impl CgroupProbe {
@@ -168,6 +170,7 @@ impl CgroupProbe {
             net_prio: no(),
             cgroup_psi: no(),
             cpu_usage: no(),
+            pids: no(),
         }
     }
 
@@ -277,6 +280,8 @@ impl CgroupProbe {
                 Availability::no("per-group PSI needs cgroup v2 with controllers; groups are controlled through v1 here")
             },
             cpu_usage: knob(Controller::Cpuacct, "cpuacct.usage", "cpu.stat", false),
+            // Without it a BE's process count is not bounded (safety.be_pids_max).
+            pids: knob(Controller::Pids, "pids.max", "pids.max", true),
         };
         if let Some(g) = created {
             if let Err(e) = cgroups.remove(&g) {

@@ -26,6 +26,7 @@
 //!   cpu_weight / native_cpu_weight / set_cpu_idle / cpu_idle / set_cpu_quota(CpuQuota) / cpu_quota
 //!   freeze / thaw (wait until settled) / freeze_state
 //!   set_memory_max / memory_max / set_memory_high / memory_high / memory_usage / memory_events
+//!   set_pids_max / pids_max / pids_current (the pids controller; sysctl::pid_max is the host's)
 //!   set_io_limits(g, DeviceId, IoLimits) / io_limits / set_io_weight / io_weight
 //!   set_net_classid / net_classid (v1 net_cls) / set_net_prio / net_prio (v1 net_prio)
 //!   cpu_usage_ns / cpu_throttling / psi (v2) / ensure_v2_group (for cgroup BPF on hybrid hosts)

@@ -35,6 +35,17 @@ pub fn io_uring_disabled(root: &Path) -> Result<u8> {
         })
 }
 
+/// `kernel.pid_max`: the most pids (processes and threads) the whole host hands out.
+pub fn pid_max(root: &Path) -> Result<u64> {
+    const NAME: &str = "kernel.pid_max";
+    let value = read(root, NAME)?;
+    value.parse().map_err(|_| HostError::Parse {
+        path: path(root, NAME),
+        content: value,
+        reason: "not a number".to_owned(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

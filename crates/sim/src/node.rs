@@ -103,6 +103,9 @@ impl Node for SimHost {
                 }),
                 CgroupKnob::Frozen => KnobValue::Frozen(!a.be_enabled),
                 CgroupKnob::MemoryMax => KnobValue::MemoryMax(self.be_memory_max),
+                // Not modelled (the model's BE forks nothing): as a host without the pids
+                // controller, the knob is not managed.
+                CgroupKnob::PidsMax => return Err(not_found(knob)),
             }),
             Knob::Cgroup {
                 group,

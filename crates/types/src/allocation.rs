@@ -115,6 +115,10 @@ pub struct Allocation {
     pub be_io_limits: Vec<IoLimit>,
     /// BE memory limit (`memory.max` / `memory.limit_in_bytes`), bytes.
     pub be_memory_limit_bytes: Option<u64>,
+    /// BE process limit (`pids.max` of each BE group: tasks, processes and threads);
+    /// `None` = the groups' original. Set from `safety.be_pids_max` whatever the policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub be_pids_max: Option<u64>,
     /// Kill the BE processes now (low memory: freezing would not free their memory); the runtime
     /// restarts the configured BE commands with backoff once this is false again.
     pub be_kill: bool,
@@ -144,6 +148,7 @@ impl Default for Allocation {
             be_egress_ceil_bytes_per_s: None,
             be_io_limits: Vec::new(),
             be_memory_limit_bytes: None,
+            be_pids_max: None,
             be_kill: false,
             lc_groups: Vec::new(),
             lc_services: Vec::new(),

@@ -62,6 +62,9 @@ pub struct Mechanisms {
     /// (priority = HTB class id; any network namespace); extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_bpf: Option<Availability>,
+    /// Bounding a BE's process count with `pids.max` (the pids controller); extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<Availability>,
 }
 
 impl Mechanisms {
@@ -85,6 +88,7 @@ impl Mechanisms {
             M::NetCls => self.net_cls.as_ref(),
             M::NetPrio => self.net_prio.as_ref(),
             M::CgroupBpf => self.cgroup_bpf.as_ref(),
+            M::Pids => self.pids.as_ref(),
         }
     }
 

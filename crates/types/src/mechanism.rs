@@ -27,10 +27,12 @@ pub enum Mechanism {
     NetCls,
     NetPrio,
     CgroupBpf,
+    /// `pids.max` on the BE groups (the pids controller): a BE's process count bounded.
+    Pids,
 }
 
 impl Mechanism {
-    pub const ALL: [Mechanism; 16] = [
+    pub const ALL: [Mechanism; 17] = [
         Mechanism::Cpuset,
         Mechanism::CpuWeight,
         Mechanism::CpuIdle,
@@ -47,6 +49,7 @@ impl Mechanism {
         Mechanism::NetCls,
         Mechanism::NetPrio,
         Mechanism::CgroupBpf,
+        Mechanism::Pids,
     ];
 
     /// The name in `doctor --json`, the decision log and `ctl status`.
@@ -68,6 +71,7 @@ impl Mechanism {
             Mechanism::NetCls => "net_cls",
             Mechanism::NetPrio => "net_prio",
             Mechanism::CgroupBpf => "cgroup_bpf",
+            Mechanism::Pids => "pids",
         }
     }
 

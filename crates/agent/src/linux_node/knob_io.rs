@@ -27,6 +27,7 @@ fn controller_of(knob: CgroupKnob) -> Controller {
         CgroupKnob::CpuWeight | CgroupKnob::CpuIdle | CgroupKnob::CpuQuota => Controller::Cpu,
         CgroupKnob::Frozen => Controller::Freezer,
         CgroupKnob::MemoryMax => Controller::Memory,
+        CgroupKnob::PidsMax => Controller::Pids,
     }
 }
 
@@ -71,6 +72,7 @@ impl LinuxNode {
             CgroupKnob::CpuQuota => KnobValue::Quota(cg.cpu_quota(group)?),
             CgroupKnob::Frozen => KnobValue::Frozen(self.frozen(group)?),
             CgroupKnob::MemoryMax => KnobValue::MemoryMax(cg.memory_max(group)?),
+            CgroupKnob::PidsMax => KnobValue::PidsMax(cg.pids_max(group)?),
         })
     }
 
@@ -102,6 +104,7 @@ impl LinuxNode {
             }
             KnobValue::Frozen(false) => cg.thaw(group),
             KnobValue::MemoryMax(b) => cg.set_memory_max(group, *b),
+            KnobValue::PidsMax(n) => cg.set_pids_max(group, *n),
             other => Err(HostError::invalid(
                 "cgroup knob value",
                 other.to_string(),
@@ -314,6 +317,7 @@ impl Node for LinuxNode {
                     CgroupKnob::Frozen => "freezer.state",
                     CgroupKnob::MemoryMax if self.facts.v2_weights => "memory.max",
                     CgroupKnob::MemoryMax => "memory.limit_in_bytes",
+                    CgroupKnob::PidsMax => "pids.max",
                 };
                 let controller = controller_of(*knob);
                 let dir = self.cgroups.backend(controller).ok().and_then(|b| {

@@ -345,11 +345,19 @@ pub fn machine_info(host: &LinuxHost, node: &LinuxNode) -> MachineInfo {
         crate::sensors::PowerSensor::open(host).is_some(),
     );
     node.limit_mechanisms(&mut mechanisms);
+    let pid_max = headroom_host::sysctl::pid_max(host.root())
+        .map_err(|e| {
+            tracing::warn!(
+                "kernel.pid_max unread ({e}): the default safety.be_pids_max assumes 32768"
+            )
+        })
+        .ok();
     MachineInfo {
         cpus,
         sockets: Vec::new(),
         llc_ways: node.llc_ways(),
         mechanisms,
+        pid_max,
     }
 }
 

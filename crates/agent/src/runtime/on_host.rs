@@ -200,6 +200,54 @@ pub(super) fn check_memory_limit(
     Ok(())
 }
 
+/// `safety.be_pids_max` (`limit`, 0 = none) refused at `ctl set` when it is below the tasks a
+/// BE group (of `groups`) holds now (`pids.current`): the kernel takes the write, but the BE
+/// could then start nothing more, not even a process it waits on, until enough of its own end.
+pub(super) fn check_pids_limit(
+    cgroups: &headroom_host::Cgroups,
+    groups: &[headroom_types::GroupPath],
+    limit: Option<u64>,
+) -> Result<(), ConfigError> {
+    let Some(limit) = limit.filter(|n| *n != 0) else {
+        return Ok(());
+    };
+    for g in groups {
+        let Ok(count) = cgroups.pids_current(g) else {
+            continue;
+        };
+        if count > limit {
+            return Err(ConfigError::Invalid {
+                key: "safety.be_pids_max".into(),
+                value: limit.to_string(),
+                reason: format!(
+                    "below the tasks BE group {g} holds now ({count} processes and threads): \
+                     BE could start nothing until some end; give at least {count}"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Said once at start: where the BE groups' process count is to be bounded but this host has no
+/// pids controller (a v1 host without the `pids` hierarchy), nothing bounds it. Not an error.
+pub(super) fn say_pids_unbounded(config: &Config, machine: &headroom_control::policy::MachineInfo) {
+    let Some(limit) = config.safety.be_pids_limit(machine.pid_max) else {
+        return;
+    };
+    if !machine
+        .mechanisms
+        .has(headroom_types::mechanism::Mechanism::Pids)
+    {
+        tracing::warn!(
+            be_pids_max = limit,
+            "no pids controller here (cgroup v1 without a pids hierarchy, or v2 without pids): \
+             BE's process count is not bounded, and a BE that forks without end can take every \
+             pid on the host"
+        );
+    }
+}
+
 /// Every `safety.be_io_limits` device that is not a whole disk here (also checked on a live
 /// `set`). The kernel refuses a throttle on a device it lacks or on a partition (ENODEV), and
 /// a refused write that confines BE freezes it until the write goes through: for good, from

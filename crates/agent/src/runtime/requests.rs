@@ -76,6 +76,7 @@ impl Agent {
                     .and_then(|()| updated.validate_on(&self.machine.cpus))
                     .and_then(|()| super::on_host::check_io_devices(&self.options.root, &updated))
                     .and_then(|()| self.check_memory_limit(&updated))
+                    .and_then(|()| self.check_pids_limit(&updated))
                 {
                     return Response::error(e.to_string());
                 }
@@ -112,6 +113,16 @@ impl Agent {
             return Ok(());
         }
         super::on_host::check_memory_limit(self.node.cgroups(), &self.groups.be, limit)
+    }
+
+    /// Refuses a new `safety.be_pids_max` below the tasks a BE group holds now
+    /// ([`super::on_host::check_pids_limit`]), for a value that changed.
+    fn check_pids_limit(&self, updated: &Config) -> Result<(), ConfigError> {
+        let limit = updated.safety.be_pids_max;
+        if limit == self.config.safety.be_pids_max {
+            return Ok(());
+        }
+        super::on_host::check_pids_limit(self.node.cgroups(), &self.groups.be, limit)
     }
 
     /// Puts every original back (the kill switch, `on_exit = "restore"`); returns the writes.

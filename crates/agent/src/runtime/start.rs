@@ -90,6 +90,7 @@ impl Agent {
         })?;
         let machine = machine_info(&host, &node);
         config.validate_on(&machine.cpus)?;
+        super::on_host::say_pids_unbounded(&config, &machine);
 
         // ---- steps that touch nothing on the host ----
         let state_path = PathBuf::from(&config.safety.state_file);

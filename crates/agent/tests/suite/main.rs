@@ -14,6 +14,7 @@ mod support;
 
 mod adopted_output;
 mod be_command_dies;
+mod be_pids;
 mod be_user;
 mod config_file;
 mod ctl_set_checks;

@@ -230,6 +230,10 @@ const USES: &[(&str, &str)] = &[
     ("freeze", "disable BE instantly; on_exit = freeze"),
     ("memory", "BE memory limit, kill on low memory"),
     ("io", "BE disk throttling (PerfIso)"),
+    (
+        "pids",
+        "BE process limit (safety.be_pids_max): a BE fork bomb bounded",
+    ),
     ("sched_attr", "LC thread pinning / SCHED_IDLE BE threads"),
     ("resctrl_l3", "heracles LLC partitioning"),
     ("resctrl_mba", "heracles DRAM bandwidth cap"),

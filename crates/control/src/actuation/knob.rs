@@ -18,6 +18,8 @@ pub enum CgroupKnob {
     CpuQuota,
     Frozen,
     MemoryMax,
+    /// `pids.max`: the most tasks a BE group may hold (BE groups only; never the LC's).
+    PidsMax,
 }
 
 impl CgroupKnob {
@@ -28,6 +30,7 @@ impl CgroupKnob {
         CgroupKnob::CpuQuota,
         CgroupKnob::Frozen,
         CgroupKnob::MemoryMax,
+        CgroupKnob::PidsMax,
     ];
 
     /// The knob's name as configs and traces spell it.
@@ -39,6 +42,7 @@ impl CgroupKnob {
             CgroupKnob::CpuQuota => "cpu_quota",
             CgroupKnob::Frozen => "frozen",
             CgroupKnob::MemoryMax => "memory_max",
+            CgroupKnob::PidsMax => "pids_max",
         }
     }
 }
@@ -106,6 +110,8 @@ pub enum KnobValue {
     Frozen(bool),
     /// Bytes; `None` = unlimited.
     MemoryMax(Option<u64>),
+    /// Tasks (processes and threads); `None` = `max`, unlimited.
+    PidsMax(Option<u64>),
     Io(IoLimits),
     Schemata(Schemata),
     /// A resctrl group that does not exist (a BE group's value before the agent made it).
@@ -125,6 +131,7 @@ impl fmt::Display for KnobValue {
             KnobValue::Quota(q) => write!(f, "quota {}/{}", opt(q.quota_us), q.period_us),
             KnobValue::Frozen(z) => f.write_str(if *z { "frozen" } else { "thawed" }),
             KnobValue::MemoryMax(b) => write!(f, "memory.max {}", opt(*b)),
+            KnobValue::PidsMax(n) => write!(f, "pids.max {}", opt(*n)),
             KnobValue::Io(l) => write!(
                 f,
                 "rbps={} wbps={} riops={} wiops={}",
@@ -193,6 +200,7 @@ pub fn narrows(from: &KnobValue, to: &KnobValue) -> bool {
         (KnobValue::Weight(a), KnobValue::Weight(b)) => b < a,
         (KnobValue::Quota(a), KnobValue::Quota(b)) => quota_cpus(b) < quota_cpus(a),
         (KnobValue::MemoryMax(a), KnobValue::MemoryMax(b)) => less(*a, *b),
+        (KnobValue::PidsMax(a), KnobValue::PidsMax(b)) => less(*a, *b),
         (KnobValue::Io(a), KnobValue::Io(b)) => {
             less(a.read_bps, b.read_bps)
                 || less(a.write_bps, b.write_bps)
@@ -257,5 +265,15 @@ mod tests {
         // Empty is "inherit every CPU of the parent" on v2.
         assert!(narrows(&cpus(&[]), &cpus(&[1])));
         assert!(!narrows(&cpus(&[1]), &cpus(&[])));
+    }
+
+    #[test]
+    fn a_pids_limit_is_a_shrink_and_lifting_it_a_gain() {
+        let pids = |n: Option<u64>| KnobValue::PidsMax(n);
+        assert!(narrows(&pids(None), &pids(Some(64))));
+        assert!(narrows(&pids(Some(128)), &pids(Some(64))));
+        assert!(!narrows(&pids(Some(64)), &pids(None)));
+        assert_eq!(phase(false, &pids(None), &pids(Some(64))), Phase::Shrink);
+        assert_eq!(pids(Some(64)).to_string(), "pids.max 64");
     }
 }

@@ -22,6 +22,8 @@ mod lc_services_tests;
 #[cfg(test)]
 #[path = "mem_node_tests.rs"]
 mod mem_node;
+#[cfg(test)]
+mod pids_tests;
 mod release;
 #[cfg(test)]
 mod release_tests;

@@ -77,9 +77,15 @@ pub fn kubelet_owns_weight(group: &GroupPath) -> bool {
         .any(|c| c == "kubepods" || c == "kubepods.slice")
 }
 
-/// Weight and idle: the knobs [`kubelet_owns_weight`] keeps from the agent.
+/// Weight, idle and `pids.max`: the knobs [`kubelet_owns_weight`] keeps from the agent. A
+/// pod's `pids.max` is kubelet's (`podPidsLimit`, and `pid` in `--system-reserved` /
+/// `--kube-reserved` for the pods root): the agent leaves it as kubelet wrote it, so a BE pod's
+/// process count is bounded by kubelet's `podPidsLimit` or not at all (docs/kubernetes.md).
 pub fn kubelet_knob(group: &GroupPath, knob: CgroupKnob) -> bool {
-    matches!(knob, CgroupKnob::CpuWeight | CgroupKnob::CpuIdle) && kubelet_owns_weight(group)
+    matches!(
+        knob,
+        CgroupKnob::CpuWeight | CgroupKnob::CpuIdle | CgroupKnob::PidsMax
+    ) && kubelet_owns_weight(group)
 }
 
 fn native_weight(facts: &NodeFacts, w: CpuWeight) -> KnobValue {
@@ -119,6 +125,8 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
                 CgroupKnob::MemoryMax => a
                     .be_memory_limit_bytes
                     .map(|b| KnobValue::MemoryMax(Some(b))),
+                // BE groups only: the LC's `pids.max` is never in the target.
+                CgroupKnob::PidsMax => a.be_pids_max.map(|n| KnobValue::PidsMax(Some(n))),
             };
             out.insert(key, value.unwrap_or_else(|| orig.clone()));
         }

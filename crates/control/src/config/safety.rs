@@ -16,6 +16,22 @@ pub enum OnExit {
 /// The smallest BE memory limit accepted (a limit is a cap on a working set, not a switch).
 pub const MIN_BE_MEMORY_LIMIT_BYTES: u64 = 4 << 20;
 
+/// The smallest `safety.be_pids_max` accepted: a shell, its command and a few helpers.
+pub const MIN_BE_PIDS_MAX: u64 = 16;
+/// The largest: the kernel's `PID_MAX_LIMIT` on 64-bit (`pids.max` refuses more, EINVAL).
+pub const MAX_BE_PIDS_MAX: u64 = 4 << 20;
+/// The default's ceiling: enough tasks for any batch job this agent runs beside an LC.
+pub const DEFAULT_BE_PIDS_CAP: u64 = 32_768;
+/// The kernel's default `pid_max`, taken where the host's is not known.
+const KERNEL_DEFAULT_PID_MAX: u64 = 32_768;
+
+/// The default BE process limit on a host with `pid_max` pids: a quarter of them, at most
+/// [`DEFAULT_BE_PIDS_CAP`], so a BE fork bomb leaves three quarters to the LC, the agent and
+/// the host whatever the host's `pid_max` is.
+pub fn default_be_pids_max(pid_max: Option<u64>) -> u64 {
+    (pid_max.unwrap_or(KERNEL_DEFAULT_PID_MAX) / 4).clamp(MIN_BE_PIDS_MAX, DEFAULT_BE_PIDS_CAP)
+}
+
 /// `[safety]`: rules that override every policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -43,6 +59,11 @@ pub struct SafetyConfig {
     /// Memory limit of the BE groups, bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub be_memory_limit_bytes: Option<u64>,
+    /// Most tasks (processes and threads) each BE group may hold (`pids.max`). Absent: a
+    /// quarter of the host's `kernel.pid_max`, at most 32768 ([`default_be_pids_max`]);
+    /// 0: no limit (the groups' `pids.max` is left as it was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub be_pids_max: Option<u64>,
     /// Disk throttles of the BE groups (PerfIso's static I/O limits).
     pub be_io_limits: Vec<IoLimit>,
     /// The control loop runs SCHED_FIFO at this priority so no BE (or LC) thread can delay a
@@ -65,6 +86,7 @@ impl Default for SafetyConfig {
             min_mem_available_bytes: None,
             max_memory_psi_full: None,
             be_memory_limit_bytes: None,
+            be_pids_max: None,
             be_io_limits: Vec::new(),
             agent_fifo_priority: 1,
         }
@@ -72,6 +94,15 @@ impl Default for SafetyConfig {
 }
 
 impl SafetyConfig {
+    /// The BE groups' `pids.max` on a host with `pid_max` pids: `None` = left as it was.
+    pub fn be_pids_limit(&self, pid_max: Option<u64>) -> Option<u64> {
+        match self.be_pids_max {
+            None => Some(default_be_pids_max(pid_max)),
+            Some(0) => None,
+            Some(n) => Some(n),
+        }
+    }
+
     /// Refuses bad values; the error names the key, the value and the reason.
     pub(crate) fn validate(&self, p: &mut Problems) {
         if self.agent_fifo_priority > 99 {
@@ -142,6 +173,17 @@ impl SafetyConfig {
                     bytes,
                     "must be at least 4194304 (4 MiB): below that v1 refuses the write \
                      (EBUSY) and v2 kills every BE task; leave it out for no limit",
+                ));
+            }
+        }
+        if let Some(n) = self.be_pids_max {
+            if n != 0 && !(MIN_BE_PIDS_MAX..=MAX_BE_PIDS_MAX).contains(&n) {
+                p.push(invalid(
+                    "safety.be_pids_max",
+                    n,
+                    "must be 16..=4194304 tasks (below 16 a BE's shell cannot start its \
+                     command; above 4194304 the kernel refuses it), or 0 for no limit; leave \
+                     it out for the default, a quarter of kernel.pid_max (at most 32768)",
                 ));
             }
         }

@@ -142,6 +142,9 @@ pub struct MachineInfo {
     pub llc_ways: Option<u32>,
     #[serde(default)]
     pub mechanisms: Mechanisms,
+    /// The host's `kernel.pid_max`, where read: the default `safety.be_pids_max` is a quarter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_max: Option<u64>,
 }
 
 impl MachineInfo {
@@ -152,6 +155,7 @@ impl MachineInfo {
             sockets: Vec::new(),
             llc_ways: Some(20),
             mechanisms: Mechanisms::default(),
+            pid_max: None,
         }
     }
 

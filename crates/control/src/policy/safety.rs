@@ -158,6 +158,9 @@ impl Guarded {
         if drop(Mechanism::Memory, a.be_memory_limit_bytes.is_some()) {
             a.be_memory_limit_bytes = None;
         }
+        if drop(Mechanism::Pids, a.be_pids_max.is_some()) {
+            a.be_pids_max = None;
+        }
         if drop(Mechanism::Io, !a.be_io_limits.is_empty()) {
             a.be_io_limits.clear();
         }
@@ -233,6 +236,8 @@ impl Policy for Guarded {
         if a.be_memory_limit_bytes.is_none() {
             a.be_memory_limit_bytes = s.be_memory_limit_bytes;
         }
+        // Whatever the policy: a BE that forks without end would take every pid on the host.
+        a.be_pids_max = s.be_pids_limit(self.machine.pid_max);
         if a.be_io_limits.is_empty() && !s.be_io_limits.is_empty() {
             a.be_io_limits = s.be_io_limits.clone();
         }

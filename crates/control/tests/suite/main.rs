@@ -2,6 +2,7 @@
 
 mod config_support;
 
+mod be_pids;
 mod config_all_at_once;
 mod config_errors;
 mod config_kernel_latency;

@@ -24,6 +24,7 @@ mod knob_file;
 mod layout;
 mod memory;
 mod net;
+mod pids_limit;
 mod pressure;
 
 pub use cpu::{CpuQuota, CpuThrottling};
