@@ -64,34 +64,52 @@ log=target/test.log
 heartbeat=$!
 trap 'kill $heartbeat 2>/dev/null || true' EXIT
 
+# Arguments: cargo's before `--` (they shape the build: `-p <crate>`), the tests' after it (a
+# filter, `--exact`, ...).
+cargo_args=()
+test_args=()
+seen_sep=0
+for a in "$@"; do
+  if [ $seen_sep = 0 ] && [ "$a" = "--" ]; then seen_sep=1; continue; fi
+  if [ $seen_sep = 0 ]; then cargo_args+=("$a"); else test_args+=("$a"); fi
+done
+
+# The build also lists the test executables it made (cargo's JSON messages: each test
+# harness's executable, its source and its package's directory), so that they run from this
+# one build: a second `cargo test` on fewer packages unifies features differently and rebuilds.
+binaries=target/test-binaries.tsv
 set +e
-cargo test "${build[@]}" --workspace --all-targets --no-run 2>&1 | tee -a "$log"
-built=${PIPESTATUS[0]}
+cargo test "${build[@]}" --workspace --all-targets --no-run "${cargo_args[@]+"${cargo_args[@]}"}" \
+  --message-format=json-render-diagnostics 2> >(tee -a "$log" >&2) >target/test-build.json
+built=$?
 set -e
 [ "$built" = 0 ] || { echo "scripts/test.sh: the build failed (above)"; exit "$built"; }
+grep '"reason":"compiler-artifact"' target/test-build.json | grep '"test":true' |
+  sed -n 's/.*"manifest_path":"\([^"]*\)\/Cargo.toml".*"src_path":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1\t\2\t\3/p' |
+  sort -u >"$binaries"
+[ -s "$binaries" ] || { echo "scripts/test.sh: the build listed no test executable"; exit 1; }
 bash scripts/package.sh --bin "target/$target/release/headroom" ||
   echo "scripts/test.sh: scripts/package.sh failed; the package tests will fail"
 export HEADROOM_PACKAGED=1
 
-# Every test binary runs (--no-fail-fast), so the counts at the end are whole. Passing tests'
-# output is captured by the test harness; --show-output prints it, so every SKIP line is logged.
-args=("$@")
-has_sep=0
-for a in "${args[@]+"${args[@]}"}"; do [ "$a" = "--" ] && has_sep=1; done
-[ $has_sep = 1 ] || args+=(--)
-args+=(--show-output)
-
+# Every test executable runs (a failure does not stop the others), from its package's directory
+# as `cargo test` runs it, so the counts at the end are whole. Passing tests' output is captured
+# by the harness; --show-output prints it, so every SKIP line is logged.
 # The agent crate's tests run 8 at a time: they wait on agents' ticks and deadlines (about 450 s
 # of waiting, 8 s of CPU), and each makes its own groups, locks and sockets, so on 2 cores they
-# take about 60 s instead of 220 s. Every other crate keeps cargo's default (one test per core):
-# the load generator's and the end-to-end tests measure latency, and the SCHED_FIFO tests share
-# the root group's one real-time budget.
+# take about 60 s instead of 220 s. Every other crate keeps the harness's default (one test per
+# core): the load generator's and the end-to-end tests measure latency, and the SCHED_FIFO tests
+# share the root group's one real-time budget.
+status=0
 set +e
-cargo test "${build[@]}" --workspace --exclude headroom-agent --all-targets --no-fail-fast "${args[@]}" 2>&1 | tee -a "$log"
-status=${PIPESTATUS[0]}
-RUST_TEST_THREADS=8 cargo test "${build[@]}" -p headroom-agent --all-targets --no-fail-fast "${args[@]}" 2>&1 | tee -a "$log"
-agent_status=${PIPESTATUS[0]}
-[ "$status" != 0 ] || status=$agent_status
+while IFS=$'\t' read -r dir src exe; do
+  echo "     Running ${src#"$dir"/} (${exe#"$PWD"/})" | tee -a "$log"
+  threads=()
+  [ "$dir" = "$PWD/crates/agent" ] && threads=(env RUST_TEST_THREADS=8)
+  (cd "$dir" && "${threads[@]}" "$exe" --show-output "${test_args[@]+"${test_args[@]}"}") 2>&1 |
+    tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=101
+done <"$binaries"
 set -e
 
 skips=$(grep -o 'SKIP [^ :]*[^:]*: .*' "$log" | sort | uniq || true)
