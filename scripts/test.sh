@@ -84,7 +84,7 @@ cargo test "${build[@]}" --workspace --all-targets --no-run "${cargo_args[@]+"${
 built=$?
 set -e
 [ "$built" = 0 ] || { echo "scripts/test.sh: the build failed (above)"; exit "$built"; }
-grep '"reason":"compiler-artifact"' target/test-build.json | grep '"test":true' |
+grep '"reason":"compiler-artifact"' target/test-build.json | grep -E '"profile":\{[^}]*"test":true' |
   sed -n 's/.*"manifest_path":"\([^"]*\)\/Cargo.toml".*"src_path":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1\t\2\t\3/p' |
   sort -u >"$binaries"
 [ -s "$binaries" ] || { echo "scripts/test.sh: the build listed no test executable"; exit 1; }
