@@ -183,7 +183,7 @@ impl Gated {
             let name = Path::new(&argv[0])
                 .file_name()
                 .map_or_else(|| argv[0].clone(), |n| n.to_string_lossy().into_owned());
-            if let Err(e) = super::relay::start(read, &name, pid, true) {
+            if let Err(e) = super::relay::start(read, &name, pid) {
                 gated.kill();
                 return Err(e);
             }

@@ -88,22 +88,20 @@ pub fn pidfd(pid: i32) -> io::Result<OwnedFd> {
 }
 
 /// Logs what comes out of `read` (a [`pipe`]'s read end) on a thread of its own, with
-/// `name` and `pid` (the caller's child, not reaped yet), until every writer has closed it
-/// and, `be` (a BE command's, restarted at will), until [`GRACE`] after `pid` has ended,
-/// reading at most [`BYTES_PER_WINDOW`] per [`WINDOW`]. An LC command's relay is neither
-/// ended nor paced: an LC (launched once per start) never waits on the agent, and what it
-/// left (a daemon that kept its stdout) is not made to fail its writes.
-pub fn start(read: OwnedFd, name: &str, pid: i32, be: bool) -> io::Result<()> {
-    let end = match be.then(|| pidfd(pid)).transpose() {
-        Ok(fd) => fd,
+/// `name` and `pid` (the caller's BE command, not reaped yet, restarted at will), until every
+/// writer has closed it or [`GRACE`] after `pid` has ended, reading at most
+/// [`BYTES_PER_WINDOW`] per [`WINDOW`]. (An LC command is never relayed: its output must
+/// outlive the agent, `super::journal`.)
+pub fn start(read: OwnedFd, name: &str, pid: i32) -> io::Result<()> {
+    let end = match pidfd(pid) {
+        Ok(fd) => Some(fd),
         Err(e) => {
             tracing::warn!(target: TARGET, command = %name, pid, error = %e,
                 "no pidfd for the command: its output is relayed until the last process holding it closes it");
             None
         }
     };
-    let budget = be.then_some(BYTES_PER_WINDOW);
-    start_until(read, end, GRACE, budget, logged(name, pid))
+    start_until(read, end, GRACE, Some(BYTES_PER_WINDOW), logged(name, pid))
 }
 
 /// Relays the output of a BE command an earlier agent launched and this one adopts (pid
