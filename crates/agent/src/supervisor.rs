@@ -49,6 +49,16 @@ pub enum LaunchError {
     },
 }
 
+/// A BE command's group still held processes after the kill ([`Supervised::stop`]).
+#[derive(Debug, thiserror::Error)]
+#[error("BE {name}: its group {group} still holds processes after the kill: {source}")]
+pub struct StopError {
+    pub name: String,
+    pub group: String,
+    #[source]
+    pub source: Box<headroom_host::HostError>,
+}
+
 /// One supervised command.
 #[derive(Debug)]
 pub struct Supervised {
@@ -262,7 +272,13 @@ impl Supervised {
             }
         }
         if let Some(at) = self.restart_at {
-            if now >= at {
+            if now >= at && self.pids_full(cgroups) {
+                // Counted before the relaunch: a move into the group is not refused by
+                // `pids.max` (only a fork is), so relaunching into a full group took it one
+                // task past `be_pids_max` (issue 42's low). Tried again after the backoff.
+                self.restart_at = Some(now + self.backoff);
+                self.backoff = (self.backoff * 2).min(self.backoff_max);
+            } else if now >= at {
                 self.restarts += 1;
                 if let Err(e) = self.start(cgroups) {
                     tracing::error!(error = %e, "restart failed");
@@ -271,6 +287,24 @@ impl Supervised {
                 }
             }
         }
+    }
+
+    /// Whether the group holds as many tasks as its `pids.max` allows (said when it does): a
+    /// relaunch would take it past the limit. A group without the limit, or whose counts do not
+    /// read, is not full.
+    fn pids_full(&self, cgroups: &Cgroups) -> bool {
+        let (Ok(Some(max)), Ok(current)) = (
+            cgroups.pids_max(&self.group),
+            cgroups.pids_current(&self.group),
+        ) else {
+            return false;
+        };
+        let full = current >= max;
+        if full {
+            tracing::warn!(name = %self.name, group = %self.group, current, max,
+                "the BE group holds as many tasks as its pids.max (safety.be_pids_max): the command is not relaunched until one ends");
+        }
+        full
     }
 
     /// "OOM-killed (memory limit N bytes)" when the group's OOM-kill count rose since the
@@ -296,8 +330,10 @@ impl Supervised {
     /// there goes too. With the command itself gone (exited, or waiting for its restart), what
     /// it forked may still run in the group — a daemon, a double fork — and goes the same way
     /// (fourth hostile pass: such a child outlived `restore`, unconfined, with no agent).
-    /// Processes in `spared` are left. Returns how many processes had to be killed.
-    pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> usize {
+    /// Processes in `spared` are left. Returns how many processes had to be killed; a kill
+    /// that did not empty the group within [`headroom_host::cgroup::KILL_SETTLE`] is an error
+    /// naming the group and the processes left (pass 25's low: `restore` counted it done).
+    pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> Result<usize, StopError> {
         use headroom_host::process::{exists, send_signal, Signal};
         self.restart_at = None;
         let pid = self.pid();
@@ -310,7 +346,7 @@ impl Supervised {
                 .collect()
         };
         if pid.is_none() && ours(cgroups).is_empty() && !self.has_subgroups(cgroups) {
-            return 0;
+            return Ok(0);
         }
         // A frozen process takes no signal until it is thawed.
         if cgroups
@@ -345,14 +381,28 @@ impl Supervised {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let killed = kill_group_except(cgroups, &self.group, &self.spared);
+        let killed = cgroups.kill_all_except(&self.group, &self.spared);
         if let Some(pid) = self.child.take() {
             let _ = send_signal(pid, Signal::SIGKILL);
-            let _ = headroom_host::process::reap(pid, true);
+            // (not waited for when the kill failed: a frozen child would never be reaped)
+            let _ = headroom_host::process::reap(pid, killed.is_ok());
         }
         self.adopted = None;
-        tracing::info!(name = %self.name, pid = ?pid, killed, "stopped");
-        killed
+        match killed {
+            Ok(killed) => {
+                tracing::info!(name = %self.name, pid = ?pid, killed, "stopped");
+                Ok(killed)
+            }
+            Err(e) => {
+                let e = StopError {
+                    name: self.name.clone(),
+                    group: self.group.to_string(),
+                    source: Box::new(e),
+                };
+                tracing::error!(error = %e, "stopping the BE command");
+                Err(e)
+            }
+        }
     }
 
     /// Whether the group has groups below it (their processes are stopped with it).
