@@ -10,13 +10,14 @@
 //! the one hierarchy) is joined right after spawn — joining a frozen group inside `pre_exec`
 //! would block the spawn until BE is thawed.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use headroom_host::spawn::{Gated, RunAs, StartIn};
-use headroom_host::{Backend, Cgroups, Controller};
+use headroom_host::spawn::{Gated, RunAs};
+use headroom_host::Cgroups;
 use headroom_types::GroupPath;
+
+mod lc_launch;
+pub use lc_launch::launch_in_group;
 
 /// Errors launching a command.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,16 @@ pub enum LaunchError {
         #[source]
         source: Box<headroom_host::HostError>,
     },
+}
+
+/// A BE command's group still held processes after the kill ([`Supervised::stop`]).
+#[derive(Debug, thiserror::Error)]
+#[error("BE {name}: its group {group} still holds processes after the kill: {source}")]
+pub struct StopError {
+    pub name: String,
+    pub group: String,
+    #[source]
+    pub source: Box<headroom_host::HostError>,
 }
 
 /// One supervised command.
@@ -261,7 +272,13 @@ impl Supervised {
             }
         }
         if let Some(at) = self.restart_at {
-            if now >= at {
+            if now >= at && self.pids_full(cgroups) {
+                // Counted before the relaunch: a move into the group is not refused by
+                // `pids.max` (only a fork is), so relaunching into a full group took it one
+                // task past `be_pids_max` (issue 42's low). Tried again after the backoff.
+                self.restart_at = Some(now + self.backoff);
+                self.backoff = (self.backoff * 2).min(self.backoff_max);
+            } else if now >= at {
                 self.restarts += 1;
                 if let Err(e) = self.start(cgroups) {
                     tracing::error!(error = %e, "restart failed");
@@ -270,6 +287,24 @@ impl Supervised {
                 }
             }
         }
+    }
+
+    /// Whether the group holds as many tasks as its `pids.max` allows (said when it does): a
+    /// relaunch would take it past the limit. A group without the limit, or whose counts do not
+    /// read, is not full.
+    fn pids_full(&self, cgroups: &Cgroups) -> bool {
+        let (Ok(Some(max)), Ok(current)) = (
+            cgroups.pids_max(&self.group),
+            cgroups.pids_current(&self.group),
+        ) else {
+            return false;
+        };
+        let full = current >= max;
+        if full {
+            tracing::warn!(name = %self.name, group = %self.group, current, max,
+                "the BE group holds as many tasks as its pids.max (safety.be_pids_max): the command is not relaunched until one ends");
+        }
+        full
     }
 
     /// "OOM-killed (memory limit N bytes)" when the group's OOM-kill count rose since the
@@ -295,8 +330,10 @@ impl Supervised {
     /// there goes too. With the command itself gone (exited, or waiting for its restart), what
     /// it forked may still run in the group — a daemon, a double fork — and goes the same way
     /// (fourth hostile pass: such a child outlived `restore`, unconfined, with no agent).
-    /// Processes in `spared` are left. Returns how many processes had to be killed.
-    pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> usize {
+    /// Processes in `spared` are left. Returns how many processes had to be killed; a kill
+    /// that did not empty the group within [`headroom_host::cgroup::KILL_SETTLE`] is an error
+    /// naming the group and the processes left (pass 25's low: `restore` counted it done).
+    pub fn stop(&mut self, cgroups: &Cgroups, grace: Duration) -> Result<usize, StopError> {
         use headroom_host::process::{exists, send_signal, Signal};
         self.restart_at = None;
         let pid = self.pid();
@@ -309,7 +346,7 @@ impl Supervised {
                 .collect()
         };
         if pid.is_none() && ours(cgroups).is_empty() && !self.has_subgroups(cgroups) {
-            return 0;
+            return Ok(0);
         }
         // A frozen process takes no signal until it is thawed.
         if cgroups
@@ -344,14 +381,28 @@ impl Supervised {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let killed = kill_group_except(cgroups, &self.group, &self.spared);
+        let killed = cgroups.kill_all_except(&self.group, &self.spared);
         if let Some(pid) = self.child.take() {
             let _ = send_signal(pid, Signal::SIGKILL);
-            let _ = headroom_host::process::reap(pid, true);
+            // (not waited for when the kill failed: a frozen child would never be reaped)
+            let _ = headroom_host::process::reap(pid, killed.is_ok());
         }
         self.adopted = None;
-        tracing::info!(name = %self.name, pid = ?pid, killed, "stopped");
-        killed
+        match killed {
+            Ok(killed) => {
+                tracing::info!(name = %self.name, pid = ?pid, killed, "stopped");
+                Ok(killed)
+            }
+            Err(e) => {
+                let e = StopError {
+                    name: self.name.clone(),
+                    group: self.group.to_string(),
+                    source: Box::new(e),
+                };
+                tracing::error!(error = %e, "stopping the BE command");
+                Err(e)
+            }
+        }
     }
 
     /// Whether the group has groups below it (their processes are stopped with it).
@@ -390,107 +441,6 @@ pub fn kill_group_except(
         Err(e) => {
             tracing::error!(group = %group, error = %e, "killing the processes of a BE group");
             0
-        }
-    }
-}
-
-/// Spawns `command` so that it runs inside `group` from its first instruction (see module doc),
-/// as `user` when given (`[lc] user`), else as the agent's user.
-pub fn launch_in_group(
-    cgroups: &Cgroups,
-    name: &str,
-    command: &[String],
-    group: &GroupPath,
-    user: Option<&RunAs>,
-) -> Result<Child, LaunchError> {
-    let Some((program, args)) = command.split_first() else {
-        return Err(LaunchError::Empty {
-            name: name.to_string(),
-        });
-    };
-    let freezer_mount = cgroups
-        .backend(Controller::Freezer)
-        .ok()
-        .map(|b| b.mount().to_path_buf());
-    let early = cgroups
-        .group_dirs(group)
-        .into_iter()
-        .filter(|(b, _)| matches!(b, Backend::V1(_)))
-        .filter(|(b, _)| Some(b.mount().to_path_buf()) != freezer_mount)
-        // Its own session, no controlling terminal (as the gated BE's): run as a user, one
-        // left in the agent's could push input into the agent's terminal (eighteenth pass).
-        .fold(StartIn::parent().in_own_session(), |start, (_, dir)| {
-            start.in_group(&dir)
-        });
-    let early = match user {
-        Some(u) => early.as_user(u.clone()),
-        None => early,
-    };
-    let mut cmd = Command::new(program);
-    // As a user, the agent's stdin is left in place for the start step to compare fds 1 and 2
-    // with (the agent's input must not reach the command), which then makes it /dev/null.
-    cmd.args(args).stdin(if user.is_some() {
-        Stdio::inherit()
-    } else {
-        Stdio::null()
-    });
-    cmd.envs(user.map(RunAs::env).unwrap_or_default());
-    let spawn_err = |source| LaunchError::Spawn {
-        name: name.to_string(),
-        command: command.to_vec(),
-        group: group.to_string(),
-        source,
-    };
-    // As a user, its fds 1 and 2 outlive the agent (the agent leaves it running: through a
-    // pipe only the agent read, it died at its first write after the agent's exit, pass 24)
-    // and are never the agent's journal stream (pass 20: its lines were the agent's).
-    if user.is_some() {
-        lc_output(&mut cmd, name);
-    }
-    early
-        .apply(&mut cmd)
-        .map_err(|source| LaunchError::Prepare {
-            name: name.to_string(),
-            group: group.to_string(),
-            source: Box::new(source),
-        })?;
-    let mut child = cmd.spawn().map_err(spawn_err)?;
-    drop(cmd); // the agent's copies of the command's journal stream
-    if let Err(source) = cgroups.move_process(group, child.id() as i32) {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(LaunchError::Move {
-            name: name.to_string(),
-            pid: child.id(),
-            group: group.to_string(),
-            source: Box::new(source),
-        });
-    }
-    Ok(child)
-}
-
-/// Where a user-run LC command's output goes: where the agent logs to journald (systemd's
-/// `$JOURNAL_STREAM` is its fd 2), a journald stream of its own with the identifier
-/// `headroom-lc-<name>` (`systemd-cat`'s); else the agent's own fds 1 and 2 (a file, or a pipe
-/// whose reader outlives the agent; the start step makes a terminal or the agent's input
-/// `/dev/null`). A journald that refuses the stream: `/dev/null`, said.
-fn lc_output(cmd: &mut Command, name: &str) {
-    use headroom_host::spawn::journal;
-    if !journal::agent_logs_to_journal() {
-        return;
-    }
-    let opened = journal::open(
-        Path::new(journal::STDOUT_SOCKET),
-        &format!("headroom-lc-{name}"),
-    )
-    .and_then(|fd| Ok((fd.try_clone()?, fd)));
-    match opened {
-        Ok((out, err)) => {
-            cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
-        }
-        Err(e) => {
-            tracing::warn!(name, socket = journal::STDOUT_SOCKET, error = %e, "journald refused a stream for the LC command: its output is discarded");
-            cmd.stdout(Stdio::null()).stderr(Stdio::null());
         }
     }
 }

@@ -28,7 +28,7 @@ pub mod journal;
 pub mod relay;
 mod standing;
 mod user;
-pub use gate::Gated;
+pub use gate::{Gated, COMMAND_TIMER_SLACK_NS};
 pub use user::{passed_on, RunAs, NO_ENTRY_GID};
 
 /// A capability a child can be started without (`linux/capability.h` numbers).

@@ -18,6 +18,7 @@ use super::host_steps::{lc_left_running, move_lc_back, remove_created_groups, re
 use super::{Agent, AgentError, RunSummary};
 use crate::state;
 use headroom_control::config::OnExit;
+use headroom_types::GroupPath;
 
 impl Agent {
     pub(super) fn shutdown(mut self) -> Result<RunSummary, AgentError> {
@@ -172,8 +173,12 @@ impl Agent {
         // BE commands stop while still confined (stopping thaws a frozen group to deliver
         // the signal); only then do the groups get their originals back.
         let cg = self.node.cgroups().clone();
+        // A kill that left processes is not done (pass 25's low: it was counted done, the
+        // state file removed and the survivors left in a group put back to its originals).
         for s in &mut self.supervised {
-            s.stop(&cg, Duration::from_secs(2));
+            if let Err(e) = s.stop(&cg, Duration::from_secs(2)) {
+                failures.push(e.to_string());
+            }
         }
         self.supervised.clear();
         if let Err(e) = self.restore_originals() {
@@ -181,9 +186,63 @@ impl Agent {
         }
         move_lc_back(&cg, &self.lc_origins);
         self.lc_origins.clear();
+        self.move_lc_commands_out_of_made_groups();
         remove_created_groups(&cg, &mut self.created_groups, &[]);
         remove_made_dirs(&cg, &mut self.created_dirs, &[]);
         "restore: original settings restored".into()
+    }
+}
+
+impl Agent {
+    /// `restore` removes the groups the agent made (`docs/agent.md`, "Start and exit"): an
+    /// LC command it launched (or took) that still sits in its service's group where the agent
+    /// made that group is moved, in those hierarchies, to where the agent itself is (the
+    /// hierarchy's root where the agent's own group does not read), as the command started
+    /// there before its launch moved it in. Left in it, the group stayed, and every later
+    /// start adopted it as an existing group and never removed it (passes 23 and 24's low).
+    /// The command stays running and recorded (`record_left_lcs`): the next start takes it.
+    fn move_lc_commands_out_of_made_groups(&mut self) {
+        let root = self.options.root.clone();
+        let cg = self.node.cgroups().clone();
+        let own = headroom_host::pids::cgroup_text(&root, std::process::id());
+        let services: Vec<GroupPath> = self
+            .config
+            .lcs
+            .iter()
+            .filter(|l| !l.command.is_empty())
+            .map(|l| l.cgroup.clone())
+            .collect();
+        for (group, child) in services.iter().zip(self.lc_children.iter_mut()) {
+            if child.exited(&root) {
+                continue;
+            }
+            let pid = child.id();
+            let made_all = self.created_groups.contains(group);
+            let lc_dirs = cg.process_dirs(group, &headroom_host::pids::cgroup_text(&root, pid));
+            let agent_dirs = cg.process_dirs(group, &own);
+            for (backend, dir) in cg.group_dirs(group) {
+                let made = made_all || self.created_dirs.contains(&(group.clone(), dir.clone()));
+                let mount = backend.mount();
+                if !made || !lc_dirs.iter().any(|d| d.starts_with(mount) && *d == dir) {
+                    continue;
+                }
+                let to = agent_dirs
+                    .iter()
+                    .find(|d| d.starts_with(mount))
+                    .map_or_else(|| mount.to_path_buf(), Clone::clone);
+                if to == dir {
+                    continue; // the agent is in the LC's group itself: the group stays
+                }
+                match cg.move_process_to_dir(&to, pid as i32) {
+                    Ok(()) => {
+                        tracing::info!(pid, group = %group, to = %to.display(), "the LC command moved out of the group the agent made, to where the agent is, before the group is removed")
+                    }
+                    Err(e) => {
+                        tracing::warn!(pid, group = %group, to = %to.display(), error = %e, "moving the LC command out of the group the agent made failed: the group stays")
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -200,5 +259,5 @@ fn followed_lc(
         headroom_host::process::effective_uid,
         headroom_host::spawn::RunAs::uid,
     );
-    lc_left_running(root, cg, &lc.cgroup, &lc.command, uid).map(|found| found.id())
+    lc_left_running(root, cg, &lc.cgroup, &lc.command, uid).map(|(pid, _)| pid)
 }

@@ -10,6 +10,7 @@ use headroom_types::GroupPath;
 
 use super::AgentError;
 use crate::linux_node::LinuxNode;
+use crate::sensors::lc_threads::LcThreads;
 use crate::state::{self};
 use crate::supervisor::Supervised;
 use headroom_control::actuation::ManagedGroups;
@@ -51,7 +52,8 @@ pub(super) fn undo(
     tracing::warn!("start failed: undoing what it did");
     for s in &mut steps.supervised {
         if !steps.had_state || s.launched() {
-            s.stop(cgroups, Duration::from_secs(2));
+            // (a kill that left processes is logged by `stop`; the undo goes on)
+            let _ = s.stop(cgroups, Duration::from_secs(2));
         }
     }
     let mut restored = true;
@@ -289,76 +291,113 @@ impl LcChild {
 
 /// The LC command an earlier agent left running, to be taken instead of launched again: a copy
 /// in the LC's group ([`lc_left_running`]), else the process the agent before recorded at its
-/// exit (`restore` moved it out of the group), moved back in ([`lc_recorded`]).
+/// exit (`restore` moved it out of the group, [`lc_recorded`]); either is moved into the group
+/// in every hierarchy it is out of ([`take_into`]).
 pub(super) fn lc_to_take(
     root: &Path,
     cgroups: &Cgroups,
     left: &[crate::lc_record::LeftLc],
     lc: &headroom_control::config::LcConfig,
     uid: u32,
+    lc_threads: &mut LcThreads,
     lc_moved: &mut BTreeMap<u32, Vec<String>>,
-) -> Result<Option<LcChild>, headroom_host::HostError> {
-    match lc_left_running(root, cgroups, &lc.cgroup, &lc.command, uid) {
-        Some(found) => Ok(Some(found)),
-        None => lc_recorded(
-            root,
-            cgroups,
-            left,
-            &lc.name,
-            &lc.command,
-            &lc.cgroup,
-            uid,
-            lc_moved,
-        ),
-    }
+) -> Option<LcChild> {
+    let (pid, start) = lc_left_running(root, cgroups, &lc.cgroup, &lc.command, uid)
+        .or_else(|| lc_recorded(root, left, &lc.name, &lc.command, uid))?;
+    take_into(root, cgroups, lc_threads, &lc.cgroup, pid, start, lc_moved)
 }
 
-/// A process in `group` running exactly `command` (its whole command line) as `uid` (real
-/// and effective): the LC command an earlier agent launched there and left running. Only
-/// root moves a process into the group, and a process of the LC's own user is the LC's.
+/// A process in `group` — in any hierarchy the group lives in (pass 24's low: the first one
+/// alone was looked at, and a copy in the group in the others only was launched again)
+/// — running exactly `command` (its whole command line) as `uid` (real and effective): the LC
+/// command an earlier agent launched there and left running, with its start time. Only root
+/// moves a process into the group, and a process of the LC's own user is the LC's.
 pub(super) fn lc_left_running(
     root: &Path,
     cgroups: &Cgroups,
     group: &GroupPath,
     command: &[String],
     uid: u32,
-) -> Option<LcChild> {
-    let in_group = cgroups.procs(group).ok()?;
+) -> Option<(u32, u64)> {
     headroom_host::pids::running(root, command)
         .into_iter()
-        .filter(|&p| in_group.contains(&(p as i32)))
+        .filter(|&p| {
+            let text = headroom_host::pids::cgroup_text(root, p);
+            cgroups
+                .process_dirs(group, &text)
+                .iter()
+                .any(|d| d.ends_with(group.as_str()))
+        })
         .filter(|&p| headroom_host::pids::uids(root, p) == Some((uid, uid)))
         .filter(|&p| !headroom_host::pids::is_zombie(root, p))
-        .find_map(|p| headroom_host::pids::start_time(root, p).map(|t| LcChild::Found(p, t)))
+        .find_map(|p| headroom_host::pids::start_time(root, p).map(|t| (p, t)))
 }
 
 /// The LC command the agent before this one recorded as left running at its exit
 /// (`crate::lc_record`: `on_exit = "restore"` hands it back, out of the group; hostile pass
-/// 23), when that very process still runs exactly `command` as `uid`: moved into `group`, the
-/// groups it was in noted for the exit's (or a failed start's) move back, and taken.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn lc_recorded(
+/// 23), when that very process still runs exactly `command` as `uid`.
+fn lc_recorded(
     root: &Path,
-    cgroups: &Cgroups,
     left: &[crate::lc_record::LeftLc],
     name: &str,
     command: &[String],
-    group: &GroupPath,
     uid: u32,
+) -> Option<(u32, u64)> {
+    let found = crate::lc_record::still_running(root, left, name, command, uid)?;
+    tracing::info!(
+        name,
+        pid = found.0,
+        "the LC command the agent before recorded at its exit still runs"
+    );
+    Some(found)
+}
+
+/// Takes the LC command `pid` (started at `start`) into `group` in every hierarchy it is out
+/// of, the groups it was in noted for the exit's (or a failed start's) move back; a process
+/// with a real-time thread gets the group's real-time budget first (a v1 `cpu` group at
+/// `cpu.rt_runtime_us` 0 refuses it: EINVAL), as the LC's `pids` do. A move that still fails
+/// is said, naming the pid and the error, and the LC is taken where it is (pass 24's low: it
+/// failed the whole start); one that has ended meanwhile is not taken (`None`: launched).
+fn take_into(
+    root: &Path,
+    cgroups: &Cgroups,
+    lc_threads: &mut LcThreads,
+    group: &GroupPath,
+    pid: u32,
+    start: u64,
     lc_moved: &mut BTreeMap<u32, Vec<String>>,
-) -> Result<Option<LcChild>, headroom_host::HostError> {
-    let Some((pid, start)) = crate::lc_record::still_running(root, left, name, command, uid) else {
-        return Ok(None);
-    };
+) -> Option<LcChild> {
     let text = headroom_host::pids::cgroup_text(root, pid);
-    let dirs = cgroups
+    let out: Vec<String> = cgroups
         .process_dirs(group, &text)
         .into_iter()
         .filter(|d| !d.ends_with(group.as_str()))
         .map(|d| d.display().to_string())
         .collect();
-    cgroups.move_process(group, pid as i32)?;
-    tracing::info!(name, pid, group = %group, "the LC command the agent before recorded at its exit runs out of its group: moved in");
-    lc_moved.entry(pid).or_insert(dirs);
-    Ok(Some(LcChild::Found(pid, start)))
+    if out.is_empty() {
+        return Some(LcChild::Found(pid, start));
+    }
+    if super::lc_sources::has_realtime_thread(root, pid as i32) {
+        if let Err(e) = lc_threads.ensure_rt_budget(cgroups, group) {
+            tracing::warn!(pid, group = %group, error = %e, "the LC command has a real-time thread and its group no real-time budget");
+        }
+    }
+    match cgroups.move_process(group, pid as i32) {
+        Ok(()) => {
+            tracing::info!(pid, group = %group, out_of = ?out, "the LC command was out of its group: moved in");
+        }
+        Err(_) if headroom_host::pids::start_time(root, pid) != Some(start) => {
+            tracing::warn!(
+                pid,
+                "the LC command to take ended before it was moved into its group: launched again"
+            );
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(pid, group = %group, error = %e, "moving the LC command into its group failed: taken where it is, the start goes on");
+        }
+    }
+    // (also after a failed move: the hierarchies written before it are moved back at exit)
+    lc_moved.entry(pid).or_insert(out);
+    Some(LcChild::Found(pid, start))
 }

@@ -284,8 +284,9 @@ impl Agent {
                             &left_lcs,
                             lc,
                             uid,
+                            &mut lc_threads,
                             &mut steps.lc_moved,
-                        )?;
+                        );
                         if let Some(found) = found {
                             tracing::warn!(name = %lc.name, pid = found.id(), "the LC command an earlier agent launched still runs in its group: taken, not launched again");
                             steps.lc_children.push(found);

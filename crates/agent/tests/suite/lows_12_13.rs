@@ -130,7 +130,7 @@ fn a_be_command_killed_at_its_memory_limit_is_said_as_oom_killed() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let ended = be.last_exit.clone();
-    be.stop(&cgroups, Duration::from_secs(2));
+    let _ = be.stop(&cgroups, Duration::from_secs(2));
     let _ = cgroups.remove(&group);
     let ended = ended.expect("the grower ended within 20 s");
     assert!(

@@ -43,6 +43,7 @@ mod lock_files;
 mod lows_12_13;
 mod lows_14_15;
 mod lows_16_17;
+mod lows_24_25;
 mod moving_targets;
 mod multi_events;
 mod one_agent_per_group;

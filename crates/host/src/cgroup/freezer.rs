@@ -45,10 +45,14 @@ impl Cgroups {
         self.knobs.write(&path, if v2 { "1" } else { "FROZEN" })
     }
 
-    /// Kills every process of `group` and of the groups below it, in every hierarchy: v2
-    /// `cgroup.kill` where the kernel has it (5.14+), else SIGKILL to each process (forked
-    /// children too), thawing a frozen group so the signals are delivered, until the groups are
-    /// empty or [`KILL_SETTLE`] has passed. Returns how many processes were found to kill.
+    /// Kills every process of `group` and of the groups below it, in every hierarchy: the group
+    /// frozen first (where it has a freezer), so no process forks between the read of the
+    /// groups and its kill (a BE forking as fast as it is killed could outrun the poll: pass
+    /// 25's low); then v2 `cgroup.kill` where the kernel has it (5.14+), else SIGKILL to each
+    /// process (forked children too); then thawed, so the signals are delivered, and polled
+    /// until the groups are empty or [`KILL_SETTLE`] has passed: [`HostError::Timeout`] then,
+    /// naming the group's `cgroup.procs` and the processes left. Returns how many processes
+    /// were found to kill.
     pub fn kill_all(&self, group: &GroupPath) -> Result<usize> {
         self.kill_all_except(group, &BTreeSet::new())
     }
@@ -73,9 +77,18 @@ impl Cgroups {
             }
             out
         };
-        let found = pids(&dirs);
-        if found.is_empty() {
+        if pids(&dirs).is_empty() {
             return Ok(0);
+        }
+        // (a freeze that does not settle — a task in a long uninterruptible sleep — or a host
+        // without a freezer: killed as it runs, as before)
+        let _ = self.freeze(group);
+        let found = pids(&dirs);
+        for &pid in &found {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
         if let Some(kill) = dirs
             .iter()

@@ -19,6 +19,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+/// The timer slack every command forked through the gate starts with (ns): the kernel's
+/// default for a process, not the forking thread's.
+pub const COMMAND_TIMER_SLACK_NS: libc::c_ulong = 50_000;
+
 /// A child waiting behind its gate. Dropped without [`Gated::open`], the gate closes and the
 /// child exits without running (unreaped: [`Gated::refuse`] reaps it).
 #[derive(Debug)]
@@ -160,6 +164,10 @@ impl Gated {
                     }
                 }
                 super::standing::at_most_ordinary();
+                // The kernel's default timer slack, whichever of the parent's threads forked
+                // it: a BE restarted from the agent's control loop (1 µs, or none as
+                // SCHED_FIFO) got 0 where the first launch got 50 µs (pass 25's low).
+                libc::prctl(libc::PR_SET_TIMERSLACK, COMMAND_TIMER_SLACK_NS, 0, 0, 0);
                 if user.is_some_and(|u| u.become_it().is_err()) {
                     libc::_exit(126); // never run the command as the parent's user instead
                 }
