@@ -23,8 +23,9 @@ const PRIORITY: u8 = 6;
 
 /// How long [`open`] waits for journald to take the stream. A journald that takes none (hung,
 /// its socket's backlog full) blocked a plain `connect` without end, and with it the agent's
-/// start, before any log line and deaf to SIGTERM: a restart left BE at the last allocation
-/// with no control loop and no exit action (hostile pass 26).
+/// start, before any log line (a SIGTERM there ends it by the signal's default action): a
+/// restart left BE at the last allocation with no control loop and no exit action (hostile
+/// pass 26).
 pub const CONNECT_WAIT: Duration = Duration::from_secs(1);
 /// Between two tries of a connect journald's full backlog refused.
 const CONNECT_RETRY: Duration = Duration::from_millis(10);
