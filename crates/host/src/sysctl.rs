@@ -37,10 +37,19 @@ pub fn io_uring_disabled(root: &Path) -> Result<u8> {
 
 /// `kernel.pid_max`: the most pids (processes and threads) the whole host hands out.
 pub fn pid_max(root: &Path) -> Result<u64> {
-    const NAME: &str = "kernel.pid_max";
-    let value = read(root, NAME)?;
+    read_count(root, "kernel.pid_max")
+}
+
+/// `kernel.threads-max`: the most tasks the whole host runs; a fork past it fails (EAGAIN)
+/// whatever `pid_max` is. The kernel sizes it by memory (an eighth of it in kernel stacks).
+pub fn threads_max(root: &Path) -> Result<u64> {
+    read_count(root, "kernel.threads-max")
+}
+
+fn read_count(root: &Path, name: &str) -> Result<u64> {
+    let value = read(root, name)?;
     value.parse().map_err(|_| HostError::Parse {
-        path: path(root, NAME),
+        path: path(root, name),
         content: value,
         reason: "not a number".to_owned(),
     })

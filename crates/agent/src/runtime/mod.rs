@@ -352,12 +352,18 @@ pub fn machine_info(host: &LinuxHost, node: &LinuxNode) -> MachineInfo {
             )
         })
         .ok();
+    let threads_max = headroom_host::sysctl::threads_max(host.root())
+        .map_err(|e| {
+            tracing::warn!("kernel.threads-max unread ({e}): the default safety.be_pids_max takes kernel.pid_max alone")
+        })
+        .ok();
     MachineInfo {
         cpus,
         sockets: Vec::new(),
         llc_ways: node.llc_ways(),
         mechanisms,
         pid_max,
+        threads_max,
     }
 }
 

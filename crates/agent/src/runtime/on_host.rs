@@ -232,7 +232,10 @@ pub(super) fn check_pids_limit(
 /// Said once at start: where the BE groups' process count is to be bounded but this host has no
 /// pids controller (a v1 host without the `pids` hierarchy), nothing bounds it. Not an error.
 pub(super) fn say_pids_unbounded(config: &Config, machine: &headroom_control::policy::MachineInfo) {
-    let Some(limit) = config.safety.be_pids_limit(machine.pid_max) else {
+    let Some(limit) = config
+        .safety
+        .be_pids_limit(machine.host_tasks(), config.be.len())
+    else {
         return;
     };
     if !machine

@@ -1,9 +1,9 @@
 //! Issue 42 (hostile pass 24's medium): nothing bounded how many processes a BE made. The BE
 //! group's `pids.max` was `max` and a BE run as `nobody` keeps root's `RLIMIT_NPROC`, so a BE
 //! that forks without end could take every pid on the host, and then the LC could neither fork
-//! nor start a thread. `safety.be_pids_max` (by default a quarter of `kernel.pid_max`, at most
-//! 32768) is now each BE group's `pids.max`, written with the confining writes and put back by
-//! `restore`.
+//! nor start a thread. `safety.be_pids_max` (by default a quarter of the host's tasks shared
+//! among the BE groups, at most 32768 each) is now each BE group's `pids.max`, written with the
+//! confining writes and put back by `restore`.
 
 use crate::live;
 

@@ -23,13 +23,19 @@ pub const MAX_BE_PIDS_MAX: u64 = 4 << 20;
 /// The default's ceiling: enough tasks for any batch job this agent runs beside an LC.
 pub const DEFAULT_BE_PIDS_CAP: u64 = 32_768;
 /// The kernel's default `pid_max`, taken where the host's is not known.
-const KERNEL_DEFAULT_PID_MAX: u64 = 32_768;
+pub const KERNEL_DEFAULT_PID_MAX: u64 = 32_768;
 
-/// The default BE process limit on a host with `pid_max` pids: a quarter of them, at most
-/// [`DEFAULT_BE_PIDS_CAP`], so a BE fork bomb leaves three quarters to the LC, the agent and
-/// the host whatever the host's `pid_max` is.
-pub fn default_be_pids_max(pid_max: Option<u64>) -> u64 {
-    (pid_max.unwrap_or(KERNEL_DEFAULT_PID_MAX) / 4).clamp(MIN_BE_PIDS_MAX, DEFAULT_BE_PIDS_CAP)
+/// The default process limit of each of `be_groups` BE groups on a host that hands out at
+/// most `host_tasks` tasks (the lower of `kernel.pid_max` and `kernel.threads-max`,
+/// [`crate::policy::MachineInfo::host_tasks`]): a quarter of them shared among the groups, at
+/// least 16, at most [`DEFAULT_BE_PIDS_CAP`], so BE forking without end in every group at once
+/// leaves three quarters to the LC, the agent and the host. A quarter of `pid_max` for each
+/// group let four BE groups take every pid, and on a host whose `threads-max` is below
+/// `pid_max` (4 GiB of memory or less beside systemd's `pid_max` of 4194304) one group's
+/// 32768 took every task (hostile pass 26).
+pub fn default_be_pids_max(host_tasks: Option<u64>, be_groups: usize) -> u64 {
+    let quarter = host_tasks.unwrap_or(KERNEL_DEFAULT_PID_MAX) / 4;
+    (quarter / be_groups.max(1) as u64).clamp(MIN_BE_PIDS_MAX, DEFAULT_BE_PIDS_CAP)
 }
 
 /// `[safety]`: rules that override every policy.
@@ -60,8 +66,9 @@ pub struct SafetyConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub be_memory_limit_bytes: Option<u64>,
     /// Most tasks (processes and threads) each BE group may hold (`pids.max`). Absent: a
-    /// quarter of the host's `kernel.pid_max`, at most 32768 ([`default_be_pids_max`]);
-    /// 0: no limit (the groups' `pids.max` is left as it was).
+    /// quarter of the host's tasks (the lower of `kernel.pid_max` and `kernel.threads-max`)
+    /// shared among the BE groups, at most 32768 ([`default_be_pids_max`]); 0: no limit (the
+    /// groups' `pids.max` is left as it was).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub be_pids_max: Option<u64>,
     /// Disk throttles of the BE groups (PerfIso's static I/O limits).
@@ -94,10 +101,11 @@ impl Default for SafetyConfig {
 }
 
 impl SafetyConfig {
-    /// The BE groups' `pids.max` on a host with `pid_max` pids: `None` = left as it was.
-    pub fn be_pids_limit(&self, pid_max: Option<u64>) -> Option<u64> {
+    /// Each of `be_groups` BE groups' `pids.max` on a host that hands out `host_tasks` tasks
+    /// ([`default_be_pids_max`]): `None` = left as it was.
+    pub fn be_pids_limit(&self, host_tasks: Option<u64>, be_groups: usize) -> Option<u64> {
         match self.be_pids_max {
-            None => Some(default_be_pids_max(pid_max)),
+            None => Some(default_be_pids_max(host_tasks, be_groups)),
             Some(0) => None,
             Some(n) => Some(n),
         }
@@ -183,7 +191,8 @@ impl SafetyConfig {
                     n,
                     "must be 16..=4194304 tasks (below 16 a BE's shell cannot start its \
                      command; above 4194304 the kernel refuses it), or 0 for no limit; leave \
-                     it out for the default, a quarter of kernel.pid_max (at most 32768)",
+                     it out for the default, a quarter of the host's tasks shared among the BE groups \
+                     (at most 32768)",
                 ));
             }
         }

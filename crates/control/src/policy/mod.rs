@@ -145,6 +145,10 @@ pub struct MachineInfo {
     /// The host's `kernel.pid_max`, where read: the default `safety.be_pids_max` is a quarter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_max: Option<u64>,
+    /// The host's `kernel.threads-max`, where read: a fork fails past it whatever `pid_max`
+    /// is (on a host of 4 GiB or less it is below 32768, `pid_max` often 4194304).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads_max: Option<u64>,
 }
 
 impl MachineInfo {
@@ -156,6 +160,20 @@ impl MachineInfo {
             llc_ways: Some(20),
             mechanisms: Mechanisms::default(),
             pid_max: None,
+            threads_max: None,
+        }
+    }
+
+    /// The most tasks (processes and threads) the host hands out: the lower of `pid_max`
+    /// (the kernel's default 32768 where unread) and `threads_max`; `None` where neither was
+    /// read. The default `safety.be_pids_max` is a quarter, shared among the BE groups.
+    pub fn host_tasks(&self) -> Option<u64> {
+        match (self.pid_max, self.threads_max) {
+            (None, None) => None,
+            (p, t) => Some(
+                p.unwrap_or(crate::config::KERNEL_DEFAULT_PID_MAX)
+                    .min(t.unwrap_or(u64::MAX)),
+            ),
         }
     }
 

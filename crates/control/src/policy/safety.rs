@@ -237,7 +237,7 @@ impl Policy for Guarded {
             a.be_memory_limit_bytes = s.be_memory_limit_bytes;
         }
         // Whatever the policy: a BE that forks without end would take every pid on the host.
-        a.be_pids_max = s.be_pids_limit(self.machine.pid_max);
+        a.be_pids_max = s.be_pids_limit(self.machine.host_tasks(), self.config.be.len());
         if a.be_io_limits.is_empty() && !s.be_io_limits.is_empty() {
             a.be_io_limits = s.be_io_limits.clone();
         }

@@ -13,22 +13,92 @@ use headroom_types::observation::Observation;
 use crate::config_support::{refuse, GOOD};
 
 #[test]
-fn the_default_is_a_quarter_of_pid_max_at_most_32768() {
-    assert_eq!(default_be_pids_max(Some(32_768)), 8_192);
-    assert_eq!(default_be_pids_max(Some(4_194_304)), 32_768);
+fn the_default_is_a_quarter_of_the_hosts_tasks_at_most_32768() {
+    assert_eq!(default_be_pids_max(Some(32_768), 1), 8_192);
+    assert_eq!(default_be_pids_max(Some(4_194_304), 1), 32_768);
     assert_eq!(
-        default_be_pids_max(None),
+        default_be_pids_max(None, 1),
         8_192,
         "the kernel's default pid_max"
     );
     assert_eq!(
-        default_be_pids_max(Some(301)),
+        default_be_pids_max(Some(301), 1),
         75,
         "the kernel's least pid_max"
     );
+    assert_eq!(
+        default_be_pids_max(Some(32_768), 0),
+        8_192,
+        "no static group"
+    );
+    assert_eq!(default_be_pids_max(Some(64), 8), 16, "at least 16");
     let c = Config::from_toml_str(GOOD).unwrap();
     assert_eq!(c.safety.be_pids_max, None);
-    assert_eq!(c.safety.be_pids_limit(Some(32_768)), Some(8_192));
+    assert_eq!(c.safety.be_pids_limit(Some(32_768), 1), Some(8_192));
+    let mut machine = MachineInfo::with_cpus(1);
+    assert_eq!(machine.host_tasks(), None);
+    machine.threads_max = Some(100_000);
+    assert_eq!(
+        machine.host_tasks(),
+        Some(32_768),
+        "pid_max unread: the kernel's default"
+    );
+    machine.pid_max = Some(4_194_304);
+    assert_eq!(machine.host_tasks(), Some(100_000));
+}
+
+/// `GOOD` with `n` BE groups (`headroom/be`, `headroom/be2`, …).
+fn with_be_groups(n: usize) -> String {
+    let more: String = (2..=n)
+        .map(|i| format!("[[be]]\nname = \"batch{i}\"\ncgroup = \"headroom/be{i}\"\n"))
+        .collect();
+    GOOD.replacen("[policy]\n", &format!("{more}[policy]\n"), 1)
+}
+
+/// Hostile pass 26: the default was a quarter of `kernel.pid_max` for each BE group, so four
+/// BE groups (or jobs of one user reaching each other's, pass 25) forking without end took
+/// every pid on the host (4 x 8192 of 32768), the LC left unable to fork or start a thread.
+/// The default is now a quarter of the host's tasks shared among the groups.
+#[test]
+fn the_default_for_every_be_group_together_leaves_three_quarters_of_the_pids() {
+    let obs = Observation {
+        idle_cpus: Some(4.0),
+        ..Observation::default()
+    };
+    let mut machine = MachineInfo::with_cpus(8);
+    machine.pid_max = Some(32_768);
+    for groups in [1usize, 2, 4, 8] {
+        let c = Config::from_toml_str(&with_be_groups(groups)).unwrap();
+        assert_eq!(c.be.len(), groups);
+        let d = policy::build(&c, &machine).decide(&obs, Duration::ZERO);
+        let each = d.allocation.be_pids_max.expect("a limit");
+        assert!(
+            each * groups as u64 <= 32_768 / 4,
+            "{groups} BE groups of {each} tasks each may take {} of the host's 32768 pids",
+            each * groups as u64
+        );
+    }
+}
+
+/// Hostile pass 26: `kernel.threads-max` (sized by memory: 8192 on a host of 1 GiB) bounds
+/// every fork below a `pid_max` of 4194304 (systemd's): the default took `pid_max` alone, so one
+/// BE group's 32768 was every task such a host can run.
+#[test]
+fn the_default_is_a_quarter_of_threads_max_where_that_is_lower_than_pid_max() {
+    let obs = Observation {
+        idle_cpus: Some(4.0),
+        ..Observation::default()
+    };
+    let mut machine = MachineInfo::with_cpus(8);
+    machine.pid_max = Some(4_194_304);
+    machine.threads_max = Some(8_192);
+    let c = Config::from_toml_str(GOOD).unwrap();
+    let d = policy::build(&c, &machine).decide(&obs, Duration::ZERO);
+    assert_eq!(
+        d.allocation.be_pids_max,
+        Some(2_048),
+        "a quarter of threads-max 8192"
+    );
 }
 
 #[test]
@@ -49,7 +119,12 @@ fn a_be_pids_max_that_cannot_hold_a_command_or_that_the_kernel_refuses_is_refuse
     );
     for (n, limit) in [("16", Some(16)), ("0", None), ("4194304", Some(4_194_304))] {
         let c = Config::from_toml_str(&format!("{GOOD}[safety]\nbe_pids_max = {n}\n")).unwrap();
-        assert_eq!(c.safety.be_pids_limit(Some(32_768)), limit, "{n}");
+        assert_eq!(c.safety.be_pids_limit(Some(32_768), 1), limit, "{n}");
+        assert_eq!(
+            c.safety.be_pids_limit(Some(32_768), 4),
+            limit,
+            "a value given is each group's: {n}"
+        );
     }
 }
 

@@ -10,15 +10,25 @@
 //! connection, and a `<N>` the command writes is text, never a priority.
 
 use std::io::{self, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// journald's stream socket (systemd's `/run/systemd/journal/stdout`).
 pub const STDOUT_SOCKET: &str = "/run/systemd/journal/stdout";
 
 /// The priority of every line of the stream: info (6), as systemd logs a service's stdout.
 const PRIORITY: u8 = 6;
+
+/// How long [`open`] waits for journald to take the stream. A journald that takes none (hung,
+/// its socket's backlog full) blocked a plain `connect` without end, and with it the agent's
+/// start, before any log line (a SIGTERM there ends it by the signal's default action): a
+/// restart left BE at the last allocation with no control loop and no exit action (hostile
+/// pass 26).
+pub const CONNECT_WAIT: Duration = Duration::from_secs(1);
+/// Between two tries of a connect journald's full backlog refused.
+const CONNECT_RETRY: Duration = Duration::from_millis(10);
 
 /// Whether this process's fd 2 is the journald stream systemd connected it to: systemd sets
 /// `$JOURNAL_STREAM` to that stream's `<device>:<inode>` (systemd.exec(5)).
@@ -55,8 +65,10 @@ pub fn clean_identifier(identifier: &str) -> String {
 /// Opens a new stream to the journald socket at `socket` whose lines are logged with
 /// `identifier` at info, a line's `<N>` prefix kept as text, nothing forwarded to syslog, the
 /// kernel log or the console. The stream is write-only: give it as a command's fds 1 and 2.
+/// A journald that does not take the stream within [`CONNECT_WAIT`] is an error
+/// (`TimedOut`), never a wait without end.
 pub fn open(socket: &Path, identifier: &str) -> io::Result<OwnedFd> {
-    let mut stream = UnixStream::connect(socket)?;
+    let mut stream = connect_within(socket, CONNECT_WAIT)?;
     stream.shutdown(std::net::Shutdown::Read)?;
     let header = format!(
         "{}\n\n{PRIORITY}\n0\n0\n0\n0\n",
@@ -64,6 +76,45 @@ pub fn open(socket: &Path, identifier: &str) -> io::Result<OwnedFd> {
     );
     stream.write_all(header.as_bytes())?;
     Ok(OwnedFd::from(stream))
+}
+
+/// A stream connected to `socket`, tried without blocking until `wait` has passed (a Unix
+/// socket's full backlog refuses a non-blocking connect with EAGAIN at once), then blocking
+/// again for the command's writes.
+fn connect_within(socket: &Path, wait: Duration) -> io::Result<UnixStream> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{connect, socket as new_socket, AddressFamily, SockFlag, SockType};
+    let addr = nix::sys::socket::UnixAddr::new(socket)?;
+    let deadline = Instant::now() + wait;
+    loop {
+        let fd = new_socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )?;
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => {
+                // SAFETY: clearing O_NONBLOCK on an fd this function owns.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) } < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                return Ok(UnixStream::from(fd));
+            }
+            Err(Errno::EAGAIN) if Instant::now() < deadline => std::thread::sleep(CONNECT_RETRY),
+            Err(Errno::EAGAIN) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{}: journald took no stream within {} ms (its backlog full: hung?)",
+                        socket.display(),
+                        wait.as_millis()
+                    ),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +149,34 @@ mod tests {
                 "<0>not an emergency"
             ]
         );
+    }
+
+    /// Hostile pass 26: a journald that takes no stream (its socket's backlog full) blocked
+    /// `open` without end, and with it the agent's start; now an error after the wait.
+    #[test]
+    fn a_journald_that_takes_no_stream_is_an_error_not_a_wait_without_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout");
+        let listener = UnixListener::bind(&path).unwrap();
+        // The least backlog (one pending connection), filled; nothing is ever accepted.
+        // SAFETY: listen on a socket this test owns.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            let Ok(c) = connect_within(&path, Duration::ZERO) else {
+                break;
+            };
+            held.push(c);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || tx.send(open(&p, "x").map(drop)));
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Err(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}"),
+            Ok(Ok(())) => panic!("a stream journald never took was opened"),
+            Err(_) => panic!("open blocked for 20 s on a journald that takes no stream"),
+        }
+        drop(held);
     }
 
     #[test]
