@@ -72,7 +72,8 @@ pub fn store(state_file: &Path, left: &[LeftLc]) -> Result<(), StateError> {
 }
 
 /// The process `left` names, if it still is that process (same pid and start time, not a
-/// zombie) running exactly `command` as `uid` (real and effective) for service `name`.
+/// zombie) running exactly `command` for service `name`, as the user it was recorded as (real
+/// and effective): `uid`, or any when `uid` is root's (a root command may become its user).
 pub fn still_running(
     root: &Path,
     left: &[LeftLc],
@@ -80,12 +81,16 @@ pub fn still_running(
     command: &[String],
     uid: u32,
 ) -> Option<(u32, u64)> {
+    // Recorded as `uid`, or as anyone when the command runs as root: a root command may
+    // become its user itself (`memcached -u nobody`: recorded as that user, it was never
+    // taken again, and the next start launched a second copy: hostile pass 27). The pid and
+    // start time name that very process; it must still run as the user it was recorded as.
     left.iter()
-        .filter(|l| l.name == name && l.command == command && l.uid == uid)
+        .filter(|l| l.name == name && l.command == command && (l.uid == uid || uid == 0))
         .find(|l| {
             headroom_host::pids::start_time(root, l.pid) == Some(l.start_time)
                 && !headroom_host::pids::is_zombie(root, l.pid)
-                && headroom_host::pids::uids(root, l.pid) == Some((uid, uid))
+                && headroom_host::pids::uids(root, l.pid) == Some((l.uid, l.uid))
                 && headroom_host::pids::running_command(root, l.pid, command)
         })
         .map(|l| (l.pid, l.start_time))

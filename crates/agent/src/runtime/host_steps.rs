@@ -311,7 +311,8 @@ pub(super) fn lc_to_take(
 /// alone was looked at, and a copy in the group in the others only was launched again)
 /// — running exactly `command` (its whole command line) as `uid` (real and effective): the LC
 /// command an earlier agent launched there and left running, with its start time. Only root
-/// moves a process into the group, and a process of the LC's own user is the LC's.
+/// moves a process into the group, and a process of the LC's own user is the LC's; a command
+/// run as root (`uid` 0) may have become any user itself, so any user's is taken then.
 pub(super) fn lc_left_running(
     root: &Path,
     cgroups: &Cgroups,
@@ -328,7 +329,11 @@ pub(super) fn lc_left_running(
                 .iter()
                 .any(|d| d.ends_with(group.as_str()))
         })
-        .filter(|&p| headroom_host::pids::uids(root, p) == Some((uid, uid)))
+        // As `uid`, or as anyone when the command runs as root: a root command may become
+        // its user itself (`memcached -u nobody`), and only root, or what the LC forks, puts a
+        // process in the LC group (hostile pass 27: such a copy was never found again, and a
+        // second one was launched beside it).
+        .filter(|&p| uid == 0 || headroom_host::pids::uids(root, p) == Some((uid, uid)))
         .filter(|&p| !headroom_host::pids::is_zombie(root, p))
         .find_map(|p| headroom_host::pids::start_time(root, p).map(|t| (p, t)))
 }

@@ -29,6 +29,7 @@ mod hostile_pass_22;
 mod hostile_pass_23;
 mod hostile_pass_24;
 mod hostile_pass_25;
+mod hostile_pass_27;
 mod hostile_pass_4;
 mod hostile_pass_5;
 mod hostile_pass_6;
