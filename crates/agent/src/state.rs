@@ -72,6 +72,12 @@ pub struct AgentState {
     /// are the agent's to stop). Absent from older agents' files.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub be_groups: BTreeMap<String, RecordedBe>,
+    /// A BE command run as a user: pid → the relay pipe of its output the agent made at
+    /// launch. The next agent relays an adopted BE's fds 1 and 2 only where they are that
+    /// pipe (hostile pass 26's low: any FIFO of the agent's user was read). Absent from
+    /// older agents' files: nothing relayed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub relay_pipes: BTreeMap<u32, headroom_host::spawn::relay::PipeId>,
 }
 
 /// One BE as the state file records it.
@@ -109,6 +115,7 @@ impl AgentState {
             be_found: BTreeMap::new(),
             lc_groups: Vec::new(),
             be_groups: BTreeMap::new(),
+            relay_pipes: BTreeMap::new(),
         }
     }
 

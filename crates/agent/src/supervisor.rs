@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use headroom_host::spawn::relay::PipeId;
 use headroom_host::spawn::{Gated, RunAs};
 use headroom_host::Cgroups;
 use headroom_types::GroupPath;
@@ -87,6 +88,9 @@ pub struct Supervised {
     pub spared: std::collections::BTreeSet<i32>,
     /// Who the command runs as (`[[be]] user`); `None`: the agent's user (root).
     user: Option<RunAs>,
+    /// The relay pipe of the running command's output (run as a user), recorded in the state
+    /// file: the next agent relays only that pipe (hostile pass 26's low).
+    pub relay_pipe: Option<PipeId>,
 }
 
 impl Supervised {
@@ -108,6 +112,7 @@ impl Supervised {
             backoff: Duration::from_millis(backoff_ms),
             child: None,
             adopted: None,
+            relay_pipe: None,
             started: None,
             restart_at: None,
             restarts: 0,
@@ -143,7 +148,8 @@ impl Supervised {
     }
 
     /// Watches a process an earlier agent started (if it is still alive and in the group).
-    pub fn adopt(&mut self, cgroups: &Cgroups, pid: u32) -> bool {
+    /// `pipe`: its relay pipe, as the state file recorded it.
+    pub fn adopt(&mut self, cgroups: &Cgroups, pid: u32, pipe: Option<PipeId>) -> bool {
         let alive = headroom_host::process::exists(pid as i32);
         let in_group = cgroups
             .procs(&self.group)
@@ -168,6 +174,7 @@ impl Supervised {
             self.started = Some(Instant::now());
             tracing::info!(name = %self.name, pid, "adopted a BE command from the previous agent");
             if self.user.is_some() {
+                self.relay_pipe = pipe;
                 self.relay_adopted(pid, born);
             }
         }
@@ -192,9 +199,9 @@ impl Supervised {
             tracing::warn!(name = %self.name, pid, "the adopted BE command's start time is unreadable: its output is not relayed (a write may end it)");
             return;
         };
-        match headroom_host::spawn::relay::start_adopted(pid as i32, born, &name) {
+        match headroom_host::spawn::relay::start_adopted(pid as i32, born, &name, self.relay_pipe) {
             Ok(0) => {
-                tracing::info!(name = %self.name, pid, "the adopted BE command's output is no agent's pipe: left as it is")
+                tracing::info!(name = %self.name, pid, recorded = ?self.relay_pipe, "the adopted BE command's output is not the relay pipe the earlier agent recorded: left as it is")
             }
             Ok(pipes) => {
                 tracing::info!(name = %self.name, pid, pipes, "the adopted BE command's output is relayed again")
@@ -208,13 +215,14 @@ impl Supervised {
     /// Starts the command in its group.
     pub fn start(&mut self, cgroups: &Cgroups) -> Result<u32, LaunchError> {
         self.oom_kills = oom_kills(cgroups, &self.group);
-        let pid = launch_gated(
+        let (pid, pipe) = launch_gated_piped(
             cgroups,
             &self.name,
             &self.command,
             &self.group,
             self.user.as_ref(),
         )?;
+        self.relay_pipe = pipe;
         let child = pid as i32;
         tracing::info!(name = %self.name, pid, group = %self.group, command = ?self.command, uid = self.uid(), "started");
         self.child = Some(child);
@@ -471,6 +479,17 @@ pub fn launch_gated(
     group: &GroupPath,
     user: Option<&RunAs>,
 ) -> Result<u32, LaunchError> {
+    launch_gated_piped(cgroups, name, command, group, user).map(|(pid, _)| pid)
+}
+
+/// [`launch_gated`], with the relay pipe of a command run as a user (its fds 1 and 2).
+pub fn launch_gated_piped(
+    cgroups: &Cgroups,
+    name: &str,
+    command: &[String],
+    group: &GroupPath,
+    user: Option<&RunAs>,
+) -> Result<(u32, Option<PipeId>), LaunchError> {
     let spawn_err = |source: std::io::Error| LaunchError::Spawn {
         name: name.to_string(),
         command: command.to_vec(),
@@ -502,8 +521,9 @@ pub fn launch_gated(
             source: Box::new(source),
         });
     }
+    let pipe = child.output_pipe();
     child.open();
-    Ok(pid as u32)
+    Ok((pid as u32, pipe))
 }
 
 /// Whether a process with real and effective `uids` and `gids` runs as another than the

@@ -119,6 +119,11 @@ pub struct Allocation {
     /// `None` = the groups' original. Set from `safety.be_pids_max` whatever the policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub be_pids_max: Option<u64>,
+    /// `be_pids_max` is the default (no `safety.be_pids_max` given), not an operator's value:
+    /// a BE group whose original `pids.max` is lower keeps its original (hostile pass 26's
+    /// low: the default replaced an operator's lower limit on an existing group).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub be_pids_max_default: bool,
     /// Kill the BE processes now (low memory: freezing would not free their memory); the runtime
     /// restarts the configured BE commands with backoff once this is false again.
     pub be_kill: bool,
@@ -149,6 +154,7 @@ impl Default for Allocation {
             be_io_limits: Vec::new(),
             be_memory_limit_bytes: None,
             be_pids_max: None,
+            be_pids_max_default: false,
             be_kill: false,
             lc_groups: Vec::new(),
             lc_services: Vec::new(),

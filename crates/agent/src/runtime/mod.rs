@@ -411,6 +411,11 @@ impl Agent {
                 .filter(|s| !s.spared.is_empty())
                 .map(|s| (s.name.clone(), s.spared.iter().map(|&p| p as u32).collect()))
                 .collect(),
+            relay_pipes: self
+                .supervised
+                .iter()
+                .filter_map(|s| Some((s.pid()?, s.relay_pipe?)))
+                .collect(),
             lc_groups: self.config.lcs.iter().map(|l| l.cgroup.clone()).collect(),
             be_groups: self
                 .config

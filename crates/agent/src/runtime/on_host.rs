@@ -200,48 +200,66 @@ pub(super) fn check_memory_limit(
     Ok(())
 }
 
-/// `safety.be_pids_max` (`limit`, 0 = none) refused at `ctl set` when it is below the tasks a
-/// BE group (of `groups`) holds now (`pids.current`): the kernel takes the write, but the BE
-/// could then start nothing more, not even a process it waits on, until enough of its own end.
-pub(super) fn check_pids_limit(
+/// What a `ctl set` of `safety.be_pids_max` (`limit`, 0 = none) below the tasks a BE group (of
+/// `groups`) holds now (`pids.current`) is warned of: the kernel takes the write (a `pids.max`
+/// below `pids.current` only stops new forks), and BE starts nothing more, not even a process
+/// it waits on, until enough of its own end. Accepted, not refused: a BE pressing its limit
+/// holds as many tasks as any limit it is given, so a refusal kept the operator from ever
+/// tightening it live (hostile pass 26's low). `None`: nothing to warn of.
+pub(super) fn pids_limit_warning(
     cgroups: &headroom_host::Cgroups,
     groups: &[headroom_types::GroupPath],
     limit: Option<u64>,
-) -> Result<(), ConfigError> {
-    let Some(limit) = limit.filter(|n| *n != 0) else {
-        return Ok(());
-    };
-    for g in groups {
-        let Ok(count) = cgroups.pids_current(g) else {
-            continue;
-        };
-        if count > limit {
-            return Err(ConfigError::Invalid {
-                key: "safety.be_pids_max".into(),
-                value: limit.to_string(),
-                reason: format!(
-                    "below the tasks BE group {g} holds now ({count} processes and threads): \
-                     BE could start nothing until some end; give at least {count}"
-                ),
-            });
-        }
-    }
-    Ok(())
+) -> Option<String> {
+    let limit = limit.filter(|n| *n != 0)?;
+    let over: Vec<String> = groups
+        .iter()
+        .filter_map(|g| {
+            let count = cgroups.pids_current(g).ok()?;
+            (count > limit).then(|| format!("{g} holds {count} tasks"))
+        })
+        .collect();
+    (!over.is_empty()).then(|| {
+        format!(
+            "safety.be_pids_max = {limit} is below what BE holds now ({}): BE starts nothing \
+             more (no fork, no thread) until some of its tasks end",
+            over.join(", ")
+        )
+    })
 }
 
 /// Said once at start: where the BE groups' process count is to be bounded but this host has no
-/// pids controller (a v1 host without the `pids` hierarchy), nothing bounds it. Not an error.
-pub(super) fn say_pids_unbounded(config: &Config, machine: &headroom_control::policy::MachineInfo) {
-    let Some(limit) = config
+/// pids controller (a v1 host without the `pids` hierarchy), nothing bounds it; a BE group
+/// keeping its own lower `pids.max` under the default; a BE group under kubelet's pods root
+/// whose `pids.max` is `max` (a WARNING: kubelet's, and unbounded unless its `podPidsLimit` is
+/// set). Not an error.
+pub(super) fn say_pids_unbounded(
+    config: &Config,
+    machine: &headroom_control::policy::MachineInfo,
+    cgroups: &headroom_host::Cgroups,
+    groups: &[headroom_types::GroupPath],
+) {
+    use headroom_control::actuation::target::{pids_note, PidsNote};
+    let limit = config
         .safety
-        .be_pids_limit(machine.host_tasks(), config.be.len())
-    else {
+        .be_pids_limit(machine.host_tasks(), config.be.len());
+    let has_pids = machine
+        .mechanisms
+        .has(headroom_types::mechanism::Mechanism::Pids);
+    if has_pids {
+        let default = config.safety.be_pids_max.is_none();
+        for g in groups {
+            match pids_note(g, cgroups.pids_max(g).ok(), limit, default) {
+                Some(note @ PidsNote::KubeletUnbounded { .. }) => tracing::warn!("{note}"),
+                Some(note) => tracing::info!("{note}"),
+                None => {}
+            }
+        }
+    }
+    let Some(limit) = limit else {
         return;
     };
-    if !machine
-        .mechanisms
-        .has(headroom_types::mechanism::Mechanism::Pids)
-    {
+    if !has_pids {
         tracing::warn!(
             be_pids_max = limit,
             "no pids controller here (cgroup v1 without a pids hierarchy, or v2 without pids): \

@@ -76,10 +76,10 @@ impl Agent {
                     .and_then(|()| updated.validate_on(&self.machine.cpus))
                     .and_then(|()| super::on_host::check_io_devices(&self.options.root, &updated))
                     .and_then(|()| self.check_memory_limit(&updated))
-                    .and_then(|()| self.check_pids_limit(&updated))
                 {
                     return Response::error(e.to_string());
                 }
+                let pids_warning = self.pids_limit_warning(&updated);
                 match self.controller.policy_mut().set_param(&key, &value) {
                     Ok(()) => {
                         let t_ms = self.t_ms();
@@ -95,9 +95,15 @@ impl Agent {
                             s.slo_us = lc.slo.target_us;
                         }
                         // A set is not written back (docs/policies.md): say so where it is made.
-                        Response::ok(format!(
-                            "{key} = {value} (for this run; the config file is unchanged)"
-                        ))
+                        let said =
+                            format!("{key} = {value} (for this run; the config file is unchanged)");
+                        match pids_warning {
+                            Some(w) => {
+                                tracing::warn!("{w}");
+                                Response::ok(format!("{said}; WARNING: {w}"))
+                            }
+                            None => Response::ok(said),
+                        }
                     }
                     Err(e) => Response::error(e.to_string()),
                 }
@@ -115,14 +121,14 @@ impl Agent {
         super::on_host::check_memory_limit(self.node.cgroups(), &self.groups.be, limit)
     }
 
-    /// Refuses a new `safety.be_pids_max` below the tasks a BE group holds now
-    /// ([`super::on_host::check_pids_limit`]), for a value that changed.
-    fn check_pids_limit(&self, updated: &Config) -> Result<(), ConfigError> {
+    /// The warning a new `safety.be_pids_max` below the tasks a BE group holds now gets
+    /// ([`super::on_host::pids_limit_warning`]), for a value that changed.
+    fn pids_limit_warning(&self, updated: &Config) -> Option<String> {
         let limit = updated.safety.be_pids_max;
         if limit == self.config.safety.be_pids_max {
-            return Ok(());
+            return None;
         }
-        super::on_host::check_pids_limit(self.node.cgroups(), &self.groups.be, limit)
+        super::on_host::pids_limit_warning(self.node.cgroups(), &self.groups.be, limit)
     }
 
     /// Puts every original back (the kill switch, `on_exit = "restore"`); returns the writes.

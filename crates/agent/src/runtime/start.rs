@@ -90,7 +90,7 @@ impl Agent {
         })?;
         let machine = machine_info(&host, &node);
         config.validate_on(&machine.cpus)?;
-        super::on_host::say_pids_unbounded(&config, &machine);
+        super::on_host::say_pids_unbounded(&config, &machine, &cgroups, &groups.be);
 
         // ---- steps that touch nothing on the host ----
         let state_path = PathBuf::from(&config.safety.state_file);
@@ -499,7 +499,7 @@ impl Agent {
             let adopted = recorded.is_some_and(|p| {
                 p.adoptable_pids(&b.name)
                     .into_iter()
-                    .any(|pid| s.adopt(&cg, pid))
+                    .any(|pid| s.adopt(&cg, pid, p.relay_pipes.get(&pid).copied()))
             });
             // Processes found in the group at the first start (no agent launched them),
             // still running: spared as then.

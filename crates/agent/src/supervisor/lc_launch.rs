@@ -91,6 +91,13 @@ pub fn launch_in_group(
 /// `headroom-lc-<name>` (`systemd-cat`'s); else the agent's own fds 1 and 2 (a file, or a pipe
 /// whose reader outlives the agent; the start step makes a terminal or the agent's input
 /// `/dev/null`). A journald that refuses the stream: `/dev/null`, said.
+///
+/// The agent connects the stream, so journald records the agent's `_PID`/`_UID` and unit for
+/// the LC's lines (hostile pass 26's low, left): `SO_PEERCRED` is fixed at `connect`, so only
+/// a connect in the child after it dropped to its user (`pre_exec`) would carry the LC's uid,
+/// and there the connect's bounded wait and its failure could not be said (nothing may
+/// allocate or log after `fork` in this multi-threaded process). The identifier marks the
+/// LC's lines (docs/safety-hostile-pass-26.md, "Lows of pass 26").
 fn lc_output(cmd: &mut Command, name: &str) {
     use headroom_host::spawn::journal;
     if !journal::agent_logs_to_journal() {

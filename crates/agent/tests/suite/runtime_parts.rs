@@ -160,6 +160,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
             },
         )]
         .into(),
+        relay_pipes: [(7, headroom_host::spawn::relay::PipeId { dev: 12, ino: 34 })].into(),
     };
     state::store(&path, &st).unwrap();
     assert_eq!(state::load(&path).unwrap().unwrap(), st);

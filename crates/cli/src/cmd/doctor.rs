@@ -44,9 +44,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let mut runs = Vec::new();
+    let mut pids_notes = Vec::new();
+    let cgroups = headroom_host::LinuxHost::new(&args.root).cgroups().ok();
     for path in &configs {
         match headroom_agent::config_file::read_config(path) {
-            Ok(config) => runs.extend(runs_as(path, &config)),
+            Ok(config) => {
+                runs.extend(runs_as(path, &config));
+                if let Some(cg) = &cgroups {
+                    pids_notes.extend(kubelet_unbounded(&config, |g| cg.pids_max(g).ok()));
+                }
+            }
             // A config named here that cannot be read: the operator's error (exit 2).
             Err(e) if args.config.is_some() => {
                 return Err(super::usage(format!("headroom doctor: --config: {e}")))
@@ -64,14 +71,43 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Some(o) = v.as_object_mut() {
             o.insert("group_locks".into(), locks_json(&locks));
             o.insert("commands_run_as".into(), serde_json::to_value(&runs)?);
+            o.insert(
+                "be_pids_unbounded".into(),
+                serde_json::to_value(&pids_notes)?,
+            );
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", render(&doctor));
         print!("{}", render_locks(&locks));
         print!("{}", render_runs_as(&runs, !configs.is_empty()));
+        for note in &pids_notes {
+            println!("BE process limit: WARNING: {note}");
+        }
     }
     Ok(())
+}
+
+/// Each BE group of `config` under kubelet's pods root whose `pids.max` (`pids_max`, `None`
+/// where unread) is `max`: BE pods there are bounded only by kubelet's `podPidsLimit`, unset
+/// by default (hostile pass 26's low; the start says it too, a WARNING).
+fn kubelet_unbounded(
+    config: &headroom_control::config::Config,
+    pids_max: impl Fn(&headroom_types::GroupPath) -> Option<Option<u64>>,
+) -> Vec<String> {
+    config
+        .be
+        .iter()
+        .filter_map(|b| {
+            headroom_control::actuation::target::pids_note(
+                &b.cgroup,
+                pids_max(&b.cgroup),
+                None,
+                false,
+            )
+        })
+        .map(|n| n.to_string())
+        .collect()
 }
 
 /// Who one command of a config runs as.
@@ -364,6 +400,24 @@ pub fn render(d: &Doctor) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 26's low: a BE group under kubelet's pods root whose `pids.max` is `max`
+    /// (kubelet's `podPidsLimit` unset) is named; one with a limit, and a group of the agent's
+    /// own, are not.
+    #[test]
+    fn a_be_group_under_kubelet_with_no_pids_limit_is_named() {
+        let config = headroom_control::config::Config::from_toml_str(
+            "[lc]\nname = \"lc\"\ncgroup = \"a/lc\"\n[[be]]\nname = \"pods\"\ncgroup = \"kubepods/besteffort\"\n[[be]]\nname = \"own\"\ncgroup = \"a/be\"\n[policy]\nkind = \"static-cores\"\n",
+        )
+        .unwrap();
+        let said = super::kubelet_unbounded(&config, |_| Some(None));
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("kubepods/besteffort") && said[0].contains("podPidsLimit"),
+            "{said:?}"
+        );
+        assert!(super::kubelet_unbounded(&config, |_| Some(Some(4096))).is_empty());
+    }
+
     /// Pass 18's low: a `[[be]] user` that is uid 0 (under any name) or in group 0 was shown
     /// as a user, not flagged as root.
     #[test]

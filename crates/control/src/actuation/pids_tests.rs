@@ -100,3 +100,87 @@ fn a_kubelet_groups_pids_max_is_left_as_kubelet_wrote_it() {
     );
     assert_eq!(node.values[&pids(&be)], KnobValue::PidsMax(Some(4096)));
 }
+
+/// Hostile pass 26's low: the default `be_pids_max` (no value in the config) replaced a lower
+/// `pids.max` an operator had set on an existing BE group (100 became 8192 for the run). The
+/// default is now never above a group's original; a value given in the config is written as
+/// given, above the original too.
+#[test]
+fn the_default_keeps_a_lower_limit_an_operator_set_and_a_given_value_is_taken() {
+    let (lc, low, open) = (g("bp/lc"), g("bp/low"), g("bp/open"));
+    let mut node = node(&[(&lc, &[0]), (&low, &[1]), (&open, &[1])]);
+    node.values
+        .insert(pids(&low), KnobValue::PidsMax(Some(100)));
+    let groups = ManagedGroups {
+        lc: lc.clone(),
+        be: vec![low.clone(), open.clone()],
+    };
+    let act = Actuation::attach(&mut node, groups).unwrap();
+    let default = Allocation {
+        be_pids_max: Some(8192),
+        be_pids_max_default: true,
+        ..Allocation::default()
+    };
+    let target = act.target(&node, &default, &[1]).unwrap();
+    assert_eq!(
+        target.get(&pids(&low)),
+        Some(&KnobValue::PidsMax(Some(100))),
+        "the operator's 100 under the default 8192"
+    );
+    assert_eq!(
+        target.get(&pids(&open)),
+        Some(&KnobValue::PidsMax(Some(8192))),
+        "a group with no limit gets the default"
+    );
+    let given = Allocation {
+        be_pids_max_default: false,
+        ..default
+    };
+    let target = act.target(&node, &given, &[1]).unwrap();
+    assert_eq!(
+        target.get(&pids(&low)),
+        Some(&KnobValue::PidsMax(Some(8192))),
+        "a value given in the config is written as given"
+    );
+}
+
+/// What the start says (hostile pass 26's lows): a group keeping its own lower limit under
+/// the default, and a BE group under kubelet's pods root whose `pids.max` is `max` (BE pods
+/// bounded by nothing unless kubelet's `podPidsLimit` is set) — a WARNING there. Nothing for
+/// a group the limit bounds, a kubelet group with a limit, or a value given in the config.
+#[test]
+fn the_start_names_a_group_keeping_a_lower_limit_and_an_unbounded_kubelet_group() {
+    use super::target::{pids_note, PidsNote};
+    let (be, kube) = (g("bp/be"), g("kubepods/besteffort"));
+    assert_eq!(
+        pids_note(&be, Some(Some(100)), Some(8192), true),
+        Some(PidsNote::KeepsLower {
+            group: be.clone(),
+            original: 100,
+            default: 8192
+        })
+    );
+    let said = pids_note(&kube, Some(None), Some(8192), true).expect("said");
+    assert_eq!(
+        said,
+        PidsNote::KubeletUnbounded {
+            group: kube.clone()
+        }
+    );
+    assert!(said.to_string().contains("podPidsLimit"), "{said}");
+    assert_eq!(pids_note(&kube, Some(None), Some(64), false), Some(said));
+    for (group, original, limit, default) in [
+        (&be, Some(None), Some(8192), true),
+        (&be, Some(Some(100)), Some(64), false),
+        (&be, Some(Some(100)), None, false),
+        (&be, None, Some(8192), true),
+        (&kube, Some(Some(4096)), Some(8192), true),
+        (&kube, None, Some(8192), true),
+    ] {
+        assert_eq!(
+            pids_note(group, original, limit, default),
+            None,
+            "{group} {original:?} {limit:?} {default}"
+        );
+    }
+}

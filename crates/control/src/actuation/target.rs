@@ -88,6 +88,77 @@ pub fn kubelet_knob(group: &GroupPath, knob: CgroupKnob) -> bool {
     ) && kubelet_owns_weight(group)
 }
 
+/// A BE group's `pids.max` for the allocation's `limit`: an operator's value as given; the
+/// default (no `safety.be_pids_max`) never above the group's original, so a lower limit an
+/// operator set on an existing group stays (hostile pass 26's low: 100 became 8192).
+fn be_pids_max(a: &Allocation, orig: &KnobValue, limit: u64) -> u64 {
+    match orig {
+        KnobValue::PidsMax(Some(o)) if a.be_pids_max_default => limit.min(*o),
+        _ => limit,
+    }
+}
+
+/// What the start says of a BE group's process limit (`original`: its `pids.max` before the
+/// agent's writes, `None` where unread or absent), for the limit `limit` the config gives
+/// every BE group (`default`: no `safety.be_pids_max`). Pure: the caller reads and logs.
+pub fn pids_note(
+    group: &GroupPath,
+    original: Option<Option<u64>>,
+    limit: Option<u64>,
+    default: bool,
+) -> Option<PidsNote> {
+    let original = original?;
+    if kubelet_knob(group, CgroupKnob::PidsMax) {
+        return original.is_none().then(|| PidsNote::KubeletUnbounded {
+            group: group.clone(),
+        });
+    }
+    match (original, limit) {
+        (Some(o), Some(l)) if default && o < l => Some(PidsNote::KeepsLower {
+            group: group.clone(),
+            original: o,
+            default: l,
+        }),
+        _ => None,
+    }
+}
+
+/// A line the start says of a BE group's process limit ([`pids_note`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PidsNote {
+    /// The default limit is above the group's own: the group keeps its own.
+    KeepsLower {
+        group: GroupPath,
+        original: u64,
+        default: u64,
+    },
+    /// A group under kubelet's pods root (its `pids.max` kubelet's) with no limit: BE pods
+    /// there are bounded only by kubelet's `podPidsLimit`, unset by default.
+    KubeletUnbounded { group: GroupPath },
+}
+
+impl std::fmt::Display for PidsNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PidsNote::KeepsLower {
+                group,
+                original,
+                default,
+            } => write!(
+                f,
+                "BE group {group} keeps its own pids.max {original}, below the default \
+                 safety.be_pids_max {default} (a value given in the config is taken as given)"
+            ),
+            PidsNote::KubeletUnbounded { group } => write!(
+                f,
+                "BE group {group} lies under kubelet's pods root and its pids.max is max: \
+                 kubelet owns it, so BE pods there may fork without bound; set kubelet's \
+                 podPidsLimit (docs/kubernetes.md)"
+            ),
+        }
+    }
+}
+
 fn native_weight(facts: &NodeFacts, w: CpuWeight) -> KnobValue {
     KnobValue::Weight(if facts.v2_weights { w.weight } else { w.shares })
 }
@@ -126,7 +197,9 @@ fn cgroup_knobs(a: &Allocation, i: &TargetInputs<'_>, out: &mut BTreeMap<Knob, K
                     .be_memory_limit_bytes
                     .map(|b| KnobValue::MemoryMax(Some(b))),
                 // BE groups only: the LC's `pids.max` is never in the target.
-                CgroupKnob::PidsMax => a.be_pids_max.map(|n| KnobValue::PidsMax(Some(n))),
+                CgroupKnob::PidsMax => a
+                    .be_pids_max
+                    .map(|n| KnobValue::PidsMax(Some(be_pids_max(a, orig, n)))),
             };
             out.insert(key, value.unwrap_or_else(|| orig.clone()));
         }

@@ -160,6 +160,7 @@ impl Guarded {
         }
         if drop(Mechanism::Pids, a.be_pids_max.is_some()) {
             a.be_pids_max = None;
+            a.be_pids_max_default = false;
         }
         if drop(Mechanism::Io, !a.be_io_limits.is_empty()) {
             a.be_io_limits.clear();
@@ -238,6 +239,7 @@ impl Policy for Guarded {
         }
         // Whatever the policy: a BE that forks without end would take every pid on the host.
         a.be_pids_max = s.be_pids_limit(self.machine.host_tasks(), self.config.be.len());
+        a.be_pids_max_default = s.be_pids_max.is_none();
         if a.be_io_limits.is_empty() && !s.be_io_limits.is_empty() {
             a.be_io_limits = s.be_io_limits.clone();
         }

@@ -30,6 +30,8 @@ pub struct Gated {
     pid: i32,
     /// The parent's end of the gate.
     gate: OwnedFd,
+    /// The relay pipe of a command run as a user (its fds 1 and 2).
+    output: Option<super::relay::PipeId>,
 }
 
 impl Gated {
@@ -104,6 +106,10 @@ impl Gated {
         // As a user, its fds 1 and 2 are a pipe the agent logs, never the agent's own (pass
         // 20's low: it wrote into the agent's journal as the agent).
         let output = user.map(|_| super::relay::pipe()).transpose()?;
+        let output_id = match &output {
+            Some((_, w)) => Some(super::relay::PipeId::of(w)?),
+            None => None,
+        };
         let out_w = output.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
         let mut fds = [0; 2];
         // SAFETY: socketpair fills two fds.
@@ -186,6 +192,7 @@ impl Gated {
             pid,
             // SAFETY: gate_w is this process's, open, and owned by nothing else.
             gate: unsafe { OwnedFd::from_raw_fd(gate_w) },
+            output: output_id,
         };
         if let Some((read, _write)) = output {
             let name = Path::new(&argv[0])
@@ -202,6 +209,12 @@ impl Gated {
     /// The child's pid.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The relay pipe of the child's fds 1 and 2 (a command run as a user), to be recorded:
+    /// a later agent relays an adopted BE's output only from it.
+    pub fn output_pipe(&self) -> Option<super::relay::PipeId> {
+        self.output
     }
 
     /// Waits up to `timeout` for the child to say it has dropped its inherited fds (only then

@@ -28,8 +28,10 @@
 //! pass 23's low).
 
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
 
 /// The log target of the lines relayed: the agent's default filter (`warn`) lets it through
 /// at `info`.
@@ -75,6 +77,26 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Which pipe a relay reads: its device and inode (`st_dev`, `st_ino`), recorded in the state
+/// file at launch so that the next agent relays an adopted BE's output only from that pipe
+/// ([`start_adopted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PipeId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl PipeId {
+    /// The pipe (or any file) `fd` is.
+    pub fn of(fd: &impl AsFd) -> io::Result<PipeId> {
+        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(io::Error::from)?;
+        Ok(PipeId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        })
+    }
+}
+
 /// A pidfd for `pid` (`pidfd_open(2)`, Linux 5.3): readable once the process has ended.
 /// `pid` must be the caller's child not yet reaped, so that it names no other process.
 pub fn pidfd(pid: i32) -> io::Result<OwnedFd> {
@@ -110,14 +132,16 @@ pub fn start(read: OwnedFd, name: &str, pid: i32) -> io::Result<()> {
 /// [`TARGET`]. Hostile pass 23's low: the BE's fds 1 and 2 were the earlier agent's relay
 /// pipe, whose only reader ended with that agent, so an adopted BE thawed and writing died
 /// on its closed pipe (SIGPIPE). A read end of that same pipe is opened through
-/// `/proc/<pid>/fd/<n>` (a pipe opens there like a FIFO), for each of fds 1 and 2 that is a
-/// pipe this agent's user made (an agent's relay pipe: not one the command's user made
-/// itself) and not this process's own fds 0-2 (a BE of an agent before pass 20 had the
-/// agent's fds). Anything else (`/dev/null`, a file, a socket, a terminal) is left. The
-/// process is held by a [`pidfd`] taken after its start time is checked, and is checked
-/// alive after the opens: the pipes are that process's. Returns how many pipes are
-/// relayed. Call it before the BE is thawed: a frozen BE writes nothing meanwhile.
-pub fn start_adopted(pid: i32, born: u64, name: &str) -> io::Result<usize> {
+/// `/proc/<pid>/fd/<n>` (a pipe opens there like a FIFO), for each of fds 1 and 2 that is
+/// `pipe`: the relay pipe the earlier agent made at launch, as its state file recorded it
+/// (`None`: a state file that recorded none, nothing relayed). Anything else (`/dev/null`, a
+/// file, a socket, a terminal, any other pipe or FIFO: hostile pass 26's low, a BE could
+/// point its fd 1 at a FIFO of the agent's user and have the agent read what that FIFO's
+/// writers meant for its reader) is left, and said. The process is held by a [`pidfd`]
+/// taken after its start time is checked, and is checked alive after the opens: the pipes
+/// are that process's. Returns how many pipes are relayed. Call it before the BE is thawed:
+/// a frozen BE writes nothing meanwhile.
+pub fn start_adopted(pid: i32, born: u64, name: &str, pipe: Option<PipeId>) -> io::Result<usize> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
     let end = pidfd(pid)?;
     let gone = || {
@@ -129,25 +153,30 @@ pub fn start_adopted(pid: i32, born: u64, name: &str) -> io::Result<usize> {
     if crate::pids::start_time(std::path::Path::new("/"), pid as u32) != Some(born) {
         return Err(gone());
     }
-    let key = |m: &std::fs::Metadata| (m.dev(), m.ino());
-    let ours: Vec<(u64, u64)> = (0..=2)
-        .filter_map(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
-        .filter(|m| m.file_type().is_fifo())
-        .map(|m| key(&m))
-        .collect();
+    let key = |m: &std::fs::Metadata| PipeId {
+        dev: m.dev(),
+        ino: m.ino(),
+    };
     let me = crate::process::effective_uid();
-    let mut pipes: Vec<((u64, u64), std::fs::File)> = Vec::new();
+    let mut pipes: Vec<(PipeId, std::fs::File)> = Vec::new();
     for fd in [1, 2] {
         let path = format!("/proc/{pid}/fd/{fd}");
-        let is_ours = |m: &std::fs::Metadata| m.file_type().is_fifo() && m.uid() == me;
+        // (the uid too: a pipe the BE made itself is its user's, whatever inode it reuses)
+        let is_ours = |m: &std::fs::Metadata| {
+            m.file_type().is_fifo() && m.uid() == me && Some(key(m)) == pipe
+        };
         // What the fd is, before opening it (a device is never opened).
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
-        if !is_ours(&meta)
-            || ours.contains(&key(&meta))
-            || pipes.iter().any(|(k, _)| *k == key(&meta))
-        {
+        if !is_ours(&meta) {
+            if meta.file_type().is_fifo() {
+                tracing::warn!(target: TARGET, command = %name, pid, fd, pipe = ?key(&meta), recorded = ?pipe,
+                    "the adopted BE command's fd is a pipe or FIFO the earlier agent did not make for it: left, not read");
+            }
+            continue;
+        }
+        if pipes.iter().any(|(k, _)| *k == key(&meta)) {
             continue;
         }
         let file = std::fs::OpenOptions::new()

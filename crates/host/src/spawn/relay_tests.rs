@@ -240,6 +240,7 @@ fn format_characters_are_replaced_as_controls_are() {
 fn an_adopted_commands_output_pipe_is_read_again() {
     use std::os::unix::process::ExitStatusExt;
     let (read, write) = pipe().unwrap();
+    let recorded = PipeId::of(&write).unwrap();
     let mut child = std::process::Command::new("sh")
         .args([
             "-c",
@@ -253,11 +254,11 @@ fn an_adopted_commands_output_pipe_is_read_again() {
     let pid = child.id() as i32;
     let born = crate::pids::start_time(std::path::Path::new("/"), pid as u32).expect("stat");
     assert!(
-        start_adopted(pid, born + 1, "sh").is_err(),
+        start_adopted(pid, born + 1, "sh", Some(recorded)).is_err(),
         "another start time: another process"
     );
     assert_eq!(
-        start_adopted(pid, born, "sh").unwrap(),
+        start_adopted(pid, born, "sh", Some(recorded)).unwrap(),
         1,
         "one pipe (fds 1 and 2)"
     );
@@ -277,8 +278,49 @@ fn an_adopted_commands_output_pipe_is_read_again() {
         .expect("sleep");
     let pid = quiet.id() as i32;
     let born = crate::pids::start_time(std::path::Path::new("/"), pid as u32).expect("stat");
-    let relayed = start_adopted(pid, born, "sleep");
+    let relayed = start_adopted(pid, born, "sleep", Some(recorded));
     let _ = quiet.kill();
     let _ = quiet.wait();
     assert_eq!(relayed.unwrap(), 0, "/dev/null is no pipe: left");
+}
+
+/// Hostile pass 26's low: `start_adopted` relayed any FIFO of the agent's user that the
+/// adopted BE's fd 1 or 2 named, so a BE could point its output at a FIFO of root's and have
+/// the agent read (and log) what that FIFO's writers meant for its reader. Now only the relay
+/// pipe the earlier agent recorded is read: a child whose fds 1 and 2 are a FIFO (made here,
+/// root's as the agent is) is left, whatever pipe was recorded, and nothing is read from it.
+#[test]
+fn an_adopted_commands_fifo_that_is_not_the_recorded_pipe_is_left() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("l27-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Read and write: the open does not wait for a reader.
+    let end = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let (_read, write) = pipe().unwrap();
+    let recorded = PipeId::of(&write).unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("5")
+        .stdin(std::process::Stdio::null())
+        .stdout(end.try_clone().unwrap())
+        .stderr(end.try_clone().unwrap())
+        .spawn()
+        .expect("sleep");
+    let pid = child.id() as i32;
+    let born = crate::pids::start_time(std::path::Path::new("/"), pid as u32).expect("stat");
+    let with_other = start_adopted(pid, born, "sleep", Some(recorded));
+    let with_none = start_adopted(pid, born, "sleep", None);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        with_other.unwrap(),
+        0,
+        "a FIFO that is not the recorded relay pipe is never read"
+    );
+    assert_eq!(with_none.unwrap(), 0, "no pipe recorded: nothing read");
 }
