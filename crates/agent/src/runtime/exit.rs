@@ -194,13 +194,15 @@ impl Agent {
 }
 
 impl Agent {
-    /// `restore` removes the groups the agent made (`docs/agent.md`, "Start and exit"): an
-    /// LC command it launched (or took) that still sits in its service's group where the agent
-    /// made that group is moved, in those hierarchies, to where the agent itself is (the
+    /// `restore` removes the groups the agent made (`docs/agent.md`, "Start and exit"): the
+    /// processes still in an LC service's group where the agent made that group — the LC
+    /// command it launched (or took) and whatever that forked (pass 27's low: a forked child
+    /// kept the group) — are moved, in those hierarchies, to where the agent itself is (the
     /// hierarchy's root where the agent's own group does not read), as the command started
     /// there before its launch moved it in. Left in it, the group stayed, and every later
     /// start adopted it as an existing group and never removed it (passes 23 and 24's low).
     /// The command stays running and recorded (`record_left_lcs`): the next start takes it.
+    /// Processes the agent moved in from elsewhere went back before this (`move_lc_back`).
     fn move_lc_commands_out_of_made_groups(&mut self) {
         let root = self.options.root.clone();
         let cg = self.node.cgroups().clone();
@@ -211,21 +213,18 @@ impl Agent {
             .iter()
             .filter(|l| !l.command.is_empty())
             .map(|l| l.cgroup.clone())
+            .take(self.lc_children.len())
             .collect();
-        for (group, child) in services.iter().zip(self.lc_children.iter_mut()) {
-            if child.exited(&root) {
-                continue;
-            }
-            let pid = child.id();
+        for group in &services {
             let made_all = self.created_groups.contains(group);
-            let lc_dirs = cg.process_dirs(group, &headroom_host::pids::cgroup_text(&root, pid));
             let agent_dirs = cg.process_dirs(group, &own);
             for (backend, dir) in cg.group_dirs(group) {
                 let made = made_all || self.created_dirs.contains(&(group.clone(), dir.clone()));
+                let held = match cg.procs_in_dir(&dir) {
+                    Ok(held) if made && !held.is_empty() => held,
+                    _ => continue,
+                };
                 let mount = backend.mount();
-                if !made || !lc_dirs.iter().any(|d| d.starts_with(mount) && *d == dir) {
-                    continue;
-                }
                 let to = agent_dirs
                     .iter()
                     .find(|d| d.starts_with(mount))
@@ -233,12 +232,14 @@ impl Agent {
                 if to == dir {
                     continue; // the agent is in the LC's group itself: the group stays
                 }
-                match cg.move_process_to_dir(&to, pid as i32) {
-                    Ok(()) => {
-                        tracing::info!(pid, group = %group, to = %to.display(), "the LC command moved out of the group the agent made, to where the agent is, before the group is removed")
-                    }
-                    Err(e) => {
-                        tracing::warn!(pid, group = %group, to = %to.display(), error = %e, "moving the LC command out of the group the agent made failed: the group stays")
+                for pid in held {
+                    match cg.move_process_to_dir(&to, pid) {
+                        Ok(()) => {
+                            tracing::info!(pid, group = %group, to = %to.display(), "an LC command's process moved out of the group the agent made, to where the agent is, before the group is removed")
+                        }
+                        Err(e) => {
+                            tracing::warn!(pid, group = %group, to = %to.display(), error = %e, "moving an LC command's process out of the group the agent made failed: the group stays")
+                        }
                     }
                 }
             }

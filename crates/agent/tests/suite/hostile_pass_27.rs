@@ -2,7 +2,8 @@
 //! itself (`memcached -u nobody`, a daemon dropping its privileges) was never found again by a
 //! start: the look for a copy left in the LC group, and the record `restore` leaves, both took
 //! only a process running as the command's user (root), so after a kill -9 or a `restore` a
-//! restart launched a second copy beside it.
+//! restart launched a second copy beside it. And its low: `restore` left the LC group it made
+//! held by what the LC command forked.
 
 use crate::live;
 
@@ -161,4 +162,61 @@ fn a_root_lc_command_that_became_another_user_is_taken_after_restore() {
         "the restart launched a second LC command beside the one restore left (uid 65534)"
     );
     assert!(taken, "agent one's LC command was not taken into its group");
+}
+
+const FORKED: &str = "restore_moves_what_the_lc_command_forked_out_of_the_group_it_made";
+
+/// Pass 27's low: `restore` moved only the LC command it launched out of the LC group it made,
+/// not what that command forked, so the group stayed (a forked child held it). The exit must
+/// move both out and remove the group in every hierarchy; both run on.
+#[test]
+fn restore_moves_what_the_lc_command_forked_out_of_the_group_it_made() {
+    let Some(guard) = Guard::setup(FORKED, "hp27", 5, "forked", 3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let top = &guard.top;
+    let marker = guard.marker.clone();
+    // The command forks a `sleep <marker>` and then becomes one itself.
+    let text = live::agent_config(
+        &format!("{top}/lc"),
+        &format!("{top}/be"),
+        &format!("command = [\"/bin/sh\", \"-c\", \"sleep {marker} & exec sleep {marker}\"]"),
+        &dir.path().join("state.json"),
+        &dir.path().join("ctl.sock"),
+    );
+    let lc_group = GroupPath::new(&format!("{top}/lc")).unwrap();
+    let sleeps = || {
+        let mut s =
+            headroom_host::pids::running(Path::new("/"), &["sleep".to_string(), marker.clone()]);
+        s.sort_unstable();
+        s
+    };
+    let agent = match live::start_agent(&text, Duration::from_millis(1500)) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {FORKED}: {e}"),
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sleeps().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let launched = sleeps();
+    agent.join().unwrap().expect("the agent ran and restored");
+    assert_eq!(
+        launched.len(),
+        2,
+        "the LC command and its child: {launched:?}"
+    );
+    assert_eq!(sleeps(), launched, "both run on after restore");
+    let left: Vec<_> = guard
+        .cgroups
+        .group_dirs(&lc_group)
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d.is_dir())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "restore left the LC group it made, held by what the LC command forked: {left:?}"
+    );
 }

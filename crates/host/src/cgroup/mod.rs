@@ -538,6 +538,11 @@ impl Cgroups {
         out
     }
 
+    /// The processes in one group directory `dir` (of any hierarchy).
+    pub fn procs_in_dir(&self, dir: &Path) -> Result<Vec<i32>> {
+        self.read_pids(&dir.join(PROCS))
+    }
+
     /// The processes in `group` (from its first hierarchy).
     pub fn procs(&self, group: &GroupPath) -> Result<Vec<i32>> {
         match self.group_dirs(group).into_iter().next() {
