@@ -240,9 +240,11 @@ fn an_earlier_agents_be_is_stopped_without_its_state_file() {
     };
     let sock = dir.path().join("ctl.sock");
     let mut st = None;
+    // (the group run 1 left frozen stays so after the kill of its BE until the policy thaws
+    // it: the new BE execs only then)
     live::eventually(Duration::from_secs(5), || {
         st = status(&sock);
-        st.is_some()
+        st.is_some() && sleeps_with_marker(&m1).iter().any(|p| *p != earlier[0])
     });
     let during = sleeps_with_marker(&m1);
     let result = runner.join();

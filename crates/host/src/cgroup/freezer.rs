@@ -51,8 +51,8 @@ impl Cgroups {
     /// 25's low); then v2 `cgroup.kill` where the kernel has it (5.14+), else SIGKILL to each
     /// process (forked children too); then thawed, so the signals are delivered, and polled
     /// until the groups are empty or [`KILL_SETTLE`] has passed: [`HostError::Timeout`] then,
-    /// naming the group's `cgroup.procs` and the processes left. Returns how many processes
-    /// were found to kill.
+    /// naming the group's `cgroup.procs` and the processes left. The group ends frozen or
+    /// thawed as it was before. Returns how many processes were found to kill.
     pub fn kill_all(&self, group: &GroupPath) -> Result<usize> {
         self.kill_all_except(group, &BTreeSet::new())
     }
@@ -80,10 +80,35 @@ impl Cgroups {
         if pids(&dirs).is_empty() {
             return Ok(0);
         }
+        // The group is put back as it was once the kill is done: a group that ran thawed must
+        // not stay frozen with what `keep` spared (v2 kills a frozen task, so the poll can find
+        // the group empty before any thaw), and a frozen one (BE held off) must not stay thawed.
+        let was_thawed = self
+            .freeze_state(group)
+            .ok()
+            .map(|st| st == FreezeState::Thawed);
         // (a freeze that does not settle — a task in a long uninterruptible sleep — or a host
         // without a freezer: killed as it runs, as before)
         let _ = self.freeze(group);
-        let found = pids(&dirs);
+        let killed = self.kill_frozen(group, &dirs, keep, pids);
+        let _ = match was_thawed {
+            Some(true) => self.thaw(group),
+            Some(false) => self.freeze(group),
+            None => Ok(()),
+        };
+        killed
+    }
+
+    /// [`Cgroups::kill_all_except`]'s kill of a group just frozen: SIGKILL to each process
+    /// (`cgroup.kill` where nothing is spared), thawed while any is left, polled until none is.
+    fn kill_frozen(
+        &self,
+        group: &GroupPath,
+        dirs: &[PathBuf],
+        keep: &BTreeSet<i32>,
+        pids: impl Fn(&[PathBuf]) -> BTreeSet<i32>,
+    ) -> Result<usize> {
+        let found = pids(dirs);
         for &pid in &found {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -99,7 +124,7 @@ impl Cgroups {
         }
         let start = Instant::now();
         loop {
-            let left = pids(&dirs);
+            let left = pids(dirs);
             if left.is_empty() {
                 return Ok(found.len());
             }

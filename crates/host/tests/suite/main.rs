@@ -13,6 +13,7 @@ mod doctor_fake;
 mod doctor_kernel_vs_hardware;
 mod doctor_live;
 mod freeze_start;
+mod group_kill;
 mod path_safety;
 mod pid_file_p13;
 mod real_cgroups;

@@ -32,6 +32,9 @@ pub struct FakeKernel {
     pub templates: Vec<Template>,
     faults: Mutex<Vec<Fault>>,
     writes: Mutex<Vec<(PathBuf, String)>>,
+    /// Reads answered from a script instead of the file: (path suffix, the answers in turn);
+    /// once a script is used up the file is read.
+    scripted: Mutex<Vec<(String, std::collections::VecDeque<String>)>>,
     pub io_calls: Mutex<usize>,
 }
 
@@ -50,6 +53,15 @@ impl FakeKernel {
             value: Some(value.to_owned()),
             errno,
         });
+    }
+
+    /// The next reads of a path ending in `suffix` answer `answers`, one each, in turn: a file
+    /// the kernel changes between two reads (a group's `cgroup.procs` as its processes die).
+    pub fn script_reads(&self, suffix: &str, answers: &[&str]) {
+        self.scripted.lock().unwrap().push((
+            suffix.to_owned(),
+            answers.iter().map(|a| (*a).to_owned()).collect(),
+        ));
     }
 
     pub fn writes(&self) -> Vec<(PathBuf, String)> {
@@ -96,6 +108,15 @@ fn dirs_below(dir: &Path, out: &mut Vec<PathBuf>) {
 impl KnobIo for FakeKernel {
     fn read(&self, path: &Path) -> io::Result<String> {
         self.calls();
+        let p = path.to_string_lossy();
+        let mut scripted = self.scripted.lock().unwrap();
+        if let Some((_, answers)) = scripted
+            .iter_mut()
+            .find(|(suffix, answers)| p.ends_with(suffix.as_str()) && !answers.is_empty())
+        {
+            return Ok(answers.pop_front().unwrap_or_default());
+        }
+        drop(scripted);
         RealIo.read(path)
     }
 
