@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use headroom_host::spawn::relay::PipeId;
-use headroom_host::spawn::{Gated, RunAs};
+use headroom_host::spawn::{Gated, ProcessScope, RunAs};
 use headroom_host::Cgroups;
 use headroom_types::GroupPath;
 
@@ -503,7 +503,9 @@ pub fn launch_gated_piped(
     }
     let mut env = user.map(RunAs::env).unwrap_or_default();
     env.push((BE_OWNER_ENV.to_string(), group.to_string()));
-    let child = Gated::fork_as(command, &env, user).map_err(spawn_err)?;
+    // Scoped to its own processes (hostile pass 25: a BE as a user could take over another
+    // process of that user outside the BE groups through ptrace or /proc/<pid>/mem).
+    let child = Gated::fork_as(command, &env, user, ProcessScope::Own).map_err(spawn_err)?;
     // Bounded: a child that does not say it dropped the agent's fds is not placed.
     if !child.wait_ready(Duration::from_secs(5)) {
         child.kill();

@@ -26,9 +26,11 @@ use crate::error::{HostError, Result};
 mod gate;
 pub mod journal;
 pub mod relay;
+pub mod scope;
 mod standing;
 mod user;
 pub use gate::{Gated, COMMAND_TIMER_SLACK_NS};
+pub use scope::ProcessScope;
 pub use user::{passed_on, RunAs, NO_ENTRY_GID};
 
 /// A capability a child can be started without (`linux/capability.h` numbers).

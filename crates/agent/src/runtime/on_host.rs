@@ -228,12 +228,44 @@ pub(super) fn pids_limit_warning(
     })
 }
 
+/// What is said once at start of the BE groups' limits: their process count
+/// ([`say_pids_unbounded`]) and the reach of the BE commands ([`say_be_scope`]).
+pub(super) fn say_be_limits(
+    config: &Config,
+    machine: &headroom_control::policy::MachineInfo,
+    cgroups: &headroom_host::Cgroups,
+    groups: &[headroom_types::GroupPath],
+) {
+    say_pids_unbounded(config, machine, cgroups, groups);
+    say_be_scope(config);
+}
+
+/// Said once at start where the agent launches a BE command: whether it is scoped to its own
+/// processes (`crates/host/src/spawn/scope.rs`), or why not (a WARNING: a BE run as a user
+/// can then signal and ptrace every process of that user). Not an error.
+fn say_be_scope(config: &Config) {
+    if config.be.iter().all(|b| b.command.is_empty()) {
+        return;
+    }
+    match headroom_host::spawn::scope::available() {
+        Ok(()) => tracing::info!(
+            "BE commands are scoped to their own processes (Landlock): they signal and ptrace \
+             only what they fork"
+        ),
+        Err(why) => tracing::warn!(
+            reason = %why,
+            "BE commands are not scoped to their own processes: a BE run as a user can signal, \
+             ptrace and open /proc/<pid>/mem of every other process of that user"
+        ),
+    }
+}
+
 /// Said once at start: where the BE groups' process count is to be bounded but this host has no
 /// pids controller (a v1 host without the `pids` hierarchy), nothing bounds it; a BE group
 /// keeping its own lower `pids.max` under the default; a BE group under kubelet's pods root
 /// whose `pids.max` is `max` (a WARNING: kubelet's, and unbounded unless its `podPidsLimit` is
 /// set). Not an error.
-pub(super) fn say_pids_unbounded(
+fn say_pids_unbounded(
     config: &Config,
     machine: &headroom_control::policy::MachineInfo,
     cgroups: &headroom_host::Cgroups,

@@ -90,7 +90,7 @@ impl Agent {
         })?;
         let machine = machine_info(&host, &node);
         config.validate_on(&machine.cpus)?;
-        super::on_host::say_pids_unbounded(&config, &machine, &cgroups, &groups.be);
+        super::on_host::say_be_limits(&config, &machine, &cgroups, &groups.be);
 
         // ---- steps that touch nothing on the host ----
         let state_path = PathBuf::from(&config.safety.state_file);

@@ -302,3 +302,65 @@ fn a_be_program_owned_by_65534_is_refused_to_run_as_root() {
     let as_owner = run_once(&text, Duration::from_millis(500));
     assert!(as_owner.is_ok(), "run as its owner: {as_owner:?}");
 }
+
+const SCOPED: &str = "a_be_command_run_as_nobody_cannot_reach_another_process_of_nobody";
+
+/// Hostile pass 25's low: a BE as nobody opened the `/proc/<pid>/mem` of a root-group process
+/// of uid 65534 read-write, so it could run its work there, unconfined, or kill it. The agent
+/// launches every BE command scoped to its own processes (Landlock,
+/// `crates/host/src/spawn/scope.rs`): its signal to such a process and its read of that
+/// process's environment are refused. SKIP where the kernel cannot scope (said at start).
+#[test]
+fn a_be_command_run_as_nobody_cannot_reach_another_process_of_nobody() {
+    use std::os::unix::process::CommandExt;
+    if let Err(why) = headroom_host::spawn::scope::available() {
+        return eprintln!("SKIP {SCOPED}: {why}");
+    }
+    let Some(guard) = Guard::setup(SCOPED, "bu", 7, "scoped", 5) else {
+        return;
+    };
+    if live::nobody(SCOPED).is_none() {
+        return;
+    }
+    let (dir, out) = open_dir();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    let v = victim.id();
+    let reach = out.join("reach");
+    let script = format!(
+        "{{ kill -0 {v} && echo signal; cat /proc/{v}/environ >/dev/null && echo environ; \
+         echo done; }} > {} 2>/dev/null; exec sleep {}",
+        reach.display(),
+        guard.marker
+    );
+    let lc = live::Children::sleepers(1);
+    let text = config(
+        &guard.top,
+        lc.pid(0),
+        &["sh", "-c", &script],
+        Some("nobody"),
+        "restore",
+        dir.path(),
+    );
+    let runner = match live::start_agent(&text, Duration::from_secs(3)) {
+        Ok(r) => r,
+        Err(why) => panic!("{why}"),
+    };
+    let ran = live::eventually(Duration::from_secs(5), || {
+        std::fs::read_to_string(&reach).is_ok_and(|s| s.ends_with("done\n"))
+    });
+    let said = std::fs::read_to_string(&reach).unwrap_or_default();
+    let result = runner.join();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(ran, "the BE command ran and wrote {}", reach.display());
+    assert!(matches!(result, Ok(Ok(_))), "the run: {result:?}");
+    assert_eq!(
+        said, "done\n",
+        "the BE as nobody reached another process of nobody ({v}) outside its groups"
+    );
+}

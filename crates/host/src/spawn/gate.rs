@@ -45,18 +45,25 @@ impl Gated {
     /// variable named there replaces this process's). `InvalidInput` also for a name or
     /// value holding a NUL byte or a name holding `=`.
     pub fn fork_with_env(argv: &[String], env: &[(String, String)]) -> io::Result<Gated> {
-        Gated::fork_as(argv, env, None)
+        Gated::fork_as(argv, env, None, super::ProcessScope::Any)
     }
 
     /// [`Gated::fork_with_env`], the command run as `user` when given: the child becomes it
     /// (setgroups, setgid, setuid) once the gate opens, just before it execs, so it is placed
     /// while still the parent's; a child that cannot become it exits with status 126
     /// without running the command.
+    ///
+    /// With [`ProcessScope::Own`](super::ProcessScope::Own), where the kernel can
+    /// ([`super::scope::available`]), the child enters a Landlock domain of its own before it
+    /// drops to its user: the command signals and ptraces only what it forks; a child that
+    /// cannot enter it exits with status 126 without running the command.
     pub fn fork_as(
         argv: &[String],
         env: &[(String, String)],
         user: Option<&super::RunAs>,
+        scope: super::ProcessScope,
     ) -> io::Result<Gated> {
+        let scoped = scope == super::ProcessScope::Own && super::scope::available().is_ok();
         let invalid = |e: std::ffi::NulError| io::Error::new(io::ErrorKind::InvalidInput, e);
         if env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
             return Err(io::Error::new(
@@ -127,8 +134,9 @@ impl Gated {
         // the child's end and the parent's end of the gate
         let (gate_r, gate_w) = (fds[0], fds[1]);
         // SAFETY: the child only calls async-signal-safe functions (setsid, isatty, read, open,
-        // dup2, close, getpriority, setpriority, write, setgroups, setgid, setuid, rt_sigaction,
-        // sigprocmask, execvp or execvpe, _exit) on data prepared before the fork.
+        // dup2, close, getpriority, setpriority, write, prctl, landlock_create_ruleset,
+        // landlock_restrict_self, setgroups, setgid, setuid, rt_sigaction, sigprocmask, execvp
+        // or execvpe, _exit) on data prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = io::Error::last_os_error();
@@ -174,6 +182,10 @@ impl Gated {
                 // it: a BE restarted from the agent's control loop (1 µs, or none as
                 // SCHED_FIFO) got 0 where the first launch got 50 µs (pass 25's low).
                 libc::prctl(libc::PR_SET_TIMERSLACK, COMMAND_TIMER_SLACK_NS, 0, 0, 0);
+                // (while still root: no no_new_privs needed, a setuid program still works)
+                if scoped && super::scope::enter_own_scope().is_err() {
+                    libc::_exit(126); // never run it less confined than the agent said
+                }
                 if user.is_some_and(|u| u.become_it().is_err()) {
                     libc::_exit(126); // never run the command as the parent's user instead
                 }

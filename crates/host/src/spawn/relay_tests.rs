@@ -85,7 +85,8 @@ fn a_user_run_commands_output_is_not_the_agents() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let g = crate::spawn::Gated::fork_as(&argv, &[], Some(&user)).expect("fork");
+    let g = crate::spawn::Gated::fork_as(&argv, &[], Some(&user), crate::spawn::ProcessScope::Any)
+        .expect("fork");
     let pid = nix::unistd::Pid::from_raw(g.pid());
     assert!(g.wait_ready(Duration::from_secs(5)));
     g.open();

@@ -302,7 +302,8 @@ mod tests {
             "-c".to_string(),
             format!("{script} > {}", out.display()),
         ];
-        let gated = Gated::fork_as(&argv, &[], Some(user)).expect("fork");
+        let gated =
+            Gated::fork_as(&argv, &[], Some(user), crate::spawn::ProcessScope::Any).expect("fork");
         assert!(gated.wait_ready(std::time::Duration::from_secs(10)));
         let pid = nix::unistd::Pid::from_raw(gated.pid());
         gated.open();
