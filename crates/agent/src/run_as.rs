@@ -6,6 +6,7 @@
 //! `cgroup.procs` and leave its confinement, and a BE program another user could write gave
 //! that user root.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,11 @@ use headroom_types::other_writers::{other_writer, OtherWriter};
 /// The file `execvp` would run for `program`: the path itself when it holds a `/`, else the
 /// first executable regular file named `program` in a `PATH` directory.
 pub fn program_path(program: &str) -> Option<PathBuf> {
+    program_path_in(program, std::env::var_os("PATH").as_deref())
+}
+
+/// [`program_path`] with `search` as `PATH`.
+fn program_path_in(program: &str, search: Option<&OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let runnable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -25,10 +31,46 @@ pub fn program_path(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         return runnable(Path::new(program)).then(|| PathBuf::from(program));
     }
-    let dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
+    let dirs: Vec<PathBuf> = search
+        .map(|p| std::env::split_paths(p).collect())
         .unwrap_or_default();
     dirs.iter().map(|d| d.join(program)).find(|p| runnable(p))
+}
+
+/// Why a bare `program` name found at `found` must not be run: a `PATH` directory searched
+/// before `found`'s (or, where it does not exist, the nearest one above it) that someone else
+/// could change: a `program` they put there later is what `execvp` runs at the next restart
+/// (pass 22's low: root's `PATH` began with a 0777 directory, uid 65534 put `sleep` there and
+/// a root BE's restart ran it). `None` for a path, or when every earlier directory passes.
+fn earlier_path_refusal(
+    program: &str,
+    found: &Path,
+    search: Option<&OsStr>,
+    runs_as: Option<u32>,
+) -> Option<String> {
+    if program.contains('/') {
+        return None;
+    }
+    let (_, may_own, as_whom) = owners(runs_as);
+    for dir in std::env::split_paths(search?) {
+        let candidate = dir.join(program);
+        if candidate == found {
+            return None;
+        }
+        if let Err(doubt) = crate::trusted_dir::doubt_above(&candidate, may_own) {
+            let shown = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                &dir
+            };
+            return Some(format!(
+                "PATH directory {} is searched before {}, and others could change it ({doubt}): a {program} put there would run as {as_whom} instead at the next restart; take it out of the agent's PATH, or name the program by its path",
+                shown.display(),
+                found.parent().unwrap_or(found).display()
+            ));
+        }
+    }
+    None
 }
 
 /// Why the agent must not run `program` (as `execvp` finds it) as uid `runs_as` (`None`: the
@@ -45,7 +87,21 @@ pub fn program_path(program: &str) -> Option<PathBuf> {
 /// cannot read plainly is refused ([`crate::interpreter`]); an interpreter (or env's program)
 /// that does not exist is refused when someone else could make it ([`missing_refusal`]).
 pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
-    let mut path = program_path(program)?;
+    program_refusal_in(program, runs_as, std::env::var_os("PATH").as_deref())
+}
+
+/// [`program_refusal`] with `search` as `PATH`: a bare name (the command's, env's program) is
+/// also refused when a `PATH` directory searched before the one it is found in fails the
+/// directory rule ([`earlier_path_refusal`]).
+fn program_refusal_in(
+    program: &str,
+    runs_as: Option<u32>,
+    search: Option<&OsStr>,
+) -> Option<String> {
+    let mut path = program_path_in(program, search)?;
+    if let Some(why) = earlier_path_refusal(program, &path, search, runs_as) {
+        return Some(why);
+    }
     for _ in 0..=MAX_INTERPRETERS + 1 {
         if let Some(why) = file_refusal(&path, runs_as) {
             return Some(why);
@@ -65,14 +121,16 @@ pub fn program_refusal(program: &str, runs_as: Option<u32>) -> Option<String> {
         }
         path = match next.env_program {
             Some(x) if interp.file_name().is_some_and(|n| n == "env") => {
-                let Some(found) = program_path(&x) else {
+                let Some(found) = program_path_in(&x, search) else {
                     let why = env_missing_refusal(&x, runs_as)?;
                     return Some(format!(
                         "{x} that {} runs through env: {why}",
                         path.display()
                     ));
                 };
-                if let Some(why) = file_refusal(&found, runs_as) {
+                if let Some(why) = earlier_path_refusal(&x, &found, search, runs_as)
+                    .or_else(|| file_refusal(&found, runs_as))
+                {
                     return Some(format!(
                         "{x} that {} runs through env: {why}",
                         path.display()

@@ -308,3 +308,46 @@ fn elf_naming(loader: &Path) -> Vec<u8> {
     f.push(0);
     f
 }
+
+/// Pass 22's low: with root's `PATH` beginning with a 0777 directory, uid 65534 put `sleep`
+/// there and a root BE's restart ran it. A `PATH` directory searched before the program's own
+/// that others could change (or make: it does not exist, under one they can write) is refused;
+/// after it, or a path given, is not.
+#[test]
+fn a_path_directory_others_could_change_before_the_programs_is_refused() {
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    let good = tempfile::tempdir().unwrap();
+    mode(good.path(), 0o755);
+    let job = good.path().join("p22-job");
+    std::fs::write(&job, "#!/bin/sh\n").unwrap();
+    mode(&job, 0o755);
+    let open = tempfile::tempdir().unwrap();
+    mode(open.path(), 0o777);
+    let search = |dirs: &[&Path]| std::env::join_paths(dirs).unwrap();
+    let before = search(&[open.path(), good.path()]);
+    let why = program_refusal_in("p22-job", None, Some(&before)).expect("refused");
+    assert!(
+        why.contains(&format!(
+            "PATH directory {} is searched before {}",
+            open.path().display(),
+            good.path().display()
+        )),
+        "{why}"
+    );
+    let not_yet = open.path().join("bin");
+    let made_later = search(&[&not_yet, good.path()]);
+    assert!(
+        program_refusal_in("p22-job", None, Some(&made_later)).is_some(),
+        "a directory not made yet, under one others can write"
+    );
+    let after = search(&[good.path(), open.path()]);
+    assert_eq!(program_refusal_in("p22-job", None, Some(&after)), None);
+    assert_eq!(
+        program_refusal_in(job.to_str().unwrap(), None, Some(&before)),
+        None,
+        "a path is not searched"
+    );
+    mode(open.path(), 0o755);
+    assert_eq!(program_refusal_in("p22-job", None, Some(&before)), None);
+}
