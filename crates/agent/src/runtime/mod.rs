@@ -274,6 +274,9 @@ pub struct Agent {
     lc_origins: BTreeMap<u32, Vec<String>>,
     /// LC commands this agent launched (`[[lc]] command`), left running on exit.
     lc_children: Vec<host_steps::LcChild>,
+    /// The LC commands last recorded as left running (`crate::lc_record`), kept while the
+    /// agent runs: written again only when it changed.
+    lc_recorded: Vec<crate::lc_record::LeftLc>,
     publisher: Publisher,
     requests: Option<Requests>,
     stop: StopFlag,

@@ -365,6 +365,7 @@ impl Agent {
             created_dirs: std::mem::take(&mut steps.created_dirs),
             lc_origins: std::mem::take(&mut steps.lc_moved),
             lc_children: std::mem::take(&mut steps.lc_children),
+            lc_recorded: Vec::new(),
             publisher,
             requests: Some(requests),
             stop,
