@@ -197,3 +197,49 @@ fn an_lc_command_that_execs_is_recorded_while_the_agent_runs() {
     );
     assert!(out.is_empty(), "it was not taken into its group: {out:?}");
 }
+
+const FAILED_RESTART: &str = "a_failed_restart_keeps_the_earlier_agents_be_in_the_state_file";
+
+/// Agent one launches its BE and stops with `on_exit = "freeze"` (BE frozen, the state file
+/// kept naming the BE command's pid). A restart whose start-up allocation cannot be written
+/// (the recorded BE cpuset a CPU this machine lacks: hostile pass 4's failed restart) fails,
+/// leaves BE frozen and keeps the state file for the next start: that file must still name
+/// the BE command, or the next start kills it as an unrecorded process instead of adopting it
+/// (a kill -9 during a restart's start left the same file: hostile pass 28).
+#[test]
+fn a_failed_restart_keeps_the_earlier_agents_be_in_the_state_file() {
+    let Some(mut case) = Case::new(FAILED_RESTART, "failed-restart", 4, "exec sleep {m}") else {
+        return;
+    };
+    case.text = case
+        .text
+        .replace("on_exit = \"restore\"", "on_exit = \"freeze\"");
+    let state = case.dir.path().join("state.json");
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&state).expect("the state file"))
+            .expect("the state file is JSON")
+    };
+    let first = match live::start_agent(&case.text, Duration::from_millis(1500)) {
+        Ok(a) => a,
+        Err(e) => return eprintln!("SKIP {FAILED_RESTART}: {e}"),
+    };
+    first.join().unwrap().expect("agent one ran and froze BE");
+    let mut recorded = read();
+    let be = recorded["owned_pids"]["batch"].clone();
+    assert!(be.is_u64(), "agent one recorded its BE command: {be}");
+    // A CPU no test host has: the kernel refuses the cpuset write.
+    recorded["last_allocation"]["be_cpus"] = serde_json::json!("4095");
+    std::fs::write(&state, recorded.to_string()).unwrap();
+    match headroom_agent::runtime::Agent::start(live::options(&case.text, Duration::from_secs(1))) {
+        Ok(agent) => {
+            let _ = agent.run();
+            return eprintln!("SKIP {FAILED_RESTART}: this host took CPU 4095 in a cpuset");
+        }
+        Err(e) => eprintln!("agent two failed as meant: {e}"),
+    }
+    let kept = read();
+    assert_eq!(
+        kept["owned_pids"]["batch"], be,
+        "the failed restart's state file no longer names agent one's BE command: the next start kills it"
+    );
+}
