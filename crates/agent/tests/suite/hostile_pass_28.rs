@@ -7,6 +7,9 @@
 //! - `restore` moves every process of an LC group the agent made out of it (pass 27's low),
 //!   the command with what it forked, but the next start took only the command back in: what
 //!   it forked ran outside the LC group for the whole next run.
+//! - A restart wrote its own state file, naming no BE command yet, before it adopted the
+//!   earlier agent's: a kill -9 then, or a restart that failed there, left the next start a
+//!   file without them, and it killed the BE it would have adopted.
 
 use crate::live;
 
