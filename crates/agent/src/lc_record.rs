@@ -4,8 +4,10 @@
 //! LC back, and a routine restart (`systemctl restart`) then launched the command again.
 //!
 //! A record names a process by its pid and start time: a start takes only that very process,
-//! still running exactly the command as the command's user, never another that merely runs
-//! the same command line.
+//! still running exactly the command (or the command line it ran when recorded: it may have
+//! exec'd another program) as the user recorded, never another that merely runs the same
+//! command line. It is written at the exit and, while the agent runs, whenever it changes
+//! (a kill -9 leaves no exit to write it: hostile pass 28).
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,16 @@ pub struct LeftLc {
     pub pid: u32,
     /// `/proc/<pid>/stat`'s start time: with the pid, it names one process.
     pub start_time: u64,
+    /// Its command line when recorded, where that is not `command`: a command that execs
+    /// another program (`sh -c "exec memcached …"`, a wrapper script) runs another command
+    /// line than the config's (hostile pass 28: never found again, launched a second time).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ran: Vec<String>,
+    /// The other processes in the service's group at the exit (what the command forked),
+    /// by pid and start time: `restore` moves them out with it, the next start takes them
+    /// back in with it (hostile pass 28: only the command was taken back).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forked: Vec<(u32, u64)>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -72,8 +84,9 @@ pub fn store(state_file: &Path, left: &[LeftLc]) -> Result<(), StateError> {
 }
 
 /// The process `left` names, if it still is that process (same pid and start time, not a
-/// zombie) running exactly `command` for service `name`, as the user it was recorded as (real
-/// and effective): `uid`, or any when `uid` is root's (a root command may become its user).
+/// zombie) running exactly `command` (or what it ran when recorded: it may have exec'd) for
+/// service `name`, as the user it was recorded as (real and effective): `uid`, or any when
+/// `uid` is root's (a root command may become its user).
 pub fn still_running(
     root: &Path,
     left: &[LeftLc],
@@ -91,7 +104,28 @@ pub fn still_running(
             headroom_host::pids::start_time(root, l.pid) == Some(l.start_time)
                 && !headroom_host::pids::is_zombie(root, l.pid)
                 && headroom_host::pids::uids(root, l.pid) == Some((l.uid, l.uid))
-                && headroom_host::pids::running_command(root, l.pid, command)
+                && (headroom_host::pids::running_command(root, l.pid, command)
+                    || (!l.ran.is_empty()
+                        && headroom_host::pids::running_command(root, l.pid, &l.ran)))
         })
         .map(|l| (l.pid, l.start_time))
+}
+
+/// What the record of service `name`'s command `pid` (started at `start`) lists as forked by
+/// it that still runs (same pid and start time, not a zombie).
+pub fn forked_still_running(
+    root: &Path,
+    left: &[LeftLc],
+    name: &str,
+    pid: u32,
+    start: u64,
+) -> Vec<(u32, u64)> {
+    left.iter()
+        .filter(|l| l.name == name && l.pid == pid && l.start_time == start)
+        .flat_map(|l| l.forked.iter().copied())
+        .filter(|&(p, t)| {
+            headroom_host::pids::start_time(root, p) == Some(t)
+                && !headroom_host::pids::is_zombie(root, p)
+        })
+        .collect()
 }

@@ -214,6 +214,15 @@ pub fn running_command(root: &Path, pid: u32, command: &[String]) -> bool {
     has_argv(root, pid, &argv_bytes(command))
 }
 
+/// `pid`'s argv as it is now (`None`: gone, a kernel thread, or an argument not UTF-8).
+pub fn command_line(root: &Path, pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(root.join(format!("proc/{pid}/cmdline"))).ok()?;
+    let args = raw.strip_suffix(b"\0")?;
+    args.split(|&b| b == 0)
+        .map(|a| String::from_utf8(a.to_vec()).ok())
+        .collect()
+}
+
 fn argv_bytes(command: &[String]) -> Vec<u8> {
     command
         .iter()

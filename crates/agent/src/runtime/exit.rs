@@ -29,7 +29,7 @@ impl Agent {
         // The LC commands left running are recorded first, while each is still in its group:
         // `restore` moves one the agent moved in back out, where only the record finds it.
         if !self.options.dry_run {
-            self.record_left_lcs();
+            self.record_left_lcs(true);
         }
         let exit_action = if self.options.dry_run {
             "none (dry run)".to_string()
@@ -107,8 +107,12 @@ impl Agent {
     /// it runs; once that has ended, the process running the command that was followed into
     /// the group in its place (`follow.rs`: its service manager started it again), found as
     /// a start finds one left in the group (hostile pass 24: it was not recorded, `restore`
-    /// moved it out, and the next start launched a second copy beside it).
-    fn record_left_lcs(&mut self) {
+    /// moved it out, and the next start launched a second copy beside it). Also while the
+    /// agent runs (`at_exit` false: written only when it changed, without what the command
+    /// forked, which a kill -9 leaves in the group): a kill -9 leaves no exit to record a
+    /// command that exec'd another program, which no start found again by its command line
+    /// (hostile pass 28: a second copy was launched beside it).
+    pub(super) fn record_left_lcs(&mut self, at_exit: bool) {
         let root = self.options.root.clone();
         let cg = self.node.cgroups().clone();
         let services: Vec<_> = self
@@ -137,17 +141,33 @@ impl Agent {
             ) else {
                 continue;
             };
+            let ran = headroom_host::pids::command_line(&root, pid)
+                .filter(|r| *r != lc.command)
+                .unwrap_or_default();
+            let forked = if at_exit {
+                forked_in_group(&root, &cg, &lc.cgroup, pid)
+            } else {
+                Vec::new()
+            };
             left.push(crate::lc_record::LeftLc {
                 name: lc.name.clone(),
                 command: lc.command.clone(),
                 uid,
                 pid,
                 start_time,
+                ran,
+                forked,
             });
         }
+        if !at_exit && left == self.lc_recorded {
+            return;
+        }
         let state = Path::new(&self.config.safety.state_file);
-        if let Err(e) = crate::lc_record::store(state, &left) {
-            tracing::warn!(error = %e, "recording the LC commands left running failed: the next start launches them again");
+        match crate::lc_record::store(state, &left) {
+            Ok(()) => self.lc_recorded = left,
+            Err(e) => {
+                tracing::warn!(error = %e, "recording the LC commands left running failed: the next start launches them again")
+            }
         }
     }
 
@@ -245,6 +265,29 @@ impl Agent {
             }
         }
     }
+}
+
+/// The processes in `group` (in any hierarchy) but `pid`, with their start times: what the LC
+/// command `pid` forked, recorded with it at the exit.
+fn forked_in_group(
+    root: &Path,
+    cg: &headroom_host::Cgroups,
+    group: &GroupPath,
+    pid: u32,
+) -> Vec<(u32, u64)> {
+    let mut held: Vec<u32> = cg
+        .group_dirs(group)
+        .into_iter()
+        .filter_map(|(_, d)| cg.procs_in_dir(&d).ok())
+        .flatten()
+        .map(|p| p as u32)
+        .filter(|&p| p != pid && !headroom_host::pids::is_zombie(root, p))
+        .collect();
+    held.sort_unstable();
+    held.dedup();
+    held.into_iter()
+        .filter_map(|p| headroom_host::pids::start_time(root, p).map(|t| (p, t)))
+        .collect()
 }
 
 /// The process in `lc`'s group running exactly its command as the command's user (its `user`,

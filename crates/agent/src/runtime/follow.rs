@@ -36,6 +36,8 @@ impl Agent {
         self.redelegate_be_groups();
         self.keep_be_processes_in_their_groups();
         self.follow_restarted_lcs();
+        // The LC commands as they run now, for a start after a kill -9 (`exit.rs`).
+        self.record_left_lcs(false);
     }
 
     /// A BE command's process (or one it forked) found outside its BE group — moved out by

@@ -291,8 +291,9 @@ impl LcChild {
 
 /// The LC command an earlier agent left running, to be taken instead of launched again: a copy
 /// in the LC's group ([`lc_left_running`]), else the process the agent before recorded at its
-/// exit (`restore` moved it out of the group, [`lc_recorded`]); either is moved into the group
-/// in every hierarchy it is out of ([`take_into`]).
+/// exit (`restore` moved it out of the group) or while it ran ([`lc_recorded`]); either is
+/// moved into the group in every hierarchy it is out of ([`take_into`]), with what the record
+/// lists as forked by it.
 pub(super) fn lc_to_take(
     root: &Path,
     cgroups: &Cgroups,
@@ -304,7 +305,13 @@ pub(super) fn lc_to_take(
 ) -> Option<LcChild> {
     let (pid, start) = lc_left_running(root, cgroups, &lc.cgroup, &lc.command, uid)
         .or_else(|| lc_recorded(root, left, &lc.name, &lc.command, uid))?;
-    take_into(root, cgroups, lc_threads, &lc.cgroup, pid, start, lc_moved)
+    let taken = take_into(root, cgroups, lc_threads, &lc.cgroup, pid, start, lc_moved)?;
+    // What it forked, recorded with it at the last exit, goes back in with it: `restore`
+    // moved it out too (hostile pass 28: it ran outside the LC group the whole next run).
+    for (p, t) in crate::lc_record::forked_still_running(root, left, &lc.name, pid, start) {
+        let _ = take_into(root, cgroups, lc_threads, &lc.cgroup, p, t, lc_moved);
+    }
+    Some(taken)
 }
 
 /// A process in `group` — in any hierarchy the group lives in (pass 24's low: the first one
@@ -340,7 +347,8 @@ pub(super) fn lc_left_running(
 
 /// The LC command the agent before this one recorded as left running at its exit
 /// (`crate::lc_record`: `on_exit = "restore"` hands it back, out of the group; hostile pass
-/// 23), when that very process still runs exactly `command` as `uid`.
+/// 23), or while it ran (a kill -9), when that very process still runs exactly `command`
+/// (or the command line it ran when recorded) as `uid`.
 fn lc_recorded(
     root: &Path,
     left: &[crate::lc_record::LeftLc],
@@ -352,7 +360,7 @@ fn lc_recorded(
     tracing::info!(
         name,
         pid = found.0,
-        "the LC command the agent before recorded at its exit still runs"
+        "the LC command the agent before recorded (at its exit, or while it ran) still runs"
     );
     Some(found)
 }

@@ -274,6 +274,14 @@ pub struct Agent {
     lc_origins: BTreeMap<u32, Vec<String>>,
     /// LC commands this agent launched (`[[lc]] command`), left running on exit.
     lc_children: Vec<host_steps::LcChild>,
+    /// The earlier agent's BE records (its state file's `owned_pids`, `relay_pipes`,
+    /// `be_found`), written on in this one's until the start has adopted or launched each BE
+    /// command: a kill -9 or a failed restart meanwhile left a state file without them, and
+    /// the next start killed the BE it would have adopted (hostile pass 28).
+    inherited_be: Option<state::AgentState>,
+    /// The LC commands last recorded as left running (`crate::lc_record`), kept while the
+    /// agent runs: written again only when it changed.
+    lc_recorded: Vec<crate::lc_record::LeftLc>,
     publisher: Publisher,
     requests: Option<Requests>,
     stop: StopFlag,
@@ -383,6 +391,11 @@ impl Agent {
     /// The state file's content now.
     fn state(&self) -> Option<AgentState> {
         let act = self.controller.actuation()?;
+        let inherited_pids: Vec<u32> = self
+            .inherited_be_records(|e| e.owned_pids.clone())
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
         Some(AgentState {
             version: STATE_VERSION,
             pid: std::process::id(),
@@ -401,6 +414,7 @@ impl Agent {
                 .supervised
                 .iter()
                 .filter_map(|s| s.pid().map(|p| (s.name.clone(), p)))
+                .chain(self.inherited_be_records(|e| e.owned_pids.clone()))
                 .collect(),
             lc_threads: self.lc_threads.state().clone(),
             created_groups: self.created_groups.clone(),
@@ -410,11 +424,19 @@ impl Agent {
                 .iter()
                 .filter(|s| !s.spared.is_empty())
                 .map(|s| (s.name.clone(), s.spared.iter().map(|&p| p as u32).collect()))
+                .chain(self.inherited_be_records(|e| e.be_found.clone()))
                 .collect(),
             relay_pipes: self
                 .supervised
                 .iter()
                 .filter_map(|s| Some((s.pid()?, s.relay_pipe?)))
+                .chain(
+                    self.inherited_be
+                        .iter()
+                        .flat_map(|e| e.relay_pipes.iter())
+                        .filter(|(p, _)| inherited_pids.contains(p))
+                        .map(|(p, id)| (*p, *id)),
+                )
                 .collect(),
             lc_groups: self.config.lcs.iter().map(|l| l.cgroup.clone()).collect(),
             be_groups: self
@@ -430,6 +452,19 @@ impl Agent {
                 })
                 .collect(),
         })
+    }
+
+    /// The earlier agent's records `of` it for each BE name this start has not yet adopted
+    /// or launched (`inherited_be`).
+    fn inherited_be_records<T>(
+        &self,
+        of: impl Fn(&state::AgentState) -> BTreeMap<String, T>,
+    ) -> Vec<(String, T)> {
+        self.inherited_be
+            .iter()
+            .flat_map(of)
+            .filter(|(name, _)| !self.supervised.iter().any(|s| s.name == *name))
+            .collect()
     }
 
     fn write_state(&mut self) -> Result<(), AgentError> {

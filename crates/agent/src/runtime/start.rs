@@ -365,6 +365,8 @@ impl Agent {
             created_dirs: std::mem::take(&mut steps.created_dirs),
             lc_origins: std::mem::take(&mut steps.lc_moved),
             lc_children: std::mem::take(&mut steps.lc_children),
+            inherited_be: None,
+            lc_recorded: Vec::new(),
             publisher,
             requests: Some(requests),
             stop,
@@ -451,6 +453,8 @@ impl Agent {
         previous: Option<&AgentState>,
         earlier: super::earlier::Earlier,
     ) -> Result<(), AgentError> {
+        // Until each BE is adopted or launched, its records stay in the state file.
+        self.inherited_be = previous.cloned();
         self.write_state()?;
         // What the earlier agent managed and this config dropped, before this agent confines
         // its own groups: a dropped group inside one of them (a new BE group around the old)
@@ -533,7 +537,8 @@ impl Agent {
             self.supervised.push(s);
             self.write_state()?;
         }
-        Ok(())
+        self.inherited_be = None;
+        self.write_state()
     }
 
     /// `cpus` (`None`: the original) bounded by what every BE group holds now: what they hold
