@@ -20,6 +20,7 @@ mod on_host;
 mod publish;
 mod requests;
 mod start;
+mod start_be;
 mod start_files;
 mod start_locks;
 
