@@ -301,7 +301,12 @@ impl LoadArgs {
             // `-W 1e19` waited for ever (hostile pass 28).
             Some(w) if !(0.0..=crate::options::MAX_RUN_S).contains(&w) => Err(LoadError::invalid(
                 "-W/--wait",
-                format!("{w}"),
+                // `1e300` as typed, not its 301 digits
+                if w.abs() >= 1e9 {
+                    format!("{w:e}")
+                } else {
+                    format!("{w}")
+                },
                 format!(
                     "must be between 0 and {} s (a week)",
                     crate::options::MAX_RUN_S
