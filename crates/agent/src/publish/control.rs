@@ -324,6 +324,9 @@ struct Reserved {
 /// Clients held in the reserved slot at most: past it the oldest is dropped (a flood's; `off`
 /// sends its line as it connects and is served on the next pass).
 const MAX_RESERVED: usize = 1024;
+/// The most read from one reserved client: `off` is a few bytes, and anything else is told
+/// "busy" (1024 clients of 64 KiB each would have held 64 MiB).
+const MAX_RESERVED_BYTES: usize = 4096;
 
 impl Reserved {
     fn admit(&mut self, mut stream: UnixStream, me: u32) {
@@ -370,7 +373,7 @@ impl Reserved {
         }
         self.last_pass = Some(now);
         self.clients.retain_mut(|(stream, deadline, got)| {
-            let max = MAX_REQUEST_BYTES as usize;
+            let max = MAX_RESERVED_BYTES;
             let mut buf = [0u8; 4096];
             let mut closed = false;
             while !got.contains(&b'\n') && got.len() <= max {
@@ -393,7 +396,14 @@ impl Reserved {
             if !whole && now < *deadline {
                 return true;
             }
-            let response = if whole {
+            let busy = || {
+                Response::error(format!(
+                    "busy: too many ctl clients ({MAX_CLIENTS}); only `off` is served until one ends"
+                ))
+            };
+            let response = if got.len() > max {
+                busy()
+            } else if whole {
                 match parse_request(got) {
                     Ok(Request::Off) => {
                         tracing::warn!(
@@ -401,9 +411,7 @@ impl Reserved {
                         );
                         forward(Request::Off, tx, bell)
                     }
-                    Ok(_) => Response::error(format!(
-                        "busy: too many ctl clients ({MAX_CLIENTS}); only `off` is served until one ends"
-                    )),
+                    Ok(_) => busy(),
                     Err(answer) => answer,
                 }
             } else {
