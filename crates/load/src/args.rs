@@ -297,10 +297,20 @@ impl LoadArgs {
     /// `-W`: how long after start-up the run starts.
     pub fn wait(&self) -> Result<Option<Duration>, LoadError> {
         match self.compat.wait {
-            Some(w) if !(w >= 0.0 && w.is_finite()) => Err(LoadError::invalid(
+            // Bounded as -t and -w are: `-W 1e300` panicked in Duration::from_secs_f64, and
+            // `-W 1e19` waited for ever (hostile pass 28).
+            Some(w) if !(0.0..=crate::options::MAX_RUN_S).contains(&w) => Err(LoadError::invalid(
                 "-W/--wait",
-                w.to_string(),
-                "must be zero or positive seconds",
+                // `1e300` as typed, not its 301 digits
+                if w.abs() >= 1e9 {
+                    format!("{w:e}")
+                } else {
+                    format!("{w}")
+                },
+                format!(
+                    "must be between 0 and {} s (a week)",
+                    crate::options::MAX_RUN_S
+                ),
             )),
             Some(w) => Ok(Some(Duration::from_secs_f64(w))),
             None => Ok(None),
@@ -441,6 +451,23 @@ mod tests {
         assert_eq!(
             args(&["-W", "0.5"]).wait().unwrap(),
             Some(Duration::from_millis(500))
+        );
+    }
+
+    /// Hostile pass 28: `-W 1e300` panicked (exit 101) and `-W 1e19` waited for ever; both are
+    /// refused naming the flag, as `-t` and `-w` are.
+    #[test]
+    fn wait_is_bounded_as_the_other_durations() {
+        for w in ["1e300", "1e19", "604801", "inf", "NaN"] {
+            let e = args(&["-W", w]).wait().unwrap_err();
+            assert!(
+                e.is_usage() && e.to_string().contains("-W/--wait"),
+                "-W {w}: {e}"
+            );
+        }
+        assert_eq!(
+            args(&["-W", "604800"]).wait().unwrap(),
+            Some(Duration::from_secs(604800))
         );
     }
 }

@@ -401,7 +401,10 @@ fn errors_check(raw: &RawResults) -> Check {
 /// When the server answered fewer than half the requests sent to it: how many, and that the
 /// rest are the server's (silent, stalled, or replying with something that is not a reply).
 fn server_unanswered(c: &crate::results::Counters) -> Option<String> {
-    if c.sent < 10 || c.completed * 2 >= c.sent {
+    // Not one reply is the server's doing however few were sent: a silent server holds
+    // `-c 1 -d 1` at one send, which was blamed on too few connections (hostile pass 28).
+    let none_answered = c.sent > 0 && c.completed == 0;
+    if !none_answered && (c.sent < 10 || c.completed * 2 >= c.sent) {
         return None;
     }
     Some(format!(
@@ -441,6 +444,31 @@ mod tests {
             raw.load.read.record_ns(50_000);
         }
         raw
+    }
+
+    /// Hostile pass 28: against a server that never answers, `-c 1 -d 1` sends one request
+    /// and waits; the verdict blamed the connections ("too few for this rate and round
+    /// trip"), hiding that not one reply came.
+    #[test]
+    fn a_server_that_never_answered_is_blamed_however_few_were_sent() {
+        let mut raw = raw_with(1000.0, 0, vec![]);
+        raw.counters.sent = 1;
+        raw.counters.late = 999;
+        raw.counters.errors = 1;
+        raw.connections = Some(headroom_types::load_result::ConnectionSizing {
+            mode: "fixed".into(),
+            per_thread: 1,
+            depth: 1,
+            total: 1,
+            ..Default::default()
+        });
+        let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+        let checks = run_checks(&raw, &unit, 99.0);
+        let why = limited_by(&raw, &checks).expect("the rate was not carried");
+        assert!(
+            why.starts_with("server:") && why.contains("answered 0 of the 1"),
+            "{why}"
+        );
     }
 
     #[test]

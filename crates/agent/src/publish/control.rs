@@ -186,6 +186,9 @@ fn accept_loop(
         id: file_id(path),
         said: false,
     };
+    // The reserved slot's clients, read alongside the accepts: waiting on each in turn let a
+    // queue of slow ones hold `off` past ctl's 15 s (256 clients: hostile pass 28).
+    let mut reserved = Reserved::default();
     while !stop.load(Ordering::Relaxed) {
         let listener = &bound.listener;
         match listener.accept() {
@@ -196,7 +199,8 @@ fn accept_loop(
                 // With every slot held (slow clients, each cut at its deadline) the reserved
                 // slot, this thread, still serves the kill switch.
                 if active.load(Ordering::Relaxed) >= MAX_CLIENTS {
-                    serve_reserved(stream, me, &tx, bell);
+                    reserved.admit(stream, me);
+                    reserved.serve(&tx, bell, false);
                     continue;
                 }
                 active.fetch_add(1, Ordering::Relaxed);
@@ -212,14 +216,17 @@ fn accept_loop(
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Sleep until a client connects (or 1 s, to see `stop`; the agent connects
-                // once when it stops, so that is seen at once): polling the listener every
-                // few ms would cost the agent more than its 1 ms control loop.
+                // Sleep until a client connects or writes (or 1 s, to see `stop`; the agent
+                // connects once when it stops, so that is seen at once): polling the listener
+                // every few ms would cost the agent more than its 1 ms control loop.
                 let fd = std::os::fd::AsRawFd::as_raw_fd(listener);
+                let mut waits = vec![Wait::new(fd, Want::Read)];
+                waits.extend(reserved.waits());
                 let _ = wait(
-                    &mut [Wait::new(fd, Want::Read)],
-                    Duration::from_millis(ACCEPT_WAIT_MS),
+                    &mut waits,
+                    reserved.timeout(Duration::from_millis(ACCEPT_WAIT_MS)),
                 );
+                reserved.serve(&tx, bell, true);
                 bound.keep_in_place(path);
             }
             Err(e) => {
@@ -245,7 +252,7 @@ pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 /// not keep a slot).
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// The same in the reserved slot: `headroom ctl` writes its request at once; a slow client
-/// that lands there holds the accept thread this long at most.
+/// that lands there is cut this long after its connect (read alongside the others).
 pub const RESERVED_DEADLINE: Duration = Duration::from_millis(500);
 /// How long the answer may take to go out.
 const REPLY_DEADLINE: Duration = Duration::from_secs(2);
@@ -261,7 +268,12 @@ fn read_request(stream: &mut UnixStream, deadline: Instant) -> Result<Request, R
     let max = MAX_REQUEST_BYTES as usize;
     let got = super::deadline::read_until(stream, deadline, max, |b| b.contains(&b'\n'))
         .map_err(|e| Response::error(format!("reading the request: {e}")))?;
-    if got.len() > max {
+    parse_request(&got)
+}
+
+/// The request line in `got` (what a client sent); the error is the answer to send.
+fn parse_request(got: &[u8]) -> Result<Request, Response> {
+    if got.len() > MAX_REQUEST_BYTES as usize {
         return Err(Response::error(format!(
             "request longer than {MAX_REQUEST_BYTES} bytes: refused"
         )));
@@ -301,24 +313,115 @@ fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Do
 }
 
 /// The reserved slot, served by the accept thread when every client slot is held: `off` (the
-/// kill switch) is served; anything else is told to come back.
-fn serve_reserved(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Doorbell) {
-    let deadline = Instant::now() + RESERVED_DEADLINE;
-    if !peer_allowed(&stream, me) {
-        let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
-        return;
-    }
-    let response = match read_request(&mut stream, deadline) {
-        Ok(Request::Off) => {
-            tracing::warn!("ctl: every client slot is held; serving `off` in the reserved slot");
-            forward(Request::Off, tx, bell)
+/// kill switch) is served; anything else is told to come back. Its clients are read without
+/// blocking, each until [`RESERVED_DEADLINE`], so none holds up the accepts or the others.
+#[derive(Default)]
+struct Reserved {
+    clients: Vec<(UnixStream, Instant, Vec<u8>)>,
+    last_pass: Option<Instant>,
+}
+
+/// Clients held in the reserved slot at most: past it the oldest is dropped (a flood's; `off`
+/// sends its line as it connects and is served on the next pass).
+const MAX_RESERVED: usize = 1024;
+/// The most read from one reserved client: `off` is a few bytes, and anything else is told
+/// "busy" (1024 clients of 64 KiB each would have held 64 MiB).
+const MAX_RESERVED_BYTES: usize = 4096;
+
+impl Reserved {
+    fn admit(&mut self, mut stream: UnixStream, me: u32) {
+        if !peer_allowed(&stream, me) {
+            let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
+            return;
         }
-        Ok(_) => Response::error(format!(
-            "busy: too many ctl clients ({MAX_CLIENTS}); only `off` is served until one ends"
-        )),
-        Err(answer) => answer,
-    };
-    let _ = reply(&mut stream, &response);
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self.clients.len() >= MAX_RESERVED {
+            self.clients.remove(0);
+        }
+        let deadline = Instant::now() + RESERVED_DEADLINE;
+        self.clients.push((stream, deadline, Vec::new()));
+    }
+
+    fn waits(&self) -> impl Iterator<Item = Wait> + '_ {
+        use std::os::fd::AsRawFd;
+        self.clients
+            .iter()
+            .map(|(s, _, _)| Wait::new(s.as_raw_fd(), Want::Read))
+    }
+
+    /// `most`, or less when a client's deadline comes sooner.
+    fn timeout(&self, most: Duration) -> Duration {
+        let now = Instant::now();
+        self.clients
+            .iter()
+            .map(|(_, d, _)| d.saturating_duration_since(now))
+            .fold(most, Duration::min)
+    }
+
+    /// Reads what each client sent; answers those whose request is whole, or whose deadline
+    /// passed. Without `always`, at most every 10 ms (a flood of connects comes here for each).
+    fn serve(&mut self, tx: &Sender<Pending>, bell: &Doorbell, always: bool) {
+        let now = Instant::now();
+        if !always
+            && self
+                .last_pass
+                .is_some_and(|t| now.duration_since(t) < Duration::from_millis(10))
+        {
+            return;
+        }
+        self.last_pass = Some(now);
+        self.clients.retain_mut(|(stream, deadline, got)| {
+            let max = MAX_RESERVED_BYTES;
+            let mut buf = [0u8; 4096];
+            let mut closed = false;
+            while !got.contains(&b'\n') && got.len() <= max {
+                match std::io::Read::read(stream, &mut buf) {
+                    Ok(0) => {
+                        closed = true;
+                        break;
+                    }
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    // A reset peer stays readable: answered now, not polled until its deadline.
+                    Err(_) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            let whole = closed || got.contains(&b'\n') || got.len() > max;
+            if !whole && now < *deadline {
+                return true;
+            }
+            let busy = || {
+                Response::error(format!(
+                    "busy: too many ctl clients ({MAX_CLIENTS}); only `off` is served until one ends"
+                ))
+            };
+            let response = if got.len() > max {
+                busy()
+            } else if whole {
+                match parse_request(got) {
+                    Ok(Request::Off) => {
+                        tracing::warn!(
+                            "ctl: every client slot is held; serving `off` in the reserved slot"
+                        );
+                        forward(Request::Off, tx, bell)
+                    }
+                    Ok(_) => busy(),
+                    Err(answer) => answer,
+                }
+            } else {
+                Response::error("reading the request: the request did not arrive whole in time")
+            };
+            let _ = stream.set_nonblocking(false);
+            let _ = reply(stream, &response);
+            false
+        });
+    }
 }
 
 fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {

@@ -56,3 +56,4 @@ mod reconcile_real;
 mod runtime_parts;
 mod slow_clients;
 mod state_file_faults;
+mod targets_28;
