@@ -120,6 +120,15 @@ pub fn send_signal(pid: i32, sig: Signal) -> Result<()> {
     })
 }
 
+/// This process's soft limit on open files (`RLIMIT_NOFILE`); `None` when unlimited or unknown.
+pub fn open_files_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) if soft != RLIM_INFINITY => Some(soft),
+        _ => None,
+    }
+}
+
 /// This process's effective uid.
 pub fn effective_uid() -> u32 {
     nix::unistd::geteuid().as_raw()

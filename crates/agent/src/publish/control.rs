@@ -188,7 +188,10 @@ fn accept_loop(
     };
     // The reserved slot's clients, read alongside the accepts: waiting on each in turn let a
     // queue of slow ones hold `off` past ctl's 15 s (256 clients: hostile pass 28).
-    let mut reserved = Reserved::default();
+    let mut reserved = Reserved {
+        cap: reserved_cap(headroom_host::process::open_files_limit()),
+        ..Reserved::default()
+    };
     while !stop.load(Ordering::Relaxed) {
         let listener = &bound.listener;
         match listener.accept() {
@@ -199,7 +202,7 @@ fn accept_loop(
                 // With every slot held (slow clients, each cut at its deadline) the reserved
                 // slot, this thread, still serves the kill switch.
                 if active.load(Ordering::Relaxed) >= MAX_CLIENTS {
-                    reserved.admit(stream, me);
+                    reserved.admit(stream, me, &tx, bell);
                     reserved.serve(&tx, bell, false);
                     continue;
                 }
@@ -231,6 +234,10 @@ fn accept_loop(
             }
             Err(e) => {
                 tracing::warn!(socket = %path.display(), error = %e, "ctl accept failed");
+                // Out of fds (EMFILE) the reserved clients must still be cut at their
+                // deadline: they held the fds, and with a connect left queued the accepts
+                // failed, and they were kept, for as long as clients came (hostile pass 30).
+                reserved.serve(&tx, bell, true);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -319,17 +326,29 @@ fn serve_client(mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Do
 struct Reserved {
     clients: Vec<(UnixStream, Instant, Vec<u8>)>,
     last_pass: Option<Instant>,
+    /// [`reserved_cap`] of this process's fd limit.
+    cap: usize,
 }
 
 /// Clients held in the reserved slot at most: past it the oldest is dropped (a flood's; `off`
-/// sends its line as it connects and is served on the next pass).
+/// sends its line as it connects, and every client is read before one is dropped).
 const MAX_RESERVED: usize = 1024;
+
+/// The reserved slot's clients at most, for the soft fd limit `nofile`: an eighth of it, so the
+/// agent keeps the files its ticks and its restore open. 1024 of them under the shipped unit's
+/// default limit (1024) took every fd: the state file, the sensors and `restore`'s cgroup
+/// writes failed with EMFILE (hostile pass 30).
+fn reserved_cap(nofile: Option<u64>) -> usize {
+    let eighth = nofile.map_or(MAX_RESERVED as u64, |n| n / 8);
+    usize::try_from(eighth).map_or(MAX_RESERVED, |e| e.clamp(1, MAX_RESERVED))
+}
+
 /// The most read from one reserved client: `off` is a few bytes, and anything else is told
 /// "busy" (1024 clients of 64 KiB each would have held 64 MiB).
 const MAX_RESERVED_BYTES: usize = 4096;
 
 impl Reserved {
-    fn admit(&mut self, mut stream: UnixStream, me: u32) {
+    fn admit(&mut self, mut stream: UnixStream, me: u32, tx: &Sender<Pending>, bell: &Doorbell) {
         if !peer_allowed(&stream, me) {
             let _ = reply(&mut stream, &Response::error("permission denied: peer uid"));
             return;
@@ -337,7 +356,11 @@ impl Reserved {
         if stream.set_nonblocking(true).is_err() {
             return;
         }
-        if self.clients.len() >= MAX_RESERVED {
+        if self.clients.len() >= self.cap.max(1) {
+            // Whoever sent a whole request (`off`) is answered before the oldest is dropped.
+            self.serve(tx, bell, true);
+        }
+        if self.clients.len() >= self.cap.max(1) {
             self.clients.remove(0);
         }
         let deadline = Instant::now() + RESERVED_DEADLINE;
