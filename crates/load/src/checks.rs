@@ -405,6 +405,21 @@ fn server_unanswered(c: &crate::results::Counters) -> Option<String> {
     // `-c 1 -d 1` at one send, which was blamed on too few connections (hostile pass 28).
     let none_answered = c.sent > 0 && c.completed == 0;
     if !none_answered && (c.sent < 10 || c.completed * 2 >= c.sent) {
+        // A server that answered some and then stopped, or closed its connections, holds a
+        // few fixed connections waiting (sends few, most answered): blamed on the connections
+        // until hostile pass 30.
+        if c.stalled > 0 {
+            return Some(format!(
+                "{} of the {} requests sent were still unanswered when the drain ended ({} answered): the server stopped answering, or stalls",
+                c.stalled, c.sent, c.completed
+            ));
+        }
+        if c.closed > 0 {
+            return Some(format!(
+                "the server closed the load connections {} time(s) (each re-opened after a pause; {} requests lost)",
+                c.closed, c.errors
+            ));
+        }
         return None;
     }
     Some(format!(
@@ -469,6 +484,38 @@ mod tests {
             why.starts_with("server:") && why.contains("answered 0 of the 1"),
             "{why}"
         );
+    }
+
+    /// Hostile pass 30: a server that answered 500 requests and then stopped (or closed its
+    /// connections) held `-c 1 -d 1` at 501 sends, 500 answered: the verdict blamed the
+    /// connections ("too few for this rate and round trip") and the rate check the client.
+    #[test]
+    fn a_server_that_stopped_or_closed_is_blamed_not_the_connections() {
+        for (stalled, closed, said) in [(1, 0, "still unanswered"), (0, 13, "closed the load")] {
+            let mut raw = raw_with(1000.0, 500, vec![]);
+            raw.counters.sent = 501;
+            raw.counters.late = 21;
+            raw.counters.errors = 1 + closed;
+            raw.counters.stalled = stalled;
+            raw.counters.closed = closed;
+            raw.connections = Some(headroom_types::load_result::ConnectionSizing {
+                mode: "fixed".into(),
+                per_thread: 1,
+                depth: 1,
+                total: 1,
+                ..Default::default()
+            });
+            let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+            let checks = run_checks(&raw, &unit, 99.0);
+            let why = limited_by(&raw, &checks).expect("the rate was not carried");
+            assert!(why.starts_with("server:") && why.contains(said), "{why}");
+            let rate = checks.iter().find(|k| k.name == "rate").unwrap();
+            assert!(
+                rate.detail.starts_with("the server did not keep up"),
+                "{}",
+                rate.detail
+            );
+        }
     }
 
     #[test]

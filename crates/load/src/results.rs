@@ -59,6 +59,13 @@ pub struct Counters {
     pub misses: u64,
     /// Lost requests: malformed replies, closed connections, no reply by the end of the drain.
     pub errors: u64,
+    /// Of `errors`, the requests still unanswered when the drain ended: the server stopped
+    /// answering them (the client waited on it, not on its own connections).
+    #[serde(default)]
+    pub stalled: u64,
+    /// Times the server closed a load connection (EOF; each re-opened after a pause).
+    #[serde(default)]
+    pub closed: u64,
     /// Requests that found their connection at the depth cap when they were due.
     pub late: u64,
     /// Connections re-opened after a fault.
@@ -94,6 +101,8 @@ impl Counters {
         self.sets += o.sets;
         self.misses += o.misses;
         self.errors += o.errors;
+        self.stalled += o.stalled;
+        self.closed += o.closed;
         self.late += o.late;
         self.reconnects += o.reconnects;
         self.skipped += o.skipped;

@@ -143,6 +143,7 @@ impl Worker<'_> {
         while c.wpos < c.wbuf.len() {
             match stream.write(&c.wbuf[c.wpos..]) {
                 Ok(0) => {
+                    self.out.counters.closed += 1;
                     self.fault(i, now, "server closed the connection");
                     return;
                 }
@@ -185,6 +186,7 @@ impl Worker<'_> {
             match recv_stamped(fd, &mut c.rbuf[rend..]) {
                 Ok((0, _)) => {
                     let now = now_ns();
+                    self.out.counters.closed += 1;
                     self.fault(i, now, "server closed the connection");
                     return;
                 }

@@ -348,6 +348,7 @@ impl Worker<'_> {
                 .filter(|r| r.sched >= self.shared.warm_end)
                 .count() as u64;
             self.out.counters.errors += lost;
+            self.out.counters.stalled += lost;
         }
         self.flush_interval(now, true);
     }

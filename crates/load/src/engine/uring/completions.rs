@@ -84,6 +84,7 @@ impl Worker<'_> {
                 return;
             }
         } else if result >= 0 {
+            self.out.counters.closed += 1;
             self.fault(i, now, "server closed the connection");
             return;
         } else if result != -libc::ENOBUFS {
