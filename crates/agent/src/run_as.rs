@@ -57,7 +57,16 @@ fn earlier_path_refusal(
         if candidate == found {
             return None;
         }
-        if let Err(doubt) = crate::trusted_dir::doubt_above(&candidate, may_own) {
+        // (a link to nothing first: the rule below climbs past it to the nearest directory
+        // that exists, but `execvp` follows it to wherever someone makes its target: hostile
+        // pass 29, uid 65534 made it in /tmp and a root BE's restart ran its program)
+        let doubt = match link_to_nothing_above(&candidate) {
+            Some(link) => Some(format!("{} is a link to nothing", link.display())),
+            None => crate::trusted_dir::doubt_above(&candidate, may_own)
+                .err()
+                .map(|d| d.to_string()),
+        };
+        if let Some(doubt) = doubt {
             let shown = if dir.as_os_str().is_empty() {
                 Path::new(".")
             } else {
@@ -71,6 +80,15 @@ fn earlier_path_refusal(
         }
     }
     None
+}
+
+/// The first directory above `file` that does not exist but is a link: what it points to
+/// may be made later by whoever can write there.
+fn link_to_nothing_above(file: &Path) -> Option<&Path> {
+    file.ancestors()
+        .skip(1)
+        .take_while(|d| !d.as_os_str().is_empty() && std::fs::metadata(d).is_err())
+        .find(|d| std::fs::symlink_metadata(d).is_ok())
 }
 
 /// Why the agent must not run `program` (as `execvp` finds it) as uid `runs_as` (`None`: the

@@ -351,3 +351,35 @@ fn a_path_directory_others_could_change_before_the_programs_is_refused() {
     mode(open.path(), 0o755);
     assert_eq!(program_refusal_in("p22-job", None, Some(&before)), None);
 }
+
+/// Hostile pass 29's low: a `PATH` directory that is a link to nothing passed the rule (it
+/// climbed to the nearest directory that exists), and uid 65534 then made the link's target
+/// in /tmp with its own program there: a root BE's restart ran it as root.
+#[test]
+fn a_path_directory_that_links_to_nothing_is_refused() {
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    let good = tempfile::tempdir().unwrap();
+    mode(good.path(), 0o755);
+    let job = good.path().join("p29-job");
+    std::fs::write(&job, "#!/bin/sh\n").unwrap();
+    mode(&job, 0o755);
+    let links = tempfile::tempdir().unwrap();
+    mode(links.path(), 0o755);
+    let dangle = links.path().join("dangle");
+    std::os::unix::fs::symlink(links.path().join("nothing"), &dangle).unwrap();
+    let search = |dirs: &[&Path]| std::env::join_paths(dirs).unwrap();
+    for before in [dangle.clone(), dangle.join("bin")] {
+        let path = search(&[&before, good.path()]);
+        let why = program_refusal_in("p29-job", None, Some(&path)).expect("refused");
+        assert!(
+            why.contains(&format!("{} is a link to nothing", dangle.display())),
+            "{why}"
+        );
+    }
+    // a link to a directory that exists is held to the rule as that directory
+    std::fs::create_dir(links.path().join("nothing")).unwrap();
+    mode(&links.path().join("nothing"), 0o755);
+    let path = search(&[&dangle, good.path()]);
+    assert_eq!(program_refusal_in("p29-job", None, Some(&path)), None);
+}
