@@ -160,6 +160,24 @@ pub fn limited_by(raw: &RawResults, checks: &[Check]) -> Option<String> {
                     s.total, s.grown_to, s.depth, s.grow_cap, s.growth_refused
                 ));
             }
+            // A thread that ran late reads its replies late, and its connections sit at their
+            // depth cap: blamed on too few connections while they held twice the requests
+            // this rate has in flight at the round trip the kernel stamped (`-c 50 -d 4` at
+            // 30 000 QPS against a 50 µs server, the client beside a busy CPU: hostile pass 31).
+            Some(s)
+                if lag_p99 > 1000.0
+                    && (s.total * s.depth) as f64
+                        >= 2.0 * raw.target_qps * unc_p99_us(raw) / 1e6 =>
+            {
+                return Some(format!(
+                    "client scheduling: {reached}; the thread ran late ({:.0}% CPU) and read its replies late: -c {} -d {} ({} in flight at most) carry this rate at the round trip measured (p99 {:.0} µs)",
+                    util * 100.0,
+                    s.per_thread,
+                    s.depth,
+                    s.total * s.depth,
+                    unc_p99_us(raw)
+                ));
+            }
             Some(s) => {
                 return Some(format!(
                     "connections: {reached}; -c {} -d {} ({} connection(s)) too few for this rate and round trip: -c auto sizes them from the measured round trip",
@@ -431,6 +449,12 @@ fn server_unanswered(c: &crate::results::Counters) -> Option<String> {
     ))
 }
 
+/// The reads' round trip p99 (µs) as the kernel stamped the replies, not as the client read
+/// them.
+fn unc_p99_us(raw: &RawResults) -> f64 {
+    raw.reported().read_uncorrected.percentile_us(99.0)
+}
+
 /// Completed requests per second over the measured interval.
 pub fn achieved_qps(raw: &RawResults) -> f64 {
     raw.counters.completed as f64 / raw.measured_s.max(1e-9)
@@ -515,6 +539,33 @@ mod tests {
                 "{}",
                 rate.detail
             );
+        }
+    }
+
+    /// Hostile pass 31: a client thread beside a busy CPU read its replies late, its 50
+    /// connections at depth 4 sat at their cap, and the verdict said "-c 50 -d 4 too few for
+    /// this rate and round trip" against a server that answered in 50 µs.
+    #[test]
+    fn a_late_thread_with_room_in_flight_is_blamed_not_the_connections() {
+        for (total, depth, said) in [(50, 4, "client scheduling:"), (1, 1, "connections:")] {
+            let mut raw = raw_with(30_000.0, 30_000, vec![]);
+            raw.counters.sent = 30_000;
+            raw.counters.late = 2_400;
+            for _ in 0..30_000 {
+                raw.send_lag.record_ns(11_000_000);
+                raw.load.read_uncorrected.record_ns(50_000);
+            }
+            raw.connections = Some(headroom_types::load_result::ConnectionSizing {
+                mode: "fixed".into(),
+                per_thread: total,
+                depth,
+                total,
+                ..Default::default()
+            });
+            let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
+            let checks = run_checks(&raw, &unit, 99.0);
+            let why = limited_by(&raw, &checks).expect("the schedule was not kept");
+            assert!(why.starts_with(said), "-c {total} -d {depth}: {why}");
         }
     }
 

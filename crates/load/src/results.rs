@@ -63,7 +63,7 @@ pub struct Counters {
     /// answering them (the client waited on it, not on its own connections).
     #[serde(default)]
     pub stalled: u64,
-    /// Times the server closed a load connection (EOF; each re-opened after a pause).
+    /// Times the server closed a load connection (EOF or reset; each re-opened after a pause).
     #[serde(default)]
     pub closed: u64,
     /// Requests that found their connection at the depth cap when they were due.

@@ -151,6 +151,9 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
+                    if crate::engine::server_hung_up(&e) {
+                        self.out.counters.closed += 1;
+                    }
                     self.fault(i, now, &format!("write failed: {e}"));
                     return;
                 }
@@ -212,6 +215,9 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     let now = now_ns();
+                    if crate::engine::server_hung_up(&e) {
+                        self.out.counters.closed += 1;
+                    }
                     self.fault(i, now, &format!("read failed: {e}"));
                     return;
                 }

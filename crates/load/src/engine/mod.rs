@@ -111,6 +111,15 @@ enum Io {
 }
 
 /// Opens a blocking connection with a timeout and makes it non-blocking (TCP_NODELAY as asked).
+/// Whether a failed read or send is the server hanging up: a reset (RST: a server that crashed,
+/// or closed with requests unread) is the server closing the connection as much as an EOF. Only
+/// the EOF was counted until hostile pass 31, and a resetting server was blamed on the
+/// connections.
+fn server_hung_up(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe)
+}
+
 pub fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, LoadError> {
     connect_within(addr, nodelay, CONNECT_TIMEOUT)
 }

@@ -7,6 +7,7 @@ use crate::support;
 use std::io::BufRead;
 use std::time::Duration;
 
+use headroom_load::engine::{choose_engine, EngineChoice, EngineKind};
 use headroom_load::feed::FeedLine;
 use headroom_load::stats::LatencyHist;
 use headroom_load::{run_report, LoadError, LoadOptions};
@@ -83,6 +84,42 @@ fn malformed_replies_are_errors_and_the_run_goes_on() {
     assert!(!r.result.valid);
     let check = r.result.checks.iter().find(|c| c.name == "errors").unwrap();
     assert!(!check.ok);
+}
+
+/// Hostile pass 31: a server that answered some requests and then reset its connections (RST,
+/// as one that crashed with requests unread) held `-c 1 -d 1` at a few sends, most answered,
+/// and the verdict blamed the connections: only an EOF counted as the server closing.
+#[test]
+fn a_server_that_resets_its_connections_is_blamed() {
+    for (engine, choice) in [
+        ("epoll", EngineChoice::Epoll),
+        ("io_uring", EngineChoice::IoUring),
+    ] {
+        if choice == EngineChoice::IoUring
+            && !choose_engine(EngineChoice::Auto).is_ok_and(|c| c.kind == EngineKind::IoUring)
+        {
+            eprintln!(
+                "SKIP a_server_that_resets_its_connections_is_blamed (io_uring): unavailable here"
+            );
+            continue;
+        }
+        let server = TestServer::start(Behaviour::ResetAfter { n: 300 });
+        let o = LoadOptions {
+            engine: choice,
+            ..opts(&server.spec(), 1000, 1.5)
+        };
+        let r = run_report(&o, &mut |_| {}).unwrap_or_else(|e| panic!("{engine}: {e}"));
+        let why = r.result.client.limited_by.clone().unwrap_or_default();
+        eprintln!(
+            "{engine}: completed {} sent {} reconnects {}: {why}",
+            r.completed, r.sent, r.reconnects
+        );
+        assert!(r.reconnects > 0, "{engine}: the server never reset");
+        assert!(
+            why.starts_with("server:") && why.contains("closed"),
+            "{engine}: {why}"
+        );
+    }
 }
 
 #[test]

@@ -25,6 +25,9 @@ pub enum Behaviour {
     StallOnce { at: Duration, stall: Duration },
     /// Every `every`-th GET gets a garbage line instead of a reply.
     Malformed { every: u64 },
+    /// Once `n` requests were answered (all connections together), every connection is reset
+    /// (RST, as a server that crashed with requests unread) when a request arrives.
+    ResetAfter { n: u64 },
 }
 
 pub struct TestServer {
@@ -125,6 +128,11 @@ fn serve_conn(
         if !line.ends_with('\n') {
             continue;
         }
+        if let Behaviour::ResetAfter { n } = behaviour {
+            if requests.load(Ordering::Relaxed) >= n {
+                return reset(writer);
+            }
+        }
         let arrived = Instant::now();
         let request = std::mem::take(&mut line);
         let mut words = request.split_whitespace();
@@ -176,6 +184,25 @@ fn serve_conn(
         if writer.write_all(&reply).is_err() {
             return;
         }
+    }
+}
+
+/// Closes `conn` with an RST (SO_LINGER 0) instead of a FIN.
+fn reset(conn: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a linger struct of the size given.
+    unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
     }
 }
 

@@ -89,6 +89,9 @@ impl Worker<'_> {
             return;
         } else if result != -libc::ENOBUFS {
             let e = std::io::Error::from_raw_os_error(-result);
+            if crate::engine::server_hung_up(&e) {
+                self.out.counters.closed += 1;
+            }
             self.fault(i, now, &format!("receive failed: {e}"));
             return;
         }
@@ -122,10 +125,11 @@ impl Worker<'_> {
             let why = if result == 0 {
                 "server closed the connection".to_string()
             } else {
-                format!(
-                    "send failed: {}",
-                    std::io::Error::from_raw_os_error(-result)
-                )
+                let e = std::io::Error::from_raw_os_error(-result);
+                if crate::engine::server_hung_up(&e) {
+                    self.out.counters.closed += 1;
+                }
+                format!("send failed: {e}")
             };
             self.fault(i, now, &why);
             return;
