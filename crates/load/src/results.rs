@@ -46,7 +46,7 @@ impl OpHists {
 /// Event counts over the measured interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counters {
-    /// Requests sent (actual send time inside the measured interval).
+    /// Measured requests sent (due inside the measured interval, sent before its end).
     pub sent: u64,
     /// Requests due inside the measured interval (sent or not): what the schedule asked for.
     #[serde(default)]

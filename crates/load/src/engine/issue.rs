@@ -127,8 +127,13 @@ impl Worker<'_> {
                 tx: 0,
             });
             if now >= sh.warm_end && now < sh.end {
-                self.out.counters.sent += 1;
                 self.out.counters.bytes_tx += (c.wbuf.len() - before) as u64;
+            }
+            // A measured request (due after the warmup), as its reply, lateness and loss are
+            // counted: a warmup backlog sent in the measured interval was counted as sent and
+            // its replies not, and the server was blamed for them (hostile pass 32).
+            if sched >= sh.warm_end {
+                self.out.counters.sent += 1;
             }
             if t != i {
                 // Sent on another connection to the same server: it goes out with this turn.

@@ -336,11 +336,14 @@ impl Worker<'_> {
     /// After the loop: requests due but never sent, and replies that never came.
     fn finish(&mut self) {
         // Requests still due but never sent (a backlog at the end) were scheduled all the same.
+        // `next_sched` is the first unsent: a backlog's connection is `done_sending` too (it
+        // stopped at the end, not after its last request), and was skipped until hostile
+        // pass 32, so a warmup backlog that outlasted the run scheduled nothing.
         for i in 0..self.conns.len() {
             let c = &mut self.conns[i];
             if let Some(ia) = &c.plan.ia {
                 let mut t = c.next_sched;
-                while !c.done_sending && t < self.shared.end {
+                while t < self.shared.end {
                     if t >= self.shared.warm_end {
                         self.out.counters.scheduled += 1;
                     }

@@ -122,6 +122,22 @@ fn a_server_that_resets_its_connections_is_blamed() {
     }
 }
 
+/// Hostile pass 32: `-c 1 -d 1 -w 1` against a server answering each request in 20 ms: the
+/// warmup's backlog was sent in the measured interval and counted as sent, its replies were
+/// not counted, and the verdict said the server "answered 0 of the 147 requests sent".
+#[test]
+fn a_warmup_backlog_is_not_blamed_on_the_server() {
+    let server = TestServer::start(Behaviour::Delay(Duration::from_millis(20)));
+    let o = LoadOptions {
+        warmup_s: 1.0,
+        ..opts(&server.spec(), 200, 2.0)
+    };
+    let r = run_report(&o, &mut |_| {}).unwrap();
+    let why = r.result.client.limited_by.clone().unwrap_or_default();
+    eprintln!("completed {} sent {}: {why}", r.completed, r.sent);
+    assert!(why.starts_with("connections:"), "{why}");
+}
+
 #[test]
 fn an_unreachable_server_is_an_error_naming_it() {
     let refusing = headroom_load::testkit::RefusingPort::new().unwrap();
