@@ -46,6 +46,11 @@ impl Worker<'_> {
         }
         let mut now = now;
         let mut first = true;
+        // When the send before this one in this pass could go, where it waited for room: a
+        // request due meanwhile waited behind it, the server's wait too (hostile pass 32: a
+        // burst of replies after a server's pause freed several slots at once, and every send
+        // but the first was charged the whole pause as the client's own lateness).
+        let mut waited_until: Option<u64> = None;
         loop {
             if !first {
                 // Each send is stamped when it is made, not when the pass began: a second send in
@@ -95,9 +100,14 @@ impl Worker<'_> {
             let mut ready = sched;
             if self.conns[i].late_marked {
                 ready = self.conns[t].room_at.clamp(sched, now.max(sched));
+            } else if let Some(w) = waited_until {
+                ready = w.clamp(sched, now.max(sched));
             }
             if sh.moderate {
                 ready = ready.max((self.conns[i].last_rx + MODERATE_NS).min(now));
+            }
+            if ready > sched {
+                waited_until = Some(ready);
             }
             let c = &mut self.conns[t];
             // Issue the request due at `sched`.
