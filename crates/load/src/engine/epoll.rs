@@ -151,10 +151,7 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    if crate::engine::server_hung_up(&e) {
-                        self.out.counters.closed += 1;
-                    }
-                    self.fault(i, now, &format!("write failed: {e}"));
+                    self.io_fault(i, now, "write failed", &e);
                     return;
                 }
             }
@@ -215,10 +212,7 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     let now = now_ns();
-                    if crate::engine::server_hung_up(&e) {
-                        self.out.counters.closed += 1;
-                    }
-                    self.fault(i, now, &format!("read failed: {e}"));
+                    self.io_fault(i, now, "read failed", &e);
                     return;
                 }
             }

@@ -190,6 +190,15 @@ impl Worker<'_> {
         }
     }
 
+    /// [`Worker::fault`] for a failed read or send (`what`), counted as the server closing the
+    /// connection when it hung up ([`super::server_hung_up`]).
+    pub(super) fn io_fault(&mut self, i: usize, now: u64, what: &str, e: &std::io::Error) {
+        if super::server_hung_up(e) {
+            self.out.counters.closed += 1;
+        }
+        self.fault(i, now, &format!("{what}: {e}"));
+    }
+
     /// A broken connection: its outstanding requests are lost (errors); it is re-opened and its
     /// schedule goes on (requests due meanwhile wait and count late).
     pub(super) fn fault(&mut self, i: usize, now: u64, why: &str) {

@@ -89,10 +89,7 @@ impl Worker<'_> {
             return;
         } else if result != -libc::ENOBUFS {
             let e = std::io::Error::from_raw_os_error(-result);
-            if crate::engine::server_hung_up(&e) {
-                self.out.counters.closed += 1;
-            }
-            self.fault(i, now, &format!("receive failed: {e}"));
+            self.io_fault(i, now, "receive failed", &e);
             return;
         }
         // A multishot receive ends when the buffers run out (ENOBUFS) or the kernel says so:
@@ -122,16 +119,12 @@ impl Worker<'_> {
         if result <= 0 {
             c.ring.send_busy = false;
             c.ring.sbuf.clear();
-            let why = if result == 0 {
-                "server closed the connection".to_string()
+            if result == 0 {
+                self.fault(i, now, "server closed the connection");
             } else {
                 let e = std::io::Error::from_raw_os_error(-result);
-                if crate::engine::server_hung_up(&e) {
-                    self.out.counters.closed += 1;
-                }
-                format!("send failed: {e}")
-            };
-            self.fault(i, now, &why);
+                self.io_fault(i, now, "send failed", &e);
+            }
             return;
         }
         c.ring.sent += result as usize;
