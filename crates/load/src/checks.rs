@@ -155,30 +155,33 @@ pub fn limited_by(raw: &RawResults, checks: &[Check]) -> Option<String> {
                         s.grown_to, s.depth
                     ));
                 }
+                if let Some(why) = server_paused(raw, s.grown_to * s.depth) {
+                    return Some(format!("server: {reached}; {why}"));
+                }
                 return Some(format!(
                     "connections: {reached}; grown from {} to {} connection(s) × depth {} (the cap: {} per server per thread), {} sends found them all full",
                     s.total, s.grown_to, s.depth, s.grow_cap, s.growth_refused
                 ));
             }
-            // A thread that ran late reads its replies late, and its connections sit at their
-            // depth cap: blamed on too few connections while they held twice the requests
-            // this rate has in flight at the round trip the kernel stamped (`-c 50 -d 4` at
-            // 30 000 QPS against a 50 µs server, the client beside a busy CPU: hostile pass 31).
-            Some(s)
-                if lag_p99 > 1000.0
-                    && (s.total * s.depth) as f64
-                        >= 2.0 * raw.target_qps * unc_p99_us(raw) / 1e6 =>
-            {
-                return Some(format!(
-                    "client scheduling: {reached}; the thread ran late ({:.0}% CPU) and read its replies late: -c {} -d {} ({} in flight at most) carry this rate at the round trip measured (p99 {:.0} µs)",
-                    util * 100.0,
-                    s.per_thread,
-                    s.depth,
-                    s.total * s.depth,
-                    unc_p99_us(raw)
-                ));
-            }
             Some(s) => {
+                let in_flight = s.total * s.depth;
+                if let Some(why) = server_paused(raw, in_flight) {
+                    return Some(format!("server: {reached}; {why}"));
+                }
+                // A thread that ran late reads its replies late, and its connections sit at
+                // their depth cap: blamed on too few connections while they held twice the
+                // requests this rate has in flight at the round trip the kernel stamped (`-c 50
+                // -d 4` at 30 000 QPS against a 50 µs server, the client beside a busy CPU:
+                // hostile pass 31).
+                if lag_p99 > 1000.0 && carries_the_rate(raw, in_flight, 99.0) {
+                    return Some(format!(
+                        "client scheduling: {reached}; the thread ran late ({:.0}% CPU) and read its replies late: -c {} -d {} ({in_flight} in flight at most) carry this rate at the round trip measured (p99 {:.0} µs)",
+                        util * 100.0,
+                        s.per_thread,
+                        s.depth,
+                        unc_p99_us(raw)
+                    ));
+                }
                 return Some(format!(
                     "connections: {reached}; -c {} -d {} ({} connection(s)) too few for this rate and round trip: -c auto sizes them from the measured round trip",
                     s.per_thread, s.depth, s.total
@@ -458,6 +461,42 @@ fn late_sends(c: &crate::results::Counters) -> (u64, f64) {
     // A connection's head, marked late and never sent, is in both.
     let late = (c.late + unsent).min(c.sent + unsent);
     (late, late as f64 / (c.sent + unsent).max(1) as f64)
+}
+
+/// Whether `in_flight` requests carry the target rate at the round trip the kernel stamped (at
+/// `percentile`), twice over: Little's law with room for the rate's own bursts.
+fn carries_the_rate(raw: &RawResults, in_flight: usize, percentile: f64) -> bool {
+    let round_trip_us = raw.reported().read_uncorrected.percentile_us(percentile);
+    in_flight as f64 >= 2.0 * raw.target_qps * round_trip_us / 1e6
+}
+
+/// How many times the client's share the server's must be, of the lateness of the sends that
+/// waited for room, for the server to have held the room.
+const ROOM_SERVER_OVER_CLIENT: u64 = 2;
+
+/// A server that paused, for a run whose connections carry its rate at the round trip the
+/// kernel stamped but whose sends still found them full: the sends that waited for room waited
+/// mostly while the server held their room's request (from its send, or their schedule if
+/// later, to its reply), not for the client (which sent that request late, or reacted to its
+/// reply late). The send lag's own p99 cannot tell them apart: a client's reaction to a burst
+/// of replies after a pause is about 1 ms on a 2-vCPU VM (hostile pass 32: a 10 ms pause every
+/// 500 ms was blamed on the client's scheduling), and a late thread's room wait is its own.
+fn server_paused(raw: &RawResults, in_flight: usize) -> Option<String> {
+    let c = &raw.counters;
+    let held_by_server = c.room_server_ns > 0
+        && c.room_server_ns >= ROOM_SERVER_OVER_CLIENT.saturating_mul(c.room_client_ns);
+    // Judged at the ordinary round trip (p90): a pause is the tail, and the requests it held
+    // lengthen the p99 itself (4 in flight at 1000 QPS, a 50 ms pause every 500 ms).
+    if !held_by_server || !carries_the_rate(raw, in_flight, 90.0) {
+        return None;
+    }
+    Some(format!(
+        "the sends that found no room waited {:.1} ms in all while the server held it, {:.1} ms on the client; {in_flight} in flight carry this rate at its ordinary round trip (p90 {:.0} µs, p99 {:.0} µs): the server paused or answered in bursts (more connections, -c auto, hold more requests through a pause)",
+        c.room_server_ns as f64 / 1e6,
+        c.room_client_ns as f64 / 1e6,
+        raw.reported().read_uncorrected.percentile_us(90.0),
+        unc_p99_us(raw)
+    ))
 }
 
 /// The reads' round trip p99 (µs) as the kernel stamped the replies, not as the client read

@@ -90,6 +90,14 @@ pub struct Counters {
     /// the thread read it).
     #[serde(default)]
     pub rx_stamped: u64,
+    /// Of the measured sends that found no room when due (a depth cap) or went behind one that
+    /// found none: how long the server held them (schedule → when it let them go), summed (ns).
+    #[serde(default)]
+    pub room_server_ns: u64,
+    /// The same sends' send lag, summed (ns): the client's share of their lateness (it sent
+    /// the room's request late, or reacted late to its reply).
+    #[serde(default)]
+    pub room_client_ns: u64,
 }
 
 impl Counters {
@@ -112,6 +120,8 @@ impl Counters {
         self.growth_refused += o.growth_refused;
         self.tx_stamped += o.tx_stamped;
         self.rx_stamped += o.rx_stamped;
+        self.room_server_ns = self.room_server_ns.saturating_add(o.room_server_ns);
+        self.room_client_ns = self.room_client_ns.saturating_add(o.room_client_ns);
     }
 }
 

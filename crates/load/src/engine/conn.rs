@@ -22,13 +22,34 @@ pub(super) struct Inflight {
     pub(super) sched: u64,
     /// When the thread made the send (user space: the fallback for a missing transmit stamp).
     pub(super) sent: u64,
-    /// When the server let it go: `sched`, or later where it waited at the depth cap (see the
-    /// module's "whose time is whose").
+    /// When the server let it go: `sched`, or later where it waited at the depth cap for a
+    /// reply the server held (what follows is the client's: its send lag). A reply the client got
+    /// late because it sent that request late is the client's wait, not the server's.
     pub(super) ready: u64,
+    /// It found no room when due (or went behind a send that found none).
+    pub(super) waited_for_room: bool,
     /// Offset of its last byte on the connection (what a transmit stamp's key is compared with).
     pub(super) end: u64,
     /// The kernel's transmit stamp (0: none yet).
     pub(super) tx: u64,
+}
+
+impl Inflight {
+    /// When the bytes went: the kernel's transmit stamp, held between the thread's send and the
+    /// reply at `rx` (a stamp mapped outside that: the realtime clock slewed since the offset
+    /// was read), else the thread's send.
+    pub(super) fn went_at(&self, rx: u64) -> u64 {
+        if self.tx != 0 {
+            self.tx.clamp(self.sent, rx.max(self.sent))
+        } else {
+            self.sent
+        }
+    }
+
+    /// The client's own lateness: from when the server let it go to when its bytes went.
+    pub(super) fn send_lag(&self, rx: u64) -> u64 {
+        self.went_at(rx).saturating_sub(self.ready)
+    }
 }
 
 pub(super) struct Conn {
@@ -54,6 +75,13 @@ pub(super) struct Conn {
     /// When the connection last got room for a send: its last reply's stamp, or when it was
     /// (re)opened (a request that waited at the depth cap was the server's wait until then).
     pub(super) room_at: u64,
+    /// The send lag of the request whose reply made room at `room_at` (0 for a connection
+    /// (re)opened): its reply came that much later by the client's doing, so a send that waited
+    /// for that room waited that much on the client, the rest on the server.
+    pub(super) room_client_ns: u64,
+    /// When a send last filled the connection to its depth cap (`u64::MAX`: never): a send due
+    /// from then until `room_at` waited for room, seen late or not.
+    pub(super) full_since: u64,
     /// Bytes queued on the current socket so far (transmit stamps key on them).
     pub(super) tx_bytes: u64,
     /// The current socket reports transmit stamps.
@@ -90,6 +118,8 @@ impl Conn {
             last_sent: None,
             last_rx: 0,
             room_at: now_ns(),
+            room_client_ns: 0,
+            full_since: u64::MAX,
             tx_bytes: 0,
             tx_stamps: false,
             stamps_refused: None,

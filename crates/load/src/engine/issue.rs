@@ -18,6 +18,7 @@ impl Worker<'_> {
                     self.conns[i].stream = Some(s);
                     self.conns[i].arm_stamps();
                     self.conns[i].room_at = now_ns();
+                    self.conns[i].room_client_ns = 0;
                     if self.attach(i).is_ok() {
                         self.out.counters.reconnects += 1;
                         self.offer(i);
@@ -51,6 +52,8 @@ impl Worker<'_> {
         // burst of replies after a server's pause freed several slots at once, and every send
         // but the first was charged the whole pause as the client's own lateness).
         let mut waited_until: Option<u64> = None;
+        // The send lag of the request whose reply made that room (the client's share).
+        let mut waited_room_client = 0;
         loop {
             if !first {
                 // Each send is stamped when it is made, not when the pass began: a second send in
@@ -94,20 +97,43 @@ impl Worker<'_> {
             if sh.moderate && now < self.conns[i].last_rx + MODERATE_NS {
                 break;
             }
+            // A send that fell due while its connection sat at its depth cap, and was never
+            // marked late because the thread slept on the full connection until a reply made
+            // room: it waited for that room all the same (its lateness was charged to the
+            // client, and to every send that waited behind its reply).
+            let c = &mut self.conns[i];
+            let waited_unseen = c.full_since <= sched && sched < c.room_at;
+            if t == i && !c.late_marked && c.plan.ia.is_some() && waited_unseen {
+                c.late_marked = true;
+                if sched >= sh.warm_end {
+                    self.out.counters.late += 1;
+                }
+            }
             // When the server let this send go: at once, unless it waited for room (the reply
             // or reconnect that made room on the connection that takes it), or for `--moderate`'s
             // gap after a reply. What follows until its transmit stamp is the client's own.
-            let mut ready = sched;
+            let mut room = None;
             if self.conns[i].late_marked {
-                ready = self.conns[t].room_at.clamp(sched, now.max(sched));
+                let room_at = self.conns[t].room_at.clamp(sched, now.max(sched));
+                room = Some((room_at, self.conns[t].room_client_ns));
             } else if let Some(w) = waited_until {
-                ready = w.clamp(sched, now.max(sched));
+                room = Some((w.clamp(sched, now.max(sched)), waited_room_client));
+            }
+            let mut ready = sched;
+            if let Some((room_at, room_client)) = room {
+                if room_at > sched {
+                    waited_until = Some(room_at);
+                    waited_room_client = room_client;
+                }
+                // The server held the wait for room, but for the room's request's own send lag:
+                // a thread that sent that request late got its reply that much later, its own
+                // doing (a late thread's wait was charged to the server, and the verdict named
+                // the server for the client's lateness).
+                let wait = room_at - sched;
+                ready = sched + (wait - wait.min(room_client));
             }
             if sh.moderate {
                 ready = ready.max((self.conns[i].last_rx + MODERATE_NS).min(now));
-            }
-            if ready > sched {
-                waited_until = Some(ready);
             }
             let c = &mut self.conns[t];
             // Issue the request due at `sched`.
@@ -135,7 +161,11 @@ impl Worker<'_> {
                 ready,
                 end: c.tx_bytes.saturating_sub(1),
                 tx: 0,
+                waited_for_room: room.is_some_and(|(room_at, _)| room_at > sched),
             });
+            if c.inflight.len() >= c.plan.depth {
+                c.full_since = now;
+            }
             if now >= sh.warm_end && now < sh.end {
                 self.out.counters.bytes_tx += (c.wbuf.len() - before) as u64;
             }

@@ -37,6 +37,7 @@ impl Worker<'_> {
                     c.backoff_ns = 0;
                     c.last_rx = now;
                     c.room_at = now;
+                    c.room_client_ns = req.send_lag(now);
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.offer(i);
@@ -113,19 +114,12 @@ impl Worker<'_> {
         now: u64,
         kernel_rx: bool,
     ) {
-        // The kernel sent the bytes after the thread made the send and before the reply came:
-        // a stamp mapped outside that (the realtime clock slewed since the offset was read) is
-        // held inside it.
         let kernel_tx = req.tx != 0;
-        let tx = if kernel_tx {
-            req.tx.clamp(req.sent, now.max(req.sent))
-        } else {
-            req.sent
-        };
+        let tx = req.went_at(now);
         let uncorrected = now.saturating_sub(tx);
         let server_wait = req.ready.saturating_sub(req.sched);
         let corrected = uncorrected + server_wait;
-        let lag = tx.saturating_sub(req.ready);
+        let lag = req.send_lag(now);
         if reported {
             self.interval.record_ns(corrected);
             self.interval_actual_send.record_ns(uncorrected);
@@ -136,6 +130,11 @@ impl Worker<'_> {
             return;
         }
         self.out.send_lag.record_ns(lag);
+        if req.waited_for_room {
+            let c = &mut self.out.counters;
+            c.room_server_ns = c.room_server_ns.saturating_add(server_wait);
+            c.room_client_ns = c.room_client_ns.saturating_add(lag);
+        }
         self.out.counters.tx_stamped += u64::from(kernel_tx);
         self.out.counters.rx_stamped += u64::from(kernel_rx);
         let hists = if measure {
