@@ -32,7 +32,8 @@ pub use placement::*;
 /// socket in a directory others can write, as `/tmp` itself.
 pub fn feed_socket_path(name: &str) -> Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("headroom-feeds-{}", std::process::id()));
+    remove_dirs_of_gone_processes(FEED_DIR_PREFIX);
+    let dir = std::env::temp_dir().join(format!("{FEED_DIR_PREFIX}{}", std::process::id()));
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         // (one a stranger made first is refused by the agent's start, naming it)
@@ -40,6 +41,38 @@ pub fn feed_socket_path(name: &str) -> Result<PathBuf> {
         Err(e) => return Err(BenchError::io("creating", &dir, e)),
     }
     Ok(dir.join(name))
+}
+
+/// The feed sockets' directory under the temp dir: this prefix and the bench's pid.
+const FEED_DIR_PREFIX: &str = "headroom-feeds-";
+
+/// Removes the temp dir's `<prefix><pid>` directories of this user whose process is gone: a
+/// bench's scratch directories are its own while it runs, and nothing removed them after it
+/// (one per bench run was left, more per test run).
+pub fn remove_dirs_of_gone_processes(prefix: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return;
+    };
+    let uid = headroom_host::process::effective_uid();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Only a real directory of ours (never through a link someone planted).
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if pid > 0 && meta.is_dir() && meta.uid() == uid && !headroom_host::process::exists(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Quotes an argument for display in a copy-pasteable command line.
@@ -517,4 +550,29 @@ pub fn strip_ansi(s: &str) -> String {
 /// Owned copies of string literals (argv pieces, option lists).
 pub(crate) fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The feed sockets' directory of a bench that is gone was never removed: one per bench
+    /// run stayed in the temp dir. A bench removes those of gone processes when it makes its
+    /// own; a plain file or another prefix is left alone.
+    #[test]
+    fn a_gone_benchs_feed_directory_is_removed_by_the_next() {
+        let tmp = std::env::temp_dir();
+        // pid far above pid_max's default: no such process
+        let gone = tmp.join(format!("{}999999998", super::FEED_DIR_PREFIX));
+        let not_a_dir = tmp.join(format!("{}999999997", super::FEED_DIR_PREFIX));
+        std::fs::create_dir_all(&gone).unwrap();
+        std::fs::write(gone.join("old.sock"), b"").unwrap();
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let path = super::feed_socket_path("a.sock").unwrap();
+        let gone_left = gone.exists();
+        let file_left = not_a_dir.exists();
+        let _ = std::fs::remove_dir_all(&gone);
+        let _ = std::fs::remove_file(&not_a_dir);
+        assert!(!gone_left, "{} left behind", gone.display());
+        assert!(file_left, "a file named like the directory was removed");
+        assert!(path.parent().unwrap().is_dir(), "{}", path.display());
+    }
 }

@@ -1,6 +1,6 @@
 //! `headroom bench agent` stopped from outside (a `timeout`'s SIGTERM, Ctrl-C) removes its
-//! groups and its children, as its own end does; groups a SIGKILLed bench left are removed by
-//! the next one.
+//! groups, its children and its scratch directory, as its own end does; groups and directories
+//! a SIGKILLed bench left are removed by the next one.
 
 use crate::support;
 
@@ -20,10 +20,14 @@ fn a_stopped_bench_agent_removes_its_groups_and_children() {
     // A group named as a bench whose process is gone (pid far above pid_max's default).
     let stale = GroupPath::new("headroom-bench-agent-999999999").unwrap();
     cgroups.create(&stale.join("be").unwrap()).unwrap();
+    // Its scratch directory too (a gone bench's, or one a SIGTERM left before it was removed
+    // on a stop: one per run was left).
+    let stale_dir = std::env::temp_dir().join("headroom-bench-agent-999999999");
     for sig in [
         nix::sys::signal::Signal::SIGTERM,
         nix::sys::signal::Signal::SIGINT,
     ] {
+        std::fs::create_dir_all(&stale_dir).unwrap();
         let mut bench = Command::new(BIN)
             .args(["bench", "agent", "--seconds", "2", "--steps", "5"])
             .stdout(Stdio::null())
@@ -31,6 +35,7 @@ fn a_stopped_bench_agent_removes_its_groups_and_children() {
             .spawn()
             .unwrap();
         let top = GroupPath::new(&format!("headroom-bench-agent-{}", bench.id())).unwrap();
+        let scratch = std::env::temp_dir().join(format!("headroom-bench-agent-{}", bench.id()));
         let made = wait_for("the bench's group", Duration::from_secs(120), || {
             cgroups.exists(&top)
         });
@@ -54,6 +59,20 @@ fn a_stopped_bench_agent_removes_its_groups_and_children() {
         let left = cgroups.exists(&top);
         let _ = cgroups.remove(&top);
         let _ = cgroups.remove(&stale);
+        let scratch_left = scratch.exists();
+        let _ = std::fs::remove_dir_all(&scratch);
+        let stale_dir_left = stale_dir.exists();
+        let _ = std::fs::remove_dir_all(&stale_dir);
+        assert!(
+            !scratch_left,
+            "{sig}: {} left behind; stderr: {err}",
+            scratch.display()
+        );
+        assert!(
+            !stale_dir_left,
+            "{sig}: a gone bench's {} was not removed; stderr: {err}",
+            stale_dir.display()
+        );
         assert_eq!(status.code(), Some(128 + sig as i32), "{sig}: {err}");
         assert!(!left, "{sig}: {top} left behind; stderr: {err}");
         assert!(

@@ -38,7 +38,7 @@ mod reaction_log;
 mod teardown;
 
 use reaction::reaction;
-use teardown::{Cleanup, GROUP_PREFIX};
+use teardown::{Cleanup, GROUP_PREFIX, SCRATCH_PREFIX};
 
 #[derive(clap::Parser, Debug)]
 #[command(name = "headroom bench agent", no_binary_name = true)]
@@ -120,12 +120,11 @@ pub fn run(out: Option<PathBuf>, flags: Flags) -> Result<()> {
     }
     let cgroups = LinuxHost::system().cgroups()?;
     let top = GroupPath::new(&format!("{GROUP_PREFIX}{}", std::process::id()))?;
-    let dir = ScratchDir(
-        std::env::temp_dir().join(format!("headroom-bench-agent-{}", std::process::id())),
-    );
+    let dir =
+        ScratchDir(std::env::temp_dir().join(format!("{SCRATCH_PREFIX}{}", std::process::id())));
+    let mut clean = Cleanup::arm(cgroups.clone(), top.clone(), dir.path())?;
     std::fs::create_dir_all(dir.path())
         .with_context(|| format!("creating {}", dir.path().display()))?;
-    let mut clean = Cleanup::arm(cgroups.clone(), top.clone())?;
     let bin = std::env::current_exe().context("locating the headroom binary")?;
     // The LC: an idle process (sleep) pinned on CPU 1.
     let lc = {

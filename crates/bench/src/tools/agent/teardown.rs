@@ -7,6 +7,7 @@
 //! bench killed with SIGKILL cannot clean up; the next `bench agent` removes groups whose bench
 //! process is gone.
 
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -20,11 +21,16 @@ use crate::tools::error::{Context, Result};
 /// The prefix of the bench's top group; the bench's pid follows it.
 pub(super) const GROUP_PREFIX: &str = "headroom-bench-agent-";
 
-/// The bench's groups and the pids the watcher kills before removing them.
+/// The prefix of the bench's scratch directory under the temp dir; the bench's pid follows it.
+pub(super) const SCRATCH_PREFIX: &str = "headroom-bench-agent-";
+
+/// The bench's groups and the pids the watcher kills before removing them, and its scratch
+/// directory.
 struct Armed {
     cgroups: Cgroups,
     top: GroupPath,
     pids: Vec<u32>,
+    scratch: PathBuf,
 }
 
 static ARMED: Mutex<Option<Armed>> = Mutex::new(None);
@@ -43,13 +49,16 @@ pub(super) struct Cleanup {
 }
 
 impl Cleanup {
-    /// Removes the groups of earlier benches that are gone, then arms the watcher for `top`.
-    pub fn arm(cgroups: Cgroups, top: GroupPath) -> Result<Cleanup> {
+    /// Removes the groups and scratch directories of earlier benches that are gone, then arms
+    /// the watcher for `top` and `scratch`.
+    pub fn arm(cgroups: Cgroups, top: GroupPath, scratch: &Path) -> Result<Cleanup> {
         remove_stale_groups(&cgroups);
+        crate::runner::remove_dirs_of_gone_processes(SCRATCH_PREFIX);
         *armed() = Some(Armed {
             cgroups: cgroups.clone(),
             top: top.clone(),
             pids: Vec::new(),
+            scratch: scratch.to_path_buf(),
         });
         start_watcher()?;
         Ok(Cleanup {
@@ -153,7 +162,12 @@ fn start_watcher() -> Result<()> {
                     let _ = send_signal(pid as i32, Signal::SIGKILL);
                 }
                 remove_groups(&a.cgroups, &a.top);
-                eprintln!("headroom bench agent: removed {} and its processes", a.top);
+                let _ = std::fs::remove_dir_all(&a.scratch);
+                eprintln!(
+                    "headroom bench agent: removed {}, its processes and {}",
+                    a.top,
+                    a.scratch.display()
+                );
             }
         });
     });
