@@ -189,6 +189,16 @@ pub fn is_zombie(root: &Path, pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether `pid` is gone: no `/proc/<pid>` (a stat, which needs no file descriptor), or a
+/// zombie. A process whose files cannot be read (the agent out of file descriptors, EMFILE) is
+/// not gone: its LC origin was dropped, and `restore` then left it in the LC group.
+pub fn is_gone(root: &Path, pid: u32) -> bool {
+    match std::fs::symlink_metadata(root.join(format!("proc/{pid}"))) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(_) => is_zombie(root, pid),
+    }
+}
+
 /// The value of `name` in the environment `pid` started with (`/proc/<pid>/environ`: what it
 /// was exec'd with, which a child inherits), if set. `None` when the process is gone or keeps
 /// its environment from us.
@@ -423,5 +433,21 @@ mod tests {
         assert_eq!(uids(dir.path(), 7), Some((65534, 65534)));
         assert_eq!(gids(dir.path(), 7), Some((0, 4)));
         assert_eq!(gids(dir.path(), 8), None);
+    }
+
+    /// A pid is gone only when /proc has no such directory, or it is a zombie: a stat file that
+    /// cannot be read (what EMFILE does to every read) leaves it there.
+    #[test]
+    fn a_process_whose_files_cannot_be_read_is_not_gone() {
+        let root = fake_proc();
+        let r = root.path();
+        assert!(!is_gone(r, 10));
+        assert!(is_gone(r, 12), "no /proc/12");
+        std::fs::create_dir_all(r.join("proc/13/stat")).unwrap();
+        assert!(start_time(r, 13).is_none(), "its stat cannot be read");
+        assert!(!is_gone(r, 13), "unreadable is not gone");
+        std::fs::create_dir_all(r.join("proc/14")).unwrap();
+        std::fs::write(r.join("proc/14/stat"), "14 (x) Z 1 14 14 0").unwrap();
+        assert!(is_gone(r, 14), "a zombie");
     }
 }

@@ -129,6 +129,13 @@ pub fn open_files_limit() -> Option<u64> {
     }
 }
 
+/// How many files this process holds open now (`/proc/self/fd`'s entries, less the one its
+/// own listing opens); `None` when it cannot be listed.
+pub fn open_files_count() -> Option<u64> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    Some((entries.count() as u64).saturating_sub(1))
+}
+
 /// This process's effective uid.
 pub fn effective_uid() -> u32 {
     nix::unistd::geteuid().as_raw()

@@ -189,7 +189,10 @@ fn accept_loop(
     // The reserved slot's clients, read alongside the accepts: waiting on each in turn let a
     // queue of slow ones hold `off` past ctl's 15 s (256 clients: hostile pass 28).
     let mut reserved = Reserved {
-        cap: reserved_cap(headroom_host::process::open_files_limit()),
+        cap: reserved_cap(
+            headroom_host::process::open_files_limit(),
+            headroom_host::process::open_files_count().unwrap_or(0),
+        ),
         ..Reserved::default()
     };
     while !stop.load(Ordering::Relaxed) {
@@ -334,12 +337,14 @@ struct Reserved {
 /// sends its line as it connects, and every client is read before one is dropped).
 const MAX_RESERVED: usize = 1024;
 
-/// The reserved slot's clients at most, for the soft fd limit `nofile`: an eighth of it, so the
-/// agent keeps the files its ticks and its restore open. 1024 of them under the shipped unit's
-/// default limit (1024) took every fd: the state file, the sensors and `restore`'s cgroup
-/// writes failed with EMFILE (hostile pass 30).
-fn reserved_cap(nofile: Option<u64>) -> usize {
-    let eighth = nofile.map_or(MAX_RESERVED as u64, |n| n / 8);
+/// The reserved slot's clients at most, for the soft fd limit `nofile` with `open` files held
+/// already (the agent's own at rest: ~70): an eighth of what is left, so the agent keeps the
+/// files its ticks and its restore open. 1024 of them under the shipped unit's default limit
+/// (1024) took every fd: the state file, the sensors and `restore`'s cgroup writes failed with
+/// EMFILE (hostile pass 30); an eighth of the whole limit was most of what was left under a
+/// limit of 100.
+fn reserved_cap(nofile: Option<u64>, open: u64) -> usize {
+    let eighth = nofile.map_or(MAX_RESERVED as u64, |n| n.saturating_sub(open) / 8);
     usize::try_from(eighth).map_or(MAX_RESERVED, |e| e.clamp(1, MAX_RESERVED))
 }
 
@@ -572,3 +577,7 @@ const MAX_REPLY_BYTES: usize = 16 << 20;
 /// How long `request` waits for the whole exchange: sending the request and reading the
 /// whole answer, however the server paces its bytes.
 const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
+
+#[cfg(test)]
+#[path = "control_tests.rs"]
+mod tests;

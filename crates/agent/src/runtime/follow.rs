@@ -215,10 +215,10 @@ impl Agent {
         let cg = self.node.cgroups().clone();
         let root = self.options.root.clone();
         // The origins of LC processes that are gone: their pids may be reused by anything,
-        // which `restore` would then move (and the list grew with every LC restart).
+        // which `restore` would then move (and the list grew with every LC restart). One whose
+        // /proc files cannot be read (EMFILE) is kept.
         let before = self.lc_origins.len();
-        self.lc_origins
-            .retain(|&p, _| pids::start_time(&root, p).is_some() && !pids::is_zombie(&root, p));
+        self.lc_origins.retain(|&p, _| !pids::is_gone(&root, p));
         if self.lc_origins.len() < before {
             self.publisher.state_dirty = true;
         }
