@@ -86,6 +86,23 @@ pub struct RecordedBe {
     pub group: GroupPath,
     /// The agent ran a command in it (`[[be]] command`).
     pub command: bool,
+    /// The command line its BE runs (launched or adopted), once it runs: a restart whose
+    /// `[[be]] command` differs stops that BE and launches the new one (it adopted the old
+    /// one, and the new command never ran). Absent from older agents' files, and while the
+    /// start has not yet launched or adopted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+}
+
+impl AgentState {
+    /// Whether the BE `name` runs a command line other than `command`, as this state recorded
+    /// it (`false` when it recorded none).
+    pub fn be_command_changed(&self, name: &str, command: &[String]) -> bool {
+        self.be_groups
+            .get(name)
+            .and_then(|r| r.argv.as_deref())
+            .is_some_and(|argv| argv != command)
+    }
 }
 
 /// A group the state file records that a later config does not manage.

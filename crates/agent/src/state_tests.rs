@@ -75,6 +75,7 @@ fn the_groups_a_config_dropped_are_named_with_their_role() {
         let rec = RecordedBe {
             group: g(grp),
             command,
+            argv: None,
         };
         st.be_groups.insert(name.into(), rec);
     }

@@ -445,9 +445,20 @@ impl Agent {
                 .be
                 .iter()
                 .map(|b| {
+                    // What it runs: this agent's once it launched or adopted it; until then
+                    // the earlier agent's record.
+                    let argv = match self.supervised.iter().find(|s| s.name == b.name) {
+                        Some(s) => Some(s.command.clone()),
+                        None => self
+                            .inherited_be_records(|p| p.be_groups.clone())
+                            .into_iter()
+                            .find(|(name, _)| *name == b.name)
+                            .and_then(|(_, r)| r.argv),
+                    };
                     let rec = state::RecordedBe {
                         group: b.cgroup.clone(),
                         command: !b.command.is_empty(),
+                        argv,
                     };
                     (b.name.clone(), rec)
                 })

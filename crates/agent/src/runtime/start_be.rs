@@ -61,13 +61,20 @@ impl Agent {
             // A restart for this group when the state file records it as a BE group (the
             // config's other groups may have changed: fifth hostile pass).
             let recorded = previous.filter(|p| p.records_be(&g));
+            // A BE whose command the config changed is stopped (below) and the new one
+            // launched: adopting it kept the old command running.
+            let changed = recorded.is_some_and(|p| p.be_command_changed(&b.name, &b.command));
+            if changed {
+                tracing::warn!(be = %b.name, group = %g, "the [[be]] command changed since the earlier agent launched it: its BE is stopped and the new command launched");
+            }
             // Its BE by name, else any pid it recorded that runs in this group (a renamed
             // `[[be]]` entry).
-            let adopted = recorded.is_some_and(|p| {
-                p.adoptable_pids(&b.name)
-                    .into_iter()
-                    .any(|pid| s.adopt(&cg, pid, p.relay_pipes.get(&pid).copied()))
-            });
+            let adopted = !changed
+                && recorded.is_some_and(|p| {
+                    p.adoptable_pids(&b.name)
+                        .into_iter()
+                        .any(|pid| s.adopt(&cg, pid, p.relay_pipes.get(&pid).copied()))
+                });
             // Processes found in the group at the first start (no agent launched them),
             // still running: spared as then.
             s.spared = recorded

@@ -13,6 +13,7 @@ mod servers;
 mod support;
 
 mod adopted_output;
+mod be_command_changed;
 mod be_command_dies;
 mod be_pids;
 mod be_user;

@@ -157,6 +157,7 @@ fn state_file_round_trips_and_leaves_no_temp_file() {
             state::RecordedBe {
                 group: be.clone(),
                 command: true,
+                argv: Some(vec!["spin".to_string()]),
             },
         )]
         .into(),
