@@ -35,6 +35,11 @@ impl Agent {
     /// Validates, takes the state lock, binds the sockets and opens the log, then creates the
     /// groups, moves the LC, captures the originals, records them, and launches BE frozen.
     pub fn start(options: AgentOptions) -> Result<Agent, AgentError> {
+        // Before anything is touched: a SIGTERM while the start moves the LC and freezes BE
+        // (a `systemctl stop`, a rollout) is kept for the run, which then runs `on_exit` at
+        // once; installed at the end, it killed the agent by the default action, no exit
+        // action run, the LC left in its group and BE frozen (hostile pass 33).
+        let stop_signals = options.handle_signals.then(Signals::install);
         let config = options.config.clone();
         config.validate()?;
         config.check_runnable()?;
@@ -436,9 +441,7 @@ impl Agent {
             }
         }
         agent.state_lock = files.keep();
-        if agent.options.handle_signals {
-            agent.signals = Some(Signals::install());
-        }
+        agent.signals = stop_signals;
         tracing::info!(policy = agent.config.policy.kind.as_str(), dry_run = agent.options.dry_run,
             socket = %agent.config.api.socket, "agent started");
         Ok(agent)
