@@ -189,6 +189,27 @@ pub fn is_zombie(root: &Path, pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The process a number names (`/proc/<n>/status`'s `Tgid:`): `n` itself for a process, its
+/// process for a thread id (`/proc/<tid>` exists though /proc does not list it). `None` when
+/// it cannot be read. A thread id written to `cgroup.procs` moves its whole process.
+pub fn thread_group(root: &Path, n: u32) -> Option<u32> {
+    status_value(root, n, "Tgid:")
+}
+
+/// Whether `pid` is a kernel thread (pid 2, `kthreadd`, or one of its children): no service.
+pub fn is_kernel_thread(root: &Path, pid: u32) -> bool {
+    pid == 2 || status_value(root, pid, "PPid:") == Some(2)
+}
+
+fn status_value(root: &Path, pid: u32, key: &str) -> Option<u32> {
+    let s = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Whether `pid` is gone: no `/proc/<pid>` (a stat, which needs no file descriptor), or a
 /// zombie. A process whose files cannot be read (the agent out of file descriptors, EMFILE) is
 /// not gone: its LC origin was dropped, and `restore` then left it in the LC group.
@@ -449,5 +470,38 @@ mod tests {
         std::fs::create_dir_all(r.join("proc/14")).unwrap();
         std::fs::write(r.join("proc/14/stat"), "14 (x) Z 1 14 14 0").unwrap();
         assert!(is_gone(r, 14), "a zombie");
+    }
+
+    /// A thread id names its process (`Tgid`), a process itself; a kernel thread is told by
+    /// its parent, kthreadd (pid 2).
+    #[test]
+    fn a_thread_id_names_its_process_and_a_kernel_thread_is_told() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for (n, tgid, ppid) in [(20, 20, 1), (21, 20, 1), (30, 30, 2)] {
+            std::fs::create_dir_all(r.join(format!("proc/{n}"))).unwrap();
+            let status = format!("Name:\tx\nTgid:\t{tgid}\nPid:\t{n}\nPPid:\t{ppid}\n");
+            std::fs::write(r.join(format!("proc/{n}/status")), status).unwrap();
+        }
+        assert_eq!(thread_group(r, 20), Some(20));
+        assert_eq!(thread_group(r, 21), Some(20), "a thread of 20");
+        assert_eq!(thread_group(r, 22), None, "gone");
+        assert!(is_kernel_thread(r, 30) && is_kernel_thread(r, 2));
+        assert!(!is_kernel_thread(r, 20));
+        // This process, and one of its own threads, on the real /proc.
+        let me = std::process::id();
+        assert_eq!(thread_group(Path::new("/"), me), Some(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(crate::process::thread_id()).unwrap();
+            let _ = stop_rx.recv();
+        });
+        let live = rx.recv().unwrap() as u32;
+        let named = thread_group(Path::new("/"), live);
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_ne!(live, me);
+        assert_eq!(named, Some(me), "thread {live} of {me}");
     }
 }

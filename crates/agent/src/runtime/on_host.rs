@@ -32,6 +32,15 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
                 reason: "no such process is running here: give the running LC's pids (or its command, pid_file or listen_port)".into(),
             });
         }
+        for &p in lc.pids.iter().filter(|&&p| runs(root, p)) {
+            if let Some(reason) = not_a_service(root, p) {
+                problems.push(ConfigError::Invalid {
+                    key: format!("{key}.pids"),
+                    value: p.to_string(),
+                    reason,
+                });
+            }
+        }
         commands.push((format!("{key}.command"), &lc.command));
         // `user` by name: a name this host does not know would take no process as the LC.
         if let Some(headroom_types::UserSpec::Name(n)) = &lc.user {
@@ -70,6 +79,24 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
     problems.extend(crate::run_as::problems(config));
     problems.extend(be_groups_holding_the_agent(root, config));
     into_result(problems)
+}
+
+/// Why a running `pid` cannot be an LC process: a thread id (moving it moves its whole
+/// process: hostile pass 33 moved a memcached by one of its threads' ids), the host's init,
+/// or a kernel thread (its move failed at start with EINVAL, no word of why).
+fn not_a_service(root: &Path, pid: u32) -> Option<String> {
+    if let Some(process) = pids::thread_group(root, pid).filter(|&t| t != pid) {
+        return Some(format!(
+            "names a thread of process {process}, not a process: give the process's pid ({process}) if it is the LC"
+        ));
+    }
+    if pid == 1 {
+        return Some("is the host's init (pid 1), not a service: give the LC's own pids".into());
+    }
+    if pids::is_kernel_thread(root, pid) {
+        return Some("is a kernel thread, not a service: give the LC's own pids".into());
+    }
+    None
 }
 
 /// Every `[[be]] cgroup` that is the agent's own group or one above it, in any hierarchy

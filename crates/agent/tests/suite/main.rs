@@ -60,3 +60,4 @@ mod runtime_parts;
 mod slow_clients;
 mod state_file_faults;
 mod targets_28;
+mod thread_ids;

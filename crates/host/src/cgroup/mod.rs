@@ -459,6 +459,7 @@ impl Cgroups {
 
     /// Moves process `pid` with all its threads into `group` in every hierarchy.
     pub fn move_process(&self, group: &GroupPath, pid: i32) -> Result<()> {
+        self.refuse_thread_id(pid)?;
         for (_, dir) in self.group_dirs(group) {
             self.knobs.write(&dir.join(PROCS), &pid.to_string())?;
         }
@@ -505,7 +506,32 @@ impl Cgroups {
 
     /// Moves a process into the group directory `dir` (one of [`Cgroups::process_dirs`]).
     pub fn move_process_to_dir(&self, dir: &Path, pid: i32) -> Result<()> {
+        self.refuse_thread_id(pid)?;
         self.knobs.write(&dir.join(PROCS), &pid.to_string())
+    }
+
+    /// A number written to `cgroup.procs` that names a thread moves that thread's whole
+    /// process: a pid configured, read from a pid file or recorded that now names another
+    /// process's thread (pid numbers wrap) moved that process (this VM's PID 1 once: hostile
+    /// pass 33). Refused where `/proc/<n>/status` says so; where it cannot be read (gone, or a
+    /// fake kernel) the write decides.
+    fn refuse_thread_id(&self, n: i32) -> Result<()> {
+        let status = Path::new("/proc").join(n.to_string()).join("status");
+        let Ok(text) = self.knobs.io.read(&status) else {
+            return Ok(());
+        };
+        let tgid = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<i32>().ok());
+        match tgid {
+            Some(process) if process != n => Err(HostError::invalid(
+                "pid",
+                n.to_string(),
+                format!("names a thread of process {process}, not a process: moving it would move all of process {process}"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Moves one thread into `group` (v1 `tasks` in every hierarchy; v2 `cgroup.threads`, which
