@@ -204,7 +204,8 @@ impl Agent {
         if let Err(e) = self.restore_originals() {
             failures.push(e.to_string());
         }
-        move_lc_back(&cg, &self.lc_origins);
+        let lc_groups: Vec<GroupPath> = self.config.lcs.iter().map(|l| l.cgroup.clone()).collect();
+        move_lc_back(&cg, &self.lc_origins, &lc_groups);
         self.lc_origins.clear();
         self.move_lc_commands_out_of_made_groups();
         remove_created_groups(&cg, &mut self.created_groups, &[]);

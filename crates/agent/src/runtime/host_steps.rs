@@ -26,6 +26,8 @@ pub(super) struct HostSteps {
     pub(super) created_dirs: Vec<(GroupPath, PathBuf)>,
     /// LC pids moved, with the directories they came from.
     pub(super) lc_moved: BTreeMap<u32, Vec<String>>,
+    /// Every LC service's group: only a process found in one goes back (see [`move_lc_back`]).
+    pub(super) lc_groups: Vec<GroupPath>,
     /// LC commands this start launched or found running (`[[lc]] command`), one per service
     /// that has one.
     pub(super) lc_children: Vec<LcChild>,
@@ -74,7 +76,7 @@ pub(super) fn undo(
             restored = false;
         }
     }
-    move_lc_back(cgroups, &steps.lc_moved);
+    move_lc_back(cgroups, &steps.lc_moved, &steps.lc_groups);
     for child in steps.lc_children.drain(..) {
         // An LC command this start launched: nobody else knows of it. One found running
         // (an earlier agent's) is left as it was.
@@ -205,9 +207,23 @@ pub(super) fn plan_lc_moves(root: &Path, cg: &Cgroups, config: &Config, steps: &
     }
 }
 
-/// Moves LC processes back into the groups they were in before the agent moved them.
-pub(super) fn move_lc_back(cg: &Cgroups, origins: &BTreeMap<u32, Vec<String>>) {
+/// Moves LC processes back into the groups they were in before the agent moved them: those
+/// still in an LC group (`lc_groups`). A recorded pid found elsewhere left, or names another
+/// process now (the LC died and its number was reused while no agent ran): moving it put an
+/// unrelated process in the LC's old group.
+pub(super) fn move_lc_back(
+    cg: &Cgroups,
+    origins: &BTreeMap<u32, Vec<String>>,
+    lc_groups: &[GroupPath],
+) {
     for (pid, dirs) in origins {
+        if !in_an_lc_group(cg, *pid, lc_groups) {
+            tracing::info!(
+                pid,
+                "not moved back: no longer in an LC group (it left, or the number names another process now)"
+            );
+            continue;
+        }
         for dir in dirs {
             match cg.move_process_to_dir(Path::new(dir), *pid as i32) {
                 Ok(()) => tracing::info!(pid, group = %dir, "LC process moved back"),
@@ -218,6 +234,20 @@ pub(super) fn move_lc_back(cg: &Cgroups, origins: &BTreeMap<u32, Vec<String>>) {
             }
         }
     }
+}
+
+/// Whether `pid` sits in one of `lc_groups` (or below one) in some hierarchy, by its
+/// `/proc/<pid>/cgroup`; true when that cannot be read (the move then decides, as before).
+fn in_an_lc_group(cg: &Cgroups, pid: u32, lc_groups: &[GroupPath]) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return true;
+    };
+    lc_groups.iter().any(|lc| {
+        let lc_dirs: Vec<PathBuf> = cg.group_dirs(lc).into_iter().map(|(_, d)| d).collect();
+        cg.process_dirs(lc, &text)
+            .iter()
+            .any(|now| lc_dirs.iter().any(|d| now.starts_with(d)))
+    })
 }
 
 /// Removes the groups in `created` (ancestors first), deepest first, each only when neither it

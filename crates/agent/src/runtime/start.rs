@@ -226,6 +226,7 @@ impl Agent {
                 .as_ref()
                 .map(|p| p.lc_origins.clone())
                 .unwrap_or_default(),
+            lc_groups: config.lcs.iter().map(|l| l.cgroup.clone()).collect(),
             ..HostSteps::default()
         };
         let mut egress_classifiers = Vec::new();
@@ -454,6 +455,7 @@ impl Agent {
             created_groups: std::mem::take(&mut self.created_groups),
             created_dirs: std::mem::take(&mut self.created_dirs),
             lc_moved: std::mem::take(&mut self.lc_origins),
+            lc_groups: self.config.lcs.iter().map(|l| l.cgroup.clone()).collect(),
             lc_children: std::mem::take(&mut self.lc_children),
             supervised: std::mem::take(&mut self.supervised),
             state_written: true,

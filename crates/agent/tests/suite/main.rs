@@ -42,6 +42,7 @@ mod hostile_pass_8;
 mod hostile_pass_8_kube;
 mod hostile_pass_9;
 mod hostile_pass_9_lows;
+mod lc_origins_reused;
 mod lc_output;
 mod lc_rt_budget;
 mod lock_files;
