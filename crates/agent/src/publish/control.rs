@@ -156,6 +156,18 @@ impl Bound {
             }
             return;
         }
+        // Its directory removed too (`rm -r /run/headroom`): made again where the start's rule
+        // still holds for what is above it (only root or this user can write there); the
+        // socket was never bound again, and ctl could not reach the agent (hostile pass 33).
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+        {
+            let me = headroom_host::process::effective_uid();
+            if crate::socket_file::dir_refusal(path, me).is_none() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+        }
         match bind(path) {
             Ok(l) => {
                 tracing::warn!(socket = %path.display(), "the control socket was removed: bound it again");

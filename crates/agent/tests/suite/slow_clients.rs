@@ -355,3 +355,38 @@ fn the_ctl_client_reads_a_strangers_endless_reply_bounded() {
     assert!(text.len() < 2000, "{} bytes of error", text.len());
     server.join().expect("server thread");
 }
+
+/// Hostile pass 33's low: `rm -r` of the control socket's own directory while the agent ran:
+/// the socket was never bound again (its directory gone), and `ctl` could not reach the agent
+/// until a restart. The directory is made again where the start's rule holds above it.
+#[test]
+fn a_removed_control_socket_directory_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let sock = run.join("ctl.sock");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (rx, handle) = control::serve(&sock, stop.clone()).unwrap();
+    let loop_ = std::thread::spawn(move || {
+        while let Ok((_, reply)) = rx.recv_timeout(Duration::from_secs(20)) {
+            let _ = reply.send(Response::ok("restored"));
+        }
+    });
+    assert!(control::request(&sock, &Request::Off).unwrap().ok);
+    std::fs::remove_dir_all(&run).unwrap();
+    let t0 = Instant::now();
+    let back = loop {
+        match control::request(&sock, &Request::Off) {
+            Ok(r) => break Some(r),
+            Err(_) if t0.elapsed() < Duration::from_secs(15) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(_) => break None,
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    let _ = std::os::unix::net::UnixStream::connect(&sock);
+    handle.join().unwrap();
+    drop(loop_);
+    let back = back.expect("ctl off answered again after the socket's directory was removed");
+    assert!(back.ok, "{back:?}");
+}
