@@ -134,6 +134,7 @@ impl Worker<'_> {
             let c = &mut self.out.counters;
             c.room_server_ns = c.room_server_ns.saturating_add(server_wait);
             c.room_client_ns = c.room_client_ns.saturating_add(lag);
+            c.room_waits += 1;
         }
         self.out.counters.tx_stamped += u64::from(kernel_tx);
         self.out.counters.rx_stamped += u64::from(kernel_rx);
