@@ -33,11 +33,11 @@ impl Worker<'_> {
                     }
                     let c = &mut self.conns[i];
                     c.rpos += reply.consumed;
+                    let was_full = c.inflight.len() >= c.plan.depth;
                     let req = c.inflight.pop_front().expect("front exists");
                     c.backoff_ns = 0;
                     c.last_rx = now;
-                    c.room_at = now;
-                    c.room_client_ns = req.send_lag(now);
+                    c.room.replied(was_full, now, req.send_lag(now));
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.offer(i);
