@@ -98,6 +98,9 @@ pub struct Counters {
     /// the room's request late, or reacted late to its reply).
     #[serde(default)]
     pub room_client_ns: u64,
+    /// How many sends those are (what the server's share is averaged over).
+    #[serde(default)]
+    pub room_waits: u64,
 }
 
 impl Counters {
@@ -122,6 +125,7 @@ impl Counters {
         self.rx_stamped += o.rx_stamped;
         self.room_server_ns = self.room_server_ns.saturating_add(o.room_server_ns);
         self.room_client_ns = self.room_client_ns.saturating_add(o.room_client_ns);
+        self.room_waits += o.room_waits;
     }
 }
 

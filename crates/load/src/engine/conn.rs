@@ -52,6 +52,56 @@ impl Inflight {
     }
 }
 
+/// A connection's room at its depth cap: a request that waited there was the server's wait
+/// until the reply that made room, but for that reply's request's own send lag.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Room {
+    /// When the connection last got room after sitting at its depth cap: the stamp of the first
+    /// reply after the send that filled it, or when it was (re)opened. Later replies are not
+    /// room made: a send due after the first had room (hostile pass 34: with every reply taken
+    /// as room made, a send due while the connection had room, that a late thread reached only
+    /// after a later reply, was charged that wait as the server's).
+    pub(super) at: u64,
+    /// The send lag of the request whose reply made room at `at` (0 for a connection
+    /// (re)opened): its reply came that much later by the client's doing, so a send that waited
+    /// for that room waited that much on the client, the rest on the server.
+    pub(super) client_ns: u64,
+    /// When a send last filled the connection to its depth cap (`u64::MAX`: never): a send due
+    /// from then until `at` waited for room, seen late or not.
+    pub(super) full_since: u64,
+}
+
+impl Room {
+    /// A connection (re)opened at `now`: room at once, owed to no request.
+    pub(super) fn opened(now: u64) -> Room {
+        Room {
+            at: now,
+            client_ns: 0,
+            full_since: u64::MAX,
+        }
+    }
+
+    /// A send at `now` filled the connection to its depth cap.
+    pub(super) fn filled(&mut self, now: u64) {
+        self.full_since = now;
+    }
+
+    /// A reply stamped `rx`, to a request sent `send_lag` late; `was_full`: the connection sat
+    /// at its depth cap until it came (only then did it make room).
+    pub(super) fn replied(&mut self, was_full: bool, rx: u64, send_lag: u64) {
+        if was_full {
+            self.at = rx;
+            self.client_ns = send_lag;
+        }
+    }
+
+    /// A send due at `sched` fell due while the connection sat at its depth cap (it waited for
+    /// the room made at `at`, whenever the thread saw it due).
+    pub(super) fn full_at(&self, sched: u64) -> bool {
+        self.full_since <= sched && sched < self.at
+    }
+}
+
 pub(super) struct Conn {
     pub(super) plan: ConnPlan,
     pub(super) stream: Option<TcpStream>,
@@ -72,16 +122,8 @@ pub(super) struct Conn {
     pub(super) last_sent: Option<u64>,
     /// When the last reply arrived (for `--moderate`).
     pub(super) last_rx: u64,
-    /// When the connection last got room for a send: its last reply's stamp, or when it was
-    /// (re)opened (a request that waited at the depth cap was the server's wait until then).
-    pub(super) room_at: u64,
-    /// The send lag of the request whose reply made room at `room_at` (0 for a connection
-    /// (re)opened): its reply came that much later by the client's doing, so a send that waited
-    /// for that room waited that much on the client, the rest on the server.
-    pub(super) room_client_ns: u64,
-    /// When a send last filled the connection to its depth cap (`u64::MAX`: never): a send due
-    /// from then until `room_at` waited for room, seen late or not.
-    pub(super) full_since: u64,
+    /// When it last sat at its depth cap and when a reply made room (see [`Room`]).
+    pub(super) room: Room,
     /// Bytes queued on the current socket so far (transmit stamps key on them).
     pub(super) tx_bytes: u64,
     /// The current socket reports transmit stamps.
@@ -117,9 +159,7 @@ impl Conn {
             rend: 0,
             last_sent: None,
             last_rx: 0,
-            room_at: now_ns(),
-            room_client_ns: 0,
-            full_since: u64::MAX,
+            room: Room::opened(now_ns()),
             tx_bytes: 0,
             tx_stamps: false,
             stamps_refused: None,
@@ -177,5 +217,40 @@ impl Conn {
         } else {
             (self.backoff_ns * 2).min(RECONNECT_BACKOFF_MAX_NS)
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Room;
+
+    /// Depth 2, filled at 0; replies at 10 (room made) and 50 (a second slot). A send due at 5
+    /// found no room and waited for the reply at 10; one due at 30 had room, though a thread that
+    /// slept until 60 saw it due only after the reply at 50.
+    #[test]
+    fn only_the_first_reply_after_the_cap_makes_room() {
+        let mut room = Room::opened(0);
+        room.filled(0);
+        room.replied(true, 10, 3);
+        room.replied(false, 50, 0);
+        assert!(room.full_at(5));
+        assert_eq!((room.at, room.client_ns), (10, 3));
+        assert!(
+            !room.full_at(30),
+            "a send due with room counted as waiting for the reply at {}",
+            room.at
+        );
+        // Filled again at 60: the sends due from then wait for the next reply.
+        room.filled(60);
+        assert!(!room.full_at(70), "no room made since the fill");
+        room.replied(true, 80, 0);
+        assert!(room.full_at(70) && !room.full_at(55));
+    }
+
+    #[test]
+    fn a_reopened_connection_has_room_owed_to_no_request() {
+        let room = Room::opened(7);
+        assert_eq!((room.at, room.client_ns), (7, 0));
+        assert!(!room.full_at(3));
     }
 }

@@ -17,8 +17,7 @@ impl Worker<'_> {
                 Ok(s) => {
                     self.conns[i].stream = Some(s);
                     self.conns[i].arm_stamps();
-                    self.conns[i].room_at = now_ns();
-                    self.conns[i].room_client_ns = 0;
+                    self.conns[i].room = Room::opened(now_ns());
                     if self.attach(i).is_ok() {
                         self.out.counters.reconnects += 1;
                         self.offer(i);
@@ -102,7 +101,7 @@ impl Worker<'_> {
             // room: it waited for that room all the same (its lateness was charged to the
             // client, and to every send that waited behind its reply).
             let c = &mut self.conns[i];
-            let waited_unseen = c.full_since <= sched && sched < c.room_at;
+            let waited_unseen = c.room.full_at(sched);
             if t == i && !c.late_marked && c.plan.ia.is_some() && waited_unseen {
                 c.late_marked = true;
                 if sched >= sh.warm_end {
@@ -114,8 +113,8 @@ impl Worker<'_> {
             // gap after a reply. What follows until its transmit stamp is the client's own.
             let mut room = None;
             if self.conns[i].late_marked {
-                let room_at = self.conns[t].room_at.clamp(sched, now.max(sched));
-                room = Some((room_at, self.conns[t].room_client_ns));
+                let made = self.conns[t].room;
+                room = Some((made.at.clamp(sched, now.max(sched)), made.client_ns));
             } else if let Some(w) = waited_until {
                 room = Some((w.clamp(sched, now.max(sched)), waited_room_client));
             }
@@ -164,7 +163,7 @@ impl Worker<'_> {
                 waited_for_room: room.is_some_and(|(room_at, _)| room_at > sched),
             });
             if c.inflight.len() >= c.plan.depth {
-                c.full_since = now;
+                c.room.filled(now);
             }
             if now >= sh.warm_end && now < sh.end {
                 self.out.counters.bytes_tx += (c.wbuf.len() - before) as u64;

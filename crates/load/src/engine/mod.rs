@@ -46,7 +46,7 @@ fn simulated_send_delay() -> Option<Duration> {
 pub use choice::{choose_engine, EngineChoice, EngineKind, EngineSelection};
 pub use plan::{ConnPlan, IntervalMsg, SavedSample, WorkerOut, WorkerPlan, WorkerShared};
 
-use conn::{Conn, Inflight};
+use conn::{Conn, Inflight, Room};
 
 use std::net::SocketAddr;
 use std::sync::mpsc;

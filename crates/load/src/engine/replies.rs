@@ -33,11 +33,11 @@ impl Worker<'_> {
                     }
                     let c = &mut self.conns[i];
                     c.rpos += reply.consumed;
+                    let was_full = c.inflight.len() >= c.plan.depth;
                     let req = c.inflight.pop_front().expect("front exists");
                     c.backoff_ns = 0;
                     c.last_rx = now;
-                    c.room_at = now;
-                    c.room_client_ns = req.send_lag(now);
+                    c.room.replied(was_full, now, req.send_lag(now));
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.offer(i);
@@ -134,6 +134,7 @@ impl Worker<'_> {
             let c = &mut self.out.counters;
             c.room_server_ns = c.room_server_ns.saturating_add(server_wait);
             c.room_client_ns = c.room_client_ns.saturating_add(lag);
+            c.room_waits += 1;
         }
         self.out.counters.tx_stamped += u64::from(kernel_tx);
         self.out.counters.rx_stamped += u64::from(kernel_rx);

@@ -263,3 +263,27 @@ fn sends_freed_together_after_a_server_pause_are_not_charged_the_pause() {
         "the pause blamed elsewhere: {why}"
     );
 }
+
+/// Hostile pass 34: a server that answers every request after the same 5 ms, `-c 1 -d 2` at
+/// 100 QPS: about a tenth of the sends find both slots taken (Poisson arrivals) and wait for the
+/// rest of a round trip, the server's wait. The verdict said "the server paused or answered in
+/// bursts" for a server that did neither: its connections are too few for the rate's bursts.
+#[test]
+fn a_steady_slow_server_is_not_said_to_pause() {
+    let server = TestServer::start(Behaviour::Latency(Duration::from_millis(5)));
+    let o = LoadOptions {
+        connections: 1,
+        depth: 2,
+        ..opts(&server.spec(), 100, 2.0)
+    };
+    let r = run_report(&o, &mut |_| {}).expect("run");
+    let why = r.result.client.limited_by.clone().unwrap_or_default();
+    eprintln!(
+        "steady 5 ms server: late {}, corrected p99 {:.0} us: {why}",
+        r.result.late, r.result.read.p99_us
+    );
+    assert!(
+        !why.starts_with("server:"),
+        "a steady server said to pause: {why}"
+    );
+}

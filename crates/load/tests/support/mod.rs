@@ -19,6 +19,9 @@ pub enum Behaviour {
     Prompt,
     /// Answer each request this long after it arrived.
     Delay(Duration),
+    /// Answer each request this long after it arrived, however many are in flight (a steady
+    /// server whose round trip does not queue; `Delay` answers one at a time).
+    Latency(Duration),
     /// Hold every reply due in the first `stall` of each `period` until the stall ends.
     Stall { period: Duration, stall: Duration },
     /// Hold every reply due between `at` and `at + stall` after the server started until then.
@@ -112,6 +115,22 @@ fn serve_conn(
     let mut reader = BufReader::new(conn);
     let mut line = String::new();
     let mut gets = 0u64;
+    // `Latency`: a thread of its own writes each reply when due (ends when the reader does).
+    let delayed = if let Behaviour::Latency(d) = behaviour {
+        let mut w = writer.try_clone().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+        std::thread::spawn(move || {
+            for (at, reply) in rx {
+                sleep_until(at);
+                if w.write_all(&reply).is_err() {
+                    return;
+                }
+            }
+        });
+        Some((tx, d))
+    } else {
+        None
+    };
     while !stop.load(Ordering::SeqCst) {
         match reader.read_line(&mut line) {
             Ok(0) => return,
@@ -164,6 +183,12 @@ fn serve_conn(
             _ => b"ERROR\r\n".to_vec(),
         };
         requests.fetch_add(1, Ordering::Relaxed);
+        if let Some((tx, d)) = &delayed {
+            if tx.send((arrived + *d, reply)).is_err() {
+                return;
+            }
+            continue;
+        }
         match behaviour {
             Behaviour::Delay(d) => sleep_until(arrived + d),
             Behaviour::Stall { period, stall } => {
