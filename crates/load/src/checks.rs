@@ -75,7 +75,7 @@ pub fn send_lag_check(raw: &RawResults) -> Check {
         name,
         ok,
         detail: format!(
-            "the client's own lateness (transmit stamp − when the server let the send go): p50 {:.1} µs, p99 {p99:.1} µs, p99.9 {:.1} µs, max {:.0} µs (bound: p99 ≤ {SEND_LAG_P99_MAX_US:.0} µs); not part of the latencies{}",
+            "the client's own lateness (transmit stamp − when the send could go): p50 {:.1} µs, p99 {p99:.1} µs, p99.9 {:.1} µs, max {:.0} µs (bound: p99 ≤ {SEND_LAG_P99_MAX_US:.0} µs); not part of the latencies{}",
             h.percentile_us(50.0),
             h.percentile_us(99.9),
             h.percentile_us(100.0),

@@ -141,8 +141,7 @@ pub struct RawResults {
     pub measure: OpHists,
     pub has_measure: bool,
     /// The client's own send lag, all connections: the kernel's transmit stamp of a request −
-    /// when the server let it go (its scheduled time, or when a connection at its depth cap got
-    /// room).
+    /// when it could go (its scheduled time, or when a connection at its depth cap got room).
     pub send_lag: LatencyHist,
     /// What the kernel refused of the timestamps asked for (the first refusal of any thread or
     /// agent): requests it concerns were timed in user space.

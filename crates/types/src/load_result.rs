@@ -52,8 +52,7 @@ pub struct ClientStats {
     /// User + system CPU seconds of the load generator during the measured interval.
     pub cpu_s: f64,
     /// 99th percentile of the client's own send lag, µs: the kernel's transmit stamp of a request
-    /// − when the server let it go (its scheduled send, or when a connection at its depth cap got
-    /// room). Not part of any latency figure; bounded by the `send_lag` check.
+    /// − when it could go (its scheduled send, or when a connection at its depth cap got room). Not part of any latency figure; bounded by the `send_lag` check.
     pub send_lag_p99_us: f64,
     /// Of `cpu_s`, seconds spent busy-polling for sends to fall due (precision, not load).
     #[serde(default)]

@@ -26,6 +26,9 @@ pub(super) struct Inflight {
     /// reply the server held (what follows is the client's: its send lag). A reply the client got
     /// late because it sent that request late is the client's wait, not the server's.
     pub(super) ready: u64,
+    /// When it could go: `sched`, or the reply (or `--moderate`'s gap) it waited for. From then
+    /// to its transmit stamp is the thread's reaction to it: its send lag.
+    pub(super) could_go: u64,
     /// It found no room when due (or went behind a send that found none).
     pub(super) waited_for_room: bool,
     /// Offset of its last byte on the connection (what a transmit stamp's key is compared with).
@@ -46,8 +49,18 @@ impl Inflight {
         }
     }
 
-    /// The client's own lateness: from when the server let it go to when its bytes went.
+    /// The thread's own lateness in sending it: from when it could go to when its bytes went.
+    /// A backlog's waits owed to earlier sends' lateness are not in it: summed along the
+    /// backlog they read as a client 16 ms late at the median behind a 20 ms server with `-c 1
+    /// -d 1` (hostile pass 34), where each send was a reaction of microseconds.
     pub(super) fn send_lag(&self, rx: u64) -> u64 {
+        self.went_at(rx).saturating_sub(self.could_go)
+    }
+
+    /// All of its lateness that was the client's: from when the server let it go (`ready`) to
+    /// when its bytes went, its share of the wait for room included. A send that waited for
+    /// this one's reply waited that much on the client.
+    pub(super) fn client_lateness(&self, rx: u64) -> u64 {
         self.went_at(rx).saturating_sub(self.ready)
     }
 }
@@ -62,9 +75,9 @@ pub(super) struct Room {
     /// as room made, a send due while the connection had room, that a late thread reached only
     /// after a later reply, was charged that wait as the server's).
     pub(super) at: u64,
-    /// The send lag of the request whose reply made room at `at` (0 for a connection
-    /// (re)opened): its reply came that much later by the client's doing, so a send that waited
-    /// for that room waited that much on the client, the rest on the server.
+    /// The client's lateness in sending the request whose reply made room at `at` (0 for a
+    /// connection (re)opened): its reply came that much later by the client's doing, so a send
+    /// that waited for that room waited that much on the client, the rest on the server.
     pub(super) client_ns: u64,
     /// When a send last filled the connection to its depth cap (`u64::MAX`: never): a send due
     /// from then until `at` waited for room, seen late or not.
@@ -86,12 +99,13 @@ impl Room {
         self.full_since = now;
     }
 
-    /// A reply stamped `rx`, to a request sent `send_lag` late; `was_full`: the connection sat
-    /// at its depth cap until it came (only then did it make room).
-    pub(super) fn replied(&mut self, was_full: bool, rx: u64, send_lag: u64) {
+    /// A reply stamped `rx`, to a request the client sent `client_lateness` late (see
+    /// [`Inflight::client_lateness`]); `was_full`: the connection sat at its depth cap until it
+    /// came (only then did it make room).
+    pub(super) fn replied(&mut self, was_full: bool, rx: u64, client_lateness: u64) {
         if was_full {
             self.at = rx;
-            self.client_ns = send_lag;
+            self.client_ns = client_lateness;
         }
     }
 

@@ -131,8 +131,11 @@ impl Worker<'_> {
                 let wait = room_at - sched;
                 ready = sched + (wait - wait.min(room_client));
             }
+            let mut could_go = room.map_or(sched, |(room_at, _)| room_at);
             if sh.moderate {
-                ready = ready.max((self.conns[i].last_rx + MODERATE_NS).min(now));
+                let gap_end = (self.conns[i].last_rx + MODERATE_NS).min(now);
+                ready = ready.max(gap_end);
+                could_go = could_go.max(gap_end);
             }
             let c = &mut self.conns[t];
             // Issue the request due at `sched`.
@@ -158,6 +161,7 @@ impl Worker<'_> {
                 sched,
                 sent: now,
                 ready,
+                could_go,
                 end: c.tx_bytes.saturating_sub(1),
                 tx: 0,
                 waited_for_room: room.is_some_and(|(room_at, _)| room_at > sched),

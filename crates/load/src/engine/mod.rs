@@ -8,12 +8,13 @@
 //!
 //! **Whose time is whose.** A request is timed from the kernel's transmit stamp of its bytes
 //! ([`tx_stamp`]) to the kernel's receive stamp of its reply: the service's
-//! latency, whatever the client's thread was doing around them. The wait before the send is split
-//! in two: from the scheduled time to when the server let it go (its connection and every other
-//! one it may take at the depth cap, or closed: the time the reply or reconnect that made room
-//! came) is the server's, and is added back (the coordinated-omission correction); from then to
-//! the transmit stamp is the client's own lateness (a late wake-up, a busy CPU), the send lag,
-//! measured and bounded by a self-check but never charged to the server.
+//! latency, whatever the client's thread was doing around them. The wait before the send is split:
+//! from the scheduled time to when the server let it go (its connection and every other one it
+//! may take at the depth cap, or closed: the time the reply or reconnect that made room came,
+//! less the client's lateness in sending that reply's request) is the server's, and is added
+//! back (the coordinated-omission correction); from when it could go to the transmit stamp is
+//! the thread's own lateness (a late wake-up, a busy CPU), the send lag, measured and bounded by
+//! a self-check but never charged to the server.
 
 mod choice;
 mod conn;

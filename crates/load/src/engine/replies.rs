@@ -37,7 +37,7 @@ impl Worker<'_> {
                     let req = c.inflight.pop_front().expect("front exists");
                     c.backoff_ns = 0;
                     c.last_rx = now;
-                    c.room.replied(was_full, now, req.send_lag(now));
+                    c.room.replied(was_full, now, req.client_lateness(now));
                     let measure = c.plan.measure;
                     let reported = c.plan.reported;
                     self.offer(i);
@@ -133,7 +133,7 @@ impl Worker<'_> {
         if req.waited_for_room {
             let c = &mut self.out.counters;
             c.room_server_ns = c.room_server_ns.saturating_add(server_wait);
-            c.room_client_ns = c.room_client_ns.saturating_add(lag);
+            c.room_client_ns = c.room_client_ns.saturating_add(req.client_lateness(now));
             c.room_waits += 1;
         }
         self.out.counters.tx_stamped += u64::from(kernel_tx);

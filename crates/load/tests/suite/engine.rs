@@ -287,3 +287,33 @@ fn a_steady_slow_server_is_not_said_to_pause() {
         "a steady server said to pause: {why}"
     );
 }
+
+/// Hostile pass 34's open medium: `-c 1 -d 1` against a server answering in 20 ms, at 200 QPS
+/// (a backlog that grows all run): each send waited for the reply before it, and the client's
+/// share of that wait (the earlier send's lateness) was summed along the backlog into each
+/// send's lag: send lag p50 16 ms in a 6 s run, so the `send_lag` check blamed the client's CPU
+/// where each send was a reaction of microseconds. The send lag is the thread's own reaction
+/// now; the chain's share stays out of the latencies.
+#[test]
+fn a_backlog_behind_too_few_connections_is_not_summed_into_the_send_lag() {
+    let server = TestServer::start(Behaviour::Delay(Duration::from_millis(20)));
+    let o = LoadOptions {
+        connections: 1,
+        depth: 1,
+        ..opts(&server.spec(), 200, 2.0)
+    };
+    let r = run_report(&o, &mut |_| {}).expect("run");
+    let lag_p50 = r.send_lag.p50_us;
+    let why = r.result.client.limited_by.clone().unwrap_or_default();
+    eprintln!(
+        "backlog: send lag p50 {lag_p50:.0} us, p99 {:.0} us, late {}: {why}",
+        r.result.client.send_lag_p99_us, r.result.late
+    );
+    // Each reaction is a wake-up (tens of µs, a few ms on a loaded VM); summed over the
+    // backlog it reached the backlog's length in milliseconds.
+    assert!(
+        lag_p50 < 3_000.0,
+        "send lag p50 {lag_p50} us: the backlog summed into the send lag"
+    );
+    assert!(why.starts_with("connections:"), "{why}");
+}
