@@ -21,17 +21,11 @@ const TEST: &str = "a_frozen_be_adopted_by_the_next_agent_keeps_writing_its_outp
 /// command line holds `marker`), `on_exit`, the state file and socket in `dir`.
 fn config(top: &str, lc: u32, marker: &str, on_exit: &str, dir: &Path) -> String {
     let script = format!("i=0; while :; do i=$((i+1)); echo {marker}-line $i; sleep 0.1; done");
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sh\", \"-c\", {script:?}]\n\
-         user = \"nobody\"\nrestart_backoff_ms = 50\nrestart_backoff_max_ms = 100\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [sensors]\nidle_sensing = \"poll\"\n\n\
-         [safety]\non_exit = \"{on_exit}\"\nstate_file = \"{}/state.json\"\n\n\
-         [api]\nsocket = \"{}/ctl.sock\"\nmetrics = \"\"\n",
-        dir.display(),
-        dir.display()
-    )
+    let be = format!(
+        "command = [\"sh\", \"-c\", {script:?}]\nuser = \"nobody\"\n\
+         restart_backoff_ms = 50\nrestart_backoff_max_ms = 100"
+    );
+    live::own_process_config(top, lc, &be, on_exit, dir)
 }
 
 /// Agent one runs a BE as nobody that writes a line every 100 ms and stops with `freeze`;

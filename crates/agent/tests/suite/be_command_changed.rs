@@ -16,17 +16,10 @@ const TEST: &str = "a_restart_with_a_changed_be_command_runs_the_new_command";
 /// `marker` and `which`, `on_exit`, the state file and socket in `dir`.
 fn config(top: &str, lc: u32, marker: &str, which: &str, on_exit: &str, dir: &Path) -> String {
     let script = format!("while :; do sleep 0.2; done # {marker} {which}");
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sh\", \"-c\", {script:?}]\n\
-         restart_backoff_ms = 50\nrestart_backoff_max_ms = 100\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [sensors]\nidle_sensing = \"poll\"\n\n\
-         [safety]\non_exit = \"{on_exit}\"\nstate_file = \"{}/state.json\"\n\n\
-         [api]\nsocket = \"{}/ctl.sock\"\nmetrics = \"\"\n",
-        dir.display(),
-        dir.display()
-    )
+    let be = format!(
+        "command = [\"sh\", \"-c\", {script:?}]\nrestart_backoff_ms = 50\nrestart_backoff_max_ms = 100"
+    );
+    live::own_process_config(top, lc, &be, on_exit, dir)
 }
 
 /// Agent one runs BE command "one" and stops with `freeze` (its BE left running, frozen).

@@ -13,16 +13,7 @@ use live::marked::MarkedGroup as Guard;
 const TEST: &str = "a_recorded_lc_pid_naming_another_process_is_not_moved_back";
 
 fn config(top: &str, lc: u32, on_exit: &str, dir: &Path) -> String {
-    format!(
-        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc}]\n\n\
-         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\n\n\
-         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
-         [sensors]\nidle_sensing = \"poll\"\n\n\
-         [safety]\non_exit = \"{on_exit}\"\nstate_file = \"{}/state.json\"\n\n\
-         [api]\nsocket = \"{}/ctl.sock\"\nmetrics = \"\"\n",
-        dir.display(),
-        dir.display()
-    )
+    live::own_process_config(top, lc, "", on_exit, dir)
 }
 
 /// Agent one moves LC sleeper A in and stops with `freeze` (its state keeps A's origin). The

@@ -309,16 +309,7 @@ fn a_removed_control_socket_is_bound_again() {
     });
     assert!(control::request(&sock, &Request::Off).unwrap().ok);
     std::fs::remove_file(&sock).unwrap();
-    let t0 = Instant::now();
-    let back = loop {
-        match control::request(&sock, &Request::Off) {
-            Ok(r) => break Some(r),
-            Err(_) if t0.elapsed() < Duration::from_secs(15) => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(_) => break None,
-        }
-    };
+    let back = off_answered_within(&sock, Duration::from_secs(15));
     let back = back.expect("ctl off answered again after the socket was removed");
     assert!(back.ok, "{back:?}");
     stop.store(true, Ordering::SeqCst);
@@ -373,20 +364,23 @@ fn a_removed_control_socket_directory_is_made_again() {
     });
     assert!(control::request(&sock, &Request::Off).unwrap().ok);
     std::fs::remove_dir_all(&run).unwrap();
-    let t0 = Instant::now();
-    let back = loop {
-        match control::request(&sock, &Request::Off) {
-            Ok(r) => break Some(r),
-            Err(_) if t0.elapsed() < Duration::from_secs(15) => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(_) => break None,
-        }
-    };
+    let back = off_answered_within(&sock, Duration::from_secs(15));
     stop.store(true, Ordering::SeqCst);
     let _ = std::os::unix::net::UnixStream::connect(&sock);
     handle.join().unwrap();
     drop(loop_);
     let back = back.expect("ctl off answered again after the socket's directory was removed");
     assert!(back.ok, "{back:?}");
+}
+
+/// `ctl off`'s answer once the socket at `sock` answers, tried every 100 ms for `within`.
+fn off_answered_within(sock: &std::path::Path, within: Duration) -> Option<Response> {
+    let t0 = Instant::now();
+    loop {
+        match control::request(sock, &Request::Off) {
+            Ok(r) => return Some(r),
+            Err(_) if t0.elapsed() < within => std::thread::sleep(Duration::from_millis(100)),
+            Err(_) => return None,
+        }
+    }
 }

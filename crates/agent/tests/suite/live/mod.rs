@@ -246,6 +246,24 @@ pub fn sleeper_lc_config(
     )
 }
 
+/// The config of an agent run in its own process (`own_process`) on `top`: the LC pid `lc` in
+/// `<top>/lc`, one BE `batch` in `<top>/be` with `be_keys` (its `command`, `user`, …), static
+/// cores (CPU 0), polled idle sensing, `on_exit`, and the state file and control socket in
+/// `dir`, no metrics.
+#[allow(dead_code)] // not every test that shares this module runs this config
+pub fn own_process_config(top: &str, lc: u32, be_keys: &str, on_exit: &str, dir: &Path) -> String {
+    format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{lc}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\n{be_keys}\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [sensors]\nidle_sensing = \"poll\"\n\n\
+         [safety]\non_exit = \"{on_exit}\"\nstate_file = \"{}/state.json\"\n\n\
+         [api]\nsocket = \"{}/ctl.sock\"\nmetrics = \"\"\n",
+        dir.display(),
+        dir.display()
+    )
+}
+
 #[allow(dead_code)]
 fn python() -> &'static str {
     // uid 65534 cannot run root's pyenv shim (/root is 0700)
