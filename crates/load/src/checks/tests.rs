@@ -3,6 +3,17 @@
 use super::*;
 use crate::results::RawResults;
 
+/// `-c total -d depth` on one thread: fixed connections.
+fn fixed(total: usize, depth: usize) -> headroom_types::load_result::ConnectionSizing {
+    headroom_types::load_result::ConnectionSizing {
+        mode: "fixed".into(),
+        per_thread: total,
+        depth,
+        total,
+        ..Default::default()
+    }
+}
+
 fn raw_with(target: f64, completed: u64, samples: Vec<f64>) -> RawResults {
     let mut raw = RawResults {
         target_qps: target,
@@ -32,13 +43,7 @@ fn a_server_that_never_answered_is_blamed_however_few_were_sent() {
     raw.counters.sent = 1;
     raw.counters.late = 999;
     raw.counters.errors = 1;
-    raw.connections = Some(headroom_types::load_result::ConnectionSizing {
-        mode: "fixed".into(),
-        per_thread: 1,
-        depth: 1,
-        total: 1,
-        ..Default::default()
-    });
+    raw.connections = Some(fixed(1, 1));
     let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
     let checks = run_checks(&raw, &unit, 99.0);
     let why = limited_by(&raw, &checks).expect("the rate was not carried");
@@ -60,13 +65,7 @@ fn a_server_that_stopped_or_closed_is_blamed_not_the_connections() {
         raw.counters.errors = 1 + closed;
         raw.counters.stalled = stalled;
         raw.counters.closed = closed;
-        raw.connections = Some(headroom_types::load_result::ConnectionSizing {
-            mode: "fixed".into(),
-            per_thread: 1,
-            depth: 1,
-            total: 1,
-            ..Default::default()
-        });
+        raw.connections = Some(fixed(1, 1));
         let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
         let checks = run_checks(&raw, &unit, 99.0);
         let why = limited_by(&raw, &checks).expect("the rate was not carried");
@@ -97,13 +96,7 @@ fn a_late_thread_with_room_in_flight_is_blamed_not_the_connections() {
             raw.send_lag.record_ns(11_000_000);
             raw.load.read_uncorrected.record_ns(50_000);
         }
-        raw.connections = Some(headroom_types::load_result::ConnectionSizing {
-            mode: "fixed".into(),
-            per_thread: total,
-            depth,
-            total,
-            ..Default::default()
-        });
+        raw.connections = Some(fixed(total, depth));
         let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
         let checks = run_checks(&raw, &unit, 99.0);
         let why = limited_by(&raw, &checks).expect("the schedule was not kept");
@@ -121,13 +114,7 @@ fn a_backlog_that_left_measured_requests_unsent_is_blamed_on_the_connections() {
     for _ in 0..600 {
         raw.send_lag.record_ns(300_000);
     }
-    raw.connections = Some(headroom_types::load_result::ConnectionSizing {
-        mode: "fixed".into(),
-        per_thread: 1,
-        depth: 1,
-        total: 1,
-        ..Default::default()
-    });
+    raw.connections = Some(fixed(1, 1));
     let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
     let checks = run_checks(&raw, &unit, 99.0);
     let why = limited_by(&raw, &checks).expect("the rate was not carried");
@@ -218,13 +205,7 @@ fn a_server_that_paused_is_blamed_not_the_clients_reaction_to_its_replies() {
                 .record_ns(if i % 50 == 0 { 1_190_000 } else { 20_000 });
             raw.load.read_uncorrected.record_ns(50_000);
         }
-        raw.connections = Some(headroom_types::load_result::ConnectionSizing {
-            mode: "fixed".into(),
-            per_thread: total,
-            depth,
-            total,
-            ..Default::default()
-        });
+        raw.connections = Some(fixed(total, depth));
         let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
         let checks = run_checks(&raw, &unit, 99.0);
         let why = limited_by(&raw, &checks).expect("1.9% of the sends were late");
@@ -254,13 +235,7 @@ fn a_steady_slow_server_with_too_few_connections_is_not_blamed_for_pausing() {
             .read_uncorrected
             .record_ns(5_000_000 + (i % 10) * 100_000);
     }
-    raw.connections = Some(headroom_types::load_result::ConnectionSizing {
-        mode: "fixed".into(),
-        per_thread: 1,
-        depth: 2,
-        total: 1,
-        ..Default::default()
-    });
+    raw.connections = Some(fixed(1, 2));
     let unit: Dist = Dist::interarrival("exponential", 1.0).unwrap();
     let checks = run_checks(&raw, &unit, 99.0);
     let why = limited_by(&raw, &checks).expect("13% of the sends were late");
