@@ -1,0 +1,91 @@
+//! Hostile pass 35 (issue 42, docs/safety-hostile-pass-35.md): an LC killed leaves its pid
+//! file, and once pid numbers wrap the number it holds names whoever got it next. The
+//! follower moved that process (root's, so counted as the LC's) into the LC group: an
+//! unrelated process moved by the agent. A pid file older than the process it names is
+//! stale now; one written after the process started is followed as before.
+
+use crate::live;
+
+use std::time::{Duration, SystemTime};
+
+use live::marked::{groups_of, MarkedGroup as Guard};
+
+const STALE: &str = "a_stale_pid_file_naming_a_later_process_is_not_followed";
+
+/// LC sleeper A moved in by `pids`, its pid file beside; A is killed, and the pid file then
+/// names sleeper B, the file last written 30 s before B started (what a number reused after
+/// the LC died looks like). B must stay out of the LC group, said in `ctl status`. Then the
+/// file is written again naming B (a fresh file, as a restarted LC writes it): B is taken,
+/// so the rule is the file's age, not B. On the code before, B was moved in at once.
+#[test]
+fn a_stale_pid_file_naming_a_later_process_is_not_followed() {
+    let Some(guard) = Guard::setup(STALE, "hp35", 3, "stale-pid-file", 35) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let mut lc = live::Children::sleepers(1);
+    let pid_file = dir.path().join("lc.pid");
+    std::fs::write(&pid_file, format!("{}\n", lc.pid(0))).unwrap();
+    let top = &guard.top;
+    let text = format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{}]\npid_file = \"{}\"\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"{}\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [sensors]\nidle_sensing = \"poll\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
+         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        lc.pid(0),
+        pid_file.display(),
+        guard.marker
+    );
+    let runner = match live::start_agent(&text, Duration::from_secs(9)) {
+        Ok(r) => r,
+        Err(why) => return eprintln!("SKIP {STALE}: {why}"),
+    };
+    let lc_group = format!("/{top}/lc");
+    let a = lc.pid(0);
+    assert!(
+        live::eventually(Duration::from_secs(3), || groups_of(a).contains(&lc_group)),
+        "LC A ({a}) in its group"
+    );
+    let _ = lc.0[0].kill();
+    let _ = lc.0[0].wait();
+    let other = live::Children::sleepers(1);
+    let b = other.pid(0);
+    std::fs::write(&pid_file, format!("{b}\n")).unwrap();
+    let long_ago = SystemTime::now() - Duration::from_secs(30);
+    std::fs::File::options()
+        .write(true)
+        .open(&pid_file)
+        .unwrap()
+        .set_modified(long_ago)
+        .unwrap();
+    // Three follower looks: B must never be seen in the LC group.
+    let mut taken = Vec::new();
+    live::eventually(Duration::from_millis(3200), || {
+        let now = groups_of(b);
+        if now.contains(&lc_group) {
+            taken = now;
+        }
+        false
+    });
+    let said = live::followed(&dir.path().join("ctl.sock"));
+    // A fresh pid file naming B: followed.
+    std::fs::write(&pid_file, format!("{b}\n")).unwrap();
+    let fresh_taken = live::eventually(Duration::from_secs(4), || groups_of(b).contains(&lc_group));
+    let _ = runner.join();
+    assert!(
+        taken.is_empty(),
+        "B ({b}), started 30 s after the pid file was written, was moved into {lc_group}: {taken:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|r| r.contains(&b.to_string()) && r.contains("stale")),
+        "ctl status says it: {said:?}"
+    );
+    assert!(
+        fresh_taken,
+        "B ({b}), named by a pid file written after it started, was not followed"
+    );
+}
