@@ -181,14 +181,24 @@ pub fn started_at(root: &Path, pid: u32) -> Option<std::time::SystemTime> {
 }
 
 /// How long after its pid file was last written the process it names started, when that is
-/// more than a second (beside the second `btime` may be early): the file was written for an
-/// earlier process with that number. An LC killed leaves its pid file, and once pid numbers
-/// wrap the number names whoever got it next (hostile pass 35: a root process started 2 s
-/// after the LC died was moved into the LC group). `None` when the times cannot be read.
+/// more than a second (see [`started_after`]): the file was written for an earlier process
+/// with that number. An LC killed leaves its pid file, and once pid numbers wrap the number
+/// names whoever got it next (hostile pass 35: a root process started 2 s after the LC died
+/// was moved into the LC group). `None` when the times cannot be read.
 pub fn started_after_written(root: &Path, read: &PidFileRead) -> Option<std::time::Duration> {
-    let later = started_at(root, read.pid)?
-        .duration_since(read.written?)
-        .ok()?;
+    started_after(root, read.pid, read.written?)
+}
+
+/// How long after `written` (a file's mtime) process `pid` started, when that is more than a
+/// second (beside the second `btime` may be early): a file that names it was written before it
+/// ran, for an earlier process with its number. `None` when it started before, or the times
+/// cannot be read.
+pub fn started_after(
+    root: &Path,
+    pid: u32,
+    written: std::time::SystemTime,
+) -> Option<std::time::Duration> {
+    let later = started_at(root, pid)?.duration_since(written).ok()?;
     (later > std::time::Duration::from_secs(1)).then_some(later)
 }
 

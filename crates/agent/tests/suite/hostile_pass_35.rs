@@ -89,3 +89,67 @@ fn a_stale_pid_file_naming_a_later_process_is_not_followed() {
         "B ({b}), named by a pid file written after it started, was not followed"
     );
 }
+
+const CONFIG_OLDER: &str = "lc_pids_naming_a_process_started_after_the_config_file_are_refused";
+
+/// The agent restarted (a unit's `Restart=`) after the LC it names by `pids` died while no
+/// agent ran, its number reused: the config file is older than the process the number names
+/// now. Refused at start (exit 2, naming `lc.pids` and why), nothing made, the process left
+/// where it is. On the code before, that process was moved into the LC group for the run.
+#[test]
+fn lc_pids_naming_a_process_started_after_the_config_file_are_refused() {
+    let Some(guard) = Guard::setup(CONFIG_OLDER, "hp35", 3, "config-older", 36) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let other = live::Children::sleepers(1);
+    let b = other.pid(0);
+    let top = &guard.top;
+    let text = format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{b}]\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"{}\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [sensors]\nidle_sensing = \"poll\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
+         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        guard.marker
+    );
+    let path = dir.path().join("headroom.toml");
+    std::fs::write(&path, &text).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(30))
+        .unwrap();
+    let mut options = live::options(&text, Duration::from_millis(500));
+    options.config_path = Some(path);
+    let lc_group = format!("/{top}/lc");
+    let outcome = match headroom_agent::runtime::Agent::start(options) {
+        Ok(agent) => {
+            let moved = groups_of(b).contains(&lc_group);
+            let _ = agent.run();
+            Err(moved)
+        }
+        Err(e) => Ok(e),
+    };
+    let made = guard
+        .cgroups
+        .group_dirs(&guard.top.join("lc").unwrap())
+        .iter()
+        .any(|(_, dir)| dir.is_dir());
+    let err = match outcome {
+        Ok(e) => e,
+        Err(moved) => panic!(
+            "the agent started on pid {b}, which started 30 s after the config file was written (moved into {lc_group}: {moved})"
+        ),
+    };
+    let msg = err.to_string();
+    assert!(err.is_usage(), "a usage error (exit 2): {msg}");
+    assert!(
+        msg.contains("pids") && msg.contains("after the config file"),
+        "lc.pids and why named: {msg}"
+    );
+    assert!(!made, "nothing made: {top}/lc exists");
+}
