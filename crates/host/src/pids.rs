@@ -24,6 +24,9 @@ pub struct PidFileRead {
     pub uid: u32,
     pub gid: u32,
     pub mode: u32,
+    /// When the file was last written (its mtime): a process that started after that is not
+    /// the one it was written for (see [`started_after_written`]).
+    pub written: Option<std::time::SystemTime>,
 }
 
 /// The pid file `file` (a path from `/`, read under `root`).
@@ -63,6 +66,7 @@ pub fn read_pid_file(root: &Path, file: &str) -> PidFile {
                 uid: meta.uid(),
                 gid: meta.gid(),
                 mode: meta.mode() & 0o7777,
+                written: meta.modified().ok(),
             })
         }
         _ => PidFile::Nothing,
@@ -154,6 +158,48 @@ pub fn start_time(root: &Path, pid: u32) -> Option<u64> {
         .nth(19)?
         .parse()
         .ok()
+}
+
+/// When `pid` started on the wall clock: the boot time (`/proc/stat`'s `btime`, whole seconds,
+/// so up to a second early) plus its start in clock ticks. `None` when it is gone.
+pub fn started_at(root: &Path, pid: u32) -> Option<std::time::SystemTime> {
+    let ticks = start_time(root, pid)?;
+    let stat = std::fs::read_to_string(root.join("proc/stat")).ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime"))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory is handed over.
+    let hz = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        t if t > 0 => t as u64,
+        _ => 100,
+    };
+    let after_boot = std::time::Duration::from_millis(ticks.saturating_mul(1000) / hz);
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(btime) + after_boot)
+}
+
+/// How long after its pid file was last written the process it names started, when that is
+/// more than a second (see [`started_after`]): the file was written for an earlier process
+/// with that number. An LC killed leaves its pid file, and once pid numbers wrap the number
+/// names whoever got it next (hostile pass 35: a root process started 2 s after the LC died
+/// was moved into the LC group). `None` when the times cannot be read.
+pub fn started_after_written(root: &Path, read: &PidFileRead) -> Option<std::time::Duration> {
+    started_after(root, read.pid, read.written?)
+}
+
+/// How long after `written` (a file's mtime) process `pid` started, when that is more than a
+/// second (beside the second `btime` may be early): a file that names it was written before it
+/// ran, for an earlier process with its number. `None` when it started before, or the times
+/// cannot be read.
+pub fn started_after(
+    root: &Path,
+    pid: u32,
+    written: std::time::SystemTime,
+) -> Option<std::time::Duration> {
+    let later = started_at(root, pid)?.duration_since(written).ok()?;
+    (later > std::time::Duration::from_secs(1)).then_some(later)
 }
 
 /// The real and effective uids of `pid` (`/proc/<pid>/status`'s `Uid:` line). `None` when it

@@ -275,6 +275,24 @@ impl Agent {
                 {
                     continue;
                 }
+                // A pid file older than the process it names was written for an earlier
+                // process with that number: the LC died and left it, and the number was
+                // reused (hostile pass 35: a root process moved into the LC group).
+                if let Some(later) = pid_file
+                    .filter(|r| r.pid == pid)
+                    .and_then(|r| pids::started_after_written(&root, &r))
+                {
+                    if self.lc_follow.stranger_lc_pids.insert(pid) {
+                        let file = lc.pid_file.as_deref().unwrap_or_default();
+                        tracing::warn!(lc = %lc.name, pid, pid_file = %file, started_after_s = later.as_secs_f64(), "the LC's pid file is older than the process it names (a stale file, the number reused): not taken as the LC, left where it is");
+                        self.note_followed(format!(
+                            "LC {}: pid {pid} named by the pid file {file} started {:.1} s after the file was written (a stale file, the number reused): left where it is",
+                            lc.name,
+                            later.as_secs_f64()
+                        ));
+                    }
+                    continue;
+                }
                 // A pid file root cannot vouch for (the LC's user writes it, or its
                 // directory) names no process of root's or the agent's user: pass 14's rule
                 // counts those as the LC's always, so the LC's user wrote a root process's

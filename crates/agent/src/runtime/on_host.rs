@@ -12,9 +12,14 @@ use std::path::{Path, PathBuf};
 use headroom_control::config::{Config, ConfigError};
 use headroom_host::pids;
 
-/// Every `[lc] pids` entry that is not a running process here, and every `command` whose
-/// program is not an executable file (by its path, or found in `PATH`).
-pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigError> {
+/// Every `[lc] pids` entry that is not a running process here (or one that started after the
+/// config file, `written` its mtime, was last written), and every `command` whose program is
+/// not an executable file (by its path, or found in `PATH`).
+pub(super) fn check_on_host(
+    root: &Path,
+    config: &Config,
+    written: Option<std::time::SystemTime>,
+) -> Result<(), ConfigError> {
     let mut problems = Vec::new();
     let mut commands = Vec::new();
     for (i, lc) in config.lcs.iter().enumerate() {
@@ -38,6 +43,18 @@ pub(super) fn check_on_host(root: &Path, config: &Config) -> Result<(), ConfigEr
                     key: format!("{key}.pids"),
                     value: p.to_string(),
                     reason,
+                });
+            } else if let Some(later) = written.and_then(|w| pids::started_after(root, p, w)) {
+                // The LC the file named ended and its number was reused (an agent restarted
+                // after the LC died while none ran: hostile pass 35 saw the restart move an
+                // unrelated process into the LC group).
+                problems.push(ConfigError::Invalid {
+                    key: format!("{key}.pids"),
+                    value: p.to_string(),
+                    reason: format!(
+                        "that process started {:.1} s after the config file was last written, so it is not the one the file names (that one ended and its number was reused): give the LC's pids now, or its pid_file, listen_port or command",
+                        later.as_secs_f64()
+                    ),
                 });
             }
         }

@@ -52,7 +52,11 @@ impl Agent {
         super::on_host::check_run_for(options.run_for)?;
         super::on_host::check_socket_dirs(&config)?;
         if !options.dry_run {
-            super::on_host::check_on_host(&options.root, &config)?;
+            let written = options
+                .config_path
+                .as_ref()
+                .and_then(|p| std::fs::metadata(p).ok()?.modified().ok());
+            super::on_host::check_on_host(&options.root, &config, written)?;
         }
         let dry = options.dry_run;
         let host = LinuxHost::new(&options.root);
