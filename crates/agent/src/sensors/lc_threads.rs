@@ -25,6 +25,20 @@ pub struct ThreadOriginal {
     /// Its scheduling policy (`None`: one the agent cannot set back, e.g. SCHED_DEADLINE —
     /// such threads are never given a new policy).
     pub policy: Option<SchedPolicy>,
+    /// Its start time (clock ticks after boot, `/proc/<tid>/stat`): a thread id is a number
+    /// the kernel hands out again once the thread has exited, and the settings are put back
+    /// only on the thread they were taken from (hostile pass 36: `restore` set a later,
+    /// unrelated process's affinity and took its SCHED_FIFO away). `None` in a state file
+    /// written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<u64>,
+}
+
+/// The start time of thread `tid` (`None` when it is gone). The sched calls act on this host's
+/// threads, so its `/proc` is read.
+fn thread_started(tid: i32) -> Option<u64> {
+    let tid = u32::try_from(tid).ok()?;
+    headroom_host::pids::start_time(std::path::Path::new("/"), tid)
 }
 
 /// What [`LcThreads`] changed, for the state file.
@@ -106,7 +120,15 @@ impl LcThreads {
             if treated.contains(&tid) {
                 continue;
             }
-            if !self.state.originals.contains_key(&tid) {
+            let started = thread_started(tid);
+            // An original taken from an earlier thread with this number (it exited, and the
+            // number was reused) is not this thread's.
+            let known = self
+                .state
+                .originals
+                .get(&tid)
+                .is_some_and(|o| o.started.is_none() || o.started == started);
+            if !known {
                 let cpus = match sched::affinity(tid) {
                     Ok(set) => set,
                     Err(e) => {
@@ -115,9 +137,14 @@ impl LcThreads {
                     }
                 };
                 let policy = sched::sched(tid).ok().and_then(|a| a.policy());
-                self.state
-                    .originals
-                    .insert(tid, ThreadOriginal { cpus, policy });
+                self.state.originals.insert(
+                    tid,
+                    ThreadOriginal {
+                        cpus,
+                        policy,
+                        started,
+                    },
+                );
             }
             if let Some(cpus) = treatment.pin_cpus.as_ref().filter(|c| !c.is_empty()) {
                 let cpu = cpus.iter().nth(i % cpus.len()).unwrap_or_default();
@@ -209,10 +236,14 @@ impl LcThreads {
     }
 
     /// Puts every treated thread's affinity and policy back, then the real-time budgets
-    /// (children first). Threads that have exited are skipped. Returns the threads restored.
+    /// (children first). Threads that have exited are skipped, and so is a thread id now
+    /// naming a thread that started later (the number reused). Returns the threads restored.
     pub fn restore(&mut self, cgroups: Option<&Cgroups>) -> usize {
         let mut restored = 0;
         for (&tid, original) in &self.state.originals {
+            if original.started.is_some() && thread_started(tid) != original.started {
+                continue;
+            }
             let mut ok = true;
             if let Some(policy) = original.policy {
                 ok &= sched::set_sched(tid, policy).is_ok();

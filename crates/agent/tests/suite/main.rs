@@ -35,6 +35,7 @@ mod hostile_pass_28;
 mod hostile_pass_30;
 mod hostile_pass_33;
 mod hostile_pass_35;
+mod hostile_pass_36;
 mod hostile_pass_4;
 mod hostile_pass_5;
 mod hostile_pass_6;
