@@ -189,17 +189,25 @@ pub fn started_after_written(root: &Path, read: &PidFileRead) -> Option<std::tim
     started_after(root, read.pid, read.written?)
 }
 
-/// How long after `written` (a file's mtime) process `pid` started, when that is more than a
-/// second (beside the second `btime` may be early): a file that names it was written before it
-/// ran, for an earlier process with its number. `None` when it started before, or the times
-/// cannot be read.
+/// How much later than a file's mtime a process must have started for the file to be taken as
+/// written for an earlier process with its number. The two clocks differ: a process's start is
+/// counted from boot (`btime` + its start ticks), an mtime is the wall clock when it was
+/// written, and a step of the wall clock after the write (NTP setting a clock that booted
+/// behind) moves every process's start by the step: a 5 s step made a real LC's pid file look
+/// stale, and its `[lc] pids` refused (hostile pass 36). A number reused within this long of the
+/// file's write (the LC dead at once, and pid numbers wrapped meanwhile) is missed.
+pub const STARTED_AFTER_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long after `written` (a file's mtime) process `pid` started, when that is more than
+/// [`STARTED_AFTER_SLACK`]: a file that names it was written before it ran, for an earlier
+/// process with its number. `None` when it started before, or the times cannot be read.
 pub fn started_after(
     root: &Path,
     pid: u32,
     written: std::time::SystemTime,
 ) -> Option<std::time::Duration> {
     let later = started_at(root, pid)?.duration_since(written).ok()?;
-    (later > std::time::Duration::from_secs(1)).then_some(later)
+    (later > STARTED_AFTER_SLACK).then_some(later)
 }
 
 /// The real and effective uids of `pid` (`/proc/<pid>/status`'s `Uid:` line). `None` when it
@@ -549,5 +557,24 @@ mod tests {
         t.join().unwrap();
         assert_ne!(live, me);
         assert_eq!(named, Some(me), "thread {live} of {me}");
+    }
+
+    /// A file written a few seconds before the process it names started is not stale: a step
+    /// of the wall clock after the write moves the process's start by the step (hostile pass
+    /// 36: a 5 s step, the real LC refused). One written ten minutes before is.
+    #[test]
+    fn a_file_a_clock_step_older_than_its_process_is_not_stale() {
+        let me = std::process::id();
+        let root = Path::new("/");
+        let start = started_at(root, me).expect("this process's start");
+        let step = std::time::Duration::from_secs(5);
+        assert_eq!(started_after(root, me, start - step), None);
+        let long_ago = std::time::Duration::from_secs(600);
+        assert!(started_after(root, me, start - long_ago).is_some());
+        assert_eq!(
+            started_after(root, me, start + step),
+            None,
+            "written after it started"
+        );
     }
 }

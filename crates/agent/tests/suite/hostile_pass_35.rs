@@ -13,7 +13,7 @@ use live::marked::{groups_of, MarkedGroup as Guard};
 const STALE: &str = "a_stale_pid_file_naming_a_later_process_is_not_followed";
 
 /// LC sleeper A moved in by `pids`, its pid file beside; A is killed, and the pid file then
-/// names sleeper B, the file last written 30 s before B started (what a number reused after
+/// names sleeper B, the file last written 10 min before B started (what a number reused after
 /// the LC died looks like). B must stay out of the LC group, said in `ctl status`. Then the
 /// file is written again naming B (a fresh file, as a restarted LC writes it): B is taken,
 /// so the rule is the file's age, not B. On the code before, B was moved in at once.
@@ -54,7 +54,7 @@ fn a_stale_pid_file_naming_a_later_process_is_not_followed() {
     let other = live::Children::sleepers(1);
     let b = other.pid(0);
     std::fs::write(&pid_file, format!("{b}\n")).unwrap();
-    let long_ago = SystemTime::now() - Duration::from_secs(30);
+    let long_ago = SystemTime::now() - Duration::from_secs(600);
     std::fs::File::options()
         .write(true)
         .open(&pid_file)
@@ -77,7 +77,7 @@ fn a_stale_pid_file_naming_a_later_process_is_not_followed() {
     let _ = runner.join();
     assert!(
         taken.is_empty(),
-        "B ({b}), started 30 s after the pid file was written, was moved into {lc_group}: {taken:?}"
+        "B ({b}), started 10 min after the pid file was written, was moved into {lc_group}: {taken:?}"
     );
     assert!(
         said.iter()
@@ -121,7 +121,7 @@ fn lc_pids_naming_a_process_started_after_the_config_file_are_refused() {
         .write(true)
         .open(&path)
         .unwrap()
-        .set_modified(SystemTime::now() - Duration::from_secs(30))
+        .set_modified(SystemTime::now() - Duration::from_secs(600))
         .unwrap();
     let mut options = live::options(&text, Duration::from_millis(500));
     options.config_path = Some(path);
@@ -142,7 +142,7 @@ fn lc_pids_naming_a_process_started_after_the_config_file_are_refused() {
     let err = match outcome {
         Ok(e) => e,
         Err(moved) => panic!(
-            "the agent started on pid {b}, which started 30 s after the config file was written (moved into {lc_group}: {moved})"
+            "the agent started on pid {b}, which started 10 min after the config file was written (moved into {lc_group}: {moved})"
         ),
     };
     let msg = err.to_string();
