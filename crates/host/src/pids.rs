@@ -250,6 +250,11 @@ pub fn thread_group(root: &Path, n: u32) -> Option<u32> {
     status_value(root, n, "Tgid:")
 }
 
+/// The process that forked `pid` (`/proc/<pid>/status`'s `PPid:`). `None` when it is gone.
+pub fn parent(root: &Path, pid: u32) -> Option<u32> {
+    status_value(root, pid, "PPid:")
+}
+
 /// Whether `pid` is a kernel thread (pid 2, `kthreadd`, or one of its children): no service.
 pub fn is_kernel_thread(root: &Path, pid: u32) -> bool {
     pid == 2 || status_value(root, pid, "PPid:") == Some(2)

@@ -6,7 +6,9 @@
 //! Everything is undone on exit and by the kill switch ([`LcThreads::restore`]): each thread's
 //! affinity and scheduling policy as they were before the agent's first change (kept in the
 //! state file, so a restarted agent does not mistake its own pinning for the original), and the
-//! real-time budgets raised so SCHED_FIFO is allowed in the LC's cgroup-v1 cpu group.
+//! real-time budgets raised so SCHED_FIFO is allowed in the LC's cgroup-v1 cpu group. A thread
+//! or process an LC thread creates starts with its creator's settings, the agent's pin
+//! included: its original is its creator's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,6 +18,9 @@ use headroom_types::{CpuSet, GroupPath};
 use serde::{Deserialize, Serialize};
 
 use headroom_types::allocation::LcTreatment;
+
+/// Threads treated: thread id → its start time.
+type Treated = BTreeMap<i32, Option<u64>>;
 
 /// A thread's settings before the agent first changed them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,13 +37,50 @@ pub struct ThreadOriginal {
     /// written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<u64>,
+    /// The process the thread belongs to (its thread group id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<u32>,
+    /// What the agent set on it last: a thread created by this one starts with these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given: Option<Given>,
 }
+
+/// What the agent set on a thread.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Given {
+    /// The CPUs it was pinned to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<CpuSet>,
+    /// The scheduling policy it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<SchedPolicy>,
+}
+
+/// How many forks up [`LcThreads::uninherited`] looks for the thread that passed its settings on.
+const LINEAGE_MAX: usize = 8;
 
 /// The start time of thread `tid` (`None` when it is gone). The sched calls act on this host's
 /// threads, so its `/proc` is read.
 fn thread_started(tid: i32) -> Option<u64> {
     let tid = u32::try_from(tid).ok()?;
     headroom_host::pids::start_time(std::path::Path::new("/"), tid)
+}
+
+/// The process thread `tid` belongs to (`None` when it is gone).
+fn process_of(tid: i32) -> Option<u32> {
+    headroom_host::pids::thread_group(std::path::Path::new("/"), u32::try_from(tid).ok()?)
+}
+
+/// `process` and the processes it was forked from, nearest first (up to [`LINEAGE_MAX`]).
+fn lineage(process: Option<u32>) -> Vec<u32> {
+    let mut out: Vec<u32> = process.into_iter().collect();
+    while let Some(&p) = out.last() {
+        match headroom_host::pids::parent(std::path::Path::new("/"), p) {
+            Some(parent) if parent > 1 && out.len() < LINEAGE_MAX => out.push(parent),
+            _ => break,
+        }
+    }
+    out
 }
 
 /// What [`LcThreads`] changed, for the state file.
@@ -54,8 +96,10 @@ pub struct LcThreadsState {
 /// Applies an [`LcTreatment`] to the threads of the LC group.
 #[derive(Debug, Default)]
 pub struct LcThreads {
-    /// Per LC group (one per `[[lc]]` service): the threads treated and the treatment given.
-    groups: BTreeMap<GroupPath, (BTreeSet<i32>, Option<LcTreatment>)>,
+    /// Per LC group (one per `[[lc]]` service): the threads treated (id → start time: a
+    /// number handed out again, to a restarted LC, names a thread not treated yet) and the
+    /// treatment given.
+    groups: BTreeMap<GroupPath, (Treated, Option<LcTreatment>)>,
     state: LcThreadsState,
     /// Errors so far (a thread may exit between listing and treating it).
     pub errors: u64,
@@ -75,13 +119,55 @@ impl LcThreads {
         &self.state
     }
 
-    /// Treats the LC group's threads not treated yet; returns how many were treated now.
+    /// Treats the LC group's threads not treated yet; returns how many records changed (threads
+    /// treated now, records of exited threads dropped).
     pub fn apply(&mut self, cgroups: &Cgroups, lc: &GroupPath, treatment: &LcTreatment) -> usize {
+        let forgotten = self.forget_gone();
         // Each LC service's group keeps its own treated threads and treatment.
         let (mut treated, mut last) = self.groups.remove(lc).unwrap_or_default();
         let done = self.apply_to(cgroups, lc, treatment, &mut treated, &mut last);
         self.groups.insert(lc.clone(), (treated, last));
-        done
+        done + forgotten
+    }
+
+    /// Drops the records of threads that have exited, so that an LC starting a thread per
+    /// connection does not grow them (and the state file) without end; returns how many. A
+    /// record stays while its process runs and no other record of it holds the same settings:
+    /// a thread its thread created may have inherited what the agent gave it.
+    fn forget_gone(&mut self) -> usize {
+        let (live, gone): (Vec<_>, Vec<_>) = self
+            .state
+            .originals
+            .iter()
+            .partition(|(&tid, o)| o.started.is_none() || thread_started(tid) == o.started);
+        if gone.is_empty() {
+            return 0;
+        }
+        let mut kept: Vec<&ThreadOriginal> = live.into_iter().map(|(_, o)| o).collect();
+        let mut forget = Vec::new();
+        for (&tid, o) in gone {
+            let same = kept.iter().any(|k| {
+                k.process == o.process
+                    && k.cpus == o.cpus
+                    && k.policy == o.policy
+                    && k.given == o.given
+            });
+            if same || !o.process.is_some_and(|p| self.process_runs(p)) {
+                forget.push(tid);
+            } else {
+                kept.push(o);
+            }
+        }
+        for tid in &forget {
+            self.state.originals.remove(tid);
+        }
+        forget.len()
+    }
+
+    /// Whether `process` runs, and is the one the records of its number were taken from.
+    fn process_runs(&self, process: u32) -> bool {
+        !headroom_host::pids::is_gone(std::path::Path::new("/"), process)
+            && !self.records_of(process).is_empty()
     }
 
     fn apply_to(
@@ -89,7 +175,7 @@ impl LcThreads {
         cgroups: &Cgroups,
         lc: &GroupPath,
         treatment: &LcTreatment,
-        treated: &mut BTreeSet<i32>,
+        treated: &mut Treated,
         last: &mut Option<LcTreatment>,
     ) -> usize {
         let wants_something = treatment.pin_cpus.as_ref().is_some_and(|c| !c.is_empty())
@@ -114,13 +200,13 @@ impl LcThreads {
                 return 0;
             }
         };
-        treated.retain(|t| tids.contains(t));
+        treated.retain(|t, _| tids.contains(t));
         let mut done = 0;
         for (i, &tid) in tids.iter().enumerate() {
-            if treated.contains(&tid) {
+            let started = thread_started(tid);
+            if treated.get(&tid) == Some(&started) {
                 continue;
             }
-            let started = thread_started(tid);
             // An original taken from an earlier thread with this number (it exited, and the
             // number was reused) is not this thread's.
             let known = self
@@ -137,12 +223,16 @@ impl LcThreads {
                     }
                 };
                 let policy = sched::sched(tid).ok().and_then(|a| a.policy());
+                let process = process_of(tid);
+                let (cpus, policy) = self.uninherited(process, cpus, policy);
                 self.state.originals.insert(
                     tid,
                     ThreadOriginal {
                         cpus,
                         policy,
                         started,
+                        process,
+                        given: None,
                     },
                 );
             }
@@ -152,6 +242,9 @@ impl LcThreads {
                 if let Err(e) = sched::set_affinity(tid, &set) {
                     self.error(tid, "pinning", &e);
                     continue;
+                }
+                if let Some(given) = self.given(tid) {
+                    given.cpus = Some(set);
                 }
             }
             let settable = self
@@ -174,12 +267,129 @@ impl LcThreads {
                     self.error(tid, "setting the scheduling policy of", &e);
                     continue;
                 }
+                if let Some(given) = self.given(tid) {
+                    given.policy = Some(policy);
+                }
             }
             tracing::info!(tid, ?treatment, "LC thread treated");
-            treated.insert(tid);
+            treated.insert(tid, started);
             done += 1;
         }
         done
+    }
+
+    /// What the agent gave thread `tid` (`None` when it has no original recorded: then the
+    /// agent changes nothing on it).
+    fn given(&mut self, tid: i32) -> Option<&mut Given> {
+        let original = self.state.originals.get_mut(&tid)?;
+        Some(original.given.get_or_insert_with(Given::default))
+    }
+
+    /// The recorded threads of `process` (the leader first), when the record is of this
+    /// process and not of an earlier one with its number (its leader's start time).
+    fn records_of(&self, process: u32) -> Vec<&ThreadOriginal> {
+        let leader = i32::try_from(process).ok();
+        if let Some(o) = leader.and_then(|l| self.state.originals.get(&l)) {
+            if o.started.is_some() && leader.and_then(thread_started) != o.started {
+                return Vec::new();
+            }
+        }
+        let mut records: Vec<(bool, &ThreadOriginal)> = self
+            .state
+            .originals
+            .iter()
+            .filter(|(_, o)| o.process == Some(process))
+            .map(|(&tid, o)| (Some(tid) != leader, o))
+            .collect();
+        records.sort_by_key(|(not_leader, _)| *not_leader);
+        records.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// A thread's settings before the agent's first change, from what it holds when the agent
+    /// first reaches it: where they equal what the agent gave a thread of its own process, or
+    /// of a process it was forked from, the thread inherited them when it was created (the
+    /// kernel copies the creator's affinity and policy), and that thread's original is its
+    /// original too. Hostile pass 37: a thread the LC started after its main thread was pinned
+    /// kept the pin after `ctl off` and `restore`.
+    fn uninherited(
+        &self,
+        process: Option<u32>,
+        cpus: CpuSet,
+        policy: Option<SchedPolicy>,
+    ) -> (CpuSet, Option<SchedPolicy>) {
+        let mut cpus_from = None;
+        let mut policy_from = None;
+        for p in lineage(process) {
+            for o in self.records_of(p) {
+                let Some(given) = &o.given else { continue };
+                if cpus_from.is_none() && given.cpus.as_ref() == Some(&cpus) {
+                    cpus_from = Some(o.cpus.clone());
+                }
+                if policy_from.is_none() && given.policy.is_some() && given.policy == policy {
+                    policy_from = Some(o.policy);
+                }
+            }
+            if cpus_from.is_some() && policy_from.is_some() {
+                break;
+            }
+        }
+        (cpus_from.unwrap_or(cpus), policy_from.unwrap_or(policy))
+    }
+
+    /// The threads of the recorded processes, and of the processes they forked, that the agent
+    /// never reached (created since its last pass, or never in the LC group) but that inherited
+    /// what it gave their creator: each with the settings to put back.
+    fn inherited_unrecorded(&self) -> Vec<(i32, ThreadOriginal)> {
+        let root = std::path::Path::new("/");
+        let processes: BTreeSet<u32> = self
+            .state
+            .originals
+            .values()
+            .filter_map(|o| o.process)
+            .filter(|&p| !self.records_of(p).is_empty())
+            .flat_map(|p| headroom_host::pids::descendants(root, p))
+            .collect();
+        let mut out = Vec::new();
+        for process in processes {
+            let Ok(tids) = sched::threads(root, process as i32) else {
+                continue;
+            };
+            for tid in tids {
+                let started = thread_started(tid);
+                let recorded = self
+                    .state
+                    .originals
+                    .get(&tid)
+                    .is_some_and(|o| o.started.is_none() || o.started == started);
+                if recorded {
+                    continue;
+                }
+                let Ok(cpus) = sched::affinity(tid) else {
+                    continue;
+                };
+                let policy = sched::sched(tid).ok().and_then(|a| a.policy());
+                let (was_cpus, was_policy) = self.uninherited(Some(process), cpus.clone(), policy);
+                if was_cpus != cpus || was_policy != policy {
+                    let original = ThreadOriginal {
+                        cpus: if was_cpus != cpus {
+                            was_cpus
+                        } else {
+                            CpuSet::default()
+                        },
+                        policy: if was_policy != policy {
+                            was_policy
+                        } else {
+                            None
+                        },
+                        started,
+                        process: Some(process),
+                        given: None,
+                    };
+                    out.push((tid, original));
+                }
+            }
+        }
+        out
     }
 
     /// On a cgroup-v1 host with RT group scheduling, a group whose `cpu.rt_runtime_us` is 0
@@ -235,12 +445,15 @@ impl LcThreads {
         Ok(())
     }
 
-    /// Puts every treated thread's affinity and policy back, then the real-time budgets
-    /// (children first). Threads that have exited are skipped, and so is a thread id now
-    /// naming a thread that started later (the number reused). Returns the threads restored.
+    /// Puts every treated thread's affinity and policy back, and those of the threads that
+    /// inherited them from a treated thread, then the real-time budgets (children first).
+    /// Threads that have exited are skipped, and so is a thread id now naming a thread that
+    /// started later (the number reused). Returns the threads restored.
     pub fn restore(&mut self, cgroups: Option<&Cgroups>) -> usize {
         let mut restored = 0;
-        for (&tid, original) in &self.state.originals {
+        let inherited = self.inherited_unrecorded();
+        let recorded = self.state.originals.iter().map(|(&t, o)| (t, o.clone()));
+        for (tid, original) in recorded.chain(inherited) {
             if original.started.is_some() && thread_started(tid) != original.started {
                 continue;
             }

@@ -14,25 +14,6 @@ use live::marked::MarkedGroup as Guard;
 
 const REUSED: &str = "restore_leaves_a_process_that_got_a_treated_lc_threads_number_alone";
 
-/// The kernel's next pid is `last + 1`: asks for `want` by writing `want - 1` (bounded tries,
-/// others fork beside us). `None` when the number did not come round.
-fn sleeper_with_pid(want: u32) -> Option<std::process::Child> {
-    for _ in 0..200 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (want - 1).to_string()).ok()?;
-        let mut child = std::process::Command::new("sleep")
-            .arg("60")
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .ok()?;
-        if child.id() == want {
-            return Some(child);
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    None
-}
-
 /// LC sleeper A (moved in by `pids`) is pinned onto CPU 1 by `[lc.threads]`; A is killed
 /// and its number given to sleeper B, which this test pins onto CPU 0 (B's own setting, as
 /// any process may have). The agent then stops (`restore`): B must still be on CPU 0 only.
@@ -71,7 +52,7 @@ fn restore_leaves_a_process_that_got_a_treated_lc_threads_number_alone() {
     });
     let _ = lc.0[0].kill();
     let _ = lc.0[0].wait();
-    let b = sleeper_with_pid(a);
+    let b = live::sleeper_with_pid(a);
     let zero = CpuSet::from([0]);
     if let Some(b) = &b {
         sched::set_affinity(b.id() as i32, &zero).unwrap();

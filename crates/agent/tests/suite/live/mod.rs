@@ -265,7 +265,7 @@ pub fn own_process_config(top: &str, lc: u32, be_keys: &str, on_exit: &str, dir:
 }
 
 #[allow(dead_code)]
-fn python() -> &'static str {
+pub fn python() -> &'static str {
     // uid 65534 cannot run root's pyenv shim (/root is 0700)
     if std::path::Path::new("/usr/bin/python3").exists() {
         "/usr/bin/python3"
@@ -325,4 +325,25 @@ pub fn procs_of(group: &str) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A `sleep 60` given pid `want`: the kernel's next pid is `last + 1`, so this writes
+/// `want - 1` to `ns_last_pid` and forks (bounded tries, others fork beside us). `None` when
+/// the number did not come round.
+#[allow(dead_code)] // not every test that shares this module reuses a number
+pub fn sleeper_with_pid(want: u32) -> Option<std::process::Child> {
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (want - 1).to_string()).ok()?;
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        if child.id() == want {
+            return Some(child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    None
 }
