@@ -19,8 +19,41 @@ use serde::{Deserialize, Serialize};
 
 use headroom_types::allocation::LcTreatment;
 
-/// Threads treated: thread id → its start time.
-type Treated = BTreeMap<i32, Option<u64>>;
+/// How often the start times of the treated threads are read again (a number the kernel
+/// handed out again, to a restarted LC, names a thread not treated yet), and how many at most
+/// each time: reading every thread's `/proc/<tid>/stat` at each pass (every 100 ms) cost a
+/// 1000-thread LC ~7% of a core.
+const VERIFY_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+const VERIFY_MAX: usize = 256;
+
+/// One LC group's threads as treated so far.
+#[derive(Debug, Default)]
+struct GroupThreads {
+    /// Thread id → its start time, for the threads treated with `last`.
+    treated: BTreeMap<i32, Option<u64>>,
+    last: Option<LcTreatment>,
+    /// When start times were last read again, and the thread id to go on from.
+    verified: Option<std::time::Instant>,
+    verify_from: i32,
+}
+
+impl GroupThreads {
+    /// The treated threads whose start time is read again now (up to [`VERIFY_MAX`] once per
+    /// [`VERIFY_PERIOD`], in turn).
+    fn due_for_verifying(&mut self) -> BTreeSet<i32> {
+        if self.verified.is_some_and(|t| t.elapsed() < VERIFY_PERIOD) {
+            return BTreeSet::new();
+        }
+        self.verified = Some(std::time::Instant::now());
+        let from = self.verify_from;
+        let due: Vec<i32> = (self.treated.range(from..).map(|(&t, _)| t))
+            .chain(self.treated.range(..from).map(|(&t, _)| t))
+            .take(VERIFY_MAX)
+            .collect();
+        self.verify_from = due.last().map_or(0, |t| t.saturating_add(1));
+        due.into_iter().collect()
+    }
+}
 
 /// A thread's settings before the agent first changed them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,7 +132,7 @@ pub struct LcThreads {
     /// Per LC group (one per `[[lc]]` service): the threads treated (id → start time: a
     /// number handed out again, to a restarted LC, names a thread not treated yet) and the
     /// treatment given.
-    groups: BTreeMap<GroupPath, (Treated, Option<LcTreatment>)>,
+    groups: BTreeMap<GroupPath, GroupThreads>,
     state: LcThreadsState,
     /// Errors so far (a thread may exit between listing and treating it).
     pub errors: u64,
@@ -122,30 +155,41 @@ impl LcThreads {
     /// Treats the LC group's threads not treated yet; returns how many records changed (threads
     /// treated now, records of exited threads dropped).
     pub fn apply(&mut self, cgroups: &Cgroups, lc: &GroupPath, treatment: &LcTreatment) -> usize {
-        let forgotten = self.forget_gone();
-        // Each LC service's group keeps its own treated threads and treatment.
-        let (mut treated, mut last) = self.groups.remove(lc).unwrap_or_default();
-        let done = self.apply_to(cgroups, lc, treatment, &mut treated, &mut last);
-        self.groups.insert(lc.clone(), (treated, last));
+        // Each LC service's group keeps its own treated threads and treatment. Its first pass
+        // (also a restarted agent's, with an earlier agent's records) looks at every record.
+        let (mut group, mut forgotten) = match self.groups.remove(lc) {
+            Some(group) => (group, 0),
+            None => (GroupThreads::default(), self.forget_gone(None)),
+        };
+        let (done, left) = self.apply_to(cgroups, lc, treatment, &mut group);
+        self.groups.insert(lc.clone(), group);
+        forgotten += self.forget_gone(Some(&left));
         done + forgotten
     }
 
-    /// Drops the records of threads that have exited, so that an LC starting a thread per
-    /// connection does not grow them (and the state file) without end; returns how many. A
-    /// record stays while its process runs and no other record of it holds the same settings:
-    /// a thread its thread created may have inherited what the agent gave it.
-    fn forget_gone(&mut self) -> usize {
-        let (live, gone): (Vec<_>, Vec<_>) = self
-            .state
-            .originals
+    /// Drops the records of threads that have exited (among `candidates`; `None`: all), so
+    /// that an LC starting a thread per connection does not grow them (and the state file)
+    /// without end; returns how many. A record stays while its process runs and no other
+    /// record of it holds the same settings: a thread its thread created may have inherited
+    /// what the agent gave it.
+    fn forget_gone(&mut self, candidates: Option<&BTreeSet<i32>>) -> usize {
+        let originals = &self.state.originals;
+        let gone: BTreeSet<i32> = originals
             .iter()
-            .partition(|(&tid, o)| o.started.is_none() || thread_started(tid) == o.started);
+            .filter(|(tid, _)| candidates.is_none_or(|c| c.contains(tid)))
+            .filter(|(&tid, o)| o.started.is_some() && thread_started(tid) != o.started)
+            .map(|(&tid, _)| tid)
+            .collect();
         if gone.is_empty() {
             return 0;
         }
-        let mut kept: Vec<&ThreadOriginal> = live.into_iter().map(|(_, o)| o).collect();
+        let mut kept: Vec<&ThreadOriginal> = originals
+            .iter()
+            .filter(|(tid, _)| !gone.contains(tid))
+            .map(|(_, o)| o)
+            .collect();
         let mut forget = Vec::new();
-        for (&tid, o) in gone {
+        for (&tid, o) in originals.iter().filter(|(tid, _)| gone.contains(tid)) {
             let same = kept.iter().any(|k| {
                 k.process == o.process
                     && k.cpus == o.cpus
@@ -170,23 +214,24 @@ impl LcThreads {
             && !self.records_of(process).is_empty()
     }
 
+    /// Treats the group's new threads; returns how many, and the treated threads that left
+    /// the group (exited, or moved out).
     fn apply_to(
         &mut self,
         cgroups: &Cgroups,
         lc: &GroupPath,
         treatment: &LcTreatment,
-        treated: &mut Treated,
-        last: &mut Option<LcTreatment>,
-    ) -> usize {
+        group: &mut GroupThreads,
+    ) -> (usize, BTreeSet<i32>) {
         let wants_something = treatment.pin_cpus.as_ref().is_some_and(|c| !c.is_empty())
             || treatment.fifo_priority.is_some()
             || treatment.slice_us.is_some();
-        if last.as_ref() != Some(treatment) {
-            treated.clear();
-            *last = Some(treatment.clone());
+        if group.last.as_ref() != Some(treatment) {
+            group.treated.clear();
+            group.last = Some(treatment.clone());
         }
         if !wants_something {
-            return 0;
+            return (0, BTreeSet::new());
         }
         if treatment.fifo_priority.is_some() {
             if let Err(e) = self.ensure_rt_budget(cgroups, lc) {
@@ -197,13 +242,23 @@ impl LcThreads {
             Ok(t) => t,
             Err(e) => {
                 self.error(0, "listing the threads of the LC group for", &e);
-                return 0;
+                return (0, BTreeSet::new());
             }
         };
-        treated.retain(|t, _| tids.contains(t));
+        let listed: BTreeSet<i32> = tids.iter().copied().collect();
+        let left: BTreeSet<i32> = (group.treated.keys())
+            .filter(|t| !listed.contains(t))
+            .copied()
+            .collect();
+        group.treated.retain(|t, _| listed.contains(t));
+        let verify = group.due_for_verifying();
+        let treated = &mut group.treated;
         let mut done = 0;
         for (i, &tid) in tids.iter().enumerate() {
-            let started = thread_started(tid);
+            let started = match treated.get(&tid) {
+                Some(&known) if !verify.contains(&tid) => known,
+                _ => thread_started(tid),
+            };
             if treated.get(&tid) == Some(&started) {
                 continue;
             }
@@ -275,7 +330,7 @@ impl LcThreads {
             treated.insert(tid, started);
             done += 1;
         }
-        done
+        (done, left)
     }
 
     /// What the agent gave thread `tid` (`None` when it has no original recorded: then the
