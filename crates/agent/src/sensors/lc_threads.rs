@@ -253,15 +253,23 @@ impl LcThreads {
         group.treated.retain(|t, _| listed.contains(t));
         let verify = group.due_for_verifying();
         let treated = &mut group.treated;
-        let mut done = 0;
-        for (i, &tid) in tids.iter().enumerate() {
-            let started = match treated.get(&tid) {
-                Some(&known) if !verify.contains(&tid) => known,
-                _ => thread_started(tid),
-            };
-            if treated.get(&tid) == Some(&started) {
-                continue;
-            }
+        let todo: Vec<(usize, i32, Option<u64>)> = tids
+            .iter()
+            .enumerate()
+            .map(|(i, &tid)| {
+                let started = match treated.get(&tid) {
+                    Some(&known) if !verify.contains(&tid) => known,
+                    _ => thread_started(tid),
+                };
+                (i, tid, started)
+            })
+            .filter(|(_, tid, started)| treated.get(tid) != Some(started))
+            .collect();
+        // Every original of this listing is read before anything is given in it: these threads
+        // all existed before this pass's changes, so none inherited them (hostile pass 39: a
+        // thread the LC had pinned itself onto the CPU given to its main thread just before was
+        // taken as inheriting it, and `restore` overrode the LC's own pin).
+        for &(_, tid, started) in &todo {
             // An original taken from an earlier thread with this number (it exited, and the
             // number was reused) is not this thread's.
             let known = self
@@ -290,6 +298,17 @@ impl LcThreads {
                         given: None,
                     },
                 );
+            }
+        }
+        let mut done = 0;
+        for (i, tid, started) in todo {
+            let known = self
+                .state
+                .originals
+                .get(&tid)
+                .is_some_and(|o| o.started.is_none() || o.started == started);
+            if !known {
+                continue; // its settings could not be read: nothing is changed on it
             }
             if let Some(cpus) = treatment.pin_cpus.as_ref().filter(|c| !c.is_empty()) {
                 let cpu = cpus.iter().nth(i % cpus.len()).unwrap_or_default();

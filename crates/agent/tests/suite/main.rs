@@ -37,6 +37,7 @@ mod hostile_pass_33;
 mod hostile_pass_35;
 mod hostile_pass_36;
 mod hostile_pass_37;
+mod hostile_pass_39;
 mod hostile_pass_4;
 mod hostile_pass_5;
 mod hostile_pass_6;
