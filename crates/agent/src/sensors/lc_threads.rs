@@ -524,23 +524,22 @@ impl LcThreads {
     /// Threads that have exited are skipped, and so is a thread id now naming a thread that
     /// started later (the number reused). Returns the threads restored.
     pub fn restore(&mut self, cgroups: Option<&Cgroups>) -> usize {
-        let mut restored = 0;
-        let inherited = self.inherited_unrecorded();
-        let recorded = self.state.originals.iter().map(|(&t, o)| (t, o.clone()));
-        for (tid, original) in recorded.chain(inherited) {
-            if original.started.is_some() && thread_started(tid) != original.started {
-                continue;
+        let recorded: Vec<_> = self
+            .state
+            .originals
+            .iter()
+            .map(|(&t, o)| (t, o.clone()))
+            .collect();
+        let mut restored = put_back(recorded);
+        // The inheriting threads are looked for once their creators are back: a thread created
+        // while this runs, by a creator not yet put back, inherits the pin (hostile pass 39: one
+        // listed before the creators were put back kept SCHED_FIFO on the pinned CPU).
+        for _ in 0..RESTORE_ROUNDS {
+            let inherited = self.inherited_unrecorded();
+            if inherited.is_empty() {
+                break;
             }
-            let mut ok = true;
-            if let Some(policy) = original.policy {
-                ok &= sched::set_sched(tid, policy).is_ok();
-            }
-            if !original.cpus.is_empty() {
-                ok &= sched::set_affinity(tid, &original.cpus).is_ok();
-            }
-            if ok {
-                restored += 1;
-            }
+            restored += put_back(inherited);
         }
         self.state.originals.clear();
         if let Some(cg) = cgroups {
@@ -561,6 +560,32 @@ impl LcThreads {
             tracing::warn!(tid, error = %e, "{what} an LC thread failed");
         }
     }
+}
+
+/// How many times [`LcThreads::restore`] looks again for threads that inherited the agent's
+/// settings (each look puts back the creators of the next).
+const RESTORE_ROUNDS: usize = 4;
+
+/// Puts back each thread's settings (skipping a number now naming a later thread); returns how
+/// many threads were put back.
+fn put_back(threads: Vec<(i32, ThreadOriginal)>) -> usize {
+    let mut restored = 0;
+    for (tid, original) in threads {
+        if original.started.is_some() && thread_started(tid) != original.started {
+            continue;
+        }
+        let mut ok = true;
+        if let Some(policy) = original.policy {
+            ok &= sched::set_sched(tid, policy).is_ok();
+        }
+        if !original.cpus.is_empty() {
+            ok &= sched::set_affinity(tid, &original.cpus).is_ok();
+        }
+        if ok {
+            restored += 1;
+        }
+    }
+    restored
 }
 
 /// Writes `spare` to the group's `cpu.rt_runtime_us`, retried: the kernel counts the budget of a

@@ -119,3 +119,80 @@ fn a_thread_the_lc_pinned_itself_before_the_agent_keeps_its_pin() {
         "after `restore`, as the LC left them"
     );
 }
+
+const DURING_RESTORE: &str = "threads_the_lc_creates_while_the_agent_restores_are_put_back";
+
+/// LC whose main thread starts a thread every 2 ms (each lives 1.5 s), up to 4 000 in all;
+/// `marker` on its command line.
+fn busy_lc(marker: &str) -> Option<std::process::Child> {
+    let script = "import threading,time\n\
+         for _ in range(4000):\n    \
+             threading.Thread(target=time.sleep,args=(1.5,),daemon=True).start()\n    \
+             time.sleep(0.002)\n";
+    std::process::Command::new(live::python())
+        .args(["-c", script])
+        .arg(marker)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .ok()
+}
+
+/// An LC starting threads all the time is pinned onto CPU 1; when the agent ends (`restore`)
+/// every thread must be back on CPUs 0-1, those created while it restored included. On the
+/// code before, `restore` listed the inheriting threads before it put their creator back, and
+/// a thread created in between kept CPU 1 (2 of 5 runs of the pass's script).
+#[test]
+fn threads_the_lc_creates_while_the_agent_restores_are_put_back() {
+    let Some(guard) = Guard::setup(DURING_RESTORE, "hp39", 3, "during-restore", 40) else {
+        return;
+    };
+    let all = sched::affinity(0).unwrap_or_default();
+    if !(all.contains(0) && all.contains(1)) {
+        return eprintln!("SKIP {DURING_RESTORE}: needs CPUs 0 and 1 (has {all})");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut lc) = busy_lc(&guard.marker) else {
+        return eprintln!("SKIP {DURING_RESTORE}: no python3 to stand in for a threaded LC");
+    };
+    let before = sched::affinity(lc.id() as i32).unwrap();
+    let d = dir.path().display();
+    let top = &guard.top;
+    let text = format!(
+        "[lc]\nname = \"lc\"\ncgroup = \"{top}/lc\"\npids = [{}]\n\
+         [lc.threads]\npin = true\ncpus = \"1\"\n\n\
+         [[be]]\nname = \"batch\"\ncgroup = \"{top}/be\"\ncommand = [\"sleep\", \"{}\"]\n\n\
+         [policy]\nkind = \"static-cores\"\n[policy.static-cores]\ncpus = \"0\"\n\n\
+         [sensors]\nidle_sensing = \"poll\"\n\n\
+         [safety]\non_exit = \"restore\"\nstate_file = \"{d}/state.json\"\n\n\
+         [api]\nsocket = \"{d}/ctl.sock\"\nmetrics = \"\"\n",
+        lc.id(),
+        guard.marker
+    );
+    let runner = match live::start_agent(&text, Duration::from_secs(4)) {
+        Ok(r) => r,
+        Err(why) => {
+            let _ = lc.kill();
+            let _ = lc.wait();
+            return eprintln!("SKIP {DURING_RESTORE}: {why}");
+        }
+    };
+    let one = CpuSet::from([1]);
+    let pinned = live::eventually(Duration::from_secs(3), || {
+        sched::affinity(lc.id() as i32).is_ok_and(|c| c == one)
+    });
+    let _ = runner.join();
+    let left: Vec<_> = affinities(lc.id())
+        .into_iter()
+        .filter(|(_, c)| c.as_ref().is_some_and(|c| *c != before))
+        .collect();
+    let _ = lc.kill();
+    let _ = lc.wait();
+    assert!(
+        pinned,
+        "the LC's main thread pinned onto CPU 1 by [lc.threads]"
+    );
+    assert!(
+        left.is_empty(),
+        "after `restore`, LC threads not on its CPUs from before ({before}): {left:?}"
+    );
+}
