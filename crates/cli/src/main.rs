@@ -1,6 +1,7 @@
 //! `headroom`: one binary, one subcommand per room (docs/architecture.md "The CLI contract").
 
 mod cmd;
+mod log_queue;
 
 use clap::{Parser, Subcommand};
 
@@ -75,7 +76,7 @@ fn log_filter(env: Option<&str>) -> tracing_subscriber::EnvFilter {
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(log_filter(std::env::var("HEADROOM_LOG").ok().as_deref()))
-        .with_writer(std::io::stderr)
+        .with_writer(log_queue::start())
         .init();
     let cli = Cli::parse();
     // Commands that only print (`headroom ctl status | head`) end quietly on a closed pipe, as
@@ -105,11 +106,15 @@ fn main() {
     // A bench or the demo being stopped by a signal: its watcher ends the process once it has
     // stopped the children (whose failures under that SIGTERM are no result).
     headroom_bench::stop_on_signal::wait_if_stopping();
+    log_queue::flush(LOG_FLUSH);
     if let Err(err) = result {
         eprintln!("headroom: error: {}", cmd::error_text(&err));
         std::process::exit(cmd::exit_code(&err));
     }
 }
+
+/// How long the exit waits for queued log lines to reach stderr.
+const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

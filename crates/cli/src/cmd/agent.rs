@@ -67,10 +67,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let summary = agent
         .run()
         .map_err(|e| anyhow::anyhow!("agent loop: {e}"))?;
-    eprintln!(
+    // Through the log's queue: a stderr nobody reads does not hold the exit (hostile pass 38).
+    crate::log_queue::say(&format!(
         "headroom agent: stopped after {} ticks, {} writes, {} failed reconciliations; exit action: {}",
         summary.ticks, summary.writes, summary.write_errors, summary.exit_action
-    );
+    ));
     Ok(())
 }
 
@@ -241,6 +242,7 @@ fn run_replay(config: &Config, log: &std::path::Path) -> anyhow::Result<()> {
                 "replay: {} of {decisions} decisions differ; first: {first}",
                 mismatches.len(),
             );
+            crate::log_queue::flush(crate::LOG_FLUSH);
             std::process::exit(1);
         }
     }

@@ -30,6 +30,7 @@ fn exit_if_invalid(args: &LoadArgs, valid: bool) {
             "headroom: self-checks failed (result not valid): exit {}",
             args.extra.invalid_exit_code
         );
+        crate::log_queue::flush(crate::LOG_FLUSH);
         std::process::exit(args.extra.invalid_exit_code);
     }
 }

@@ -10,6 +10,7 @@ mod agent_e2e;
 mod agent_faults;
 mod agent_kube_kill9;
 mod agent_kube_live;
+mod agent_log_pipe;
 mod agent_multi_lc;
 mod bench_advertise;
 mod bench_agent_stop;
